@@ -1,0 +1,128 @@
+"""A directory on local disk as a source (`file:///dir`).
+
+Useful on its own (a dataset on a shared NFS path, cached on fast local disk) and as the
+reference backend for the contract tests. Paths are confined to the root: neither `..` nor a
+symlink can reach outside it.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from collections.abc import Iterator
+from urllib.parse import unquote, urlsplit
+
+from pffs.backends.base import ObjectInfo, is_valid_name
+from pffs.config import SourceConfig
+from pffs.errors import (
+    BackendError,
+    Changed,
+    NotADirectory,
+    NotFound,
+    PermissionDenied,
+    PffsError,
+    UsageError,
+)
+
+
+class LocalBackend:
+    """file:///absolute/dir"""
+
+    def __init__(self, source: SourceConfig) -> None:
+        parts = urlsplit(source.url)
+        if parts.netloc not in ("", "localhost"):
+            raise UsageError(f"malformed URL {source.url!r}: use file:///absolute/path")
+        path = unquote(parts.path)
+        if not path.startswith("/"):
+            raise UsageError(f"malformed URL {source.url!r}: use file:///absolute/path")
+        self.root = os.path.realpath(path)
+        self.source_id = f"file://{self.root}"
+        self.max_concurrency = source.max_concurrency
+
+    # --- the protocol ------------------------------------------------------------------------
+
+    def check(self) -> None:
+        try:
+            st = os.stat(self.root)
+        except OSError as exc:
+            raise self._translate(exc, "") from exc
+        if not stat.S_ISDIR(st.st_mode):
+            raise NotADirectory(f"{self.root} is not a directory")
+        if not os.access(self.root, os.R_OK | os.X_OK):
+            raise PermissionDenied(f"{self.root} is not readable")
+
+    def stat(self, path: str) -> ObjectInfo:
+        full = self._resolve(path)
+        try:
+            st = os.stat(full)
+        except OSError as exc:
+            raise self._translate(exc, path) from exc
+        return _info(os.path.basename(path), st)
+
+    def list(self, path: str) -> Iterator[ObjectInfo]:
+        full = self._resolve(path)
+        try:
+            with os.scandir(full) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as exc:
+            raise self._translate(exc, path) from exc
+        for entry in entries:
+            if not is_valid_name(entry.name):
+                continue
+            try:
+                st = entry.stat()  # follows symlinks; a dangling one is skipped below
+            except OSError:
+                continue
+            if entry.is_symlink() and not self._inside(os.path.realpath(entry.path)):
+                continue
+            yield _info(entry.name, st)
+
+    def read_range(self, path: str, start: int, length: int, version: str | None) -> bytes:
+        full = self._resolve(path)
+        try:
+            fd = os.open(full, os.O_RDONLY)
+        except OSError as exc:
+            raise self._translate(exc, path) from exc
+        try:
+            if version is not None:
+                current = _info("", os.fstat(fd)).version
+                if current != version:
+                    raise Changed(f"{self.source_id}/{path} changed while open")
+            return os.pread(fd, length, start)
+        except OSError as exc:
+            raise self._translate(exc, path) from exc
+        finally:
+            os.close(fd)
+
+    # --- helpers -----------------------------------------------------------------------------
+
+    def _inside(self, real: str) -> bool:
+        return real == self.root or real.startswith(self.root + os.sep)
+
+    def _resolve(self, path: str) -> str:
+        full = os.path.realpath(os.path.join(self.root, path))
+        if not self._inside(full):
+            raise PermissionDenied(f"{path!r} escapes the source root {self.root}")
+        return full
+
+    def _translate(self, exc: OSError, path: str) -> PffsError:
+        where = os.path.join(self.root, path) if path else self.root
+        if exc.errno == errno.ENOENT:
+            return NotFound(f"{where} does not exist")
+        if exc.errno in (errno.EACCES, errno.EPERM):
+            return PermissionDenied(f"{where}: permission denied")
+        if exc.errno == errno.ENOTDIR:
+            return NotADirectory(f"{where} is not a directory")
+        return BackendError(f"{where}: {exc.strerror}")
+
+
+def _info(name: str, st: os.stat_result) -> ObjectInfo:
+    is_dir = stat.S_ISDIR(st.st_mode)
+    return ObjectInfo(
+        name=name,
+        size=0 if is_dir else st.st_size,
+        mtime=st.st_mtime_ns / 1e9,
+        etag=None,
+        is_dir=is_dir,
+    )

@@ -1,0 +1,322 @@
+"""S3 and S3-compatible stores through boto3 (`s3://bucket[/prefix]`).
+
+Directories are key prefixes: a listing uses the '/' delimiter, so common prefixes become
+directories whether or not a "dir/" marker object exists. When a key is both an object and a
+prefix ("a" and "a/b"), the directory wins and the object is hidden, as in mountpoint-s3.
+
+Retries are ours (pffs.retry), not botocore's, so every backend behaves alike; botocore's own are
+switched off. Credentials come only from boto3's default chain.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import re
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import boto3
+import botocore.exceptions
+from botocore.config import Config
+
+from pffs.backends.base import ObjectInfo, is_valid_name
+from pffs.config import RetryConfig, SourceConfig
+from pffs.errors import (
+    BackendError,
+    Changed,
+    NotFound,
+    PermissionDenied,
+    PffsError,
+    Transient,
+    UsageError,
+)
+from pffs.retry import call_with_retry
+
+T = TypeVar("T")
+log = logging.getLogger("pffs.s3")
+
+# Bucket names per the S3 rules (3-63 characters, lowercase letters, digits, dots, hyphens).
+_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
+_TRANSIENT_CODES = {
+    "InternalError",
+    "ServiceUnavailable",
+    "SlowDown",
+    "Throttling",
+    "ThrottlingException",
+    "RequestTimeout",
+    "RequestTimeTooSkewed",
+    "500",
+    "502",
+    "503",
+    "504",
+}
+_NOT_FOUND_CODES = {"404", "NoSuchKey", "NoSuchBucket", "NotFound"}
+_DENIED_CODES = {
+    "403",
+    "AccessDenied",
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "ExpiredToken",
+    "InvalidToken",
+}
+
+
+def parse_s3_url(url: str) -> tuple[str, str]:
+    """(bucket, prefix) of s3://bucket[/prefix]; the prefix is '' or ends with '/'."""
+    parts = urlsplit(url)
+    if parts.scheme != "s3" or not parts.netloc or parts.query or parts.fragment:
+        raise UsageError(f"malformed URL {url!r}: use s3://bucket[/prefix]")
+    bucket = parts.netloc
+    if not _BUCKET_RE.match(bucket) or ".." in bucket:
+        raise UsageError(f"malformed URL {url!r}: {bucket!r} is not a valid bucket name")
+    prefix = parts.path.strip("/")
+    if any(part in ("", ".", "..") for part in prefix.split("/")) and prefix:
+        raise UsageError(f"malformed URL {url!r}: the prefix has empty, '.' or '..' parts")
+    return bucket, f"{prefix}/" if prefix else ""
+
+
+class S3Backend:
+    """A bucket, or a prefix inside one."""
+
+    def __init__(self, source: SourceConfig) -> None:
+        self.bucket, self.prefix = parse_s3_url(source.url)
+        self.endpoint_url = source.endpoint_url or os.environ.get("AWS_ENDPOINT_URL") or None
+        self.source_id = f"s3://{self.bucket}/{self.prefix}".rstrip("/")
+        if self.endpoint_url:
+            self.source_id += f"@{self.endpoint_url}"
+        self.max_concurrency = source.max_concurrency
+        self.retry_policy: RetryConfig = source.retry
+        self.retries = 0  # transient failures retried, for stats
+
+        session = boto3.session.Session(profile_name=source.profile)
+        region = source.region or session.region_name or "us-east-1"
+        path_style = source.path_style if source.path_style is not None else bool(self.endpoint_url)
+        config = Config(
+            region_name=region,
+            connect_timeout=source.connect_timeout,
+            read_timeout=source.read_timeout,
+            # Our retry helper decides; botocore retrying underneath would multiply attempts.
+            retries={"total_max_attempts": 1},
+            max_pool_connections=max(10, source.max_concurrency + 4),
+            s3={"addressing_style": "path" if path_style else "auto"},
+        )
+        try:
+            self.client = session.client("s3", endpoint_url=self.endpoint_url, config=config)
+        except ValueError as exc:  # botocore rejects a malformed endpoint URL here
+            raise UsageError(f"bad endpoint URL {self.endpoint_url!r}: {exc}") from exc
+
+    # --- the protocol ------------------------------------------------------------------------
+
+    def check(self) -> None:
+        where = f"bucket {self.bucket!r}" + (
+            f" at {self.endpoint_url}" if self.endpoint_url else ""
+        )
+        try:
+            self._call(
+                lambda: self.client.head_bucket(Bucket=self.bucket), "HEAD bucket", quick=True
+            )
+            self._call(
+                lambda: self.client.list_objects_v2(
+                    Bucket=self.bucket, Prefix=self.prefix, Delimiter="/", MaxKeys=1
+                ),
+                "LIST",
+                quick=True,
+            )
+        except botocore.exceptions.ClientError as exc:
+            code = _code(exc)
+            if code in _NOT_FOUND_CODES:
+                raise NotFound(f"{where} does not exist") from exc
+            if code in _DENIED_CODES:
+                raise PermissionDenied(
+                    f"access to {where} denied ({code}): check the credentials "
+                    "(AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE or ~/.aws)"
+                ) from exc
+            raise self._translate(exc, "") from exc
+        except Exception as exc:
+            raise self._translate(exc, "") from exc
+
+    def stat(self, path: str) -> ObjectInfo:
+        name = path.rsplit("/", 1)[-1]
+        if not path:
+            return ObjectInfo(name="", size=0, mtime=0.0, etag=None, is_dir=True)
+        key = self.prefix + path
+        try:
+            head = self._call(lambda: self.client.head_object(Bucket=self.bucket, Key=key), "HEAD")
+            return ObjectInfo(
+                name=name,
+                size=head["ContentLength"],
+                mtime=head["LastModified"].timestamp(),
+                etag=head.get("ETag"),
+                is_dir=False,
+            )
+        except botocore.exceptions.ClientError as exc:
+            if _code(exc) not in _NOT_FOUND_CODES:
+                raise self._translate(exc, path) from exc
+        except Exception as exc:
+            raise self._translate(exc, path) from exc
+        # Not an object: a directory if anything lives under "key/" (marker object or not).
+        try:
+            page = self._call(
+                lambda: self.client.list_objects_v2(
+                    Bucket=self.bucket, Prefix=key + "/", Delimiter="/", MaxKeys=1
+                ),
+                "LIST",
+            )
+        except Exception as exc:
+            raise self._translate(exc, path) from exc
+        if page.get("KeyCount", 0) > 0 or page.get("Contents") or page.get("CommonPrefixes"):
+            return ObjectInfo(name=name, size=0, mtime=0.0, etag=None, is_dir=True)
+        raise NotFound(f"{self._url(path)} does not exist")
+
+    def list(self, path: str) -> Iterator[ObjectInfo]:
+        prefix = self.prefix + (path + "/" if path else "")
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix, "Delimiter": "/"}
+            if token:
+                kwargs["ContinuationToken"] = token
+            try:
+                page = self._call(functools.partial(self.client.list_objects_v2, **kwargs), "LIST")
+            except Exception as exc:
+                raise self._translate(exc, path) from exc
+            yield from self._page_entries(page, prefix)
+            if not page.get("IsTruncated"):
+                return
+            token = page.get("NextContinuationToken")
+
+    def read_range(self, path: str, start: int, length: int, version: str | None) -> bytes:
+        if length <= 0:
+            return b""
+        kwargs: dict[str, Any] = {
+            "Bucket": self.bucket,
+            "Key": self.prefix + path,
+            "Range": f"bytes={start}-{start + length - 1}",
+        }
+        if version and version.startswith('"'):  # only real etags are preconditions
+            kwargs["IfMatch"] = version
+
+        def get() -> bytes:
+            response = self.client.get_object(**kwargs)
+            data: bytes = response["Body"].read()
+            expected = response.get("ContentLength")
+            if expected is not None and len(data) != expected:
+                # A body cut short by the network: retryable, never served.
+                raise Transient(f"truncated body: {len(data)} of {expected} bytes")
+            return data
+
+        try:
+            return self._call(get, "GET")
+        except botocore.exceptions.ClientError as exc:
+            code = _code(exc)
+            if code in ("InvalidRange", "416"):
+                return b""
+            if code in ("PreconditionFailed", "412"):
+                raise Changed(f"{self._url(path)} changed at the source while open") from exc
+            raise self._translate(exc, path) from exc
+        except Exception as exc:
+            raise self._translate(exc, path) from exc
+
+    # --- helpers -----------------------------------------------------------------------------
+
+    def _page_entries(self, page: dict[str, Any], prefix: str) -> Iterator[ObjectInfo]:
+        """One page's directories and objects, merged back into key order."""
+        entries: list[tuple[str, ObjectInfo]] = []
+        for common in page.get("CommonPrefixes", ()):
+            name = common["Prefix"][len(prefix) :].rstrip("/")
+            if is_valid_name(name) and "/" not in name:
+                entries.append((common["Prefix"], _dir_info(name)))
+        for obj in page.get("Contents", ()):
+            key = obj["Key"]
+            name = key[len(prefix) :]
+            if key == prefix or not is_valid_name(name):  # the directory's own marker object
+                continue
+            info = ObjectInfo(
+                name=name,
+                size=obj["Size"],
+                mtime=obj["LastModified"].timestamp(),
+                etag=obj.get("ETag"),
+                is_dir=False,
+            )
+            entries.append((key, info))
+        entries.sort(key=lambda pair: pair[0])
+        for _, info in entries:
+            yield info
+
+    def _call(self, fn: Callable[[], T], what: str, quick: bool = False) -> T:
+        policy = self.retry_policy
+        if quick:  # the mount's preflight check must answer within seconds, not a minute
+            policy = RetryConfig(attempts=2, base_delay=0.1, max_delay=0.5, total_timeout=5.0)
+        return call_with_retry(
+            fn,
+            is_transient=self.is_transient,
+            policy=policy,
+            what=f"{what} {self.source_id}",
+            on_retry=self._count_retry,
+        )
+
+    def _count_retry(self, _exc: BaseException) -> None:
+        self.retries += 1
+
+    @staticmethod
+    def is_transient(exc: BaseException) -> bool:
+        if isinstance(exc, Transient):
+            return True
+        if isinstance(exc, botocore.exceptions.ClientError):
+            return _code(exc) in _TRANSIENT_CODES
+        return isinstance(
+            exc,
+            (
+                botocore.exceptions.ConnectionError,  # resets, refused, timeouts on connect
+                botocore.exceptions.ReadTimeoutError,
+                botocore.exceptions.IncompleteReadError,
+                botocore.exceptions.ResponseStreamingError,
+            ),
+        )
+
+    def _url(self, path: str) -> str:
+        return f"s3://{self.bucket}/{self.prefix}{path}"
+
+    def _translate(self, exc: BaseException, path: str) -> PffsError:
+        where = self._url(path)
+        if isinstance(exc, PffsError):
+            return exc
+        if isinstance(exc, botocore.exceptions.NoCredentialsError):
+            return PermissionDenied(
+                "no AWS credentials found: set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
+                "AWS_PROFILE or ~/.aws/credentials"
+            )
+        if isinstance(exc, botocore.exceptions.ClientError):
+            code = _code(exc)
+            if code in _NOT_FOUND_CODES:
+                return NotFound(f"{where} does not exist")
+            if code in _DENIED_CODES:
+                return PermissionDenied(f"{where}: access denied ({code})")
+            if code in _TRANSIENT_CODES:
+                return Transient(f"{where}: store unavailable ({code}) after retries")
+            return BackendError(f"{where}: {code}: {_message(exc)}")
+        if isinstance(exc, botocore.exceptions.EndpointConnectionError):
+            return Transient(f"cannot reach the S3 endpoint {exc.kwargs.get('endpoint_url')}")
+        if self.is_transient(exc):
+            return Transient(f"{where}: {type(exc).__name__} after retries")
+        return BackendError(f"{where}: {type(exc).__name__}: {exc}")
+
+
+def _dir_info(name: str) -> ObjectInfo:
+    return ObjectInfo(name=name, size=0, mtime=0.0, etag=None, is_dir=True)
+
+
+def _code(exc: botocore.exceptions.ClientError) -> str:
+    error = exc.response.get("Error", {})
+    code = str(error.get("Code", ""))
+    if not code or code.isdigit():
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        return str(status or code)
+    return code
+
+
+def _message(exc: botocore.exceptions.ClientError) -> str:
+    text = str(exc.response.get("Error", {}).get("Message", "") or "")
+    return text.splitlines()[0] if text else ""

@@ -1,0 +1,1 @@
+"""CSI driver (a later issue)."""

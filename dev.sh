@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The project's chores in one place: ./dev.sh demo | test | lint | format | bench | setup
+#
+# Every command first runs `setup`, which installs what is missing: the system packages (as
+# root, with apt-get), a virtual environment in .venv and pffs with its test extra. So on a
+# fresh Debian machine `./dev.sh demo` and `./dev.sh test` need nothing else.
+set -euo pipefail
+cd "$(dirname "$0")"
+VENV=${PFFS_VENV:-.venv}
+PY="$VENV/bin/python"
+
+# fuse3/libfuse3-dev/pkg-config build and run pyfuse3; the rest are for tests and the bench
+# (npm for s3rver; fio, s3fs and rclone are the peers the benchmark compares against).
+SYSTEM_PACKAGES=(fuse3 libfuse3-dev pkg-config gcc python3-dev python3-venv npm fio s3fs rclone)
+
+setup_system() {
+  local missing=()
+  for pkg in "${SYSTEM_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+  done
+  # pyenv or another non-Debian Python brings its own headers and venv.
+  if ! command -v dpkg-query >/dev/null; then return; fi
+  if python3 -c 'import sys; sys.exit(0 if sys.prefix.startswith("/usr") else 1)'; then :; else
+    missing=("${missing[@]/python3-dev}"); missing=("${missing[@]/python3-venv}")
+  fi
+  local wanted=()
+  for pkg in "${missing[@]}"; do [ -n "$pkg" ] && wanted+=("$pkg"); done
+  [ ${#wanted[@]} -eq 0 ] && return
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "dev.sh: missing system packages: ${wanted[*]} (run as root, or apt-get install them)" >&2
+    exit 1
+  fi
+  echo "dev.sh: installing ${wanted[*]}" >&2
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${wanted[@]}" >/dev/null
+}
+
+setup_python() {
+  [ -x "$PY" ] || python3 -m venv "$VENV"
+  # Reinstall only when pyproject.toml changed since the last install.
+  local stamp="$VENV/.pffs-installed"
+  if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    "$PY" -m pip install -q --upgrade pip
+    "$PY" -m pip install -q -e '.[test]'
+    touch "$stamp"
+  fi
+}
+
+setup() { setup_system; setup_python; }
+
+lint() {
+  "$VENV/bin/ruff" check .
+  "$VENV/bin/ruff" format --check .
+  "$VENV/bin/mypy"
+}
+
+case "${1:-}" in
+  setup) setup ;;
+  demo) shift; setup; exec "$VENV/bin/pffs" demo "$@" ;;
+  test) shift; setup; lint; exec "$PY" -m pytest "$@" ;;
+  lint) setup; lint ;;
+  format) setup; "$VENV/bin/ruff" format . && "$VENV/bin/ruff" check --fix . ;;
+  bench) shift; setup; exec "$PY" -m bench "$@" ;;
+  *) echo "usage: ./dev.sh demo|test|lint|format|bench|setup [args]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,241 @@
+"""The kernel edge: pyfuse3 Operations over the VFS, and the one place errors become errno.
+
+This is the ONLY module that imports pyfuse3. Every handler goes through `_errno_boundary`: a
+pffs error becomes its errno, anything unexpected is logged with its traceback and becomes EIO.
+Nothing else may escape a handler, because pyfuse3 ends the whole filesystem when one does.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import logging
+import os
+import signal
+import stat
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, ParamSpec, TypeVar
+
+import pyfuse3
+import trio
+
+from pffs.config import MountConfig
+from pffs.errors import MountFailed, PffsError
+from pffs.vfs import Inode, Vfs
+
+P = ParamSpec("P")
+R = TypeVar("R")
+log = logging.getLogger("pffs.fuse")
+
+
+def _errno_boundary(
+    handler: Callable[P, Coroutine[Any, Any, R]],
+) -> Callable[P, Coroutine[Any, Any, R]]:
+    @functools.wraps(handler)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return await handler(*args, **kwargs)
+        except pyfuse3.FUSEError:
+            raise
+        except PffsError as exc:
+            level = logging.DEBUG if exc.errno in (errno.ENOENT, errno.ENOTDIR) else logging.WARNING
+            log.log(level, "%s: %s", handler.__name__, exc)
+            raise pyfuse3.FUSEError(exc.errno) from None
+        except Exception:
+            log.exception("%s failed unexpectedly", handler.__name__)
+            raise pyfuse3.FUSEError(errno.EIO) from None
+
+    return wrapper
+
+
+class PffsOperations(pyfuse3.Operations):
+    """Translate FUSE requests into VFS calls and VFS answers into FUSE replies."""
+
+    supports_dot_lookup = True
+    enable_writeback_cache = False
+    enable_acl = False
+
+    def __init__(self, vfs: Vfs, config: MountConfig) -> None:
+        super().__init__()
+        self.vfs = vfs
+        self.config = config
+
+    # --- attributes --------------------------------------------------------------------------
+
+    def _entry(self, inode: Inode) -> pyfuse3.EntryAttributes:
+        fuse, meta = self.config.fuse, self.config.meta
+        info = inode.info
+        attr = pyfuse3.EntryAttributes()
+        attr.st_ino = pyfuse3.InodeT(inode.ino)
+        attr.generation = 0
+        attr.entry_timeout = meta.entry_ttl
+        attr.attr_timeout = meta.attr_ttl
+        if info.is_dir:
+            attr.st_mode = pyfuse3.ModeT(stat.S_IFDIR | fuse.dir_mode)
+            attr.st_nlink = 2
+        else:
+            mode = fuse.file_mode & ~0o222 if fuse.read_only else fuse.file_mode
+            attr.st_mode = pyfuse3.ModeT(stat.S_IFREG | mode)
+            attr.st_nlink = 1
+        attr.st_uid = fuse.uid
+        attr.st_gid = fuse.gid
+        attr.st_rdev = 0
+        attr.st_size = info.size
+        attr.st_blksize = 1 << 20  # large I/O hint: tools like cp then read in big chunks
+        attr.st_blocks = (info.size + 511) // 512
+        mtime_ns = int(info.mtime * 1e9)
+        attr.st_atime_ns = mtime_ns
+        attr.st_mtime_ns = mtime_ns
+        attr.st_ctime_ns = mtime_ns
+        return attr
+
+    @_errno_boundary
+    async def lookup(
+        self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.EntryAttributes:
+        inode = await self.vfs.lookup(parent_inode, os.fsdecode(name))
+        return self._entry(inode)
+
+    @_errno_boundary
+    async def getattr(self, inode: int, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        return self._entry(await self.vfs.getattr(inode))
+
+    async def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:
+        # forget has no reply, so it must never raise.
+        for ino, count in inode_list:
+            try:
+                self.vfs.forget(ino, count)
+            except Exception:
+                log.exception("forget(%d) failed", ino)
+
+    # --- directories -------------------------------------------------------------------------
+
+    @_errno_boundary
+    async def opendir(self, inode: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileHandleT:
+        return pyfuse3.FileHandleT(await self.vfs.opendir(inode))
+
+    @_errno_boundary
+    async def readdir(self, fh: int, start_id: int, token: pyfuse3.ReaddirToken) -> None:
+        def emit(name: str, inode: Inode, next_id: int) -> bool:
+            return bool(
+                pyfuse3.readdir_reply(token, os.fsencode(name), self._entry(inode), next_id)
+            )
+
+        await self.vfs.readdir(fh, start_id, emit)
+
+    @_errno_boundary
+    async def releasedir(self, fh: int) -> None:
+        self.vfs.releasedir(fh)
+
+    # --- files -------------------------------------------------------------------------------
+
+    @_errno_boundary
+    async def open(self, inode: int, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
+        fh, keep_cache = await self.vfs.open(inode, flags)
+        return pyfuse3.FileInfo(fh=pyfuse3.FileHandleT(fh), keep_cache=keep_cache)
+
+    @_errno_boundary
+    async def read(self, fh: int, off: int, size: int) -> bytes:
+        return await self.vfs.read(fh, off, size)
+
+    @_errno_boundary
+    async def release(self, fh: int) -> None:
+        self.vfs.release(fh)
+
+    @_errno_boundary
+    async def statfs(self, ctx: pyfuse3.RequestContext) -> pyfuse3.StatvfsData:
+        data = pyfuse3.StatvfsData()
+        for key, value in self.vfs.statfs().items():
+            setattr(data, key, value)
+        return data
+
+    # --- writes (a later issue): refused with a clear errno ---------------------------------
+
+    async def _refuse(self, what: str) -> Any:
+        raise self.vfs.write_refused(what)
+
+    @_errno_boundary
+    async def create(self, parent_inode: int, name: bytes, mode: int, flags: int, ctx: Any) -> Any:
+        return await self._refuse("create")
+
+    @_errno_boundary
+    async def mkdir(self, parent_inode: int, name: bytes, mode: int, ctx: Any) -> Any:
+        return await self._refuse("mkdir")
+
+    @_errno_boundary
+    async def mknod(self, parent_inode: int, name: bytes, mode: int, rdev: int, ctx: Any) -> Any:
+        return await self._refuse("mknod")
+
+    @_errno_boundary
+    async def unlink(self, parent_inode: int, name: bytes, ctx: Any) -> None:
+        await self._refuse("unlink")
+
+    @_errno_boundary
+    async def rmdir(self, parent_inode: int, name: bytes, ctx: Any) -> None:
+        await self._refuse("rmdir")
+
+    @_errno_boundary
+    async def rename(
+        self, p_old: int, n_old: bytes, p_new: int, n_new: bytes, flags: int, ctx: Any
+    ) -> None:
+        await self._refuse("rename")
+
+    @_errno_boundary
+    async def setattr(self, inode: int, attr: Any, fields: Any, fh: Any, ctx: Any) -> Any:
+        return await self._refuse("setattr")
+
+    @_errno_boundary
+    async def symlink(self, parent_inode: int, name: bytes, target: bytes, ctx: Any) -> Any:
+        return await self._refuse("symlink")
+
+    @_errno_boundary
+    async def link(self, inode: int, new_parent_inode: int, new_name: bytes, ctx: Any) -> Any:
+        return await self._refuse("link")
+
+    @_errno_boundary
+    async def write(self, fh: int, off: int, buf: bytes) -> int:
+        return int(await self._refuse("write"))
+
+
+def serve(ops: PffsOperations, mountpoint: str, on_ready: Callable[[], None] | None = None) -> None:
+    """Mount `ops` at `mountpoint` and serve requests until unmounted or sent SIGINT/SIGTERM.
+
+    The kernel mount is always taken down on the way out, so no dead mount is left behind
+    when the loop ends for any reason short of kill -9.
+    """
+    fuse, source = ops.config.fuse, ops.config.source
+    options = set(pyfuse3.default_options)
+    # fsname shows in `mount` and lets pffs recognise its own (dead) mounts by type fuse.pffs.
+    options |= {f"fsname={source.url.replace(',', '_')}", "subtype=pffs"}
+    if fuse.read_only:
+        options.add("ro")
+    if fuse.allow_other:
+        options.add("allow_other")
+    try:
+        pyfuse3.init(ops, mountpoint, options)
+    except RuntimeError as exc:
+        raise MountFailed(
+            f"cannot mount at {mountpoint} ({exc}): is /dev/fuse present and fuse3 installed?"
+        ) from None
+    try:
+        trio.run(_serve_until_done, fuse.max_tasks, on_ready)
+    finally:
+        pyfuse3.close(unmount=True)
+
+
+async def _serve_until_done(max_tasks: int, on_ready: Callable[[], None] | None) -> None:
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_terminate_on_signal)
+        if on_ready is not None:
+            on_ready()
+        await pyfuse3.main(min_tasks=4, max_tasks=max_tasks)
+        log.info("file system unmounted, exiting")
+        nursery.cancel_scope.cancel()
+
+
+async def _terminate_on_signal() -> None:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+        async for signum in signals:
+            log.info("received %s, unmounting", signal.Signals(signum).name)
+            pyfuse3.terminate()
+            return

@@ -1,0 +1,124 @@
+"""Mounting: the preflight checks, serving in this process, or handing off to a daemon.
+
+`mount(config)` is what every front end calls. In the foreground it serves until unmounted. In
+the background (the default for `pffs mount`) it starts a daemon in its own session, so the
+mount outlives the shell or the CSI driver that asked for it, and returns only once the daemon
+reports the mount live, or with the daemon's own one-line error.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+from pffs.backends import open_backend
+from pffs.config import MountConfig, to_json
+from pffs.errors import MountFailed, PffsError
+from pffs.fuse_ops import PffsOperations, serve
+from pffs.mountpoint import prepare_mountpoint
+from pffs.vfs import Vfs
+
+log = logging.getLogger("pffs.mount")
+READY_FD_ENV = "PFFS_READY_FD"
+# How long `pffs mount` waits for the daemon: the preflight checks have their own short bounds,
+# so this only trips when something is badly wrong.
+DAEMON_START_TIMEOUT = 60.0
+
+
+class DaemonError(PffsError):
+    """An error the daemon reported before the mount came up, with the daemon's exit code."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def serve_here(config: MountConfig, on_ready: Callable[[], None] | None = None) -> None:
+    """Check everything that can be checked, mount, and serve until unmounted."""
+    backend = open_backend(config.source)
+    mountpoint = prepare_mountpoint(config.fuse.mountpoint)
+    backend.check()
+    vfs = Vfs(backend, config.meta, config.fuse)
+    log.info("mounting %s at %s", backend.source_id, mountpoint)
+    serve(PffsOperations(vfs, config), mountpoint, on_ready)
+
+
+def default_log_path(mountpoint: str) -> str:
+    state = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
+    name = os.path.abspath(mountpoint).strip("/").replace("/", "_") or "root"
+    return os.path.join(state, "pffs", "log", f"{name}.log")
+
+
+def start_daemon(config: MountConfig) -> tuple[int, str]:
+    """Start a daemon serving `config`; return (pid, log path) once the mount is live."""
+    log_path = config.log_file or default_log_path(config.fuse.mountpoint)
+    os.makedirs(os.path.dirname(log_path), mode=0o700, exist_ok=True)
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    read_end, write_end = os.pipe()
+    env = dict(os.environ, **{READY_FD_ENV: str(write_end)})
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pffs", "_daemon"],
+            stdin=subprocess.PIPE,
+            stdout=log_fd,
+            stderr=log_fd,
+            pass_fds=(write_end,),
+            env=env,
+            start_new_session=True,  # survives the caller's terminal and process group
+        )
+    finally:
+        os.close(write_end)
+        os.close(log_fd)
+    assert proc.stdin is not None
+    proc.stdin.write(to_json(config).encode())
+    proc.stdin.close()
+    try:
+        message = _read_report(read_end, proc)
+    finally:
+        os.close(read_end)
+    if message == "ok":
+        return proc.pid, log_path
+    code, _, text = message.partition(" ")
+    if code.isdigit():
+        raise DaemonError(text, int(code))
+    raise MountFailed(f"the pffs daemon failed to start: {message} (log: {log_path})")
+
+
+def _read_report(fd: int, proc: subprocess.Popen[bytes]) -> str:
+    """The daemon's first report line: 'ok', or '<exit code> <message>'."""
+    deadline = time.monotonic() + DAEMON_START_TIMEOUT
+    buffer = b""
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.5)
+        if ready:
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                break
+            buffer += chunk
+            if b"\n" in buffer:
+                return buffer.split(b"\n", 1)[0].decode(errors="replace")
+    if buffer:
+        return buffer.decode(errors="replace").strip()
+    status = proc.poll()
+    if status is None:
+        proc.terminate()
+        return f"no answer within {DAEMON_START_TIMEOUT:.0f}s"
+    return f"exited with status {status}"
+
+
+def report_to_parent(line: str) -> None:
+    """Send the daemon's first report line to the `pffs mount` that started it."""
+    fd_text = os.environ.pop(READY_FD_ENV, None)
+    if fd_text is None:
+        return
+    fd = int(fd_text)
+    try:
+        os.write(fd, (line.replace("\n", " ") + "\n").encode())
+        os.close(fd)
+    except OSError:
+        pass  # the parent is gone; nothing to tell

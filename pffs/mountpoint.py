@@ -1,0 +1,130 @@
+"""Mountpoint checks and kernel mount table helpers.
+
+Before mounting, a mountpoint must exist, be a directory and be empty, or be a dead pffs mount
+("Transport endpoint is not connected" after a crash), which is cleared. Unmounting goes
+through fusermount3 so that it works for the user who mounted, root or not.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+
+from pffs.errors import MountFailed, MountpointError
+
+log = logging.getLogger("pffs.mountpoint")
+FSTYPE = "fuse.pffs"
+
+
+@dataclass(frozen=True)
+class MountEntry:
+    """One line of /proc/self/mountinfo."""
+
+    mountpoint: str
+    fstype: str
+    source: str
+
+
+def _unescape(field: str) -> str:
+    # mountinfo escapes space, tab, newline and backslash as \ooo octal.
+    out, i = [], 0
+    while i < len(field):
+        code = field[i + 1 : i + 4]
+        if field[i] == "\\" and len(code) == 3 and code.isdigit():
+            out.append(chr(int(code, 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)
+
+
+def mount_table() -> list[MountEntry]:
+    entries = []
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            fields, tail = left.split(), right.split()
+            if len(fields) >= 5 and len(tail) >= 2:
+                entries.append(MountEntry(_unescape(fields[4]), tail[0], _unescape(tail[1])))
+    return entries
+
+
+def find_mount(mountpoint: str) -> MountEntry | None:
+    """The mount table entry at `mountpoint` (the topmost, if stacked), or None."""
+    path = os.path.abspath(mountpoint)
+    found = None
+    for entry in mount_table():
+        if entry.mountpoint == path:
+            found = entry
+    return found
+
+
+def is_dead(mountpoint: str) -> bool:
+    """True when `mountpoint` is a FUSE mount whose daemon is gone."""
+    try:
+        os.stat(mountpoint)
+    except OSError as exc:
+        return exc.errno in (errno.ENOTCONN, errno.ECONNABORTED)
+    return False
+
+
+def fusermount(mountpoint: str, lazy: bool = False) -> None:
+    """Unmount a FUSE filesystem; a one-line MountFailed when the kernel refuses."""
+    tool = shutil.which("fusermount3") or shutil.which("fusermount")
+    if tool is None:
+        raise MountFailed("fusermount3 not found: install the fuse3 package")
+    argv = [tool, "-u", *(["-z"] if lazy else []), mountpoint]
+    result = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        detail = (result.stderr.strip().splitlines() or ["fusermount3 failed"])[-1]
+        if "busy" in detail.lower():
+            raise MountpointError(f"{mountpoint} is busy: close the files open there or use --lazy")
+        raise MountFailed(f"cannot unmount {mountpoint}: {detail}")
+
+
+def prepare_mountpoint(mountpoint: str) -> str:
+    """Check `mountpoint` and clear a dead pffs mount there. Returns the absolute path."""
+    path = os.path.abspath(mountpoint)
+    entry = find_mount(path)
+    if entry is not None and entry.fstype.startswith("fuse"):
+        if is_dead(path):
+            if entry.fstype != FSTYPE:
+                raise MountpointError(
+                    f"{path} is a dead {entry.fstype} mount: run fusermount3 -u {path}"
+                )
+            log.warning("clearing dead pffs mount at %s (%s)", path, entry.source)
+            fusermount(path, lazy=True)
+            _wait_gone(path)
+        elif entry.fstype == FSTYPE:
+            raise MountpointError(f"{path} is already a pffs mount of {entry.source}")
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        raise MountpointError(f"mountpoint {path} does not exist") from None
+    except OSError as exc:
+        raise MountpointError(f"mountpoint {path}: {exc.strerror}") from None
+    if not os.path.isdir(path):
+        raise MountpointError(f"mountpoint {path} is not a directory")
+    try:
+        with os.scandir(path) as it:
+            if next(it, None) is not None:
+                raise MountpointError(f"mountpoint {path} is not empty")
+    except PermissionError:
+        raise MountpointError(f"mountpoint {path} is not readable") from None
+    return path
+
+
+def _wait_gone(path: str, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        entry = find_mount(path)
+        if entry is None or entry.fstype != FSTYPE:
+            return
+        time.sleep(0.05)
+    raise MountFailed(f"the dead mount at {path} could not be cleared")

@@ -1,0 +1,346 @@
+"""The namespace: inodes, attribute / directory / negative caches, and open handles.
+
+The VFS speaks trio and pffs types only; it never imports pyfuse3 (fuse_ops.py adapts it to the
+kernel). Blocking backend calls run in worker threads through `trio.to_thread.run_sync` under one
+CapacityLimiter per backend; every piece of shared state here is touched only from trio tasks.
+
+Inode numbers are stable for the life of a mount: a path keeps its number even after the kernel
+forgets it and it is looked up again.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+import trio
+
+from pffs.backends.base import Backend, ObjectInfo, join
+from pffs.config import FuseConfig, MetaConfig
+from pffs.errors import IsADirectory, NotADirectory, NotFound, ReadOnly, Unsupported
+
+T = TypeVar("T")
+log = logging.getLogger("pffs.vfs")
+
+ROOT_INODE = 1
+# Entries pulled from a backend listing per worker-thread hop: large enough that thread
+# switches cost nothing next to the listing, small enough that `ls` starts printing at once.
+LIST_CHUNK = 1000
+
+
+@dataclass(eq=False)
+class Inode:
+    """One known path. `info` is what the store said; `expires` when to ask again."""
+
+    ino: int
+    path: str
+    info: ObjectInfo
+    expires: float
+    lookups: int = 0
+    # The object version whose pages the kernel may still hold (see open's keep_cache).
+    kernel_version: str | None = None
+
+    @property
+    def is_dir(self) -> bool:
+        return self.info.is_dir
+
+
+@dataclass(eq=False)
+class DirListing:
+    """A directory's entries as they stream in from the store, in the store's order.
+
+    A complete and unexpired listing also answers lookups (including "no such name") without
+    asking the store.
+    """
+
+    entries: dict[str, ObjectInfo] = field(default_factory=dict)
+    names: list[str] = field(default_factory=list)
+    complete: bool = False
+    expires: float = 0.0
+    source: Iterator[ObjectInfo] | None = None
+    lock: trio.Lock = field(default_factory=trio.Lock)
+
+    def add(self, info: ObjectInfo) -> None:
+        known = self.entries.get(info.name)
+        if known is None:
+            self.names.append(info.name)
+            self.entries[info.name] = info
+        elif info.is_dir and not known.is_dir:
+            # A key that is both an object and a prefix: the directory wins.
+            self.entries[info.name] = info
+
+
+@dataclass(eq=False)
+class FileHandle:
+    """An open file: the version and size seen at open, so one open never mixes versions."""
+
+    inode: Inode
+    version: str
+    size: int
+
+
+@dataclass(eq=False)
+class DirHandle:
+    inode: Inode
+    listing: DirListing
+
+
+class Vfs:
+    """The filesystem, minus the kernel."""
+
+    def __init__(self, backend: Backend, meta: MetaConfig, fuse: FuseConfig) -> None:
+        self.backend = backend
+        self.meta = meta
+        self.fuse = fuse
+        self.limiter = trio.CapacityLimiter(backend.max_concurrency)
+        self.mount_time = time.time()
+        root_info = ObjectInfo(name="", size=0, mtime=self.mount_time, etag=None, is_dir=True)
+        root = Inode(ROOT_INODE, "", root_info, expires=float("inf"), lookups=1)
+        self.inodes: dict[int, Inode] = {ROOT_INODE: root}
+        self.ino_by_path: dict[str, int] = {"": ROOT_INODE}
+        self._next_ino = itertools.count(ROOT_INODE + 1)
+        self.listings: dict[int, DirListing] = {}
+        self.negative: dict[str, float] = {}
+        self.handles: dict[int, FileHandle | DirHandle] = {}
+        self._next_fh = itertools.count(1)
+
+    # --- plumbing ----------------------------------------------------------------------------
+
+    async def _run(self, fn: Callable[..., T], *args: object) -> T:
+        """Run a blocking backend call in a worker thread, within the backend's limiter."""
+        return await trio.to_thread.run_sync(functools.partial(fn, *args), limiter=self.limiter)
+
+    def _now(self) -> float:
+        return time.monotonic()
+
+    def _remember(self, path: str, info: ObjectInfo) -> Inode:
+        """The inode for `path`, created or refreshed with what the store just said."""
+        if info.is_dir and info.mtime == 0.0:
+            info = ObjectInfo(info.name, 0, self.mount_time, None, True)
+        expires = self._now() + self.meta.attr_ttl
+        ino = self.ino_by_path.get(path)
+        inode = self.inodes.get(ino) if ino is not None else None
+        if inode is None:
+            if ino is None:
+                ino = next(self._next_ino)
+                self.ino_by_path[path] = ino
+            inode = Inode(ino, path, info, expires)
+            self.inodes[ino] = inode
+        else:
+            inode.info = info
+            inode.expires = expires
+        self.negative.pop(path, None)
+        return inode
+
+    def inode(self, ino: int) -> Inode:
+        try:
+            return self.inodes[ino]
+        except KeyError:
+            raise NotFound(f"inode {ino} is not known") from None
+
+    def _fresh_listing(self, ino: int) -> DirListing | None:
+        listing = self.listings.get(ino)
+        if listing is not None and listing.complete and listing.expires > self._now():
+            return listing
+        return None
+
+    # --- lookups and attributes --------------------------------------------------------------
+
+    async def lookup(self, parent_ino: int, name: str) -> Inode:
+        """Resolve `name` in a directory and count one kernel reference to the result."""
+        inode = await self._resolve(parent_ino, name)
+        inode.lookups += 1
+        return inode
+
+    async def _resolve(self, parent_ino: int, name: str) -> Inode:
+        parent = self.inode(parent_ino)
+        if not parent.is_dir:
+            raise NotADirectory(f"{parent.path} is not a directory")
+        if name == ".":
+            return parent
+        if name == "..":
+            parent_path = parent.path.rpartition("/")[0]
+            return self.inode(self.ino_by_path[parent_path])
+        path = join(parent.path, name)
+
+        listing = self._fresh_listing(parent_ino)
+        if listing is not None:
+            info = listing.entries.get(name)
+            if info is None:
+                raise NotFound(f"{path} does not exist")
+            return self._remember(path, info)
+
+        expiry = self.negative.get(path)
+        if expiry is not None:
+            if expiry > self._now():
+                raise NotFound(f"{path} does not exist")
+            del self.negative[path]
+
+        known = self.ino_by_path.get(path)
+        inode = self.inodes.get(known) if known is not None else None
+        if inode is not None and inode.expires > self._now():
+            return inode
+        try:
+            info = await self._run(self.backend.stat, path)
+        except NotFound:
+            self.negative[path] = self._now() + self.meta.negative_ttl
+            raise
+        return self._remember(path, info)
+
+    async def getattr(self, ino: int, *, ask_store: bool = False) -> Inode:
+        """The inode with attributes no older than the attribute TTL.
+
+        Expired attributes are taken from the parent's fresh listing when there is one (`ls -l`
+        of a big directory then costs one listing), or from the store when `ask_store` is set,
+        as open does so that a file overwritten at the source is seen after the TTL.
+        """
+        inode = self.inode(ino)
+        if inode.expires > self._now() or ino == ROOT_INODE:
+            return inode
+        parent_path, _, name = inode.path.rpartition("/")
+        listing = None if ask_store else self._fresh_listing(self.ino_by_path.get(parent_path, -1))
+        info = listing.entries.get(name) if listing is not None else None
+        if info is None:
+            info = await self._run(self.backend.stat, inode.path)
+        return self._remember(inode.path, info)
+
+    def forget(self, ino: int, count: int) -> None:
+        """The kernel dropped `count` references; an unreferenced inode is freed."""
+        inode = self.inodes.get(ino)
+        if inode is None or ino == ROOT_INODE:
+            return
+        inode.lookups = max(0, inode.lookups - count)
+        if inode.lookups == 0:
+            # Open handles keep their own reference to the Inode object; ino_by_path keeps the
+            # number so a later lookup of the same path gets the same inode number.
+            del self.inodes[ino]
+            self.listings.pop(ino, None)
+
+    # --- directories -------------------------------------------------------------------------
+
+    async def opendir(self, ino: int) -> int:
+        inode = await self.getattr(ino)
+        if not inode.is_dir:
+            raise NotADirectory(f"{inode.path} is not a directory")
+        listing = self._fresh_listing(ino)
+        if listing is None:
+            listing = DirListing(source=None)
+        fh = next(self._next_fh)
+        self.handles[fh] = DirHandle(inode, listing)
+        return fh
+
+    async def readdir(self, fh: int, start: int, emit: Callable[[str, Inode, int], bool]) -> None:
+        """Send entries from position `start` to `emit(name, inode, next_position)`.
+
+        `emit` returns False when the kernel's buffer is full; the entry was not taken and no
+        reference is counted. Entries stream from the store as they are needed.
+        """
+        handle = self.handles.get(fh)
+        if not isinstance(handle, DirHandle):
+            raise NotFound(f"directory handle {fh} is not open")
+        listing = handle.listing
+        position = start
+        while True:
+            if position >= len(listing.names):
+                if listing.complete or not await self._pull(handle):
+                    return
+                continue
+            name = listing.names[position]
+            inode = self._remember(join(handle.inode.path, name), listing.entries[name])
+            if not emit(name, inode, position + 1):
+                return
+            inode.lookups += 1
+            position += 1
+
+    async def _pull(self, handle: DirHandle) -> bool:
+        """Fetch the next chunk of a streaming listing; False when it is finished."""
+        listing = handle.listing
+        async with listing.lock:
+            if listing.complete:
+                return False
+            if listing.source is None:
+                listing.source = await self._run(self.backend.list, handle.inode.path)
+            try:
+                chunk = await self._run(_take, listing.source, LIST_CHUNK)
+            except BaseException:
+                # The store failed mid-listing: start over next time. Entries already seen are
+                # kept and de-duplicated by name, so a retried readdir continues seamlessly.
+                listing.source = None
+                raise
+            for info in chunk:
+                listing.add(info)
+            if len(chunk) < LIST_CHUNK:
+                listing.complete = True
+                listing.source = None
+                listing.expires = self._now() + self.meta.dir_ttl
+                self.listings[handle.inode.ino] = listing
+            return bool(chunk) or not listing.complete
+
+    def releasedir(self, fh: int) -> None:
+        self.handles.pop(fh, None)
+
+    # --- files -------------------------------------------------------------------------------
+
+    async def open(self, ino: int, flags: int) -> tuple[int, bool]:
+        """Open for reading. Returns (handle, keep_cache).
+
+        keep_cache tells the kernel it may keep pages from an earlier open: true only when the
+        object's version is the one those pages came from.
+        """
+        if flags & (os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND):
+            raise self.write_refused("open for writing")
+        inode = await self.getattr(ino, ask_store=True)
+        if inode.is_dir:
+            raise IsADirectory(f"{inode.path} is a directory")
+        version = inode.info.version
+        keep_cache = inode.kernel_version == version
+        inode.kernel_version = version
+        fh = next(self._next_fh)
+        self.handles[fh] = FileHandle(inode, version, inode.info.size)
+        return fh, keep_cache
+
+    async def read(self, fh: int, offset: int, size: int) -> bytes:
+        handle = self.handles.get(fh)
+        if not isinstance(handle, FileHandle):
+            raise NotFound(f"file handle {fh} is not open")
+        if offset >= handle.size or size <= 0:
+            return b""
+        length = min(size, handle.size - offset)
+        return await self._run(
+            self.backend.read_range, handle.inode.path, offset, length, handle.version
+        )
+
+    def release(self, fh: int) -> None:
+        self.handles.pop(fh, None)
+
+    def write_refused(self, what: str) -> ReadOnly | Unsupported:
+        """The error for a write operation: EROFS on a read-only mount, else not yet supported."""
+        if self.fuse.read_only:
+            return ReadOnly(f"{what}: the mount is read-only")
+        return Unsupported(f"{what}: writing is not supported by this version of pffs")
+
+    def statfs(self) -> dict[str, int]:
+        """Large, constant figures: object stores have no meaningful capacity."""
+        block = 4096
+        blocks = (1 << 50) // block  # 1 PiB: big enough that tools never think it is full
+        return {
+            "f_bsize": block,
+            "f_frsize": block,
+            "f_blocks": blocks,
+            "f_bfree": blocks,
+            "f_bavail": blocks,
+            "f_files": 1 << 32,
+            "f_ffree": 1 << 32,
+            "f_favail": 1 << 32,
+            "f_namemax": 255,
+        }
+
+
+def _take(source: Iterator[ObjectInfo], count: int) -> list[ObjectInfo]:
+    return list(itertools.islice(source, count))
