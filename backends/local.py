@@ -66,7 +66,7 @@ class LocalBackend:
             with os.scandir(full) as it:
                 entries = sorted(it, key=lambda e: e.name)
         except OSError as exc:
-            raise self._translate(exc, path) from exc
+            raise self._translate(exc, path, listing=True) from exc
         for entry in entries:
             if not is_valid_name(entry.name):
                 continue
@@ -106,9 +106,10 @@ class LocalBackend:
             raise PermissionDenied(f"{path!r} escapes the source root {self.root}")
         return full
 
-    def _translate(self, exc: OSError, path: str) -> PffsError:
+    def _translate(self, exc: OSError, path: str, listing: bool = False) -> PffsError:
         where = os.path.join(self.root, path) if path else self.root
-        if exc.errno == errno.ENOENT:
+        if exc.errno == errno.ENOENT or (exc.errno == errno.ENOTDIR and not listing):
+            # "a/b" where a is a file does not exist, as on S3.
             return NotFound(f"{where} does not exist")
         if exc.errno in (errno.EACCES, errno.EPERM):
             return PermissionDenied(f"{where}: permission denied")

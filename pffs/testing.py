@@ -1,0 +1,81 @@
+"""Helpers shared by the demo, the tests and the benchmark: a real S3 server on 127.0.0.1.
+
+`MotoServer` runs moto's HTTP server in a child process (as tests and the bench need a server
+that outlives nothing of theirs) or in-process threads (the demo, which must start nothing
+else). Both speak real HTTP on a loopback port.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from types import TracebackType
+
+# moto accepts any credentials unless told otherwise; these keep boto3 from looking elsewhere.
+DUMMY_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "pffs-test",
+    "AWS_SECRET_ACCESS_KEY": "pffs-test-secret",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def wait_for_port(port: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout:.0f}s")
+
+
+class MotoServer:
+    """moto's S3 server on 127.0.0.1 in a child process; use as a context manager."""
+
+    def __init__(self, env: dict[str, str] | None = None) -> None:
+        self.port = free_port()
+        self.endpoint_url = f"http://127.0.0.1:{self.port}"
+        self._env = env or {}
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> MotoServer:
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, **self._env},
+        )
+        wait_for_port(self.port)
+        return self
+
+    def stop(self) -> None:
+        if self._proc is not None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+            self._proc = None
+
+    def __enter__(self) -> MotoServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -1,0 +1,110 @@
+"""Fixtures: a real moto S3 server on 127.0.0.1, buckets, and real pffs mounts."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+import pytest
+
+from pffs.mountpoint import find_mount
+from pffs.testing import DUMMY_CREDENTIALS, MotoServer
+
+for _key, _value in DUMMY_CREDENTIALS.items():
+    os.environ[_key] = _value
+os.environ.pop("AWS_PROFILE", None)
+os.environ.pop("AWS_ENDPOINT_URL", None)
+
+PFFS = [sys.executable, "-m", "pffs"]
+
+
+def fuse_available() -> str | None:
+    """Why real mounts cannot run here, or None when they can."""
+    if not os.path.exists("/dev/fuse"):
+        return "/dev/fuse is missing"
+    if shutil.which("fusermount3") is None:
+        return "fusermount3 is missing (apt-get install fuse3)"
+    return None
+
+
+requires_fuse = pytest.mark.skipif(fuse_available() is not None, reason=str(fuse_available()))
+
+
+@pytest.fixture(scope="session")
+def moto() -> Iterator[MotoServer]:
+    with MotoServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def s3(moto: MotoServer):  # type: ignore[no-untyped-def]
+    return boto3.client("s3", endpoint_url=moto.endpoint_url)
+
+
+@pytest.fixture
+def bucket(s3) -> str:  # type: ignore[no-untyped-def]
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    s3.create_bucket(Bucket=name)
+    return name
+
+
+def run_pffs(*args: str, timeout: float = 60, **kwargs) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
+    return subprocess.run(
+        [*PFFS, *args], capture_output=True, text=True, timeout=timeout, check=False, **kwargs
+    )
+
+
+def unmount_quietly(mountpoint: Path) -> None:
+    entry = find_mount(str(mountpoint))
+    if entry is not None and entry.fstype.startswith("fuse"):
+        subprocess.run(["fusermount3", "-u", "-z", str(mountpoint)], check=False)
+
+
+def wait_unmounted(mountpoint: Path, timeout: float = 10) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if find_mount(str(mountpoint)) is None:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@contextlib.contextmanager
+def mounted(source: str, mountpoint: Path, *options: str) -> Iterator[Path]:
+    """`pffs mount` (the daemon way), yield, then `pffs umount`; never leaves a mount behind."""
+    mountpoint.mkdir(parents=True, exist_ok=True)
+    log_file = mountpoint.parent / f"{mountpoint.name}.log"
+    result = run_pffs("mount", source, str(mountpoint), "--log-file", str(log_file), *options)
+    assert result.returncode == 0, result.stderr + _tail(log_file)
+    try:
+        yield mountpoint
+    finally:
+        result = run_pffs("umount", str(mountpoint))
+        if result.returncode != 0:
+            unmount_quietly(mountpoint)
+        assert wait_unmounted(mountpoint), f"{mountpoint} still mounted"
+
+
+def _tail(path: Path) -> str:
+    try:
+        return "\n" + "\n".join(path.read_text().splitlines()[-20:])
+    except OSError:
+        return ""
+
+
+@pytest.fixture
+def mount_s3(moto: MotoServer, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """Mount a bucket of the moto server: `with mount_s3("s3://b") as mnt: ...`."""
+
+    def _mount(source: str, *options: str, name: str = "mnt"):  # type: ignore[no-untyped-def]
+        return mounted(source, tmp_path / name, "--endpoint-url", moto.endpoint_url, *options)
+
+    return _mount
