@@ -1,0 +1,155 @@
+"""Real mounts through /dev/fuse over a real moto S3 server."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pffs.mountpoint import find_mount
+from tests.conftest import PFFS, requires_fuse, run_pffs, wait_unmounted
+
+pytestmark = [requires_fuse, pytest.mark.mount]
+
+MIB = 1 << 20
+
+
+def upload(s3: Any, bucket: str, objects: dict[str, bytes], threads: int = 16) -> None:
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(lambda kv: s3.put_object(Bucket=bucket, Key=kv[0], Body=kv[1]), objects.items()))
+
+
+def test_tree_listing_and_stat(s3, bucket, mount_s3) -> None:  # type: ignore[no-untyped-def]
+    upload(
+        s3,
+        bucket,
+        {
+            "top.txt": b"top",
+            "a/one.txt": b"1",
+            "a/b/two.txt": b"22",
+            "a/b/c/d/three.txt": b"333",
+            "marked/": b"",  # an empty directory kept by a marker object
+            "marked/inside.txt": b"in",
+            "emptydir/": b"",
+        },
+    )
+    with mount_s3(f"s3://{bucket}") as mnt:
+        assert sorted(os.listdir(mnt)) == ["a", "emptydir", "marked", "top.txt"]
+        assert sorted(os.listdir(mnt / "a")) == ["b", "one.txt"]
+        assert os.listdir(mnt / "emptydir") == []
+        assert os.listdir(mnt / "marked") == ["inside.txt"]
+        assert (mnt / "a/b/c/d/three.txt").read_bytes() == b"333"
+        st = os.stat(mnt / "a/b/two.txt")
+        assert st.st_size == 2 and st.st_mode & 0o777 == 0o644 and st.st_uid == os.getuid()
+        assert os.path.isdir(mnt / "a/b/c")
+        walked = sorted(os.path.relpath(os.path.join(d, f), mnt) for d, _, fs in os.walk(mnt) for f in fs)
+        assert walked == ["a/b/c/d/three.txt", "a/b/two.txt", "a/one.txt", "marked/inside.txt", "top.txt"]
+        assert not os.path.exists(mnt / "nope")
+        with pytest.raises(OSError) as err:
+            (mnt / "new.txt").write_bytes(b"x")
+        assert err.value.errno in (95, 30)  # ENOTSUP until writes land, EROFS when read-only
+        vfs = os.statvfs(mnt)
+        assert vfs.f_bavail > 0 and vfs.f_namemax == 255
+
+
+def test_prefix_mount_and_options(s3, bucket, mount_s3) -> None:  # type: ignore[no-untyped-def]
+    upload(s3, bucket, {"data/x/1.bin": b"1", "data/2.bin": b"22", "other/3.bin": b"333"})
+    options = ("--read-only", "--file-mode", "440", "--dir-mode", "550", "--uid", "1234")
+    with mount_s3(f"s3://{bucket}/data", *options) as mnt:
+        assert sorted(os.listdir(mnt)) == ["2.bin", "x"]
+        st = os.stat(mnt / "2.bin")
+        assert st.st_mode & 0o777 == 0o440 and st.st_uid == 1234
+        assert os.stat(mnt / "x").st_mode & 0o777 == 0o550
+        with pytest.raises(OSError) as err:
+            os.open(mnt / "2.bin", os.O_WRONLY)
+        assert err.value.errno == 30  # EROFS
+
+
+def test_reads_of_assorted_sizes_at_random_offsets(s3, bucket, mount_s3) -> None:  # type: ignore[no-untyped-def]
+    rng = random.Random(42)
+    sizes = [0, 1, 2, 4095, 4096, 4097, 65535, 131072, 131073, MIB - 1, MIB, MIB + 1, 5 * MIB + 1]
+    sizes += [rng.randrange(1, 512 * 1024) for _ in range(100 - len(sizes) - 2)]
+    sizes += [17 * MIB + 3, 100 * MIB]
+    assert len(sizes) == 100
+    objects = {f"files/{i:03d}-{size}.bin": rng.randbytes(size) for i, size in enumerate(sizes)}
+    upload(s3, bucket, objects)
+    with mount_s3(f"s3://{bucket}") as mnt:
+        assert sorted(os.listdir(mnt / "files")) == sorted(k.split("/")[1] for k in objects)
+        for key, data in objects.items():
+            path = mnt / key
+            assert os.stat(path).st_size == len(data)
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                for _ in range(4):
+                    offset = rng.randrange(len(data) + 1)
+                    length = rng.choice([1, 100, 4096, 65536, 300_000])
+                    assert os.pread(fd, length, offset) == data[offset : offset + length], key
+                assert os.pread(fd, 10, len(data) + 5) == b""
+            finally:
+                os.close(fd)
+            if len(data) <= MIB:
+                assert path.read_bytes() == data, key
+
+
+def test_ten_thousand_objects_listed_completely_and_in_order(s3, bucket, mount_s3) -> None:  # type: ignore[no-untyped-def]
+    names = [f"obj-{i:05d}" for i in range(10_000)]
+    upload(s3, bucket, {f"wide/{name}": b"" for name in names} | {"wide/sub/x": b"x"}, threads=32)
+    with mount_s3(f"s3://{bucket}") as mnt:
+        listed = os.listdir(mnt / "wide")  # the order readdir returns, not sorted here
+        assert listed == [*names, "sub"]
+        assert os.path.getsize(mnt / "wide" / names[-1]) == 0
+
+
+def test_sigterm_unmounts_cleanly(moto, s3, bucket, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    s3.put_object(Bucket=bucket, Key="f", Body=b"data")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    proc = subprocess.Popen(
+        [*PFFS, "mount", f"s3://{bucket}", str(mnt), "--endpoint-url", moto.endpoint_url, "-f"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while find_mount(str(mnt)) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (mnt / "f").read_bytes() == b"data"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+        assert find_mount(str(mnt)) is None
+        assert os.listdir(mnt) == []  # an ordinary empty directory again
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        subprocess.run(["fusermount3", "-u", "-z", str(mnt)], check=False, capture_output=True)
+
+
+def test_dead_mount_is_cleared_by_the_next_mount(moto, s3, bucket, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    s3.put_object(Bucket=bucket, Key="f", Body=b"data")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    args = ("mount", f"s3://{bucket}", str(mnt), "--endpoint-url", moto.endpoint_url)
+    first = run_pffs(*args)
+    assert first.returncode == 0, first.stderr
+    pid = int(first.stdout.split("pid ")[1].split(",")[0])
+    os.kill(pid, signal.SIGKILL)
+    time.sleep(0.3)
+    with pytest.raises(OSError) as err:
+        os.listdir(mnt)
+    assert err.value.errno == 107  # ENOTCONN: "Transport endpoint is not connected"
+    second = run_pffs(*args)
+    try:
+        assert second.returncode == 0, second.stderr
+        assert (mnt / "f").read_bytes() == b"data"
+        again = run_pffs(*args)  # a live mount is not mounted over
+        assert again.returncode != 0 and "already a pffs mount" in again.stderr
+    finally:
+        assert run_pffs("umount", str(mnt)).returncode == 0
+        assert wait_unmounted(mnt)

@@ -1,0 +1,236 @@
+"""The VFS without a kernel: caches, inode numbers, lookup counts, streaming readdir, reads.
+
+The store is the real local backend, wrapped to count the calls that reach it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import trio
+
+from pffs.backends import open_backend
+from pffs.backends.base import ObjectInfo
+from pffs.config import FuseConfig, MetaConfig, SourceConfig
+from pffs.errors import Changed, IsADirectory, NotADirectory, NotFound, ReadOnly, Unsupported
+from pffs.vfs import ROOT_INODE, Inode, Vfs
+
+T = TypeVar("T")
+
+
+class CountingBackend:
+    """The local backend, counting calls by name (a real store; only the counting is added)."""
+
+    def __init__(self, root: Path) -> None:
+        self.inner = open_backend(SourceConfig(url=f"file://{root}"))
+        self.source_id = self.inner.source_id
+        self.max_concurrency = 4
+        self.calls: Counter[str] = Counter()
+
+    def check(self) -> None:
+        self.inner.check()
+
+    def stat(self, path: str) -> ObjectInfo:
+        self.calls["stat"] += 1
+        return self.inner.stat(path)
+
+    def list(self, path: str) -> Iterator[ObjectInfo]:
+        self.calls["list"] += 1
+        return self.inner.list(path)
+
+    def read_range(self, path: str, start: int, length: int, version: str | None) -> bytes:
+        self.calls["read"] += 1
+        return self.inner.read_range(path, start, length, version)
+
+
+def run(fn: Callable[[], Awaitable[T]]) -> T:
+    return trio.run(fn)
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    root = tmp_path / "root"
+    (root / "dir" / "sub").mkdir(parents=True)
+    (root / "a.txt").write_bytes(b"hello")
+    (root / "dir" / "b.bin").write_bytes(bytes(range(256)) * 100)
+    (root / "dir" / "sub" / "c").write_bytes(b"c")
+    return root
+
+
+def make_vfs(root: Path, read_only: bool = False, **meta: Any) -> tuple[Vfs, CountingBackend]:
+    backend = CountingBackend(root)
+    ttl = {"attr_ttl": 60.0, "entry_ttl": 60.0, "dir_ttl": 60.0, "negative_ttl": 60.0, **meta}
+    fuse = FuseConfig(mountpoint="/unused", read_only=read_only)
+    return Vfs(backend, MetaConfig(**ttl), fuse), backend
+
+
+async def list_all(vfs: Vfs, ino: int, batch: int = 10_000) -> list[tuple[str, Inode]]:
+    """readdir the way the kernel does: in batches, resuming at the offset it was given."""
+    fh = await vfs.opendir(ino)
+    seen: list[tuple[str, Inode]] = []
+    position = 0
+    while True:
+        got: list[tuple[str, Inode, int]] = []
+
+        def emit(name: str, inode: Inode, next_id: int, got: list[Any] = got) -> bool:
+            if len(got) >= batch:
+                return False
+            got.append((name, inode, next_id))
+            return True
+
+        await vfs.readdir(fh, position, emit)
+        if not got:
+            break
+        seen += [(name, inode) for name, inode, _ in got]
+        position = got[-1][2]
+    vfs.releasedir(fh)
+    return seen
+
+
+def test_lookup_caches_attributes_and_misses(tree: Path) -> None:
+    vfs, backend = make_vfs(tree)
+
+    async def main() -> None:
+        a1 = await vfs.lookup(ROOT_INODE, "a.txt")
+        a2 = await vfs.lookup(ROOT_INODE, "a.txt")
+        assert a1 is a2 and a1.lookups == 2 and a1.info.size == 5
+        assert backend.calls["stat"] == 1
+        for _ in range(3):
+            with pytest.raises(NotFound):
+                await vfs.lookup(ROOT_INODE, "missing")
+        assert backend.calls["stat"] == 2  # the miss was remembered
+
+    run(main)
+
+
+def test_expired_attributes_are_asked_again(tree: Path) -> None:
+    vfs, backend = make_vfs(tree, attr_ttl=0.0, negative_ttl=0.0)
+
+    async def main() -> None:
+        await vfs.lookup(ROOT_INODE, "a.txt")
+        await vfs.lookup(ROOT_INODE, "a.txt")
+        assert backend.calls["stat"] == 2
+        with pytest.raises(NotFound):
+            await vfs.lookup(ROOT_INODE, "new")
+        (tree / "new").write_bytes(b"now it exists")
+        assert (await vfs.lookup(ROOT_INODE, "new")).info.size == 13
+
+    run(main)
+
+
+def test_fresh_listing_answers_lookups(tree: Path) -> None:
+    vfs, backend = make_vfs(tree)
+
+    async def main() -> None:
+        dir_inode = await vfs.lookup(ROOT_INODE, "dir")
+        names = [name for name, _ in await list_all(vfs, dir_inode.ino)]
+        assert names == ["b.bin", "sub"]
+        stats = backend.calls["stat"]
+        assert (await vfs.lookup(dir_inode.ino, "b.bin")).info.size == 25600
+        with pytest.raises(NotFound):
+            await vfs.lookup(dir_inode.ino, "nope")
+        assert backend.calls["stat"] == stats  # both answered by the listing
+        await list_all(vfs, dir_inode.ino)
+        assert backend.calls["list"] == 1  # the listing itself was reused
+
+    run(main)
+
+
+def test_inode_numbers_are_stable_across_forget(tree: Path) -> None:
+    vfs, _ = make_vfs(tree)
+
+    async def main() -> None:
+        sub = await vfs.lookup((await vfs.lookup(ROOT_INODE, "dir")).ino, "sub")
+        first = sub.ino
+        vfs.forget(first, 1)
+        assert first not in vfs.inodes  # freed once the kernel has no reference
+        again = await vfs.lookup(vfs.ino_by_path["dir"], "sub")
+        assert again.ino == first
+
+    run(main)
+
+
+def test_readdir_counts_references_and_resumes(tmp_path: Path) -> None:
+    root = tmp_path / "wide"
+    root.mkdir()
+    names = [f"f{i:05d}" for i in range(2500)]  # more than one LIST_CHUNK
+    for name in names:
+        (root / name).write_bytes(b"x")
+    vfs, backend = make_vfs(root)
+
+    async def main() -> None:
+        listed = await list_all(vfs, ROOT_INODE, batch=97)
+        assert [name for name, _ in listed] == names
+        assert all(inode.lookups == 1 for _, inode in listed)
+        assert len({inode.ino for _, inode in listed}) == len(names)
+        assert backend.calls["list"] == 1
+
+    run(main)
+
+
+def test_directory_checks(tree: Path) -> None:
+    vfs, _ = make_vfs(tree)
+
+    async def main() -> None:
+        a = await vfs.lookup(ROOT_INODE, "a.txt")
+        with pytest.raises(NotADirectory):
+            await vfs.lookup(a.ino, "x")
+        with pytest.raises(NotADirectory):
+            await vfs.opendir(a.ino)
+        d = await vfs.lookup(ROOT_INODE, "dir")
+        with pytest.raises(IsADirectory):
+            await vfs.open(d.ino, os.O_RDONLY)
+        assert (await vfs.lookup(d.ino, "..")).ino == ROOT_INODE
+
+    run(main)
+
+
+def test_reads_any_offset_and_size(tree: Path) -> None:
+    vfs, _ = make_vfs(tree)
+    data = (tree / "dir" / "b.bin").read_bytes()
+
+    async def main() -> None:
+        b = await vfs.lookup((await vfs.lookup(ROOT_INODE, "dir")).ino, "b.bin")
+        fh, _ = await vfs.open(b.ino, os.O_RDONLY)
+        for offset, size in [(0, 10), (100, 4096), (25590, 100), (25600, 10), (30000, 5), (0, 10**6)]:
+            assert await vfs.read(fh, offset, size) == data[offset : offset + size]
+        vfs.release(fh)
+
+    run(main)
+
+
+def test_keep_cache_only_for_an_unchanged_object(tree: Path) -> None:
+    vfs, _ = make_vfs(tree, attr_ttl=0.0)
+
+    async def main() -> None:
+        a = await vfs.lookup(ROOT_INODE, "a.txt")
+        fh1, keep1 = await vfs.open(a.ino, os.O_RDONLY)
+        fh2, keep2 = await vfs.open(a.ino, os.O_RDONLY)
+        assert (keep1, keep2) == (False, True)
+        (tree / "a.txt").write_bytes(b"changed content")
+        fh3, keep3 = await vfs.open(a.ino, os.O_RDONLY)
+        assert keep3 is False
+        assert await vfs.read(fh3, 0, 100) == b"changed content"
+        # The handle opened before the change never mixes versions: it gets ESTALE.
+        with pytest.raises(Changed):
+            await vfs.read(fh1, 0, 100)
+        for fh in (fh1, fh2, fh3):
+            vfs.release(fh)
+
+    run(main)
+
+
+def test_writes_are_refused_clearly(tree: Path) -> None:
+    async def main() -> None:
+        for read_only, error in ((True, ReadOnly), (False, Unsupported)):
+            vfs, _ = make_vfs(tree, read_only=read_only)
+            a = await vfs.lookup(ROOT_INODE, "a.txt")
+            with pytest.raises(error):
+                await vfs.open(a.ino, os.O_WRONLY)
+
+    run(main)
