@@ -1,0 +1,85 @@
+"""Bad input: each is one line on stderr, a non-zero exit, within seconds, and no mount left."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from pffs.mountpoint import find_mount
+from pffs.testing import MotoServer
+from tests.conftest import requires_fuse, run_pffs
+
+pytestmark = requires_fuse
+
+
+def assert_one_line_error(args: tuple[str, ...], code: int, fragment: str, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    started = time.monotonic()
+    result = run_pffs(*args, timeout=30, **kwargs)
+    elapsed = time.monotonic() - started
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == code, (result.returncode, result.stderr)
+    assert len(lines) == 1 and lines[0].startswith("pffs: "), result.stderr
+    assert fragment in lines[0], lines[0]
+    assert "Traceback" not in result.stderr
+    assert elapsed < 15, f"took {elapsed:.1f}s"
+
+
+@pytest.fixture
+def empty_dir(tmp_path: Path) -> Path:
+    path = tmp_path / "mnt"
+    path.mkdir()
+    return path
+
+
+def test_unknown_scheme(empty_dir: Path) -> None:
+    assert_one_line_error(("mount", "gopher://x", str(empty_dir)), 2, "unknown scheme gopher://")
+
+
+def test_malformed_url(empty_dir: Path) -> None:
+    assert_one_line_error(("mount", "s3://Bad_Bucket!", str(empty_dir)), 2, "malformed URL")
+    assert_one_line_error(("mount", "no-scheme-at-all", str(empty_dir)), 2, "has no scheme")
+
+
+def test_bad_option(empty_dir: Path) -> None:
+    assert_one_line_error(("mount", "s3://b", str(empty_dir), "--file-mode", "9z"), 2, "octal")
+
+
+def test_missing_bucket(moto: MotoServer, empty_dir: Path) -> None:
+    args = ("mount", "s3://no-such-bucket", str(empty_dir), "--endpoint-url", moto.endpoint_url)
+    assert_one_line_error(args, 3, "bucket 'no-such-bucket' at http://127.0.0.1")
+    assert find_mount(str(empty_dir)) is None
+
+
+def test_wrong_credentials(empty_dir: Path) -> None:
+    # A second moto server that checks credentials (moto accepts any unless told otherwise).
+    with MotoServer(env={"INITIAL_NO_AUTH_ACTION_COUNT": "0"}) as strict:
+        args = ("mount", "s3://some-bucket", str(empty_dir), "--endpoint-url", strict.endpoint_url)
+        assert_one_line_error(args, 4, "denied")
+
+
+def test_unreachable_endpoint(empty_dir: Path) -> None:
+    args = ("mount", "s3://bucket", str(empty_dir), "--endpoint-url", "http://127.0.0.1:9")
+    assert_one_line_error(args, 5, "cannot reach")
+
+
+def test_missing_mountpoint(bucket: str, moto: MotoServer, tmp_path: Path) -> None:
+    args = ("mount", f"s3://{bucket}", str(tmp_path / "nope"), "--endpoint-url", moto.endpoint_url)
+    assert_one_line_error(args, 6, "does not exist")
+
+
+def test_mountpoint_not_a_directory(bucket: str, moto: MotoServer, tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    args = ("mount", f"s3://{bucket}", str(tmp_path / "file"), "--endpoint-url", moto.endpoint_url)
+    assert_one_line_error(args, 6, "not a directory")
+
+
+def test_non_empty_mountpoint(bucket: str, moto: MotoServer, empty_dir: Path) -> None:
+    (empty_dir / "something").write_text("x")
+    args = ("mount", f"s3://{bucket}", str(empty_dir), "--endpoint-url", moto.endpoint_url)
+    assert_one_line_error(args, 6, "not empty")
+
+
+def test_umount_of_something_not_mounted(empty_dir: Path) -> None:
+    assert_one_line_error(("umount", str(empty_dir)), 6, "is not mounted")
