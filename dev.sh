@@ -14,12 +14,14 @@ PY="$VENV/bin/python"
 SYSTEM_PACKAGES=(fuse3 libfuse3-dev pkg-config gcc python3-dev python3-venv npm fio s3fs rclone)
 
 setup_system() {
+  if ! command -v dpkg-query >/dev/null; then return; fi  # not Debian: install them yourself
   local missing=()
   for pkg in "${SYSTEM_PACKAGES[@]}"; do
+    # npm may come with a nodejs from elsewhere (nodesource), which conflicts with Debian's npm.
+    if [ "$pkg" = npm ] && command -v npm >/dev/null; then continue; fi
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
   done
   # pyenv or another non-Debian Python brings its own headers and venv.
-  if ! command -v dpkg-query >/dev/null; then return; fi
   if python3 -c 'import sys; sys.exit(0 if sys.prefix.startswith("/usr") else 1)'; then :; else
     missing=("${missing[@]/python3-dev}"); missing=("${missing[@]/python3-venv}")
   fi

@@ -101,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser("demo", help="mount a generated dataset from an in-process S3")
     demo.add_argument("--files", type=_positive_int, default=200, help="small files (200)")
-    demo.add_argument("--large-mib", type=_positive_int, default=64, help="large file size (64)")
+    demo.add_argument("--large-mib", type=_positive_int, default=16, help="large file MiB (16)")
 
     commands.add_parser("_daemon")  # internal: the background half of `pffs mount`
     return parser

@@ -23,7 +23,11 @@ MIB = 1 << 20
 
 def upload(s3: Any, bucket: str, objects: dict[str, bytes], threads: int = 16) -> None:
     with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(lambda kv: s3.put_object(Bucket=bucket, Key=kv[0], Body=kv[1]), objects.items()))
+        list(
+            pool.map(
+                lambda kv: s3.put_object(Bucket=bucket, Key=kv[0], Body=kv[1]), objects.items()
+            )
+        )
 
 
 def test_tree_listing_and_stat(s3, bucket, mount_s3) -> None:  # type: ignore[no-untyped-def]
@@ -49,8 +53,16 @@ def test_tree_listing_and_stat(s3, bucket, mount_s3) -> None:  # type: ignore[no
         st = os.stat(mnt / "a/b/two.txt")
         assert st.st_size == 2 and st.st_mode & 0o777 == 0o644 and st.st_uid == os.getuid()
         assert os.path.isdir(mnt / "a/b/c")
-        walked = sorted(os.path.relpath(os.path.join(d, f), mnt) for d, _, fs in os.walk(mnt) for f in fs)
-        assert walked == ["a/b/c/d/three.txt", "a/b/two.txt", "a/one.txt", "marked/inside.txt", "top.txt"]
+        walked = sorted(
+            os.path.relpath(os.path.join(d, f), mnt) for d, _, fs in os.walk(mnt) for f in fs
+        )
+        assert walked == [
+            "a/b/c/d/three.txt",
+            "a/b/two.txt",
+            "a/one.txt",
+            "marked/inside.txt",
+            "top.txt",
+        ]
         assert not os.path.exists(mnt / "nope")
         with pytest.raises(OSError) as err:
             (mnt / "new.txt").write_bytes(b"x")

@@ -197,7 +197,14 @@ def test_reads_any_offset_and_size(tree: Path) -> None:
     async def main() -> None:
         b = await vfs.lookup((await vfs.lookup(ROOT_INODE, "dir")).ino, "b.bin")
         fh, _ = await vfs.open(b.ino, os.O_RDONLY)
-        for offset, size in [(0, 10), (100, 4096), (25590, 100), (25600, 10), (30000, 5), (0, 10**6)]:
+        for offset, size in [
+            (0, 10),
+            (100, 4096),
+            (25590, 100),
+            (25600, 10),
+            (30000, 5),
+            (0, 10**6),
+        ]:
             assert await vfs.read(fh, offset, size) == data[offset : offset + size]
         vfs.release(fh)
 

@@ -1,0 +1,1 @@
+"""The benchmark suite (issue: bench/). Run with `python -m bench`."""
