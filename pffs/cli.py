@@ -13,7 +13,15 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from pffs.config import FuseConfig, MetaConfig, MountConfig, SourceConfig, from_json
+from pffs.config import (
+    CacheConfig,
+    FuseConfig,
+    MetaConfig,
+    MountConfig,
+    SourceConfig,
+    default_cache_dir,
+    from_json,
+)
 from pffs.errors import PffsError, UsageError
 
 log = logging.getLogger("pffs")
@@ -47,25 +55,43 @@ def _seconds(text: str) -> float:
     return value
 
 
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """'4M', '512MiB', '100G', '1.5g' or plain bytes."""
+    cleaned = text.strip().lower().removesuffix("ib").removesuffix("b")
+    unit = cleaned[-1:] if cleaned[-1:] in _UNITS and cleaned[-1:] else ""
+    number = cleaned[: len(cleaned) - len(unit)]
+    try:
+        value = int(float(number) * _UNITS[unit])
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a size like 4M, 512MiB or 100G"
+        ) from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is negative")
+    return value
+
+
+def _ratio(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a fraction between 0 and 1")
+    return value
+
+
 def _positive_int(text: str) -> int:
     if not text.isdigit() or int(text) <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
     return int(text)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="pffs", description="A caching filesystem for AI data on S3 and HDFS.")
-    parser.add_argument("--debug", action="store_true", help="verbose logs and tracebacks")
-    commands = parser.add_subparsers(
-        dest="command", required=True, parser_class=_Parser, metavar="{mount,umount,demo}"
-    )
-
-    mount = commands.add_parser(
-        "mount", help="mount a source", description="Mount SOURCE at MOUNTPOINT."
-    )
-    mount.add_argument("source", help="s3://bucket[/prefix] or file:///dir")
-    mount.add_argument("mountpoint", help="an empty directory (or a dead pffs mount)")
-    s3 = mount.add_argument_group("S3 (credentials come from boto3's chain: env, profile, files)")
+def _add_source_options(parser: argparse.ArgumentParser) -> None:
+    s3 = parser.add_argument_group("S3 (credentials come from boto3's chain: env, profile, files)")
     s3.add_argument("--endpoint-url", help="S3-compatible endpoint (default: $AWS_ENDPOINT_URL)")
     s3.add_argument("--region", help="region (default: from the AWS config, else us-east-1)")
     s3.add_argument("--profile", help="named profile from ~/.aws")
@@ -78,6 +104,59 @@ def build_parser() -> argparse.ArgumentParser:
     s3.add_argument(
         "--max-concurrency", type=_positive_int, default=16, help="requests in flight (16)"
     )
+
+
+def _add_cache_options(parser: argparse.ArgumentParser) -> None:
+    defaults = CacheConfig(disk_dir=None)
+    cache = parser.add_argument_group("block cache")
+    cache.add_argument(
+        "--cache-dir",
+        default=default_cache_dir(),
+        help=f"disk tier directory, or 'none' for memory only ({default_cache_dir()})",
+    )
+    cache.add_argument(
+        "--cache-size", type=parse_size, default=defaults.disk_bytes, help="disk tier bound (100G)"
+    )
+    cache.add_argument(
+        "--cache-free-ratio",
+        type=_ratio,
+        default=defaults.free_ratio,
+        help="keep this fraction of the disk free (0.1)",
+    )
+    cache.add_argument(
+        "--cache-memory",
+        type=parse_size,
+        default=defaults.memory_bytes,
+        help="memory bound, prefetch in flight included (512M)",
+    )
+    cache.add_argument(
+        "--block-size", type=parse_size, default=defaults.block_size, help="cache block size (4M)"
+    )
+    cache.add_argument(
+        "--prefetch-max",
+        type=parse_size,
+        default=defaults.prefetch_max,
+        help="largest readahead window per open file, 0 disables (64M)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="pffs", description="A caching filesystem for AI data on S3 and HDFS.")
+    parser.add_argument("--debug", action="store_true", help="verbose logs and tracebacks")
+    commands = parser.add_subparsers(
+        dest="command",
+        required=True,
+        parser_class=_Parser,
+        metavar="{mount,umount,warmup,cache,demo}",
+    )
+
+    mount = commands.add_parser(
+        "mount", help="mount a source", description="Mount SOURCE at MOUNTPOINT."
+    )
+    mount.add_argument("source", help="s3://bucket[/prefix] or file:///dir")
+    mount.add_argument("mountpoint", help="an empty directory (or a dead pffs mount)")
+    _add_source_options(mount)
+    _add_cache_options(mount)
     opts = mount.add_argument_group("mount")
     opts.add_argument("--read-only", action="store_true", help="refuse all writes")
     opts.add_argument("--uid", type=int, default=os.getuid(), help="owner of every entry")
@@ -99,6 +178,24 @@ def build_parser() -> argparse.ArgumentParser:
     umount.add_argument("mountpoint")
     umount.add_argument("-l", "--lazy", action="store_true", help="detach now, finish when idle")
 
+    warmup = commands.add_parser(
+        "warmup",
+        help="fill the disk cache ahead of a job",
+        description="Fill the disk cache with PATHs: directories or files inside a pffs mount "
+        "(its own cache settings are used), or source URLs with the cache options given here.",
+    )
+    warmup.add_argument("paths", nargs="*", help="paths in a pffs mount, or s3://, file:// URLs")
+    warmup.add_argument("--list", dest="list_file", help="read more paths from FILE, one a line")
+    warmup.add_argument("-j", "--jobs", type=_positive_int, default=16, help="parallel blocks (16)")
+    warmup.add_argument("--quiet", action="store_true", help="no progress bar, just the summary")
+    _add_source_options(warmup)
+    _add_cache_options(warmup)
+
+    cache = commands.add_parser("cache", help="inspect or clear the disk cache")
+    cache.add_argument("action", choices=["info", "clear"])
+    cache.add_argument("--cache-dir", default=default_cache_dir())
+    cache.add_argument("--source", help="clear only this source's blocks (its source id)")
+
     demo = commands.add_parser("demo", help="mount a generated dataset from an in-process S3")
     demo.add_argument("--files", type=_positive_int, default=200, help="small files (200)")
     demo.add_argument("--large-mib", type=_positive_int, default=16, help="large file MiB (16)")
@@ -107,16 +204,35 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def mount_config(args: argparse.Namespace) -> MountConfig:
-    source = SourceConfig(
-        url=args.source,
+def source_config(args: argparse.Namespace, url: str, read_only: bool = False) -> SourceConfig:
+    return SourceConfig(
+        url=url,
         endpoint_url=args.endpoint_url,
         region=args.region,
         profile=args.profile,
         path_style=args.path_style,
-        read_only=args.read_only,
+        read_only=read_only,
         max_concurrency=args.max_concurrency,
     )
+
+
+def cache_config(args: argparse.Namespace) -> CacheConfig:
+    disk_dir = None if args.cache_dir.lower() == "none" else os.path.abspath(args.cache_dir)
+    if args.block_size < 64 * 1024 or args.block_size > 64 << 20:
+        raise UsageError("--block-size must be between 64K and 64M")
+    if args.cache_memory < 2 * args.block_size:
+        raise UsageError("--cache-memory must hold at least two blocks")
+    return CacheConfig(
+        block_size=args.block_size,
+        memory_bytes=args.cache_memory,
+        disk_dir=disk_dir,
+        disk_bytes=args.cache_size,
+        free_ratio=args.cache_free_ratio,
+        prefetch_max=args.prefetch_max,
+    )
+
+
+def mount_config(args: argparse.Namespace) -> MountConfig:
     fuse = FuseConfig(
         mountpoint=os.path.abspath(args.mountpoint),
         read_only=args.read_only,
@@ -133,7 +249,14 @@ def mount_config(args: argparse.Namespace) -> MountConfig:
         negative_ttl=args.negative_ttl,
     )
     log_file = os.path.abspath(args.log_file) if args.log_file else None
-    return MountConfig(source=source, fuse=fuse, meta=meta, log_file=log_file, debug=args.debug)
+    return MountConfig(
+        source=source_config(args, args.source, args.read_only),
+        fuse=fuse,
+        meta=meta,
+        cache=cache_config(args),
+        log_file=log_file,
+        debug=args.debug,
+    )
 
 
 def setup_logging(debug: bool, log_file: str | None = None) -> None:
@@ -214,6 +337,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_mount(args)
         if args.command == "umount":
             return cmd_umount(args)
+        if args.command == "warmup":
+            from pffs.warmup import cmd_warmup
+
+            return cmd_warmup(args)
+        if args.command == "cache":
+            from pffs.warmup import cmd_cache
+
+            return cmd_cache(args)
         if args.command == "demo":
             from pffs.demo import run_demo
 

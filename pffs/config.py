@@ -81,6 +81,41 @@ class FuseConfig:
     max_tasks: int = 64
 
 
+def default_cache_dir() -> str:
+    """Per user, under XDG_CACHE_HOME (~/.cache): survives reboots, never shared between users."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return os.path.join(base, "pffs")
+
+
+MIB = 1 << 20
+GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """The block cache: memory tier, disk tier and prefetch."""
+
+    # 4 MiB like JuiceFS: large enough that a GET's latency is amortised, small enough that a
+    # random 4 KiB read does not pull much more than it needs.
+    block_size: int = 4 * MIB
+    # Everything the cache holds in memory, prefetched blocks in flight included.
+    memory_bytes: int = 512 * MIB
+    # The disk tier's directory; None disables it (memory only).
+    disk_dir: str | None = field(default_factory=default_cache_dir)
+    # Bound on the disk tier (JuiceFS uses 100 GiB); the free-space floor below also applies.
+    disk_bytes: int = 100 * GIB
+    # Stop adding to the disk tier when the file system has less than this fraction free.
+    free_ratio: float = 0.1
+    # Largest readahead window of one open file; it starts at one block and doubles up to this.
+    prefetch_max: int = 64 * MIB
+    # Bytes of prefetch in flight across all files: bounds memory and the store's load.
+    prefetch_budget: int = 128 * MIB
+    # Threads reading and writing the disk tier at once (checksums and lz4 run there too).
+    disk_threads: int = 8
+    # lz4 for blocks that compress (text, JSON, CSV); incompressible blocks are stored raw.
+    compress: bool = True
+
+
 @dataclass(frozen=True)
 class MountConfig:
     """Everything `pffs.mount` needs."""
@@ -88,6 +123,7 @@ class MountConfig:
     source: SourceConfig
     fuse: FuseConfig
     meta: MetaConfig = field(default_factory=MetaConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
     # Where the daemon logs; None means stderr (foreground) or a per-mount file (daemon).
     log_file: str | None = None
     debug: bool = False
@@ -106,6 +142,7 @@ def from_json(text: str) -> MountConfig:
         source=SourceConfig(**source),
         fuse=FuseConfig(**raw["fuse"]),
         meta=MetaConfig(**raw["meta"]),
+        cache=CacheConfig(**raw["cache"]),
         log_file=raw["log_file"],
         debug=raw["debug"],
     )

@@ -136,7 +136,8 @@ class PffsOperations(pyfuse3.Operations):
 
     @_errno_boundary
     async def read(self, fh: int, off: int, size: int) -> bytes:
-        return await self.vfs.read(fh, off, size)
+        # pyfuse3 takes any contiguous buffer: a memoryview of a cached block saves a copy.
+        return await self.vfs.read(fh, off, size)  # type: ignore[return-value]
 
     @_errno_boundary
     async def release(self, fh: int) -> None:
@@ -218,17 +219,18 @@ def serve(ops: PffsOperations, mountpoint: str, on_ready: Callable[[], None] | N
             f"cannot mount at {mountpoint} ({exc}): is /dev/fuse present and fuse3 installed?"
         ) from None
     try:
-        trio.run(_serve_until_done, fuse.max_tasks, on_ready)
+        trio.run(_serve_until_done, ops, on_ready)
     finally:
         pyfuse3.close(unmount=True)
 
 
-async def _serve_until_done(max_tasks: int, on_ready: Callable[[], None] | None) -> None:
+async def _serve_until_done(ops: PffsOperations, on_ready: Callable[[], None] | None) -> None:
     async with trio.open_nursery() as nursery:
+        ops.vfs.attach(nursery)
         nursery.start_soon(_terminate_on_signal)
         if on_ready is not None:
             on_ready()
-        await pyfuse3.main(min_tasks=4, max_tasks=max_tasks)
+        await pyfuse3.main(min_tasks=4, max_tasks=ops.config.fuse.max_tasks)
         log.info("file system unmounted, exiting")
         nursery.cancel_scope.cancel()
 

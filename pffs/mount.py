@@ -8,6 +8,7 @@ reports the mount live, or with the daemon's own one-line error.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import select
@@ -17,8 +18,9 @@ import time
 from collections.abc import Callable
 
 from pffs.backends import open_backend
-from pffs.config import MountConfig, to_json
-from pffs.errors import MountFailed, PffsError
+from pffs.cache.blocks import BlockCache
+from pffs.config import CacheConfig, MountConfig, from_json, to_json
+from pffs.errors import MountFailed, PffsError, UsageError
 from pffs.fuse_ops import PffsOperations, serve
 from pffs.mountpoint import prepare_mountpoint
 from pffs.vfs import Vfs
@@ -43,15 +45,60 @@ def serve_here(config: MountConfig, on_ready: Callable[[], None] | None = None) 
     backend = open_backend(config.source)
     mountpoint = prepare_mountpoint(config.fuse.mountpoint)
     backend.check()
-    vfs = Vfs(backend, config.meta, config.fuse)
+    # Cache blocks and logs hold the user's data: nobody else may read what this process writes.
+    os.umask(0o077)
+    cache = open_cache(config.cache)
+    vfs = Vfs(backend, config.meta, config.fuse, cache)
     log.info("mounting %s at %s", backend.source_id, mountpoint)
-    serve(PffsOperations(vfs, config), mountpoint, on_ready)
+    record = register_mount(mountpoint, config)
+    try:
+        serve(PffsOperations(vfs, config), mountpoint, on_ready)
+    finally:
+        cache.close()
+        with contextlib.suppress(OSError):
+            os.unlink(record)
+
+
+def state_dir() -> str:
+    state = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
+    return os.path.join(state, "pffs")
+
+
+def _escaped(mountpoint: str) -> str:
+    return os.path.abspath(mountpoint).strip("/").replace("/", "_") or "root"
+
+
+def registry_path(mountpoint: str) -> str:
+    """Where a live mount records its configuration (for `pffs warmup` inside the mount)."""
+    return os.path.join(state_dir(), "mounts", f"{_escaped(mountpoint)}.json")
+
+
+def register_mount(mountpoint: str, config: MountConfig) -> str:
+    path = registry_path(mountpoint)
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(to_json(config))
+    return path
+
+
+def registered_config(mountpoint: str) -> MountConfig | None:
+    try:
+        with open(registry_path(mountpoint), encoding="utf-8") as f:
+            return from_json(f.read())
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def open_cache(config: CacheConfig) -> BlockCache:
+    """The block cache, or a one-line error when its directory cannot be used."""
+    try:
+        return BlockCache(config)
+    except OSError as exc:
+        raise UsageError(f"cache directory {config.disk_dir}: {exc.strerror or exc}") from None
 
 
 def default_log_path(mountpoint: str) -> str:
-    state = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
-    name = os.path.abspath(mountpoint).strip("/").replace("/", "_") or "root"
-    return os.path.join(state, "pffs", "log", f"{name}.log")
+    return os.path.join(state_dir(), "log", f"{_escaped(mountpoint)}.log")
 
 
 def start_daemon(config: MountConfig) -> tuple[int, str]:

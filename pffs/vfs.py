@@ -22,8 +22,17 @@ from typing import TypeVar
 import trio
 
 from pffs.backends.base import Backend, ObjectInfo, join
-from pffs.config import FuseConfig, MetaConfig
-from pffs.errors import IsADirectory, NotADirectory, NotFound, ReadOnly, Unsupported
+from pffs.cache.blocks import BlockCache, BlockKey
+from pffs.cache.prefetch import Readahead
+from pffs.config import CacheConfig, FuseConfig, MetaConfig
+from pffs.errors import (
+    Corrupted,
+    IsADirectory,
+    NotADirectory,
+    NotFound,
+    ReadOnly,
+    Unsupported,
+)
 
 T = TypeVar("T")
 log = logging.getLogger("pffs.vfs")
@@ -83,6 +92,7 @@ class FileHandle:
     inode: Inode
     version: str
     size: int
+    readahead: Readahead
 
 
 @dataclass(eq=False)
@@ -94,10 +104,18 @@ class DirHandle:
 class Vfs:
     """The filesystem, minus the kernel."""
 
-    def __init__(self, backend: Backend, meta: MetaConfig, fuse: FuseConfig) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        meta: MetaConfig,
+        fuse: FuseConfig,
+        cache: BlockCache | None = None,
+    ) -> None:
         self.backend = backend
         self.meta = meta
         self.fuse = fuse
+        self.cache = cache or BlockCache(CacheConfig(disk_dir=None))
+        self.block_size = self.cache.block_size
         self.limiter = trio.CapacityLimiter(backend.max_concurrency)
         self.mount_time = time.time()
         root_info = ObjectInfo(name="", size=0, mtime=self.mount_time, etag=None, is_dir=True)
@@ -111,6 +129,10 @@ class Vfs:
         self._next_fh = itertools.count(1)
 
     # --- plumbing ----------------------------------------------------------------------------
+
+    def attach(self, nursery: trio.Nursery) -> None:
+        """Hand the VFS a nursery for background work (prefetch, disk cache writes)."""
+        self.cache.attach(nursery)
 
     async def _run(self, fn: Callable[..., T], *args: object) -> T:
         """Run a blocking backend call in a worker thread, within the backend's limiter."""
@@ -302,19 +324,58 @@ class Vfs:
         keep_cache = inode.kernel_version == version
         inode.kernel_version = version
         fh = next(self._next_fh)
-        self.handles[fh] = FileHandle(inode, version, inode.info.size)
+        size = inode.info.size
+        readahead = Readahead(self.block_size, self.cache.config.prefetch_max, size)
+        self.handles[fh] = FileHandle(inode, version, size, readahead)
         return fh, keep_cache
 
-    async def read(self, fh: int, offset: int, size: int) -> bytes:
+    async def read(self, fh: int, offset: int, size: int) -> bytes | memoryview:
+        """Bytes [offset, offset+size) of the version opened, through the block cache."""
         handle = self.handles.get(fh)
         if not isinstance(handle, FileHandle):
             raise NotFound(f"file handle {fh} is not open")
         if offset >= handle.size or size <= 0:
             return b""
-        length = min(size, handle.size - offset)
-        return await self._run(
-            self.backend.read_range, handle.inode.path, offset, length, handle.version
+        end = min(offset + size, handle.size)
+        # Ask for blocks ahead before waiting on this one, so both travel at once.
+        for index in handle.readahead.on_read(offset, end):
+            if not self.cache.prefetch(
+                self._block_key(handle, index),
+                functools.partial(self._fetch_block, handle, index),
+                self._block_length(handle, index),
+            ):
+                break
+        first, last = offset // self.block_size, (end - 1) // self.block_size
+        pieces = []
+        for index in range(first, last + 1):
+            block = await self.cache.read(
+                self._block_key(handle, index), functools.partial(self._fetch_block, handle, index)
+            )
+            start = max(offset - index * self.block_size, 0)
+            stop = min(end - index * self.block_size, len(block))
+            pieces.append(memoryview(block)[start:stop])
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+    def _block_key(self, handle: FileHandle, index: int) -> BlockKey:
+        return BlockKey(self.backend.source_id, handle.inode.path, handle.version, index)
+
+    def _block_length(self, handle: FileHandle, index: int) -> int:
+        return min(self.block_size, handle.size - index * self.block_size)
+
+    async def _fetch_block(self, handle: FileHandle, index: int) -> bytes:
+        length = self._block_length(handle, index)
+        data = await self._run(
+            self.backend.read_range,
+            handle.inode.path,
+            index * self.block_size,
+            length,
+            handle.version,
         )
+        if len(data) != length:
+            raise Corrupted(
+                f"{handle.inode.path}: block {index} came back with {len(data)} of {length} bytes"
+            )
+        return data
 
     def release(self, fh: int) -> None:
         self.handles.pop(fh, None)

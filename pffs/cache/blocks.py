@@ -1,0 +1,204 @@
+"""The tiered block cache: memory, then disk, then one fetch from the store per block.
+
+Threading rule (DESIGN.md): the cache's state (memory tier, in-flight table, budgets, counters)
+is touched only from trio tasks. Worker threads, entered through `trio.to_thread.run_sync`,
+only move bytes: disk tier reads and writes, CRC and lz4, and the fetch function's store call.
+
+A block is identified by (source, path, object version, index): a changed object has a new
+version, so its old blocks can never be served for it. The cache never sees a backend: it is
+handed a fetch function per call.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import NamedTuple
+
+import trio
+
+from pffs.cache.disk import DiskTier, entry_key
+from pffs.cache.memory import MemoryTier
+from pffs.cache.stats import CacheStats
+from pffs.config import CacheConfig
+
+log = logging.getLogger("pffs.cache")
+
+Fetch = Callable[[], Awaitable[bytes]]
+
+
+class BlockKey(NamedTuple):
+    source: str
+    path: str
+    version: str
+    block: int
+
+
+class _InFlight:
+    """One fetch that several readers may wait on (single-flight)."""
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.data: bytes | None = None
+        self.error: BaseException | None = None
+        self.prefetch = False
+
+
+class BlockCache:
+    def __init__(self, config: CacheConfig, stats: CacheStats | None = None) -> None:
+        self.config = config
+        self.block_size = config.block_size
+        self.stats = stats or CacheStats()
+        # Prefetched blocks in flight count against the memory bound, so reserve their budget.
+        self.prefetch_budget = min(config.prefetch_budget, config.memory_bytes // 2)
+        self.memory = MemoryTier(config.memory_bytes - self.prefetch_budget, self.stats)
+        self.disk = (
+            DiskTier(config.disk_dir, config.disk_bytes, config.free_ratio, config.compress)
+            if config.disk_dir
+            else None
+        )
+        self.disk_limiter = trio.CapacityLimiter(config.disk_threads)
+        self._in_flight: dict[BlockKey, _InFlight] = {}
+        self._prefetch_in_flight = 0
+        self._prefetched: set[BlockKey] = set()
+        self._nursery: trio.Nursery | None = None
+
+    def attach(self, nursery: trio.Nursery) -> None:
+        """Give the cache a nursery for background work (disk writes, prefetch)."""
+        self._nursery = nursery
+
+    def _disk_key(self, key: BlockKey) -> str:
+        return entry_key(key.source, key.path, key.version, self.block_size, key.block)
+
+    # --- reading -----------------------------------------------------------------------------
+
+    async def read(self, key: BlockKey, fetch: Fetch) -> bytes:
+        """The block's bytes, from the nearest tier that has them."""
+        while True:
+            data = self.memory.get(key)
+            if data is not None:
+                self.stats.memory_hits += 1
+                self.stats.bytes_from_memory += len(data)
+                if key in self._prefetched:
+                    self._prefetched.discard(key)
+                    self.stats.prefetch_used += 1
+                return data
+            flight = self._in_flight.get(key)
+            if flight is None:
+                return await self._load(key, fetch, prefetch=False)
+            self.stats.single_flight_waits += 1
+            if flight.prefetch:
+                self.stats.prefetch_used += 1
+                flight.prefetch = False
+            await flight.done.wait()
+            if flight.error is not None:
+                raise flight.error
+            if flight.data is not None:
+                return flight.data
+            # The fetching task was cancelled (its reader was interrupted): try again ourselves.
+
+    async def _load(self, key: BlockKey, fetch: Fetch, prefetch: bool) -> bytes:
+        flight = _InFlight()
+        flight.prefetch = prefetch
+        self._in_flight[key] = flight
+        try:
+            data = await self._from_disk(key)
+            if data is None:
+                data = await fetch()
+                self.stats.misses += 1
+                self.stats.bytes_from_store += len(data)
+                self._write_behind(key, data)
+            self.memory.put(key, data)
+            if flight.prefetch:  # loaded ahead and not yet asked for
+                self._note_prefetched(key)
+            flight.data = data
+            return data
+        except Exception as exc:
+            flight.error = exc
+            raise
+        finally:
+            del self._in_flight[key]
+            flight.done.set()
+
+    async def _from_disk(self, key: BlockKey) -> bytes | None:
+        if self.disk is None:
+            return None
+        disk_key = self._disk_key(key)
+        data, corrupt = await trio.to_thread.run_sync(
+            self.disk.get, disk_key, limiter=self.disk_limiter
+        )
+        if corrupt:
+            self.stats.disk_corrupt += 1
+        if data is not None:
+            self.stats.disk_hits += 1
+            self.stats.bytes_from_disk += len(data)
+        return data
+
+    def _write_behind(self, key: BlockKey, data: bytes) -> None:
+        """Store a fetched block on disk without making the reader wait for it."""
+        if self.disk is None:
+            return
+        if self._nursery is None:
+            return
+        self._nursery.start_soon(self._store, key, data)
+
+    async def _store(self, key: BlockKey, data: bytes) -> bool:
+        assert self.disk is not None
+        stored = await trio.to_thread.run_sync(
+            self.disk.put, self._disk_key(key), data, key.source, limiter=self.disk_limiter
+        )
+        if stored:
+            self.stats.disk_writes += 1
+        else:
+            self.stats.disk_write_skips += 1
+        return bool(stored)
+
+    # --- prefetch and warmup -----------------------------------------------------------------
+
+    def _note_prefetched(self, key: BlockKey) -> None:
+        # Remembered only to count prefetch hits; bounded so blocks evicted unread are forgotten.
+        if len(self._prefetched) > 4 * max(1, len(self.memory)):
+            self._prefetched.clear()
+        self._prefetched.add(key)
+
+    def is_cached_or_coming(self, key: BlockKey) -> bool:
+        return key in self.memory or key in self._in_flight
+
+    def prefetch(self, key: BlockKey, fetch: Fetch, size: int) -> bool:
+        """Start loading a block in the background; False when the global budget is spent."""
+        if self._nursery is None or self.is_cached_or_coming(key):
+            return True
+        if self._prefetch_in_flight + size > self.prefetch_budget:
+            self.stats.prefetch_skipped_budget += 1
+            return False
+        self._prefetch_in_flight += size
+        self.stats.prefetch_issued += 1
+        self._nursery.start_soon(self._prefetch_one, key, fetch, size)
+        return True
+
+    async def _prefetch_one(self, key: BlockKey, fetch: Fetch, size: int) -> None:
+        try:
+            await self._load(key, fetch, prefetch=True)
+        except Exception as exc:  # the reader will fetch it again and see the error itself
+            log.debug("prefetch of %s block %d failed: %s", key.path, key.block, exc)
+        finally:
+            self._prefetch_in_flight -= size
+
+    async def fill(self, key: BlockKey, fetch: Fetch) -> str:
+        """Make sure a block is on disk (warmup). Returns 'cached', 'fetched' or 'skipped'."""
+        if self.disk is None:
+            raise ValueError("the disk tier is disabled (--cache-dir none)")
+        disk_key = self._disk_key(key)
+        present = await trio.to_thread.run_sync(
+            self.disk.__contains__, disk_key, limiter=self.disk_limiter
+        )
+        if present:
+            return "cached"
+        data = await fetch()
+        self.stats.misses += 1
+        self.stats.bytes_from_store += len(data)
+        return "fetched" if await self._store(key, data) else "skipped"
+
+    def close(self) -> None:
+        if self.disk is not None:
+            self.disk.close()

@@ -1,0 +1,166 @@
+"""The disk tier: blocks in a diskcache directory, checksummed, lz4-compressed when it pays.
+
+Every entry carries a header: magic, flags, raw length, CRC32 of the raw bytes and a digest of
+its key. A read verifies all of them; an entry that fails (bit rot, a truncated file after a
+crash, a file from another key) is deleted and reported as a miss, never as an error to the
+reader. The directory outlives the mount, so a remount reuses what is there.
+
+All methods block (SQLite, file I/O, CRC, lz4); callers run them in worker threads. diskcache is
+thread- and process-safe, so several mounts and `pffs warmup` can share one directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import struct
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import diskcache
+import lz4.block
+
+log = logging.getLogger("pffs.cache.disk")
+
+_MAGIC = b"PFB1"
+_HEADER = struct.Struct("<4sBII16s")  # magic, flags, raw length, crc32, key digest
+_COMPRESSED = 1
+# Compression is tried on a sample first: random-looking data (images, tensors) is common.
+_PROBE = 64 * 1024
+_WORTH_IT = 0.9  # store compressed only when it saves at least 10%
+
+
+def entry_key(source: str, path: str, version: str, block_size: int, index: int) -> str:
+    """The diskcache key of a block: a digest of what identifies the bytes, plus the index."""
+    identity = "\0".join((source, path, version, str(block_size))).encode()
+    return f"{hashlib.blake2b(identity, digest_size=16).hexdigest()}:{index}"
+
+
+def _key_digest(key: str) -> bytes:
+    return hashlib.blake2b(key.encode(), digest_size=16).digest()
+
+
+def encode(key: str, data: bytes, compress: bool) -> bytes:
+    flags, payload = 0, data
+    if compress and len(data) > 256:
+        probe = data[:_PROBE]
+        if len(lz4.block.compress(probe, store_size=False)) < _WORTH_IT * len(probe):
+            packed = lz4.block.compress(data, store_size=False)
+            if len(packed) < _WORTH_IT * len(data):
+                flags, payload = _COMPRESSED, packed
+    header = _HEADER.pack(_MAGIC, flags, len(data), zlib.crc32(data), _key_digest(key))
+    return header + payload
+
+
+def decode(key: str, entry: bytes) -> bytes | None:
+    """The block's bytes, or None when the entry is damaged or belongs to another key."""
+    if len(entry) < _HEADER.size:
+        return None
+    magic, flags, length, crc, digest = _HEADER.unpack_from(entry)
+    if magic != _MAGIC or digest != _key_digest(key):
+        return None
+    payload = memoryview(entry)[_HEADER.size :]
+    if flags & _COMPRESSED:
+        try:
+            data = lz4.block.decompress(payload, uncompressed_size=length)
+        except lz4.block.LZ4BlockError:
+            return None
+    else:
+        data = bytes(payload)
+    if len(data) != length or zlib.crc32(data) != crc:
+        return None
+    return data
+
+
+@dataclass(frozen=True)
+class SourceUsage:
+    source: str
+    blocks: int
+    bytes: int
+
+
+class DiskTier:
+    def __init__(self, directory: str, capacity: int, free_ratio: float, compress: bool) -> None:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        os.chmod(directory, 0o700)  # blocks are the user's data: no one else may read them
+        self.directory = directory
+        self.free_ratio = free_ratio
+        self.compress = compress
+        self._cache = diskcache.Cache(
+            directory,
+            size_limit=capacity,
+            # Recording every read in SQLite would cost a write per hit; epochs read every
+            # block once per pass, where least-recently-stored evicts as well as LRU.
+            eviction_policy="least-recently-stored",
+            tag_index=True,  # per-source usage for `pffs cache info` and the scheduler
+            cull_limit=16,
+        )
+
+    def get(self, key: str) -> tuple[bytes | None, bool]:
+        """(bytes, corrupt): bytes on a valid hit; corrupt when a bad entry was dropped."""
+        try:
+            entry = self._cache.get(key)
+        except Exception as exc:  # an unreadable entry or database hiccup is a miss
+            log.warning("disk cache read of %s failed: %s", key, exc)
+            return None, False
+        if entry is None:
+            return None, False
+        data = decode(key, entry) if isinstance(entry, bytes) else None
+        if data is None:
+            log.warning("dropping corrupt disk cache entry %s", key)
+            self.delete(key)
+            return None, True
+        return data, False
+
+    def __contains__(self, key: str) -> bool:
+        try:
+            return key in self._cache
+        except Exception:
+            return False
+
+    def put(self, key: str, data: bytes, source: str) -> bool:
+        """Store a block; False when skipped (free-space floor, full disk, any I/O error)."""
+        if not self._has_room(len(data)):
+            return False
+        try:
+            self._cache.set(key, encode(key, data, self.compress), tag=source)
+        except Exception as exc:
+            log.warning("disk cache write of %s skipped: %s", key, exc)
+            return False
+        return True
+
+    def delete(self, key: str) -> None:
+        try:
+            self._cache.delete(key)
+        except Exception as exc:
+            log.warning("disk cache delete of %s failed: %s", key, exc)
+
+    def _has_room(self, size: int) -> bool:
+        try:
+            usage = shutil.disk_usage(self.directory)
+        except OSError:
+            return False
+        return usage.free - size > self.free_ratio * usage.total
+
+    def volume(self) -> int:
+        """Bytes the tier occupies on disk (entries plus the database)."""
+        return int(self._cache.volume())
+
+    def usage_by_source(self) -> Iterator[SourceUsage]:
+        rows = self._cache._sql(  # diskcache has no API for per-tag totals
+            "SELECT tag, COUNT(*), SUM(size) FROM Cache GROUP BY tag ORDER BY SUM(size) DESC"
+        ).fetchall()
+        for tag, blocks, size in rows:
+            yield SourceUsage(str(tag), int(blocks), int(size or 0))
+
+    def clear(self, source: str | None = None) -> int:
+        """Remove every block (or one source's); returns how many were removed."""
+        if source is None:
+            return int(self._cache.clear())
+        return int(self._cache.evict(source))
+
+    def close(self) -> None:
+        self._cache.close()

@@ -1,0 +1,46 @@
+"""Readahead policy for one open file: detect sequential reads, grow a window, reset on seeks.
+
+Pure bookkeeping with no I/O, so it is tested on its own. The window starts at one block when
+a read continues where the previous one ended (or starts the file), doubles each time the reader
+moves into a new block, up to a maximum, and drops to nothing on a seek: random access never
+prefetches.
+"""
+
+from __future__ import annotations
+
+MIB = 1 << 20
+# The kernel may reorder or slightly skip its own readahead requests; mountpoint-s3 tolerates
+# 1 MiB backwards, and we tolerate up to two blocks forwards, before calling a read a seek.
+BACKWARD_TOLERANCE = 1 * MIB
+FORWARD_BLOCKS_TOLERANCE = 2
+
+
+class Readahead:
+    def __init__(self, block_size: int, max_window_bytes: int, file_size: int) -> None:
+        self.block_size = block_size
+        self.max_window = max(1, max_window_bytes // block_size)
+        self.last_block = (file_size - 1) // block_size if file_size > 0 else -1
+        self.window = 0
+        self.expected = 0  # where a sequential reader reads next
+        self.current_block = -1
+
+    def on_read(self, offset: int, end: int) -> range:
+        """Record a read of [offset, end); return the block indices worth loading ahead."""
+        sequential = (
+            self.expected - BACKWARD_TOLERANCE
+            <= offset
+            <= self.expected + FORWARD_BLOCKS_TOLERANCE * self.block_size
+        )
+        self.expected = max(end, self.expected) if sequential else end
+        block = (max(end, 1) - 1) // self.block_size
+        if not sequential:
+            self.window = 0
+            self.current_block = block
+            return range(0)
+        if self.window == 0:
+            self.window = 1
+        elif block > self.current_block:
+            self.window = min(self.max_window, self.window * 2)
+        self.current_block = max(self.current_block, block)
+        first = block + 1
+        return range(first, min(self.last_block, block + self.window) + 1)

@@ -1,0 +1,29 @@
+"""Counters of the block cache: what was served from where, and what it cost.
+
+Plain integers bumped from trio tasks; the observability layer reads them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass
+class CacheStats:
+    memory_hits: int = 0
+    disk_hits: int = 0
+    misses: int = 0  # blocks fetched from the store for a reader or a prefetch
+    bytes_from_memory: int = 0
+    bytes_from_disk: int = 0
+    bytes_from_store: int = 0
+    memory_evictions: int = 0
+    disk_writes: int = 0
+    disk_write_skips: int = 0  # not written: disk full, below the free-space floor, or an error
+    disk_corrupt: int = 0  # entries dropped for a bad checksum, length or header
+    single_flight_waits: int = 0  # readers that joined a fetch already in flight
+    prefetch_issued: int = 0
+    prefetch_used: int = 0
+    prefetch_skipped_budget: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)

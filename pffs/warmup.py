@@ -1,0 +1,259 @@
+"""`pffs warmup` and `pffs cache info|clear`: fill, inspect and empty the disk cache.
+
+Warmup talks to the store directly (no FUSE round trips) with the very block keys a mount uses,
+so a mount over the same cache directory finds the blocks. For a path inside a live pffs mount
+the mount's own configuration (source, block size, cache directory) is used; for a source URL,
+the cache options on the command line. Blocks already on disk are skipped, so a second run
+costs one database lookup per block.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+
+import trio
+
+from pffs.backends import Backend, ObjectInfo, open_backend
+from pffs.backends.base import join
+from pffs.cache.blocks import BlockKey
+from pffs.cache.disk import DiskTier
+from pffs.config import CacheConfig, SourceConfig
+from pffs.errors import PffsError, UsageError
+from pffs.mount import open_cache, registered_config
+from pffs.mountpoint import FSTYPE, mount_table
+
+GIB = 1 << 30
+MIB = 1 << 20
+
+
+@dataclass
+class Target:
+    """What to warm: a source and paths inside it."""
+
+    source: SourceConfig
+    cache: CacheConfig
+    paths: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Progress:
+    files_total: int = 0
+    bytes_total: int = 0
+    files_done: int = 0
+    bytes_done: int = 0
+    bytes_fetched: int = 0
+    bytes_cached: int = 0
+    blocks_skipped: int = 0
+    failures: list[str] = field(default_factory=list)
+    started: float = field(default_factory=time.monotonic)
+
+    def line(self) -> str:
+        elapsed = max(time.monotonic() - self.started, 1e-6)
+        rate = self.bytes_done / elapsed
+        share = self.bytes_done / self.bytes_total if self.bytes_total else 1.0
+        bar = "#" * int(share * 24)
+        eta = (self.bytes_total - self.bytes_done) / rate if rate > 0 else 0.0
+        return (
+            f"[{bar:<24}] {self.files_done}/{self.files_total} files  "
+            f"{_size(self.bytes_done)}/{_size(self.bytes_total)}  "
+            f"{rate / MIB:.0f} MiB/s  ETA {int(eta) // 60}:{int(eta) % 60:02d}"
+        )
+
+    def summary(self) -> str:
+        elapsed = time.monotonic() - self.started
+        rate = self.bytes_fetched / elapsed / MIB if elapsed > 0 else 0.0
+        text = (
+            f"warmup: {self.files_done} files, {_size(self.bytes_total)}: "
+            f"{_size(self.bytes_fetched)} fetched, {_size(self.bytes_cached)} already cached, "
+            f"{self.blocks_skipped} blocks not stored (disk full), in {elapsed:.1f}s "
+            f"({rate:.0f} MiB/s)"
+        )
+        if self.failures:
+            text += f"; {len(self.failures)} failed: " + "; ".join(self.failures[:3])
+        return text
+
+
+def _size(n: int) -> str:
+    return f"{n / GIB:.2f} GiB" if n >= GIB else f"{n / MIB:.1f} MiB"
+
+
+def _mount_of(path: str) -> tuple[str, str] | None:
+    """(mountpoint, path inside it) of the live pffs mount holding `path`."""
+    best = None
+    for entry in mount_table():
+        if entry.fstype != FSTYPE:
+            continue
+        mp = entry.mountpoint
+        if (path == mp or path.startswith(mp.rstrip("/") + "/")) and (
+            best is None or len(mp) > len(best)
+        ):
+            best = mp
+    if best is None:
+        return None
+    return best, os.path.relpath(path, best).replace(os.sep, "/").removeprefix(".")
+
+
+def resolve_targets(args: argparse.Namespace, items: list[str]) -> list[Target]:
+    from pffs.cli import cache_config, source_config
+
+    targets: dict[str, Target] = {}
+    for item in items:
+        if "://" in item:
+            source = source_config(args, item)
+            key = f"url:{item}"
+            targets.setdefault(key, Target(source, cache_config(args))).paths.append("")
+            continue
+        path = os.path.abspath(item)
+        found = _mount_of(path)
+        if found is None:
+            raise UsageError(f"{item} is not inside a pffs mount (or give a source URL)")
+        mountpoint, inside = found
+        config = registered_config(mountpoint)
+        if config is None:
+            raise UsageError(f"the pffs mount at {mountpoint} left no record of its settings")
+        key = f"mount:{mountpoint}"
+        targets.setdefault(key, Target(config.source, config.cache)).paths.append(inside)
+    return list(targets.values())
+
+
+async def _collect(
+    backend: Backend, limiter: trio.CapacityLimiter, path: str, out: list[tuple[str, ObjectInfo]]
+) -> None:
+    """Every file under `path` (or `path` itself), depth first."""
+    info = await trio.to_thread.run_sync(backend.stat, path, limiter=limiter)
+    if not info.is_dir:
+        out.append((path, info))
+        return
+    entries = await trio.to_thread.run_sync(lambda: list(backend.list(path)), limiter=limiter)
+    for entry in entries:
+        child = join(path, entry.name)
+        if entry.is_dir:
+            await _collect(backend, limiter, child, out)
+        else:
+            out.append((child, entry))
+
+
+async def warm(target: Target, jobs: int, progress: Progress, show: bool) -> None:
+    backend = open_backend(target.source)
+    await trio.to_thread.run_sync(backend.check)
+    cache = open_cache(target.cache)
+    limiter = trio.CapacityLimiter(backend.max_concurrency)
+    files: list[tuple[str, ObjectInfo]] = []
+    for path in target.paths:
+        await _collect(backend, limiter, path, files)
+    progress.files_total += len(files)
+    progress.bytes_total += sum(info.size for _, info in files)
+    block_size = cache.block_size
+    work: list[tuple[str, ObjectInfo, int]] = [
+        (path, info, index)
+        for path, info in files
+        for index in range((info.size + block_size - 1) // block_size)
+    ]
+    remaining = {path: (info.size + block_size - 1) // block_size for path, info in files}
+    progress.files_done += sum(1 for n in remaining.values() if n == 0)
+    send, receive = trio.open_memory_channel[tuple[str, ObjectInfo, int]](jobs)
+
+    async def worker() -> None:
+        async for path, info, index in receive:
+            length = min(block_size, info.size - index * block_size)
+
+            fetch = functools.partial(
+                trio.to_thread.run_sync,
+                backend.read_range,
+                path,
+                index * block_size,
+                length,
+                info.version,
+                limiter=limiter,
+            )
+            key = BlockKey(backend.source_id, path, info.version, index)
+            try:
+                outcome = await cache.fill(key, fetch)
+            except PffsError as exc:
+                progress.failures.append(f"{path}: {exc}")
+                outcome = "failed"
+            progress.bytes_done += length
+            if outcome == "fetched":
+                progress.bytes_fetched += length
+            elif outcome == "cached":
+                progress.bytes_cached += length
+            elif outcome == "skipped":
+                progress.blocks_skipped += 1
+            remaining[path] -= 1
+            if remaining[path] == 0:
+                progress.files_done += 1
+
+    async def report() -> None:
+        while True:
+            sys.stderr.write("\r" + progress.line())
+            sys.stderr.flush()
+            await trio.sleep(0.5)
+
+    try:
+        async with trio.open_nursery() as nursery:
+            if show:
+                nursery.start_soon(report)
+            async with trio.open_nursery() as workers:
+                for _ in range(jobs):
+                    workers.start_soon(worker)
+                async with send:
+                    for item in work:
+                        await send.send(item)
+            nursery.cancel_scope.cancel()
+    finally:
+        cache.close()
+        if show:
+            sys.stderr.write("\r" + progress.line() + "\n")
+
+
+def cmd_warmup(args: argparse.Namespace) -> int:
+    items = list(args.paths)
+    if args.list_file:
+        try:
+            with open(args.list_file, encoding="utf-8") as f:
+                items += [line.strip() for line in f if line.strip()]
+        except OSError as exc:
+            raise UsageError(f"cannot read the list {args.list_file}: {exc.strerror}") from None
+    if not items:
+        raise UsageError("nothing to warm up: give paths, URLs or --list FILE")
+    targets = resolve_targets(args, items)
+    for target in targets:
+        if target.cache.disk_dir is None:
+            raise UsageError(f"{target.source.url}: the disk cache is disabled, nothing to fill")
+    progress = Progress()
+    show = not args.quiet and sys.stderr.isatty()
+
+    async def main() -> None:
+        for target in targets:
+            await warm(target, args.jobs, progress, show)
+
+    trio.run(main)
+    print(progress.summary())
+    return 1 if progress.failures else 0
+
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    directory = os.path.abspath(args.cache_dir)
+    if not os.path.isdir(directory):
+        print(f"no cache at {directory}")
+        return 0
+    tier = DiskTier(directory, capacity=1 << 62, free_ratio=0.0, compress=False)
+    try:
+        if args.action == "clear":
+            removed = tier.clear(args.source)
+            what = f"{args.source}'s blocks" if args.source else "blocks"
+            print(f"removed {removed} {what} from {directory}")
+            return 0
+        usage = list(tier.usage_by_source())
+        blocks = sum(u.blocks for u in usage)
+        print(f"cache {directory}: {_size(tier.volume())} on disk, {blocks} blocks")
+        for u in usage:
+            print(f"  {u.source}: {u.blocks} blocks, {_size(u.bytes)}")
+        return 0
+    finally:
+        tier.close()
