@@ -166,6 +166,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--dir-mode", type=_mode, default=0o755, help="octal mode of directories (755)"
     )
     opts.add_argument("--allow-other", action="store_true", help="let other users see the mount")
+    opts.add_argument(
+        "--kernel-readahead",
+        type=parse_size,
+        default=FuseConfig.kernel_readahead,
+        help="kernel readahead of the mount, needs root (4M)",
+    )
     opts.add_argument("-f", "--foreground", action="store_true", help="serve in this process")
     opts.add_argument("--log-file", help="daemon log (default: ~/.local/state/pffs/log/)")
     meta = mount.add_argument_group("metadata caching (seconds)")
@@ -241,6 +247,7 @@ def mount_config(args: argparse.Namespace) -> MountConfig:
         file_mode=args.file_mode,
         dir_mode=args.dir_mode,
         allow_other=args.allow_other,
+        kernel_readahead=args.kernel_readahead,
     )
     meta = MetaConfig(
         attr_ttl=args.attr_ttl,

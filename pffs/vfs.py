@@ -134,6 +134,10 @@ class Vfs:
         """Hand the VFS a nursery for background work (prefetch, disk cache writes)."""
         self.cache.attach(nursery)
 
+    async def flush(self) -> None:
+        """Finish background work (disk cache writes) before shutting down."""
+        await self.cache.flush()
+
     async def _run(self, fn: Callable[..., T], *args: object) -> T:
         """Run a blocking backend call in a worker thread, within the backend's limiter."""
         return await trio.to_thread.run_sync(functools.partial(fn, *args), limiter=self.limiter)

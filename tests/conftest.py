@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -22,6 +23,10 @@ for _key, _value in DUMMY_CREDENTIALS.items():
     os.environ[_key] = _value
 os.environ.pop("AWS_PROFILE", None)
 os.environ.pop("AWS_ENDPOINT_URL", None)
+# Cache blocks, logs and mount records of the tests stay out of the user's own directories.
+_scratch = tempfile.mkdtemp(prefix="pffs-tests-")
+os.environ["XDG_CACHE_HOME"] = os.path.join(_scratch, "cache")
+os.environ["XDG_STATE_HOME"] = os.path.join(_scratch, "state")
 
 PFFS = [sys.executable, "-m", "pffs"]
 

@@ -61,11 +61,34 @@ class BlockCache:
         self._in_flight: dict[BlockKey, _InFlight] = {}
         self._prefetch_in_flight = 0
         self._prefetched: set[BlockKey] = set()
+        self._background = 0  # disk writes and prefetches not finished yet
+        self._idle = trio.Event()
+        self._idle.set()
         self._nursery: trio.Nursery | None = None
 
     def attach(self, nursery: trio.Nursery) -> None:
         """Give the cache a nursery for background work (disk writes, prefetch)."""
         self._nursery = nursery
+
+    def _spawn(self, fn: Callable[..., Awaitable[object]], *args: object) -> None:
+        assert self._nursery is not None
+
+        async def tracked() -> None:
+            try:
+                await fn(*args)
+            finally:
+                self._background -= 1
+                if self._background == 0:
+                    self._idle.set()
+
+        if self._background == 0:
+            self._idle = trio.Event()
+        self._background += 1
+        self._nursery.start_soon(tracked)
+
+    async def flush(self) -> None:
+        """Wait for background work, so blocks fetched before an unmount reach the disk."""
+        await self._idle.wait()
 
     def _disk_key(self, key: BlockKey) -> str:
         return entry_key(key.source, key.path, key.version, self.block_size, key.block)
@@ -117,8 +140,9 @@ class BlockCache:
             flight.error = exc
             raise
         finally:
-            del self._in_flight[key]
             flight.done.set()
+            if self._in_flight.get(key) is flight:
+                del self._in_flight[key]
 
     async def _from_disk(self, key: BlockKey) -> bytes | None:
         if self.disk is None:
@@ -140,7 +164,7 @@ class BlockCache:
             return
         if self._nursery is None:
             return
-        self._nursery.start_soon(self._store, key, data)
+        self._spawn(self._store, key, data)
 
     async def _store(self, key: BlockKey, data: bytes) -> bool:
         assert self.disk is not None
@@ -173,12 +197,14 @@ class BlockCache:
             return False
         self._prefetch_in_flight += size
         self.stats.prefetch_issued += 1
-        self._nursery.start_soon(self._prefetch_one, key, fetch, size)
+        self._spawn(self._prefetch_one, key, fetch, size)
         return True
 
     async def _prefetch_one(self, key: BlockKey, fetch: Fetch, size: int) -> None:
         try:
-            await self._load(key, fetch, prefetch=True)
+            # A reader may have asked for the block between scheduling and now.
+            if not self.is_cached_or_coming(key):
+                await self._load(key, fetch, prefetch=True)
         except Exception as exc:  # the reader will fetch it again and see the error itself
             log.debug("prefetch of %s block %d failed: %s", key.path, key.block, exc)
         finally:

@@ -43,7 +43,8 @@ def _key_digest(key: str) -> bytes:
     return hashlib.blake2b(key.encode(), digest_size=16).digest()
 
 
-def encode(key: str, data: bytes, compress: bool) -> bytes:
+def encode(key: str, data: bytes, compress: bool) -> tuple[bytes, bytes]:
+    """(header, payload) of a block's disk entry; kept apart to save a 4 MiB copy."""
     flags, payload = 0, data
     if compress and len(data) > 256:
         probe = data[:_PROBE]
@@ -52,7 +53,7 @@ def encode(key: str, data: bytes, compress: bool) -> bytes:
             if len(packed) < _WORTH_IT * len(data):
                 flags, payload = _COMPRESSED, packed
     header = _HEADER.pack(_MAGIC, flags, len(data), zlib.crc32(data), _key_digest(key))
-    return header + payload
+    return header, payload
 
 
 def decode(key: str, entry: bytes) -> bytes | None:
@@ -73,6 +74,16 @@ def decode(key: str, entry: bytes) -> bytes | None:
     if len(data) != length or zlib.crc32(data) != crc:
         return None
     return data
+
+
+class _Chunks:
+    """A file-like reader over (header, payload) that diskcache writes without joining them."""
+
+    def __init__(self, *parts: bytes) -> None:
+        self._parts = [part for part in parts if part]
+
+    def read(self, _size: int = -1) -> bytes:
+        return self._parts.pop(0) if self._parts else b""
 
 
 @dataclass(frozen=True)
@@ -126,7 +137,10 @@ class DiskTier:
         if not self._has_room(len(data)):
             return False
         try:
-            self._cache.set(key, encode(key, data, self.compress), tag=source)
+            # As a file-like value diskcache writes in 4 MiB chunks; given bytes it iterates
+            # them line by line, which costs thousands of write calls per random block.
+            entry = _Chunks(*encode(key, data, self.compress))
+            self._cache.set(key, entry, read=True, tag=source)
         except Exception as exc:
             log.warning("disk cache write of %s skipped: %s", key, exc)
             return False

@@ -18,22 +18,28 @@ FORWARD_BLOCKS_TOLERANCE = 2
 class Readahead:
     def __init__(self, block_size: int, max_window_bytes: int, file_size: int) -> None:
         self.block_size = block_size
-        self.max_window = max(1, max_window_bytes // block_size)
+        self.max_window = max_window_bytes // block_size
         self.last_block = (file_size - 1) // block_size if file_size > 0 else -1
+        self.backward = min(BACKWARD_TOLERANCE, block_size)
         self.window = 0
         self.expected = 0  # where a sequential reader reads next
+        # Reads in a row that continued the previous one. A file opened and read from offset 0
+        # counts as one already; otherwise two are needed, so a random reader whose next read
+        # happens to land nearby does not start a prefetch.
+        self.streak = 1
         self.current_block = -1
 
     def on_read(self, offset: int, end: int) -> range:
         """Record a read of [offset, end); return the block indices worth loading ahead."""
-        sequential = (
-            self.expected - BACKWARD_TOLERANCE
+        near = (
+            self.expected - self.backward
             <= offset
             <= self.expected + FORWARD_BLOCKS_TOLERANCE * self.block_size
         )
-        self.expected = max(end, self.expected) if sequential else end
+        self.streak = self.streak + 1 if near else 0
+        self.expected = max(end, self.expected) if near else end
         block = (max(end, 1) - 1) // self.block_size
-        if not sequential:
+        if self.streak < 2 or self.max_window == 0:
             self.window = 0
             self.current_block = block
             return range(0)
@@ -42,5 +48,4 @@ class Readahead:
         elif block > self.current_block:
             self.window = min(self.max_window, self.window * 2)
         self.current_block = max(self.current_block, block)
-        first = block + 1
-        return range(first, min(self.last_block, block + self.window) + 1)
+        return range(block + 1, min(self.last_block, block + self.window) + 1)

@@ -1,0 +1,376 @@
+"""The block cache: tiers, checksums, single-flight, prefetch and persistence.
+
+The store here is a fake on purpose: it injects failures and delays on demand and counts every
+fetch, which no real server can do reliably. Real servers are used by the mount tests.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pffs.backends.base import ObjectInfo
+from pffs.cache.blocks import BlockCache, BlockKey
+from pffs.cache.disk import DiskTier, decode, encode, entry_key
+from pffs.cache.prefetch import Readahead
+from pffs.config import CacheConfig, FuseConfig, MetaConfig
+from pffs.errors import Changed, NotFound, Transient
+from pffs.vfs import ROOT_INODE, Vfs
+
+KIB = 1024
+
+
+class FakeStore:
+    """One-directory store in memory: counts reads, fails every `fail_every`-th, can be slow."""
+
+    def __init__(self, files: dict[str, bytes], fail_every: int = 0, delay: float = 0.0) -> None:
+        self.files = dict(files)
+        self.versions = dict.fromkeys(files, 1)
+        self.fail_every = fail_every
+        self.delay = delay
+        self.reads = 0
+        self.source_id = "fake://store"
+        self.max_concurrency = 8
+
+    def check(self) -> None:
+        pass
+
+    def _info(self, name: str) -> ObjectInfo:
+        return ObjectInfo(name, len(self.files[name]), 1.0, f'"v{self.versions[name]}"', False)
+
+    def stat(self, path: str) -> ObjectInfo:
+        if path == "":
+            return ObjectInfo("", 0, 1.0, None, True)
+        if path not in self.files:
+            raise NotFound(path)
+        return self._info(path)
+
+    def list(self, path: str) -> Iterator[ObjectInfo]:
+        for name in sorted(self.files):
+            yield self._info(name)
+
+    def read_range(self, path: str, start: int, length: int, version: str | None) -> bytes:
+        self.reads += 1
+        if self.delay:
+            time.sleep(self.delay)
+        if self.fail_every and self.reads % self.fail_every == 0:
+            raise Transient(f"injected failure on read {self.reads}")
+        if version is not None and version != self._info(path).version:
+            raise Changed(path)
+        return self.files[path][start : start + length]
+
+    def overwrite(self, path: str, data: bytes) -> None:
+        self.files[path] = data
+        self.versions[path] += 1
+
+
+def cache_config(tmp_path: Path | None, block: int = 16 * KIB, **kwargs) -> CacheConfig:  # type: ignore[no-untyped-def]
+    settings_ = {
+        "block_size": block,
+        "memory_bytes": 64 * block,
+        "disk_dir": str(tmp_path / "cache") if tmp_path else None,
+        "prefetch_max": 8 * block,
+        "prefetch_budget": 16 * block,
+        **kwargs,
+    }
+    return CacheConfig(**settings_)
+
+
+def make_vfs(store: FakeStore, config: CacheConfig) -> Vfs:
+    meta = MetaConfig(attr_ttl=0.0, entry_ttl=0.0, dir_ttl=0.0, negative_ttl=0.0)
+    return Vfs(store, meta, FuseConfig(mountpoint="/unused"), BlockCache(config))
+
+
+async def read_file(vfs: Vfs, name: str, reads: list[tuple[int, int]]) -> list[bytes]:
+    inode = await vfs.lookup(ROOT_INODE, name)
+    fh, _ = await vfs.open(inode.ino, os.O_RDONLY)
+    try:
+        return [bytes(await vfs.read(fh, offset, size)) for offset, size in reads]
+    finally:
+        vfs.release(fh)
+
+
+async def with_nursery(vfs: Vfs, name: str, reads: list[tuple[int, int]]) -> list[bytes]:
+    async with trio.open_nursery() as nursery:
+        vfs.attach(nursery)
+        result = await read_file(vfs, name, reads)
+        await vfs.flush()
+        nursery.cancel_scope.cancel()
+    return result
+
+
+# --- property tests against reference bytes ---------------------------------------------------
+
+reads_strategy = st.lists(
+    st.tuples(st.integers(0, 300 * KIB), st.integers(1, 70 * KIB)), min_size=1, max_size=40
+)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(size=st.integers(0, 260 * KIB), reads=reads_strategy, sequential=st.booleans())
+def test_random_reads_match_reference(tmp_path: Path, size: int, reads, sequential: bool) -> None:  # type: ignore[no-untyped-def]
+    data = random.Random(size).randbytes(size)
+    if sequential:  # a streaming reader, to drive prefetch
+        reads = [(offset, 8 * KIB) for offset in range(0, size + 8 * KIB, 8 * KIB)]
+    store = FakeStore({"f": data}, delay=0.0005)
+    vfs = make_vfs(store, cache_config(None))
+    got = trio.run(with_nursery, vfs, "f", reads)
+    assert got == [data[o : o + n] for o, n in reads]
+    # Each block came from the store at most once (prefetch and readers share fetches).
+    assert store.reads <= -(-size // (16 * KIB))
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(reads=reads_strategy)
+def test_injected_failures_never_give_wrong_bytes(tmp_path: Path, reads) -> None:  # type: ignore[no-untyped-def]
+    data = random.Random(1).randbytes(250 * KIB)
+    store = FakeStore({"f": data}, fail_every=3)
+    vfs = make_vfs(store, cache_config(None))
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            vfs.attach(nursery)
+            for offset, size in reads:
+                try:
+                    got = await read_file(vfs, "f", [(offset, size)])
+                except Transient:
+                    continue  # an error is allowed; wrong bytes are not
+                assert got == [data[offset : offset + size]]
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+# --- single-flight ---------------------------------------------------------------------------
+
+
+def test_concurrent_readers_share_one_fetch() -> None:
+    cache = BlockCache(cache_config(None))
+    calls = 0
+
+    async def fetch() -> bytes:
+        nonlocal calls
+        calls += 1
+        await trio.sleep(0.05)
+        return b"x" * 100
+
+    async def main() -> None:
+        key = BlockKey("s", "p", "v", 0)
+        results = []
+
+        async def reader() -> None:
+            results.append(await cache.read(key, fetch))
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(10):
+                nursery.start_soon(reader)
+        assert results == [b"x" * 100] * 10
+
+    trio.run(main)
+    assert calls == 1
+    assert cache.stats.single_flight_waits == 9
+
+
+def test_a_failed_fetch_reaches_every_waiter_and_is_retried_later() -> None:
+    cache = BlockCache(cache_config(None))
+    attempts = 0
+
+    async def fetch() -> bytes:
+        nonlocal attempts
+        attempts += 1
+        await trio.sleep(0.01)
+        if attempts == 1:
+            raise Transient("store down")
+        return b"ok"
+
+    async def main() -> None:
+        key = BlockKey("s", "p", "v", 0)
+        errors = 0
+
+        async def reader() -> None:
+            nonlocal errors
+            try:
+                await cache.read(key, fetch)
+            except Transient:
+                errors += 1
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(3):
+                nursery.start_soon(reader)
+        assert errors == 3
+        assert await cache.read(key, fetch) == b"ok"
+
+    trio.run(main)
+    assert attempts == 2
+
+
+# --- the disk tier ---------------------------------------------------------------------------
+
+
+def test_entries_compress_only_when_it_pays() -> None:
+    text = b"label,path\n" * 5000
+    noise = random.Random(0).randbytes(len(text))
+    for data, compressed in ((text, True), (noise, False)):
+        header, payload = encode("k", data, compress=True)
+        assert (len(payload) < len(data)) is compressed
+        assert decode("k", header + payload) == data
+        assert decode("other-key", header + payload) is None  # a misplaced entry is refused
+
+
+def _entry_files(directory: Path) -> list[Path]:
+    return [p for p in directory.rglob("*.val")]
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "delete"])
+def test_damaged_entries_are_dropped_and_refetched(tmp_path: Path, damage: str) -> None:
+    data = random.Random(5).randbytes(100 * KIB)
+    store = FakeStore({"f": data})
+    config = cache_config(tmp_path)
+    trio.run(with_nursery, make_vfs(store, config), "f", [(0, len(data))])
+    files = _entry_files(tmp_path / "cache")
+    assert len(files) == 7  # 100 KiB in 16 KiB blocks, every one written behind the reader
+    victim = files[3]
+    raw = victim.read_bytes()
+    if damage == "flip":
+        victim.write_bytes(raw[:500] + bytes([raw[500] ^ 0xFF]) + raw[501:])
+    elif damage == "truncate":
+        victim.write_bytes(raw[: len(raw) // 2])
+    else:
+        victim.unlink()
+    reads_before = store.reads
+    vfs = make_vfs(store, config)  # a fresh mount: nothing in memory
+    assert trio.run(with_nursery, vfs, "f", [(0, len(data))]) == [data]
+    assert store.reads == reads_before + 1  # only the damaged block came from the store
+    assert vfs.cache.stats.disk_hits == 6
+    if damage != "delete":
+        assert vfs.cache.stats.disk_corrupt == 1
+
+
+def test_disk_tier_survives_a_remount(tmp_path: Path) -> None:
+    data = random.Random(9).randbytes(200 * KIB)
+    store = FakeStore({"f": data})
+    config = cache_config(tmp_path)
+    trio.run(with_nursery, make_vfs(store, config), "f", [(0, len(data))])
+    fetched = store.reads
+    assert fetched == 13
+    again = make_vfs(store, config)
+    assert trio.run(with_nursery, again, "f", [(0, len(data))]) == [data]
+    assert store.reads == fetched  # every block came from disk
+    assert again.cache.stats.disk_hits == 13
+
+
+def test_changed_object_is_refetched_not_mixed(tmp_path: Path) -> None:
+    old = random.Random(1).randbytes(100 * KIB)
+    new = random.Random(2).randbytes(100 * KIB)
+    store = FakeStore({"f": old})
+    vfs = make_vfs(store, cache_config(tmp_path))
+    assert trio.run(with_nursery, vfs, "f", [(0, len(old))]) == [old]
+    store.overwrite("f", new)
+    assert trio.run(with_nursery, vfs, "f", [(0, len(new))]) == [new]
+
+    async def open_then_change() -> None:
+        inode = await vfs.lookup(ROOT_INODE, "f")
+        fh, _ = await vfs.open(inode.ino, os.O_RDONLY)
+        await vfs.read(fh, 0, 10)
+        store.overwrite("f", old)
+        # Blocks of the version it opened may still come from the cache; a block that must
+        # come from the store is refused, never taken from the new version.
+        _evict_all(vfs)
+        with pytest.raises(Changed):
+            await vfs.read(fh, 90 * KIB, 10 * KIB)
+
+    trio.run(open_then_change)
+
+
+def _evict_all(vfs: Vfs) -> None:
+    for key in list(vfs.cache.memory._blocks):
+        vfs.cache.memory.discard(key)
+    if vfs.cache.disk is not None:
+        vfs.cache.disk.clear()
+
+
+def test_memory_tier_stays_within_its_bound() -> None:
+    config = cache_config(None, memory_bytes=10 * 16 * KIB, prefetch_budget=2 * 16 * KIB)
+    cache = BlockCache(config)
+
+    async def main() -> None:
+        for index in range(100):
+
+            async def fetch() -> bytes:
+                return bytes(16 * KIB)
+
+            await cache.read(BlockKey("s", "p", "v", index), fetch)
+            assert cache.memory.used <= cache.memory.capacity
+
+    trio.run(main)
+    assert cache.memory.used == 8 * 16 * KIB and cache.stats.memory_evictions == 92
+
+
+def test_disk_tier_stays_within_its_bound(tmp_path: Path) -> None:
+    tier = DiskTier(str(tmp_path / "d"), capacity=1 << 20, free_ratio=0.0, compress=False)
+    block = random.Random(3).randbytes(64 * KIB)
+    for index in range(60):
+        assert tier.put(entry_key("s", "p", "v", 64 * KIB, index), block, "s")
+    stored = sum(u.bytes for u in tier.usage_by_source())
+    assert stored <= 1 << 20
+    assert sum(u.blocks for u in tier.usage_by_source()) < 60
+    tier.close()
+
+
+def test_free_space_floor_reads_around_the_cache(tmp_path: Path) -> None:
+    data = random.Random(4).randbytes(64 * KIB)
+    store = FakeStore({"f": data})
+    # A floor no file system can meet: nothing is stored, and readers see no error.
+    vfs = make_vfs(store, cache_config(tmp_path, free_ratio=0.999999))
+    assert trio.run(with_nursery, vfs, "f", [(0, len(data))]) == [data]
+    assert vfs.cache.stats.disk_writes == 0 and vfs.cache.stats.disk_write_skips == 4
+
+
+def test_cache_dir_files_are_private(tmp_path: Path) -> None:
+    tier = DiskTier(str(tmp_path / "private"), 1 << 20, 0.0, False)
+    assert (tmp_path / "private").stat().st_mode & 0o777 == 0o700
+    tier.close()
+
+
+# --- readahead policy ------------------------------------------------------------------------
+
+
+def test_readahead_grows_on_sequential_reads_and_resets_on_seek() -> None:
+    block = 4 * KIB
+    ra = Readahead(block, max_window_bytes=8 * block, file_size=1000 * block)
+    windows = []
+    for offset in range(0, 20 * block, block // 2):
+        windows.append(len(ra.on_read(offset, offset + block // 2)))
+    assert windows[0] == 1 and max(windows) == 8
+    assert list(ra.on_read(500 * block, 500 * block + 100)) == []  # a seek: nothing
+    # Sequential again: the first continuation may be chance, the second starts a window.
+    assert list(ra.on_read(500 * block + 100, 500 * block + 200)) == []
+    assert len(ra.on_read(500 * block + 200, 500 * block + 300)) == 1
+
+
+def test_random_reads_never_prefetch() -> None:
+    block = 4 * KIB
+    ra = Readahead(block, max_window_bytes=8 * block, file_size=1000 * block)
+    rng = random.Random(0)
+    for _ in range(200):
+        offset = rng.randrange(1, 999) * block + 7
+        assert list(ra.on_read(offset, offset + 4096)) == []
+
+
+def test_readahead_stops_at_the_end_of_the_file() -> None:
+    ra = Readahead(100, max_window_bytes=10_000, file_size=350)
+    assert list(ra.on_read(0, 100)) == [1]
+    assert list(ra.on_read(100, 200)) == [2, 3]
+    assert list(ra.on_read(200, 300)) == [3]
