@@ -11,7 +11,7 @@ PY="$VENV/bin/python"
 
 # fuse3/libfuse3-dev/pkg-config build and run pyfuse3; the rest are for tests and the bench
 # (npm for s3rver; fio, s3fs and rclone are the peers the benchmark compares against).
-SYSTEM_PACKAGES=(fuse3 libfuse3-dev pkg-config gcc python3-dev python3-venv npm fio s3fs rclone)
+SYSTEM_PACKAGES=(fuse3 libfuse3-dev pkg-config gcc python3-dev python3-venv npm fio s3fs rclone curl)
 
 setup_system() {
   if ! command -v dpkg-query >/dev/null; then return; fi  # not Debian: install them yourself
@@ -43,7 +43,7 @@ setup_python() {
   local stamp="$VENV/.pffs-installed"
   if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     "$PY" -m pip install -q --upgrade pip
-    "$PY" -m pip install -q -e '.[test]'
+    "$PY" -m pip install -q -e '.[test,bench]'
     touch "$stamp"
   fi
 }

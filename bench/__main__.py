@@ -1,6 +1,5 @@
-"""`python -m bench`: not written yet; says so instead of pretending."""
+"""`python -m bench`: the benchmark suite (see bench/cli.py and docs/BENCHMARKS.md)."""
 
-import sys
+from bench.cli import main
 
-sys.stderr.write("bench: the benchmark suite is not implemented yet\n")
-raise SystemExit(2)
+raise SystemExit(main())

@@ -1,0 +1,186 @@
+"""`python -m bench`: servers, dataset, systems, scenarios, repetitions, report.
+
+Repetitions are interleaved across systems (A B C A B C ...) so drift on a shared machine hits
+every system alike; each repetition mounts with empty caches. Everything started is stopped
+on the way out, failures included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from typing import Any
+
+from bench import dataset as ds
+from bench import report
+from bench.scenarios import Scenarios, drop_caches, local_disk_ceiling, server_ceiling
+from bench.servers import Launcher, Server, Unavailable, external
+from bench.systems import Pffs, Rclone, S3fs, System, mount_pid, peak_rss_mib, unmount
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    p.add_argument("--quick", action="store_true", help="tiny sizes, one repetition (< 3 min)")
+    p.add_argument("--servers", default="moto,s3rver", help="moto,s3rver[,minio] (moto,s3rver)")
+    p.add_argument("--endpoint-url", help="also benchmark this endpoint (credentials from env)")
+    p.add_argument("--minio-bin", default=shutil.which("minio"), help="MinIO binary (from PATH)")
+    p.add_argument("--systems", default="pffs,s3fs,rclone", help="pffs,s3fs,rclone")
+    p.add_argument("--reps", type=int, help="repetitions (3; 1 with --quick)")
+    p.add_argument("--large", help="large file size, e.g. 1G (1G; 32M with --quick)")
+    p.add_argument("--small-files", type=int, help="number of 64 KiB files (1000; 40)")
+    p.add_argument("--wide-files", type=int, help="objects in the wide directory (10000; 300)")
+    p.add_argument("--pffs-options", default="", help="extra `pffs mount` options, quoted")
+    p.add_argument("--latency", help="put servers behind a netem delay, e.g. 20ms (root)")
+    p.add_argument("--out", default="results", help="results directory (results/)")
+    return p.parse_args(argv)
+
+
+def sizes_from(args: argparse.Namespace) -> ds.Sizes:
+    from pffs.cli import parse_size
+
+    base = ds.Sizes.quick() if args.quick else ds.Sizes.full()
+    large = parse_size(args.large) if args.large else base.large
+    return ds.Sizes(
+        large=large,
+        parallel=min(base.parallel, large) if args.large else base.parallel,
+        small_files=args.small_files or base.small_files,
+        wide_files=args.wide_files or base.wide_files,
+        write=base.write,
+    )
+
+
+def make_systems(names: list[str], pffs_options: list[str]) -> tuple[list[System], dict[str, str]]:
+    known: dict[str, System] = {"pffs": Pffs(pffs_options), "s3fs": S3fs(), "rclone": Rclone()}
+    systems, unavailable = [], {}
+    for name in names:
+        system = known.get(name)
+        if system is None:
+            unavailable[name] = "unknown system"
+            continue
+        try:
+            system.check()
+            systems.append(system)
+        except Unavailable as exc:
+            unavailable[name] = str(exc)
+    return systems, unavailable
+
+
+def run_on_server(
+    server: Server, args: argparse.Namespace, systems: list[System], workdir: str
+) -> tuple[list[dict[str, Any]], list[dict[str, float]], dict[str, str]]:
+    sizes = sizes_from(args)
+    print(f"[{server.name}] uploading the dataset ...", file=sys.stderr)
+    data = ds.upload(server, sizes, workdir)
+    reps = args.reps or (1 if args.quick else 3)
+    runs: list[dict[str, Any]] = []
+    ceilings: list[dict[str, float]] = []
+    unavailable: dict[str, str] = {}
+    for rep in range(reps):
+        ceilings.append({
+            "server_mbs": round(server_ceiling(server, data), 1),
+            "local_disk_mbs": round(local_disk_ceiling(data), 1),
+        })  # fmt: skip
+        for system in systems:  # interleaved: A B C, then A B C again
+            if system.name in unavailable:
+                continue
+            base = tempfile.mkdtemp(prefix=f"{system.name}-", dir=workdir)
+            mountpoint, cache = os.path.join(base, "mnt"), os.path.join(base, "cache")
+            os.makedirs(mountpoint)
+            os.makedirs(cache)
+            try:
+                pid = system.mount(server, data.bucket, mountpoint, cache) or mount_pid(mountpoint)
+            except Unavailable as exc:
+                unavailable[system.name] = str(exc)
+                continue
+            print(f"[{server.name}] rep {rep + 1}/{reps}: {system.name}", file=sys.stderr)
+            try:
+                results = Scenarios(mountpoint, data, server, args.quick).run_all(system.name)
+                rss = peak_rss_mib(pid)
+                results["peak_rss_mib"] = round(rss, 1) if rss else "error: pid not found"
+            finally:
+                unmount(mountpoint)
+                shutil.rmtree(base, ignore_errors=True)
+            runs.append(
+                {"server": server.name, "system": system.name, "rep": rep, "results": results}
+            )
+    return runs, ceilings, unavailable
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if shutil.which("fio") is None:
+        print("bench: fio is missing (apt-get install fio)", file=sys.stderr)
+        return 2
+    started = time.time()
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out_dir = os.path.abspath(os.path.join(args.out, stamp))
+    os.makedirs(out_dir, exist_ok=True)
+    cache_dir = os.path.join(os.path.expanduser("~/.cache"), "pffs-bench")
+    workdir = tempfile.mkdtemp(prefix="pffs-bench-")
+    pffs_options = args.pffs_options.split()
+    systems, unavailable = make_systems(args.systems.split(","), pffs_options)
+    all_runs: list[dict[str, Any]] = []
+    servers: list[dict[str, Any]] = []
+    page_cache_dropped = drop_caches()
+    with contextlib.ExitStack() as stack:
+        latency_ms = float(args.latency.removesuffix("ms")) if args.latency else 0.0
+        try:
+            launcher = Launcher(workdir, cache_dir, latency_ms)
+        except Unavailable as exc:
+            print(f"bench: {exc}", file=sys.stderr)
+            return 2
+        stack.callback(launcher.close)
+        if not os.environ.get("PFFS_BENCH_KEEP"):
+            stack.callback(shutil.rmtree, workdir, True)
+        wanted: list[tuple[str, Any]] = [
+            (n, getattr(launcher, n)) for n in args.servers.split(",") if n in ("moto", "s3rver")
+        ]
+        if "minio" in args.servers.split(",") or args.minio_bin:
+            wanted.append(("minio", lambda: launcher.minio(args.minio_bin or "minio")))
+        if args.endpoint_url:
+            wanted.append((args.endpoint_url, lambda: external(args.endpoint_url)))
+        for name, start in wanted:
+            entry: dict[str, Any] = {"name": name, "systems": [s.name for s in systems]}
+            try:
+                server = start()
+            except Unavailable as exc:
+                entry["error"] = str(exc)
+                servers.append(entry)
+                print(f"bench: server {name} not run: {exc}", file=sys.stderr)
+                continue
+            stack.callback(server.stop)
+            server_dir = tempfile.mkdtemp(prefix=f"{server.name.split()[0]}-", dir=workdir)
+            runs, ceilings, failed = run_on_server(server, args, systems, server_dir)
+            entry.update(
+                name=server.name, ceiling_runs=ceilings, unavailable={**unavailable, **failed}
+            )
+            all_runs += runs
+            servers.append(entry)
+    summary = report.summarize(all_runs, [s for s in servers if "error" not in s])
+    summary["skipped_servers"] = {s["name"]: s["error"] for s in servers if "error" in s}
+    summary["machine"] = {
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "page_cache_dropped": page_cache_dropped,
+        "latency": args.latency or "none",
+    }
+    summary["command"] = "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])
+    summary["seconds"] = round(time.time() - started, 1)
+    summary["sizes"] = sizes_from(args).__dict__
+    table = report.markdown(summary)
+    report.write_json(os.path.join(out_dir, "results.json"), {"summary": summary, "runs": all_runs})
+    with open(os.path.join(out_dir, "results.md"), "w", encoding="utf-8") as f:
+        f.write(table)
+    charts = report.charts(summary, out_dir)
+    print(table)
+    for name, reason in summary["skipped_servers"].items():
+        print(f"server {name}: not run ({reason})")
+    print(f"results: {out_dir} ({len(charts)} charts), {summary['seconds']}s")
+    return 0

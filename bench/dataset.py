@@ -1,0 +1,123 @@
+"""The benchmark's dataset: generated, uploaded, and verified in the store before any run.
+
+One large file (sequential and random reads), a second large file (parallel readers), a file
+for time to first byte, many small files, and a wide directory for metadata. A local copy of the
+large file is kept for the local-disk ceiling and for verifying bytes read through mounts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import boto3
+from boto3.s3.transfer import TransferConfig
+
+from bench.servers import Server
+
+MIB = 1 << 20
+SMALL_SIZE = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Sizes:
+    large: int
+    parallel: int
+    small_files: int
+    wide_files: int
+    write: int
+
+    @staticmethod
+    def full() -> Sizes:
+        return Sizes(large=1 << 30, parallel=512 * MIB, small_files=1000, wide_files=10_000,
+                     write=256 * MIB)  # fmt: skip
+
+    @staticmethod
+    def quick() -> Sizes:
+        return Sizes(large=32 * MIB, parallel=16 * MIB, small_files=40, wide_files=300,
+                     write=8 * MIB)  # fmt: skip
+
+
+@dataclass
+class Dataset:
+    bucket: str
+    sizes: Sizes
+    local_large: str
+    large_sha256: str
+    small_keys: list[str]
+    wide_keys: list[str]
+
+
+def client(server: Server):
+    return boto3.client(
+        "s3",
+        endpoint_url=server.endpoint_url,
+        aws_access_key_id=server.access_key,
+        aws_secret_access_key=server.secret_key,
+        region_name="us-east-1",
+    )
+
+
+def make_local_file(path: str, size: int) -> str:
+    """Random bytes on local disk (reused across runs of the same size); returns its sha256."""
+    digest = hashlib.sha256()
+    if not (os.path.exists(path) and os.path.getsize(path) == size):
+        with open(path, "wb") as f:
+            remaining = size
+            while remaining:
+                chunk = os.urandom(min(remaining, 8 * MIB))
+                f.write(chunk)
+                remaining -= len(chunk)
+    with open(path, "rb") as f:
+        while chunk := f.read(8 * MIB):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def upload(server: Server, sizes: Sizes, workdir: str, bucket: str = "pffs-bench") -> Dataset:
+    s3 = client(server)
+    s3.create_bucket(Bucket=bucket)
+    local_large = os.path.join(workdir, f"large-{sizes.large}.bin")
+    local_parallel = os.path.join(workdir, f"parallel-{sizes.parallel}.bin")
+    sha = make_local_file(local_large, sizes.large)
+    make_local_file(local_parallel, sizes.parallel)
+    transfer = TransferConfig(multipart_chunksize=64 * MIB, max_concurrency=4)
+    s3.upload_file(local_large, bucket, "large.bin", Config=transfer)
+    s3.upload_file(local_parallel, bucket, "parallel.bin", Config=transfer)
+    s3.put_object(Bucket=bucket, Key="ttfb.bin", Body=os.urandom(MIB))
+    small_keys = [f"small/f{i:05d}.bin" for i in range(sizes.small_files)]
+    wide_keys = [f"wide/o{i:05d}" for i in range(sizes.wide_files)]
+    objects = [(k, os.urandom(SMALL_SIZE)) for k in small_keys] + [
+        (k, b"w" * 16) for k in wide_keys
+    ]
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda kv: s3.put_object(Bucket=bucket, Key=kv[0], Body=kv[1]), objects))
+    dataset = Dataset(bucket, sizes, local_large, sha, small_keys, wide_keys)
+    verify(server, dataset)
+    return dataset
+
+
+def verify(server: Server, dataset: Dataset) -> None:
+    """The store holds what was generated: sizes and counts, and the large file's bytes."""
+    s3 = client(server)
+    head = s3.head_object(Bucket=dataset.bucket, Key="large.bin")
+    if head["ContentLength"] != dataset.sizes.large:
+        raise RuntimeError(f"{server.name}: large.bin has {head['ContentLength']} bytes")
+    digest = hashlib.sha256()
+    body = s3.get_object(Bucket=dataset.bucket, Key="large.bin")["Body"]
+    while chunk := body.read(8 * MIB):
+        digest.update(chunk)
+    if digest.hexdigest() != dataset.large_sha256:
+        raise RuntimeError(f"{server.name}: large.bin differs from what was uploaded")
+    for prefix, expected in (
+        ("small/", len(dataset.small_keys)),
+        ("wide/", len(dataset.wide_keys)),
+    ):
+        pages = s3.get_paginator("list_objects_v2").paginate(Bucket=dataset.bucket, Prefix=prefix)
+        count = sum(len(page.get("Contents", [])) for page in pages)
+        if count != expected:
+            raise RuntimeError(
+                f"{server.name}: {count} objects under {prefix}, expected {expected}"
+            )

@@ -1,0 +1,234 @@
+"""The scenarios, run against one mount, and the ceilings measured outside any mount.
+
+fio runs the I/O patterns (jobs in bench/jobs/*.fio); Python timers measure what fio does not
+fit (time to first byte, small files, metadata, write then verify). The page cache is dropped
+before each scenario where this process may (root).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from bench.dataset import MIB, SMALL_SIZE, Dataset, client
+from bench.servers import Server
+
+JOBS = os.path.join(os.path.dirname(__file__), "jobs")
+
+
+@dataclass(frozen=True)
+class Metric:
+    key: str
+    label: str
+    unit: str
+    higher_is_better: bool
+
+
+METRICS = [
+    Metric("ttfb_ms", "time to first byte, cold file", "ms", False),
+    Metric("seq_cold_mbs", "sequential read, cold", "MB/s", True),
+    Metric("seq_warm_mbs", "sequential read, warm (page cache dropped)", "MB/s", True),
+    Metric("rand_psync_iops", "random 4 KiB reads, psync", "IOPS", True),
+    Metric("rand_libaio_iops", "random 4 KiB reads, libaio depth 16", "IOPS", True),
+    Metric("small_files_per_s", "small files (64 KiB), cold", "files/s", True),
+    Metric("ls_wide_s", "ls -l of the wide directory, cold", "s", False),
+    Metric("stat_wide_per_s", "stat of every file in it", "stats/s", True),
+    Metric("parallel_mbs", "4 parallel readers, cold", "MB/s", True),
+    Metric("write_mbs", "sequential write + close, verified", "MB/s", True),
+    Metric("peak_rss_mib", "peak RSS of the mount process", "MiB", False),
+]
+
+
+def drop_caches() -> bool:
+    try:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3")
+        return True
+    except OSError:
+        return False
+
+
+def fio(job: str, **variables: str) -> dict:
+    env = {**os.environ, **variables}
+    result = subprocess.run(
+        ["fio", "--readonly", "--output-format=json", os.path.join(JOBS, job)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"fio {job}: {result.stderr.strip()[-200:] or result.stdout[-200:]}")
+    report: dict = json.loads(result.stdout[result.stdout.index("{") :])
+    return report["jobs"][0]["read"]
+
+
+def _timed(fn: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+class Scenarios:
+    """Every scenario against one mountpoint, in an order that keeps "cold" cold."""
+
+    def __init__(self, mountpoint: str, dataset: Dataset, server: Server, quick: bool) -> None:
+        self.mnt = mountpoint
+        self.data = dataset
+        self.server = server
+        self.runtime = "2" if quick else "10"
+
+    def path(self, key: str) -> str:
+        return os.path.join(self.mnt, key)
+
+    def run_all(self, system: str) -> dict[str, float | str]:
+        results: dict[str, float | str] = {}
+        steps: list[tuple[str, Callable[[], float]]] = [
+            ("ttfb_ms", self.ttfb),
+            ("seq_cold_mbs", self.seq_read),
+            ("seq_warm_mbs", self.seq_read),
+            ("rand_psync_iops", lambda: self.randread("psync", "1")),
+            ("rand_libaio_iops", lambda: self.randread("libaio", "16")),
+            ("small_files_per_s", self.small_files),
+            ("ls_wide_s", self.ls_wide),
+            ("stat_wide_per_s", self.stat_wide),
+            ("parallel_mbs", self.parallel),
+            ("write_mbs", lambda: self.write_verify(system)),
+        ]
+        for key, step in steps:
+            drop_caches()
+            try:
+                results[key] = round(step(), 3)
+            except Exception as exc:  # reported per scenario; the others still run
+                results[key] = f"error: {str(exc).splitlines()[0][:160]}"
+        results["verified"] = "yes" if self.verify_large() else "NO: bytes differ"
+        return results
+
+    def ttfb(self) -> float:
+        def first_byte() -> None:
+            with open(self.path("ttfb.bin"), "rb") as f:
+                if len(f.read(1)) != 1:
+                    raise RuntimeError("empty read")
+
+        return _timed(first_byte) * 1000
+
+    def seq_read(self) -> float:
+        report = fio("seqread.fio", FILE=self.path("large.bin"), SIZE=str(self.data.sizes.large))
+        return float(report["bw_bytes"]) / 1e6
+
+    def randread(self, engine: str, depth: str) -> float:
+        report = fio(
+            "randread.fio",
+            FILE=self.path("large.bin"),
+            SIZE=str(self.data.sizes.large),
+            RUNTIME=self.runtime,
+            IOENGINE=engine,
+            IODEPTH=depth,
+        )
+        return float(report["iops"])
+
+    def small_files(self) -> float:
+        def read_all() -> None:
+            for key in self.data.small_keys:
+                with open(self.path(key), "rb") as f:
+                    if len(f.read()) != SMALL_SIZE:
+                        raise RuntimeError(f"{key}: short read")
+
+        return len(self.data.small_keys) / _timed(read_all)
+
+    def ls_wide(self) -> float:
+        def ls() -> None:
+            result = subprocess.run(
+                ["ls", "-l", self.path("wide")], capture_output=True, text=True, check=True
+            )
+            listed = len(result.stdout.splitlines()) - 1  # the "total" line
+            if listed != len(self.data.wide_keys):
+                raise RuntimeError(f"ls listed {listed} of {len(self.data.wide_keys)}")
+
+        return _timed(ls)
+
+    def stat_wide(self) -> float:
+        paths = [self.path(key) for key in self.data.wide_keys]
+        return len(paths) / _timed(lambda: [os.stat(p) for p in paths])
+
+    def parallel(self) -> float:
+        quarter = self.data.sizes.parallel // 4
+        report = fio("parallel.fio", FILE=self.path("parallel.bin"), QUARTER=str(quarter))
+        return float(report["bw_bytes"]) / 1e6
+
+    def write_verify(self, system: str) -> float:
+        key = f"written/{system}.bin"
+        size = self.data.sizes.write
+        block = os.urandom(MIB)
+        digest = hashlib.sha256()
+
+        def write() -> None:
+            os.makedirs(os.path.dirname(self.path(key)), exist_ok=True)
+            with open(self.path(key), "wb") as f:
+                for _ in range(size // MIB):
+                    f.write(block)
+                    digest.update(block)
+
+        started = time.perf_counter()
+        write()
+        closed = time.perf_counter() - started
+        # Some systems upload after close returns (rclone's write-back): the figure is the
+        # throughput until the bytes are verifiably in the store, and how long close took.
+        while not self._stored_matches(key, digest.hexdigest()):
+            if time.perf_counter() - started > closed + 120:
+                raise RuntimeError("the store never held what was written")
+            time.sleep(0.5)
+        return size / (time.perf_counter() - started) / 1e6
+
+    def _stored_matches(self, key: str, expected: str) -> bool:
+        s3 = client(self.server)
+        try:
+            body = s3.get_object(Bucket=self.data.bucket, Key=key)["Body"]
+        except s3.exceptions.NoSuchKey:
+            return False
+        stored = hashlib.sha256()
+        while chunk := body.read(8 * MIB):
+            stored.update(chunk)
+        return stored.hexdigest() == expected
+
+    def verify_large(self) -> bool:
+        digest = hashlib.sha256()
+        with open(self.path("large.bin"), "rb") as f:
+            while chunk := f.read(8 * MIB):
+                digest.update(chunk)
+        return digest.hexdigest() == self.data.large_sha256
+
+
+def server_ceiling(server: Server, dataset: Dataset, parallel: int = 8) -> float:
+    """The store's own throughput: parallel ranged GETs of the large file with curl, in MB/s."""
+    url = client(server).generate_presigned_url(
+        "get_object", Params={"Bucket": dataset.bucket, "Key": "large.bin"}, ExpiresIn=3600
+    )
+    size = dataset.sizes.large
+    step = -(-size // parallel)
+
+    def get(index: int) -> None:
+        start, end = index * step, min(size, (index + 1) * step) - 1
+        subprocess.run(
+            ["curl", "-sf", "-o", "/dev/null", "-r", f"{start}-{end}", url],
+            check=True,
+            env={k: v for k, v in os.environ.items() if k != "CURL_CA_BUNDLE"},
+        )
+
+    with ThreadPoolExecutor(parallel) as pool:
+        elapsed = _timed(lambda: list(pool.map(get, range(parallel))))
+    return size / elapsed / 1e6
+
+
+def local_disk_ceiling(dataset: Dataset) -> float:
+    """A sequential read of the same bytes from local disk (page cache dropped), in MB/s."""
+    drop_caches()
+    report = fio("seqread.fio", FILE=dataset.local_large, SIZE=str(dataset.sizes.large))
+    return float(report["bw_bytes"]) / 1e6
