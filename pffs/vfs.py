@@ -41,6 +41,8 @@ ROOT_INODE = 1
 # Entries pulled from a backend listing per worker-thread hop: large enough that thread
 # switches cost nothing next to the listing, small enough that `ls` starts printing at once.
 LIST_CHUNK = 1000
+# Directory listings kept at once before expired ones are swept out.
+MAX_LISTINGS = 1024
 
 
 @dataclass(eq=False)
@@ -123,7 +125,10 @@ class Vfs:
         self.inodes: dict[int, Inode] = {ROOT_INODE: root}
         self.ino_by_path: dict[str, int] = {"": ROOT_INODE}
         self._next_ino = itertools.count(ROOT_INODE + 1)
-        self.listings: dict[int, DirListing] = {}
+        # Complete listings by directory path. Kept by path, not inode, so a listing outlives
+        # the kernel forgetting the directory's inode (as it does under memory pressure or
+        # drop_caches) and still answers lookups until its TTL.
+        self.listings: dict[str, DirListing] = {}
         self.negative: dict[str, float] = {}
         self.handles: dict[int, FileHandle | DirHandle] = {}
         self._next_fh = itertools.count(1)
@@ -170,11 +175,22 @@ class Vfs:
         except KeyError:
             raise NotFound(f"inode {ino} is not known") from None
 
-    def _fresh_listing(self, ino: int) -> DirListing | None:
-        listing = self.listings.get(ino)
-        if listing is not None and listing.complete and listing.expires > self._now():
+    def _fresh_listing(self, path: str) -> DirListing | None:
+        listing = self.listings.get(path)
+        if listing is None:
+            return None
+        if listing.expires > self._now():
             return listing
+        del self.listings[path]
         return None
+
+    def _keep_listing(self, path: str, listing: DirListing) -> None:
+        now = self._now()
+        if len(self.listings) >= MAX_LISTINGS:  # drop the expired before growing further
+            for old in [p for p, entry in self.listings.items() if entry.expires <= now]:
+                del self.listings[old]
+        listing.expires = now + self.meta.dir_ttl
+        self.listings[path] = listing
 
     # --- lookups and attributes --------------------------------------------------------------
 
@@ -195,7 +211,7 @@ class Vfs:
             return self.inode(self.ino_by_path[parent_path])
         path = join(parent.path, name)
 
-        listing = self._fresh_listing(parent_ino)
+        listing = self._fresh_listing(parent.path)
         if listing is not None:
             info = listing.entries.get(name)
             if info is None:
@@ -230,7 +246,7 @@ class Vfs:
         if inode.expires > self._now() or ino == ROOT_INODE:
             return inode
         parent_path, _, name = inode.path.rpartition("/")
-        listing = None if ask_store else self._fresh_listing(self.ino_by_path.get(parent_path, -1))
+        listing = None if ask_store else self._fresh_listing(parent_path)
         info = listing.entries.get(name) if listing is not None else None
         if info is None:
             info = await self._run(self.backend.stat, inode.path)
@@ -246,7 +262,6 @@ class Vfs:
             # Open handles keep their own reference to the Inode object; ino_by_path keeps the
             # number so a later lookup of the same path gets the same inode number.
             del self.inodes[ino]
-            self.listings.pop(ino, None)
 
     # --- directories -------------------------------------------------------------------------
 
@@ -254,7 +269,7 @@ class Vfs:
         inode = await self.getattr(ino)
         if not inode.is_dir:
             raise NotADirectory(f"{inode.path} is not a directory")
-        listing = self._fresh_listing(ino)
+        listing = self._fresh_listing(inode.path)
         if listing is None:
             listing = DirListing(source=None)
         fh = next(self._next_fh)
@@ -304,8 +319,7 @@ class Vfs:
             if len(chunk) < LIST_CHUNK:
                 listing.complete = True
                 listing.source = None
-                listing.expires = self._now() + self.meta.dir_ttl
-                self.listings[handle.inode.ino] = listing
+                self._keep_listing(handle.inode.path, listing)
             return bool(chunk) or not listing.complete
 
     def releasedir(self, fh: int) -> None:

@@ -241,3 +241,21 @@ def test_writes_are_refused_clearly(tree: Path) -> None:
                 await vfs.open(a.ino, os.O_WRONLY)
 
     run(main)
+
+
+def test_listing_outlives_the_kernel_forgetting_the_directory(tree: Path) -> None:
+    vfs, backend = make_vfs(tree)
+
+    async def main() -> None:
+        await list_all(vfs, ROOT_INODE)
+        d = await vfs.lookup(ROOT_INODE, "dir")
+        await list_all(vfs, d.ino)
+        for ino in [i for i in vfs.inodes if i != ROOT_INODE]:
+            vfs.forget(ino, 10)  # as after drop_caches: the kernel lets go of everything
+        stats = backend.calls["stat"]
+        d = await vfs.lookup(ROOT_INODE, "dir")
+        assert (await vfs.lookup(d.ino, "b.bin")).info.size == 25600
+        assert backend.calls["stat"] == stats  # answered by the listings, root's and dir's
+        assert backend.calls["list"] == 2
+
+    run(main)

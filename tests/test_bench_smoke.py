@@ -1,0 +1,62 @@
+"""`python -m bench --quick` as a smoke test: every scenario produces a number for every system.
+
+It checks that the suite runs end to end against real servers and real mounts, not how fast
+anything is (speed is measured by the bench itself, never by tests).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.scenarios import METRICS
+from tests.conftest import requires_fuse
+
+pytestmark = [requires_fuse, pytest.mark.mount, pytest.mark.slow]
+
+# Writes through pffs arrive with the writes issue; until then the bench reports them refused.
+NOT_YET = {("pffs", "write_mbs")}
+
+
+@pytest.mark.skipif(shutil.which("fio") is None, reason="fio is missing (apt-get install fio)")
+def test_quick_bench_produces_every_figure(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    [run_dir] = list(tmp_path.iterdir())
+    payload = json.loads((run_dir / "results.json").read_text())
+    summary = payload["summary"]
+    assert not summary["skipped_servers"], summary["skipped_servers"]
+    names = [server["name"] for server in summary["servers"]]
+    assert names == ["moto", "s3rver"]
+    for server in summary["servers"]:
+        assert server["systems"] == ["pffs", "s3fs", "rclone"]
+        assert not server["unavailable"], server["unavailable"]
+        assert server["ceilings"]["server_mbs"] > 0 and server["ceilings"]["local_disk_mbs"] > 0
+        for system in server["systems"]:
+            figures = server["medians"][system]
+            for metric in METRICS:
+                value = figures.get(metric.key)
+                if (system, metric.key) in NOT_YET:
+                    assert isinstance(value, str) and "not supported" in value.lower()
+                else:
+                    assert isinstance(value, int | float), (
+                        server["name"],
+                        system,
+                        metric.key,
+                        value,
+                    )
+    for run in payload["runs"]:
+        assert run["results"]["verified"] == "yes", run
+    assert len(list(run_dir.glob("*.png"))) == 2
+    assert "| sequential read, cold |" in result.stdout
