@@ -43,6 +43,8 @@ ROOT_INODE = 1
 LIST_CHUNK = 1000
 # Directory listings kept at once before expired ones are swept out.
 MAX_LISTINGS = 1024
+# Lookups in one directory that ask the store before the directory is listed in the background.
+LIST_AFTER_LOOKUPS = 3
 
 
 @dataclass(eq=False)
@@ -130,13 +132,18 @@ class Vfs:
         # drop_caches) and still answers lookups until its TTL.
         self.listings: dict[str, DirListing] = {}
         self.negative: dict[str, float] = {}
+        self._nursery: trio.Nursery | None = None
+        # Lookups that had to ask the store, per unlisted directory (see _note_store_lookup).
+        self._store_lookups: dict[str, int] = {}
+        self._listing_in_background: set[str] = set()
         self.handles: dict[int, FileHandle | DirHandle] = {}
         self._next_fh = itertools.count(1)
 
     # --- plumbing ----------------------------------------------------------------------------
 
     def attach(self, nursery: trio.Nursery) -> None:
-        """Hand the VFS a nursery for background work (prefetch, disk cache writes)."""
+        """Hand the VFS a nursery for background work (listings, prefetch, disk writes)."""
+        self._nursery = nursery
         self.cache.attach(nursery)
 
     async def flush(self) -> None:
@@ -228,12 +235,41 @@ class Vfs:
         inode = self.inodes.get(known) if known is not None else None
         if inode is not None and inode.expires > self._now():
             return inode
+        self._note_store_lookup(parent)
         try:
             info = await self._run(self.backend.stat, path)
         except NotFound:
             self.negative[path] = self._now() + self.meta.negative_ttl
             raise
         return self._remember(path, info)
+
+    def _note_store_lookup(self, parent: Inode) -> None:
+        """List a directory in the background once lookups in it keep asking the store.
+
+        A job opening many files of one directory by name (a data loader with an index file)
+        would otherwise pay a HEAD per file; after a few, one paginated listing answers the
+        rest, as it does after `ls`.
+        """
+        if self._nursery is None or parent.path in self._listing_in_background:
+            return
+        if len(self._store_lookups) > MAX_LISTINGS:
+            self._store_lookups.clear()
+        count = self._store_lookups.get(parent.path, 0) + 1
+        self._store_lookups[parent.path] = count
+        if count >= LIST_AFTER_LOOKUPS:
+            self._listing_in_background.add(parent.path)
+            self._nursery.start_soon(self._list_in_background, parent)
+
+    async def _list_in_background(self, parent: Inode) -> None:
+        handle = DirHandle(parent, DirListing())
+        try:
+            while await self._pull(handle):
+                pass
+        except Exception as exc:  # only an optimisation: lookups go on asking the store
+            log.debug("background listing of %s failed: %s", parent.path or "/", exc)
+        finally:
+            self._listing_in_background.discard(parent.path)
+            self._store_lookups.pop(parent.path, None)
 
     async def getattr(self, ino: int, *, ask_store: bool = False) -> Inode:
         """The inode with attributes no older than the attribute TTL.

@@ -281,6 +281,12 @@ def test_changed_object_is_refetched_not_mixed(tmp_path: Path) -> None:
     assert trio.run(with_nursery, vfs, "f", [(0, len(new))]) == [new]
 
     async def open_then_change() -> None:
+        async with trio.open_nursery() as nursery:
+            vfs.attach(nursery)
+            await read_changed()
+            nursery.cancel_scope.cancel()
+
+    async def read_changed() -> None:
         inode = await vfs.lookup(ROOT_INODE, "f")
         fh, _ = await vfs.open(inode.ino, os.O_RDONLY)
         await vfs.read(fh, 0, 10)

@@ -58,6 +58,7 @@ class BlockCache:
             else None
         )
         self.disk_limiter = trio.CapacityLimiter(config.disk_threads)
+        self._write_slots = trio.Semaphore(2 * config.disk_threads)
         self._in_flight: dict[BlockKey, _InFlight] = {}
         self._prefetch_in_flight = 0
         self._prefetched: set[BlockKey] = set()
@@ -126,16 +127,15 @@ class BlockCache:
         self._in_flight[key] = flight
         try:
             data = await self._from_disk(key)
+            fetched = data is None
             if data is None:
                 data = await fetch()
                 self.stats.misses += 1
                 self.stats.bytes_from_store += len(data)
-                self._write_behind(key, data)
             self.memory.put(key, data)
             if flight.prefetch:  # loaded ahead and not yet asked for
                 self._note_prefetched(key)
             flight.data = data
-            return data
         except Exception as exc:
             flight.error = exc
             raise
@@ -143,6 +143,9 @@ class BlockCache:
             flight.done.set()
             if self._in_flight.get(key) is flight:
                 del self._in_flight[key]
+        if fetched:
+            await self._write_behind(key, data, wait=prefetch)
+        return data
 
     async def _from_disk(self, key: BlockKey) -> bytes | None:
         if self.disk is None:
@@ -158,19 +161,34 @@ class BlockCache:
             self.stats.bytes_from_disk += len(data)
         return data
 
-    def _write_behind(self, key: BlockKey, data: bytes) -> None:
-        """Store a fetched block on disk without making the reader wait for it."""
-        if self.disk is None:
+    async def _write_behind(self, key: BlockKey, data: bytes, wait: bool) -> None:
+        """Store a fetched block on disk; a reader never waits for it, a prefetch may.
+
+        Blocks waiting for the disk are memory the bound does not see, so their number is
+        capped: a prefetch waits for a free slot (prefetching then runs at the disk's pace),
+        a reader's block queues for one in the background.
+        """
+        if self.disk is None or self._nursery is None:
             return
-        if self._nursery is None:
-            return
-        self._spawn(self._store, key, data)
+        if wait:
+            await self._write_slots.acquire()
+            self._spawn(self._store, key, data)
+        else:
+            self._spawn(self._store_when_free, key, data)
+
+    async def _store_when_free(self, key: BlockKey, data: bytes) -> None:
+        await self._write_slots.acquire()
+        await self._store(key, data)
 
     async def _store(self, key: BlockKey, data: bytes) -> bool:
+        """Write one block (its write slot already taken, and given back here)."""
         assert self.disk is not None
-        stored = await trio.to_thread.run_sync(
-            self.disk.put, self._disk_key(key), data, key.source, limiter=self.disk_limiter
-        )
+        try:
+            stored = await trio.to_thread.run_sync(
+                self.disk.put, self._disk_key(key), data, key.source, limiter=self.disk_limiter
+            )
+        finally:
+            self._write_slots.release()
         if stored:
             self.stats.disk_writes += 1
         else:
@@ -223,6 +241,7 @@ class BlockCache:
         data = await fetch()
         self.stats.misses += 1
         self.stats.bytes_from_store += len(data)
+        await self._write_slots.acquire()
         return "fetched" if await self._store(key, data) else "skipped"
 
     def close(self) -> None:
