@@ -136,7 +136,7 @@ def _add_cache_options(parser: argparse.ArgumentParser) -> None:
         "--prefetch-max",
         type=parse_size,
         default=defaults.prefetch_max,
-        help="largest readahead window per open file, 0 disables (64M)",
+        help="largest readahead window per open file, 0 disables (32M)",
     )
 
 

@@ -379,7 +379,7 @@ class Vfs:
         inode.kernel_version = version
         fh = next(self._next_fh)
         size = inode.info.size
-        readahead = Readahead(self.block_size, self.cache.config.prefetch_max, size)
+        readahead = Readahead(self.block_size, self.cache.readahead_limit, size)
         self.handles[fh] = FileHandle(inode, version, size, readahead)
         return fh, keep_cache
 
@@ -400,14 +400,17 @@ class Vfs:
             ):
                 break
         first, last = offset // self.block_size, (end - 1) // self.block_size
-        pieces = []
+        pieces: list[bytes | memoryview] = []
         for index in range(first, last + 1):
-            block = await self.cache.read(
-                self._block_key(handle, index), functools.partial(self._fetch_block, handle, index)
-            )
+            key = self._block_key(handle, index)
+            fetch = functools.partial(self._fetch_block, handle, index)
             start = max(offset - index * self.block_size, 0)
-            stop = min(end - index * self.block_size, len(block))
-            pieces.append(memoryview(block)[start:stop])
+            stop = min(end - index * self.block_size, self._block_length(handle, index))
+            if handle.readahead.sequential:
+                block = await self.cache.read(key, fetch)
+                pieces.append(memoryview(block)[start:stop])
+            else:  # random access: read only what is asked of the disk tier
+                pieces.append(await self.cache.read_part(key, start, stop - start, fetch))
         return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
     def _block_key(self, handle: FileHandle, index: int) -> BlockKey:

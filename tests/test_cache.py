@@ -380,3 +380,29 @@ def test_readahead_stops_at_the_end_of_the_file() -> None:
     assert list(ra.on_read(0, 100)) == [1]
     assert list(ra.on_read(100, 200)) == [2, 3]
     assert list(ra.on_read(200, 300)) == [3]
+
+
+def test_random_reads_use_verified_chunks_of_the_disk_tier(tmp_path: Path) -> None:
+    block = 256 * KIB  # four 64 KiB chunks per block
+    data = random.Random(8).randbytes(4 * block)
+    store = FakeStore({"f": data})
+    config = cache_config(tmp_path, block=block)
+    trio.run(with_nursery, make_vfs(store, config), "f", [(0, len(data))])
+    fetched = store.reads
+    offset = 2 * block + 70 * KIB  # inside block 2, chunk 1: not where a sequential read starts
+    vfs = make_vfs(store, config)
+    assert trio.run(with_nursery, vfs, "f", [(offset, 100)]) == [data[offset : offset + 100]]
+    assert store.reads == fetched and vfs.cache.stats.disk_hits == 1
+    assert len(vfs.cache.memory) == 0  # a part of a block is not a block: memory untouched
+    # Damage that chunk on disk: the partial read notices and goes to the store.
+    [victim] = [
+        p
+        for p in _entry_files(tmp_path / "cache")
+        if p.read_bytes().find(data[offset : offset + 100]) > 0
+    ]
+    raw = bytearray(victim.read_bytes())
+    raw[raw.find(data[offset : offset + 100]) + 5] ^= 0xFF
+    victim.write_bytes(bytes(raw))
+    vfs = make_vfs(store, config)
+    assert trio.run(with_nursery, vfs, "f", [(offset, 100)]) == [data[offset : offset + 100]]
+    assert store.reads == fetched + 1 and vfs.cache.stats.disk_corrupt == 1

@@ -52,6 +52,11 @@ class BlockCache:
         # Prefetched blocks in flight count against the memory bound, so reserve their budget.
         self.prefetch_budget = min(config.prefetch_budget, config.memory_bytes // 2)
         self.memory = MemoryTier(config.memory_bytes - self.prefetch_budget, self.stats)
+        # A window larger than half the memory tier would evict prefetched blocks before the
+        # reader gets to them, and one larger than the budget could never be in flight.
+        self.readahead_limit = min(
+            config.prefetch_max, self.memory.capacity // 2, self.prefetch_budget
+        )
         self.disk = (
             DiskTier(config.disk_dir, config.disk_bytes, config.free_ratio, config.compress)
             if config.disk_dir
@@ -102,7 +107,6 @@ class BlockCache:
             data = self.memory.get(key)
             if data is not None:
                 self.stats.memory_hits += 1
-                self.stats.bytes_from_memory += len(data)
                 if key in self._prefetched:
                     self._prefetched.discard(key)
                     self.stats.prefetch_used += 1
@@ -120,6 +124,25 @@ class BlockCache:
             if flight.data is not None:
                 return flight.data
             # The fetching task was cancelled (its reader was interrupted): try again ourselves.
+
+    async def read_part(self, key: BlockKey, start: int, length: int, fetch: Fetch) -> bytes:
+        """Bytes [start, start+length) of a block, for random reads.
+
+        From memory when the block is there; else only the chunks needed are read from the disk
+        tier (a 4 KiB read costs a 64 KiB read, not 4 MiB); else the whole block is fetched
+        and cached as usual.
+        """
+        if key not in self.memory and key not in self._in_flight and self.disk is not None:
+            data, corrupt = await trio.to_thread.run_sync(
+                self.disk.get_range, self._disk_key(key), start, length, limiter=self.disk_limiter
+            )
+            if corrupt:
+                self.stats.disk_corrupt += 1
+            if data is not None:
+                self.stats.disk_hits += 1
+                return data
+        block = await self.read(key, fetch)
+        return block[start : start + length]
 
     async def _load(self, key: BlockKey, fetch: Fetch, prefetch: bool) -> bytes:
         flight = _InFlight()
@@ -158,7 +181,6 @@ class BlockCache:
             self.stats.disk_corrupt += 1
         if data is not None:
             self.stats.disk_hits += 1
-            self.stats.bytes_from_disk += len(data)
         return data
 
     async def _write_behind(self, key: BlockKey, data: bytes, wait: bool) -> None:

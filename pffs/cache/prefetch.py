@@ -27,6 +27,7 @@ class Readahead:
         # counts as one already; otherwise two are needed, so a random reader whose next read
         # happens to land nearby does not start a prefetch.
         self.streak = 1
+        self.sequential = False  # whether the last read was part of a sequential run
         self.current_block = -1
 
     def on_read(self, offset: int, end: int) -> range:
@@ -37,6 +38,7 @@ class Readahead:
             <= self.expected + FORWARD_BLOCKS_TOLERANCE * self.block_size
         )
         self.streak = self.streak + 1 if near else 0
+        self.sequential = self.streak >= 2
         self.expected = max(end, self.expected) if near else end
         block = (max(end, 1) - 1) // self.block_size
         if self.streak < 2 or self.max_window == 0:

@@ -13,8 +13,6 @@ class CacheStats:
     memory_hits: int = 0
     disk_hits: int = 0
     misses: int = 0  # blocks fetched from the store for a reader or a prefetch
-    bytes_from_memory: int = 0
-    bytes_from_disk: int = 0
     bytes_from_store: int = 0
     memory_evictions: int = 0
     disk_writes: int = 0
