@@ -139,7 +139,7 @@ def charts(summary: dict[str, Any], directory: str) -> list[str]:
         ax.set_xticklabels([m.label for m in metrics], rotation=30, ha="right", fontsize=8)
         ax.set_ylabel("relative to the best system (1.0 = best)")
         ax.set_title(f"pffs bench on {server['name']}")
-        ax.legend()
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
         fig.tight_layout()
         path = os.path.join(directory, f"bench-{server['name'].split()[0]}.png")
         fig.savefig(path, dpi=100)

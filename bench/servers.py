@@ -173,6 +173,8 @@ class Launcher:
             result = subprocess.run(argv, capture_output=True, text=True, check=False)
             if result.returncode != 0:
                 self.close()
+                if "qdisc kind is unknown" in result.stderr:
+                    raise Unavailable("--latency needs the kernel's netem qdisc (sch_netem)")
                 raise Unavailable(f"{' '.join(argv)}: {result.stderr.strip()}")
         self.prefix = ["ip", "netns", "exec", NAMESPACE]
         self.host = NS_SIDE
