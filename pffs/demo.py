@@ -12,13 +12,14 @@ import hashlib
 import logging
 import os
 import random
+import shutil
 import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from pffs.config import FuseConfig, MountConfig, SourceConfig
+from pffs.config import CacheConfig, FuseConfig, MountConfig, SourceConfig
 from pffs.errors import PffsError
 from pffs.mountpoint import find_mount, fusermount
 from pffs.testing import DUMMY_CREDENTIALS, free_port
@@ -62,6 +63,7 @@ def run_demo(files: int = 200, large_mib: int = 16) -> int:
     server.start()
     endpoint = f"http://127.0.0.1:{port}"
     mountpoint = tempfile.mkdtemp(prefix="pffs-demo-")
+    cache_dir = tempfile.mkdtemp(prefix="pffs-demo-cache-")
     try:
         print(f"pffs demo: in-process S3 (moto) at {endpoint}, mountpoint {mountpoint}")
         s3 = boto3.client("s3", endpoint_url=endpoint)
@@ -79,8 +81,16 @@ def run_demo(files: int = 200, large_mib: int = 16) -> int:
         config = MountConfig(
             source=SourceConfig(url="s3://demo-dataset", endpoint_url=endpoint),
             fuse=FuseConfig(mountpoint=mountpoint, read_only=True),
+            cache=CacheConfig(disk_dir=cache_dir),
             log_file=os.path.join(tempfile.gettempdir(), "pffs-demo.log"),
         )
+        _timed("pffs mount s3://demo-dataset", lambda: start_daemon(config))
+        if _exercise(mountpoint, dataset) != 0:
+            return 1
+        # The second epoch: a new mount over the same cache directory, served from local disk.
+        print("\nremounted over the same disk cache (the second epoch):")
+        _timed("pffs umount", lambda: fusermount(mountpoint))
+        _wait_unmounted(mountpoint)
         _timed("pffs mount s3://demo-dataset", lambda: start_daemon(config))
         return _exercise(mountpoint, dataset)
     except PffsError as exc:
@@ -91,8 +101,15 @@ def run_demo(files: int = 200, large_mib: int = 16) -> int:
         if entry is not None:
             _timed("pffs umount", lambda: fusermount(mountpoint))
         server.stop()
+        shutil.rmtree(cache_dir, ignore_errors=True)
         with contextlib.suppress(OSError):
             os.rmdir(mountpoint)
+
+
+def _wait_unmounted(mountpoint: str) -> None:
+    deadline = time.monotonic() + 10
+    while find_mount(mountpoint) is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _exercise(mountpoint: str, dataset: dict[str, bytes]) -> int:
