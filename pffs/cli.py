@@ -10,7 +10,7 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from pffs.config import (
@@ -45,14 +45,23 @@ def _mode(text: str) -> int:
     return value
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is negative")
-    return value
+def _number_in(low: float, high: float, what: str) -> Callable[[str], float]:
+    """An argparse type for a float with low <= value < high."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not low <= value < high:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
+        return value
+
+    return parse
+
+
+_seconds = _number_in(0, float("inf"), "a number of seconds")
+_ratio = _number_in(0, 1, "a fraction between 0 and 1")
 
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -71,16 +80,6 @@ def parse_size(text: str) -> int:
         ) from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text!r} is negative")
-    return value
-
-
-def _ratio(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a fraction between 0 and 1")
     return value
 
 
@@ -283,18 +282,12 @@ def setup_logging(debug: bool, log_file: str | None = None) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-def _check_source(url: str) -> None:
-    """Fail early on a URL no backend can take, before anything starts."""
-    from pffs.backends import scheme_of
-
-    scheme_of(url)
-
-
 def cmd_mount(args: argparse.Namespace) -> int:
+    from pffs.backends import scheme_of
     from pffs.mount import serve_here, start_daemon
 
     config = mount_config(args)
-    _check_source(config.source.url)
+    scheme_of(config.source.url)  # an unknown scheme fails here, before a daemon starts
     if args.foreground:
         setup_logging(args.debug, config.log_file)
         serve_here(config)
@@ -325,6 +318,22 @@ def cmd_daemon() -> int:
     return 0
 
 
+def cmd_warmup(args: argparse.Namespace) -> int:
+    from pffs.warmup import resolve_targets, run_warmup
+
+    items = list(args.paths)
+    if args.list_file:
+        try:
+            with open(args.list_file, encoding="utf-8") as f:
+                items += [line.strip() for line in f if line.strip()]
+        except OSError as exc:
+            raise UsageError(f"cannot read the list {args.list_file}: {exc.strerror}") from None
+    if not items:
+        raise UsageError("nothing to warm up: give paths, URLs or --list FILE")
+    targets = resolve_targets(items, lambda url: source_config(args, url), cache_config(args))
+    return run_warmup(targets, args.jobs, args.quiet)
+
+
 def cmd_umount(args: argparse.Namespace) -> int:
     from pffs.errors import MountpointError
     from pffs.mountpoint import find_mount, fusermount
@@ -345,13 +354,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "umount":
             return cmd_umount(args)
         if args.command == "warmup":
-            from pffs.warmup import cmd_warmup
-
             return cmd_warmup(args)
         if args.command == "cache":
-            from pffs.warmup import cmd_cache
+            from pffs.warmup import cache_admin
 
-            return cmd_cache(args)
+            return cache_admin(args.cache_dir, args.action, args.source)
         if args.command == "demo":
             from pffs.demo import run_demo
 

@@ -21,7 +21,7 @@ from typing import TypeVar
 
 from pffs.config import CacheConfig, FuseConfig, MountConfig, SourceConfig
 from pffs.errors import PffsError
-from pffs.mountpoint import find_mount, fusermount
+from pffs.mountpoint import find_mount, fusermount, wait_unmounted
 from pffs.testing import DUMMY_CREDENTIALS, free_port
 
 T = TypeVar("T")
@@ -90,7 +90,7 @@ def run_demo(files: int = 200, large_mib: int = 16) -> int:
         # The second epoch: a new mount over the same cache directory, served from local disk.
         print("\nremounted over the same disk cache (the second epoch):")
         _timed("pffs umount", lambda: fusermount(mountpoint))
-        _wait_unmounted(mountpoint)
+        wait_unmounted(mountpoint)
         _timed("pffs mount s3://demo-dataset", lambda: start_daemon(config))
         return _exercise(mountpoint, dataset)
     except PffsError as exc:
@@ -104,12 +104,6 @@ def run_demo(files: int = 200, large_mib: int = 16) -> int:
         shutil.rmtree(cache_dir, ignore_errors=True)
         with contextlib.suppress(OSError):
             os.rmdir(mountpoint)
-
-
-def _wait_unmounted(mountpoint: str) -> None:
-    deadline = time.monotonic() + 10
-    while find_mount(mountpoint) is not None and time.monotonic() < deadline:
-        time.sleep(0.05)
 
 
 def _exercise(mountpoint: str, dataset: dict[str, bytes]) -> int:

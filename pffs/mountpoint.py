@@ -103,7 +103,8 @@ def prepare_mountpoint(mountpoint: str) -> str:
                 )
             log.warning("clearing dead pffs mount at %s (%s)", path, entry.source)
             fusermount(path, lazy=True)
-            _wait_gone(path)
+            if not wait_unmounted(path, timeout=5.0):
+                raise MountFailed(f"the dead mount at {path} could not be cleared")
         elif entry.fstype == FSTYPE:
             raise MountpointError(f"{path} is already a pffs mount of {entry.source}")
     try:
@@ -123,14 +124,16 @@ def prepare_mountpoint(mountpoint: str) -> str:
     return path
 
 
-def _wait_gone(path: str, timeout: float = 5.0) -> None:
+def wait_unmounted(path: str, timeout: float = 10.0) -> bool:
+    """Wait until no pffs mount sits at `path`; False if one is still there after `timeout`."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while True:
         entry = find_mount(path)
         if entry is None or entry.fstype != FSTYPE:
-            return
+            return True
+        if time.monotonic() >= deadline:
+            return False
         time.sleep(0.05)
-    raise MountFailed(f"the dead mount at {path} could not be cleared")
 
 
 def set_kernel_readahead(mountpoint: str, size: int) -> bool:

@@ -1,4 +1,4 @@
-"""`pffs warmup` and `pffs cache info|clear`: fill, inspect and empty the disk cache.
+"""Warmup and cache administration: fill, inspect and empty the disk cache (the cli calls these).
 
 Warmup talks to the store directly (no FUSE round trips) with the very block keys a mount uses,
 so a mount over the same cache directory finds the blocks. For a path inside a live pffs mount
@@ -9,11 +9,11 @@ costs one database lookup per block.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import trio
@@ -98,15 +98,15 @@ def _mount_of(path: str) -> tuple[str, str] | None:
     return best, os.path.relpath(path, best).replace(os.sep, "/").removeprefix(".")
 
 
-def resolve_targets(args: argparse.Namespace, items: list[str]) -> list[Target]:
-    from pffs.cli import cache_config, source_config
-
+def resolve_targets(
+    items: list[str], url_source: Callable[[str], SourceConfig], url_cache: CacheConfig
+) -> list[Target]:
+    """Group what to warm by source: URLs with the given settings, paths with their mount's."""
     targets: dict[str, Target] = {}
     for item in items:
         if "://" in item:
-            source = source_config(args, item)
-            key = f"url:{item}"
-            targets.setdefault(key, Target(source, cache_config(args))).paths.append("")
+            target = targets.setdefault(f"url:{item}", Target(url_source(item), url_cache))
+            target.paths.append("")
             continue
         path = os.path.abspath(item)
         found = _mount_of(path)
@@ -211,42 +211,34 @@ async def warm(target: Target, jobs: int, progress: Progress, show: bool) -> Non
             sys.stderr.write("\r" + progress.line() + "\n")
 
 
-def cmd_warmup(args: argparse.Namespace) -> int:
-    items = list(args.paths)
-    if args.list_file:
-        try:
-            with open(args.list_file, encoding="utf-8") as f:
-                items += [line.strip() for line in f if line.strip()]
-        except OSError as exc:
-            raise UsageError(f"cannot read the list {args.list_file}: {exc.strerror}") from None
-    if not items:
-        raise UsageError("nothing to warm up: give paths, URLs or --list FILE")
-    targets = resolve_targets(args, items)
+def run_warmup(targets: list[Target], jobs: int, quiet: bool) -> int:
+    """Warm every target; print the summary; non-zero when any file failed."""
     for target in targets:
         if target.cache.disk_dir is None:
             raise UsageError(f"{target.source.url}: the disk cache is disabled, nothing to fill")
     progress = Progress()
-    show = not args.quiet and sys.stderr.isatty()
+    show = not quiet and sys.stderr.isatty()
 
     async def main() -> None:
         for target in targets:
-            await warm(target, args.jobs, progress, show)
+            await warm(target, jobs, progress, show)
 
     trio.run(main)
     print(progress.summary())
     return 1 if progress.failures else 0
 
 
-def cmd_cache(args: argparse.Namespace) -> int:
-    directory = os.path.abspath(args.cache_dir)
+def cache_admin(cache_dir: str, action: str, source: str | None = None) -> int:
+    """`pffs cache info|clear`: show the disk tier's usage per source, or empty it."""
+    directory = os.path.abspath(cache_dir)
     if not os.path.isdir(directory):
         print(f"no cache at {directory}")
         return 0
     tier = DiskTier(directory, capacity=1 << 62, free_ratio=0.0, compress=False)
     try:
-        if args.action == "clear":
-            removed = tier.clear(args.source)
-            what = f"{args.source}'s blocks" if args.source else "blocks"
+        if action == "clear":
+            removed = tier.clear(source)
+            what = f"{source}'s blocks" if source else "blocks"
             print(f"removed {removed} {what} from {directory}")
             return 0
         usage = list(tier.usage_by_source())

@@ -8,7 +8,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +15,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from pffs.mountpoint import find_mount
+from pffs.mountpoint import find_mount, wait_unmounted
 from pffs.testing import DUMMY_CREDENTIALS, MotoServer
 
 for _key, _value in DUMMY_CREDENTIALS.items():
@@ -73,15 +72,6 @@ def unmount_quietly(mountpoint: Path) -> None:
         subprocess.run(["fusermount3", "-u", "-z", str(mountpoint)], check=False)
 
 
-def wait_unmounted(mountpoint: Path, timeout: float = 10) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if find_mount(str(mountpoint)) is None:
-            return True
-        time.sleep(0.05)
-    return False
-
-
 @contextlib.contextmanager
 def mounted(source: str, mountpoint: Path, *options: str) -> Iterator[Path]:
     """`pffs mount` (the daemon way), yield, then `pffs umount`; never leaves a mount behind."""
@@ -95,7 +85,7 @@ def mounted(source: str, mountpoint: Path, *options: str) -> Iterator[Path]:
         result = run_pffs("umount", str(mountpoint))
         if result.returncode != 0:
             unmount_quietly(mountpoint)
-        assert wait_unmounted(mountpoint), f"{mountpoint} still mounted"
+        assert wait_unmounted(str(mountpoint)), f"{mountpoint} still mounted"
 
 
 def _tail(path: Path) -> str:

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from pffs.mountpoint import find_mount
-from tests.conftest import PFFS, requires_fuse, run_pffs, wait_unmounted
+from pffs.mountpoint import find_mount, wait_unmounted
+from tests.conftest import PFFS, requires_fuse, run_pffs
 
 pytestmark = [requires_fuse, pytest.mark.mount]
 
@@ -164,4 +164,4 @@ def test_dead_mount_is_cleared_by_the_next_mount(moto, s3, bucket, tmp_path: Pat
         assert again.returncode != 0 and "already a pffs mount" in again.stderr
     finally:
         assert run_pffs("umount", str(mnt)).returncode == 0
-        assert wait_unmounted(mnt)
+        assert wait_unmounted(str(mnt))

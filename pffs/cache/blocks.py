@@ -133,13 +133,8 @@ class BlockCache:
         and cached as usual.
         """
         if key not in self.memory and key not in self._in_flight and self.disk is not None:
-            data, corrupt = await trio.to_thread.run_sync(
-                self.disk.get_range, self._disk_key(key), start, length, limiter=self.disk_limiter
-            )
-            if corrupt:
-                self.stats.disk_corrupt += 1
+            data = await self._disk_read(self.disk.get_range, self._disk_key(key), start, length)
             if data is not None:
-                self.stats.disk_hits += 1
                 return data
         block = await self.read(key, fetch)
         return block[start : start + length]
@@ -173,10 +168,13 @@ class BlockCache:
     async def _from_disk(self, key: BlockKey) -> bytes | None:
         if self.disk is None:
             return None
-        disk_key = self._disk_key(key)
-        data, corrupt = await trio.to_thread.run_sync(
-            self.disk.get, disk_key, limiter=self.disk_limiter
-        )
+        return await self._disk_read(self.disk.get, self._disk_key(key))
+
+    async def _disk_read(
+        self, reader: Callable[..., tuple[bytes | None, bool]], *args: object
+    ) -> bytes | None:
+        """Run a disk tier read in a worker thread and count what it found."""
+        data, corrupt = await trio.to_thread.run_sync(reader, *args, limiter=self.disk_limiter)
         if corrupt:
             self.stats.disk_corrupt += 1
         if data is not None:
