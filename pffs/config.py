@@ -52,7 +52,7 @@ class SourceConfig:
     hdfs_user: str | None = None
     # HDFS: a Kerberos ticket cache (as from kinit -c); None uses the default cache if secured.
     kerberos_ticket_cache: str | None = None
-    # HDFS: replication of files pffs writes; 0 keeps the cluster's default (dfs.replication).
+    # HDFS: replication of files pffs writes; 0 keeps libhdfs's default (3).
     replication: int = 0
     # HDFS: read/write buffer size in bytes; 0 keeps the client's default (io.file.buffer.size).
     buffer_size: int = 0

@@ -181,7 +181,7 @@ class PffsOperations(pyfuse3.Operations):
     async def rename(
         self, p_old: int, n_old: bytes, p_new: int, n_new: bytes, flags: int, ctx: Any
     ) -> None:
-        await self._refuse("rename")
+        await self.vfs.rename(p_old, os.fsdecode(n_old), p_new, os.fsdecode(n_new))
 
     @_errno_boundary
     async def setattr(self, inode: int, attr: Any, fields: Any, fh: Any, ctx: Any) -> Any:

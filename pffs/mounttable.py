@@ -18,7 +18,7 @@ from typing import Protocol, TypeVar
 import trio
 
 from pffs.backends.base import Backend, ObjectInfo
-from pffs.errors import NotFound
+from pffs.errors import NotADirectory, NotFound
 
 
 class HasPath(Protocol):
@@ -112,6 +112,6 @@ class MountTable:
             for info in mounted.backend.list(inside):
                 if info.name not in junctions:
                     yield info
-        except NotFound:
-            if not junctions:
+        except (NotFound, NotADirectory):
+            if not junctions:  # else the directory exists only as the way to a mount point
                 raise

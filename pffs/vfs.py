@@ -27,6 +27,7 @@ from pffs.cache.prefetch import Readahead
 from pffs.config import CacheConfig, FuseConfig, MetaConfig
 from pffs.errors import (
     Corrupted,
+    CrossDevice,
     IsADirectory,
     NotADirectory,
     NotFound,
@@ -167,14 +168,19 @@ class Vfs:
     async def _stat(self, path: str) -> ObjectInfo:
         """What the tree holds at `path`: the source's entry, or a directory leading to one."""
         routed = self.table.route(path)
+        leads_to_mount = self.table.leads_to_mount(path)
         if routed is not None:
             mounted, inside = routed
             try:
-                return await self._run(mounted.limiter, mounted.backend.stat, inside)
+                info = await self._run(mounted.limiter, mounted.backend.stat, inside)
             except NotFound:
-                if not self.table.leads_to_mount(path):
+                if not leads_to_mount:
                     raise
-        elif not self.table.leads_to_mount(path):
+            else:
+                # A mount point hides what its parent source holds under the same name.
+                if info.is_dir or not leads_to_mount:
+                    return info
+        elif not leads_to_mount:
             raise NotFound(f"/{path} does not exist")
         return ObjectInfo(path.rpartition("/")[2], 0, self.mount_time, None, is_dir=True)
 
@@ -467,6 +473,17 @@ class Vfs:
 
     def release(self, fh: int) -> None:
         self.handles.pop(fh, None)
+
+    async def rename(self, old_parent: int, old_name: str, new_parent: int, new_name: str) -> None:
+        """Rename within one source; across two, EXDEV tells tools like mv to copy instead."""
+        old_path = join(self.inode(old_parent).path, old_name)
+        new_path = join(self.inode(new_parent).path, new_name)
+        old_route, new_route = self.table.route(old_path), self.table.route(new_path)
+        if old_route is None or new_route is None:
+            raise self.write_refused("rename", old_path if old_route is None else new_path)
+        if old_route[0] is not new_route[0]:
+            raise CrossDevice(f"rename /{old_path} -> /{new_path}: they are in different sources")
+        raise self.write_refused("rename", old_path)
 
     def is_read_only(self, path: str) -> bool:
         """Whether writes under tree path `path` are refused (the mount's or its entry's flag)."""
