@@ -12,6 +12,7 @@ ranged read, so an open file never mixes two versions.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -27,8 +28,11 @@ from pffs.config import RetryConfig, SourceConfig
 from pffs.errors import (
     BackendError,
     Changed,
+    Exists,
     IsADirectory,
+    NoSpace,
     NotADirectory,
+    NotEmpty,
     NotFound,
     PermissionDenied,
     PffsError,
@@ -38,6 +42,8 @@ from pffs.errors import (
 from pffs.retry import call_with_retry
 
 T = TypeVar("T")
+# Bytes copied per write into an output stream.
+COPY_CHUNK = 8 << 20
 log = logging.getLogger("pffs.arrow")
 
 _TRANSIENT_ERRNOS = {
@@ -115,6 +121,48 @@ class ArrowBackend:
 
         return self._call(read, "read", path)
 
+    # --- writing -----------------------------------------------------------------------------
+    # No multipart here: put() streams the staged file through the filesystem's output stream
+    # into a temporary name, then moves it over the target, so readers never see half a file.
+
+    multipart = False
+
+    def put(self, path: str, local_path: str) -> ObjectInfo:
+        full = self._full(path)
+        parent, name = posixpath.split(full)
+        temporary = posixpath.join(parent, f".{name}.pffs-{os.getpid()}-{id(self):x}")
+
+        def send() -> pafs.FileInfo:
+            try:
+                with open(local_path, "rb") as src, self.fs.open_output_stream(temporary) as out:
+                    while chunk := src.read(COPY_CHUNK):
+                        out.write(chunk)
+                self.fs.move(temporary, full)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    self.fs.delete_file(temporary)
+                raise
+            return self.fs.get_file_info(full)
+
+        return _object_info(name, self._call(send, "write", path))
+
+    def delete(self, path: str) -> None:
+        full = self._full(path)
+        self._call(lambda: self.fs.delete_file(full), "delete", path)
+
+    def make_dir(self, path: str) -> ObjectInfo:
+        full = self._full(path)
+        self._call(lambda: self.fs.create_dir(full, recursive=False), "mkdir", path)
+        return self.stat(path)
+
+    def remove_dir(self, path: str) -> None:
+        full = self._full(path)
+        self._call(lambda: self.fs.delete_dir(full), "rmdir", path)
+
+    def rename(self, old: str, new: str) -> None:
+        old_full, new_full = self._full(old), self._full(new)
+        self._call(lambda: self.fs.move(old_full, new_full), "rename", old)
+
     # --- helpers -----------------------------------------------------------------------------
 
     def _full(self, path: str) -> str:
@@ -157,6 +205,12 @@ class ArrowBackend:
             return NotADirectory(f"{where} is not a directory") if listing else NotFound(where)
         if isinstance(exc, IsADirectoryError) or exc.errno == errno.EISDIR:
             return IsADirectory(f"{where} is a directory")
+        if exc.errno == errno.ENOTEMPTY:
+            return NotEmpty(f"{where} is not empty")
+        if isinstance(exc, FileExistsError) or exc.errno == errno.EEXIST:
+            return Exists(f"{where} already exists")
+        if exc.errno == errno.ENOSPC:
+            return NoSpace(f"{where}: no space left")
         if _is_transient(exc):
             return Transient(f"{where}: {text}")
         # Arrow reports some of these only in its message, without an errno.

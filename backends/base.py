@@ -55,6 +55,30 @@ class Backend(Protocol):
         """Up to `length` bytes from `start`; Changed if `version` no longer matches."""
 
 
+@runtime_checkable
+class WritableBackend(Backend, Protocol):
+    """A store that takes writes. The VFS stages data locally and calls these on commit."""
+
+    # True when the store takes large objects in parts (begin/upload_part/finish/abort_upload),
+    # which the VFS then sends in parallel; otherwise `put` sends the whole staged file.
+    multipart: bool
+
+    def put(self, path: str, local_path: str) -> ObjectInfo:
+        """Store the content of local file `local_path` as `path`; what the store now holds."""
+
+    def delete(self, path: str) -> None:
+        """Remove the object at `path`."""
+
+    def make_dir(self, path: str) -> ObjectInfo:
+        """Create an empty directory."""
+
+    def remove_dir(self, path: str) -> None:
+        """Remove an empty directory (the VFS checks it is empty)."""
+
+    def rename(self, old: str, new: str) -> None:
+        """Move a file or a directory, replacing a file or empty directory at `new`."""
+
+
 def join(parent: str, name: str) -> str:
     """Join a relative backend path and a name."""
     return f"{parent}/{name}" if parent else name

@@ -7,10 +7,13 @@ symlink can reach outside it.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import shutil
 import stat
-from collections.abc import Iterator
+import tempfile
+from collections.abc import Callable, Iterator
 from urllib.parse import unquote, urlsplit
 
 from pffs.backends.base import ObjectInfo, is_valid_name
@@ -18,7 +21,11 @@ from pffs.config import SourceConfig
 from pffs.errors import (
     BackendError,
     Changed,
+    Exists,
+    IsADirectory,
+    NoSpace,
     NotADirectory,
+    NotEmpty,
     NotFound,
     PermissionDenied,
     PffsError,
@@ -95,6 +102,55 @@ class LocalBackend:
         finally:
             os.close(fd)
 
+    # --- writing -----------------------------------------------------------------------------
+
+    multipart = False
+
+    def put(self, path: str, local_path: str) -> ObjectInfo:
+        full = self._resolve(path)
+        parent, name = os.path.split(full)
+        try:
+            # Written beside the target and renamed over it: readers never see half a file.
+            fd, temporary = tempfile.mkstemp(dir=parent, prefix=f".{name}.pffs-")
+            try:
+                with os.fdopen(fd, "wb") as out, open(local_path, "rb") as src:
+                    shutil.copyfileobj(src, out, 8 << 20)
+                    out.flush()
+                    os.fsync(out.fileno())
+                os.chmod(temporary, 0o644)  # mkstemp's 0600 would hide it from other readers
+                os.replace(temporary, full)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(temporary)
+                raise
+            return _info(name, os.stat(full))
+        except OSError as exc:
+            raise self._translate(exc, path) from exc
+
+    def delete(self, path: str) -> None:
+        self._os(os.unlink, path)
+
+    def make_dir(self, path: str) -> ObjectInfo:
+        self._os(os.mkdir, path)
+        return self.stat(path)
+
+    def remove_dir(self, path: str) -> None:
+        self._os(os.rmdir, path)
+
+    def rename(self, old: str, new: str) -> None:
+        old_full, new_full = self._resolve(old), self._resolve(new)
+        try:
+            os.rename(old_full, new_full)
+        except OSError as exc:
+            raise self._translate(exc, old) from exc
+
+    def _os(self, fn: Callable[[str], object], path: str) -> None:
+        full = self._resolve(path)
+        try:
+            fn(full)
+        except OSError as exc:
+            raise self._translate(exc, path) from exc
+
     # --- helpers -----------------------------------------------------------------------------
 
     def _inside(self, real: str) -> bool:
@@ -115,6 +171,14 @@ class LocalBackend:
             return PermissionDenied(f"{where}: permission denied")
         if exc.errno == errno.ENOTDIR:
             return NotADirectory(f"{where} is not a directory")
+        if exc.errno == errno.ENOTEMPTY:
+            return NotEmpty(f"{where} is not empty")
+        if exc.errno == errno.EEXIST:
+            return Exists(f"{where} already exists")
+        if exc.errno == errno.EISDIR:
+            return IsADirectory(f"{where} is a directory")
+        if exc.errno == errno.ENOSPC:
+            return NoSpace(f"{where}: no space left")
         return BackendError(f"{where}: {exc.strerror}")
 
 

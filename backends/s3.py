@@ -10,11 +10,13 @@ switched off. Credentials come only from boto3's default chain.
 
 from __future__ import annotations
 
+import builtins
 import functools
 import logging
 import os
 import re
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -53,6 +55,8 @@ _TRANSIENT_CODES = {
     "503",
     "504",
 }
+# The largest object one CopyObject request may copy (S3's limit).
+COPY_LIMIT = 5 << 30
 _NOT_FOUND_CODES = {"404", "NoSuchKey", "NoSuchBucket", "NotFound"}
 _DENIED_CODES = {
     "403",
@@ -216,6 +220,135 @@ class S3Backend:
             if code in ("PreconditionFailed", "412"):
                 raise Changed(f"{self._url(path)} changed at the source while open") from exc
             raise self._translate(exc, path) from exc
+        except Exception as exc:
+            raise self._translate(exc, path) from exc
+
+    # --- writing -----------------------------------------------------------------------------
+    # The VFS stages data in a local file and drives uploads: small objects in one PUT, large
+    # ones in parts it sends in parallel under the backend's limiter.
+
+    multipart = True
+
+    def put(self, path: str, local_path: str) -> ObjectInfo:
+        def send() -> dict[str, Any]:
+            with open(local_path, "rb") as body:  # reopened per attempt: a retry resends it all
+                return self.client.put_object(Bucket=self.bucket, Key=self.prefix + path, Body=body)
+
+        response = self._do(send, "PUT", path)
+        return self._written(path, os.path.getsize(local_path), response["ETag"])
+
+    def begin_upload(self, path: str) -> str:
+        response = self._do(
+            lambda: self.client.create_multipart_upload(Bucket=self.bucket, Key=self.prefix + path),
+            "CreateMultipartUpload",
+            path,
+        )
+        return str(response["UploadId"])
+
+    def upload_part(
+        self, path: str, upload_id: str, number: int, local_path: str, offset: int, length: int
+    ) -> str:
+        with open(local_path, "rb") as f:
+            data = os.pread(f.fileno(), length, offset)
+        response = self._do(
+            lambda: self.client.upload_part(
+                Bucket=self.bucket,
+                Key=self.prefix + path,
+                UploadId=upload_id,
+                PartNumber=number,
+                Body=data,
+            ),
+            f"UploadPart {number}",
+            path,
+        )
+        return str(response["ETag"])
+
+    def finish_upload(
+        self, path: str, upload_id: str, etags: Sequence[str], size: int
+    ) -> ObjectInfo:
+        parts = [{"PartNumber": n, "ETag": etag} for n, etag in enumerate(etags, 1)]
+        response = self._do(
+            lambda: self.client.complete_multipart_upload(
+                Bucket=self.bucket,
+                Key=self.prefix + path,
+                UploadId=upload_id,
+                MultipartUpload={"Parts": parts},
+            ),
+            "CompleteMultipartUpload",
+            path,
+        )
+        return self._written(path, size, response["ETag"])
+
+    def abort_upload(self, path: str, upload_id: str) -> None:
+        self._do(
+            lambda: self.client.abort_multipart_upload(
+                Bucket=self.bucket, Key=self.prefix + path, UploadId=upload_id
+            ),
+            "AbortMultipartUpload",
+            path,
+        )
+
+    def delete(self, path: str) -> None:
+        key = self.prefix + path
+        self._do(lambda: self.client.delete_object(Bucket=self.bucket, Key=key), "DELETE", path)
+
+    def make_dir(self, path: str) -> ObjectInfo:
+        # A "dir/" marker object: the directory exists, empty, as S3 consoles make it.
+        key = self.prefix + path + "/"
+        self._do(lambda: self.client.put_object(Bucket=self.bucket, Key=key, Body=b""), "PUT", path)
+        return ObjectInfo(path.rsplit("/", 1)[-1], 0, time.time(), None, is_dir=True)
+
+    def remove_dir(self, path: str) -> None:
+        self.delete(path + "/")  # its marker, if any; the VFS checked it is empty
+
+    def rename(self, old: str, new: str) -> None:
+        """Copy then delete: not atomic; a directory is every object under it, one by one."""
+        info = self.stat(old)
+        if not info.is_dir:
+            self._copy(old, new, info.size)
+            self.delete(old)
+            return
+        moved: builtins.list[str] = []
+        for key, size in self._keys_under(self.prefix + old + "/"):
+            target = new + "/" + key[len(self.prefix + old) + 1 :]
+            self._copy(key[len(self.prefix) :], target, size)
+            moved.append(key)
+        for key in moved:  # deleted only once every copy exists: a failure loses nothing
+            self.delete(key[len(self.prefix) :])
+
+    def _copy(self, old: str, new: str, size: int) -> None:
+        source = {"Bucket": self.bucket, "Key": self.prefix + old}
+        if size <= COPY_LIMIT:
+            self._do(
+                lambda: self.client.copy_object(
+                    Bucket=self.bucket, Key=self.prefix + new, CopySource=source
+                ),
+                "COPY",
+                old,
+            )
+        else:  # beyond one CopyObject's 5 GiB: boto3's managed copy in parts
+            self._do(lambda: self.client.copy(source, self.bucket, self.prefix + new), "COPY", old)
+
+    def _keys_under(self, prefix: str) -> Iterator[tuple[str, int]]:
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix}
+            if token:
+                kwargs["ContinuationToken"] = token
+            page = self._do(functools.partial(self.client.list_objects_v2, **kwargs), "LIST", "")
+            for obj in page.get("Contents", ()):
+                yield obj["Key"], obj["Size"]
+            if not page.get("IsTruncated"):
+                return
+            token = page.get("NextContinuationToken")
+
+    def _written(self, path: str, size: int, etag: str) -> ObjectInfo:
+        return ObjectInfo(path.rsplit("/", 1)[-1], size, time.time(), etag, is_dir=False)
+
+    def _do(self, fn: Callable[[], T], what: str, path: str) -> T:
+        """A call with retries whose failure is translated into a pffs error."""
+        try:
+            return self._call(fn, what)
         except Exception as exc:
             raise self._translate(exc, path) from exc
 

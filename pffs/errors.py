@@ -74,6 +74,30 @@ class CrossDevice(PffsError):
     errno = errno.EXDEV
 
 
+class NotEmpty(PffsError):
+    """rmdir of a directory that still has entries, or a rename onto one."""
+
+    errno = errno.ENOTEMPTY
+
+
+class Exists(PffsError):
+    """The name is taken (mkdir of an existing name, rename with RENAME_NOREPLACE)."""
+
+    errno = errno.EEXIST
+
+
+class NoSpace(PffsError):
+    """The local disk holding staged writes is full: the writer gets ENOSPC, readers nothing."""
+
+    errno = errno.ENOSPC
+
+
+class Busy(PffsError):
+    """The entry is in use in a way that forbids the operation (a mount point of the table)."""
+
+    errno = errno.EBUSY
+
+
 class IsADirectory(PffsError):
     errno = errno.EISDIR
 

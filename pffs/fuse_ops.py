@@ -20,9 +20,10 @@ import pyfuse3
 import trio
 
 from pffs.config import MountConfig
-from pffs.errors import MountFailed, PffsError
+from pffs.errors import MountFailed, PffsError, Unsupported
 from pffs.mountpoint import set_kernel_readahead
-from pffs.vfs import Inode, Vfs
+from pffs.vfs import Inode
+from pffs.writes import WritableVfs
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -56,7 +57,7 @@ class PffsOperations(pyfuse3.Operations):
     enable_writeback_cache = False
     enable_acl = False
 
-    def __init__(self, vfs: Vfs, config: MountConfig) -> None:
+    def __init__(self, vfs: WritableVfs, config: MountConfig) -> None:
         super().__init__()
         self.vfs = vfs
         self.config = config
@@ -143,7 +144,7 @@ class PffsOperations(pyfuse3.Operations):
 
     @_errno_boundary
     async def release(self, fh: int) -> None:
-        self.vfs.release(fh)
+        await self.vfs.release(fh)
 
     @_errno_boundary
     async def statfs(self, ctx: pyfuse3.RequestContext) -> pyfuse3.StatvfsData:
@@ -152,52 +153,84 @@ class PffsOperations(pyfuse3.Operations):
             setattr(data, key, value)
         return data
 
-    # --- writes (a later issue): refused with a clear errno ---------------------------------
-
-    async def _refuse(self, what: str) -> Any:
-        raise self.vfs.write_refused(what)
+    # --- writes ------------------------------------------------------------------------------
 
     @_errno_boundary
-    async def create(self, parent_inode: int, name: bytes, mode: int, flags: int, ctx: Any) -> Any:
-        return await self._refuse("create")
-
-    @_errno_boundary
-    async def mkdir(self, parent_inode: int, name: bytes, mode: int, ctx: Any) -> Any:
-        return await self._refuse("mkdir")
-
-    @_errno_boundary
-    async def mknod(self, parent_inode: int, name: bytes, mode: int, rdev: int, ctx: Any) -> Any:
-        return await self._refuse("mknod")
-
-    @_errno_boundary
-    async def unlink(self, parent_inode: int, name: bytes, ctx: Any) -> None:
-        await self._refuse("unlink")
-
-    @_errno_boundary
-    async def rmdir(self, parent_inode: int, name: bytes, ctx: Any) -> None:
-        await self._refuse("rmdir")
-
-    @_errno_boundary
-    async def rename(
-        self, p_old: int, n_old: bytes, p_new: int, n_new: bytes, flags: int, ctx: Any
-    ) -> None:
-        await self.vfs.rename(p_old, os.fsdecode(n_old), p_new, os.fsdecode(n_new))
-
-    @_errno_boundary
-    async def setattr(self, inode: int, attr: Any, fields: Any, fh: Any, ctx: Any) -> Any:
-        return await self._refuse("setattr")
-
-    @_errno_boundary
-    async def symlink(self, parent_inode: int, name: bytes, target: bytes, ctx: Any) -> Any:
-        return await self._refuse("symlink")
-
-    @_errno_boundary
-    async def link(self, inode: int, new_parent_inode: int, new_name: bytes, ctx: Any) -> Any:
-        return await self._refuse("link")
+    async def create(
+        self, parent_inode: int, name: bytes, mode: int, flags: int, ctx: pyfuse3.RequestContext
+    ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
+        fh, inode = await self.vfs.create(parent_inode, os.fsdecode(name), flags)
+        return pyfuse3.FileInfo(fh=pyfuse3.FileHandleT(fh)), self._entry(inode)
 
     @_errno_boundary
     async def write(self, fh: int, off: int, buf: bytes) -> int:
-        return int(await self._refuse("write"))
+        return await self.vfs.write(fh, off, buf)
+
+    @_errno_boundary
+    async def flush(self, fh: int) -> None:
+        await self.vfs.flush(fh)
+
+    @_errno_boundary
+    async def fsync(self, fh: int, datasync: bool) -> None:
+        await self.vfs.fsync(fh)
+
+    @_errno_boundary
+    async def setattr(
+        self,
+        inode: int,
+        attr: pyfuse3.EntryAttributes,
+        fields: pyfuse3.SetattrFields,
+        fh: int | None,
+        ctx: pyfuse3.RequestContext,
+    ) -> pyfuse3.EntryAttributes:
+        size = attr.st_size if fields.update_size else None
+        return self._entry(await self.vfs.setattr(inode, size))
+
+    @_errno_boundary
+    async def unlink(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
+        await self.vfs.unlink(parent_inode, os.fsdecode(name))
+
+    @_errno_boundary
+    async def mkdir(
+        self, parent_inode: int, name: bytes, mode: int, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.EntryAttributes:
+        return self._entry(await self.vfs.mkdir(parent_inode, os.fsdecode(name)))
+
+    @_errno_boundary
+    async def rmdir(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
+        await self.vfs.rmdir(parent_inode, os.fsdecode(name))
+
+    @_errno_boundary
+    async def rename(
+        self,
+        parent_inode_old: int,
+        name_old: bytes,
+        parent_inode_new: int,
+        name_new: bytes,
+        flags: int,
+        ctx: pyfuse3.RequestContext,
+    ) -> None:
+        await self.vfs.rename(
+            parent_inode_old,
+            os.fsdecode(name_old),
+            parent_inode_new,
+            os.fsdecode(name_new),
+            flags,
+        )
+
+    # Special files and links have no place in an object store.
+
+    @_errno_boundary
+    async def mknod(self, parent_inode: int, name: bytes, mode: int, rdev: int, ctx: Any) -> Any:
+        raise Unsupported("mknod: only regular files and directories can be stored")
+
+    @_errno_boundary
+    async def symlink(self, parent_inode: int, name: bytes, target: bytes, ctx: Any) -> Any:
+        raise Unsupported("symlink: links cannot be stored")
+
+    @_errno_boundary
+    async def link(self, inode: int, new_parent_inode: int, new_name: bytes, ctx: Any) -> Any:
+        raise Unsupported("link: links cannot be stored")
 
 
 def serve(ops: PffsOperations, mountpoint: str, on_ready: Callable[[], None] | None = None) -> None:
@@ -236,7 +269,7 @@ async def _serve_until_done(ops: PffsOperations, on_ready: Callable[[], None] | 
         await pyfuse3.main(min_tasks=4, max_tasks=ops.config.fuse.max_tasks)
         log.info("file system unmounted, exiting")
         with trio.move_on_after(30):  # blocks already fetched are worth keeping on disk
-            await ops.vfs.flush()
+            await ops.vfs.drain()
         nursery.cancel_scope.cancel()
 
 

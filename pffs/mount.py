@@ -25,7 +25,7 @@ from pffs.errors import MountFailed, PffsError, UsageError
 from pffs.fuse_ops import PffsOperations, serve
 from pffs.mountpoint import prepare_mountpoint
 from pffs.mounttable import Mounted, MountTable
-from pffs.vfs import Vfs
+from pffs.writes import WritableVfs
 
 log = logging.getLogger("pffs.mount")
 READY_FD_ENV = "PFFS_READY_FD"
@@ -54,7 +54,7 @@ def serve_here(config: MountConfig, on_ready: Callable[[], None] | None = None) 
     os.umask(0o077)
     tune_malloc()
     cache = open_cache(config.cache)
-    vfs = Vfs(table, config.meta, config.fuse, cache)
+    vfs = WritableVfs(table, config.meta, config.fuse, cache, staging_dir=staging_dir(config))
     for mounted in table.mounted:
         log.info("mounting %s at %s/%s", mounted.backend.source_id, mountpoint, mounted.path)
     record = register_mount(mountpoint, config)
@@ -104,6 +104,12 @@ def tune_malloc() -> None:
         libc.mallopt(M_ARENA_MAX, 2)
     except (OSError, AttributeError):
         pass
+
+
+def staging_dir(config: MountConfig) -> str:
+    """Where written data waits for upload: beside the disk cache, else in the state dir."""
+    base = config.cache.disk_dir or state_dir()
+    return os.path.join(base, "staging")
 
 
 def state_dir() -> str:

@@ -27,7 +27,6 @@ from pffs.cache.prefetch import Readahead
 from pffs.config import CacheConfig, FuseConfig, MetaConfig
 from pffs.errors import (
     Corrupted,
-    CrossDevice,
     IsADirectory,
     NotADirectory,
     NotFound,
@@ -35,11 +34,13 @@ from pffs.errors import (
     Unsupported,
 )
 from pffs.mounttable import Mounted, MountTable
+from pffs.staging import Staged, read_at
 
 T = TypeVar("T")
 log = logging.getLogger("pffs.vfs")
 
 ROOT_INODE = 1
+WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND
 # Entries pulled from a backend listing per worker-thread hop: large enough that thread
 # switches cost nothing next to the listing, small enough that `ls` starts printing at once.
 LIST_CHUNK = 1000
@@ -101,6 +102,8 @@ class FileHandle:
     readahead: Readahead
     mounted: Mounted
     path_in_source: str
+    # Set while the file is open for writing anywhere: reads then come from the staging file.
+    staged: Staged | None = None
 
 
 @dataclass(eq=False)
@@ -143,6 +146,8 @@ class Vfs:
         self.handles: dict[int, FileHandle | DirHandle] = {}
         self._next_fh = itertools.count(1)
         self._local_limiter = trio.CapacityLimiter(4)
+        # Files open for writing, by inode number (see pffs.staging and pffs.writes).
+        self.staged: dict[int, Staged] = {}
 
     # --- plumbing ----------------------------------------------------------------------------
 
@@ -151,7 +156,7 @@ class Vfs:
         self._nursery = nursery
         self.cache.attach(nursery)
 
-    async def flush(self) -> None:
+    async def drain(self) -> None:
         """Finish background work (disk cache writes) before shutting down."""
         await self.cache.flush()
 
@@ -247,6 +252,9 @@ class Vfs:
             parent_path = parent.path.rpartition("/")[0]
             return self.inode(self.ino_by_path[parent_path])
         path = join(parent.path, name)
+        known = self.ino_by_path.get(path)
+        if known in self.staged:  # being written: not in the store (or its listing) yet
+            return self.inodes[known]
 
         listing = self._fresh_listing(parent.path)
         if listing is not None:
@@ -309,7 +317,7 @@ class Vfs:
         as open does so that a file overwritten at the source is seen after the TTL.
         """
         inode = self.inode(ino)
-        if inode.expires > self._now() or ino == ROOT_INODE:
+        if inode.expires > self._now() or ino == ROOT_INODE or ino in self.staged:
             return inode
         parent_path, _, name = inode.path.rpartition("/")
         listing = None if ask_store else self._fresh_listing(parent_path)
@@ -324,7 +332,7 @@ class Vfs:
         if inode is None or ino == ROOT_INODE:
             return
         inode.lookups = max(0, inode.lookups - count)
-        if inode.lookups == 0:
+        if inode.lookups == 0 and ino not in self.staged:
             # Open handles keep their own reference to the Inode object; ino_by_path keeps the
             # number so a later lookup of the same path gets the same inode number.
             del self.inodes[ino]
@@ -403,8 +411,11 @@ class Vfs:
         keep_cache tells the kernel it may keep pages from an earlier open: true only when the
         object's version is the one those pages came from.
         """
-        if flags & (os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND):
-            raise self.write_refused("open for writing")
+        if flags & WRITE_FLAGS:
+            raise self.write_refused("open for writing", self.inode(ino).path)
+        staged = self.staged.get(ino)
+        if staged is not None:
+            return self._open_staged(self.inodes[ino], staged), False
         inode = await self.getattr(ino, ask_store=True)
         if inode.is_dir:
             raise IsADirectory(f"{inode.path} is a directory")
@@ -423,6 +434,10 @@ class Vfs:
         handle = self.handles.get(fh)
         if not isinstance(handle, FileHandle):
             raise NotFound(f"file handle {fh} is not open")
+        if handle.staged is not None:
+            staged = handle.staged
+            await self.before_staged_read(staged)
+            return await trio.to_thread.run_sync(read_at, staged, offset, size)
         if offset >= handle.size or size <= 0:
             return b""
         end = min(offset + size, handle.size)
@@ -471,19 +486,20 @@ class Vfs:
             )
         return data
 
-    def release(self, fh: int) -> None:
-        self.handles.pop(fh, None)
+    def _open_staged(self, inode: Inode, staged: Staged) -> int:
+        """A handle on a file being written: its reads and writes go to the staging file."""
+        fh = next(self._next_fh)
+        readahead = Readahead(self.block_size, 0, 0)
+        handle = FileHandle(inode, "", 0, readahead, staged.mounted, staged.path_in_source, staged)
+        self.handles[fh] = handle
+        staged.handles += 1
+        return fh
 
-    async def rename(self, old_parent: int, old_name: str, new_parent: int, new_name: str) -> None:
-        """Rename within one source; across two, EXDEV tells tools like mv to copy instead."""
-        old_path = join(self.inode(old_parent).path, old_name)
-        new_path = join(self.inode(new_parent).path, new_name)
-        old_route, new_route = self.table.route(old_path), self.table.route(new_path)
-        if old_route is None or new_route is None:
-            raise self.write_refused("rename", old_path if old_route is None else new_path)
-        if old_route[0] is not new_route[0]:
-            raise CrossDevice(f"rename /{old_path} -> /{new_path}: they are in different sources")
-        raise self.write_refused("rename", old_path)
+    async def before_staged_read(self, staged: Staged) -> None:
+        """Hook for the write side: make sure a staging file holds the object's bytes."""
+
+    async def release(self, fh: int) -> None:
+        self.handles.pop(fh, None)
 
     def is_read_only(self, path: str) -> bool:
         """Whether writes under tree path `path` are refused (the mount's or its entry's flag)."""

@@ -19,9 +19,6 @@ from tests.conftest import requires_fuse
 
 pytestmark = [requires_fuse, pytest.mark.mount, pytest.mark.slow]
 
-# Writes through pffs arrive with the writes issue; until then the bench reports them refused.
-NOT_YET = {("pffs", "write_mbs")}
-
 
 @pytest.mark.skipif(shutil.which("fio") is None, reason="fio is missing (apt-get install fio)")
 def test_quick_bench_produces_every_figure(tmp_path: Path) -> None:
@@ -47,15 +44,7 @@ def test_quick_bench_produces_every_figure(tmp_path: Path) -> None:
             figures = server["medians"][system]
             for metric in METRICS:
                 value = figures.get(metric.key)
-                if (system, metric.key) in NOT_YET:
-                    assert isinstance(value, str) and "not supported" in value.lower()
-                else:
-                    assert isinstance(value, int | float), (
-                        server["name"],
-                        system,
-                        metric.key,
-                        value,
-                    )
+                assert isinstance(value, int | float), (server["name"], system, metric.key, value)
     for run in payload["runs"]:
         assert run["results"]["verified"] == "yes", run
     assert len(list(run_dir.glob("*.png"))) == 2

@@ -97,14 +97,14 @@ async def read_file(vfs: Vfs, name: str, reads: list[tuple[int, int]]) -> list[b
     try:
         return [bytes(await vfs.read(fh, offset, size)) for offset, size in reads]
     finally:
-        vfs.release(fh)
+        await vfs.release(fh)
 
 
 async def with_nursery(vfs: Vfs, name: str, reads: list[tuple[int, int]]) -> list[bytes]:
     async with trio.open_nursery() as nursery:
         vfs.attach(nursery)
         result = await read_file(vfs, name, reads)
-        await vfs.flush()
+        await vfs.drain()
         nursery.cancel_scope.cancel()
     return result
 

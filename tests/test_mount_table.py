@@ -19,6 +19,7 @@ from pffs.errors import CrossDevice, NotFound, ReadOnly, UsageError
 from pffs.mounttable import Mounted, MountTable
 from pffs.tablefile import parse_table
 from pffs.vfs import Vfs
+from pffs.writes import WritableVfs
 from tests.conftest import mounted, requires_fuse, run_pffs
 
 DEFAULTS = SourceConfig(url="")
@@ -112,7 +113,7 @@ def _tree(tmp_path: Path) -> tuple[Path, Path, Path]:
     return local, arrow, nested
 
 
-def _vfs(tmp_path: Path, cache: BlockCache | None = None) -> Vfs:
+def _vfs(tmp_path: Path, cache: BlockCache | None = None) -> WritableVfs:
     local, arrow, nested = _tree(tmp_path)
 
     def backend(url: str) -> Any:
@@ -126,7 +127,8 @@ def _vfs(tmp_path: Path, cache: BlockCache | None = None) -> Vfs:
         ]
     )
     meta = MetaConfig(attr_ttl=60, entry_ttl=60, dir_ttl=60, negative_ttl=60)
-    return Vfs(table, meta, FuseConfig(mountpoint="/unused"), cache)
+    fuse = FuseConfig(mountpoint="/unused")
+    return WritableVfs(table, meta, fuse, cache, staging_dir=str(tmp_path / "staging"))
 
 
 async def _walk(vfs: Vfs, path: str) -> int:
@@ -147,7 +149,7 @@ async def _names(vfs: Vfs, path: str) -> list[str]:
 async def _read(vfs: Vfs, path: str) -> bytes:
     fh, _ = await vfs.open(await _walk(vfs, path), os.O_RDONLY)
     data = bytes(await vfs.read(fh, 0, 1 << 20))
-    vfs.release(fh)
+    await vfs.release(fh)
     return data
 
 
@@ -196,7 +198,7 @@ def test_memory_only_entry_never_reaches_the_disk_tier(tmp_path: Path) -> None:
             vfs.attach(nursery)
             assert await _read(vfs, "data/arrow/d/deeper/n.txt") == b"nested n"
             assert await _read(vfs, "x.txt") == b"local x"
-            await vfs.flush()
+            await vfs.drain()
             nursery.cancel_scope.cancel()
 
     trio.run(main)

@@ -207,7 +207,7 @@ def test_reads_any_offset_and_size(tree: Path) -> None:
             (0, 10**6),
         ]:
             assert await vfs.read(fh, offset, size) == data[offset : offset + size]
-        vfs.release(fh)
+        await vfs.release(fh)
 
     run(main)
 
@@ -228,7 +228,7 @@ def test_keep_cache_only_for_an_unchanged_object(tree: Path) -> None:
         with pytest.raises(Changed):
             await vfs.read(fh1, 0, 100)
         for fh in (fh1, fh2, fh3):
-            vfs.release(fh)
+            await vfs.release(fh)
 
     run(main)
 

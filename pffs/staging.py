@@ -1,0 +1,218 @@
+"""Staged writes: the local files written data lands in, and their uploads to the store.
+
+Object stores cannot change part of an object, so a file open for writing is a local file (the
+"staging file", under the cache directory) until it is committed: on close and on fsync its
+whole content is uploaded, and only then does close or fsync return. A failed upload returns
+its error and leaves the staging file where it is (logged with its path), so nothing a writer
+was told is written can be lost. Each staging file has a small manifest beside it naming its
+source and path, so a restarted pffs can upload or report what a crash left behind.
+
+Large files go up in parts (S3 multipart), several at a time, each part one call under the
+backend's limiter so uploads share the store fairly with reads.
+
+Threading rule as in the cache: worker threads only move bytes (pread/pwrite on the staging
+file descriptor, the store calls); the Staged records are touched only from trio tasks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import trio
+
+from pffs.backends.base import ObjectInfo
+from pffs.errors import NoSpace, PffsError
+from pffs.mounttable import Mounted
+
+T = TypeVar("T")
+log = logging.getLogger("pffs.staging")
+
+# S3 parts: at least 5 MiB but the last (S3's rule), at most 10,000 of them.
+PART_SIZE = 8 << 20
+MAX_PARTS = 10_000
+# Objects up to this size go up in one PUT: below it, parts only add requests.
+MULTIPART_THRESHOLD = 16 << 20
+# Parts of one file in flight at once; the backend's limiter bounds all calls together.
+PARTS_IN_FLIGHT = 4
+# Bytes per store read when an existing object is fetched into a staging file.
+FETCH_CHUNK = 8 << 20
+
+Run = Callable[..., Awaitable[Any]]
+
+
+@dataclass(eq=False)
+class Staged:
+    """One file's local copy while it is open for writing (shared by all its write handles)."""
+
+    mounted: Mounted
+    path_in_source: str
+    file: str
+    fd: int
+    size: int = 0
+    # Changed since the last successful upload (a new, empty file counts as changed).
+    dirty: bool = True
+    handles: int = 0
+    # Unlinked while open: its data must not reappear in the store at close.
+    unlinked: bool = False
+    lock: trio.Lock = field(default_factory=trio.Lock)
+
+    @property
+    def where(self) -> str:
+        return f"{self.mounted.backend.source_id}/{self.path_in_source}"
+
+
+class StagingArea:
+    """The directory of staging files (0700; files 0600: they hold the user's data)."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        os.chmod(directory, 0o700)
+
+    def create(self, mounted: Mounted, path_in_source: str) -> Staged:
+        """A new, empty staging file for `path_in_source` (blocking: run in a thread)."""
+        try:
+            fd, file = tempfile.mkstemp(dir=self.directory, prefix="w-", suffix=".data")
+            manifest = {
+                "source": mounted.backend.source_id,
+                "path": path_in_source,
+                "created": time.time(),
+                "pid": os.getpid(),
+            }
+            with open(_manifest(file), "w", encoding="utf-8") as f:
+                json.dump(manifest, f)
+        except OSError as exc:
+            raise _staging_error(exc, self.directory) from None
+        return Staged(mounted, path_in_source, file, fd)
+
+    @staticmethod
+    def discard(staged: Staged) -> None:
+        """Close and remove a staging file whose data is in the store (or was unlinked)."""
+        _close(staged)
+        for path in (staged.file, _manifest(staged.file)):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+
+    @staticmethod
+    def keep(staged: Staged) -> None:
+        """Close a staging file that could not be uploaded, leaving it for recovery."""
+        _close(staged)
+        log.error("%s: not uploaded; its data is kept in %s", staged.where, staged.file)
+
+
+def _manifest(file: str) -> str:
+    return file.removesuffix(".data") + ".json"
+
+
+def _close(staged: Staged) -> None:
+    if staged.fd >= 0:
+        os.close(staged.fd)
+        staged.fd = -1
+
+
+def _staging_error(exc: OSError, where: str) -> PffsError:
+    if exc.errno == 28:  # ENOSPC: the writer is told; readers never see it
+        return NoSpace(f"staging area {where} is full")
+    return PffsError(f"staging area {where}: {exc.strerror or exc}")
+
+
+def write_at(staged: Staged, offset: int, data: bytes) -> int:
+    """pwrite into the staging file (blocking)."""
+    try:
+        view = memoryview(data)
+        written = 0
+        while written < len(view):
+            written += os.pwrite(staged.fd, view[written:], offset + written)
+        return written
+    except OSError as exc:
+        raise _staging_error(exc, staged.file) from None
+
+
+def read_at(staged: Staged, offset: int, length: int) -> bytes:
+    return os.pread(staged.fd, length, offset)
+
+
+def truncate(staged: Staged, size: int) -> None:
+    try:
+        os.ftruncate(staged.fd, size)
+    except OSError as exc:
+        raise _staging_error(exc, staged.file) from None
+
+
+async def fill_from_store(staged: Staged, size: int, version: str, run: Run) -> None:
+    """Copy the object's current bytes into the staging file (to overwrite part of it)."""
+    mounted = staged.mounted
+    for start in range(0, size, FETCH_CHUNK):
+        length = min(FETCH_CHUNK, size - start)
+        data = await run(
+            mounted.limiter,
+            mounted.backend.read_range,
+            staged.path_in_source,
+            start,
+            length,
+            version,
+        )
+        await trio.to_thread.run_sync(write_at, staged, start, data)
+    staged.size = size
+
+
+async def upload(staged: Staged, run: Run) -> ObjectInfo:
+    """Put the staging file's content in the store; returns what the store now holds."""
+    mounted = staged.mounted
+    backend: Any = mounted.backend
+    path = staged.path_in_source
+    if not getattr(backend, "multipart", False) or staged.size <= MULTIPART_THRESHOLD:
+        info: ObjectInfo = await run(mounted.limiter, backend.put, path, staged.file)
+        return info
+    part_size = max(PART_SIZE, -(-staged.size // MAX_PARTS))
+    count = -(-staged.size // part_size)
+    upload_id: str = await run(mounted.limiter, backend.begin_upload, path)
+    etags: list[str] = [""] * count
+    slots = trio.Semaphore(PARTS_IN_FLIGHT)
+
+    async def send(index: int) -> None:
+        async with slots:
+            offset = index * part_size
+            length = min(part_size, staged.size - offset)
+            etags[index] = await run(
+                mounted.limiter,
+                backend.upload_part,
+                path,
+                upload_id,
+                index + 1,
+                staged.file,
+                offset,
+                length,
+            )
+
+    try:
+        async with trio.open_nursery() as nursery:
+            for index in range(count):
+                nursery.start_soon(send, index)
+        info = await run(
+            mounted.limiter, backend.finish_upload, path, upload_id, etags, staged.size
+        )
+    except BaseException as failure:
+        with trio.CancelScope(shield=True):
+            try:
+                await run(mounted.limiter, backend.abort_upload, path, upload_id)
+            except PffsError as exc:  # the store expires abandoned uploads by its own rules
+                log.warning("%s: could not abort upload %s: %s", staged.where, upload_id, exc)
+        raise _first_error(failure) from None
+    return info
+
+
+def _first_error(exc: BaseException) -> BaseException:
+    """The part failure inside a nursery's exception group, so callers see a pffs error."""
+    while isinstance(exc, BaseExceptionGroup):
+        inner = [e for e in exc.exceptions if not isinstance(e, trio.Cancelled)]
+        exc = (inner or list(exc.exceptions))[0]
+    return exc

@@ -1,0 +1,405 @@
+"""The write side of the VFS: create, write, flush/fsync, truncate, unlink, mkdir, rmdir, rename.
+
+Data goes to a staging file (pffs.staging) and reaches the store on close (flush) and fsync,
+which return only once it is there, or with the upload's error. After a commit the tree shows
+the new object at once: its inode takes what the store returned, the parent's cached listing is
+dropped, and the block cache cannot serve old blocks because its keys carry the version.
+
+Opening an existing object for writing without O_TRUNC copies it into the staging file first
+(lazily: a truncate to zero before any write skips the copy), so overwrites, appends and random
+writes work on any store, at the cost of reading the object once.
+
+Directories: mkdir makes a marker ("dir/" on S3), rmdir refuses non-empty directories
+(ENOTEMPTY), rename moves files, and directories where the store can (on S3 by copying then
+deleting every object under the prefix: not atomic, and as slow as the copies). Renames between
+two sources answer EXDEV so tools copy instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+import logging
+import os
+import time
+from typing import Any
+
+import trio
+
+from pffs.backends.base import ObjectInfo, WritableBackend, is_valid_name, join
+from pffs.errors import (
+    Busy,
+    CrossDevice,
+    Exists,
+    IsADirectory,
+    NotADirectory,
+    NotEmpty,
+    NotFound,
+    PffsError,
+    Unsupported,
+    UsageError,
+)
+from pffs.mounttable import Mounted
+from pffs.staging import (
+    Staged,
+    StagingArea,
+    fill_from_store,
+    truncate,
+    upload,
+    write_at,
+)
+from pffs.vfs import WRITE_FLAGS, FileHandle, Inode, Vfs
+
+log = logging.getLogger("pffs.writes")
+RENAME_NOREPLACE, RENAME_EXCHANGE = 1, 2  # from linux/fs.h
+# Staging file operations at once (pwrite/pread/ftruncate in worker threads).
+STAGING_THREADS = 8
+
+
+@dataclasses.dataclass(eq=False)
+class _PendingFill:
+    """An existing object's bytes not yet copied into its staging file."""
+
+    size: int
+    version: str
+
+
+class WritableVfs(Vfs):
+    """The VFS with writes. `staging_dir` holds staged data (under the cache directory)."""
+
+    def __init__(self, *args: Any, staging_dir: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.staging = StagingArea(staging_dir)
+        self._staging_limiter = trio.CapacityLimiter(STAGING_THREADS)
+        self._pending_fill: dict[int, _PendingFill] = {}  # by id(staged)
+
+    # --- helpers -----------------------------------------------------------------------------
+
+    def _writable(self, path: str, what: str) -> tuple[Mounted, str]:
+        """The source and path for a write at `path`, or EROFS / ENOTSUP."""
+        if self.is_read_only(path):
+            raise self.write_refused(what, path)
+        mounted, inside = self._route(path)
+        if not isinstance(mounted.backend, WritableBackend):
+            raise Unsupported(f"{what}: {mounted.backend.source_id} does not take writes")
+        if not inside:
+            raise Busy(f"{what}: /{path} is the root of a source")
+        return mounted, inside
+
+    def _changed(self, path: str) -> None:
+        """Forget what was cached about `path`'s directory after `path` changed."""
+        self.listings.pop(path.rpartition("/")[0], None)
+        self.negative.pop(path, None)
+
+    def _gone(self, path: str) -> None:
+        """`path` no longer exists: a later lookup starts afresh (with a new inode number)."""
+        self._changed(path)
+        self.listings.pop(path, None)
+        ino = self.ino_by_path.pop(path, None)
+        inode = self.inodes.get(ino) if ino is not None else None
+        if inode is not None:
+            inode.expires = 0.0
+        self.negative[path] = self._now() + self.meta.negative_ttl
+
+    def _staging_call(self, fn: Any, *args: Any) -> Any:
+        return trio.to_thread.run_sync(fn, *args, limiter=self._staging_limiter)
+
+    async def _stage(self, inode: Inode, fill: bool) -> Staged:
+        mounted, inside = self._writable(inode.path, "write")
+        staged: Staged = await self._staging_call(self.staging.create, mounted, inside)
+        if fill and inode.info.size > 0:
+            self._pending_fill[id(staged)] = _PendingFill(inode.info.size, inode.info.version)
+            staged.dirty = False
+        self.staged[inode.ino] = staged
+        return staged
+
+    async def before_staged_read(self, staged: Staged) -> None:
+        await self._fill(staged)
+
+    async def _fill(self, staged: Staged) -> None:
+        """Copy the object into its staging file before its bytes are read or changed."""
+        pending = self._pending_fill.get(id(staged))
+        if pending is None:
+            return
+        async with staged.lock:
+            if self._pending_fill.pop(id(staged), None) is None:
+                return  # another task filled it while this one waited
+            try:
+                await fill_from_store(staged, pending.size, pending.version, self._run)
+            except BaseException:
+                self._pending_fill[id(staged)] = pending
+                raise
+
+    def _touch(self, inode: Inode, staged: Staged) -> None:
+        """The inode shows the staged size and a current mtime."""
+        inode.info = dataclasses.replace(inode.info, size=staged.size, mtime=time.time())
+
+    def _file_handle(self, fh: int) -> FileHandle:
+        handle = self.handles.get(fh)
+        if not isinstance(handle, FileHandle):
+            raise NotFound(f"file handle {fh} is not open")
+        return handle
+
+    # --- files -------------------------------------------------------------------------------
+
+    async def create(self, parent_ino: int, name: str, flags: int) -> tuple[int, Inode]:
+        """A new, empty file, open for writing; it reaches the store at its first close."""
+        parent = self.inode(parent_ino)
+        if not parent.is_dir:
+            raise NotADirectory(f"{parent.path} is not a directory")
+        if not is_valid_name(name):
+            raise UsageError(f"{name!r} is not a valid file name")
+        path = join(parent.path, name)
+        info = ObjectInfo(name, 0, time.time(), None, is_dir=False)
+        self._writable(path, "create")
+        inode = self._remember(path, info)
+        staged = await self._stage(inode, fill=False)
+        inode.lookups += 1  # create counts as a lookup for the kernel
+        inode.kernel_version = None
+        self._changed(path)
+        return self._open_staged(inode, staged), inode
+
+    async def open(self, ino: int, flags: int) -> tuple[int, bool]:
+        if not flags & WRITE_FLAGS:
+            return await super().open(ino, flags)
+        staged = self.staged.get(ino)
+        if staged is None:
+            inode = await self.getattr(ino, ask_store=True)
+            if inode.is_dir:
+                raise IsADirectory(f"{inode.path} is a directory")
+            staged = await self._stage(inode, fill=not flags & os.O_TRUNC)
+        inode = self.inodes[ino]
+        inode.kernel_version = None  # the kernel's pages may not match the store after this
+        fh = self._open_staged(inode, staged)
+        if flags & os.O_TRUNC:
+            await self._truncate(inode, staged, 0)
+        return fh, False
+
+    async def write(self, fh: int, offset: int, data: bytes) -> int:
+        handle = self._file_handle(fh)
+        staged = handle.staged
+        if staged is None:
+            raise PffsError(f"{handle.inode.path} is not open for writing")
+        await self._fill(staged)
+        written: int = await self._staging_call(write_at, staged, offset, data)
+        staged.size = max(staged.size, offset + written)
+        staged.dirty = True
+        self._touch(handle.inode, staged)
+        return written
+
+    async def flush(self, fh: int) -> None:
+        """close(): upload what changed; the error, if any, is close's."""
+        handle = self._file_handle(fh)
+        if handle.staged is not None:
+            await self._commit(handle.inode, handle.staged)
+
+    async def fsync(self, fh: int) -> None:
+        await self.flush(fh)
+
+    async def release(self, fh: int) -> None:
+        handle = self.handles.pop(fh, None)
+        if not isinstance(handle, FileHandle) or handle.staged is None:
+            return
+        staged = handle.staged
+        staged.handles -= 1
+        if staged.handles > 0:
+            return
+        inode = handle.inode
+        # Normally a no-op (close's flush uploaded it); a failure was logged and the data is kept.
+        with contextlib.suppress(PffsError):
+            await self._commit(inode, staged)
+        if self.staged.get(inode.ino) is staged:
+            del self.staged[inode.ino]
+        self._pending_fill.pop(id(staged), None)
+        if staged.dirty and not staged.unlinked:
+            await self._staging_call(StagingArea.keep, staged)
+        else:
+            await self._staging_call(StagingArea.discard, staged)
+        if inode.lookups == 0 and self.inodes.get(inode.ino) is inode:
+            del self.inodes[inode.ino]
+
+    async def _commit(self, inode: Inode, staged: Staged) -> None:
+        await self._fill(staged)
+        async with staged.lock:
+            if not staged.dirty or staged.unlinked:
+                return
+            try:
+                info = await upload(staged, self._run)
+            except PffsError as exc:
+                log.error(
+                    "upload of %s failed (%s); data kept in %s", staged.where, exc, staged.file
+                )
+                raise
+            staged.dirty = False
+        path = inode.path
+        inode.info = dataclasses.replace(info, name=path.rpartition("/")[2])
+        inode.expires = self._now() + self.meta.attr_ttl
+        self._changed(path)
+
+    async def setattr(self, ino: int, size: int | None) -> Inode:
+        """Truncate (or extend) to `size`; modes, owners and times are not kept by the stores."""
+        inode = self.inode(ino)
+        if size is None:
+            return await self.getattr(ino)
+        if inode.is_dir:
+            raise IsADirectory(f"{inode.path} is a directory")
+        staged = self.staged.get(ino)
+        if staged is not None:
+            await self._truncate(inode, staged, size)
+            return inode
+        # `truncate -s` without an open file: stage, change, upload, done.
+        await self.getattr(ino, ask_store=True)
+        staged = await self._stage(inode, fill=True)
+        staged.handles += 1
+        try:
+            await self._truncate(inode, staged, size)
+            await self._commit(inode, staged)
+        finally:
+            staged.handles -= 1
+            del self.staged[ino]
+            self._pending_fill.pop(id(staged), None)
+            if staged.dirty:
+                await self._staging_call(StagingArea.keep, staged)
+            else:
+                await self._staging_call(StagingArea.discard, staged)
+        return inode
+
+    async def _truncate(self, inode: Inode, staged: Staged, size: int) -> None:
+        if size == 0:
+            self._pending_fill.pop(id(staged), None)  # nothing of the old bytes is needed
+        else:
+            await self._fill(staged)
+        await self._staging_call(truncate, staged, size)
+        staged.size = size
+        staged.dirty = True
+        self._touch(inode, staged)
+
+    # --- names -------------------------------------------------------------------------------
+
+    async def unlink(self, parent_ino: int, name: str) -> None:
+        path = join(self.inode(parent_ino).path, name)
+        mounted, inside = self._writable(path, "unlink")
+        if self.table.leads_to_mount(path):
+            raise Busy(f"/{path} leads to a mount table entry")
+        inode = await self._resolve(parent_ino, name)
+        if inode.is_dir:
+            raise IsADirectory(f"/{path} is a directory")
+        staged = self.staged.get(inode.ino)
+        if staged is not None:
+            staged.unlinked = True  # its data must not come back at close
+            self._pending_fill.pop(id(staged), None)
+            del self.staged[inode.ino]
+        try:
+            await self._run(mounted.limiter, mounted.backend.delete, inside)
+        except NotFound:
+            if staged is None:
+                raise
+        self._gone(path)
+
+    async def mkdir(self, parent_ino: int, name: str) -> Inode:
+        parent = self.inode(parent_ino)
+        if not is_valid_name(name):
+            raise UsageError(f"{name!r} is not a valid directory name")
+        path = join(parent.path, name)
+        mounted, inside = self._writable(path, "mkdir")
+        try:
+            await self._resolve(parent_ino, name)
+        except NotFound:
+            pass
+        else:
+            raise Exists(f"/{path} already exists")
+        backend: Any = mounted.backend
+        info = await self._run(mounted.limiter, backend.make_dir, inside)
+        inode = self._remember(path, dataclasses.replace(info, name=name))
+        inode.lookups += 1
+        self._changed(path)
+        return inode
+
+    async def rmdir(self, parent_ino: int, name: str) -> None:
+        path = join(self.inode(parent_ino).path, name)
+        if self.table.leads_to_mount(path):
+            raise Busy(f"/{path} is or leads to a mount table entry")
+        mounted, inside = self._writable(path, "rmdir")
+        inode = await self._resolve(parent_ino, name)
+        if not inode.is_dir:
+            raise NotADirectory(f"/{path} is not a directory")
+        await self._require_empty(mounted, inside, path)
+        backend: Any = mounted.backend
+        await self._run(mounted.limiter, backend.remove_dir, inside)
+        self._gone(path)
+
+    async def _require_empty(self, mounted: Mounted, inside: str, path: str) -> None:
+        def first_entry() -> list[ObjectInfo]:
+            return list(itertools.islice(mounted.backend.list(inside), 1))
+
+        if await self._run(mounted.limiter, first_entry):
+            raise NotEmpty(f"/{path} is not empty")
+
+    async def rename(
+        self, old_parent: int, old_name: str, new_parent: int, new_name: str, flags: int = 0
+    ) -> None:
+        """Rename within one source; across two, EXDEV tells tools like mv to copy instead."""
+        old_path = join(self.inode(old_parent).path, old_name)
+        new_path = join(self.inode(new_parent).path, new_name)
+        if flags & RENAME_EXCHANGE:
+            raise Unsupported("rename: exchanging two names is not supported")
+        old_route, new_route = self.table.route(old_path), self.table.route(new_path)
+        if old_route and new_route and old_route[0] is not new_route[0]:
+            raise CrossDevice(f"rename /{old_path} -> /{new_path}: they are in different sources")
+        mounted, old_inside = self._writable(old_path, "rename")
+        _, new_inside = self._writable(new_path, "rename")
+        if self.table.leads_to_mount(old_path) or self.table.leads_to_mount(new_path):
+            raise Busy(f"rename /{old_path} -> /{new_path}: a mount table entry is in the way")
+        if not is_valid_name(new_name):
+            raise UsageError(f"{new_name!r} is not a valid name")
+        source = await self._resolve(old_parent, old_name)
+        await self._check_target(source, new_parent, new_name, new_path, flags)
+        staged = self.staged.get(source.ino)
+        if staged is not None:
+            await self._commit(source, staged)  # the store must hold what is renamed
+        backend: Any = mounted.backend
+        await self._run(mounted.limiter, backend.rename, old_inside, new_inside)
+        self._moved(old_path, new_path, new_inside)
+
+    async def _check_target(
+        self, source: Inode, new_parent: int, new_name: str, new_path: str, flags: int
+    ) -> None:
+        try:
+            target = await self._resolve(new_parent, new_name)
+        except NotFound:
+            return
+        if flags & RENAME_NOREPLACE:
+            raise Exists(f"/{new_path} exists")
+        if target.is_dir and not source.is_dir:
+            raise IsADirectory(f"/{new_path} is a directory")
+        if source.is_dir and not target.is_dir:
+            raise NotADirectory(f"/{new_path} is not a directory")
+        if target.is_dir:
+            mounted, inside = self._route(new_path)
+            await self._require_empty(mounted, inside, new_path)
+
+    def _moved(self, old_path: str, new_path: str, new_inside: str) -> None:
+        """Carry inode numbers, staged files and caches from `old_path` over to `new_path`."""
+        self._gone(new_path)
+        self.negative.pop(new_path, None)
+        self._changed(old_path)
+        moved = [
+            path for path in self.ino_by_path if path == old_path or path.startswith(old_path + "/")
+        ]
+        for path in moved:
+            ino = self.ino_by_path.pop(path)
+            renamed = new_path + path[len(old_path) :]
+            self.ino_by_path[renamed] = ino
+            inode = self.inodes.get(ino)
+            if inode is not None:
+                inode.path = renamed
+                inode.expires = 0.0  # stat again: S3 copies get new times
+            staged = self.staged.get(ino)
+            if staged is not None:
+                staged.path_in_source = new_inside + path[len(old_path) :]
+            self.listings.pop(path, None)
+        for handle in self.handles.values():  # open readers follow the file to its new name
+            if isinstance(handle, FileHandle) and handle.inode.path.startswith(new_path):
+                handle.path_in_source = new_inside + handle.inode.path[len(new_path) :]
+        self.negative[old_path] = self._now() + self.meta.negative_ttl
