@@ -19,7 +19,7 @@ from typing import Any
 
 from bench import dataset as ds
 from bench import report
-from bench.scenarios import Scenarios, drop_caches, local_disk_ceiling, server_ceiling
+from bench.scenarios import METRICS, Scenarios, drop_caches, local_disk_ceiling, server_ceiling
 from bench.servers import Launcher, Server, Unavailable, external
 from bench.systems import Pffs, Rclone, S3fs, System, mount_pid, peak_rss_mib, unmount
 
@@ -37,8 +37,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--wide-files", type=int, help="objects in the wide directory (10000; 300)")
     p.add_argument("--pffs-options", default="", help="extra `pffs mount` options, quoted")
     p.add_argument("--latency", help="put servers behind a netem delay, e.g. 20ms (root)")
+    p.add_argument(
+        "--only",
+        help="comma-separated metrics to measure, e.g. write_mbs (all); "
+        "seq_warm_mbs needs seq_cold_mbs before it",
+    )
     p.add_argument("--out", default="results", help="results directory (results/)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    keys = [m.key for m in METRICS]
+    unknown = set(args.only.split(",")) - set(keys) if args.only else set()
+    if unknown:
+        p.error(f"unknown metric {sorted(unknown)[0]!r}: one of {', '.join(keys)}")
+    return args
 
 
 def sizes_from(args: argparse.Namespace) -> ds.Sizes:
@@ -100,7 +110,9 @@ def run_on_server(
                 continue
             print(f"[{server.name}] rep {rep + 1}/{reps}: {system.name}", file=sys.stderr)
             try:
-                results = Scenarios(mountpoint, data, server, args.quick).run_all(system.name)
+                only = set(args.only.split(",")) if args.only else None
+                scenarios = Scenarios(mountpoint, data, server, args.quick, only)
+                results = scenarios.run_all(system.name)
                 rss = peak_rss_mib(pid)
                 results["peak_rss_mib"] = round(rss, 1) if rss else "error: pid not found"
             finally:

@@ -79,7 +79,15 @@ def _timed(fn: Callable[[], object]) -> float:
 class Scenarios:
     """Every scenario against one mountpoint, in an order that keeps "cold" cold."""
 
-    def __init__(self, mountpoint: str, dataset: Dataset, server: Server, quick: bool) -> None:
+    def __init__(
+        self,
+        mountpoint: str,
+        dataset: Dataset,
+        server: Server,
+        quick: bool,
+        only: set[str] | None = None,
+    ) -> None:
+        self.only = only  # metric keys to measure; None: all of them
         self.mnt = mountpoint
         self.data = dataset
         self.server = server
@@ -103,6 +111,8 @@ class Scenarios:
             ("write_mbs", lambda: self.write_verify(system)),
         ]
         for key, step in steps:
+            if self.only is not None and key not in self.only:
+                continue
             drop_caches()
             try:
                 results[key] = round(step(), 3)
