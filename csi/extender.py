@@ -280,6 +280,7 @@ def run(listen: str, api_url: str | None, mode: str, prefix: str = "") -> int:
     """The `pffs scheduler-extender` command: serve until SIGTERM or SIGINT."""
     if mode not in (PREFER, REQUIRE):
         raise UsageError(f"--mode {mode!r}: use prefer or require")
+    parse_listen(listen)  # a bad address is reported before the API question
     try:
         api = KubeClient.from_url(api_url)
     except KubeError as exc:

@@ -68,7 +68,9 @@ class FakeApiServer:
         self.port = self._server.server_address[1]
         scheme = "https" if tls else "http"
         self.url = f"{scheme}://127.0.0.1:{self.port}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
 
     def __enter__(self) -> FakeApiServer:
         self._thread.start()
@@ -85,8 +87,11 @@ class FakeApiServer:
         node = {
             "apiVersion": "v1",
             "kind": "Node",
-            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})},
-                         "annotations": dict(annotations or {})},  # fmt: skip
+            "metadata": {
+                "name": name,
+                "labels": {"kubernetes.io/hostname": name, **(labels or {})},
+                "annotations": dict(annotations or {}),
+            },  # fmt: skip
             "status": {"allocatable": {"cpu": "4", "memory": "16Gi"}},
         }
         self.nodes[name] = node
@@ -150,7 +155,9 @@ class FakeApiServer:
             def _dispatch(self, method: str, path: str, query: dict[str, list[str]],
                           body: Any) -> None:  # fmt: skip
                 with fake._lock:
-                    if m := re.fullmatch(r"/api/v1/namespaces/([^/]+)/persistentvolumeclaims/([^/]+)", path):  # noqa: E501
+                    if m := re.fullmatch(
+                        r"/api/v1/namespaces/([^/]+)/persistentvolumeclaims/([^/]+)", path
+                    ):  # noqa: E501
                         found = fake.pvcs.get((m[1], m[2]))
                     elif m := re.fullmatch(r"/api/v1/persistentvolumes/([^/]+)", path):
                         found = fake.pvs.get(m[1])

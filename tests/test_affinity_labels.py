@@ -51,7 +51,9 @@ def test_dataset_id_is_the_s3_backends_source_id(
     assert source_url_of(backend.source_id) == (url.rstrip("/"), endpoint)
 
 
-def test_dataset_id_default_endpoint_plays_aws_endpoint_url(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dataset_id_default_endpoint_plays_aws_endpoint_url(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://10.0.0.5:9000")
     backend = open_backend(SourceConfig(url="s3://bkt/data"))
     assert dataset_id({"source": "s3://bkt/data"}, "http://10.0.0.5:9000") == backend.source_id
@@ -99,8 +101,9 @@ def test_long_dataset_names_keep_their_specific_tail() -> None:
 
 _SOURCE_IDS = st.one_of(
     st.builds(
-        lambda bucket, parts, endpoint: f"s3://{bucket}/{'/'.join(parts)}".rstrip("/")
-        + (f"@{endpoint}" if endpoint else ""),
+        lambda bucket, parts, endpoint: (
+            f"s3://{bucket}/{'/'.join(parts)}".rstrip("/") + (f"@{endpoint}" if endpoint else "")
+        ),
         st.from_regex(r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]", fullmatch=True),
         st.lists(st.text(min_size=1, max_size=80).filter(lambda t: "/" not in t), max_size=6),
         st.one_of(st.none(), st.just("http://minio:9000"), st.just("https://[::1]:443")),
