@@ -48,8 +48,13 @@ def _selected(labels: dict[str, str], selector: str) -> bool:
 
 
 def _status(code: int, message: str) -> dict[str, Any]:
-    return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message,
-            "code": code}  # fmt: skip
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "message": message,
+        "code": code,
+    }
 
 
 class FakeApiServer:
@@ -82,8 +87,12 @@ class FakeApiServer:
 
     # --- objects -----------------------------------------------------------------------------
 
-    def add_node(self, name: str, labels: dict[str, str] | None = None,
-                 annotations: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
+    def add_node(
+        self,
+        name: str,
+        labels: dict[str, str] | None = None,
+        annotations: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
         node = {
             "apiVersion": "v1",
             "kind": "Node",
@@ -91,14 +100,20 @@ class FakeApiServer:
                 "name": name,
                 "labels": {"kubernetes.io/hostname": name, **(labels or {})},
                 "annotations": dict(annotations or {}),
-            },  # fmt: skip
+            },
             "status": {"allocatable": {"cpu": "4", "memory": "16Gi"}},
         }
         self.nodes[name] = node
         return node
 
-    def add_pffs_claim(self, namespace: str, claim: str, pv: str,
-                       attributes: dict[str, str], driver: str = "csi.pffs.io") -> None:  # fmt: skip
+    def add_pffs_claim(
+        self,
+        namespace: str,
+        claim: str,
+        pv: str,
+        attributes: dict[str, str],
+        driver: str = "csi.pffs.io",
+    ) -> None:
         self.pvcs[(namespace, claim)] = {
             "apiVersion": "v1",
             "kind": "PersistentVolumeClaim",
@@ -152,19 +167,23 @@ class FakeApiServer:
                     return
                 self._dispatch(method, unquote(parts.path), parse_qs(parts.query), body)
 
-            def _dispatch(self, method: str, path: str, query: dict[str, list[str]],
-                          body: Any) -> None:  # fmt: skip
+            def _dispatch(
+                self, method: str, path: str, query: dict[str, list[str]], body: Any
+            ) -> None:
                 with fake._lock:
                     if m := re.fullmatch(
                         r"/api/v1/namespaces/([^/]+)/persistentvolumeclaims/([^/]+)", path
-                    ):  # noqa: E501
+                    ):
                         found = fake.pvcs.get((m[1], m[2]))
                     elif m := re.fullmatch(r"/api/v1/persistentvolumes/([^/]+)", path):
                         found = fake.pvs.get(m[1])
                     elif path == "/api/v1/nodes" and method == "GET":
                         selector = (query.get("labelSelector") or [""])[0]
-                        items = [copy.deepcopy(n) for n in fake.nodes.values()
-                                 if _selected(n["metadata"].get("labels") or {}, selector)]  # fmt: skip
+                        items = [
+                            copy.deepcopy(n)
+                            for n in fake.nodes.values()
+                            if _selected(n["metadata"].get("labels") or {}, selector)
+                        ]
                         self._send(200, {"kind": "NodeList", "apiVersion": "v1", "items": items})
                         return
                     elif m := re.fullmatch(r"/api/v1/nodes/([^/]+)", path):

@@ -261,13 +261,23 @@ def test_healthz(extender: str) -> None:
 
 def test_the_command_serves_until_sigterm(api: FakeApiServer) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pffs", "scheduler-extender", "--listen", "127.0.0.1:0",
-         "--api", api.url, "--url-prefix", "/scheduler"],
+        [
+            sys.executable,
+            "-m",
+            "pffs",
+            "scheduler-extender",
+            "--listen",
+            "127.0.0.1:0",
+            "--api",
+            api.url,
+            "--url-prefix",
+            "/scheduler",
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )  # fmt: skip
+    )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()

@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 
 from pffs.backends import open_backend
 from pffs.config import SourceConfig
-from pffs.errors import UsageError
 from pffs.csi.labels import (
     CACHE_ANNOTATION,
     DatasetCache,
@@ -27,6 +26,7 @@ from pffs.csi.labels import (
     node_labels,
     source_url_of,
 )
+from pffs.errors import UsageError
 
 
 @pytest.mark.parametrize(
@@ -75,7 +75,7 @@ def test_dataset_id_of_a_local_source_resolves_like_the_backend(tmp_path: Path) 
     "attributes", [{}, {"source": ""}, {"source": "s3://"}, {"source": "ftp://x/y"}]
 )
 def test_dataset_id_rejects_volumes_without_a_usable_source(attributes: dict[str, str]) -> None:
-    with pytest.raises(UsageError, match="source|URL|scheme"):
+    with pytest.raises(UsageError, match=r"source|URL|scheme"):
         dataset_id(attributes)
     with pytest.raises(VolumeAttributesError):
         dataset_id({"source": "file://host/relative"})

@@ -98,10 +98,7 @@ def test_publishes_labels_and_annotation_on_change_only(
     publisher.stop()
 
 
-def test_small_changes_wait_for_the_resync(
-    tmp_path: Path, api: FakeApiServer, dataset: tuple[str, Path]
-) -> None:
-    sid, _ = dataset
+def test_small_changes_wait_for_the_resync(tmp_path: Path, api: FakeApiServer) -> None:
     cache_dir = tmp_path / "cache"
     _cache(cache_dir, "s3://b/huge", 100).close()  # no total known: compared by bytes
     publisher = NodeCachePublisher(
