@@ -18,6 +18,11 @@ differences: a `data.pffs.io/<name>=true` label per cached dataset (stale ones r
 `pffs.io/cache` annotation (csi/labels.py). API failures are logged and retried at the next tick;
 they never stop the thread. RBAC: `get` and `patch` on nodes (the node name comes from the
 downward API, spec.nodeName).
+
+Cached ratios count blocks: pass `block_size` equal to the volumes' cache block size (the
+default, 4 MiB, is CacheConfig's). Sources are listed for their totals with this process's
+credentials (boto3's default chain); where that fails the ratio is published as null and the
+extender falls back to comparing cached bytes between nodes.
 """
 
 from __future__ import annotations
