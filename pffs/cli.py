@@ -156,7 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="command",
         required=True,
         parser_class=_Parser,
-        metavar="{mount,umount,warmup,cache,demo}",
+        metavar="{mount,umount,warmup,cache,demo,scheduler-extender,affinity}",
     )
 
     mount = commands.add_parser(
@@ -224,8 +224,28 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--files", type=_positive_int, default=200, help="small files (200)")
     demo.add_argument("--large-mib", type=_positive_int, default=16, help="large file MiB (16)")
 
+    _add_affinity_commands(commands)
     commands.add_parser("_daemon")  # internal: the background half of `pffs mount`
     return parser
+
+
+def _add_affinity_commands(commands: argparse._SubParsersAction[_Parser]) -> None:
+    """Data-affinity scheduling (csi/extender.py, csi/affinity_manifest.py)."""
+    ext = commands.add_parser(
+        "scheduler-extender",
+        help="serve the kube-scheduler extender that favours nodes caching a pod's data",
+    )
+    ext.add_argument("--listen", required=True, help="HOST:PORT or :PORT to serve on")
+    ext.add_argument("--api", help="Kubernetes API URL (default: in-cluster service account)")
+    ext.add_argument("--mode", choices=["prefer", "require"], default="prefer")
+    ext.add_argument("--url-prefix", default="", help="path before /filter and /prioritize")
+    aff = commands.add_parser(
+        "affinity", help="print a pod/job manifest with node affinity for nodes caching its data"
+    )
+    aff.add_argument("manifest", help="YAML or JSON file, - for stdin")
+    aff.add_argument("--required", action="store_true", help="require instead of prefer")
+    aff.add_argument("--api", help="Kubernetes API URL (default: in-cluster service account)")
+    aff.add_argument("-n", "--namespace", help="namespace of PVCs when the manifest has none")
 
 
 def source_config(args: argparse.Namespace, url: str, read_only: bool = False) -> SourceConfig:
@@ -399,6 +419,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             from pffs.demo import run_demo
 
             return run_demo(files=args.files, large_mib=args.large_mib)
+        if args.command == "scheduler-extender":
+            from pffs.csi.extender import run as run_extender
+
+            setup_logging(args.debug)
+            return run_extender(args.listen, args.api, args.mode, args.url_prefix)
+        if args.command == "affinity":
+            from pffs.csi.affinity_manifest import run as run_affinity
+
+            return run_affinity(args.manifest, args.required, args.api, args.namespace)
         if args.command == "_daemon":
             return cmd_daemon()
         raise UsageError(f"unknown command {args.command}")
