@@ -146,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="command",
         required=True,
         parser_class=_Parser,
-        metavar="{mount,umount,warmup,cache,demo}",
+        metavar="{mount,umount,warmup,cache,demo,csi}",
     )
 
     mount = commands.add_parser(
@@ -204,6 +204,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="mount a generated dataset from an in-process S3")
     demo.add_argument("--files", type=_positive_int, default=200, help="small files (200)")
     demo.add_argument("--large-mib", type=_positive_int, default=16, help="large file MiB (16)")
+
+    from pffs.csi.server import add_parser as add_csi_parser  # no grpc import until it runs
+
+    add_csi_parser(commands)
 
     commands.add_parser("_daemon")  # internal: the background half of `pffs mount`
     return parser
@@ -365,6 +369,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_demo(files=args.files, large_mib=args.large_mib)
         if args.command == "_daemon":
             return cmd_daemon()
+        if args.command == "csi":
+            from pffs.csi.server import run as run_csi
+
+            setup_logging(args.debug)
+            return run_csi(args)
         raise UsageError(f"unknown command {args.command}")
     except PffsError as exc:
         if args.debug:
