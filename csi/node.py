@@ -14,7 +14,6 @@ import grpc
 
 from pffs.csi import csi_pb2, csi_pb2_grpc
 from pffs.csi.params import (
-    READER_ONLY_MODES,
     check_capability,
     credentials_env,
     volume_spec,
@@ -81,7 +80,7 @@ class NodeService(csi_pb2_grpc.NodeServicer):
         secrets_env = credentials_env(dict(request.secrets))
         mode = capability.access_mode.mode
         publication = Publication(
-            readonly=request.readonly or mode in READER_ONLY_MODES,
+            readonly=request.readonly,
             access_mode=mode,
             context=context_map,
         )

@@ -36,7 +36,7 @@ from typing import Any
 import grpc
 
 from pffs.csi import bind
-from pffs.csi.params import SINGLE_TARGET_MODES, VolumeSpec
+from pffs.csi.params import READER_ONLY_MODES, SINGLE_TARGET_MODES, VolumeSpec
 from pffs.csi.status import CsiError
 from pffs.errors import PffsError
 from pffs.mountpoint import FSTYPE, find_mount, fusermount, is_dead, mount_table, wait_unmounted
@@ -59,9 +59,14 @@ PID_PATTERN = re.compile(r"\(pid (\d+)")
 class Publication:
     """How one target was published; a repeat must match it (else ALREADY_EXISTS)."""
 
-    readonly: bool
+    readonly: bool  # the request's flag
     access_mode: int
     context: dict[str, str] | None  # None: adopted from the mount table, details unknown
+
+    @property
+    def bind_readonly(self) -> bool:
+        """Whether the target's bind mount is read-only: asked for, or a reader-only mode."""
+        return self.readonly or self.access_mode in READER_ONLY_MODES
 
     def matches(self, other: Publication) -> bool:
         if self.context is None:
@@ -181,7 +186,7 @@ class VolumeManager:
         try:
             self._make_target(target)
             self._unbind(target)  # a dead bind left by a crashed mount
-            self._bind(volume, target, publication.readonly)
+            self._bind(volume, target, publication.bind_readonly)
         except BaseException:
             if started and not volume.targets:
                 self._stop(volume)
@@ -279,7 +284,7 @@ class VolumeManager:
         for target, publication in list(volume.targets.items()):
             try:
                 self._unbind(target)
-                self._bind(volume, target, publication.readonly)
+                self._bind(volume, target, publication.bind_readonly)
             except (OSError, CsiError) as exc:
                 log.warning("could not bind %s again: %s", target, exc)
                 del volume.targets[target]
