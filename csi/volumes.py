@@ -490,11 +490,18 @@ class VolumeManager:
         if rebind:
             log.info("volume %s: mounting it again for %d targets", volume.volume_id, len(rebind))
             try:
-                self._ensure_running(volume, {})
+                self._ensure_running(volume, {})  # a fresh mount binds every target itself
+                for target in rebind:
+                    if target in volume.targets and not self._target_live(volume, target):
+                        self._unbind(target)
+                        self._bind(volume, target, volume.targets[target].bind_readonly)
             except CsiError:
                 for target in rebind:
                     volume.targets.pop(target, None)
-                self._save(volume) if volume.targets else self._stop(volume)
+                if volume.targets:
+                    self._save(volume)
+                else:
+                    self._stop(volume)
                 raise
         self._save(volume)
         log.info("volume %s re-adopted with %d targets", volume.volume_id, len(volume.targets))
