@@ -19,7 +19,10 @@ __all__ = ["REGISTRY", "Backend", "ObjectInfo", "open_backend", "scheme_of"]
 REGISTRY: dict[str, tuple[str, str]] = {
     # scheme: (module:Class, what to install when the import fails)
     "s3": ("pffs.backends.s3:S3Backend", "pip install boto3"),
+    "hdfs": ("pffs.backends.hdfs:HdfsBackend", "pip install pyarrow (and Java + Hadoop)"),
     "file": ("pffs.backends.local:LocalBackend", "(part of pffs)"),
+    # A local directory through pyarrow's filesystem layer: the HDFS code paths, no cluster.
+    "arrow+file": ("pffs.backends.arrow:ArrowLocalBackend", "pip install pyarrow"),
 }
 
 

@@ -19,6 +19,7 @@ from pffs.config import (
     MetaConfig,
     MountConfig,
     SourceConfig,
+    TableEntry,
     default_cache_dir,
     from_json,
 )
@@ -103,6 +104,15 @@ def _add_source_options(parser: argparse.ArgumentParser) -> None:
     s3.add_argument(
         "--max-concurrency", type=_positive_int, default=16, help="requests in flight (16)"
     )
+    hdfs = parser.add_argument_group("HDFS (libhdfs through pyarrow; needs Java and Hadoop)")
+    hdfs.add_argument("--hdfs-user", help="user to act as (default: login or Kerberos user)")
+    hdfs.add_argument("--kerberos-ticket-cache", help="Kerberos ticket cache path (kinit -c)")
+    hdfs.add_argument(
+        "--replication", type=int, default=0, help="replication of written files (cluster's)"
+    )
+    hdfs.add_argument(
+        "--buffer-size", type=parse_size, default=0, help="I/O buffer size (client's default)"
+    )
 
 
 def _add_cache_options(parser: argparse.ArgumentParser) -> None:
@@ -150,10 +160,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     mount = commands.add_parser(
-        "mount", help="mount a source", description="Mount SOURCE at MOUNTPOINT."
+        "mount",
+        help="mount a source, or a mount table of several",
+        description="Mount SOURCE at MOUNTPOINT, or the sources of a mount table file "
+        "(--config pffs.toml) as one tree.",
     )
-    mount.add_argument("source", help="s3://bucket[/prefix] or file:///dir")
+    mount.add_argument(
+        "source", nargs="?", help="s3://bucket[/prefix], hdfs://namenode[:port]/path, file:///dir"
+    )
     mount.add_argument("mountpoint", help="an empty directory (or a dead pffs mount)")
+    mount.add_argument(
+        "--config",
+        help="mount table file: [[mount]] entries of path, source and options (see README)",
+    )
     _add_source_options(mount)
     _add_cache_options(mount)
     opts = mount.add_argument_group("mount")
@@ -222,6 +241,10 @@ def source_config(args: argparse.Namespace, url: str, read_only: bool = False) -
         path_style=args.path_style,
         read_only=read_only,
         max_concurrency=args.max_concurrency,
+        hdfs_user=args.hdfs_user,
+        kerberos_ticket_cache=args.kerberos_ticket_cache,
+        replication=args.replication,
+        buffer_size=args.buffer_size,
     )
 
 
@@ -259,13 +282,30 @@ def mount_config(args: argparse.Namespace) -> MountConfig:
         negative_ttl=args.negative_ttl,
     )
     log_file = os.path.abspath(args.log_file) if args.log_file else None
+    if args.config and args.source:
+        raise UsageError("give a SOURCE or --config FILE, not both")
+    if args.config:
+        from pffs.tablefile import load_table_file
+
+        defaults = source_config(args, "", args.read_only)
+        table = load_table_file(args.config, defaults)
+        name = os.path.abspath(args.config)
+    elif args.source:
+        from pffs.backends import scheme_of
+
+        scheme_of(args.source)  # an unknown scheme fails here, before a daemon starts
+        table = (TableEntry("", source_config(args, args.source, args.read_only)),)
+        name = args.source
+    else:
+        raise UsageError("nothing to mount: give a SOURCE URL or --config FILE")
     return MountConfig(
-        source=source_config(args, args.source, args.read_only),
+        table=table,
         fuse=fuse,
         meta=meta,
         cache=cache_config(args),
         log_file=log_file,
         debug=args.debug,
+        name=name,
     )
 
 
@@ -287,19 +327,15 @@ def setup_logging(debug: bool, log_file: str | None = None) -> None:
 
 
 def cmd_mount(args: argparse.Namespace) -> int:
-    from pffs.backends import scheme_of
     from pffs.mount import serve_here, start_daemon
 
     config = mount_config(args)
-    scheme_of(config.source.url)  # an unknown scheme fails here, before a daemon starts
     if args.foreground:
         setup_logging(args.debug, config.log_file)
         serve_here(config)
         return 0
     pid, log_path = start_daemon(config)
-    print(
-        f"pffs: {config.source.url} mounted at {config.fuse.mountpoint} (pid {pid}, log {log_path})"
-    )
+    print(f"pffs: {config.name} mounted at {config.fuse.mountpoint} (pid {pid}, log {log_path})")
     return 0
 
 

@@ -48,6 +48,28 @@ class SourceConfig:
     connect_timeout: float = 10.0
     read_timeout: float = 30.0
     retry: RetryConfig = field(default_factory=RetryConfig)
+    # HDFS: the user to act as (None: the login user, or the Kerberos principal).
+    hdfs_user: str | None = None
+    # HDFS: a Kerberos ticket cache (as from kinit -c); None uses the default cache if secured.
+    kerberos_ticket_cache: str | None = None
+    # HDFS: replication of files pffs writes; 0 keeps libhdfs's default (3).
+    replication: int = 0
+    # HDFS: read/write buffer size in bytes; 0 keeps the client's default (io.file.buffer.size).
+    buffer_size: int = 0
+
+
+# Per-entry block cache policies: "disk" keeps blocks in memory and on disk; "memory" never
+# writes them to disk (one-pass or sensitive data that should not fill the disk tier).
+CACHE_POLICIES = ("disk", "memory")
+
+
+@dataclass(frozen=True)
+class TableEntry:
+    """One source shown at `path` in the tree ("" is the root; no leading or trailing slash)."""
+
+    path: str
+    source: SourceConfig
+    cache: str = "disk"
 
 
 @dataclass(frozen=True)
@@ -122,15 +144,38 @@ class CacheConfig:
 
 @dataclass(frozen=True)
 class MountConfig:
-    """Everything `pffs.mount` needs."""
+    """Everything `pffs.mount` needs.
 
-    source: SourceConfig
+    `table` lists the sources and where each appears in the tree; `pffs mount SOURCE` makes a
+    table of one entry at the root. `name` is what `mount` shows as the file system's device.
+    """
+
+    table: tuple[TableEntry, ...]
     fuse: FuseConfig
     meta: MetaConfig = field(default_factory=MetaConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
     # Where the daemon logs; None means stderr (foreground) or a per-mount file (daemon).
     log_file: str | None = None
     debug: bool = False
+    name: str = "pffs"
+
+
+def single_source(
+    source: SourceConfig,
+    fuse: FuseConfig,
+    meta: MetaConfig | None = None,
+    cache: CacheConfig | None = None,
+    log_file: str | None = None,
+) -> MountConfig:
+    """The MountConfig of `pffs mount SOURCE MOUNTPOINT`: one source at the root."""
+    return MountConfig(
+        table=(TableEntry("", source),),
+        fuse=fuse,
+        meta=meta or MetaConfig(),
+        cache=cache or CacheConfig(),
+        log_file=log_file,
+        name=source.url,
+    )
 
 
 def to_json(config: MountConfig) -> str:
@@ -140,13 +185,17 @@ def to_json(config: MountConfig) -> str:
 
 def from_json(text: str) -> MountConfig:
     raw = json.loads(text)
-    source = dict(raw["source"])
-    source["retry"] = RetryConfig(**source["retry"])
+    table = []
+    for entry in raw["table"]:
+        source = dict(entry["source"])
+        source["retry"] = RetryConfig(**source["retry"])
+        table.append(TableEntry(entry["path"], SourceConfig(**source), entry["cache"]))
     return MountConfig(
-        source=SourceConfig(**source),
+        table=tuple(table),
         fuse=FuseConfig(**raw["fuse"]),
         meta=MetaConfig(**raw["meta"]),
         cache=CacheConfig(**raw["cache"]),
         log_file=raw["log_file"],
         debug=raw["debug"],
+        name=raw["name"],
     )

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from pffs.config import CacheConfig, FuseConfig, MountConfig, SourceConfig
+from pffs.config import CacheConfig, FuseConfig, SourceConfig, single_source
 from pffs.errors import PffsError
 from pffs.mountpoint import find_mount, fusermount, wait_unmounted
 from pffs.testing import DUMMY_CREDENTIALS, free_port
@@ -78,9 +78,9 @@ def run_demo(files: int = 200, large_mib: int = 16) -> int:
 
         print(f"\n{len(dataset)} objects, {total / MIB:.1f} MiB:")
         _timed("upload the dataset", upload, total)
-        config = MountConfig(
-            source=SourceConfig(url="s3://demo-dataset", endpoint_url=endpoint),
-            fuse=FuseConfig(mountpoint=mountpoint, read_only=True),
+        config = single_source(
+            SourceConfig(url="s3://demo-dataset", endpoint_url=endpoint),
+            FuseConfig(mountpoint=mountpoint, read_only=True),
             cache=CacheConfig(disk_dir=cache_dir),
             log_file=os.path.join(tempfile.gettempdir(), "pffs-demo.log"),
         )

@@ -68,6 +68,12 @@ class Unsupported(PffsError):
     errno = errno.ENOTSUP
 
 
+class CrossDevice(PffsError):
+    """A rename between two sources of the mount table: the caller must copy instead."""
+
+    errno = errno.EXDEV
+
+
 class IsADirectory(PffsError):
     errno = errno.EISDIR
 

@@ -75,7 +75,8 @@ class PffsOperations(pyfuse3.Operations):
             attr.st_mode = pyfuse3.ModeT(stat.S_IFDIR | fuse.dir_mode)
             attr.st_nlink = 2
         else:
-            mode = fuse.file_mode & ~0o222 if fuse.read_only else fuse.file_mode
+            read_only = self.vfs.is_read_only(inode.path)
+            mode = fuse.file_mode & ~0o222 if read_only else fuse.file_mode
             attr.st_mode = pyfuse3.ModeT(stat.S_IFREG | mode)
             attr.st_nlink = 1
         attr.st_uid = fuse.uid
@@ -180,7 +181,7 @@ class PffsOperations(pyfuse3.Operations):
     async def rename(
         self, p_old: int, n_old: bytes, p_new: int, n_new: bytes, flags: int, ctx: Any
     ) -> None:
-        await self._refuse("rename")
+        await self.vfs.rename(p_old, os.fsdecode(n_old), p_new, os.fsdecode(n_new))
 
     @_errno_boundary
     async def setattr(self, inode: int, attr: Any, fields: Any, fh: Any, ctx: Any) -> Any:
@@ -205,10 +206,10 @@ def serve(ops: PffsOperations, mountpoint: str, on_ready: Callable[[], None] | N
     The kernel mount is always taken down on the way out, so no dead mount is left behind
     when the loop ends for any reason short of kill -9.
     """
-    fuse, source = ops.config.fuse, ops.config.source
+    fuse = ops.config.fuse
     options = set(pyfuse3.default_options)
     # fsname shows in `mount` and lets pffs recognise its own (dead) mounts by type fuse.pffs.
-    options |= {f"fsname={source.url.replace(',', '_')}", "subtype=pffs"}
+    options |= {f"fsname={ops.config.name.replace(',', '_')}", "subtype=pffs"}
     if fuse.read_only:
         options.add("ro")
     if fuse.allow_other:

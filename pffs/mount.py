@@ -16,14 +16,15 @@ import select
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 
 from pffs.backends import open_backend
 from pffs.cache.blocks import BlockCache
-from pffs.config import CacheConfig, MountConfig, from_json, to_json
+from pffs.config import CacheConfig, MountConfig, TableEntry, from_json, to_json
 from pffs.errors import MountFailed, PffsError, UsageError
 from pffs.fuse_ops import PffsOperations, serve
 from pffs.mountpoint import prepare_mountpoint
+from pffs.mounttable import Mounted, MountTable
 from pffs.vfs import Vfs
 
 log = logging.getLogger("pffs.mount")
@@ -44,15 +45,18 @@ class DaemonError(PffsError):
 
 def serve_here(config: MountConfig, on_ready: Callable[[], None] | None = None) -> None:
     """Check everything that can be checked, mount, and serve until unmounted."""
-    backend = open_backend(config.source)
+    table = open_table(config.table)
     mountpoint = prepare_mountpoint(config.fuse.mountpoint)
-    backend.check()
+    for mounted in table.mounted:
+        with _naming_entry(mounted.path, len(table.mounted)):
+            mounted.backend.check()
     # Cache blocks and logs hold the user's data: nobody else may read what this process writes.
     os.umask(0o077)
     tune_malloc()
     cache = open_cache(config.cache)
-    vfs = Vfs(backend, config.meta, config.fuse, cache)
-    log.info("mounting %s at %s", backend.source_id, mountpoint)
+    vfs = Vfs(table, config.meta, config.fuse, cache)
+    for mounted in table.mounted:
+        log.info("mounting %s at %s/%s", mounted.backend.source_id, mountpoint, mounted.path)
     record = register_mount(mountpoint, config)
     try:
         serve(PffsOperations(vfs, config), mountpoint, on_ready)
@@ -61,6 +65,29 @@ def serve_here(config: MountConfig, on_ready: Callable[[], None] | None = None) 
         cache.close()
         with contextlib.suppress(OSError):
             os.unlink(record)
+
+
+def open_table(entries: Sequence[TableEntry]) -> MountTable:
+    """Backends for every entry (no network traffic yet), as the VFS's routing table."""
+    mounted = []
+    for entry in entries:
+        with _naming_entry(entry.path, len(entries)):
+            backend = open_backend(entry.source)
+        read_only = entry.source.read_only
+        mounted.append(Mounted(entry.path, backend, read_only, entry.cache == "disk"))
+    return MountTable(mounted)
+
+
+@contextlib.contextmanager
+def _naming_entry(path: str, entries: int) -> Iterator[None]:
+    """Prefix an error with the mount table entry it came from, when there are several."""
+    try:
+        yield
+    except PffsError as exc:
+        if entries == 1:
+            raise
+        exc.args = (f"mount table entry /{path}: {exc}",)
+        raise
 
 
 def tune_malloc() -> None:

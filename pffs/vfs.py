@@ -21,18 +21,20 @@ from typing import TypeVar
 
 import trio
 
-from pffs.backends.base import Backend, ObjectInfo, join
+from pffs.backends.base import ObjectInfo, join
 from pffs.cache.blocks import BlockCache, BlockKey
 from pffs.cache.prefetch import Readahead
 from pffs.config import CacheConfig, FuseConfig, MetaConfig
 from pffs.errors import (
     Corrupted,
+    CrossDevice,
     IsADirectory,
     NotADirectory,
     NotFound,
     ReadOnly,
     Unsupported,
 )
+from pffs.mounttable import Mounted, MountTable
 
 T = TypeVar("T")
 log = logging.getLogger("pffs.vfs")
@@ -97,6 +99,8 @@ class FileHandle:
     version: str
     size: int
     readahead: Readahead
+    mounted: Mounted
+    path_in_source: str
 
 
 @dataclass(eq=False)
@@ -110,17 +114,17 @@ class Vfs:
 
     def __init__(
         self,
-        backend: Backend,
+        table: MountTable,
         meta: MetaConfig,
         fuse: FuseConfig,
         cache: BlockCache | None = None,
     ) -> None:
-        self.backend = backend
+        self.table = table
         self.meta = meta
         self.fuse = fuse
         self.cache = cache or BlockCache(CacheConfig(disk_dir=None))
+        self.cache.memory_only |= {m.backend.source_id for m in table.mounted if not m.disk_cache}
         self.block_size = self.cache.block_size
-        self.limiter = trio.CapacityLimiter(backend.max_concurrency)
         self.mount_time = time.time()
         root_info = ObjectInfo(name="", size=0, mtime=self.mount_time, etag=None, is_dir=True)
         root = Inode(ROOT_INODE, "", root_info, expires=float("inf"), lookups=1)
@@ -138,6 +142,7 @@ class Vfs:
         self._listing_in_background: set[str] = set()
         self.handles: dict[int, FileHandle | DirHandle] = {}
         self._next_fh = itertools.count(1)
+        self._local_limiter = trio.CapacityLimiter(4)
 
     # --- plumbing ----------------------------------------------------------------------------
 
@@ -150,9 +155,34 @@ class Vfs:
         """Finish background work (disk cache writes) before shutting down."""
         await self.cache.flush()
 
-    async def _run(self, fn: Callable[..., T], *args: object) -> T:
-        """Run a blocking backend call in a worker thread, within the backend's limiter."""
-        return await trio.to_thread.run_sync(functools.partial(fn, *args), limiter=self.limiter)
+    async def _run(self, limiter: trio.CapacityLimiter, fn: Callable[..., T], *args: object) -> T:
+        """Run a blocking backend call in a worker thread, within that backend's limiter."""
+        return await trio.to_thread.run_sync(functools.partial(fn, *args), limiter=limiter)
+
+    def _route(self, path: str) -> tuple[Mounted, str]:
+        routed = self.table.route(path)
+        if routed is None:
+            raise NotFound(f"/{path} is in no source of the mount table")
+        return routed
+
+    async def _stat(self, path: str) -> ObjectInfo:
+        """What the tree holds at `path`: the source's entry, or a directory leading to one."""
+        routed = self.table.route(path)
+        leads_to_mount = self.table.leads_to_mount(path)
+        if routed is not None:
+            mounted, inside = routed
+            try:
+                info = await self._run(mounted.limiter, mounted.backend.stat, inside)
+            except NotFound:
+                if not leads_to_mount:
+                    raise
+            else:
+                # A mount point hides what its parent source holds under the same name.
+                if info.is_dir or not leads_to_mount:
+                    return info
+        elif not leads_to_mount:
+            raise NotFound(f"/{path} does not exist")
+        return ObjectInfo(path.rpartition("/")[2], 0, self.mount_time, None, is_dir=True)
 
     def _now(self) -> float:
         return time.monotonic()
@@ -237,7 +267,7 @@ class Vfs:
             return inode
         self._note_store_lookup(parent)
         try:
-            info = await self._run(self.backend.stat, path)
+            info = await self._stat(path)
         except NotFound:
             self.negative[path] = self._now() + self.meta.negative_ttl
             raise
@@ -285,7 +315,7 @@ class Vfs:
         listing = None if ask_store else self._fresh_listing(parent_path)
         info = listing.entries.get(name) if listing is not None else None
         if info is None:
-            info = await self._run(self.backend.stat, inode.path)
+            info = await self._stat(inode.path)
         return self._remember(inode.path, info)
 
     def forget(self, ino: int, count: int) -> None:
@@ -341,10 +371,14 @@ class Vfs:
         async with listing.lock:
             if listing.complete:
                 return False
+            path = handle.inode.path
+            routed = self.table.route(path)
+            # Synthesised directories have no source: their listing needs no limiter.
+            limiter = routed[0].limiter if routed else self._local_limiter
             if listing.source is None:
-                listing.source = await self._run(self.backend.list, handle.inode.path)
+                listing.source = self.table.listing(path, self.mount_time)
             try:
-                chunk = await self._run(_take, listing.source, LIST_CHUNK)
+                chunk = await self._run(limiter, _take, listing.source, LIST_CHUNK)
             except BaseException:
                 # The store failed mid-listing: start over next time. Entries already seen are
                 # kept and de-duplicated by name, so a retried readdir continues seamlessly.
@@ -380,7 +414,8 @@ class Vfs:
         fh = next(self._next_fh)
         size = inode.info.size
         readahead = Readahead(self.block_size, self.cache.readahead_limit, size)
-        self.handles[fh] = FileHandle(inode, version, size, readahead)
+        mounted, inside = self._route(inode.path)
+        self.handles[fh] = FileHandle(inode, version, size, readahead, mounted, inside)
         return fh, keep_cache
 
     async def read(self, fh: int, offset: int, size: int) -> bytes | memoryview:
@@ -414,7 +449,8 @@ class Vfs:
         return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
     def _block_key(self, handle: FileHandle, index: int) -> BlockKey:
-        return BlockKey(self.backend.source_id, handle.inode.path, handle.version, index)
+        source_id = handle.mounted.backend.source_id
+        return BlockKey(source_id, handle.path_in_source, handle.version, index)
 
     def _block_length(self, handle: FileHandle, index: int) -> int:
         return min(self.block_size, handle.size - index * self.block_size)
@@ -422,8 +458,9 @@ class Vfs:
     async def _fetch_block(self, handle: FileHandle, index: int) -> bytes:
         length = self._block_length(handle, index)
         data = await self._run(
-            self.backend.read_range,
-            handle.inode.path,
+            handle.mounted.limiter,
+            handle.mounted.backend.read_range,
+            handle.path_in_source,
             index * self.block_size,
             length,
             handle.version,
@@ -437,10 +474,28 @@ class Vfs:
     def release(self, fh: int) -> None:
         self.handles.pop(fh, None)
 
-    def write_refused(self, what: str) -> ReadOnly | Unsupported:
-        """The error for a write operation: EROFS on a read-only mount, else not yet supported."""
+    async def rename(self, old_parent: int, old_name: str, new_parent: int, new_name: str) -> None:
+        """Rename within one source; across two, EXDEV tells tools like mv to copy instead."""
+        old_path = join(self.inode(old_parent).path, old_name)
+        new_path = join(self.inode(new_parent).path, new_name)
+        old_route, new_route = self.table.route(old_path), self.table.route(new_path)
+        if old_route is None or new_route is None:
+            raise self.write_refused("rename", old_path if old_route is None else new_path)
+        if old_route[0] is not new_route[0]:
+            raise CrossDevice(f"rename /{old_path} -> /{new_path}: they are in different sources")
+        raise self.write_refused("rename", old_path)
+
+    def is_read_only(self, path: str) -> bool:
+        """Whether writes under tree path `path` are refused (the mount's or its entry's flag)."""
         if self.fuse.read_only:
-            return ReadOnly(f"{what}: the mount is read-only")
+            return True
+        routed = self.table.route(path)
+        return routed is None or routed[0].read_only
+
+    def write_refused(self, what: str, path: str = "") -> ReadOnly | Unsupported:
+        """The error for a write operation: EROFS on a read-only mount, else not yet supported."""
+        if self.is_read_only(path):
+            return ReadOnly(f"{what}: /{path} is read-only")
         return Unsupported(f"{what}: writing is not supported by this version of pffs")
 
     def statfs(self) -> dict[str, int]:

@@ -13,7 +13,7 @@ import functools
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import trio
@@ -22,10 +22,11 @@ from pffs.backends import Backend, ObjectInfo, open_backend
 from pffs.backends.base import join
 from pffs.cache.blocks import BlockKey
 from pffs.cache.disk import DiskTier
-from pffs.config import CacheConfig, SourceConfig
+from pffs.config import CacheConfig, SourceConfig, TableEntry
 from pffs.errors import PffsError, UsageError
 from pffs.mount import open_cache, registered_config
 from pffs.mountpoint import FSTYPE, mount_table
+from pffs.mounttable import is_under, longest_prefix, relative
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -116,9 +117,27 @@ def resolve_targets(
         config = registered_config(mountpoint)
         if config is None:
             raise UsageError(f"the pffs mount at {mountpoint} left no record of its settings")
-        key = f"mount:{mountpoint}"
-        targets.setdefault(key, Target(config.source, config.cache)).paths.append(inside)
+        found_any = False
+        for entry, path_in_source in _entries_holding(config.table, inside):
+            if entry.cache != "disk":
+                continue  # a memory-only entry has nothing to fill
+            key = f"mount:{mountpoint}:{entry.path}"
+            target = targets.setdefault(key, Target(entry.source, config.cache))
+            target.paths.append(path_in_source)
+            found_any = True
+        if not found_any:
+            raise UsageError(f"{item}: no disk-cached source of the mount holds it")
     return list(targets.values())
+
+
+def _entries_holding(table: Sequence[TableEntry], inside: str) -> Iterator[tuple[TableEntry, str]]:
+    """The mount table entries with data at or below tree path `inside`, and where in each."""
+    owner = longest_prefix(table, inside)
+    if owner is not None:
+        yield owner, relative(inside, owner.path)
+    for entry in table:
+        if entry is not owner and is_under(entry.path, inside):
+            yield entry, ""
 
 
 async def _collect(

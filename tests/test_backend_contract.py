@@ -1,4 +1,5 @@
-"""One contract, every backend: local disk, and S3 on a real moto server over HTTP.
+"""One contract, every backend: local disk, S3 on a real moto server over HTTP, the generic
+pyarrow backend on arrow's local filesystem, and HDFS where PFFS_TEST_HDFS_URI names a cluster.
 
 Each backend is given the same tree and must describe and read it the same way.
 """
@@ -61,10 +62,45 @@ def _s3(moto: MotoServer, s3: Any, bucket: str) -> tuple[Backend, Callable[[str,
     return open_backend(source), overwrite
 
 
-@pytest.fixture(params=["local", "s3"])
+def _arrow_local(tmp_path: Path) -> tuple[Backend, Callable[[str, bytes], None]]:
+    """The generic pyarrow backend over arrow's LocalFileSystem: the HDFS code, no cluster."""
+    _, overwrite = _local(tmp_path)
+    return open_backend(SourceConfig(url=f"arrow+file://{tmp_path}/root")), overwrite
+
+
+def _hdfs(base_url: str) -> tuple[Backend, Callable[[str, bytes], None]]:
+    """A real cluster: the tree is written under a fresh directory of PFFS_TEST_HDFS_URI."""
+    from pffs.backends.hdfs import HdfsBackend
+
+    root_url = f"{base_url.rstrip('/')}/pffs-contract-{os.getpid()}-{RNG.randrange(1 << 30)}"
+    backend = HdfsBackend(SourceConfig(url=root_url))
+    fs, root = backend.fs, backend.root
+
+    def overwrite(key: str, data: bytes) -> None:
+        with fs.open_output_stream(f"{root}/{key}") as f:
+            f.write(data)
+
+    for key, data in TREE.items():
+        fs.create_dir(os.path.dirname(f"{root}/{key}"), recursive=True)
+        overwrite(key, data)
+    for name in EMPTY_DIRS:
+        fs.create_dir(f"{root}/{name}")
+    return backend, overwrite
+
+
+HDFS_URI = os.environ.get("PFFS_TEST_HDFS_URI")
+
+
+@pytest.fixture(params=["local", "s3", "arrow", "hdfs"])
 def store(request, tmp_path) -> Iterator[tuple[Backend, Callable[[str, bytes], None]]]:  # type: ignore[no-untyped-def]
     if request.param == "local":
         yield _local(tmp_path)
+    elif request.param == "arrow":
+        yield _arrow_local(tmp_path)
+    elif request.param == "hdfs":
+        if not HDFS_URI:
+            pytest.skip("no HDFS cluster here: set PFFS_TEST_HDFS_URI=hdfs://namenode:8020/tmp")
+        yield _hdfs(HDFS_URI)
     else:
         moto = request.getfixturevalue("moto")
         yield _s3(moto, request.getfixturevalue("s3"), request.getfixturevalue("bucket"))
@@ -140,7 +176,18 @@ def test_missing_root_is_not_found(tmp_path, moto) -> None:  # type: ignore[no-u
 
 @pytest.mark.parametrize(
     "url",
-    ["s3://", "s3://UPPER", "s3://ok-bucket/a/../b", "file://host/x", "file:relative", "gs://x"],
+    [
+        "s3://",
+        "s3://UPPER",
+        "s3://ok-bucket/a/../b",
+        "file://host/x",
+        "file:relative",
+        "gs://x",
+        "hdfs://nn:port/x",
+        "hdfs://nn/a/../b",
+        "hdfs://nn/x?y=1",
+        "arrow+file://host/x",
+    ],
 )
 def test_malformed_urls(url: str) -> None:
     with pytest.raises(UsageError):

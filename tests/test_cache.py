@@ -23,6 +23,7 @@ from pffs.cache.disk import DiskTier, decode, encode, entry_key
 from pffs.cache.prefetch import Readahead
 from pffs.config import CacheConfig, FuseConfig, MetaConfig
 from pffs.errors import Changed, NotFound, Transient
+from pffs.mounttable import MountTable
 from pffs.vfs import ROOT_INODE, Vfs
 
 KIB = 1024
@@ -86,7 +87,8 @@ def cache_config(tmp_path: Path | None, block: int = 16 * KIB, **kwargs) -> Cach
 
 def make_vfs(store: FakeStore, config: CacheConfig) -> Vfs:
     meta = MetaConfig(attr_ttl=0.0, entry_ttl=0.0, dir_ttl=0.0, negative_ttl=0.0)
-    return Vfs(store, meta, FuseConfig(mountpoint="/unused"), BlockCache(config))
+    table = MountTable.single(store)
+    return Vfs(table, meta, FuseConfig(mountpoint="/unused"), BlockCache(config))
 
 
 async def read_file(vfs: Vfs, name: str, reads: list[tuple[int, int]]) -> list[bytes]:

@@ -18,6 +18,7 @@ from pffs.backends import open_backend
 from pffs.backends.base import ObjectInfo
 from pffs.config import FuseConfig, MetaConfig, SourceConfig
 from pffs.errors import Changed, IsADirectory, NotADirectory, NotFound, ReadOnly, Unsupported
+from pffs.mounttable import MountTable
 from pffs.vfs import ROOT_INODE, Inode, Vfs
 
 T = TypeVar("T")
@@ -66,7 +67,7 @@ def make_vfs(root: Path, read_only: bool = False, **meta: Any) -> tuple[Vfs, Cou
     backend = CountingBackend(root)
     ttl = {"attr_ttl": 60.0, "entry_ttl": 60.0, "dir_ttl": 60.0, "negative_ttl": 60.0, **meta}
     fuse = FuseConfig(mountpoint="/unused", read_only=read_only)
-    return Vfs(backend, MetaConfig(**ttl), fuse), backend
+    return Vfs(MountTable.single(backend), MetaConfig(**ttl), fuse), backend
 
 
 async def list_all(vfs: Vfs, ino: int, batch: int = 10_000) -> list[tuple[str, Inode]]:

@@ -71,6 +71,8 @@ class BlockCache:
         self._idle = trio.Event()
         self._idle.set()
         self._nursery: trio.Nursery | None = None
+        # Sources whose blocks stay in memory only (a mount table entry's `cache = "memory"`).
+        self.memory_only: set[str] = set()
 
     def attach(self, nursery: trio.Nursery) -> None:
         """Give the cache a nursery for background work (disk writes, prefetch)."""
@@ -95,6 +97,9 @@ class BlockCache:
     async def flush(self) -> None:
         """Wait for background work, so blocks fetched before an unmount reach the disk."""
         await self._idle.wait()
+
+    def _uses_disk(self, key: BlockKey) -> bool:
+        return self.disk is not None and key.source not in self.memory_only
 
     def _disk_key(self, key: BlockKey) -> str:
         return entry_key(key.source, key.path, key.version, self.block_size, key.block)
@@ -132,7 +137,7 @@ class BlockCache:
         tier (a 4 KiB read costs a 64 KiB read, not 4 MiB); else the whole block is fetched
         and cached as usual.
         """
-        if key not in self.memory and key not in self._in_flight and self.disk is not None:
+        if self.disk is not None and self._uses_disk(key) and not self.is_cached_or_coming(key):
             data = await self._disk_read(self.disk.get_range, self._disk_key(key), start, length)
             if data is not None:
                 return data
@@ -166,7 +171,7 @@ class BlockCache:
         return data
 
     async def _from_disk(self, key: BlockKey) -> bytes | None:
-        if self.disk is None:
+        if self.disk is None or not self._uses_disk(key):
             return None
         return await self._disk_read(self.disk.get, self._disk_key(key))
 
@@ -188,7 +193,7 @@ class BlockCache:
         capped: a prefetch waits for a free slot (prefetching then runs at the disk's pace),
         a reader's block queues for one in the background.
         """
-        if self.disk is None or self._nursery is None:
+        if not self._uses_disk(key) or self._nursery is None:
             return
         if wait:
             await self._write_slots.acquire()
@@ -252,6 +257,8 @@ class BlockCache:
         """Make sure a block is on disk (warmup). Returns 'cached', 'fetched' or 'skipped'."""
         if self.disk is None:
             raise ValueError("the disk tier is disabled (--cache-dir none)")
+        if not self._uses_disk(key):
+            raise ValueError(f"{key.source} is cached in memory only")
         disk_key = self._disk_key(key)
         present = await trio.to_thread.run_sync(
             self.disk.__contains__, disk_key, limiter=self.disk_limiter
