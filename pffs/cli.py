@@ -156,7 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="command",
         required=True,
         parser_class=_Parser,
-        metavar="{mount,umount,warmup,cache,demo,scheduler-extender,affinity}",
+        metavar="{mount,umount,warmup,cache,demo,csi,scheduler-extender,affinity}",
     )
 
     mount = commands.add_parser(
@@ -225,6 +225,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--large-mib", type=_positive_int, default=16, help="large file MiB (16)")
 
     _add_affinity_commands(commands)
+    from pffs.csi.server import add_parser as add_csi_parser  # no grpc import until it runs
+
+    add_csi_parser(commands)
+
     commands.add_parser("_daemon")  # internal: the background half of `pffs mount`
     return parser
 
@@ -430,6 +434,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_affinity(args.manifest, args.required, args.api, args.namespace)
         if args.command == "_daemon":
             return cmd_daemon()
+        if args.command == "csi":
+            from pffs.csi.server import run as run_csi
+
+            setup_logging(args.debug)
+            return run_csi(args)
         raise UsageError(f"unknown command {args.command}")
     except PffsError as exc:
         if args.debug:

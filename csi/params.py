@@ -1,0 +1,167 @@
+"""What a CSI request asks for: volume attributes, secrets and capabilities, checked.
+
+Volume context keys (camelCase, as Kubernetes volume attributes are written):
+
+    source       the source URL, s3://bucket[/prefix] (REQUIRED)
+    endpoint     S3-compatible endpoint URL
+    region       region
+    cacheMemory  memory bound of the mount's cache ("512M")
+    cacheSize    disk tier bound ("100G"); the disk tier itself is the node's --cache-dir
+    prefetchMax  largest readahead window ("32M", "0" disables prefetch)
+    blockSize    cache block size ("4M")
+    readOnly     "true" / "false": the whole mount refuses writes
+
+Node-publish and provisioner secrets: accessKeyId, secretAccessKey, optional sessionToken. They
+become AWS_* variables of the mount process (or a boto3 session in the controller), never argv.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from pffs.backends import scheme_of
+from pffs.cli import parse_size
+from pffs.csi import csi_pb2
+from pffs.csi.status import invalid
+from pffs.errors import UsageError
+
+AccessMode = csi_pb2.VolumeCapability.AccessMode
+
+SIZE_KEYS = {
+    "cacheMemory": "--cache-memory",
+    "cacheSize": "--cache-size",
+    "prefetchMax": "--prefetch-max",
+    "blockSize": "--block-size",
+}
+VOLUME_KEYS = frozenset({"source", "endpoint", "region", "readOnly", *SIZE_KEYS})
+# Kubernetes adds these to volume attributes (pod info, ephemeral) and parameters (provisioner).
+K8S_PREFIX = "csi.storage.k8s.io/"
+SECRET_ENV = {
+    "accessKeyId": "AWS_ACCESS_KEY_ID",
+    "secretAccessKey": "AWS_SECRET_ACCESS_KEY",
+    "sessionToken": "AWS_SESSION_TOKEN",
+}
+# Schemes a volume may use. file:// is left out on purpose: through CSI it would hand any pod
+# that can name volume attributes (inline volumes) a view of the node's own files.
+CSI_SCHEMES = frozenset({"s3"})
+READER_ONLY_MODES = frozenset(
+    {AccessMode.SINGLE_NODE_READER_ONLY, AccessMode.MULTI_NODE_READER_ONLY}
+)
+# Modes under which a volume may be published at one target of a node only (spec table for a
+# second NodePublishVolume: FAILED_PRECONDITION).
+SINGLE_TARGET_MODES = frozenset(
+    {
+        AccessMode.SINGLE_NODE_WRITER,
+        AccessMode.SINGLE_NODE_READER_ONLY,
+        AccessMode.SINGLE_NODE_SINGLE_WRITER,
+    }
+)
+
+
+@dataclass(frozen=True)
+class VolumeSpec:
+    """How to mount one volume: everything the `pffs mount` process is started with."""
+
+    source: str
+    endpoint: str | None = None
+    region: str | None = None
+    read_only: bool = False
+    cache_memory: int | None = None
+    cache_size: int | None = None
+    prefetch_max: int | None = None
+    block_size: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def mount_options(self) -> list[str]:
+        """The `pffs mount` options of this spec (no secrets here: they travel in env)."""
+        options: list[str] = []
+        if self.endpoint:
+            options += ["--endpoint-url", self.endpoint]
+        if self.region:
+            options += ["--region", self.region]
+        if self.read_only:
+            options.append("--read-only")
+        sizes = {
+            "--cache-memory": self.cache_memory,
+            "--cache-size": self.cache_size,
+            "--prefetch-max": self.prefetch_max,
+            "--block-size": self.block_size,
+        }
+        for flag, value in sizes.items():
+            if value is not None:
+                options += [flag, str(value)]
+        return options
+
+
+def parse_bool(key: str, text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("true", "yes", "1"):
+        return True
+    if lowered in ("false", "no", "0", ""):
+        return False
+    raise invalid(f"{key}={text!r} is not true or false")
+
+
+def _size(key: str, text: str) -> int:
+    try:
+        return parse_size(text)
+    except (argparse.ArgumentTypeError, IndexError) as exc:
+        raise invalid(f"{key}: {exc}") from None
+
+
+def check_source(url: str, key: str = "source") -> str:
+    try:
+        scheme = scheme_of(url)
+    except UsageError as exc:
+        raise invalid(f"{key}: {exc}") from None
+    if scheme not in CSI_SCHEMES:
+        allowed = ", ".join(f"{s}://" for s in sorted(CSI_SCHEMES))
+        raise invalid(f"{key}: {scheme}:// sources are not served through CSI (use {allowed})")
+    return url
+
+
+def volume_spec(context: dict[str, str]) -> VolumeSpec:
+    """The volume context checked: unknown keys and bad values are INVALID_ARGUMENT."""
+    unknown = sorted(k for k in context if k not in VOLUME_KEYS and not k.startswith(K8S_PREFIX))
+    if unknown:
+        known = ", ".join(sorted(VOLUME_KEYS))
+        raise invalid(f"unknown volume attribute {unknown[0]!r} (known: {known})")
+    source = context.get("source", "").strip()
+    if not source:
+        raise invalid("the volume context has no 'source' (the URL to mount, s3://bucket/prefix)")
+    sizes = {key: _size(key, context[key]) for key in SIZE_KEYS if context.get(key, "").strip()}
+    return VolumeSpec(
+        source=check_source(source),
+        endpoint=context.get("endpoint") or None,
+        region=context.get("region") or None,
+        read_only=parse_bool("readOnly", context.get("readOnly", "false")),
+        cache_memory=sizes.get("cacheMemory"),
+        cache_size=sizes.get("cacheSize"),
+        prefetch_max=sizes.get("prefetchMax"),
+        block_size=sizes.get("blockSize"),
+    )
+
+
+def credentials_env(secrets: dict[str, str]) -> dict[str, str]:
+    """AWS_* variables from the secrets; empty when none are given (the node's own chain)."""
+    env = {SECRET_ENV[key]: value for key, value in secrets.items() if key in SECRET_ENV and value}
+    has_id, has_key = "AWS_ACCESS_KEY_ID" in env, "AWS_SECRET_ACCESS_KEY" in env
+    if has_id != has_key:
+        raise invalid("secrets must hold both accessKeyId and secretAccessKey, or neither")
+    if "AWS_SESSION_TOKEN" in env and not has_id:
+        raise invalid("secrets: sessionToken needs accessKeyId and secretAccessKey")
+    return env
+
+
+def check_capability(capability: csi_pb2.VolumeCapability, field: str) -> None:
+    """A capability pffs can serve: a mounted file system with a known access mode."""
+    if capability.HasField("block"):
+        raise invalid(f"{field}: block volumes are not supported, pffs is a file system")
+    if not capability.HasField("mount"):
+        raise invalid(f"{field}: access_type mount is required")
+    if capability.access_mode.mode == AccessMode.UNKNOWN:
+        raise invalid(f"{field}: access_mode is required")

@@ -1,0 +1,155 @@
+"""`pffs csi`: the CSI driver's gRPC server on a unix socket.
+
+--mode node serves Identity + Node (the DaemonSet on every node), --mode controller serves
+Identity + Controller (the provisioner's sidecar), --mode all serves everything (one process,
+as csi-sanity and small clusters use it). The server stops on SIGTERM/SIGINT without touching
+the volumes' mount processes, which run in their own sessions and are re-adopted on start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import threading
+from concurrent import futures
+from dataclasses import dataclass
+from types import FrameType
+
+import grpc
+
+from pffs.errors import UsageError
+
+log = logging.getLogger("pffs.csi")
+DEFAULT_DRIVER_NAME = "csi.pffs.io"
+MODES = ("node", "controller", "all")
+
+
+@dataclass(frozen=True)
+class DriverConfig:
+    """What `pffs csi` was started with."""
+
+    endpoint: str
+    node_id: str
+    driver_name: str = DEFAULT_DRIVER_NAME
+    mode: str = "all"
+    # One disk cache per node for all its volumes: one diskcache index, so the node's cache
+    # inventory (what the affinity scheduler reads) is in one place.
+    cache_dir: str = "/var/cache/pffs"
+    state_dir: str = "/var/lib/pffs-csi"
+    # Target paths must lie under it (kubelet hands out .../pods/<uid>/volumes/...).
+    kubelet_dir: str = "/var/lib/kubelet"
+
+    @property
+    def serves_node(self) -> bool:
+        return self.mode in ("node", "all")
+
+    @property
+    def serves_controller(self) -> bool:
+        return self.mode in ("controller", "all")
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    """The `pffs csi` subcommand (hooked into pffs.cli)."""
+    csi = commands.add_parser(
+        "csi",
+        help="run the CSI driver (Kubernetes)",
+        description="Serve the Container Storage Interface on a unix socket.",
+    )
+    defaults = DriverConfig(endpoint="", node_id="")
+    csi.add_argument("--endpoint", required=True, help="unix:///csi/csi.sock")
+    csi.add_argument("--node-id", default="", help="this node's name (required for node|all)")
+    csi.add_argument("--driver-name", default=defaults.driver_name, help="(csi.pffs.io)")
+    csi.add_argument("--mode", choices=MODES, default=defaults.mode, help="services served (all)")
+    csi.add_argument("--cache-dir", default=defaults.cache_dir, help="shared disk cache")
+    csi.add_argument("--state-dir", default=defaults.state_dir, help="volume state, staging")
+    csi.add_argument("--kubelet-dir", default=defaults.kubelet_dir, help="target paths root")
+
+
+def config_from_args(args: argparse.Namespace) -> DriverConfig:
+    config = DriverConfig(
+        endpoint=args.endpoint,
+        node_id=args.node_id,
+        driver_name=args.driver_name,
+        mode=args.mode,
+        cache_dir=os.path.abspath(args.cache_dir),
+        state_dir=os.path.abspath(args.state_dir),
+        kubelet_dir=os.path.abspath(args.kubelet_dir),
+    )
+    if config.serves_node and not config.node_id:
+        raise UsageError("--node-id is required with --mode node or all")
+    name = config.driver_name
+    if not (0 < len(name) <= 63 and name[0].isalnum() and name[-1].isalnum()):
+        raise UsageError(f"--driver-name {name!r}: at most 63 characters, alphanumeric ends")
+    socket_path(config.endpoint)
+    return config
+
+
+def socket_path(endpoint: str) -> str:
+    """The socket file of unix:///path (or unix:/path, or a bare absolute path)."""
+    if endpoint.startswith("unix://"):
+        path = endpoint[len("unix://") :]
+    elif endpoint.startswith("unix:"):
+        path = endpoint[len("unix:") :]
+    else:
+        path = endpoint
+    if not path.startswith("/"):
+        raise UsageError(f"--endpoint {endpoint!r}: use unix:///absolute/path.sock")
+    return path
+
+
+def build_server(config: DriverConfig) -> grpc.Server:
+    from pffs.csi import csi_pb2_grpc
+    from pffs.csi.controller import ControllerService
+    from pffs.csi.identity import IdentityService
+    from pffs.csi.node import NodeService
+    from pffs.csi.volumes import VolumeManager
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
+    csi_pb2_grpc.add_IdentityServicer_to_server(
+        IdentityService(config.driver_name, config.serves_node), server
+    )
+    # The controller service is there in every mode: csi-sanity's node tests and the
+    # external-provisioner ask ControllerGetCapabilities; a node-only instance answers none.
+    csi_pb2_grpc.add_ControllerServicer_to_server(
+        ControllerService(config.serves_controller), server
+    )
+    if config.serves_node:
+        os.makedirs(config.cache_dir, mode=0o700, exist_ok=True)
+        volumes = VolumeManager(config.state_dir, config.cache_dir)
+        volumes.recover()
+        csi_pb2_grpc.add_NodeServicer_to_server(
+            NodeService(config.node_id, volumes, config.kubelet_dir), server
+        )
+    path = socket_path(config.endpoint)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    if os.path.exists(path):
+        os.unlink(path)  # a socket left by an earlier run
+    server.add_insecure_port(f"unix://{path}")
+    return server
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until SIGTERM or SIGINT."""
+    config = config_from_args(args)
+    server = build_server(config)
+    server.start()
+    log.info(
+        "%s serving %s (mode %s, node %s)",
+        config.driver_name,
+        config.endpoint,
+        config.mode,
+        config.node_id or "-",
+    )
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    stop.wait()
+    log.info("stopping; the volumes' mounts stay up and are re-adopted on the next start")
+    server.stop(grace=5).wait()
+    return 0
