@@ -2,7 +2,9 @@
 
 Volume context keys (camelCase, as Kubernetes volume attributes are written):
 
-    source       the source URL, s3://bucket[/prefix] (REQUIRED)
+    source       the source URL, s3://bucket[/prefix] or hdfs://namenode[:port]/path
+    mountTable   instead of source: a mount table (pffs.toml's [[mount]] entries, as TOML text)
+                 to show several sources as one tree; file:// entries are refused
     endpoint     S3-compatible endpoint URL
     region       region
     cacheMemory  memory bound of the mount's cache ("512M")
@@ -35,7 +37,7 @@ SIZE_KEYS = {
     "prefetchMax": "--prefetch-max",
     "blockSize": "--block-size",
 }
-VOLUME_KEYS = frozenset({"source", "endpoint", "region", "readOnly", *SIZE_KEYS})
+VOLUME_KEYS = frozenset({"source", "mountTable", "endpoint", "region", "readOnly", *SIZE_KEYS})
 # Kubernetes adds these to volume attributes (pod info, ephemeral) and parameters (provisioner).
 K8S_PREFIX = "csi.storage.k8s.io/"
 SECRET_ENV = {
@@ -45,7 +47,7 @@ SECRET_ENV = {
 }
 # Schemes a volume may use. file:// is left out on purpose: through CSI it would hand any pod
 # that can name volume attributes (inline volumes) a view of the node's own files.
-CSI_SCHEMES = frozenset({"s3"})
+CSI_SCHEMES = frozenset({"s3", "hdfs"})
 READER_ONLY_MODES = frozenset(
     {AccessMode.SINGLE_NODE_READER_ONLY, AccessMode.MULTI_NODE_READER_ONLY}
 )
@@ -64,7 +66,7 @@ SINGLE_TARGET_MODES = frozenset(
 class VolumeSpec:
     """How to mount one volume: everything the `pffs mount` process is started with."""
 
-    source: str
+    source: str  # the URL, or "" when mount_table is given
     endpoint: str | None = None
     region: str | None = None
     read_only: bool = False
@@ -72,6 +74,13 @@ class VolumeSpec:
     cache_size: int | None = None
     prefetch_max: int | None = None
     block_size: int | None = None
+    # TOML text of a mount table (several sources in one tree), written to a file for the mount.
+    mount_table: str | None = None
+
+    @property
+    def name(self) -> str:
+        """What logs and errors call the volume's data."""
+        return self.source or "a mount table"
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -131,11 +140,17 @@ def volume_spec(context: dict[str, str]) -> VolumeSpec:
         known = ", ".join(sorted(VOLUME_KEYS))
         raise invalid(f"unknown volume attribute {unknown[0]!r} (known: {known})")
     source = context.get("source", "").strip()
-    if not source:
+    table = context.get("mountTable", "").strip() or None
+    if source and table:
+        raise invalid("give the volume a 'source' or a 'mountTable', not both")
+    if not source and not table:
         raise invalid("the volume context has no 'source' (the URL to mount, s3://bucket/prefix)")
+    if table:
+        check_mount_table(table, context.get("endpoint") or None)
     sizes = {key: _size(key, context[key]) for key in SIZE_KEYS if context.get(key, "").strip()}
     return VolumeSpec(
-        source=check_source(source),
+        source=check_source(source) if source else "",
+        mount_table=table,
         endpoint=context.get("endpoint") or None,
         region=context.get("region") or None,
         read_only=parse_bool("readOnly", context.get("readOnly", "false")),
@@ -144,6 +159,24 @@ def volume_spec(context: dict[str, str]) -> VolumeSpec:
         prefetch_max=sizes.get("prefetchMax"),
         block_size=sizes.get("blockSize"),
     )
+
+
+def check_mount_table(text: str, endpoint: str | None) -> None:
+    """A mount table volume attribute: valid TOML, valid entries, only CSI-served schemes."""
+    import tomllib
+
+    from pffs.config import SourceConfig
+    from pffs.tablefile import parse_table
+
+    try:
+        document = tomllib.loads(text)
+        entries = parse_table(document, SourceConfig(url="", endpoint_url=endpoint), "mountTable")
+    except tomllib.TOMLDecodeError as exc:
+        raise invalid(f"mountTable is not valid TOML: {exc}") from None
+    except UsageError as exc:
+        raise invalid(str(exc)) from None
+    for entry in entries:
+        check_source(entry.source.url, f"mountTable entry /{entry.path}")
 
 
 def credentials_env(secrets: dict[str, str]) -> dict[str, str]:

@@ -16,10 +16,14 @@ import threading
 from concurrent import futures
 from dataclasses import dataclass
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import grpc
 
 from pffs.errors import UsageError
+
+if TYPE_CHECKING:
+    from pffs.csi.affinity_publisher import NodeCachePublisher
 
 log = logging.getLogger("pffs.csi")
 DEFAULT_DRIVER_NAME = "csi.pffs.io"
@@ -40,6 +44,10 @@ class DriverConfig:
     state_dir: str = "/var/lib/pffs-csi"
     # Target paths must lie under it (kubelet hands out .../pods/<uid>/volumes/...).
     kubelet_dir: str = "/var/lib/kubelet"
+    # Seconds between looks at the cache for the Node's data-affinity labels; 0 disables.
+    publish_interval: float = 10.0
+    # The API server for publishing; None means the in-cluster service account (when there).
+    kube_api: str | None = None
 
     @property
     def serves_node(self) -> bool:
@@ -65,6 +73,14 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     csi.add_argument("--cache-dir", default=defaults.cache_dir, help="shared disk cache")
     csi.add_argument("--state-dir", default=defaults.state_dir, help="volume state, staging")
     csi.add_argument("--kubelet-dir", default=defaults.kubelet_dir, help="target paths root")
+    csi.add_argument(
+        "--publish-interval",
+        type=float,
+        default=defaults.publish_interval,
+        help="node mode: seconds between updates of this Node's data-affinity labels from the "
+        "cache (10; 0 disables; on in a cluster or with --kube-api)",
+    )
+    csi.add_argument("--kube-api", help="API server URL (default: the in-cluster service account)")
 
 
 def config_from_args(args: argparse.Namespace) -> DriverConfig:
@@ -76,7 +92,11 @@ def config_from_args(args: argparse.Namespace) -> DriverConfig:
         cache_dir=os.path.abspath(args.cache_dir),
         state_dir=os.path.abspath(args.state_dir),
         kubelet_dir=os.path.abspath(args.kubelet_dir),
+        publish_interval=args.publish_interval,
+        kube_api=args.kube_api,
     )
+    if config.publish_interval < 0:
+        raise UsageError("--publish-interval must be 0 (off) or a number of seconds")
     if config.serves_node and not config.node_id:
         raise UsageError("--node-id is required with --mode node or all")
     name = config.driver_name
@@ -142,6 +162,7 @@ def run(args: argparse.Namespace) -> int:
         config.mode,
         config.node_id or "-",
     )
+    publisher = start_publisher(config)
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -151,5 +172,30 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, on_signal)
     stop.wait()
     log.info("stopping; the volumes' mounts stay up and are re-adopted on the next start")
+    if publisher is not None:
+        publisher.stop()
     server.stop(grace=5).wait()
     return 0
+
+
+def start_publisher(config: DriverConfig) -> NodeCachePublisher | None:
+    """Publish this node's cache contents on its Node object (node mode, in a cluster)."""
+    if not config.serves_node or config.publish_interval <= 0:
+        return None
+    if config.kube_api is None and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        log.info("not in a Kubernetes cluster and no --kube-api: node labels not published")
+        return None
+    from pffs.csi.affinity_publisher import NodeCachePublisher
+    from pffs.csi.kube import KubeClient, KubeError
+
+    try:
+        api = KubeClient.from_url(config.kube_api)
+    except KubeError as exc:
+        log.warning("node labels not published: %s", exc)
+        return None
+    publisher = NodeCachePublisher(
+        config.node_id, config.cache_dir, api, interval=config.publish_interval
+    )
+    publisher.start()
+    log.info("publishing the cache of node %s every %gs", config.node_id, config.publish_interval)
+    return publisher

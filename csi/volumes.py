@@ -204,7 +204,7 @@ class VolumeManager:
             raise CsiError(
                 grpc.StatusCode.ALREADY_EXISTS,
                 f"volume {volume.volume_id} is mounted on this node with other attributes "
-                f"(source {volume.spec.source})",
+                f"(source {volume.spec.name})",
             )
         existing = volume.targets.get(target)
         if existing is not None and not existing.matches(publication):
@@ -293,12 +293,19 @@ class VolumeManager:
     def _spawn(self, volume: Volume, secrets_env: dict[str, str]) -> int | None:
         """Run `pffs mount` for the volume; returns the daemon's pid once the mount is live."""
         spec = volume.spec
+        if spec.mount_table is not None:
+            table_file = os.path.join(self._dir(volume), "pffs.toml")
+            with open(os.open(table_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+                f.write(spec.mount_table)
+            what = ["--config", table_file]
+        else:
+            what = [spec.source]
         argv = [
             sys.executable,
             "-m",
             "pffs",
             "mount",
-            spec.source,
+            *what,
             self.staging(volume),
             "--cache-dir",
             self.cache_dir,
@@ -316,7 +323,7 @@ class VolumeManager:
             env.update(secrets_env)
         # The mount's record (read by `pffs warmup` inside it) stays in the driver's state dir.
         env["XDG_STATE_HOME"] = self.state_dir
-        log.info("starting pffs mount of %s for volume %s", spec.source, volume.volume_id)
+        log.info("starting pffs mount of %s for volume %s", spec.name, volume.volume_id)
         try:
             result = subprocess.run(
                 argv, env=env, capture_output=True, text=True, timeout=MOUNT_TIMEOUT, check=False
@@ -324,7 +331,7 @@ class VolumeManager:
         except subprocess.TimeoutExpired:
             raise CsiError(
                 grpc.StatusCode.DEADLINE_EXCEEDED,
-                f"pffs mount of {spec.source} did not answer in {MOUNT_TIMEOUT:.0f}s",
+                f"pffs mount of {spec.name} did not answer in {MOUNT_TIMEOUT:.0f}s",
             ) from None
         if result.returncode != 0:
             lines = [line for line in result.stderr.splitlines() if line.strip()]
@@ -332,7 +339,7 @@ class VolumeManager:
                 "pffs: "
             )
             code = EXIT_STATUS.get(result.returncode, grpc.StatusCode.INTERNAL)
-            raise CsiError(code, f"mounting {spec.source} failed: {detail}")
+            raise CsiError(code, f"mounting {spec.name} failed: {detail}")
         match = PID_PATTERN.search(result.stdout)
         return int(match.group(1)) if match else None
 

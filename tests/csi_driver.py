@@ -38,6 +38,7 @@ class Driver:
     root: Path
     env: dict[str, str] | None = None
     node_id: str = "node-1"
+    extra_args: tuple[str, ...] = ()
     proc: subprocess.Popen[bytes] | None = None
     runs: int = 0
     # A short directory for the socket: unix socket paths are limited to 107 bytes.
@@ -87,6 +88,7 @@ class Driver:
                     str(self.state_dir),
                     "--kubelet-dir",
                     str(self.kubelet_dir),
+                    *self.extra_args,
                 ],
                 stdout=log,
                 stderr=log,

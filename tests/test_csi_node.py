@@ -310,3 +310,78 @@ def test_probe_fails_without_fusermount(tmp_path: Path) -> None:
         assert "fusermount3" in failed.value.details()  # type: ignore[attr-defined]
     finally:
         d.cleanup()
+
+
+def test_node_publishes_its_cache_for_the_scheduler(  # type: ignore[no-untyped-def]
+    tmp_path: Path, moto, bucket: str, dataset: dict[str, bytes]
+) -> None:
+    """After a pod reads a volume, the node's labels say it holds that dataset.
+
+    The Node lives in tests/kube_apiserver.py, a stand-in for the API server (none runs here).
+    """
+    from pffs.csi.labels import CACHE_ANNOTATION, dataset_id, decode_annotation, label_key
+    from tests.kube_apiserver import FakeApiServer
+
+    with FakeApiServer() as api:
+        api.add_node("node-1", {}, {})
+        args = ("--kube-api", api.url, "--publish-interval", "0.3")
+        driver = Driver(tmp_path, extra_args=args).start()
+        try:
+            context = context_for(moto, bucket)
+            target = driver.target("pod-a")
+            driver.publish("vol-1", target, context, {})
+            assert_reads(target, dataset)
+            wanted = label_key(dataset_id(context))
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                metadata = api.nodes["node-1"]["metadata"]
+                if metadata.get("labels", {}).get(wanted) == "true":
+                    break
+                time.sleep(0.2)
+            else:
+                raise AssertionError(f"no {wanted} label on the node:\n{driver.log()}")
+            published = decode_annotation(metadata["annotations"][CACHE_ANNOTATION])
+            assert dataset_id(context) in published, published
+            driver.unpublish("vol-1", target)
+        finally:
+            driver.cleanup()
+
+
+def test_mount_table_volume(  # type: ignore[no-untyped-def]
+    driver: Driver, moto, s3, bucket: str, dataset: dict[str, bytes], secrets: dict[str, str]
+) -> None:
+    """A volume of two sources in one tree; file:// entries are refused through CSI."""
+    s3.put_object(Bucket=bucket, Key="logs/run.log", Body=b"epoch 1\n")
+    table = f"""
+[[mount]]
+path = "/dataset"
+source = "s3://{bucket}/data"
+read_only = true
+
+[[mount]]
+path = "/logs"
+source = "s3://{bucket}/logs"
+"""
+    context = {"mountTable": table, "endpoint": moto.endpoint_url}
+    target = driver.target("pod-t")
+    driver.publish("vol-t", target, context, secrets)
+    try:
+        assert sorted(os.listdir(target)) == ["dataset", "logs"]
+        assert_reads(target / "dataset", dataset)
+        assert (target / "logs/run.log").read_bytes() == b"epoch 1\n"
+    finally:
+        driver.unpublish("vol-t", target)
+    table_files = list((driver.state_dir / "volumes").glob("*/pffs.toml"))
+    assert all(oct(p.stat().st_mode & 0o777) == "0o600" for p in table_files)
+
+    bad = {"mountTable": '[[mount]]\npath = "/etc"\nsource = "file:///etc"\n'}
+    request = csi_pb2.NodePublishVolumeRequest(
+        volume_id="vol-bad",
+        target_path=str(driver.target("pod-u")),
+        volume_context=bad,
+        volume_capability=capability(),
+    )
+    with pytest.raises(grpc.RpcError) as failed:
+        driver.node.NodePublishVolume(request, timeout=60)
+    assert status_of(failed.value) == grpc.StatusCode.INVALID_ARGUMENT
+    assert "file://" in failed.value.details()  # type: ignore[attr-defined]
