@@ -37,6 +37,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--wide-files", type=int, help="objects in the wide directory (10000; 300)")
     p.add_argument("--pffs-options", default="", help="extra `pffs mount` options, quoted")
     p.add_argument("--latency", help="put servers behind a netem delay, e.g. 20ms (root)")
+    p.add_argument("--write", help="size of the sequential write, e.g. 256M (1G; 8M with --quick)")
     p.add_argument(
         "--only",
         help="comma-separated metrics to measure, e.g. write_mbs (all); "
@@ -61,7 +62,7 @@ def sizes_from(args: argparse.Namespace) -> ds.Sizes:
         parallel=min(base.parallel, large) if args.large else base.parallel,
         small_files=args.small_files or base.small_files,
         wide_files=args.wide_files or base.wide_files,
-        write=base.write,
+        write=parse_size(args.write) if args.write else base.write,
     )
 
 

@@ -32,7 +32,7 @@ class Sizes:
     @staticmethod
     def full() -> Sizes:
         return Sizes(large=1 << 30, parallel=512 * MIB, small_files=1000, wide_files=10_000,
-                     write=256 * MIB)  # fmt: skip
+                     write=1 << 30)  # fmt: skip
 
     @staticmethod
     def quick() -> Sizes:
