@@ -509,10 +509,11 @@ class Vfs:
         return routed is None or routed[0].read_only
 
     def write_refused(self, what: str, path: str = "") -> ReadOnly | Unsupported:
-        """The error for a write operation: EROFS on a read-only mount, else not yet supported."""
+        """The error for a write this VFS cannot take: EROFS where the mount or entry is
+        read-only, else ENOTSUP (the read-only base class; pffs.writes adds writing)."""
         if self.is_read_only(path):
             return ReadOnly(f"{what}: /{path} is read-only")
-        return Unsupported(f"{what}: writing is not supported by this version of pffs")
+        return Unsupported(f"{what}: not supported")
 
     def statfs(self) -> dict[str, int]:
         """Large, constant figures: object stores have no meaningful capacity."""

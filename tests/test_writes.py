@@ -233,3 +233,29 @@ def test_shell_tools_work(s3, bucket, mount_s3, tmp_path: Path) -> None:  # type
     assert stored(s3, bucket, "moved.bin") == source.read_bytes()
     assert stored(s3, bucket, "log.txt") == b"hello\nworld\n"
     assert find_mount(str(tmp_path / "mnt")) is None
+
+
+@pytest.mark.parametrize("scheme", ["file", "arrow+file"])
+def test_writes_on_local_and_arrow_sources(tmp_path: Path, scheme: str) -> None:
+    """The same semantics through arrow's output streams (the HDFS path) and local files."""
+    root = tmp_path / "root"
+    (root / "d").mkdir(parents=True)
+    (root / "d/old.txt").write_bytes(b"old content")
+    data = random.Random(3).randbytes(3 * MIB + 5)
+    with mounted(f"{scheme}://{root}", tmp_path / "mnt", "--cache-dir", "none") as mnt:
+        write_file(mnt / "d/new.bin", data)
+        assert (root / "d/new.bin").read_bytes() == data
+        with open(mnt / "d/old.txt", "ab") as f:
+            f.write(b" + more")
+        assert (root / "d/old.txt").read_bytes() == b"old content + more"
+        os.truncate(mnt / "d/old.txt", 3)
+        assert (root / "d/old.txt").read_bytes() == b"old"
+        os.mkdir(mnt / "e")
+        os.rename(mnt / "d/new.bin", mnt / "e/moved.bin")
+        assert (root / "e/moved.bin").read_bytes() == data and not (root / "d/new.bin").exists()
+        os.unlink(mnt / "d/old.txt")
+        os.rmdir(mnt / "d")
+        assert sorted(os.listdir(root)) == ["e"]
+        with pytest.raises(OSError) as caught:
+            os.rmdir(mnt / "e")
+        assert caught.value.errno == errno.ENOTEMPTY
