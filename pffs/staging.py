@@ -63,6 +63,8 @@ class Staged:
     # Unlinked while open: its data must not reappear in the store at close.
     unlinked: bool = False
     lock: trio.Lock = field(default_factory=trio.Lock)
+    # Parts already on their way while the file is written front to back (see StreamingUpload).
+    streaming: StreamingUpload | None = None
 
     @property
     def where(self) -> str:
@@ -166,6 +168,11 @@ async def fill_from_store(staged: Staged, size: int, version: str, run: Run) -> 
 
 async def upload(staged: Staged, run: Run) -> ObjectInfo:
     """Put the staging file's content in the store; returns what the store now holds."""
+    streaming, staged.streaming = staged.streaming, None
+    if streaming is not None:
+        streamed = await streaming.finish()
+        if streamed is not None:
+            return streamed
     mounted = staged.mounted
     backend: Any = mounted.backend
     path = staged.path_in_source
@@ -175,39 +182,158 @@ async def upload(staged: Staged, run: Run) -> ObjectInfo:
     part_size = max(PART_SIZE, -(-staged.size // MAX_PARTS))
     count = -(-staged.size // part_size)
     upload_id: str = await run(mounted.limiter, backend.begin_upload, path)
-    etags: list[str] = [""] * count
+    etags: dict[int, str] = {}
+    try:
+        await _send_parts(staged, run, upload_id, part_size, range(count), etags)
+        return await _complete(staged, run, upload_id, count, etags)
+    except BaseException as failure:
+        with trio.CancelScope(shield=True):
+            await _abort(staged, run, upload_id)
+        raise _first_error(failure) from None
+
+
+async def _send_parts(
+    staged: Staged,
+    run: Run,
+    upload_id: str,
+    part_size: int,
+    indices: range,
+    etags: dict[int, str],
+) -> None:
+    """Upload parts `indices` of the staging file, PARTS_IN_FLIGHT at a time."""
+    mounted = staged.mounted
+    backend: Any = mounted.backend
     slots = trio.Semaphore(PARTS_IN_FLIGHT)
 
     async def send(index: int) -> None:
         async with slots:
             offset = index * part_size
-            length = min(part_size, staged.size - offset)
             etags[index] = await run(
                 mounted.limiter,
                 backend.upload_part,
-                path,
+                staged.path_in_source,
                 upload_id,
                 index + 1,
                 staged.file,
                 offset,
-                length,
+                min(part_size, staged.size - offset),
             )
 
-    try:
-        async with trio.open_nursery() as nursery:
-            for index in range(count):
-                nursery.start_soon(send, index)
-        info = await run(
-            mounted.limiter, backend.finish_upload, path, upload_id, etags, staged.size
-        )
-    except BaseException as failure:
-        with trio.CancelScope(shield=True):
-            try:
-                await run(mounted.limiter, backend.abort_upload, path, upload_id)
-            except PffsError as exc:  # the store expires abandoned uploads by its own rules
-                log.warning("%s: could not abort upload %s: %s", staged.where, upload_id, exc)
-        raise _first_error(failure) from None
+    async with trio.open_nursery() as nursery:
+        for index in indices:
+            nursery.start_soon(send, index)
+
+
+async def _complete(
+    staged: Staged, run: Run, upload_id: str, count: int, etags: dict[int, str]
+) -> ObjectInfo:
+    mounted = staged.mounted
+    backend: Any = mounted.backend
+    ordered = [etags[index] for index in range(count)]
+    info: ObjectInfo = await run(
+        mounted.limiter,
+        backend.finish_upload,
+        staged.path_in_source,
+        upload_id,
+        ordered,
+        staged.size,
+    )
     return info
+
+
+async def _abort(staged: Staged, run: Run, upload_id: str) -> None:
+    mounted = staged.mounted
+    backend: Any = mounted.backend
+    try:
+        await run(mounted.limiter, backend.abort_upload, staged.path_in_source, upload_id)
+    except PffsError as exc:  # the store expires abandoned uploads by its own rules
+        log.warning("%s: could not abort upload %s: %s", staged.where, upload_id, exc)
+
+
+class StreamingUpload:
+    """The parts of a file written front to back, uploaded while it is still being written.
+
+    A sequential writer (a checkpoint, a log being copied in) then waits at close only for the
+    last part and the completion, not for the whole upload. A write behind what was already
+    sent, a truncate or a failed part gives up on it: the commit then aborts it and uploads the
+    whole file as usual. Only files that start empty stream, and only on multipart stores.
+    """
+
+    def __init__(self, staged: Staged, run: Run, nursery: trio.Nursery) -> None:
+        self.staged = staged
+        self.run = run
+        self.nursery = nursery
+        self.upload_id: str | None = None
+        self.sent = 0  # parts handed out: 0 .. sent-1
+        self.etags: dict[int, str] = {}
+        self.usable = True
+        self._running = 0
+        self._idle = trio.Event()
+        self._idle.set()
+        self._begin_lock = trio.Lock()
+        self._slots = trio.Semaphore(PARTS_IN_FLIGHT)
+
+    def wrote(self, offset: int) -> None:
+        """After a write at `offset` (the staged size already updated): send completed parts."""
+        if offset < self.sent * PART_SIZE:
+            self.usable = False  # bytes already sent changed
+        if not self.usable or self.staged.size <= MULTIPART_THRESHOLD:
+            return  # a small file goes up in one PUT at close
+        while (self.sent + 1) * PART_SIZE <= self.staged.size:
+            if self.sent >= MAX_PARTS - 1:  # too large for streamed parts: whole upload later
+                self.usable = False
+                return
+            if self._running == 0:
+                self._idle = trio.Event()
+            self._running += 1
+            self.nursery.start_soon(self._send, self.sent)
+            self.sent += 1
+
+    def give_up(self) -> None:
+        self.usable = False
+
+    async def _send(self, index: int) -> None:
+        staged = self.staged
+        try:
+            async with self._slots:
+                if not self.usable:
+                    return
+                async with self._begin_lock:
+                    if self.upload_id is None:
+                        mounted = staged.mounted
+                        backend: Any = mounted.backend
+                        path = staged.path_in_source
+                        self.upload_id = await self.run(mounted.limiter, backend.begin_upload, path)
+                await _send_parts(
+                    staged, self.run, self.upload_id, PART_SIZE, range(index, index + 1), self.etags
+                )
+        except Exception as exc:  # the commit uploads everything again and reports for real
+            log.info(
+                "%s: streamed part %d failed (%s); uploading at close", staged.where, index, exc
+            )
+            self.usable = False
+        finally:
+            self._running -= 1
+            if self._running == 0:
+                self._idle.set()
+
+    async def finish(self) -> ObjectInfo | None:
+        """Complete the upload with the remaining parts, or None (aborted) when it cannot be."""
+        await self._idle.wait()
+        staged = self.staged
+        if self.usable and self.upload_id is not None and self.sent * PART_SIZE <= staged.size:
+            count = -(-staged.size // PART_SIZE)
+            try:
+                rest = range(self.sent, count)
+                await _send_parts(staged, self.run, self.upload_id, PART_SIZE, rest, self.etags)
+                return await _complete(staged, self.run, self.upload_id, count, self.etags)
+            except BaseException as failure:
+                with trio.CancelScope(shield=True):
+                    await _abort(staged, self.run, self.upload_id)
+                raise _first_error(failure) from None
+        if self.upload_id is not None:
+            await _abort(staged, self.run, self.upload_id)
+        return None
 
 
 def _first_error(exc: BaseException) -> BaseException:

@@ -44,6 +44,7 @@ from pffs.mounttable import Mounted
 from pffs.staging import (
     Staged,
     StagingArea,
+    StreamingUpload,
     fill_from_store,
     truncate,
     upload,
@@ -131,6 +132,12 @@ class WritableVfs(Vfs):
                 self._pending_fill[id(staged)] = pending
                 raise
 
+    def _start_streaming(self, staged: Staged) -> None:
+        """Upload the parts of a file written from empty while it is being written."""
+        backend = staged.mounted.backend
+        if self._nursery is not None and getattr(backend, "multipart", False) and not staged.size:
+            staged.streaming = StreamingUpload(staged, self._run, self._nursery)
+
     def _touch(self, inode: Inode, staged: Staged) -> None:
         """The inode shows the staged size and a current mtime."""
         inode.info = dataclasses.replace(inode.info, size=staged.size, mtime=time.time())
@@ -158,6 +165,7 @@ class WritableVfs(Vfs):
         inode.lookups += 1  # create counts as a lookup for the kernel
         inode.kernel_version = None
         self._changed(path)
+        self._start_streaming(staged)
         return self._open_staged(inode, staged), inode
 
     async def open(self, ino: int, flags: int) -> tuple[int, bool]:
@@ -174,6 +182,7 @@ class WritableVfs(Vfs):
         fh = self._open_staged(inode, staged)
         if flags & os.O_TRUNC:
             await self._truncate(inode, staged, 0)
+            self._start_streaming(staged)
         return fh, False
 
     async def write(self, fh: int, offset: int, data: bytes) -> int:
@@ -186,6 +195,8 @@ class WritableVfs(Vfs):
         staged.size = max(staged.size, offset + written)
         staged.dirty = True
         self._touch(handle.inode, staged)
+        if staged.streaming is not None:
+            staged.streaming.wrote(offset)
         return written
 
     async def flush(self, fh: int) -> None:
@@ -212,6 +223,10 @@ class WritableVfs(Vfs):
         if self.staged.get(inode.ino) is staged:
             del self.staged[inode.ino]
         self._pending_fill.pop(id(staged), None)
+        streaming, staged.streaming = staged.streaming, None
+        if streaming is not None:  # unlinked, or its commit failed: abort what was sent
+            streaming.give_up()
+            await streaming.finish()
         if staged.dirty and not staged.unlinked:
             await self._staging_call(StagingArea.keep, staged)
         else:
@@ -266,6 +281,8 @@ class WritableVfs(Vfs):
         return inode
 
     async def _truncate(self, inode: Inode, staged: Staged, size: int) -> None:
+        if staged.streaming is not None and size != staged.size:
+            staged.streaming.give_up()
         if size == 0:
             self._pending_fill.pop(id(staged), None)  # nothing of the old bytes is needed
         else:

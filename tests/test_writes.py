@@ -259,3 +259,25 @@ def test_writes_on_local_and_arrow_sources(tmp_path: Path, scheme: str) -> None:
         with pytest.raises(OSError) as caught:
             os.rmdir(mnt / "e")
         assert caught.value.errno == errno.ENOTEMPTY
+
+
+def test_streamed_parts_survive_writes_behind_them(s3, bucket, mount_s3) -> None:  # type: ignore[no-untyped-def]
+    """Parts go up while a large file is written; a write into a sent part restarts at close."""
+    rng = random.Random(12)
+    data = bytearray(rng.randbytes(48 * MIB + 3))
+    with mount_s3(f"s3://{bucket}") as mnt:
+        with open(mnt / "streamed.bin", "wb") as f:  # front to back: streamed
+            f.write(data[: 40 * MIB])
+            f.write(data[40 * MIB :])
+        assert stored(s3, bucket, "streamed.bin") == bytes(data)
+        with open(mnt / "patched.bin", "wb") as f:
+            f.write(data[: 40 * MIB])
+            f.seek(MIB)  # behind parts already sent: they are abandoned
+            f.write(b"P" * 100)
+            f.seek(40 * MIB)
+            f.write(data[40 * MIB :])
+        data[MIB : MIB + 100] = b"P" * 100
+        assert stored(s3, bucket, "patched.bin") == bytes(data)
+        assert (mnt / "patched.bin").read_bytes() == bytes(data)
+    uploads = s3.list_multipart_uploads(Bucket=bucket).get("Uploads", [])
+    assert uploads == []  # the abandoned upload was aborted, not left behind
