@@ -24,7 +24,14 @@ from collections.abc import Callable, Iterator, Mapping
 from types import TracebackType
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    disable_created_metrics,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -32,6 +39,8 @@ from pffs.errors import UsageError
 
 log = logging.getLogger("pffs.metrics")
 
+# The `_created` series double every counter for little use; Prometheus has its own resets.
+disable_created_metrics()
 REGISTRY = CollectorRegistry(auto_describe=True)
 # Memory and CPU of the mount process: "memory growth until OOM" is the top complaint of peers.
 ProcessCollector(namespace="pffs", registry=REGISTRY)
@@ -433,11 +442,15 @@ def _histogram(family: Metric) -> dict[str, Any]:
 
 
 def metric_names() -> set[str]:
-    """Every sample name the registry exposes (for the dashboard check)."""
+    """Every series name the registry can expose, with or without samples yet (dashboards)."""
+    suffixes = {
+        "counter": ("_total",),
+        "histogram": ("_bucket", "_count", "_sum"),
+        "summary": ("_count", "_sum", ""),
+    }
     names: set[str] = set()
     for family in REGISTRY.collect():
-        for sample in family.samples:
-            names.add(sample.name)
+        names.update(family.name + suffix for suffix in suffixes.get(family.type, ("",)))
     return names
 
 

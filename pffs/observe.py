@@ -160,6 +160,14 @@ class ObservableVfs(WritableVfs):
             return snapshot[offset : offset + size]
         return await super().read(fh, offset, size)
 
+    async def flush(self, fh: int) -> None:
+        if fh not in self._stats_reads:
+            await super().flush(fh)
+
+    async def fsync(self, fh: int) -> None:
+        if fh not in self._stats_reads:
+            await super().fsync(fh)
+
     async def release(self, fh: int) -> None:
         if self._stats_reads.pop(fh, None) is not None:
             return
