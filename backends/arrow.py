@@ -23,6 +23,7 @@ from urllib.parse import unquote, urlsplit
 
 import pyarrow.fs as pafs
 
+from pffs import metrics
 from pffs.backends.base import ObjectInfo, is_valid_name
 from pffs.config import RetryConfig, SourceConfig
 from pffs.errors import (
@@ -179,13 +180,18 @@ class ArrowBackend:
 
     def _call(self, fn: Callable[[], T], what: str, path: str, listing: bool = False) -> T:
         try:
-            return call_with_retry(
-                fn,
-                is_transient=_is_transient,
-                policy=self.retry_policy,
-                what=f"{what} {self._where(path)}",
-                on_retry=self._count_retry,
-            )
+            # Counted, timed and logged when slow by pffs.metrics (retries included).
+            with metrics.BackendRequest(self.source_id, what, path, self._count_retry) as request:
+                result: T = request.received(
+                    call_with_retry(
+                        fn,
+                        is_transient=_is_transient,
+                        policy=self.retry_policy,
+                        what=f"{what} {self._where(path)}",
+                        on_retry=request.retried,
+                    )
+                )
+            return result
         except PffsError:
             raise
         except OSError as exc:

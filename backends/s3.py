@@ -24,6 +24,7 @@ import boto3
 import botocore.exceptions
 from botocore.config import Config
 
+from pffs import metrics
 from pffs.backends.base import ObjectInfo, is_valid_name
 from pffs.config import RetryConfig, SourceConfig
 from pffs.errors import (
@@ -148,7 +149,9 @@ class S3Backend:
             return ObjectInfo(name="", size=0, mtime=0.0, etag=None, is_dir=True)
         key = self.prefix + path
         try:
-            head = self._call(lambda: self.client.head_object(Bucket=self.bucket, Key=key), "HEAD")
+            head = self._call(
+                lambda: self.client.head_object(Bucket=self.bucket, Key=key), "HEAD", path=path
+            )
             return ObjectInfo(
                 name=name,
                 size=head["ContentLength"],
@@ -168,6 +171,7 @@ class S3Backend:
                     Bucket=self.bucket, Prefix=key + "/", Delimiter="/", MaxKeys=1
                 ),
                 "LIST",
+                path=path,
             )
         except Exception as exc:
             raise self._translate(exc, path) from exc
@@ -183,7 +187,9 @@ class S3Backend:
             if token:
                 kwargs["ContinuationToken"] = token
             try:
-                page = self._call(functools.partial(self.client.list_objects_v2, **kwargs), "LIST")
+                page = self._call(
+                    functools.partial(self.client.list_objects_v2, **kwargs), "LIST", path=path
+                )
             except Exception as exc:
                 raise self._translate(exc, path) from exc
             yield from self._page_entries(page, prefix)
@@ -212,7 +218,7 @@ class S3Backend:
             return data
 
         try:
-            return self._call(get, "GET")
+            return self._call(get, "GET", path=path)
         except botocore.exceptions.ClientError as exc:
             code = _code(exc)
             if code in ("InvalidRange", "416"):
@@ -348,7 +354,7 @@ class S3Backend:
     def _do(self, fn: Callable[[], T], what: str, path: str) -> T:
         """A call with retries whose failure is translated into a pffs error."""
         try:
-            return self._call(fn, what)
+            return self._call(fn, what, path=path)
         except Exception as exc:
             raise self._translate(exc, path) from exc
 
@@ -378,17 +384,22 @@ class S3Backend:
         for _, info in entries:
             yield info
 
-    def _call(self, fn: Callable[[], T], what: str, quick: bool = False) -> T:
+    def _call(self, fn: Callable[[], T], what: str, quick: bool = False, path: str = "") -> T:
         policy = self.retry_policy
         if quick:  # the mount's preflight check must answer within seconds, not a minute
             policy = RetryConfig(attempts=2, base_delay=0.1, max_delay=0.5, total_timeout=5.0)
-        return call_with_retry(
-            fn,
-            is_transient=self.is_transient,
-            policy=policy,
-            what=f"{what} {self.source_id}",
-            on_retry=self._count_retry,
-        )
+        # Counted, timed and logged when slow by pffs.metrics (one request, retries included).
+        with metrics.BackendRequest(self.source_id, what, path, self._count_retry) as request:
+            result: T = request.received(
+                call_with_retry(
+                    fn,
+                    is_transient=self.is_transient,
+                    policy=policy,
+                    what=f"{what} {self.source_id}",
+                    on_retry=request.retried,
+                )
+            )
+        return result
 
     def _count_retry(self, _exc: BaseException) -> None:
         self.retries += 1

@@ -14,10 +14,12 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from pffs.config import (
+    LOG_LEVELS,
     CacheConfig,
     FuseConfig,
     MetaConfig,
     MountConfig,
+    ObserveConfig,
     SourceConfig,
     TableEntry,
     default_cache_dir,
@@ -156,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="command",
         required=True,
         parser_class=_Parser,
-        metavar="{mount,umount,warmup,cache,demo,csi,scheduler-extender,affinity}",
+        metavar="{mount,umount,stats,warmup,cache,demo,csi,scheduler-extender,affinity}",
     )
 
     mount = commands.add_parser(
@@ -192,6 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     opts.add_argument("-f", "--foreground", action="store_true", help="serve in this process")
     opts.add_argument("--log-file", help="daemon log (default: ~/.local/state/pffs/log/)")
+    _add_observe_options(mount)
     meta = mount.add_argument_group("metadata caching (seconds)")
     meta.add_argument("--attr-ttl", type=_seconds, default=MetaConfig.attr_ttl)
     meta.add_argument("--entry-ttl", type=_seconds, default=MetaConfig.entry_ttl)
@@ -201,6 +204,9 @@ def build_parser() -> argparse.ArgumentParser:
     umount = commands.add_parser("umount", help="unmount", description="Unmount a pffs mount.")
     umount.add_argument("mountpoint")
     umount.add_argument("-l", "--lazy", action="store_true", help="detach now, finish when idle")
+    from pffs.stats_view import add_parser as add_stats_parser
+
+    add_stats_parser(commands)
 
     warmup = commands.add_parser(
         "warmup",
@@ -250,6 +256,39 @@ def _add_affinity_commands(commands: argparse._SubParsersAction[_Parser]) -> Non
     aff.add_argument("--required", action="store_true", help="require instead of prefer")
     aff.add_argument("--api", help="Kubernetes API URL (default: in-cluster service account)")
     aff.add_argument("-n", "--namespace", help="namespace of PVCs when the manifest has none")
+
+
+def _add_observe_options(parser: argparse.ArgumentParser) -> None:
+    """Metrics and logs of a mount (pffs.metrics, pffs.observe, pffs.logs)."""
+    observe = parser.add_argument_group("observability")
+    observe.add_argument(
+        "--metrics",
+        metavar="ADDR",
+        help="serve Prometheus metrics at HOST:PORT, e.g. 127.0.0.1:9567 (off)",
+    )
+    observe.add_argument(
+        "--slow-request",
+        type=_seconds,
+        default=ObserveConfig.slow_request,
+        metavar="SECONDS",
+        help="log store requests slower than this at WARNING (5)",
+    )
+    observe.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        help="least severe level logged (info; debug with --debug)",
+    )
+
+
+def observe_config(args: argparse.Namespace) -> ObserveConfig:
+    if args.metrics:
+        from pffs.metrics import parse_address
+
+        parse_address(args.metrics)  # a bad address fails here, before a daemon starts
+    level = args.log_level or ("debug" if args.debug else "info")
+    return ObserveConfig(
+        metrics_address=args.metrics, slow_request=args.slow_request, log_level=level
+    )
 
 
 def source_config(args: argparse.Namespace, url: str, read_only: bool = False) -> SourceConfig:
@@ -326,10 +365,13 @@ def mount_config(args: argparse.Namespace) -> MountConfig:
         log_file=log_file,
         debug=args.debug,
         name=name,
+        observe=observe_config(args),
     )
 
 
-def setup_logging(debug: bool, log_file: str | None = None) -> None:
+def setup_logging(debug: bool, log_file: str | None = None, level: str | None = None) -> None:
+    from pffs.logs import LineFormatter, level_of
+
     handler: logging.Handler
     if log_file:
         os.makedirs(os.path.dirname(log_file) or ".", mode=0o700, exist_ok=True)
@@ -337,10 +379,10 @@ def setup_logging(debug: bool, log_file: str | None = None) -> None:
         os.chmod(log_file, 0o600)
     else:
         handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(LineFormatter())  # one line per event, credentials masked
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(logging.DEBUG if debug else logging.INFO)
+    root.setLevel(level_of(level) if level else logging.DEBUG if debug else logging.INFO)
     # boto's own debug output is a flood and can include request headers; keep it out.
     for noisy in ("botocore", "boto3", "urllib3", "s3transfer"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -351,7 +393,7 @@ def cmd_mount(args: argparse.Namespace) -> int:
 
     config = mount_config(args)
     if args.foreground:
-        setup_logging(args.debug, config.log_file)
+        setup_logging(args.debug, config.log_file, config.observe.log_level)
         serve_here(config)
         return 0
     pid, log_path = start_daemon(config)
@@ -364,7 +406,7 @@ def cmd_daemon() -> int:
     from pffs.mount import report_to_parent, serve_here
 
     config = from_json(sys.stdin.read())
-    setup_logging(config.debug)  # stderr is already the log file
+    setup_logging(config.debug, level=config.observe.log_level)  # stderr is the log file
     try:
         serve_here(config, on_ready=lambda: report_to_parent("ok"))
     except PffsError as exc:
@@ -413,6 +455,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_mount(args)
         if args.command == "umount":
             return cmd_umount(args)
+        if args.command == "stats":
+            from pffs.stats_view import run as run_stats
+
+            return run_stats(args)
         if args.command == "warmup":
             return cmd_warmup(args)
         if args.command == "cache":

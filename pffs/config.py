@@ -142,6 +142,22 @@ class CacheConfig:
     compress: bool = True
 
 
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+@dataclass(frozen=True)
+class ObserveConfig:
+    """Metrics and logs of a mount (see pffs.metrics and pffs.observe)."""
+
+    # HOST:PORT of the Prometheus endpoint; None serves none (the .pffs/stats file is always on).
+    metrics_address: str | None = None
+    # A store request slower than this many seconds is logged at WARNING with its timing. 5 s is
+    # far above a healthy 4 MiB GET and far below the minute a reader waits before EIO.
+    slow_request: float = 5.0
+    # Least severe level logged ("debug", "info", "warning", "error"); --debug means "debug".
+    log_level: str = "info"
+
+
 @dataclass(frozen=True)
 class MountConfig:
     """Everything `pffs.mount` needs.
@@ -158,6 +174,7 @@ class MountConfig:
     log_file: str | None = None
     debug: bool = False
     name: str = "pffs"
+    observe: ObserveConfig = field(default_factory=ObserveConfig)
 
 
 def single_source(
@@ -198,4 +215,5 @@ def from_json(text: str) -> MountConfig:
         log_file=raw["log_file"],
         debug=raw["debug"],
         name=raw["name"],
+        observe=ObserveConfig(**raw.get("observe", {})),
     )

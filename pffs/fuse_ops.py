@@ -13,12 +13,14 @@ import logging
 import os
 import signal
 import stat
+import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, ParamSpec, TypeVar
 
 import pyfuse3
 import trio
 
+from pffs import metrics
 from pffs.config import MountConfig
 from pffs.errors import MountFailed, PffsError, Unsupported
 from pffs.mountpoint import set_kernel_readahead
@@ -33,19 +35,28 @@ log = logging.getLogger("pffs.fuse")
 def _errno_boundary(
     handler: Callable[P, Coroutine[Any, Any, R]],
 ) -> Callable[P, Coroutine[Any, Any, R]]:
+    # Counted and timed here, so every operation is, at one label lookup per process.
+    op = metrics.FuseOp(handler.__name__)
+
     @functools.wraps(handler)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        started = time.perf_counter()
         try:
-            return await handler(*args, **kwargs)
-        except pyfuse3.FUSEError:
+            result = await handler(*args, **kwargs)
+        except pyfuse3.FUSEError as exc:
+            op.done(started, exc.errno)
             raise
         except PffsError as exc:
+            op.done(started, exc.errno)
             level = logging.DEBUG if exc.errno in (errno.ENOENT, errno.ENOTDIR) else logging.WARNING
             log.log(level, "%s: %s", handler.__name__, exc)
             raise pyfuse3.FUSEError(exc.errno) from None
         except Exception:
+            op.done(started, errno.EIO)
             log.exception("%s failed unexpectedly", handler.__name__)
             raise pyfuse3.FUSEError(errno.EIO) from None
+        op.done(started)
+        return result
 
     return wrapper
 
@@ -135,7 +146,10 @@ class PffsOperations(pyfuse3.Operations):
     @_errno_boundary
     async def open(self, inode: int, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
         fh, keep_cache = await self.vfs.open(inode, flags)
-        return pyfuse3.FileInfo(fh=pyfuse3.FileHandleT(fh), keep_cache=keep_cache)
+        info = pyfuse3.FileInfo(fh=pyfuse3.FileHandleT(fh), keep_cache=keep_cache)
+        # Generated files (.pffs/stats) have no fixed size: the kernel must not cache or clip.
+        info.direct_io = self.vfs.direct_io(fh)
+        return info
 
     @_errno_boundary
     async def read(self, fh: int, off: int, size: int) -> bytes:

@@ -25,7 +25,7 @@ from pffs.errors import MountFailed, PffsError, UsageError
 from pffs.fuse_ops import PffsOperations, serve
 from pffs.mountpoint import prepare_mountpoint
 from pffs.mounttable import Mounted, MountTable
-from pffs.writes import WritableVfs
+from pffs.observe import ObservableVfs, start_observing
 
 log = logging.getLogger("pffs.mount")
 READY_FD_ENV = "PFFS_READY_FD"
@@ -54,13 +54,15 @@ def serve_here(config: MountConfig, on_ready: Callable[[], None] | None = None) 
     os.umask(0o077)
     tune_malloc()
     cache = open_cache(config.cache)
-    vfs = WritableVfs(table, config.meta, config.fuse, cache, staging_dir=staging_dir(config))
+    vfs = ObservableVfs(table, config.meta, config.fuse, cache, staging_dir=staging_dir(config))
+    stop_observing = start_observing(config, vfs)
     for mounted in table.mounted:
         log.info("mounting %s at %s/%s", mounted.backend.source_id, mountpoint, mounted.path)
     record = register_mount(mountpoint, config)
     try:
         serve(PffsOperations(vfs, config), mountpoint, on_ready)
     finally:
+        stop_observing()
         log.info("cache counters at exit: %s", cache.stats.as_dict())
         cache.close()
         with contextlib.suppress(OSError):

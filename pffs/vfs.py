@@ -457,7 +457,7 @@ class Vfs:
             start = max(offset - index * self.block_size, 0)
             stop = min(end - index * self.block_size, self._block_length(handle, index))
             if handle.readahead.sequential:
-                block = await self.cache.read(key, fetch)
+                block = await self.cache.read(key, fetch, served=stop - start)
                 pieces.append(memoryview(block)[start:stop])
             else:  # random access: read only what is asked of the disk tier
                 pieces.append(await self.cache.read_part(key, start, stop - start, fetch))
@@ -500,6 +500,10 @@ class Vfs:
 
     async def release(self, fh: int) -> None:
         self.handles.pop(fh, None)
+
+    def direct_io(self, fh: int) -> bool:
+        """Whether reads of this handle must bypass the kernel page cache (generated files)."""
+        return False
 
     def is_read_only(self, path: str) -> bool:
         """Whether writes under tree path `path` are refused (the mount's or its entry's flag)."""

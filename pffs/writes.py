@@ -27,6 +27,7 @@ from typing import Any
 
 import trio
 
+from pffs import metrics
 from pffs.backends.base import ObjectInfo, WritableBackend, is_valid_name, join
 from pffs.errors import (
     Busy,
@@ -192,6 +193,7 @@ class WritableVfs(Vfs):
             raise PffsError(f"{handle.inode.path} is not open for writing")
         await self._fill(staged)
         written: int = await self._staging_call(write_at, staged, offset, data)
+        metrics.STAGED_BYTES.inc(written)
         staged.size = max(staged.size, offset + written)
         staged.dirty = True
         self._touch(handle.inode, staged)
@@ -239,13 +241,17 @@ class WritableVfs(Vfs):
         async with staged.lock:
             if not staged.dirty or staged.unlinked:
                 return
+            source = staged.mounted.backend.source_id
             try:
                 info = await upload(staged, self._run)
             except PffsError as exc:
+                metrics.UPLOAD_FAILURES.labels(source).inc()
                 log.error(
                     "upload of %s failed (%s); data kept in %s", staged.where, exc, staged.file
                 )
                 raise
+            metrics.UPLOADS.labels(source).inc()
+            metrics.UPLOADED_BYTES.labels(source).inc(staged.size)
             staged.dirty = False
         path = inode.path
         inode.info = dataclasses.replace(info, name=path.rpartition("/")[2])

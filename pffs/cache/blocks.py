@@ -42,6 +42,7 @@ class _InFlight:
         self.data: bytes | None = None
         self.error: BaseException | None = None
         self.prefetch = False
+        self.tier = "store"  # where the bytes came from: "disk" or "store" (for metrics)
 
 
 class BlockCache:
@@ -52,6 +53,7 @@ class BlockCache:
         # Prefetched blocks in flight count against the memory bound, so reserve their budget.
         self.prefetch_budget = min(config.prefetch_budget, config.memory_bytes // 2)
         self.memory = MemoryTier(config.memory_bytes - self.prefetch_budget, self.stats)
+        self.memory.on_evict = self._evicted
         # A window larger than half the memory tier would evict prefetched blocks before the
         # reader gets to them, and one larger than the budget could never be in flight.
         self.readahead_limit = min(
@@ -106,19 +108,25 @@ class BlockCache:
 
     # --- reading -----------------------------------------------------------------------------
 
-    async def read(self, key: BlockKey, fetch: Fetch) -> bytes:
-        """The block's bytes, from the nearest tier that has them."""
+    async def read(self, key: BlockKey, fetch: Fetch, served: int | None = None) -> bytes:
+        """The block's bytes, from the nearest tier that has them.
+
+        `served` is how many of them the reader takes (for the bytes-served counters; default
+        the whole block).
+        """
         while True:
             data = self.memory.get(key)
             if data is not None:
                 self.stats.memory_hits += 1
+                self.stats.memory_bytes_served += len(data) if served is None else served
                 if key in self._prefetched:
                     self._prefetched.discard(key)
                     self.stats.prefetch_used += 1
                 return data
             flight = self._in_flight.get(key)
             if flight is None:
-                return await self._load(key, fetch, prefetch=False)
+                self.stats.memory_misses += 1
+                return await self._load(key, fetch, prefetch=False, served=served)
             self.stats.single_flight_waits += 1
             if flight.prefetch:
                 self.stats.prefetch_used += 1
@@ -127,6 +135,7 @@ class BlockCache:
             if flight.error is not None:
                 raise flight.error
             if flight.data is not None:
+                self._count_served(flight.tier, len(flight.data) if served is None else served)
                 return flight.data
             # The fetching task was cancelled (its reader was interrupted): try again ourselves.
 
@@ -140,11 +149,26 @@ class BlockCache:
         if self.disk is not None and self._uses_disk(key) and not self.is_cached_or_coming(key):
             data = await self._disk_read(self.disk.get_range, self._disk_key(key), start, length)
             if data is not None:
+                self.stats.memory_misses += 1
+                self.stats.disk_bytes_served += len(data)
                 return data
-        block = await self.read(key, fetch)
+        block = await self.read(key, fetch, served=length)
         return block[start : start + length]
 
-    async def _load(self, key: BlockKey, fetch: Fetch, prefetch: bool) -> bytes:
+    def _count_served(self, tier: str, count: int) -> None:
+        if tier == "disk":
+            self.stats.disk_bytes_served += count
+        else:
+            self.stats.store_bytes_served += count
+
+    def _evicted(self, key: object) -> None:
+        if key in self._prefetched:  # loaded ahead, dropped before anyone read it
+            self._prefetched.discard(key)
+            self.stats.prefetch_wasted += 1
+
+    async def _load(
+        self, key: BlockKey, fetch: Fetch, prefetch: bool, served: int | None = None
+    ) -> bytes:
         flight = _InFlight()
         flight.prefetch = prefetch
         self._in_flight[key] = flight
@@ -155,6 +179,10 @@ class BlockCache:
                 data = await fetch()
                 self.stats.misses += 1
                 self.stats.bytes_from_store += len(data)
+            else:
+                flight.tier = "disk"
+            if not prefetch:
+                self._count_served(flight.tier, len(data) if served is None else served)
             self.memory.put(key, data)
             if flight.prefetch:  # loaded ahead and not yet asked for
                 self._note_prefetched(key)
@@ -173,7 +201,10 @@ class BlockCache:
     async def _from_disk(self, key: BlockKey) -> bytes | None:
         if self.disk is None or not self._uses_disk(key):
             return None
-        return await self._disk_read(self.disk.get, self._disk_key(key))
+        data = await self._disk_read(self.disk.get, self._disk_key(key))
+        if data is None:
+            self.stats.disk_misses += 1
+        return data
 
     async def _disk_read(
         self, reader: Callable[..., tuple[bytes | None, bool]], *args: object

@@ -6,7 +6,7 @@ Touched only from trio tasks (never from worker threads), so it needs no lock.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 
 from pffs.cache.stats import CacheStats
 
@@ -17,6 +17,8 @@ class MemoryTier:
         self.used = 0
         self.stats = stats
         self._blocks: OrderedDict[Hashable, bytes] = OrderedDict()
+        # Told of each block evicted to make room (the cache counts unread prefetches).
+        self.on_evict: Callable[[Hashable], None] | None = None
 
     def get(self, key: Hashable) -> bytes | None:
         data = self._blocks.get(key)
@@ -36,9 +38,11 @@ class MemoryTier:
         self._blocks[key] = data
         self.used += len(data)
         while self.used > self.capacity:
-            _, evicted = self._blocks.popitem(last=False)
+            evicted_key, evicted = self._blocks.popitem(last=False)
             self.used -= len(evicted)
             self.stats.memory_evictions += 1
+            if self.on_evict is not None:
+                self.on_evict(evicted_key)
 
     def discard(self, key: Hashable) -> None:
         old = self._blocks.pop(key, None)

@@ -22,6 +22,14 @@ class CacheStats:
     prefetch_issued: int = 0
     prefetch_used: int = 0
     prefetch_skipped_budget: int = 0
+    # For pffs.metrics: lookups a tier could not answer, bytes handed to readers per tier, and
+    # prefetched blocks evicted before any reader asked for them.
+    memory_misses: int = 0
+    disk_misses: int = 0
+    memory_bytes_served: int = 0
+    disk_bytes_served: int = 0
+    store_bytes_served: int = 0
+    prefetch_wasted: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)

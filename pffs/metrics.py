@@ -1,0 +1,471 @@
+"""The metrics registry every layer reports to, and the snapshot the stats file and CLI show.
+
+This module sits below every other pffs layer: it imports only the standard library,
+prometheus-client and pffs.errors, so the cache, the VFS, the backends and the kernel edge can
+all count into it without breaking the import rules of DESIGN.md.
+
+Names follow Prometheus conventions: a `pffs_` prefix, counters end in `_total`, units as
+suffixes (`_bytes_total`, `_seconds`). The hot path stays cheap: label children are resolved
+once and reused (`FuseOp`), the block cache keeps plain integers (CacheStats) that a collector
+reads only when someone scrapes or opens the stats file.
+
+Three readers share one registry (REGISTRY): the Prometheus HTTP endpoint (`--metrics ADDR`),
+the hidden `.pffs/stats` file (`snapshot()`, JSON) and `pffs stats` (which reads that file).
+"""
+
+from __future__ import annotations
+
+import errno as errno_names
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from types import TracebackType
+from typing import Any
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    disable_created_metrics,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from pffs.errors import UsageError
+
+log = logging.getLogger("pffs.metrics")
+
+# The `_created` series double every counter for little use; Prometheus has its own resets.
+disable_created_metrics()
+REGISTRY = CollectorRegistry(auto_describe=True)
+# Memory and CPU of the mount process: "memory growth until OOM" is the top complaint of peers.
+ProcessCollector(namespace="pffs", registry=REGISTRY)
+
+# Latencies from a page-cache-speed FUSE reply (tens of microseconds) to a stalled store (a minute).
+_LATENCY_BUCKETS = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+)
+
+# --- the kernel edge -------------------------------------------------------------------------
+
+FUSE_OPERATIONS = Counter(
+    "pffs_fuse_operations_total",
+    "FUSE requests served, by operation",
+    ["op"],
+    registry=REGISTRY,
+)
+FUSE_ERRORS = Counter(
+    "pffs_fuse_errors_total",
+    "FUSE requests answered with an error, by operation and errno name",
+    ["op", "errno"],
+    registry=REGISTRY,
+)
+FUSE_SECONDS = Histogram(
+    "pffs_fuse_operation_seconds",
+    "Time to answer a FUSE request, by operation",
+    ["op"],
+    buckets=_LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+OPEN_FILES = Gauge("pffs_open_files", "Files open through the mount", registry=REGISTRY)
+
+# --- the store -------------------------------------------------------------------------------
+
+BACKEND_REQUESTS = Counter(
+    "pffs_backend_requests_total",
+    "Requests to a store (one per call, retries included), by source and request type",
+    ["source", "request"],
+    registry=REGISTRY,
+)
+BACKEND_ERRORS = Counter(
+    "pffs_backend_errors_total",
+    "Store requests that failed after their retries, by source, request type and error",
+    ["source", "request", "error"],
+    registry=REGISTRY,
+)
+BACKEND_RETRIES = Counter(
+    "pffs_backend_retries_total",
+    "Transient store failures retried, by source and request type",
+    ["source", "request"],
+    registry=REGISTRY,
+)
+BACKEND_BYTES = Counter(
+    "pffs_backend_received_bytes_total",
+    "Bytes of object data received from a store, by source and request type",
+    ["source", "request"],
+    registry=REGISTRY,
+)
+BACKEND_SECONDS = Histogram(
+    "pffs_backend_request_seconds",
+    "Time of a store request including its retries, by source and request type",
+    ["source", "request"],
+    buckets=_LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+BACKEND_SLOW = Counter(
+    "pffs_backend_slow_requests_total",
+    "Store requests slower than the --slow-request threshold (each one is logged)",
+    ["source", "request"],
+    registry=REGISTRY,
+)
+
+# --- writes ----------------------------------------------------------------------------------
+
+STAGED_BYTES = Counter(
+    "pffs_staged_bytes_total",
+    "Bytes written into local staging files by writers",
+    registry=REGISTRY,
+)
+UPLOADED_BYTES = Counter(
+    "pffs_uploaded_bytes_total",
+    "Bytes of staged files uploaded to a store, by source",
+    ["source"],
+    registry=REGISTRY,
+)
+UPLOADS = Counter(
+    "pffs_uploads_total",
+    "Staged files uploaded to a store, by source",
+    ["source"],
+    registry=REGISTRY,
+)
+UPLOAD_FAILURES = Counter(
+    "pffs_upload_failures_total",
+    "Uploads of staged files that failed (the data stays in the staging area), by source",
+    ["source"],
+    registry=REGISTRY,
+)
+
+
+# --- the block cache -------------------------------------------------------------------------
+# CacheStats field -> (metric, labels). The cache keeps plain integers (no lock, no label
+# lookup per block); this collector turns them into metrics when they are read.
+
+_CACHE_COUNTERS: dict[str, tuple[str, str, dict[str, str]]] = {
+    "memory_hits": ("pffs_cache_hits", "Blocks served from a cache tier", {"tier": "memory"}),
+    "disk_hits": ("pffs_cache_hits", "", {"tier": "disk"}),
+    "memory_misses": (
+        "pffs_cache_misses",
+        "Block lookups a cache tier could not answer (a disk miss is a store fetch)",
+        {"tier": "memory"},
+    ),
+    "disk_misses": ("pffs_cache_misses", "", {"tier": "disk"}),
+    "memory_bytes_served": (
+        "pffs_cache_served_bytes",
+        "Bytes handed to readers, by the tier that held them (store: fetched for the reader)",
+        {"tier": "memory"},
+    ),
+    "disk_bytes_served": ("pffs_cache_served_bytes", "", {"tier": "disk"}),
+    "store_bytes_served": ("pffs_cache_served_bytes", "", {"tier": "store"}),
+    "misses": ("pffs_cache_store_fetches", "Blocks fetched from the store (reads, prefetch)", {}),
+    "bytes_from_store": (
+        "pffs_cache_store_fetched_bytes",
+        "Bytes of blocks fetched from the store (reads, prefetch, warmup)",
+        {},
+    ),
+    "memory_evictions": (
+        "pffs_cache_evictions",
+        "Blocks evicted from a cache tier to make room",
+        {"tier": "memory"},
+    ),
+    "disk_writes": ("pffs_cache_disk_writes", "Blocks written to the disk tier", {}),
+    "disk_write_skips": (
+        "pffs_cache_disk_write_skips",
+        "Blocks not written to the disk tier (full, below the free-space floor, error)",
+        {},
+    ),
+    "disk_corrupt": (
+        "pffs_cache_disk_corrupt",
+        "Disk tier entries dropped for a bad checksum, length or header",
+        {},
+    ),
+    "single_flight_waits": (
+        "pffs_cache_single_flight_waits",
+        "Readers that joined a block fetch already in flight",
+        {},
+    ),
+    "prefetch_issued": ("pffs_prefetch_issued", "Blocks loaded ahead of readers", {}),
+    "prefetch_used": ("pffs_prefetch_used", "Prefetched blocks a reader then asked for", {}),
+    "prefetch_wasted": (
+        "pffs_prefetch_wasted",
+        "Prefetched blocks evicted from memory before any reader asked for them",
+        {},
+    ),
+    "prefetch_skipped_budget": (
+        "pffs_prefetch_skipped",
+        "Prefetches not issued because the global prefetch budget was spent",
+        {},
+    ),
+}
+_CACHE_GAUGES: dict[str, tuple[str, str]] = {
+    "memory_used_bytes": ("pffs_cache_memory_used_bytes", "Bytes held by the memory tier"),
+    "memory_capacity_bytes": ("pffs_cache_memory_capacity_bytes", "Bound of the memory tier"),
+    "memory_blocks": ("pffs_cache_memory_blocks", "Blocks held by the memory tier"),
+    "prefetch_in_flight_bytes": (
+        "pffs_prefetch_in_flight_bytes",
+        "Bytes of prefetch being fetched now",
+    ),
+    "staged_files": ("pffs_staged_files", "Files open for writing (staged locally)"),
+}
+
+CacheReader = Callable[[], Mapping[str, int]]
+
+
+class _CacheCollector(Collector):
+    """Reads the block cache's integers at collection time (see pffs.observe)."""
+
+    def __init__(self) -> None:
+        self.readers: list[CacheReader] = []
+
+    def collect(self) -> Iterator[Metric]:
+        totals: dict[str, int] = {}
+        for reader in list(self.readers):
+            try:
+                values = reader()
+            except RuntimeError:  # a dict resized under us by the trio thread: skip this once
+                continue
+            for name, value in values.items():
+                totals[name] = totals.get(name, 0) + int(value)
+        families: dict[str, CounterMetricFamily] = {}
+        for field, (name, doc, labels) in _CACHE_COUNTERS.items():
+            family = families.get(name)
+            if family is None:
+                family = CounterMetricFamily(name, doc, labels=list(labels))
+                families[name] = family
+            family.add_metric(list(labels.values()), totals.get(field, 0))
+        yield from families.values()
+        for field, (name, doc) in _CACHE_GAUGES.items():
+            yield GaugeMetricFamily(name, doc, value=totals.get(field, 0))
+
+    def describe(self) -> Iterator[Metric]:
+        return self.collect()
+
+
+_CACHE = _CacheCollector()
+REGISTRY.register(_CACHE)
+
+
+def watch_cache(reader: CacheReader) -> None:
+    """Report the counters `reader()` returns (CacheStats fields and the gauges above)."""
+    _CACHE.readers.append(reader)
+
+
+def unwatch_cache(reader: CacheReader) -> None:
+    if reader in _CACHE.readers:
+        _CACHE.readers.remove(reader)
+
+
+# --- hooks used by the layers ----------------------------------------------------------------
+
+
+class FuseOp:
+    """The metrics of one FUSE operation, its label children resolved once."""
+
+    def __init__(self, op: str) -> None:
+        self.op = op
+        self.count = FUSE_OPERATIONS.labels(op)
+        self.seconds = FUSE_SECONDS.labels(op)
+
+    def done(self, started: float, error: int | None = None) -> None:
+        self.count.inc()
+        self.seconds.observe(time.perf_counter() - started)
+        if error is not None:
+            FUSE_ERRORS.labels(self.op, errno_name(error)).inc()
+
+
+def errno_name(number: int) -> str:
+    return errno_names.errorcode.get(number, str(number))
+
+
+class _Settings:
+    # A store request slower than this is logged at WARNING (--slow-request). 5 s: well above
+    # a healthy GET of a 4 MiB block, well below the minute a reader waits before EIO.
+    slow_request = 5.0
+
+
+SETTINGS = _Settings()
+
+
+def request_type(what: str) -> str:
+    """The request type of a backend's description: 'UploadPart 3' -> 'UploadPart'."""
+    return what.split(" ", 1)[0] or "request"
+
+
+class BackendRequest:
+    """Times and counts one store request (with its retries); a context manager.
+
+    Backends use it inside `_call`: `with BackendRequest(source, what, path) as request:
+    return request.received(call_with_retry(..., on_retry=request.retried))`. A request slower
+    than SETTINGS.slow_request is logged at WARNING with its timing, type, path and source.
+    """
+
+    __slots__ = ("_extra_retry", "path", "request", "source", "started")
+
+    def __init__(
+        self,
+        source: str,
+        what: str,
+        path: str = "",
+        on_retry: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        self.source = source
+        self.request = request_type(what)
+        self.path = path
+        self._extra_retry = on_retry
+        self.started = 0.0
+
+    def __enter__(self) -> BackendRequest:
+        self.started = time.perf_counter()
+        return self
+
+    def retried(self, exc: BaseException) -> None:
+        BACKEND_RETRIES.labels(self.source, self.request).inc()
+        if self._extra_retry is not None:
+            self._extra_retry(exc)
+
+    def received(self, result: Any) -> Any:
+        """Pass a result through, counting its bytes when it is object data."""
+        if isinstance(result, (bytes, bytearray, memoryview)):
+            BACKEND_BYTES.labels(self.source, self.request).inc(len(result))
+        return result
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        elapsed = time.perf_counter() - self.started
+        BACKEND_REQUESTS.labels(self.source, self.request).inc()
+        BACKEND_SECONDS.labels(self.source, self.request).observe(elapsed)
+        if exc is not None:
+            BACKEND_ERRORS.labels(self.source, self.request, error_label(exc)).inc()
+        if elapsed >= SETTINGS.slow_request:
+            BACKEND_SLOW.labels(self.source, self.request).inc()
+            outcome = f"failed: {error_label(exc)}" if exc is not None else "ok"
+            log.warning(
+                "slow store request: %s took %.3fs (threshold %gs) path=/%s source=%s (%s)",
+                self.request,
+                elapsed,
+                SETTINGS.slow_request,
+                self.path,
+                self.source,
+                outcome,
+            )
+
+
+def error_label(exc: BaseException) -> str:
+    """A short, low-cardinality name for a failure: an S3 error code, else the class name."""
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        code = response.get("Error", {}).get("Code")
+        if code:
+            return str(code)
+    return type(exc).__name__
+
+
+# --- reading it all --------------------------------------------------------------------------
+
+_INFO: dict[str, Any] = {"pid": os.getpid(), "start_time": time.time()}
+_INFO_LOCK = threading.Lock()
+
+
+def set_info(**info: Any) -> None:
+    """Facts about this mount shown at the top of the stats snapshot (mountpoint, sources)."""
+    with _INFO_LOCK:
+        _INFO.update(info)
+
+
+STATS_FORMAT = 1
+
+
+def snapshot() -> dict[str, Any]:
+    """Every metric now, as JSON-ready data (the `.pffs/stats` file, `pffs stats --json`).
+
+    {"format": 1, "time": ..., "pid": ..., "mountpoint": ..., "sources": [...],
+     "metrics": {name: {"type": ..., "help": ..., "samples": [{"labels": {...}, "value": v}]}}}
+    Counters are named as Prometheus shows them (with `_total`); a histogram sample carries
+    "count", "sum" and cumulative "buckets" [[le, count], ...] instead of "value".
+    """
+    with _INFO_LOCK:
+        data: dict[str, Any] = dict(_INFO)
+    data = {"format": STATS_FORMAT, "time": time.time(), **data}
+    metrics: dict[str, Any] = {}
+    for family in REGISTRY.collect():
+        if family.type == "histogram":
+            metrics[family.name] = _histogram(family)
+            continue
+        name = family.name + "_total" if family.type == "counter" else family.name
+        samples = [
+            {"labels": dict(s.labels), "value": s.value}
+            for s in family.samples
+            if s.name == name or (family.type != "counter" and s.name == family.name)
+        ]
+        metrics[name] = {"type": family.type, "help": family.documentation, "samples": samples}
+    data["metrics"] = metrics
+    return data
+
+
+def _histogram(family: Metric) -> dict[str, Any]:
+    series: dict[tuple[tuple[str, str], ...], dict[str, Any]] = {}
+    for sample in family.samples:
+        labels = {k: v for k, v in sample.labels.items() if k != "le"}
+        key = tuple(sorted(labels.items()))
+        entry = series.setdefault(key, {"labels": labels, "count": 0, "sum": 0.0, "buckets": []})
+        if sample.name.endswith("_bucket"):
+            entry["buckets"].append([sample.labels["le"], sample.value])
+        elif sample.name.endswith("_count"):
+            entry["count"] = sample.value
+        elif sample.name.endswith("_sum"):
+            entry["sum"] = sample.value
+    return {"type": "histogram", "help": family.documentation, "samples": list(series.values())}
+
+
+def metric_names() -> set[str]:
+    """Every series name the registry can expose, with or without samples yet (dashboards)."""
+    suffixes = {
+        "counter": ("_total",),
+        "histogram": ("_bucket", "_count", "_sum"),
+        "summary": ("_count", "_sum", ""),
+    }
+    names: set[str] = set()
+    for family in REGISTRY.collect():
+        names.update(family.name + suffix for suffix in suffixes.get(family.type, ("",)))
+    return names
+
+
+def serve_http(address: str) -> tuple[Any, threading.Thread]:
+    """Serve the Prometheus endpoint at HOST:PORT from a daemon thread; (server, thread)."""
+    from prometheus_client import start_http_server
+
+    host, port = parse_address(address)
+    return start_http_server(port, addr=host, registry=REGISTRY)
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """'127.0.0.1:9567', ':9567' (all interfaces) or '[::1]:9567' -> (host, port)."""
+    host, sep, port_text = address.rpartition(":")
+    if not sep or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise UsageError(f"--metrics {address!r} is not HOST:PORT (like 127.0.0.1:9567)")
+    host = host.strip("[]") or "0.0.0.0"
+    return host, int(port_text)
