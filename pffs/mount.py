@@ -25,6 +25,7 @@ from pffs.errors import MountFailed, PffsError, UsageError
 from pffs.fuse_ops import PffsOperations, serve
 from pffs.mountpoint import prepare_mountpoint
 from pffs.mounttable import Mounted, MountTable
+from pffs.recovery import recover_staged
 from pffs.writes import WritableVfs
 
 log = logging.getLogger("pffs.mount")
@@ -55,6 +56,8 @@ def serve_here(config: MountConfig, on_ready: Callable[[], None] | None = None) 
     tune_malloc()
     cache = open_cache(config.cache)
     vfs = WritableVfs(table, config.meta, config.fuse, cache, staging_dir=staging_dir(config))
+    if not config.fuse.read_only:
+        recover_staged(staging_dir(config), table.mounted, notify=note_to_parent)
     for mounted in table.mounted:
         log.info("mounting %s at %s/%s", mounted.backend.source_id, mountpoint, mounted.path)
     record = register_mount(mountpoint, config)
@@ -62,6 +65,8 @@ def serve_here(config: MountConfig, on_ready: Callable[[], None] | None = None) 
         serve(PffsOperations(vfs, config), mountpoint, on_ready)
     finally:
         log.info("cache counters at exit: %s", cache.stats.as_dict())
+        retries = {m.backend.source_id: getattr(m.backend, "retries", 0) for m in table.mounted}
+        log.info("transient store failures retried: %s", retries)
         cache.close()
         with contextlib.suppress(OSError):
             os.unlink(record)
@@ -190,7 +195,11 @@ def start_daemon(config: MountConfig) -> tuple[int, str]:
 
 
 def _read_report(fd: int, proc: subprocess.Popen[bytes]) -> str:
-    """The daemon's first report line: 'ok', or '<exit code> <message>'."""
+    """The daemon's report: 'ok', or '<exit code> <message>'.
+
+    Lines 'note <text>' before it are printed on stderr (what the user must know, such as
+    staged writes recovered or kept) and show the daemon is busy: each restarts the clock.
+    """
     deadline = time.monotonic() + DAEMON_START_TIMEOUT
     buffer = b""
     while time.monotonic() < deadline:
@@ -200,8 +209,13 @@ def _read_report(fd: int, proc: subprocess.Popen[bytes]) -> str:
             if not chunk:
                 break
             buffer += chunk
-            if b"\n" in buffer:
-                return buffer.split(b"\n", 1)[0].decode(errors="replace")
+            while b"\n" in buffer:
+                line, buffer = buffer.split(b"\n", 1)
+                text = line.decode(errors="replace")
+                if not text.startswith("note "):
+                    return text
+                sys.stderr.write(f"pffs: {text[5:]}\n")
+                deadline = time.monotonic() + DAEMON_START_TIMEOUT
     if buffer:
         return buffer.decode(errors="replace").strip()
     status = proc.poll()
@@ -209,6 +223,15 @@ def _read_report(fd: int, proc: subprocess.Popen[bytes]) -> str:
         proc.terminate()
         return f"no answer within {DAEMON_START_TIMEOUT:.0f}s"
     return f"exited with status {status}"
+
+
+def note_to_parent(line: str) -> None:
+    """A line for the stderr of the `pffs mount` that started this daemon (if any)."""
+    fd_text = os.environ.get(READY_FD_ENV)
+    if fd_text is None:
+        return
+    with contextlib.suppress(OSError):  # the parent is gone
+        os.write(int(fd_text), ("note " + line.replace("\n", " ") + "\n").encode())
 
 
 def report_to_parent(line: str) -> None:

@@ -25,6 +25,7 @@ client connection; a stalled connection never holds up the others.
 from __future__ import annotations
 
 import collections
+import contextlib
 import http.client
 import random
 import socket
@@ -213,10 +214,8 @@ class FaultProxy:
             reader.close()
             if upstream is not None:
                 upstream.close()
-            try:
+            with contextlib.suppress(OSError):
                 client.close()
-            except OSError:
-                pass
 
 
 def _read_request(reader: BinaryIO) -> tuple[str, str, dict[str, str], bytes] | None:
@@ -244,7 +243,7 @@ def _read_request(reader: BinaryIO) -> tuple[str, str, dict[str, str], bytes] | 
 
 
 def _read_chunked(reader: BinaryIO) -> bytes:
-    parts = []
+    parts: list[bytes] = []
     while True:
         size = int(reader.readline(_MAX_LINE).split(b";")[0].strip(), 16)
         if size == 0:

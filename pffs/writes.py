@@ -48,6 +48,7 @@ from pffs.staging import (
     truncate,
     upload,
     write_at,
+    write_manifest,
 )
 from pffs.vfs import WRITE_FLAGS, FileHandle, Inode, Vfs
 
@@ -107,8 +108,10 @@ class WritableVfs(Vfs):
 
     async def _stage(self, inode: Inode, fill: bool) -> Staged:
         mounted, inside = self._writable(inode.path, "write")
-        staged: Staged = await self._staging_call(self.staging.create, mounted, inside)
-        if fill and inode.info.size > 0:
+        filled = fill and inode.info.size > 0
+        state = "clean" if filled else "writing"
+        staged: Staged = await self._staging_call(self.staging.create, mounted, inside, state)
+        if filled:
             self._pending_fill[id(staged)] = _PendingFill(inode.info.size, inode.info.version)
             staged.dirty = False
         self.staged[inode.ino] = staged
@@ -130,6 +133,12 @@ class WritableVfs(Vfs):
             except BaseException:
                 self._pending_fill[id(staged)] = pending
                 raise
+
+    async def _mark_dirty(self, staged: Staged) -> None:
+        """The manifest says "writing" before the first change since the last upload, so a
+        crash recovery knows the staging file holds bytes the store does not."""
+        if not staged.dirty:
+            await self._staging_call(write_manifest, staged, "writing")
 
     def _touch(self, inode: Inode, staged: Staged) -> None:
         """The inode shows the staged size and a current mtime."""
@@ -182,6 +191,7 @@ class WritableVfs(Vfs):
         if staged is None:
             raise PffsError(f"{handle.inode.path} is not open for writing")
         await self._fill(staged)
+        await self._mark_dirty(staged)
         written: int = await self._staging_call(write_at, staged, offset, data)
         staged.size = max(staged.size, offset + written)
         staged.dirty = True
@@ -232,6 +242,7 @@ class WritableVfs(Vfs):
                 )
                 raise
             staged.dirty = False
+            await self._staging_call(write_manifest, staged, "clean")
         path = inode.path
         inode.info = dataclasses.replace(info, name=path.rpartition("/")[2])
         inode.expires = self._now() + self.meta.attr_ttl
@@ -270,6 +281,7 @@ class WritableVfs(Vfs):
             self._pending_fill.pop(id(staged), None)  # nothing of the old bytes is needed
         else:
             await self._fill(staged)
+        await self._mark_dirty(staged)
         await self._staging_call(truncate, staged, size)
         staged.size = size
         staged.dirty = True
@@ -361,6 +373,10 @@ class WritableVfs(Vfs):
         backend: Any = mounted.backend
         await self._run(mounted.limiter, backend.rename, old_inside, new_inside)
         self._moved(old_path, new_path, new_inside)
+        for moved in list(self.staged.values()):  # manifests name the new path from now on
+            if moved.path_in_source.startswith(new_inside) and moved.fd >= 0:
+                state = "writing" if moved.dirty else "clean"
+                await self._staging_call(write_manifest, moved, state)
 
     async def _check_target(
         self, source: Inode, new_parent: int, new_name: str, new_path: str, flags: int
