@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
+import errno
 import logging
 import os
 import select
+import sqlite3
 import subprocess
 import sys
 import time
@@ -21,7 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pffs.backends import open_backend
 from pffs.cache.blocks import BlockCache
 from pffs.config import CacheConfig, MountConfig, TableEntry, from_json, to_json
-from pffs.errors import MountFailed, PffsError, UsageError
+from pffs.errors import CacheDirError, MountFailed, PffsError
 from pffs.fuse_ops import PffsOperations, serve
 from pffs.mountpoint import prepare_mountpoint
 from pffs.mounttable import Mounted, MountTable
@@ -55,7 +58,10 @@ def serve_here(config: MountConfig, on_ready: Callable[[], None] | None = None) 
     os.umask(0o077)
     tune_malloc()
     cache = open_cache(config.cache)
-    vfs = WritableVfs(table, config.meta, config.fuse, cache, staging_dir=staging_dir(config))
+    try:
+        vfs = WritableVfs(table, config.meta, config.fuse, cache, staging_dir=staging_dir(config))
+    except OSError as exc:
+        raise CacheDirError(f"staging directory {staging_dir(config)}: {exc.strerror}") from None
     if not config.fuse.read_only:
         recover_staged(staging_dir(config), table.mounted, notify=note_to_parent)
     for mounted in table.mounted:
@@ -148,11 +154,25 @@ def registered_config(mountpoint: str) -> MountConfig | None:
 
 
 def open_cache(config: CacheConfig) -> BlockCache:
-    """The block cache, or a one-line error when its directory cannot be used."""
+    """The block cache, or a one-line error when its directory cannot be used.
+
+    A full disk is no reason to refuse a mount: the disk tier is then left out (a warning
+    says so) and reads go around it, from memory and the store.
+    """
     try:
         return BlockCache(config)
-    except OSError as exc:
-        raise UsageError(f"cache directory {config.disk_dir}: {exc.strerror or exc}") from None
+    except (OSError, sqlite3.Error) as exc:
+        if _disk_full(exc):
+            log.warning("cache directory %s: disk full, caching in memory only", config.disk_dir)
+            return BlockCache(dataclasses.replace(config, disk_dir=None))
+        detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise CacheDirError(f"cache directory {config.disk_dir}: {detail}") from None
+
+
+def _disk_full(exc: BaseException) -> bool:
+    if isinstance(exc, OSError):
+        return exc.errno == errno.ENOSPC
+    return "full" in str(exc).lower()  # sqlite3: "database or disk is full"
 
 
 def default_log_path(mountpoint: str) -> str:

@@ -169,9 +169,9 @@ async def _recover(
             continue
         _remove(item.data)
         report.uploaded.append(item.data)
-        log.warning(
-            "%s: uploaded %d bytes a stopped pffs had staged in %s", where, item.size, item.data
-        )
+        line = f"{where}: uploaded {item.size} bytes that a stopped pffs had staged"
+        log.warning("%s", line)
+        notify(line)
 
 
 async def _upload(item: Leftover, mounted: Mounted) -> None:

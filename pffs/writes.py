@@ -201,8 +201,16 @@ class WritableVfs(Vfs):
     async def flush(self, fh: int) -> None:
         """close(): upload what changed; the error, if any, is close's."""
         handle = self._file_handle(fh)
-        if handle.staged is not None:
-            await self._commit(handle.inode, handle.staged)
+        staged = handle.staged
+        if staged is None:
+            return
+        try:
+            await self._commit(handle.inode, staged)
+        except PffsError:
+            if staged.handles == 1:  # the writer's last close: its content is complete
+                with contextlib.suppress(OSError):
+                    await self._staging_call(write_manifest, staged, "closed")
+            raise
 
     async def fsync(self, fh: int) -> None:
         await self.flush(fh)
