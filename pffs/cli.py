@@ -234,6 +234,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="kernel readahead of the mount, needs root (4M)",
     )
     opts.add_argument("-f", "--foreground", action="store_true", help="serve in this process")
+    # Also after the subcommand, where users type it; SUPPRESS keeps `pffs --debug mount` working.
+    opts.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="as above")
     opts.add_argument("--log-file", help="daemon log (default: ~/.local/state/pffs/log/)")
     meta = mount.add_argument_group("metadata caching (seconds)")
     meta.add_argument("--attr-ttl", type=_seconds, default=MetaConfig.attr_ttl)

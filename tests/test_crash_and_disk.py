@@ -19,8 +19,8 @@ import pytest
 
 from pffs.backends import open_backend
 from pffs.config import SourceConfig
+from pffs.mountpoint import wait_unmounted
 from pffs.mounttable import Mounted
-from pffs.mountpoint import find_mount, wait_unmounted
 from pffs.recovery import recover_staged
 from pffs.staging import manifest_path
 from pffs.testing_faults import FaultProxy
@@ -224,11 +224,10 @@ def test_full_cache_disk_is_read_around(  # type: ignore[no-untyped-def]
         for _ in range(2):
             assert (mnt / "big.bin").read_bytes() == data
         # A full staging disk: the writer gets ENOSPC (at write or at close), readers nothing.
-        with pytest.raises(OSError) as full:
-            with open(mnt / "new.bin", "wb") as f:
-                for _ in range(16):
-                    f.write(b"w" * MIB)
-                    f.flush()
+        with pytest.raises(OSError) as full, open(mnt / "new.bin", "wb") as f:
+            for _ in range(16):
+                f.write(b"w" * MIB)
+                f.flush()
         assert full.value.errno == errno.ENOSPC
         assert (mnt / "other.bin").read_bytes() == b"readers are fine"
         assert (mnt / "big.bin").read_bytes() == data
