@@ -439,6 +439,7 @@ def cmd_daemon() -> int:
 def cmd_warmup(args: argparse.Namespace) -> int:
     from pffs.warmup import resolve_targets, run_warmup
 
+    os.umask(0o077)  # cache blocks are the user's data, as in a mount (pffs.mount.serve_here)
     items = list(args.paths)
     if args.list_file:
         try:

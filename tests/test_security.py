@@ -31,7 +31,7 @@ def mount_options(mountpoint: Path) -> set[str]:
 def private_tree(root: Path) -> list[str]:
     """Every file or directory under `root` that others could read or enter."""
     exposed = []
-    for directory, dirs, files in os.walk(root):
+    for directory, _dirs, files in os.walk(root):
         for name in [directory, *(os.path.join(directory, f) for f in files)]:
             mode = os.lstat(name).st_mode
             if stat.S_IMODE(mode) & 0o077:
