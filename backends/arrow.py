@@ -102,7 +102,11 @@ class ArrowBackend:
         selector = self._selector(path)
         infos = self._call(lambda: self.fs.get_file_info(selector), "list", path, listing=True)
         for info in sorted(infos, key=lambda i: i.base_name):
-            if is_valid_name(info.base_name) and info.type != pafs.FileType.NotFound:
+            if (
+                is_valid_name(info.base_name)
+                and info.type != pafs.FileType.NotFound
+                and self._inside_root(info.path)
+            ):
                 yield _object_info(info.base_name, info)
 
     def read_range(self, path: str, start: int, length: int, version: str | None) -> bytes:
@@ -171,6 +175,10 @@ class ArrowBackend:
         if any(part in ("..", ".") for part in path.split("/")):
             raise PermissionDenied(f"{path!r} escapes the source root {self._where('')}")
         return posixpath.join(self.root, path) if path else self.root
+
+    def _inside_root(self, full: str) -> bool:
+        """Whether a listed entry may be shown; filesystems without symlinks show them all."""
+        return True
 
     def _selector(self, path: str) -> pafs.FileSelector:
         return pafs.FileSelector(self._full(path), allow_not_found=False, recursive=False)
@@ -259,6 +267,12 @@ class ArrowLocalBackend(ArrowBackend):
 
     def _connect(self) -> pafs.FileSystem:
         return pafs.LocalFileSystem()
+
+    def _inside_root(self, full: str) -> bool:
+        # A symlink leading out of the root is hidden from listings, as backends/local.py does;
+        # opening it by name is refused by _full.
+        real = os.path.realpath(full)
+        return real == self.root or real.startswith(self.root + os.sep)
 
     def _full(self, path: str) -> str:
         # A local tree can hold symlinks, which arrow follows: confine their targets too.

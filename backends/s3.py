@@ -413,10 +413,11 @@ class S3Backend:
         return isinstance(
             exc,
             (
-                botocore.exceptions.ConnectionError,  # resets, refused, timeouts on connect
-                botocore.exceptions.ReadTimeoutError,
+                botocore.exceptions.ConnectionError,  # refused, unreachable, connect timeouts
+                # Resets and closes mid-request (ConnectionClosedError), read timeouts and
+                # bodies cut short (ResponseStreamingError) are all HTTPClientErrors.
+                botocore.exceptions.HTTPClientError,
                 botocore.exceptions.IncompleteReadError,
-                botocore.exceptions.ResponseStreamingError,
             ),
         )
 

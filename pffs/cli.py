@@ -20,6 +20,7 @@ from pffs.config import (
     MetaConfig,
     MountConfig,
     ObserveConfig,
+    RetryConfig,
     SourceConfig,
     TableEntry,
     default_cache_dir,
@@ -65,6 +66,7 @@ def _number_in(low: float, high: float, what: str) -> Callable[[str], float]:
 
 _seconds = _number_in(0, float("inf"), "a number of seconds")
 _ratio = _number_in(0, 1, "a fraction between 0 and 1")
+_positive_seconds = _number_in(0.001, float("inf"), "a positive number of seconds")
 
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -106,6 +108,7 @@ def _add_source_options(parser: argparse.ArgumentParser) -> None:
     s3.add_argument(
         "--max-concurrency", type=_positive_int, default=16, help="requests in flight (16)"
     )
+    _add_retry_options(parser)
     hdfs = parser.add_argument_group("HDFS (libhdfs through pyarrow; needs Java and Hadoop)")
     hdfs.add_argument("--hdfs-user", help="user to act as (default: login or Kerberos user)")
     hdfs.add_argument("--kerberos-ticket-cache", help="Kerberos ticket cache path (kinit -c)")
@@ -115,6 +118,46 @@ def _add_source_options(parser: argparse.ArgumentParser) -> None:
     hdfs.add_argument(
         "--buffer-size", type=parse_size, default=0, help="I/O buffer size (client's default)"
     )
+
+
+def _add_retry_options(parser: argparse.ArgumentParser) -> None:
+    """Retries and timeouts of store requests (pffs.retry, RetryConfig, SourceConfig)."""
+    retry = parser.add_argument_group("retries and timeouts (every source)")
+    retry.add_argument(
+        "--retries",
+        type=_count_up_to(100),
+        default=RetryConfig.attempts - 1,
+        help=f"retries of a failed request after the first try ({RetryConfig.attempts - 1})",
+    )
+    retry.add_argument(
+        "--retry-timeout",
+        type=_positive_seconds,
+        default=RetryConfig.total_timeout,
+        help="give up retrying a request after this many seconds, sleeps included "
+        f"({RetryConfig.total_timeout:g})",
+    )
+    retry.add_argument(
+        "--request-timeout",
+        type=_positive_seconds,
+        default=SourceConfig.read_timeout,
+        help="seconds one request may wait for the store's next bytes "
+        f"({SourceConfig.read_timeout:g})",
+    )
+    retry.add_argument(
+        "--connect-timeout",
+        type=_positive_seconds,
+        default=SourceConfig.connect_timeout,
+        help=f"seconds to open a connection ({SourceConfig.connect_timeout:g})",
+    )
+
+
+def _count_up_to(high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        if not text.isdigit() or int(text) > high:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 0 to {high}")
+        return int(text)
+
+    return parse
 
 
 def _add_cache_options(parser: argparse.ArgumentParser) -> None:
@@ -193,6 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="kernel readahead of the mount, needs root (4M)",
     )
     opts.add_argument("-f", "--foreground", action="store_true", help="serve in this process")
+    # Also after the subcommand, where users type it; SUPPRESS keeps `pffs --debug mount` working.
+    opts.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="as above")
     opts.add_argument("--log-file", help="daemon log (default: ~/.local/state/pffs/log/)")
     _add_observe_options(mount)
     meta = mount.add_argument_group("metadata caching (seconds)")
@@ -304,7 +349,20 @@ def source_config(args: argparse.Namespace, url: str, read_only: bool = False) -
         kerberos_ticket_cache=args.kerberos_ticket_cache,
         replication=args.replication,
         buffer_size=args.buffer_size,
+        connect_timeout=args.connect_timeout,
+        read_timeout=args.request_timeout,
+        retry=retry_config(args),
     )
+
+
+def retry_config(args: argparse.Namespace) -> RetryConfig:
+    if args.retry_timeout < args.request_timeout:
+        # One attempt may take the whole request timeout: a shorter bound would never retry.
+        raise UsageError(
+            f"--retry-timeout ({args.retry_timeout:g}s) must be at least --request-timeout "
+            f"({args.request_timeout:g}s)"
+        )
+    return RetryConfig(attempts=args.retries + 1, total_timeout=args.retry_timeout)
 
 
 def cache_config(args: argparse.Namespace) -> CacheConfig:
@@ -423,6 +481,7 @@ def cmd_daemon() -> int:
 def cmd_warmup(args: argparse.Namespace) -> int:
     from pffs.warmup import resolve_targets, run_warmup
 
+    os.umask(0o077)  # cache blocks are the user's data, as in a mount (pffs.mount.serve_here)
     items = list(args.paths)
     if args.list_file:
         try:

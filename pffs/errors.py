@@ -134,3 +134,9 @@ class MountFailed(PffsError):
     """The kernel mount or the daemon failed to come up."""
 
     exit_code = 7
+
+
+class CacheDirError(PffsError):
+    """The cache or staging directory cannot be created or written (permissions, read-only)."""
+
+    exit_code = 8

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
+import errno
 import logging
 import os
 import select
+import sqlite3
 import subprocess
 import sys
 import time
@@ -21,11 +24,12 @@ from collections.abc import Callable, Iterator, Sequence
 from pffs.backends import open_backend
 from pffs.cache.blocks import BlockCache
 from pffs.config import CacheConfig, MountConfig, TableEntry, from_json, to_json
-from pffs.errors import MountFailed, PffsError, UsageError
+from pffs.errors import CacheDirError, MountFailed, PffsError
 from pffs.fuse_ops import PffsOperations, serve
 from pffs.mountpoint import prepare_mountpoint
 from pffs.mounttable import Mounted, MountTable
 from pffs.observe import ObservableVfs, start_observing
+from pffs.recovery import recover_staged
 
 log = logging.getLogger("pffs.mount")
 READY_FD_ENV = "PFFS_READY_FD"
@@ -54,7 +58,12 @@ def serve_here(config: MountConfig, on_ready: Callable[[], None] | None = None) 
     os.umask(0o077)
     tune_malloc()
     cache = open_cache(config.cache)
-    vfs = ObservableVfs(table, config.meta, config.fuse, cache, staging_dir=staging_dir(config))
+    try:
+        vfs = ObservableVfs(table, config.meta, config.fuse, cache, staging_dir=staging_dir(config))
+    except OSError as exc:
+        raise CacheDirError(f"staging directory {staging_dir(config)}: {exc.strerror}") from None
+    if not config.fuse.read_only:
+        recover_staged(staging_dir(config), table.mounted, notify=note_to_parent)
     stop_observing = start_observing(config, vfs)
     for mounted in table.mounted:
         log.info("mounting %s at %s/%s", mounted.backend.source_id, mountpoint, mounted.path)
@@ -64,6 +73,8 @@ def serve_here(config: MountConfig, on_ready: Callable[[], None] | None = None) 
     finally:
         stop_observing()
         log.info("cache counters at exit: %s", cache.stats.as_dict())
+        retries = {m.backend.source_id: getattr(m.backend, "retries", 0) for m in table.mounted}
+        log.info("transient store failures retried: %s", retries)
         cache.close()
         with contextlib.suppress(OSError):
             os.unlink(record)
@@ -145,11 +156,25 @@ def registered_config(mountpoint: str) -> MountConfig | None:
 
 
 def open_cache(config: CacheConfig) -> BlockCache:
-    """The block cache, or a one-line error when its directory cannot be used."""
+    """The block cache, or a one-line error when its directory cannot be used.
+
+    A full disk is no reason to refuse a mount: the disk tier is then left out (a warning
+    says so) and reads go around it, from memory and the store.
+    """
     try:
         return BlockCache(config)
-    except OSError as exc:
-        raise UsageError(f"cache directory {config.disk_dir}: {exc.strerror or exc}") from None
+    except (OSError, sqlite3.Error) as exc:
+        if _disk_full(exc):
+            log.warning("cache directory %s: disk full, caching in memory only", config.disk_dir)
+            return BlockCache(dataclasses.replace(config, disk_dir=None))
+        detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise CacheDirError(f"cache directory {config.disk_dir}: {detail}") from None
+
+
+def _disk_full(exc: BaseException) -> bool:
+    if isinstance(exc, OSError):
+        return exc.errno == errno.ENOSPC
+    return "full" in str(exc).lower()  # sqlite3: "database or disk is full"
 
 
 def default_log_path(mountpoint: str) -> str:
@@ -192,7 +217,11 @@ def start_daemon(config: MountConfig) -> tuple[int, str]:
 
 
 def _read_report(fd: int, proc: subprocess.Popen[bytes]) -> str:
-    """The daemon's first report line: 'ok', or '<exit code> <message>'."""
+    """The daemon's report: 'ok', or '<exit code> <message>'.
+
+    Lines 'note <text>' before it are printed on stderr (what the user must know, such as
+    staged writes recovered or kept) and show the daemon is busy: each restarts the clock.
+    """
     deadline = time.monotonic() + DAEMON_START_TIMEOUT
     buffer = b""
     while time.monotonic() < deadline:
@@ -202,8 +231,13 @@ def _read_report(fd: int, proc: subprocess.Popen[bytes]) -> str:
             if not chunk:
                 break
             buffer += chunk
-            if b"\n" in buffer:
-                return buffer.split(b"\n", 1)[0].decode(errors="replace")
+            while b"\n" in buffer:
+                line, buffer = buffer.split(b"\n", 1)
+                text = line.decode(errors="replace")
+                if not text.startswith("note "):
+                    return text
+                sys.stderr.write(f"pffs: {text[5:]}\n")
+                deadline = time.monotonic() + DAEMON_START_TIMEOUT
     if buffer:
         return buffer.decode(errors="replace").strip()
     status = proc.poll()
@@ -211,6 +245,15 @@ def _read_report(fd: int, proc: subprocess.Popen[bytes]) -> str:
         proc.terminate()
         return f"no answer within {DAEMON_START_TIMEOUT:.0f}s"
     return f"exited with status {status}"
+
+
+def note_to_parent(line: str) -> None:
+    """A line for the stderr of the `pffs mount` that started this daemon (if any)."""
+    fd_text = os.environ.get(READY_FD_ENV)
+    if fd_text is None:
+        return
+    with contextlib.suppress(OSError):  # the parent is gone
+        os.write(int(fd_text), ("note " + line.replace("\n", " ") + "\n").encode())
 
 
 def report_to_parent(line: str) -> None:

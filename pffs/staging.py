@@ -5,7 +5,11 @@ Object stores cannot change part of an object, so a file open for writing is a l
 whole content is uploaded, and only then does close or fsync return. A failed upload returns
 its error and leaves the staging file where it is (logged with its path), so nothing a writer
 was told is written can be lost. Each staging file has a small manifest beside it naming its
-source and path, so a restarted pffs can upload or report what a crash left behind.
+source and path, so a restarted pffs can upload or report what a crash left behind
+(pffs.recovery). The manifest's `state` says what the data is: "writing" (changed, still open),
+"closed" (closed by its writer but not uploaded: complete, to upload) or "clean" (the store
+holds these bytes). While a process has a staging file open it holds a flock on it, so a
+recovery never touches the file of a live mount sharing the cache directory.
 
 Large files go up in parts (S3 multipart), several at a time, each part one call under the
 backend's limiter so uploads share the store fairly with reads.
@@ -17,6 +21,7 @@ file descriptor, the store calls); the Staged records are touched only from trio
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -79,38 +84,55 @@ class StagingArea:
         os.makedirs(directory, mode=0o700, exist_ok=True)
         os.chmod(directory, 0o700)
 
-    def create(self, mounted: Mounted, path_in_source: str) -> Staged:
+    def create(self, mounted: Mounted, path_in_source: str, state: str = "writing") -> Staged:
         """A new, empty staging file for `path_in_source` (blocking: run in a thread)."""
         try:
             fd, file = tempfile.mkstemp(dir=self.directory, prefix="w-", suffix=".data")
-            manifest = {
-                "source": mounted.backend.source_id,
-                "path": path_in_source,
-                "created": time.time(),
-                "pid": os.getpid(),
-            }
-            with open(_manifest(file), "w", encoding="utf-8") as f:
-                json.dump(manifest, f)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # "in use by a live process"
+            staged = Staged(mounted, path_in_source, file, fd)
+            write_manifest(staged, state)
         except OSError as exc:
             raise _staging_error(exc, self.directory) from None
-        return Staged(mounted, path_in_source, file, fd)
+        return staged
 
     @staticmethod
     def discard(staged: Staged) -> None:
         """Close and remove a staging file whose data is in the store (or was unlinked)."""
         _close(staged)
-        for path in (staged.file, _manifest(staged.file)):
+        for path in (staged.file, manifest_path(staged.file)):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
 
     @staticmethod
     def keep(staged: Staged) -> None:
         """Close a staging file that could not be uploaded, leaving it for recovery."""
+        with contextlib.suppress(OSError):  # the data file itself is what matters
+            write_manifest(staged, "closed")
         _close(staged)
         log.error("%s: not uploaded; its data is kept in %s", staged.where, staged.file)
 
 
-def _manifest(file: str) -> str:
+MANIFEST_STATES = ("writing", "closed", "clean")
+
+
+def write_manifest(staged: Staged, state: str) -> None:
+    """Record the staging file's source, path and state beside it (blocking, atomic)."""
+    manifest = {
+        "source": staged.mounted.backend.source_id,
+        "path": staged.path_in_source,
+        "state": state,
+        "updated": time.time(),
+        "pid": os.getpid(),
+    }
+    target = manifest_path(staged.file)
+    temporary = target + ".tmp"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(manifest, f)
+    os.replace(temporary, target)
+
+
+def manifest_path(file: str) -> str:
     return file.removesuffix(".data") + ".json"
 
 

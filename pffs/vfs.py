@@ -6,6 +6,11 @@ CapacityLimiter per backend; every piece of shared state here is touched only fr
 
 Inode numbers are stable for the life of a mount: a path keeps its number even after the kernel
 forgets it and it is looked up again.
+
+Offline: when the store cannot be reached (a Transient error after the retry policy gave up),
+what the mount already knows is served stale rather than failed: attributes of known entries
+and expired directory listings, each then trusted for one more TTL before the store is asked
+again. Their blocks come from the cache as usual; only what was never seen fails, with EIO.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from pffs.errors import (
     NotADirectory,
     NotFound,
     ReadOnly,
+    Transient,
     Unsupported,
 )
 from pffs.mounttable import Mounted, MountTable
@@ -223,8 +229,7 @@ class Vfs:
             return None
         if listing.expires > self._now():
             return listing
-        del self.listings[path]
-        return None
+        return None  # expired, but kept (until swept) to answer while the store is offline
 
     def _keep_listing(self, path: str, listing: DirListing) -> None:
         now = self._now()
@@ -279,7 +284,28 @@ class Vfs:
         except NotFound:
             self.negative[path] = self._now() + self.meta.negative_ttl
             raise
+        except Transient as exc:
+            stale = self._known_while_offline(path, exc)
+            if stale is None:
+                raise
+            return stale
         return self._remember(path, info)
+
+    def _known_while_offline(self, path: str, exc: Transient) -> Inode | None:
+        """What is known of `path` when the store cannot be asked: the inode, else the entry of
+        an expired listing, trusted for one more TTL (None when nothing is known)."""
+        known = self.ino_by_path.get(path)
+        inode = self.inodes.get(known) if known is not None else None
+        if inode is None:
+            parent_path, _, name = path.rpartition("/")
+            stale_listing = self.listings.get(parent_path)
+            info = stale_listing.entries.get(name) if stale_listing is not None else None
+            if info is None:
+                return None
+            inode = self._remember(path, info)
+        inode.expires = self._now() + self.meta.attr_ttl
+        log.info("store unreachable, serving what is known of /%s: %s", path, exc)
+        return inode
 
     def _note_store_lookup(self, parent: Inode) -> None:
         """List a directory in the background once lookups in it keep asking the store.
@@ -323,7 +349,13 @@ class Vfs:
         listing = None if ask_store else self._fresh_listing(parent_path)
         info = listing.entries.get(name) if listing is not None else None
         if info is None:
-            info = await self._stat(inode.path)
+            try:
+                info = await self._stat(inode.path)
+            except Transient as exc:
+                stale = self._known_while_offline(inode.path, exc)
+                if stale is None:
+                    raise
+                return stale
         return self._remember(inode.path, info)
 
     def forget(self, ino: int, count: int) -> None:
@@ -387,6 +419,11 @@ class Vfs:
                 listing.source = self.table.listing(path, self.mount_time)
             try:
                 chunk = await self._run(limiter, _take, listing.source, LIST_CHUNK)
+            except Transient as exc:
+                listing.source = None
+                if self._use_stale_listing(path, listing, exc):
+                    return True
+                raise
             except BaseException:
                 # The store failed mid-listing: start over next time. Entries already seen are
                 # kept and de-duplicated by name, so a retried readdir continues seamlessly.
@@ -399,6 +436,17 @@ class Vfs:
                 listing.source = None
                 self._keep_listing(handle.inode.path, listing)
             return bool(chunk) or not listing.complete
+
+    def _use_stale_listing(self, path: str, listing: DirListing, exc: Transient) -> bool:
+        """Fill an empty listing from an expired one while the store is unreachable."""
+        stale = self.listings.get(path)
+        if listing.names or stale is None or stale is listing or not stale.complete:
+            return False
+        listing.entries, listing.names = dict(stale.entries), list(stale.names)
+        listing.complete = True
+        stale.expires = self._now() + self.meta.dir_ttl  # ask the store again after a TTL
+        log.info("store unreachable, listing /%s as last seen: %s", path, exc)
+        return True
 
     def releasedir(self, fh: int) -> None:
         self.handles.pop(fh, None)

@@ -50,6 +50,7 @@ from pffs.staging import (
     truncate,
     upload,
     write_at,
+    write_manifest,
 )
 from pffs.vfs import WRITE_FLAGS, FileHandle, Inode, Vfs
 
@@ -109,8 +110,10 @@ class WritableVfs(Vfs):
 
     async def _stage(self, inode: Inode, fill: bool) -> Staged:
         mounted, inside = self._writable(inode.path, "write")
-        staged: Staged = await self._staging_call(self.staging.create, mounted, inside)
-        if fill and inode.info.size > 0:
+        filled = fill and inode.info.size > 0
+        state = "clean" if filled else "writing"
+        staged: Staged = await self._staging_call(self.staging.create, mounted, inside, state)
+        if filled:
             self._pending_fill[id(staged)] = _PendingFill(inode.info.size, inode.info.version)
             staged.dirty = False
         self.staged[inode.ino] = staged
@@ -138,6 +141,12 @@ class WritableVfs(Vfs):
         backend = staged.mounted.backend
         if self._nursery is not None and getattr(backend, "multipart", False) and not staged.size:
             staged.streaming = StreamingUpload(staged, self._run, self._nursery)
+
+    async def _mark_dirty(self, staged: Staged) -> None:
+        """The manifest says "writing" before the first change since the last upload, so a
+        crash recovery knows the staging file holds bytes the store does not."""
+        if not staged.dirty:
+            await self._staging_call(write_manifest, staged, "writing")
 
     def _touch(self, inode: Inode, staged: Staged) -> None:
         """The inode shows the staged size and a current mtime."""
@@ -192,6 +201,7 @@ class WritableVfs(Vfs):
         if staged is None:
             raise PffsError(f"{handle.inode.path} is not open for writing")
         await self._fill(staged)
+        await self._mark_dirty(staged)
         written: int = await self._staging_call(write_at, staged, offset, data)
         metrics.STAGED_BYTES.inc(written)
         staged.size = max(staged.size, offset + written)
@@ -204,8 +214,16 @@ class WritableVfs(Vfs):
     async def flush(self, fh: int) -> None:
         """close(): upload what changed; the error, if any, is close's."""
         handle = self._file_handle(fh)
-        if handle.staged is not None:
-            await self._commit(handle.inode, handle.staged)
+        staged = handle.staged
+        if staged is None:
+            return
+        try:
+            await self._commit(handle.inode, staged)
+        except PffsError:
+            if staged.handles == 1:  # the writer's last close: its content is complete
+                with contextlib.suppress(OSError):
+                    await self._staging_call(write_manifest, staged, "closed")
+            raise
 
     async def fsync(self, fh: int) -> None:
         await self.flush(fh)
@@ -253,6 +271,7 @@ class WritableVfs(Vfs):
             metrics.UPLOADS.labels(source).inc()
             metrics.UPLOADED_BYTES.labels(source).inc(staged.size)
             staged.dirty = False
+            await self._staging_call(write_manifest, staged, "clean")
         path = inode.path
         inode.info = dataclasses.replace(info, name=path.rpartition("/")[2])
         inode.expires = self._now() + self.meta.attr_ttl
@@ -293,6 +312,7 @@ class WritableVfs(Vfs):
             self._pending_fill.pop(id(staged), None)  # nothing of the old bytes is needed
         else:
             await self._fill(staged)
+        await self._mark_dirty(staged)
         await self._staging_call(truncate, staged, size)
         staged.size = size
         staged.dirty = True
@@ -384,6 +404,10 @@ class WritableVfs(Vfs):
         backend: Any = mounted.backend
         await self._run(mounted.limiter, backend.rename, old_inside, new_inside)
         self._moved(old_path, new_path, new_inside)
+        for moved in list(self.staged.values()):  # manifests name the new path from now on
+            if moved.path_in_source.startswith(new_inside) and moved.fd >= 0:
+                state = "writing" if moved.dirty else "clean"
+                await self._staging_call(write_manifest, moved, state)
 
     async def _check_target(
         self, source: Inode, new_parent: int, new_name: str, new_path: str, flags: int

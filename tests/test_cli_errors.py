@@ -83,3 +83,73 @@ def test_non_empty_mountpoint(bucket: str, moto: MotoServer, empty_dir: Path) ->
 
 def test_umount_of_something_not_mounted(empty_dir: Path) -> None:
     assert_one_line_error(("umount", str(empty_dir)), 6, "is not mounted")
+
+
+# --- gaps filled for issue #10 (reliability) -------------------------------------------------
+
+
+def test_conflicting_and_invalid_options(tmp_path: Path, empty_dir: Path) -> None:
+    config = tmp_path / "t.toml"
+    config.write_text('[[mount]]\npath = "/a"\nsource = "file:///tmp"\n')
+    assert_one_line_error(
+        ("mount", "s3://bucket", str(empty_dir), "--config", str(config)), 2, "not both"
+    )
+    assert_one_line_error(("mount", "s3://bucket", str(empty_dir), "--retries", "many"), 2, "many")
+    args = ("mount", "s3://bucket", str(empty_dir), "--request-timeout", "30")
+    assert_one_line_error((*args, "--retry-timeout", "5"), 2, "--retry-timeout")
+    assert_one_line_error(
+        ("mount", "s3://bucket", str(empty_dir), "--request-timeout", "0"), 2, "0"
+    )
+    assert_one_line_error(("mount", str(empty_dir)), 2, "nothing to mount")
+
+
+def test_malformed_config_file(tmp_path: Path, empty_dir: Path) -> None:
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[[mount]\npath = ")
+    assert_one_line_error(("mount", str(empty_dir), "--config", str(broken)), 2, str(broken))
+    unknown = tmp_path / "unknown.toml"
+    unknown.write_text('[[mount]]\npath = "/a"\nsource = "file:///tmp"\ncolour = "blue"\n')
+    assert_one_line_error(("mount", str(empty_dir), "--config", str(unknown)), 2, "colour")
+
+
+def test_unwritable_cache_dir(
+    bucket: str, moto: MotoServer, tmp_path: Path, empty_dir: Path
+) -> None:
+    (tmp_path / "a-file").write_text("x")
+    args = ("mount", f"s3://{bucket}", str(empty_dir), "--endpoint-url", moto.endpoint_url)
+    cache = tmp_path / "a-file" / "cache"  # under a regular file: unusable even for root
+    assert_one_line_error((*args, "--cache-dir", str(cache)), 8, "cache directory")
+    assert find_mount(str(empty_dir)) is None
+
+
+def test_busy_mountpoint(bucket: str, moto: MotoServer, empty_dir: Path) -> None:
+    args = ("mount", f"s3://{bucket}", str(empty_dir), "--endpoint-url", moto.endpoint_url)
+    assert run_pffs(*args).returncode == 0
+    try:
+        assert_one_line_error(args, 6, "already a pffs mount")
+    finally:
+        assert run_pffs("umount", str(empty_dir)).returncode == 0
+
+
+def test_exit_codes_are_distinct_per_kind_of_problem() -> None:
+    from pffs import errors
+
+    codes = {
+        cls.exit_code
+        for cls in (
+            errors.UsageError,
+            errors.NotFound,
+            errors.PermissionDenied,
+            errors.Transient,
+            errors.MountpointError,
+            errors.MountFailed,
+            errors.CacheDirError,
+        )
+    }
+    assert len(codes) == 7 and 0 not in codes
+
+
+def test_debug_shows_the_traceback(empty_dir: Path) -> None:
+    result = run_pffs("--debug", "mount", "gopher://x", str(empty_dir), timeout=30)
+    assert result.returncode == 2
+    assert "Traceback" in result.stderr and "unknown scheme" in result.stderr

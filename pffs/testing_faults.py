@@ -1,0 +1,311 @@
+"""A fault-injecting HTTP proxy on 127.0.0.1, for tests and drills (never used by a mount).
+
+`FaultProxy` sits between pffs and an S3 server (moto, s3rver): pffs is pointed at the proxy's
+endpoint URL and the proxy forwards each request to the real server. Before or after forwarding
+it can inject one of the failures a real store and network produce:
+
+- ``reset``: the connection is reset (RST) before any response byte;
+- ``503``: a ``503 SlowDown`` S3 error, as a throttling store answers;
+- ``500``: a ``500 InternalError``;
+- ``stall``: nothing is sent for `stall_seconds` (longer than the client's read timeout), then
+  the connection is closed;
+- ``truncate``: the response headers promise the full body, half of it is sent, then the
+  connection is closed.
+
+Faults come at configured rates (a seeded random draw per request) or on demand (`inject`, a
+queue served before the rates), and only for requests a `match` predicate accepts (by default,
+object GETs, so a mount's preflight checks are not disturbed). `down()` makes every request
+fail by reset ("the store is unreachable"); `up()` restores service. Every fault is counted in
+`injected`, so a test can check that its faults were actually hit.
+
+One thread per client connection (HTTP/1.1 keep-alive is honoured), one upstream connection per
+client connection; a stalled connection never holds up the others.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import http.client
+import random
+import socket
+import socketserver
+import struct
+import threading
+from collections.abc import Callable
+from types import TracebackType
+from typing import BinaryIO
+
+FAULTS = ("reset", "503", "500", "stall", "truncate")
+Match = Callable[[str, str, dict[str, str]], bool]
+_MAX_LINE = 65536
+
+
+def object_gets(method: str, path: str, headers: dict[str, str]) -> bool:
+    """The default `match`: GETs of objects (ranged reads), not listings or bucket checks."""
+    bucket_and_key = path.split("?", 1)[0].lstrip("/")
+    return method == "GET" and "/" in bucket_and_key.rstrip("/") and "range" in headers
+
+
+def any_request(method: str, path: str, headers: dict[str, str]) -> bool:
+    return True
+
+
+class FaultProxy:
+    """Forward HTTP to `upstream` (host, port), injecting faults; use as a context manager."""
+
+    def __init__(
+        self,
+        upstream_port: int,
+        *,
+        rates: dict[str, float] | None = None,
+        match: Match = object_gets,
+        stall_seconds: float = 5.0,
+        seed: int = 0,
+        upstream_host: str = "127.0.0.1",
+    ) -> None:
+        self.upstream = (upstream_host, upstream_port)
+        self.stall_seconds = stall_seconds
+        self.match = match
+        self.injected: collections.Counter[str] = collections.Counter()
+        self.forwarded = 0
+        self._rates: dict[str, float] = {}
+        self._queue: collections.deque[str] = collections.deque()
+        self._random = random.Random(seed)
+        self._lock = threading.Lock()
+        self._down = False
+        self._closing = threading.Event()
+        self.set_rates(rates or {})
+        proxy = self
+
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self) -> None:
+                proxy._serve_connection(self.request)
+
+        class Server(socketserver.ThreadingTCPServer):
+            daemon_threads = True
+            allow_reuse_address = True
+            request_queue_size = 128
+
+        self._server = Server(("127.0.0.1", 0), Handler)
+        self.port: int = self._server.server_address[1]
+        self.endpoint_url = f"http://127.0.0.1:{self.port}"
+        self._thread: threading.Thread | None = None
+
+    # --- control -----------------------------------------------------------------------------
+
+    def set_rates(self, rates: dict[str, float]) -> None:
+        """Probability of each fault per matching request (their sum must be at most 1)."""
+        unknown = set(rates) - set(FAULTS)
+        if unknown:
+            raise ValueError(f"unknown faults {sorted(unknown)}; known: {FAULTS}")
+        if sum(rates.values()) > 1.0:
+            raise ValueError("fault rates add up to more than 1")
+        with self._lock:
+            self._rates = dict(rates)
+
+    def inject(self, fault: str, count: int = 1) -> None:
+        """Fail the next `count` matching requests with `fault` (before any rate applies)."""
+        if fault not in FAULTS:
+            raise ValueError(f"unknown fault {fault!r}; known: {FAULTS}")
+        with self._lock:
+            self._queue.extend([fault] * count)
+
+    def down(self) -> None:
+        """Every request, matching or not, is answered with a reset: the store is unreachable."""
+        self._down = True
+
+    def up(self) -> None:
+        self._down = False
+
+    @property
+    def total_injected(self) -> int:
+        with self._lock:
+            return sum(self.injected.values())
+
+    def start(self) -> FaultProxy:
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="fault-proxy", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._closing.set()  # wakes stalled connections
+        self._server.shutdown()
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def __enter__(self) -> FaultProxy:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # --- serving -----------------------------------------------------------------------------
+
+    def _choose(self, method: str, path: str, headers: dict[str, str]) -> str | None:
+        if self._down:
+            with self._lock:
+                self.injected["down"] += 1
+            return "reset"
+        if not self.match(method, path, headers):
+            return None
+        with self._lock:
+            if self._queue:
+                fault: str | None = self._queue.popleft()
+            else:
+                draw, fault = self._random.random(), None
+                for name, rate in self._rates.items():
+                    if draw < rate:
+                        fault = name
+                        break
+                    draw -= rate
+            if fault is not None:
+                self.injected[fault] += 1
+            return fault
+
+    def _serve_connection(self, client: socket.socket) -> None:
+        upstream: http.client.HTTPConnection | None = None
+        reader = client.makefile("rb")
+        try:
+            while not self._closing.is_set():
+                request = _read_request(reader)
+                if request is None:
+                    return
+                method, path, headers, body = request
+                fault = self._choose(method, path, headers)
+                if fault == "reset":
+                    _reset(client)
+                    return
+                if fault in ("500", "503"):
+                    client.sendall(_s3_error(int(fault)))
+                    continue
+                if fault == "stall" and method != "GET":
+                    self._closing.wait(self.stall_seconds)
+                    return
+                if upstream is None:
+                    upstream = http.client.HTTPConnection(*self.upstream, timeout=60)
+                status, reason, response_headers, payload = _forward(
+                    upstream, method, path, headers, body
+                )
+                with self._lock:
+                    self.forwarded += 1
+                head = _response_head(status, reason, response_headers, len(payload), method)
+                if fault == "stall":  # headers, a little of the body, then silence
+                    client.sendall(head + payload[: len(payload) // 4])
+                    self._closing.wait(self.stall_seconds)
+                    return
+                if fault == "truncate" and len(payload) > 1:
+                    client.sendall(head + payload[: len(payload) // 2])
+                    return
+                client.sendall(head + (b"" if method == "HEAD" else payload))
+                if headers.get("connection", "").lower() == "close":
+                    return
+        except (OSError, http.client.HTTPException, ValueError):
+            return  # the client went away or spoke nonsense: drop the connection
+        finally:
+            reader.close()
+            if upstream is not None:
+                upstream.close()
+            with contextlib.suppress(OSError):
+                client.close()
+
+
+def _read_request(reader: BinaryIO) -> tuple[str, str, dict[str, str], bytes] | None:
+    """One HTTP/1.1 request off a client connection, or None when the client closed it."""
+    line = reader.readline(_MAX_LINE)
+    while line in (b"\r\n", b"\n"):
+        line = reader.readline(_MAX_LINE)
+    if not line:
+        return None
+    method, path, _version = line.decode("latin-1").split(" ", 2)
+    headers: dict[str, str] = {}
+    while True:
+        raw = reader.readline(_MAX_LINE)
+        if raw in (b"\r\n", b"\n", b""):
+            break
+        name, _, value = raw.decode("latin-1").partition(":")
+        headers[name.strip().lower()] = value.strip()
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        body = _read_chunked(reader)
+        del headers["transfer-encoding"]
+        headers["content-length"] = str(len(body))
+    else:
+        body = reader.read(int(headers.get("content-length", "0") or 0))
+    return method, path, headers, body
+
+
+def _read_chunked(reader: BinaryIO) -> bytes:
+    parts: list[bytes] = []
+    while True:
+        size = int(reader.readline(_MAX_LINE).split(b";")[0].strip(), 16)
+        if size == 0:
+            while reader.readline(_MAX_LINE) not in (b"\r\n", b"\n", b""):
+                pass  # trailers: dropped
+            return b"".join(parts)
+        parts.append(reader.read(size))
+        reader.readline(_MAX_LINE)
+
+
+def _forward(
+    upstream: http.client.HTTPConnection,
+    method: str,
+    path: str,
+    headers: dict[str, str],
+    body: bytes,
+) -> tuple[int, str, list[tuple[str, str]], bytes]:
+    upstream.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
+    for name, value in headers.items():
+        if name not in ("connection", "keep-alive", "proxy-connection"):
+            upstream.putheader(name, value)
+    upstream.endheaders(body if body else None)
+    response = upstream.getresponse()
+    payload = response.read()  # http.client undoes chunking; the client gets Content-Length
+    hop = {"connection", "keep-alive", "transfer-encoding", "content-length"}
+    kept = [(k, v) for k, v in response.getheaders() if k.lower() not in hop]
+    content_length = response.getheader("content-length")
+    if method == "HEAD" and content_length is not None:
+        kept.append(("Content-Length", content_length))
+    return response.status, response.reason, kept, payload
+
+
+def _response_head(
+    status: int, reason: str, headers: list[tuple[str, str]], length: int, method: str
+) -> bytes:
+    lines = [f"HTTP/1.1 {status} {reason}"]
+    lines += [f"{name}: {value}" for name, value in headers]
+    if method != "HEAD":
+        lines.append(f"Content-Length: {length}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def _s3_error(status: int) -> bytes:
+    code, message = (
+        ("SlowDown", "Please reduce your request rate.")
+        if status == 503
+        else ("InternalError", "We encountered an internal error. Please try again.")
+    )
+    body = (
+        '<?xml version="1.0" encoding="UTF-8"?>\n'
+        f"<Error><Code>{code}</Code><Message>{message}</Message>"
+        "<RequestId>faultproxy</RequestId></Error>"
+    ).encode()
+    reason = "Slow Down" if status == 503 else "Internal Server Error"
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/xml\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+def _reset(client: socket.socket) -> None:
+    """Close with RST instead of FIN: the client sees 'connection reset by peer'."""
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    client.close()

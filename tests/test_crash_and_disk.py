@@ -1,0 +1,234 @@
+"""Crashes and full disks, through real mounts: kill -9 of the daemon, staged writes left behind,
+a full cache disk and a full staging disk (small tmpfs file systems mounted as the cache dir).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pffs.backends import open_backend
+from pffs.config import SourceConfig
+from pffs.mountpoint import wait_unmounted
+from pffs.mounttable import Mounted
+from pffs.recovery import recover_staged
+from pffs.staging import manifest_path
+from pffs.testing_faults import FaultProxy
+from tests.conftest import mounted, requires_fuse, run_pffs, unmount_quietly
+
+MIB = 1 << 20
+requires_root = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+
+
+def daemon_pid(stdout: str) -> int:
+    return int(stdout.split("(pid ")[1].split(",")[0])
+
+
+def stored(s3: Any, bucket: str, key: str) -> bytes | None:
+    try:
+        return bytes(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+    except s3.exceptions.NoSuchKey:
+        return None
+
+
+@pytest.fixture
+def proxy(moto) -> Iterator[FaultProxy]:  # type: ignore[no-untyped-def]
+    with FaultProxy(moto.port) as fault_proxy:
+        yield fault_proxy
+
+
+def kill_daemon(pid: int, mnt: Path) -> None:
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.stat(mnt)
+        except OSError as exc:
+            if exc.errno == errno.ENOTCONN:
+                return
+        time.sleep(0.05)
+    raise AssertionError("the mount did not die")
+
+
+# --- crash recovery ------------------------------------------------------------------------
+
+
+@requires_fuse
+def test_kill_9_then_remount_recovers_cache_and_staged_writes(s3, bucket, proxy, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """After kill -9: the dead mount is cleared, the disk cache is reused, a file closed while
+    the store was down is uploaded, and a file still open is kept and reported, not uploaded."""
+    warm = random.randbytes(3 * MIB)
+    s3.put_object(Bucket=bucket, Key="warm.bin", Body=warm)
+    cache, mnt = tmp_path / "cache", tmp_path / "mnt"
+    mnt.mkdir()
+    args = (
+        *("mount", f"s3://{bucket}", str(mnt), "--endpoint-url", proxy.endpoint_url),
+        *("--cache-dir", str(cache), "--retries", "1", "--retry-timeout", "2"),
+        *("--request-timeout", "1", "--log-file", str(tmp_path / "mnt.log")),
+    )
+    first = run_pffs(*args)
+    assert first.returncode == 0, first.stderr
+    pid = daemon_pid(first.stdout)
+    try:
+        assert (mnt / "warm.bin").read_bytes() == warm
+        time.sleep(1)  # the disk tier is written behind the reader
+        closed_fd = os.open(mnt / "closed.txt", os.O_CREAT | os.O_WRONLY, 0o644)
+        os.write(closed_fd, b"closed while the store was down")
+        open_fd = os.open(mnt / "open.txt", os.O_CREAT | os.O_WRONLY, 0o644)
+        os.write(open_fd, b"half of what I meant to write")
+        proxy.down()
+        with pytest.raises(OSError):
+            os.close(closed_fd)  # EIO: the upload failed, the data is kept for recovery
+        proxy.up()
+        kill_daemon(pid, mnt)
+        with pytest.raises(OSError):
+            os.close(open_fd)
+        staging = cache / "staging"
+        states = sorted(json.loads(p.read_text())["state"] for p in staging.glob("*.json"))
+        assert states == ["closed", "writing"]
+
+        proxy.match = lambda method, path, headers: method == "GET" and "warm.bin" in path
+        proxy.set_rates({"reset": 1.0})  # warm.bin can only come from the disk cache now
+        second = run_pffs(*args)
+        assert second.returncode == 0, second.stderr
+        # One line on stderr for the file kept, one for the file uploaded.
+        lines = second.stderr.strip().splitlines()
+        assert len(lines) == 2, second.stderr
+        kept_line = next(line for line in lines if "in progress" in line)
+        assert "open.txt" in kept_line and str(staging) in kept_line
+        assert any("uploaded" in line and "closed.txt" in line for line in lines)
+        assert stored(s3, bucket, "closed.txt") == b"closed while the store was down"
+        assert stored(s3, bucket, "open.txt") is None  # never uploaded: it may be partial
+        kept = [p for p in staging.glob("*.data")]
+        assert [p.read_bytes() for p in kept] == [b"half of what I meant to write"]
+        assert (mnt / "warm.bin").read_bytes() == warm
+        assert proxy.injected["reset"] == 0
+        assert (mnt / "closed.txt").read_bytes() == b"closed while the store was down"
+        log = (tmp_path / "mnt.log").read_text()
+        assert "clearing dead pffs mount" in log
+        assert "in progress when pffs stopped" in log
+    finally:
+        run_pffs("umount", str(mnt))
+        unmount_quietly(mnt)
+        assert wait_unmounted(str(mnt))
+
+
+def _leftover(staging: Path, name: str, source: str, path: str, state: str, data: bytes) -> Path:
+    file = staging / f"w-{name}.data"
+    file.write_bytes(data)
+    Path(manifest_path(str(file))).write_text(
+        json.dumps({"source": source, "path": path, "state": state})
+    )
+    return file
+
+
+def test_recovery_by_manifest_state(tmp_path: Path) -> None:
+    """Each state's rule, on a local source: closed -> uploaded, writing -> kept and reported,
+    clean -> removed, other sources and files of a live process -> untouched."""
+    root, staging = tmp_path / "root", tmp_path / "staging"
+    root.mkdir()
+    staging.mkdir()
+    backend = open_backend(SourceConfig(url=f"file://{root}"))
+    me = backend.source_id
+    closed = _leftover(staging, "a", me, "sub/closed.txt", "closed", b"complete")
+    (root / "sub").mkdir()
+    writing = _leftover(staging, "b", me, "writing.txt", "writing", b"partial")
+    clean = _leftover(staging, "c", me, "clean.txt", "clean", b"same as the store")
+    other = _leftover(staging, "d", "s3://elsewhere", "x", "closed", b"not mine")
+    orphan = staging / "w-e.data"
+    orphan.write_bytes(b"no manifest")
+    live = _leftover(staging, "f", me, "live.txt", "closed", b"still open")
+    import fcntl
+
+    with open(live, "rb") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)  # as a live pffs holds its staging files
+        lines: list[str] = []
+        report = recover_staged(str(staging), [Mounted("", backend)], notify=lines.append)
+    assert (root / "sub" / "closed.txt").read_bytes() == b"complete"
+    assert report.uploaded == [str(closed)] and not closed.exists()
+    assert not (root / "writing.txt").exists() and writing.read_bytes() == b"partial"
+    assert not clean.exists() and report.removed == [str(clean)]
+    assert other.exists() and live.exists() and not (root / "live.txt").exists()
+    assert orphan.exists()
+    assert sorted(report.kept) == sorted([str(writing), str(orphan)])
+    assert len(lines) == 3  # kept, orphan, uploaded: each one line
+    assert all("\n" not in line for line in lines)
+
+
+def test_failed_recovery_upload_keeps_the_data(tmp_path: Path) -> None:
+    root, staging = tmp_path / "root", tmp_path / "staging"
+    root.mkdir()
+    staging.mkdir()
+    backend = open_backend(SourceConfig(url=f"file://{root}"))
+    # The target's parent directory does not exist: the upload fails, nothing is lost.
+    file = _leftover(staging, "a", backend.source_id, "missing/dir/f.txt", "closed", b"keep me")
+    lines: list[str] = []
+    report = recover_staged(str(staging), [Mounted("", backend)], notify=lines.append)
+    assert report.kept == [str(file)] and file.read_bytes() == b"keep me"
+    assert len(lines) == 1 and str(file) in lines[0]
+
+
+# --- disk pressure -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """An 8 MiB tmpfs: the cache (and staging) directory of a mount, easy to fill."""
+    disk = tmp_path / "small"
+    disk.mkdir()
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=8m,mode=0700", "tmpfs", str(disk)], check=True
+    )
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def fill(disk: Path) -> None:
+    with open(disk / "filler", "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC
+
+
+@requires_fuse
+@requires_root
+@pytest.mark.parametrize("full_before_mount", [False, True])
+def test_full_cache_disk_is_read_around(  # type: ignore[no-untyped-def]
+    s3, bucket, moto, small_disk, tmp_path, full_before_mount
+) -> None:
+    data = random.randbytes(16 * MIB)  # twice the disk
+    s3.put_object(Bucket=bucket, Key="big.bin", Body=data)
+    s3.put_object(Bucket=bucket, Key="other.bin", Body=b"readers are fine")
+    cache = small_disk / "cache"
+    if full_before_mount:
+        fill(small_disk)
+    options = ("--endpoint-url", moto.endpoint_url, "--cache-dir", str(cache))
+    # No free-space floor: the disk tier really meets ENOSPC rather than stepping aside first.
+    with mounted(f"s3://{bucket}", tmp_path / "mnt", *options, "--cache-free-ratio", "0") as mnt:
+        if not full_before_mount:
+            fill(small_disk)
+        for _ in range(2):
+            assert (mnt / "big.bin").read_bytes() == data
+        # A full staging disk: the writer gets ENOSPC (at write or at close), readers nothing.
+        with pytest.raises(OSError) as full, open(mnt / "new.bin", "wb") as f:
+            for _ in range(16):
+                f.write(b"w" * MIB)
+                f.flush()
+        assert full.value.errno == errno.ENOSPC
+        assert (mnt / "other.bin").read_bytes() == b"readers are fine"
+        assert (mnt / "big.bin").read_bytes() == data
+        assert stored(s3, bucket, "new.bin") is None
