@@ -99,7 +99,9 @@ def mount_options() -> dict[str, argparse.Action]:
 
 def split_options(text: str) -> list[str]:
     """Comma-separated options; a double-quoted part may hold commas (libmount's rule)."""
-    parts, current, quoted = [], [], False
+    parts: list[str] = []
+    current: list[str] = []
+    quoted = False
     for char in text:
         if char == '"':
             quoted = not quoted
