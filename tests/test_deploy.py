@@ -632,3 +632,35 @@ def test_the_build_context_makes_a_wheel_with_the_whole_cli(tmp_path: Path) -> N
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert "mount.pffs = pffs.mounthelper:main" in text and "pffs = pffs.cli:main" in text
+
+
+def test_systemd_unit_runs_a_pffs_command_line() -> None:
+    """deploy/systemd/pffs@.service: ExecStart and ExecStop are pffs command lines (%i = x)."""
+    unit = (DEPLOY / "systemd" / "pffs@.service").read_text().replace("\\\n", " ")
+    lines = dict(
+        line.split("=", 1) for line in unit.splitlines() if re.match(r"^Exec(Start|Stop)=", line)
+    )
+    start = lines["ExecStart"].replace("%i", "x").split()
+    assert start[0].endswith("/pffs")
+    args = cli.build_parser().parse_args(start[1:])
+    assert args.command == "mount" and args.foreground and args.config == "/etc/pffs/x.toml"
+    assert args.mountpoint == "/mnt/x" and args.source is None
+    stop = lines["ExecStop"].lstrip("-").replace("%i", "x").split()
+    assert cli.build_parser().parse_args(stop[1:]).mountpoint == "/mnt/x"
+
+
+def test_readme_kubernetes_examples_are_valid() -> None:
+    """The YAML in the README's Kubernetes section: valid objects naming the real driver."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Kubernetes") : readme.index("## Development")]
+    blocks = re.findall(r"```yaml\n(.*?)```", section, flags=re.S)
+    docs = [yaml.safe_load(block) for block in blocks]
+    assert {d["kind"] for d in docs} == {"StorageClass", "Pod"}
+    for doc in docs:
+        kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+    [sc] = [d for d in docs if d["kind"] == "StorageClass"]
+    assert sc["provisioner"] == DEFAULT_DRIVER_NAME
+    provision.storage_parameters(sc["parameters"])
+    [pod] = [d for d in docs if d["kind"] == "Pod"]
+    assert pod["spec"]["schedulerName"] == _scheduler_config()["profiles"][0]["schedulerName"]
+    assert pod_mode(pod) == REQUIRE
