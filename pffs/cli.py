@@ -508,6 +508,11 @@ def cmd_umount(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from pffs import mounthelper
+
+    if mounthelper.is_helper_call(sys.argv[1:] if argv is None else argv):
+        # mount.fuse3 runs `pffs SOURCE MOUNTPOINT -o ...` for `mount -t fuse.pffs`.
+        return mounthelper.main(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     try:
         if args.command == "mount":
