@@ -73,11 +73,15 @@ def unmount_quietly(mountpoint: Path) -> None:
 
 
 @contextlib.contextmanager
-def mounted(source: str, mountpoint: Path, *options: str) -> Iterator[Path]:
+def mounted(
+    source: str, mountpoint: Path, *options: str, env: dict[str, str] | None = None
+) -> Iterator[Path]:
     """`pffs mount` (the daemon way), yield, then `pffs umount`; never leaves a mount behind."""
     mountpoint.mkdir(parents=True, exist_ok=True)
     log_file = mountpoint.parent / f"{mountpoint.name}.log"
-    result = run_pffs("mount", source, str(mountpoint), "--log-file", str(log_file), *options)
+    result = run_pffs(
+        "mount", source, str(mountpoint), "--log-file", str(log_file), *options, env=env
+    )
     assert result.returncode == 0, result.stderr + _tail(log_file)
     try:
         yield mountpoint
