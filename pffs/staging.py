@@ -70,6 +70,9 @@ class Staged:
     lock: trio.Lock = field(default_factory=trio.Lock)
     # Parts already on their way while the file is written front to back (see StreamingUpload).
     streaming: StreamingUpload | None = None
+    # (size, version) of the existing object whose bytes are not copied in yet: opening it for
+    # writing copies them lazily, and a truncate to zero before that skips the copy.
+    unfilled: tuple[int, str] | None = None
 
     @property
     def where(self) -> str:

@@ -60,14 +60,6 @@ RENAME_NOREPLACE, RENAME_EXCHANGE = 1, 2  # from linux/fs.h
 STAGING_THREADS = 8
 
 
-@dataclasses.dataclass(eq=False)
-class _PendingFill:
-    """An existing object's bytes not yet copied into its staging file."""
-
-    size: int
-    version: str
-
-
 class WritableVfs(Vfs):
     """The VFS with writes. `staging_dir` holds staged data (under the cache directory)."""
 
@@ -75,7 +67,6 @@ class WritableVfs(Vfs):
         super().__init__(*args, **kwargs)
         self.staging = StagingArea(staging_dir)
         self._staging_limiter = trio.CapacityLimiter(STAGING_THREADS)
-        self._pending_fill: dict[int, _PendingFill] = {}  # by id(staged)
 
     # --- helpers -----------------------------------------------------------------------------
 
@@ -114,7 +105,7 @@ class WritableVfs(Vfs):
         state = "clean" if filled else "writing"
         staged: Staged = await self._staging_call(self.staging.create, mounted, inside, state)
         if filled:
-            self._pending_fill[id(staged)] = _PendingFill(inode.info.size, inode.info.version)
+            staged.unfilled = (inode.info.size, inode.info.version)
             staged.dirty = False
         self.staged[inode.ino] = staged
         return staged
@@ -124,17 +115,14 @@ class WritableVfs(Vfs):
 
     async def _fill(self, staged: Staged) -> None:
         """Copy the object into its staging file before its bytes are read or changed."""
-        pending = self._pending_fill.get(id(staged))
-        if pending is None:
+        if staged.unfilled is None:
             return
         async with staged.lock:
-            if self._pending_fill.pop(id(staged), None) is None:
+            if staged.unfilled is None:
                 return  # another task filled it while this one waited
-            try:
-                await fill_from_store(staged, pending.size, pending.version, self._run)
-            except BaseException:
-                self._pending_fill[id(staged)] = pending
-                raise
+            size, version = staged.unfilled
+            await fill_from_store(staged, size, version, self._run)
+            staged.unfilled = None
 
     def _start_streaming(self, staged: Staged) -> None:
         """Upload the parts of a file written from empty while it is being written."""
@@ -240,17 +228,7 @@ class WritableVfs(Vfs):
         # Normally a no-op (close's flush uploaded it); a failure was logged and the data is kept.
         with contextlib.suppress(PffsError):
             await self._commit(inode, staged)
-        if self.staged.get(inode.ino) is staged:
-            del self.staged[inode.ino]
-        self._pending_fill.pop(id(staged), None)
-        streaming, staged.streaming = staged.streaming, None
-        if streaming is not None:  # unlinked, or its commit failed: abort what was sent
-            streaming.give_up()
-            await streaming.finish()
-        if staged.dirty and not staged.unlinked:
-            await self._staging_call(StagingArea.keep, staged)
-        else:
-            await self._staging_call(StagingArea.discard, staged)
+        await self._retire(inode.ino, staged)
         if inode.lookups == 0 and self.inodes.get(inode.ino) is inode:
             del self.inodes[inode.ino]
 
@@ -297,19 +275,27 @@ class WritableVfs(Vfs):
             await self._commit(inode, staged)
         finally:
             staged.handles -= 1
-            del self.staged[ino]
-            self._pending_fill.pop(id(staged), None)
-            if staged.dirty:
-                await self._staging_call(StagingArea.keep, staged)
-            else:
-                await self._staging_call(StagingArea.discard, staged)
+            await self._retire(ino, staged)
         return inode
+
+    async def _retire(self, ino: int, staged: Staged) -> None:
+        """Its last handle is gone: drop the staging file, or keep it if its data is not stored."""
+        if self.staged.get(ino) is staged:
+            del self.staged[ino]
+        streaming, staged.streaming = staged.streaming, None
+        if streaming is not None:  # unlinked, or its commit failed: abort what was sent
+            streaming.give_up()
+            await streaming.finish()
+        if staged.dirty and not staged.unlinked:
+            await self._staging_call(StagingArea.keep, staged)
+        else:
+            await self._staging_call(StagingArea.discard, staged)
 
     async def _truncate(self, inode: Inode, staged: Staged, size: int) -> None:
         if staged.streaming is not None and size != staged.size:
             staged.streaming.give_up()
         if size == 0:
-            self._pending_fill.pop(id(staged), None)  # nothing of the old bytes is needed
+            staged.unfilled = None  # nothing of the old bytes is needed
         else:
             await self._fill(staged)
         await self._mark_dirty(staged)
@@ -331,7 +317,7 @@ class WritableVfs(Vfs):
         staged = self.staged.get(inode.ino)
         if staged is not None:
             staged.unlinked = True  # its data must not come back at close
-            self._pending_fill.pop(id(staged), None)
+            staged.unfilled = None
             del self.staged[inode.ino]
         try:
             await self._run(mounted.limiter, mounted.backend.delete, inside)
