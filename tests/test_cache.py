@@ -246,7 +246,8 @@ def test_damaged_entries_are_dropped_and_refetched(tmp_path: Path, damage: str) 
     victim = files[3]
     raw = victim.read_bytes()
     if damage == "flip":
-        victim.write_bytes(raw[:500] + bytes([raw[500] ^ 0xFF]) + raw[501:])
+        middle = len(raw) // 2  # inside the payload
+        victim.write_bytes(raw[:middle] + bytes([raw[middle] ^ 0xFF]) + raw[middle + 1 :])
     elif damage == "truncate":
         victim.write_bytes(raw[: len(raw) // 2])
     else:
