@@ -54,6 +54,10 @@ class Backend(Protocol):
     def read_range(self, path: str, start: int, length: int, version: str | None) -> bytes:
         """Up to `length` bytes from `start`; Changed if `version` no longer matches."""
 
+    # Optional: `read_blocks(path, start, lengths, version, deliver)` reads consecutive blocks
+    # with one request and calls `deliver(index, bytes)` for each as it arrives (S3 has it).
+    # The VFS prefetches through it in runs of blocks; without it, one read_range per block.
+
 
 @runtime_checkable
 class WritableBackend(Backend, Protocol):

@@ -200,16 +200,9 @@ class S3Backend:
     def read_range(self, path: str, start: int, length: int, version: str | None) -> bytes:
         if length <= 0:
             return b""
-        kwargs: dict[str, Any] = {
-            "Bucket": self.bucket,
-            "Key": self.prefix + path,
-            "Range": f"bytes={start}-{start + length - 1}",
-        }
-        if version and version.startswith('"'):  # only real etags are preconditions
-            kwargs["IfMatch"] = version
 
         def get() -> bytes:
-            response = self.client.get_object(**kwargs)
+            response = self.client.get_object(**self._get_args(path, start, length, version))
             data: bytes = response["Body"].read()
             expected = response.get("ContentLength")
             if expected is not None and len(data) != expected:
@@ -218,11 +211,65 @@ class S3Backend:
             return data
 
         try:
+            return self._get(get, path)
+        except _RangeNotSatisfiable:
+            return b""
+
+    def read_blocks(
+        self,
+        path: str,
+        start: int,
+        lengths: Sequence[int],
+        version: str | None,
+        deliver: Callable[[int, bytes], None],
+    ) -> None:
+        """Consecutive blocks from `start` in one GET, each handed to `deliver(index, bytes)`
+        as soon as its bytes are in; a retry asks only for the blocks not yet delivered.
+
+        One 16 MiB GET instead of four 4 MiB ones: the per-request cost (signing, parsing,
+        the server's own) is paid once, which on a small machine is what limits a cold read.
+        """
+        done = 0
+
+        def get() -> bytes:
+            nonlocal done
+            first = start + sum(lengths[:done])
+            response = self.client.get_object(
+                **self._get_args(path, first, sum(lengths[done:]), version)
+            )
+            body = response["Body"]
+            while done < len(lengths):
+                data = body.read(lengths[done])
+                if len(data) != lengths[done]:
+                    raise Transient(f"truncated body: {len(data)} of {lengths[done]} bytes")
+                metrics.count_backend_bytes(self.source_id, "GET", len(data))
+                deliver(done, data)
+                done += 1
+            return b""
+
+        try:
+            self._get(get, path)
+        except _RangeNotSatisfiable as exc:  # the object is shorter than when it was opened
+            raise Changed(f"{self._url(path)} changed at the source while open") from exc
+
+    def _get_args(self, path: str, start: int, length: int, version: str | None) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {
+            "Bucket": self.bucket,
+            "Key": self.prefix + path,
+            "Range": f"bytes={start}-{start + length - 1}",
+        }
+        if version and version.startswith('"'):  # only real etags are preconditions
+            kwargs["IfMatch"] = version
+        return kwargs
+
+    def _get(self, get: Callable[[], bytes], path: str) -> bytes:
+        """A GET with retries and its errors translated (a changed object is Changed)."""
+        try:
             return self._call(get, "GET", path=path)
         except botocore.exceptions.ClientError as exc:
             code = _code(exc)
             if code in ("InvalidRange", "416"):
-                return b""
+                raise _RangeNotSatisfiable from exc
             if code in ("PreconditionFailed", "412"):
                 raise Changed(f"{self._url(path)} changed at the source while open") from exc
             raise self._translate(exc, path) from exc
@@ -447,6 +494,10 @@ class S3Backend:
         if self.is_transient(exc):
             return Transient(f"{where}: {type(exc).__name__} after retries")
         return BackendError(f"{where}: {type(exc).__name__}: {exc}")
+
+
+class _RangeNotSatisfiable(Exception):
+    """A GET's range starts past the object's end (416)."""
 
 
 def _dir_info(name: str) -> ObjectInfo:

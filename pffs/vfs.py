@@ -27,7 +27,7 @@ from typing import TypeVar
 import trio
 
 from pffs.backends.base import ObjectInfo, join
-from pffs.cache.blocks import BlockCache, BlockKey
+from pffs.cache.blocks import BlockCache, BlockKey, Deliver
 from pffs.cache.prefetch import Readahead
 from pffs.config import CacheConfig, FuseConfig, MetaConfig
 from pffs.errors import (
@@ -490,13 +490,15 @@ class Vfs:
             return b""
         end = min(offset + size, handle.size)
         # Ask for blocks ahead before waiting on this one, so both travel at once.
-        for index in handle.readahead.on_read(offset, end):
-            if not self.cache.prefetch(
-                self._block_key(handle, index),
-                functools.partial(self._fetch_block, handle, index),
-                self._block_length(handle, index),
-            ):
-                break
+        ahead = handle.readahead.on_read(offset, end)
+        if ahead:
+            self.cache.prefetch(
+                [self._block_key(handle, index) for index in ahead],
+                [self._block_length(handle, index) for index in ahead],
+                functools.partial(self._fetch_run, handle, ahead.start),
+                coalesce=hasattr(handle.mounted.backend, "read_blocks"),
+                at_end=ahead.stop > handle.readahead.last_block,
+            )
         first, last = offset // self.block_size, (end - 1) // self.block_size
         pieces: list[bytes | memoryview] = []
         for index in range(first, last + 1):
@@ -533,6 +535,30 @@ class Vfs:
                 f"{handle.inode.path}: block {index} came back with {len(data)} of {length} bytes"
             )
         return data
+
+    async def _fetch_run(
+        self, handle: FileHandle, base: int, first: int, count: int, deliver: Deliver
+    ) -> None:
+        """Blocks base+first .. base+first+count-1 for a prefetch, each delivered as it lands."""
+        indices = range(base + first, base + first + count)
+        backend = handle.mounted.backend
+        if count == 1 or not hasattr(backend, "read_blocks"):
+            for position, index in enumerate(indices, first):
+                await deliver(position, await self._fetch_block(handle, index))
+            return
+
+        def hand_over(offset: int, data: bytes) -> None:  # in the worker thread
+            trio.from_thread.run(deliver, first + offset, data)
+
+        await self._run(
+            handle.mounted.limiter,
+            backend.read_blocks,
+            handle.path_in_source,
+            indices.start * self.block_size,
+            [self._block_length(handle, index) for index in indices],
+            handle.version,
+            hand_over,
+        )
 
     def _open_staged(self, inode: Inode, staged: Staged) -> int:
         """A handle on a file being written: its reads and writes go to the staging file."""

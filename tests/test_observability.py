@@ -17,7 +17,7 @@ import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from pffs import metrics
-from pffs.cache.blocks import BlockCache, BlockKey
+from pffs.cache.blocks import BlockCache, BlockKey, Deliver
 from pffs.config import CacheConfig
 from pffs.errors import MountpointError, UsageError
 from pffs.logs import LineFormatter, redact
@@ -194,11 +194,15 @@ def test_unread_prefetched_blocks_count_as_wasted() -> None:
     async def fetch() -> bytes:
         return b"x" * block
 
+    async def fetch_run(first: int, count: int, deliver: Deliver) -> None:
+        for position in range(first, first + count):
+            await deliver(position, await fetch())
+
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             cache.attach(nursery)
-            for index in range(2):  # loaded ahead, never read
-                assert cache.prefetch(BlockKey("s", "p", "v", index), fetch, block)
+            keys = [BlockKey("s", "p", "v", index) for index in range(2)]
+            assert cache.prefetch(keys, [block, block], fetch_run) == 2  # loaded ahead
             await cache.flush()
             await cache.read(BlockKey("s", "p", "v", 1), fetch)  # one of them is used
             for index in range(10, 20):  # readers push everything older out of memory

@@ -12,7 +12,7 @@ handed a fetch function per call.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import NamedTuple
 
 import trio
@@ -25,6 +25,11 @@ from pffs.config import CacheConfig
 log = logging.getLogger("pffs.cache")
 
 Fetch = Callable[[], Awaitable[bytes]]
+# Hands over one block of a run as soon as it has arrived: (position in the window, bytes).
+Deliver = Callable[[int, bytes], Awaitable[None]]
+# Loads `count` consecutive blocks from window position `first` (one store request where the
+# store allows), calling `deliver` for each in order.
+FetchRun = Callable[[int, int, Deliver], Awaitable[None]]
 
 
 class BlockKey(NamedTuple):
@@ -45,6 +50,26 @@ class _InFlight:
         self.tier = "store"  # where the bytes came from: "disk" or "store" (for metrics)
 
 
+class _Run:
+    """Blocks of one readahead window being prefetched: position -> (key, size, flight)."""
+
+    def __init__(self, blocks: dict[int, tuple[BlockKey, int, _InFlight]], fetch: FetchRun) -> None:
+        self.blocks = blocks
+        self.fetch = fetch
+        self.on_disk: set[int] = set()  # found in the disk tier: not asked of the store
+
+    def spans(self, most: int) -> list[tuple[int, int]]:
+        """(first, count) of consecutive positions not on disk, at most `most` long each."""
+        spans: list[tuple[int, int]] = []
+        for position in sorted(p for p in self.blocks if p not in self.on_disk):
+            first, count = spans[-1] if spans else (-2, 0)
+            if position == first + count and count < most:
+                spans[-1] = (first, count + 1)
+            else:
+                spans.append((position, 1))
+        return spans
+
+
 class BlockCache:
     def __init__(self, config: CacheConfig, stats: CacheStats | None = None) -> None:
         self.config = config
@@ -59,6 +84,8 @@ class BlockCache:
         self.readahead_limit = min(
             config.prefetch_max, self.memory.capacity // 2, self.prefetch_budget
         )
+        # Blocks a prefetch asks the store for in one request (stores that can stream them).
+        self.run_blocks = max(1, config.fetch_size // config.block_size)
         self.disk = (
             DiskTier(config.disk_dir, config.disk_bytes, config.free_ratio, config.compress)
             if config.disk_dir
@@ -126,7 +153,7 @@ class BlockCache:
             flight = self._in_flight.get(key)
             if flight is None:
                 self.stats.memory_misses += 1
-                return await self._load(key, fetch, prefetch=False, served=served)
+                return await self._load(key, fetch, served)
             self.stats.single_flight_waits += 1
             if flight.prefetch:
                 self.stats.prefetch_used += 1
@@ -166,37 +193,49 @@ class BlockCache:
             self._prefetched.discard(key)
             self.stats.prefetch_wasted += 1
 
-    async def _load(
-        self, key: BlockKey, fetch: Fetch, prefetch: bool, served: int | None = None
-    ) -> bytes:
+    async def _load(self, key: BlockKey, fetch: Fetch, served: int | None) -> bytes:
+        """Load a block a reader asked for: from disk, else from the store."""
         flight = _InFlight()
-        flight.prefetch = prefetch
         self._in_flight[key] = flight
         try:
             data = await self._from_disk(key)
             fetched = data is None
             if data is None:
                 data = await fetch()
-                self.stats.misses += 1
-                self.stats.bytes_from_store += len(data)
-            else:
-                flight.tier = "disk"
-            if not prefetch:
-                self._count_served(flight.tier, len(data) if served is None else served)
-            self.memory.put(key, data)
-            if flight.prefetch:  # loaded ahead and not yet asked for
-                self._note_prefetched(key)
-            flight.data = data
-        except Exception as exc:
-            flight.error = exc
+                self._count_fetched(data)
+            self._count_served(
+                "store" if fetched else "disk", len(data) if served is None else served
+            )
+            self._land(key, flight, data, "store" if fetched else "disk")
+        except BaseException as exc:
+            self._abandon(key, flight, exc if isinstance(exc, Exception) else None)
             raise
-        finally:
-            flight.done.set()
-            if self._in_flight.get(key) is flight:
-                del self._in_flight[key]
         if fetched:
-            await self._write_behind(key, data, wait=prefetch)
+            await self._write_behind(key, data, wait=False)
         return data
+
+    def _count_fetched(self, data: bytes) -> None:
+        self.stats.misses += 1
+        self.stats.bytes_from_store += len(data)
+
+    def _land(self, key: BlockKey, flight: _InFlight, data: bytes, tier: str) -> None:
+        """A block arrived: into memory, and to everyone waiting on its flight."""
+        self.memory.put(key, data)
+        if flight.prefetch:  # loaded ahead and not yet asked for
+            self._note_prefetched(key)
+        flight.tier = tier
+        flight.data = data
+        self._settle(key, flight)
+
+    def _abandon(self, key: BlockKey, flight: _InFlight, error: Exception | None) -> None:
+        """A flight ends without data: waiters get the error, or (None) fetch it themselves."""
+        flight.error = error
+        self._settle(key, flight)
+
+    def _settle(self, key: BlockKey, flight: _InFlight) -> None:
+        flight.done.set()
+        if self._in_flight.get(key) is flight:
+            del self._in_flight[key]
 
     async def _from_disk(self, key: BlockKey) -> bytes | None:
         if self.disk is None or not self._uses_disk(key):
@@ -262,27 +301,104 @@ class BlockCache:
     def is_cached_or_coming(self, key: BlockKey) -> bool:
         return key in self.memory or key in self._in_flight
 
-    def prefetch(self, key: BlockKey, fetch: Fetch, size: int) -> bool:
-        """Start loading a block in the background; False when the global budget is spent."""
-        if self._nursery is None or self.is_cached_or_coming(key):
-            return True
-        if self._prefetch_in_flight + size > self.prefetch_budget:
-            self.stats.prefetch_skipped_budget += 1
-            return False
-        self._prefetch_in_flight += size
-        self.stats.prefetch_issued += 1
-        self._spawn(self._prefetch_one, key, fetch, size)
-        return True
+    def prefetch(
+        self,
+        keys: Sequence[BlockKey],
+        sizes: Sequence[int],
+        fetch_run: FetchRun,
+        coalesce: bool = False,
+        at_end: bool = True,
+    ) -> int:
+        """Start loading a reader's readahead window; returns how many blocks were started.
 
-    async def _prefetch_one(self, key: BlockKey, fetch: Fetch, size: int) -> None:
+        `keys` are consecutive blocks of one object and `sizes` their lengths. Blocks not in
+        memory or on their way are loaded in the background: from disk when they are there,
+        else from the store through `fetch_run`: with `coalesce`, in runs of up to `run_blocks`
+        consecutive blocks, one request per run. Fewer, larger requests cost the store and the
+        client less per byte, so until the window's end (`at_end`) is reached, nothing is asked
+        for before a run's worth of blocks is missing. The global prefetch budget bounds the
+        bytes in flight.
+        """
+        if self._nursery is None:
+            return 0
+        run_blocks = self.run_blocks if coalesce else 1
+        missing = [i for i, key in enumerate(keys) if not self.is_cached_or_coming(key)]
+        if not missing or (len(missing) < min(run_blocks, len(keys)) and not at_end):
+            return 0
+        started: list[int] = []
+        for position in missing:
+            if self._prefetch_in_flight + sizes[position] > self.prefetch_budget:
+                self.stats.prefetch_skipped_budget += 1
+                break
+            self._prefetch_in_flight += sizes[position]
+            flight = _InFlight()  # registered now: a reader arriving first waits for it
+            flight.prefetch = True
+            self._in_flight[keys[position]] = flight
+            started.append(position)
+        self.stats.prefetch_issued += len(started)
+        if started:
+            run = _Run(
+                {p: (keys[p], sizes[p], self._in_flight[keys[p]]) for p in started}, fetch_run
+            )
+            self._spawn(self._prefetch_run, run, run_blocks)
+        return len(started)
+
+    async def _prefetch_run(self, run: _Run, run_blocks: int) -> None:
         try:
-            # A reader may have asked for the block between scheduling and now.
-            if not self.is_cached_or_coming(key):
-                await self._load(key, fetch, prefetch=True)
-        except Exception as exc:  # the reader will fetch it again and see the error itself
-            log.debug("prefetch of %s block %d failed: %s", key.path, key.block, exc)
+            if self.disk is not None:
+                await self._prefetch_from_disk(run)
+            for first, count in run.spans(run_blocks):
+                self._spawn(self._fetch_span, run, first, count)
+        except Exception as exc:  # a reader will fetch the block itself and see the error
+            log.debug("prefetch failed: %s", exc)
+            self._release(run, list(run.blocks))
+
+    async def _prefetch_from_disk(self, run: _Run) -> None:
+        """Start a disk read of each block of the run the disk tier holds (in parallel)."""
+        assert self.disk is not None
+        wanted = [p for p, (key, _, _) in run.blocks.items() if self._uses_disk(key)]
+        if not wanted:
+            return
+        names = [self._disk_key(run.blocks[p][0]) for p in wanted]
+        present = await trio.to_thread.run_sync(self.disk.present, names, limiter=self.disk_limiter)
+        for position, here in zip(wanted, present, strict=True):
+            if here:
+                run.on_disk.add(position)
+                self._spawn(self._prefetch_disk_block, run, position)
+
+    async def _prefetch_disk_block(self, run: _Run, position: int) -> None:
+        key, _, flight = run.blocks[position]
+        data = await self._from_disk(key)
+        if data is not None:
+            self._land(key, flight, data, "disk")
+            self._release(run, [position])
+            return
+        # Gone or damaged since it was seen: one block from the store instead.
+        self._spawn(self._fetch_span, run, position, 1)
+
+    async def _fetch_span(self, run: _Run, first: int, count: int) -> None:
+        async def deliver(position: int, data: bytes) -> None:
+            key, _, flight = run.blocks[position]
+            self._count_fetched(data)
+            self._land(key, flight, data, "store")
+            self._release(run, [position])
+            # Waiting for a write slot holds the fetch back: prefetch runs at the disk's pace.
+            await self._write_behind(key, data, wait=True)
+
+        try:
+            await run.fetch(first, count, deliver)
+        except Exception as exc:  # a reader will fetch the block itself and see the error
+            log.debug("prefetch of %d blocks failed: %s", count, exc)
         finally:
+            self._release(run, [p for p in range(first, first + count) if p in run.blocks])
+
+    def _release(self, run: _Run, positions: Sequence[int]) -> None:
+        """Give back the budget of blocks that are done; undelivered ones are abandoned."""
+        for position in positions:
+            key, size, flight = run.blocks.pop(position)
             self._prefetch_in_flight -= size
+            if not flight.done.is_set():
+                self._abandon(key, flight, None)
 
     async def fill(self, key: BlockKey, fetch: Fetch) -> str:
         """Make sure a block is on disk (warmup). Returns 'cached', 'fetched' or 'skipped'."""

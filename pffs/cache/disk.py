@@ -1,9 +1,10 @@
 """The disk tier: blocks in a diskcache directory, checksummed, lz4-compressed when it pays.
 
-Every entry carries a header: magic, flags, raw length, CRC32 of the raw bytes and a digest of
-its key. A read verifies all of them; an entry that fails (bit rot, a truncated file after a
-crash, a file from another key) is deleted and reported as a miss, never as an error to the
-reader. The directory outlives the mount, so a remount reuses what is there.
+Every entry carries a header: magic, flags, raw length, a CRC32C of each 64 KiB of the raw
+bytes and a digest of its key. A read verifies all of them; an entry that fails (bit rot, a
+truncated file after a crash, a file from another key) is deleted and reported as a miss,
+never as an error to the reader. The directory outlives the mount, so a remount reuses what
+is there.
 
 Entries are written with O_DIRECT where the file system allows it: the header and the payload
 each start on a 4 KiB boundary and the file is padded to one, so the block goes from an aligned
@@ -27,11 +28,11 @@ import os
 import shutil
 import struct
 import threading
-import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
+import crc32c
 import diskcache
 import lz4.block
 
@@ -44,7 +45,7 @@ _COMPRESSED = 1
 # O_DIRECT wants buffers, offsets and lengths aligned to the device's logical block; 4 KiB
 # covers every common one. The header (with its CRC table) is padded to it, and so is the file.
 ALIGN = 4096
-# Each 64 KiB of a block has its own CRC32 (a table after the header), so a random 4 KiB read
+# Each 64 KiB of a block has its own CRC32C (a table after the header), so a random 4 KiB read
 # can be served and verified from one chunk of the file instead of the whole 4 MiB block.
 CHUNK = 64 * 1024
 # Compression is tried on a sample first: random-looking data (images, tensors) is common.
@@ -64,7 +65,9 @@ def _key_digest(key: str) -> bytes:
 
 def _crc_table(data: bytes | bytearray | memoryview) -> array.array[int]:
     view = memoryview(data)
-    return array.array("I", (zlib.crc32(view[i : i + CHUNK]) for i in range(0, len(view), CHUNK)))
+    return array.array(
+        "I", (crc32c.crc32c(view[i : i + CHUNK]) for i in range(0, len(view), CHUNK))
+    )
 
 
 def _aligned(size: int) -> int:
@@ -122,7 +125,7 @@ def _read_layout(key: str, f: BinaryIO) -> _Layout | None:
 def _verified(data: bytes | bytearray, crcs: array.array[int], first_chunk: int) -> bool:
     view = memoryview(data)
     for n, i in enumerate(range(0, len(view), CHUNK)):
-        if zlib.crc32(view[i : i + CHUNK]) != crcs[first_chunk + n]:
+        if crc32c.crc32c(view[i : i + CHUNK]) != crcs[first_chunk + n]:
             return False
     return True
 
@@ -299,6 +302,10 @@ class DiskTier:
             return key in self._cache
         except Exception:
             return False
+
+    def present(self, keys: list[str]) -> list[bool]:
+        """Which of the keys have an entry (one worker-thread hop for a readahead window)."""
+        return [key in self for key in keys]
 
     def put(self, key: str, data: bytes, source: str) -> bool:
         """Store a block; False when skipped (free-space floor, full disk, any I/O error)."""
