@@ -155,6 +155,51 @@ def test_injected_failures_never_give_wrong_bytes(tmp_path: Path, reads) -> None
     trio.run(main)
 
 
+class RunStore(FakeStore):
+    """A FakeStore that also serves runs of blocks in one request (as S3 does), failing the
+    `fail_at`-th block it hands over, after those before it were delivered."""
+
+    def __init__(self, files: dict[str, bytes], fail_at: int = 0) -> None:
+        super().__init__(files)
+        self.requests = 0
+        self.blocks_delivered = 0
+        self.fail_at = fail_at
+
+    def read_blocks(self, path, start, lengths, version, deliver) -> None:  # type: ignore[no-untyped-def]
+        self.requests += 1
+        offset = start
+        for index, length in enumerate(lengths):
+            if self.fail_at and self.blocks_delivered + 1 == self.fail_at:
+                self.fail_at = 0
+                raise Transient("connection reset in the middle of a run")
+            deliver(index, self.read_range(path, offset, length, version))
+            self.blocks_delivered += 1
+            offset += length
+
+
+def test_prefetch_asks_for_consecutive_blocks_in_one_request() -> None:
+    data = random.Random(3).randbytes(64 * 16 * KIB + 100)
+    store = RunStore({"f": data})
+    config = cache_config(None, prefetch_max=16 * 16 * KIB, fetch_size=4 * 16 * KIB)
+    reads = [(offset, 8 * KIB) for offset in range(0, len(data), 8 * KIB)]
+    got = trio.run(with_nursery, make_vfs(store, config), "f", reads)
+    assert b"".join(got) == data
+    blocks = -(-len(data) // (16 * KIB))
+    assert store.reads <= blocks  # no block fetched twice
+    # Runs of up to 4 blocks: far fewer requests than blocks (the first few are single).
+    assert store.requests + (store.reads - store.blocks_delivered) < blocks // 2
+
+
+@pytest.mark.parametrize("fail_at", [1, 2, 6, 11])
+def test_a_run_broken_midway_loses_nothing(fail_at: int) -> None:
+    data = random.Random(fail_at).randbytes(40 * 16 * KIB)
+    store = RunStore({"f": data}, fail_at=fail_at)
+    config = cache_config(None, prefetch_max=16 * 16 * KIB, fetch_size=4 * 16 * KIB)
+    reads = [(offset, 16 * KIB) for offset in range(0, len(data), 16 * KIB)]
+    got = trio.run(with_nursery, make_vfs(store, config), "f", reads)
+    assert got == [data[o : o + n] for o, n in reads]  # readers fetched the rest themselves
+
+
 # --- single-flight ---------------------------------------------------------------------------
 
 

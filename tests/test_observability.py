@@ -90,7 +90,8 @@ def test_metrics_move_through_a_real_mount(s3, bucket: str, mount_s3, tmp_path: 
         served = _value(cold, "pffs_cache_served_bytes_total")
         assert served - _value(before, "pffs_cache_served_bytes_total") == size
         assert _value(cold, "pffs_fuse_operations_total", op="read") > 0
-        assert _value(cold, "pffs_backend_requests_total", request="GET") >= 4
+        gets = _value(cold, "pffs_backend_requests_total", request="GET")
+        assert 1 <= gets <= 4  # prefetched consecutive blocks share a GET
 
         # A warm read of the same file (page cache dropped): memory hits, no store bytes.
         _drop_page_cache(mnt / "data" / "blob.bin")

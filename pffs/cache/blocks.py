@@ -365,6 +365,8 @@ class BlockCache:
             if here:
                 run.on_disk.add(position)
                 self._spawn(self._prefetch_disk_block, run, position)
+            else:
+                self.stats.disk_misses += 1
 
     async def _prefetch_disk_block(self, run: _Run, position: int) -> None:
         key, _, flight = run.blocks[position]
