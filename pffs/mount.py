@@ -57,7 +57,7 @@ def serve_here(config: MountConfig, on_ready: Callable[[], None] | None = None) 
             mounted.backend.check()
     # Cache blocks and logs hold the user's data: nobody else may read what this process writes.
     os.umask(0o077)
-    tune_malloc()
+    tune_malloc(config.cache.block_size)
     cache = open_cache(config.cache)
     try:
         vfs = ObservableVfs(table, config.meta, config.fuse, cache, staging_dir=staging_dir(config))
@@ -104,7 +104,7 @@ def _naming_entry(path: str, entries: int) -> Iterator[None]:
         raise
 
 
-def tune_malloc() -> None:
+def tune_malloc(block_size: int) -> None:
     """Reuse freed cache blocks' memory without letting it inflate the resident set (glibc).
 
     By default glibc serves 4 MiB blocks with mmap until the first is freed, then raises its
@@ -113,14 +113,15 @@ def tune_malloc() -> None:
     is no better for speed: every 4 KiB page of it faults and is zeroed by the kernel, about
     3 ms of CPU per block here, paid on every block fetched or read from disk.
 
-    So: one arena (the threads mostly wait on sockets and disks, so contention is rare), blocks
-    from the heap (threshold 32 MiB, glibc's maximum), and free memory kept for reuse up to
-    64 MiB at the heap's top before it is returned. Freed blocks are then reused in place; the
-    RSS stays at what the cache holds plus that slack (measured: docs/BENCHMARKS.md).
+    So: one arena (the threads mostly wait on sockets and disks, so contention is rare), and
+    blocks from the heap, where a freed block is reused in place; anything larger than a block
+    (upload parts, at 8 MiB) still gets its own mapping, returned to the kernel when freed, so
+    it never leaves holes in the heap. Free memory at the heap's top is kept up to 64 MiB.
     """
+    threshold = min(block_size + 64 * 1024, 32 * 1024 * 1024)  # glibc's maximum is 32 MiB
     try:
         libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024)
+        libc.mallopt(M_MMAP_THRESHOLD, threshold)
         libc.mallopt(M_TRIM_THRESHOLD, 64 * 1024 * 1024)
         libc.mallopt(M_ARENA_MAX, 1)
     except (OSError, AttributeError):

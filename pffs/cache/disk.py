@@ -182,16 +182,24 @@ def decode(key: str, entry: bytes) -> bytes | None:
     return read_entry(key, io.BytesIO(entry))
 
 
-# One aligned buffer per disk thread, reused for every entry it writes: a fresh 4 MiB buffer
-# costs a page fault and a zeroed page per 4 KiB, about as much as the copy it replaces.
-_scratch = threading.local()
+# Aligned buffers for writing entries, reused: a fresh 4 MiB buffer costs a page fault and a
+# zeroed page per 4 KiB, about as much as the copy it serves. Shared by all threads, so there
+# are only as many as writes ever ran at once (the cache's disk limiter bounds that).
+_spare_buffers: list[mmap.mmap] = []
+_spare_lock = threading.Lock()
 
 
-def _scratch_buffer(size: int) -> mmap.mmap:
-    buffer: mmap.mmap | None = getattr(_scratch, "buffer", None)
+def _take_buffer(size: int) -> mmap.mmap:
+    with _spare_lock:
+        buffer = _spare_buffers.pop() if _spare_buffers else None
     if buffer is None or len(buffer) < size:
-        buffer = _scratch.buffer = mmap.mmap(-1, _aligned(size))  # page-aligned
+        buffer = mmap.mmap(-1, _aligned(size))  # page-aligned
     return buffer
+
+
+def _give_back(buffer: mmap.mmap) -> None:
+    with _spare_lock:
+        _spare_buffers.append(buffer)
 
 
 def _open_for_write(path: str) -> int:
@@ -207,23 +215,26 @@ def _open_for_write(path: str) -> int:
 def write_entry(path: str, header: bytes, payload: bytes | memoryview) -> int:
     """Write an entry (header region, payload, zero padding) to a new file; its size."""
     total = _aligned(len(header) + len(payload))
-    buffer = _scratch_buffer(total)
     end = len(header) + len(payload)
-    buffer[: len(header)] = header
-    buffer[len(header) : end] = payload
-    buffer[end:total] = bytes(total - end)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd = _open_for_write(path)
+    buffer = _take_buffer(total)
     try:
-        with memoryview(buffer) as view:
-            written = 0
-            while written < total:
-                written += os.pwrite(fd, view[written:total], written)
-    except BaseException:
+        buffer[: len(header)] = header
+        buffer[len(header) : end] = payload
+        buffer[end:total] = bytes(total - end)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = _open_for_write(path)
+        try:
+            with memoryview(buffer) as view:
+                written = 0
+                while written < total:
+                    written += os.pwrite(fd, view[written:total], written)
+        except BaseException:
+            os.close(fd)
+            os.unlink(path)
+            raise
         os.close(fd)
-        os.unlink(path)
-        raise
-    os.close(fd)
+    finally:
+        _give_back(buffer)
     return total
 
 
