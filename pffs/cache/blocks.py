@@ -344,14 +344,14 @@ class BlockCache:
         return len(started)
 
     async def _prefetch_run(self, run: _Run, run_blocks: int) -> None:
-        try:
-            if self.disk is not None:
+        if self.disk is not None:
+            try:
                 await self._prefetch_from_disk(run)
-            for first, count in run.spans(run_blocks):
-                self._spawn(self._fetch_span, run, first, count)
-        except Exception as exc:  # a reader will fetch the block itself and see the error
-            log.debug("prefetch failed: %s", exc)
-            self._release(run, list(run.blocks))
+            except BaseException:  # cancelled: what no task took over is given back
+                self._release(run, [p for p in run.blocks if p not in run.on_disk])
+                raise
+        for first, count in run.spans(run_blocks):
+            self._spawn(self._fetch_span, run, first, count)
 
     async def _prefetch_from_disk(self, run: _Run) -> None:
         """Start a disk read of each block of the run the disk tier holds (in parallel)."""
@@ -370,7 +370,11 @@ class BlockCache:
 
     async def _prefetch_disk_block(self, run: _Run, position: int) -> None:
         key, _, flight = run.blocks[position]
-        data = await self._from_disk(key)
+        try:
+            data = await self._from_disk(key)
+        except BaseException:
+            self._release(run, [position])
+            raise
         if data is not None:
             self._land(key, flight, data, "disk")
             self._release(run, [position])
