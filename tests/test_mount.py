@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -162,3 +163,23 @@ def test_dead_mount_is_cleared_by_the_next_mount(moto, s3, bucket, tmp_path: Pat
     finally:
         assert run_pffs("umount", str(mnt)).returncode == 0
         assert wait_unmounted(str(mnt))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="raising a mount's kernel readahead needs root")
+def test_reads_reach_the_daemon_as_large_requests(s3, bucket, mount_s3) -> None:  # type: ignore[no-untyped-def]
+    data = os.urandom(8 * MIB)
+    upload(s3, bucket, {"f.bin": data})
+    with mount_s3(f"s3://{bucket}", "--kernel-readahead", "4M") as mnt:
+        assert (mnt / "f.bin").read_bytes() == data
+        # Still 4 MiB after INIT's reply, which sets the readahead the kernel uses.
+        entry = find_mount(str(mnt))
+        assert entry is not None
+        with open(f"/sys/class/bdi/{entry.device}/read_ahead_kb") as f:
+            assert int(f.read()) == 4096
+        stats = json.loads((mnt / ".pffs" / "stats").read_text())
+        reads = [
+            sample["value"]
+            for sample in stats["metrics"]["pffs_fuse_operations_total"]["samples"]
+            if sample["labels"]["op"] == "read"
+        ]
+        assert reads and reads[0] <= 16  # 1 MiB requests: 8 (with 128 KiB ones, 64)
