@@ -136,7 +136,8 @@ class CacheConfig:
     prefetch_max: int = 32 * MIB
     # Largest store request of a prefetch: consecutive blocks are fetched together, one GET for
     # up to this many bytes. Per request, boto3 and the server spend as much CPU as on megabytes
-    # of data; 16 MiB GETs instead of 4 MiB ones took a cold read from ~290 to ~390 MB/s here.
+    # of data: 16 MiB blocks instead of 4 MiB took a cold read from ~260 to ~370 MB/s here
+    # (docs/BENCHMARKS.md), and runs give that without making random reads fetch 16 MiB.
     fetch_size: int = 16 * MIB
     # Bytes of prefetch in flight across all files: bounds memory and the store's load.
     prefetch_budget: int = 128 * MIB
