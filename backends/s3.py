@@ -231,7 +231,7 @@ class S3Backend:
         """
         done = 0
 
-        def get() -> bytes:
+        def get() -> None:
             nonlocal done
             first = start + sum(lengths[:done])
             response = self.client.get_object(
@@ -245,7 +245,6 @@ class S3Backend:
                 metrics.count_backend_bytes(self.source_id, "GET", len(data))
                 deliver(done, data)
                 done += 1
-            return b""
 
         try:
             self._get(get, path)
@@ -262,7 +261,7 @@ class S3Backend:
             kwargs["IfMatch"] = version
         return kwargs
 
-    def _get(self, get: Callable[[], bytes], path: str) -> bytes:
+    def _get(self, get: Callable[[], T], path: str) -> T:
         """A GET with retries and its errors translated (a changed object is Changed)."""
         try:
             return self._call(get, "GET", path=path)

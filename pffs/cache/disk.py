@@ -206,7 +206,7 @@ def _open_for_write(path: str) -> int:
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
     try:
         return os.open(path, flags | os.O_DIRECT, 0o600)
-    except OSError as exc:  # tmpfs and a few others refuse O_DIRECT: write through the cache
+    except OSError as exc:  # some file systems refuse O_DIRECT (tmpfs before Linux 6.6)
         if exc.errno != errno.EINVAL:
             raise
         return os.open(path, flags, 0o600)
