@@ -360,9 +360,12 @@ def write_section(path: str, body: str, chart_path: str) -> None:
 
 
 def _size(text: str) -> int:
-    from pffs.cli import parse_size
+    from pffs.sizes import SizeError, parse_size
 
-    return parse_size(text)
+    try:
+        return parse_size(text)
+    except SizeError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def parse_args(argv: Sequence[str] | None) -> tuple[Params, argparse.Namespace]:

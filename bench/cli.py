@@ -53,7 +53,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def sizes_from(args: argparse.Namespace) -> ds.Sizes:
-    from pffs.cli import parse_size
+    from pffs.sizes import parse_size
 
     base = ds.Sizes.quick() if args.quick else ds.Sizes.full()
     large = parse_size(args.large) if args.large else base.large

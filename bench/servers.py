@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from pffs.testing import free_port, wait_for_port
+from pffs.testing.servers import free_port, wait_for_port
 
 S3RVER_VERSION = "3"
 NAMESPACE = "pffsbench"

@@ -15,7 +15,7 @@ import sys
 import time
 
 from bench.servers import Server, Unavailable
-from pffs.mountpoint import find_mount
+from pffs.mounting.kernel import find_mount
 
 
 def _apt_install(package: str) -> None:

@@ -19,15 +19,14 @@ become AWS_* variables of the mount process (or a boto3 session in the controlle
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from pffs.backends import scheme_of
-from pffs.cli import parse_size
 from pffs.csi import csi_pb2
 from pffs.csi.status import invalid
 from pffs.errors import UsageError
+from pffs.sizes import SizeError, parse_size
 
 AccessMode = csi_pb2.VolumeCapability.AccessMode
 
@@ -118,7 +117,7 @@ def parse_bool(key: str, text: str) -> bool:
 def _size(key: str, text: str) -> int:
     try:
         return parse_size(text)
-    except (argparse.ArgumentTypeError, IndexError) as exc:
+    except SizeError as exc:
         raise invalid(f"{key}: {exc}") from None
 
 
@@ -166,7 +165,7 @@ def check_mount_table(text: str, endpoint: str | None) -> None:
     import tomllib
 
     from pffs.config import SourceConfig
-    from pffs.tablefile import parse_table
+    from pffs.routing.tablefile import parse_table
 
     try:
         document = tomllib.loads(text)

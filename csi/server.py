@@ -59,7 +59,7 @@ class DriverConfig:
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
-    """The `pffs csi` subcommand (hooked into pffs.cli)."""
+    """The `pffs csi` subcommand (hooked into pffs.cli.main)."""
     csi = commands.add_parser(
         "csi",
         help="run the CSI driver (Kubernetes)",

@@ -39,7 +39,14 @@ from pffs.csi import bind
 from pffs.csi.params import READER_ONLY_MODES, SINGLE_TARGET_MODES, VolumeSpec
 from pffs.csi.status import CsiError
 from pffs.errors import PffsError
-from pffs.mountpoint import FSTYPE, find_mount, fusermount, is_dead, mount_table, wait_unmounted
+from pffs.mounting.kernel import (
+    FSTYPE,
+    find_mount,
+    fusermount,
+    is_dead,
+    mount_table,
+    wait_unmounted,
+)
 
 log = logging.getLogger("pffs.csi.volumes")
 

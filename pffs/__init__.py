@@ -7,7 +7,7 @@ __version__ = "0.1.0"
 
 def mount(config: MountConfig, foreground: bool = False) -> int:
     """Mount `config`; in the background (default) return the daemon's pid once live."""
-    from pffs.mount import serve_here, start_daemon
+    from pffs.mounting.daemon import serve_here, start_daemon
 
     if foreground:
         serve_here(config)

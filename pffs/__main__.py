@@ -1,5 +1,5 @@
 """`python -m pffs` is the `pffs` command."""
 
-from pffs.cli import main
+from pffs.cli.main import main
 
 raise SystemExit(main())

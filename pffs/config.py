@@ -152,7 +152,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 
 @dataclass(frozen=True)
 class ObserveConfig:
-    """Metrics and logs of a mount (see pffs.metrics and pffs.observe)."""
+    """Metrics and logs of a mount (see pffs.metrics and pffs.fs.special)."""
 
     # HOST:PORT of the Prometheus endpoint; None serves none (the .pffs/stats file is always on).
     metrics_address: str | None = None
@@ -165,7 +165,7 @@ class ObserveConfig:
 
 @dataclass(frozen=True)
 class MountConfig:
-    """Everything `pffs.mount` needs.
+    """Everything `pffs.mounting.daemon` needs.
 
     `table` lists the sources and where each appears in the tree; `pffs mount SOURCE` makes a
     table of one entry at the root. `name` is what `mount` shows as the file system's device.

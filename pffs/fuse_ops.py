@@ -23,9 +23,8 @@ import trio
 from pffs import metrics
 from pffs.config import MountConfig
 from pffs.errors import MountFailed, PffsError, Unsupported
-from pffs.mountpoint import set_kernel_readahead
-from pffs.vfs import Inode
-from pffs.writes import WritableVfs
+from pffs.fs.vfs import Inode
+from pffs.fs.writes import WritableVfs
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -72,7 +71,7 @@ class PffsOperations(pyfuse3.Operations):
         super().__init__()
         self.vfs = vfs
         self.config = config
-        # Set once the kernel's INIT request has been answered (see _raise_readahead).
+        # Set once the kernel's INIT request has been answered (see _after_init).
         self.initialized = trio.Event()
 
     def init(self) -> None:
@@ -252,8 +251,15 @@ class PffsOperations(pyfuse3.Operations):
         raise Unsupported("link: links cannot be stored")
 
 
-def serve(ops: PffsOperations, mountpoint: str, on_ready: Callable[[], None] | None = None) -> None:
+def serve(
+    ops: PffsOperations,
+    mountpoint: str,
+    on_ready: Callable[[], None] | None = None,
+    after_init: Callable[[], object] | None = None,
+) -> None:
     """Mount `ops` at `mountpoint` and serve requests until unmounted or sent SIGINT/SIGTERM.
+
+    `on_ready` runs once the mount is live, `after_init` once the kernel's INIT is answered.
 
     The kernel mount is always taken down on the way out, so no dead mount is left behind
     when the loop ends for any reason short of kill -9.
@@ -273,18 +279,21 @@ def serve(ops: PffsOperations, mountpoint: str, on_ready: Callable[[], None] | N
             f"cannot mount at {mountpoint} ({exc}): is /dev/fuse present and fuse3 installed?"
         ) from None
     try:
-        trio.run(_serve_until_done, ops, mountpoint, on_ready)
+        trio.run(_serve_until_done, ops, on_ready, after_init)
     finally:
         pyfuse3.close(unmount=True)
 
 
 async def _serve_until_done(
-    ops: PffsOperations, mountpoint: str, on_ready: Callable[[], None] | None
+    ops: PffsOperations,
+    on_ready: Callable[[], None] | None,
+    after_init: Callable[[], object] | None,
 ) -> None:
     async with trio.open_nursery() as nursery:
         ops.vfs.attach(nursery)
         nursery.start_soon(_terminate_on_signal)
-        nursery.start_soon(_raise_readahead, ops, mountpoint)
+        if after_init is not None:
+            nursery.start_soon(_after_init, ops, after_init)
         if on_ready is not None:
             on_ready()
         await pyfuse3.main(min_tasks=4, max_tasks=ops.config.fuse.max_tasks)
@@ -294,13 +303,13 @@ async def _serve_until_done(
         nursery.cancel_scope.cancel()
 
 
-async def _raise_readahead(ops: PffsOperations, mountpoint: str) -> None:
-    """Raise the mount's kernel readahead once INIT is answered, not before: the kernel sets
-    the readahead from INIT's reply (128 KiB with libfuse), undoing an earlier change, and a
-    128 KiB readahead means 128 KiB read requests, eight times as many as 1 MiB ones."""
+async def _after_init(ops: PffsOperations, action: Callable[[], object]) -> None:
+    """Run `action` once INIT is answered, not before. The kernel sets the mount's readahead
+    from INIT's reply (128 KiB with libfuse), undoing an earlier change, and a 128 KiB readahead
+    means 128 KiB read requests, eight times as many as 1 MiB ones."""
     await ops.initialized.wait()
     await trio.sleep(0)  # init() runs before libfuse sends the reply: let it go out first
-    set_kernel_readahead(mountpoint, ops.config.fuse.kernel_readahead)
+    action()
 
 
 async def _terminate_on_signal() -> None:

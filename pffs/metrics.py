@@ -232,7 +232,7 @@ CacheReader = Callable[[], Mapping[str, int]]
 
 
 class _CacheCollector(Collector):
-    """Reads the block cache's integers at collection time (see pffs.observe)."""
+    """Reads the block cache's integers at collection time (see pffs.fs.special)."""
 
     def __init__(self) -> None:
         self.readers: list[CacheReader] = []

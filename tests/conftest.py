@@ -15,8 +15,8 @@ from pathlib import Path
 import boto3
 import pytest
 
-from pffs.mountpoint import find_mount, wait_unmounted
-from pffs.testing import DUMMY_CREDENTIALS, MotoServer
+from pffs.mounting.kernel import find_mount, wait_unmounted
+from pffs.testing.servers import DUMMY_CREDENTIALS, MotoServer
 
 for _key, _value in DUMMY_CREDENTIALS.items():
     os.environ[_key] = _value

@@ -19,7 +19,7 @@ from pathlib import Path
 import grpc
 
 from pffs.csi import csi_pb2, csi_pb2_grpc
-from pffs.mountpoint import mount_table
+from pffs.mounting.kernel import mount_table
 
 AccessMode = csi_pb2.VolumeCapability.AccessMode
 

@@ -21,7 +21,7 @@ from pffs.csi.inventory import (
     list_source_total,
     summarize,
 )
-from pffs.testing import MotoServer
+from pffs.testing.servers import MotoServer
 
 A, B = "s3://bucket-a/train", "file:///srv/b"
 

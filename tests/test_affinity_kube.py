@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from pffs.csi.kube import KubeClient, KubeError
-from pffs.testing import free_port
+from pffs.testing.servers import free_port
 from tests.kube_apiserver import FakeApiServer
 
 

@@ -17,7 +17,7 @@ import pytest
 from pffs.backends import Backend, open_backend
 from pffs.config import SourceConfig
 from pffs.errors import Changed, NotFound, UsageError
-from pffs.testing import MotoServer
+from pffs.testing.servers import MotoServer
 
 RNG = random.Random(7)
 TREE: dict[str, bytes] = {

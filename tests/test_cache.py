@@ -21,11 +21,11 @@ from hypothesis import strategies as st
 from pffs.backends.base import ObjectInfo
 from pffs.cache.blocks import BlockCache, BlockKey
 from pffs.cache.disk import DiskTier, decode, encode, entry_key
-from pffs.cache.prefetch import Readahead
+from pffs.cache.readahead import Readahead
 from pffs.config import CacheConfig, FuseConfig, MetaConfig
 from pffs.errors import Changed, NotFound, Transient
-from pffs.mounttable import MountTable
-from pffs.vfs import ROOT_INODE, Vfs
+from pffs.fs.vfs import ROOT_INODE, Vfs
+from pffs.routing.table import MountTable
 
 KIB = 1024
 

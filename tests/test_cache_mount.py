@@ -9,7 +9,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from pffs.testing import MotoServer
+from pffs.testing.servers import MotoServer
 from tests.conftest import mounted, requires_fuse, run_pffs
 
 pytestmark = [requires_fuse, pytest.mark.mount]

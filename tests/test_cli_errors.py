@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pffs.mountpoint import find_mount
-from pffs.testing import MotoServer
+from pffs.mounting.kernel import find_mount
+from pffs.testing.servers import MotoServer
 from tests.conftest import requires_fuse, run_pffs
 
 pytestmark = requires_fuse

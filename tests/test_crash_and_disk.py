@@ -19,11 +19,11 @@ import pytest
 
 from pffs.backends import open_backend
 from pffs.config import SourceConfig
-from pffs.mountpoint import wait_unmounted
-from pffs.mounttable import Mounted
-from pffs.recovery import recover_staged
-from pffs.staging import manifest_path
-from pffs.testing_faults import FaultProxy
+from pffs.fs.staging import manifest_path
+from pffs.mounting.kernel import wait_unmounted
+from pffs.mounting.recovery import recover_staged
+from pffs.routing.table import Mounted
+from pffs.testing.faults import FaultProxy
 from tests.conftest import mounted, requires_fuse, run_pffs, unmount_quietly
 
 MIB = 1 << 20

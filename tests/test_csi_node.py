@@ -23,7 +23,7 @@ import grpc
 import pytest
 
 from pffs.csi import csi_pb2
-from pffs.mountpoint import FSTYPE, find_mount, is_dead
+from pffs.mounting.kernel import FSTYPE, find_mount, is_dead
 from tests.conftest import requires_fuse
 from tests.csi_driver import AccessMode, Driver, capability, mount_daemons, status_of
 
@@ -164,7 +164,7 @@ def test_publish_two_targets_share_one_mount(  # type: ignore[no-untyped-def]
 
 
 def _mounts_under(root: Path) -> list[str]:
-    from pffs.mountpoint import mount_table
+    from pffs.mounting.kernel import mount_table
 
     return [e.mountpoint for e in mount_table() if e.mountpoint.startswith(f"{root}/")]
 

@@ -38,14 +38,14 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from pffs import cli
+from pffs.cli import options
 from pffs.csi import params, provision
 from pffs.csi.affinity import REQUIRE, pod_mode
 from pffs.csi.affinity_publisher import NodeCachePublisher
 from pffs.csi.extender import parse_listen
 from pffs.csi.kube import KubeClient
 from pffs.csi.server import DEFAULT_DRIVER_NAME, DriverConfig, config_from_args, socket_path
-from pffs.testing import free_port, wait_for_port
+from pffs.testing.servers import free_port, wait_for_port
 from tests.kube_apiserver import FakeApiServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -107,7 +107,7 @@ def pffs_args(c: Doc) -> argparse.Namespace:
             assert var in env, f"{c['name']}: $({var}) has no env entry"
             arg = arg.replace(f"$({var})", f"value-of-{var}")
         args.append(arg)
-    return cli.build_parser().parse_args(args)
+    return options.build_parser().parse_args(args)
 
 
 def flag(args: list[str], name: str) -> str:
@@ -404,7 +404,7 @@ def test_extender_runs_as_deployed_and_rbac_allows_exactly_its_calls(api: FakeAp
     port = free_port()
     args = [a for a in ext["args"] if not a.startswith("--listen")]
     args += [f"--listen=127.0.0.1:{port}", f"--api={api.url}"]
-    cli.build_parser().parse_args(args)
+    options.build_parser().parse_args(args)
     proc = subprocess.Popen([sys.executable, "-m", "pffs", *args], stderr=subprocess.PIPE)
     try:
         wait_for_port(port)
@@ -582,8 +582,8 @@ def test_dockerfile_copies_what_exists_and_runs_pffs_under_tini() -> None:
     assert _ignored("tests") and _ignored("bench") and _ignored(".venv")
     [entrypoint] = [w for w in instructions if w[0] == "ENTRYPOINT"]
     assert json.loads(" ".join(entrypoint[1:])) == ["/usr/bin/tini", "--", "pffs"]
-    assert PROJECT["scripts"]["pffs"] == "pffs.cli:main"
-    assert PROJECT["scripts"]["mount.pffs"] == "pffs.mounthelper:main"
+    assert PROJECT["scripts"]["pffs"] == "pffs.cli.main:main"
+    assert PROJECT["scripts"]["mount.pffs"] == "pffs.cli.mounthelper:main"
     [user] = [w[1] for w in instructions if w[0] == "USER"]
     assert not user.startswith("0") and user != "root"
     apt = " ".join(" ".join(w) for w in instructions if "apt-get" in w)
@@ -621,8 +621,8 @@ def test_the_build_context_makes_a_wheel_with_the_whole_cli(tmp_path: Path) -> N
     [wheel] = (tmp_path / "dist").glob("pffs-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     for module in (
-        "pffs/cli.py",
-        "pffs/mounthelper.py",
+        "pffs/cli/main.py",
+        "pffs/cli/mounthelper.py",
         "pffs/csi/server.py",
         "pffs/csi/extender.py",
         "pffs/backends/s3.py",
@@ -631,7 +631,7 @@ def test_the_build_context_makes_a_wheel_with_the_whole_cli(tmp_path: Path) -> N
         assert module in names, module
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
-    assert "mount.pffs = pffs.mounthelper:main" in text and "pffs = pffs.cli:main" in text
+    assert "mount.pffs = pffs.cli.mounthelper:main" in text and "pffs = pffs.cli.main:main" in text
 
 
 def test_systemd_unit_runs_a_pffs_command_line() -> None:
@@ -642,11 +642,11 @@ def test_systemd_unit_runs_a_pffs_command_line() -> None:
     )
     start = lines["ExecStart"].replace("%i", "x").split()
     assert start[0].endswith("/pffs")
-    args = cli.build_parser().parse_args(start[1:])
+    args = options.build_parser().parse_args(start[1:])
     assert args.command == "mount" and args.foreground and args.config == "/etc/pffs/x.toml"
     assert args.mountpoint == "/mnt/x" and args.source is None
     stop = lines["ExecStop"].lstrip("-").replace("%i", "x").split()
-    assert cli.build_parser().parse_args(stop[1:]).mountpoint == "/mnt/x"
+    assert options.build_parser().parse_args(stop[1:]).mountpoint == "/mnt/x"
 
 
 def test_readme_kubernetes_examples_are_valid() -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from pffs.mountpoint import find_mount, wait_unmounted
+from pffs.mounting.kernel import find_mount, wait_unmounted
 from tests.conftest import PFFS, requires_fuse, run_pffs
 
 pytestmark = [requires_fuse, pytest.mark.mount]

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from pffs import cli, mounthelper
-from pffs.testing import MotoServer
+from pffs.cli import main as cli
+from pffs.cli import mounthelper, options
+from pffs.testing.servers import MotoServer
 from tests.conftest import fuse_available
 
 VENV_BIN = Path(sys.executable).parent
@@ -27,7 +28,7 @@ VENV_BIN = Path(sys.executable).parent
 
 def _pffs_mount_args(argv: list[str]):  # type: ignore[no-untyped-def]
     """`argv` parsed by pffs's own parser (what `pffs mount` would run with)."""
-    return cli.build_parser().parse_args(argv)
+    return options.build_parser().parse_args(argv)
 
 
 def test_options_become_pffs_mount_options() -> None:

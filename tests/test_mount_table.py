@@ -16,10 +16,10 @@ from pffs.backends import open_backend
 from pffs.cache.blocks import BlockCache
 from pffs.config import CacheConfig, FuseConfig, MetaConfig, SourceConfig
 from pffs.errors import CrossDevice, NotFound, ReadOnly, UsageError
-from pffs.mounttable import Mounted, MountTable
-from pffs.tablefile import parse_table
-from pffs.vfs import Vfs
-from pffs.writes import WritableVfs
+from pffs.fs.vfs import Vfs
+from pffs.fs.writes import WritableVfs
+from pffs.routing.table import Mounted, MountTable
+from pffs.routing.tablefile import parse_table
 from tests.conftest import mounted, requires_fuse, run_pffs
 
 DEFAULTS = SourceConfig(url="")

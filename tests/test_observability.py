@@ -18,11 +18,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pffs import metrics
 from pffs.cache.blocks import BlockCache, BlockKey, Deliver
+from pffs.cli.stats_view import quantile, render
 from pffs.config import CacheConfig
 from pffs.errors import MountpointError, UsageError
 from pffs.logs import LineFormatter, redact
-from pffs.stats_view import quantile, render
-from pffs.testing import free_port
+from pffs.testing.servers import free_port
 from tests.conftest import requires_fuse, run_pffs
 
 MIB = 1 << 20

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from pffs.testing import MotoServer
-from pffs.testing_faults import FaultProxy, any_request, object_gets
+from pffs.testing.faults import FaultProxy, any_request, object_gets
+from pffs.testing.servers import MotoServer
 from tests.conftest import mounted, requires_fuse
 
 pytestmark = requires_fuse

@@ -18,8 +18,8 @@ from pffs.backends import open_backend
 from pffs.backends.base import ObjectInfo
 from pffs.config import FuseConfig, MetaConfig, SourceConfig
 from pffs.errors import Changed, IsADirectory, NotADirectory, NotFound, ReadOnly, Unsupported
-from pffs.mounttable import MountTable
-from pffs.vfs import ROOT_INODE, Inode, Vfs
+from pffs.fs.vfs import ROOT_INODE, Inode, Vfs
+from pffs.routing.table import MountTable
 
 T = TypeVar("T")
 

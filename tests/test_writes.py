@@ -15,8 +15,8 @@ from typing import Any
 import boto3
 import pytest
 
-from pffs.mountpoint import find_mount, wait_unmounted
-from pffs.testing import MotoServer
+from pffs.mounting.kernel import find_mount, wait_unmounted
+from pffs.testing.servers import MotoServer
 from tests.conftest import mounted, requires_fuse, run_pffs, unmount_quietly
 
 pytestmark = [requires_fuse, pytest.mark.mount]

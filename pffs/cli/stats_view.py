@@ -1,6 +1,6 @@
 """`pffs stats MOUNTPOINT`: a live terminal view of a mount's metrics, or one JSON snapshot.
 
-Everything comes from the mount's hidden `.pffs/stats` file (pffs.observe), so it works for any
+Everything comes from the mount's hidden `.pffs/stats` file (pffs.fs.special), so it works for any
 user who can read the mount, with no port to open. The live view redraws with plain ANSI codes
 every --interval seconds: per-second rates over the last interval (the first frame: since the
 mount started), hit ratios, store throughput and latency percentiles from the histograms.

@@ -23,10 +23,10 @@ from pffs import metrics
 from pffs.backends.base import ObjectInfo
 from pffs.config import MountConfig
 from pffs.errors import Exists, IsADirectory, NotADirectory, NotFound, ReadOnly, UsageError
-from pffs.vfs import ROOT_INODE, WRITE_FLAGS, DirHandle, FileHandle, Inode
-from pffs.writes import WritableVfs
+from pffs.fs.vfs import ROOT_INODE, WRITE_FLAGS, DirHandle, FileHandle, Inode
+from pffs.fs.writes import WritableVfs
 
-log = logging.getLogger("pffs.observe")
+log = logging.getLogger("pffs.fs.special")
 
 STATS_DIR = ".pffs"
 STATS_FILE = "stats"

@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 from pffs.backends import open_backend
 from pffs.config import CACHE_POLICIES, SourceConfig, TableEntry
 from pffs.errors import PffsError, UsageError
-from pffs.mounttable import is_under
+from pffs.routing.table import is_under
 
 # Key in the file -> (SourceConfig field or None for the entry's own, accepted types).
 _ENTRY_KEYS: dict[str, tuple[str | None, tuple[type, ...]]] = {

@@ -1,6 +1,6 @@
 """The write side of the VFS: create, write, flush/fsync, truncate, unlink, mkdir, rmdir, rename.
 
-Data goes to a staging file (pffs.staging) and reaches the store on close (flush) and fsync,
+Data goes to a staging file (pffs.fs.staging) and reaches the store on close (flush) and fsync,
 which return only once it is there, or with the upload's error. After a commit the tree shows
 the new object at once: its inode takes what the store returned, the parent's cached listing is
 dropped, and the block cache cannot serve old blocks because its keys carry the version.
@@ -41,8 +41,7 @@ from pffs.errors import (
     Unsupported,
     UsageError,
 )
-from pffs.mounttable import Mounted
-from pffs.staging import (
+from pffs.fs.staging import (
     Staged,
     StagingArea,
     StreamingUpload,
@@ -52,9 +51,10 @@ from pffs.staging import (
     write_at,
     write_manifest,
 )
-from pffs.vfs import WRITE_FLAGS, FileHandle, Inode, Vfs
+from pffs.fs.vfs import WRITE_FLAGS, FileHandle, Inode, Vfs
+from pffs.routing.table import Mounted
 
-log = logging.getLogger("pffs.writes")
+log = logging.getLogger("pffs.fs.writes")
 RENAME_NOREPLACE, RENAME_EXCHANGE = 1, 2  # from linux/fs.h
 # Staging file operations at once (pwrite/pread/ftruncate in worker threads).
 STAGING_THREADS = 8

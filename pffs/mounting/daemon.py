@@ -25,13 +25,13 @@ from pffs.backends import open_backend
 from pffs.cache.blocks import BlockCache
 from pffs.config import CacheConfig, MountConfig, TableEntry, from_json, to_json
 from pffs.errors import CacheDirError, MountFailed, PffsError
+from pffs.fs.special import ObservableVfs, start_observing
 from pffs.fuse_ops import PffsOperations, serve
-from pffs.mountpoint import prepare_mountpoint
-from pffs.mounttable import Mounted, MountTable
-from pffs.observe import ObservableVfs, start_observing
-from pffs.recovery import recover_staged
+from pffs.mounting.kernel import prepare_mountpoint, set_kernel_readahead
+from pffs.mounting.recovery import recover_staged
+from pffs.routing.table import Mounted, MountTable
 
-log = logging.getLogger("pffs.mount")
+log = logging.getLogger("pffs.mounting.daemon")
 READY_FD_ENV = "PFFS_READY_FD"
 # mallopt parameters, from glibc's malloc.h
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_ARENA_MAX = -1, -3, -8
@@ -70,7 +70,12 @@ def serve_here(config: MountConfig, on_ready: Callable[[], None] | None = None) 
         log.info("mounting %s at %s/%s", mounted.backend.source_id, mountpoint, mounted.path)
     record = register_mount(mountpoint, config)
     try:
-        serve(PffsOperations(vfs, config), mountpoint, on_ready)
+        serve(
+            PffsOperations(vfs, config),
+            mountpoint,
+            on_ready,
+            after_init=lambda: set_kernel_readahead(mountpoint, config.fuse.kernel_readahead),
+        )
     finally:
         stop_observing()
         log.info("cache counters at exit: %s", cache.stats.as_dict())

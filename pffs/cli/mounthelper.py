@@ -3,7 +3,7 @@
 mount(8) runs `/sbin/mount.<type> SOURCE MOUNTPOINT [-sfnv] [-o OPTIONS] [-t TYPE]` when such
 a helper exists; for type `fuse.pffs` it looks for /sbin/mount.fuse.pffs (link it to this
 script), and failing that /sbin/mount.fuse (fuse3's mount.fuse3), which runs the subtype as a
-program: `pffs SOURCE MOUNTPOINT -o OPTIONS`. pffs.cli hands that form here too, so both ways
+program: `pffs SOURCE MOUNTPOINT -o OPTIONS`. pffs.cli.main hands that form here too, so both ways
 land in `translate` below.
 
 Each `-o` option becomes a `pffs mount` long option of the same name (`endpoint_url=URL` ->
@@ -29,6 +29,8 @@ import os
 import sys
 from collections.abc import Sequence
 
+from pffs.cli import commands
+from pffs.cli.options import build_parser
 from pffs.errors import UsageError
 
 EXIT_USAGE = 1  # mount(8): incorrect invocation or permissions
@@ -82,8 +84,6 @@ def is_helper_call(argv: Sequence[str]) -> bool:
 
 def mount_options() -> dict[str, argparse.Action]:
     """`pffs mount`'s long options by -o name (underscores), from pffs's own parser."""
-    from pffs.cli import build_parser
-
     parser = build_parser()
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     mount = commands.choices["mount"]
@@ -179,8 +179,6 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """mount(8)'s call: `mount.pffs SOURCE MOUNTPOINT [-sfnv] [-o OPTIONS] [-t TYPE]`."""
-    from pffs import cli
-
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = _parser().parse_args(argv)
@@ -199,7 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # mount helpers are quiet on success; pffs's "mounted at" line is shown with -v only.
     said = io.StringIO()
     with contextlib.redirect_stdout(said):
-        code = cli.main(pffs_argv)
+        code = commands.run(pffs_argv)
     if args.verbose:
         sys.stdout.write(said.getvalue())
     if code == 0:

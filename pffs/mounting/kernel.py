@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from pffs.errors import MountFailed, MountpointError
 
-log = logging.getLogger("pffs.mountpoint")
+log = logging.getLogger("pffs.mounting.kernel")
 FSTYPE = "fuse.pffs"
 
 

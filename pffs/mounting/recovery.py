@@ -1,6 +1,6 @@
 """Staged writes a stopped or crashed pffs left behind: found at mount, uploaded or reported.
 
-A staging file (pffs.staging) outlives its process when the process dies before the upload
+A staging file (pffs.fs.staging) outlives its process when the process dies before the upload
 (kill -9, OOM, power loss) or when an upload failed at close. At the next mount of the same
 source, before the tree is served, each one is handled by the state its manifest records:
 
@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 import trio
 
 from pffs.errors import PffsError
-from pffs.mounttable import Mounted
-from pffs.staging import Staged, manifest_path, upload
+from pffs.fs.staging import Staged, manifest_path, upload
+from pffs.routing.table import Mounted
 
-log = logging.getLogger("pffs.recovery")
+log = logging.getLogger("pffs.mounting.recovery")
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ import trio
 
 from pffs.backends.base import ObjectInfo, join
 from pffs.cache.blocks import BlockCache, BlockKey, Deliver
-from pffs.cache.prefetch import Readahead
+from pffs.cache.readahead import Readahead
 from pffs.config import CacheConfig, FuseConfig, MetaConfig
 from pffs.errors import (
     Corrupted,
@@ -39,11 +39,11 @@ from pffs.errors import (
     Transient,
     Unsupported,
 )
-from pffs.mounttable import Mounted, MountTable
-from pffs.staging import Staged, read_at
+from pffs.fs.staging import Staged, read_at
+from pffs.routing.table import Mounted, MountTable
 
 T = TypeVar("T")
-log = logging.getLogger("pffs.vfs")
+log = logging.getLogger("pffs.fs.vfs")
 
 ROOT_INODE = 1
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND
@@ -152,7 +152,7 @@ class Vfs:
         self.handles: dict[int, FileHandle | DirHandle] = {}
         self._next_fh = itertools.count(1)
         self._local_limiter = trio.CapacityLimiter(4)
-        # Files open for writing, by inode number (see pffs.staging and pffs.writes).
+        # Files open for writing, by inode number (see pffs.fs.staging and pffs.fs.writes).
         self.staged: dict[int, Staged] = {}
 
     # --- plumbing ----------------------------------------------------------------------------
@@ -588,7 +588,7 @@ class Vfs:
 
     def write_refused(self, what: str, path: str = "") -> ReadOnly | Unsupported:
         """The error for a write this VFS cannot take: EROFS where the mount or entry is
-        read-only, else ENOTSUP (the read-only base class; pffs.writes adds writing)."""
+        read-only, else ENOTSUP (the read-only base class; pffs.fs.writes adds writing)."""
         if self.is_read_only(path):
             return ReadOnly(f"{what}: /{path} is read-only")
         return Unsupported(f"{what}: not supported")

@@ -1,16 +1,15 @@
-"""The `pffs` command: parse argv and environment, build a MountConfig, call pffs.mount.
+"""`pffs`'s argv: the parser of every command and the configs built from its answers.
 
-Every failure the user can cause ends as one line on stderr ("pffs: ...") and the exit code of
-its error class (pffs.errors); a traceback is printed only with --debug.
+Only front ends read argv; this module turns it into the frozen dataclasses of pffs.config.
+A usage error is one line and exit code 2.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import NoReturn
 
 from pffs.config import (
@@ -24,11 +23,9 @@ from pffs.config import (
     SourceConfig,
     TableEntry,
     default_cache_dir,
-    from_json,
 )
-from pffs.errors import PffsError, UsageError
-
-log = logging.getLogger("pffs")
+from pffs.errors import UsageError
+from pffs.sizes import SizeError, parse_size
 
 
 class _Parser(argparse.ArgumentParser):
@@ -69,23 +66,11 @@ _ratio = _number_in(0, 1, "a fraction between 0 and 1")
 _positive_seconds = _number_in(0.001, float("inf"), "a positive number of seconds")
 
 
-_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-
-
-def parse_size(text: str) -> int:
-    """'4M', '512MiB', '100G', '1.5g' or plain bytes."""
-    cleaned = text.strip().lower().removesuffix("ib").removesuffix("b")
-    unit = cleaned[-1:] if cleaned[-1:] in _UNITS and cleaned[-1:] else ""
-    number = cleaned[: len(cleaned) - len(unit)]
+def _size(text: str) -> int:
     try:
-        value = int(float(number) * _UNITS[unit])
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a size like 4M, 512MiB or 100G"
-        ) from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is negative")
-    return value
+        return parse_size(text)
+    except SizeError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _positive_int(text: str) -> int:
@@ -116,7 +101,7 @@ def _add_source_options(parser: argparse.ArgumentParser) -> None:
         "--replication", type=int, default=0, help="replication of written files (cluster's)"
     )
     hdfs.add_argument(
-        "--buffer-size", type=parse_size, default=0, help="I/O buffer size (client's default)"
+        "--buffer-size", type=_size, default=0, help="I/O buffer size (client's default)"
     )
 
 
@@ -169,7 +154,7 @@ def _add_cache_options(parser: argparse.ArgumentParser) -> None:
         help=f"disk tier directory, or 'none' for memory only ({default_cache_dir()})",
     )
     cache.add_argument(
-        "--cache-size", type=parse_size, default=defaults.disk_bytes, help="disk tier bound (100G)"
+        "--cache-size", type=_size, default=defaults.disk_bytes, help="disk tier bound (100G)"
     )
     cache.add_argument(
         "--cache-free-ratio",
@@ -179,16 +164,16 @@ def _add_cache_options(parser: argparse.ArgumentParser) -> None:
     )
     cache.add_argument(
         "--cache-memory",
-        type=parse_size,
+        type=_size,
         default=defaults.memory_bytes,
         help="memory bound, prefetch in flight included (512M)",
     )
     cache.add_argument(
-        "--block-size", type=parse_size, default=defaults.block_size, help="cache block size (4M)"
+        "--block-size", type=_size, default=defaults.block_size, help="cache block size (4M)"
     )
     cache.add_argument(
         "--prefetch-max",
-        type=parse_size,
+        type=_size,
         default=defaults.prefetch_max,
         help="largest readahead window per open file, 0 disables (32M)",
     )
@@ -231,7 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     opts.add_argument("--allow-other", action="store_true", help="let other users see the mount")
     opts.add_argument(
         "--kernel-readahead",
-        type=parse_size,
+        type=_size,
         default=FuseConfig.kernel_readahead,
         help="kernel readahead of the mount, needs root (4M)",
     )
@@ -249,7 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     umount = commands.add_parser("umount", help="unmount", description="Unmount a pffs mount.")
     umount.add_argument("mountpoint")
     umount.add_argument("-l", "--lazy", action="store_true", help="detach now, finish when idle")
-    from pffs.stats_view import add_parser as add_stats_parser
+    from pffs.cli.stats_view import add_parser as add_stats_parser
 
     add_stats_parser(commands)
 
@@ -304,7 +289,7 @@ def _add_affinity_commands(commands: argparse._SubParsersAction[_Parser]) -> Non
 
 
 def _add_observe_options(parser: argparse.ArgumentParser) -> None:
-    """Metrics and logs of a mount (pffs.metrics, pffs.observe, pffs.logs)."""
+    """Metrics and logs of a mount (pffs.metrics, pffs.fs.special, pffs.logs)."""
     observe = parser.add_argument_group("observability")
     observe.add_argument(
         "--metrics",
@@ -402,7 +387,7 @@ def mount_config(args: argparse.Namespace) -> MountConfig:
     if args.config and args.source:
         raise UsageError("give a SOURCE or --config FILE, not both")
     if args.config:
-        from pffs.tablefile import load_table_file
+        from pffs.routing.tablefile import load_table_file
 
         defaults = source_config(args, "", args.read_only)
         table = load_table_file(args.config, defaults)
@@ -425,139 +410,3 @@ def mount_config(args: argparse.Namespace) -> MountConfig:
         name=name,
         observe=observe_config(args),
     )
-
-
-def setup_logging(debug: bool, log_file: str | None = None, level: str | None = None) -> None:
-    from pffs.logs import LineFormatter, level_of
-
-    handler: logging.Handler
-    if log_file:
-        os.makedirs(os.path.dirname(log_file) or ".", mode=0o700, exist_ok=True)
-        handler = logging.FileHandler(log_file)
-        os.chmod(log_file, 0o600)
-    else:
-        handler = logging.StreamHandler()
-    handler.setFormatter(LineFormatter())  # one line per event, credentials masked
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level_of(level) if level else logging.DEBUG if debug else logging.INFO)
-    # boto's own debug output is a flood and can include request headers; keep it out.
-    for noisy in ("botocore", "boto3", "urllib3", "s3transfer"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-
-
-def cmd_mount(args: argparse.Namespace) -> int:
-    from pffs.mount import serve_here, start_daemon
-
-    config = mount_config(args)
-    if args.foreground:
-        setup_logging(args.debug, config.log_file, config.observe.log_level)
-        serve_here(config)
-        return 0
-    pid, log_path = start_daemon(config)
-    print(f"pffs: {config.name} mounted at {config.fuse.mountpoint} (pid {pid}, log {log_path})")
-    return 0
-
-
-def cmd_daemon() -> int:
-    """The background half of `pffs mount`: config on stdin, readiness on PFFS_READY_FD."""
-    from pffs.mount import report_to_parent, serve_here
-
-    config = from_json(sys.stdin.read())
-    setup_logging(config.debug, level=config.observe.log_level)  # stderr is the log file
-    try:
-        serve_here(config, on_ready=lambda: report_to_parent("ok"))
-    except PffsError as exc:
-        log.error("%s", exc)
-        report_to_parent(f"{exc.exit_code} {exc}")
-        return exc.exit_code
-    except BaseException as exc:
-        log.exception("daemon failed")
-        report_to_parent(f"{7} unexpected error: {type(exc).__name__}: {exc}")
-        raise
-    return 0
-
-
-def cmd_warmup(args: argparse.Namespace) -> int:
-    from pffs.warmup import resolve_targets, run_warmup
-
-    os.umask(0o077)  # cache blocks are the user's data, as in a mount (pffs.mount.serve_here)
-    items = list(args.paths)
-    if args.list_file:
-        try:
-            with open(args.list_file, encoding="utf-8") as f:
-                items += [line.strip() for line in f if line.strip()]
-        except OSError as exc:
-            raise UsageError(f"cannot read the list {args.list_file}: {exc.strerror}") from None
-    if not items:
-        raise UsageError("nothing to warm up: give paths, URLs or --list FILE")
-    targets = resolve_targets(items, lambda url: source_config(args, url), cache_config(args))
-    return run_warmup(targets, args.jobs, args.quiet)
-
-
-def cmd_umount(args: argparse.Namespace) -> int:
-    from pffs.errors import MountpointError
-    from pffs.mountpoint import find_mount, fusermount
-
-    path = os.path.abspath(args.mountpoint)
-    entry = find_mount(path)
-    if entry is None or not entry.fstype.startswith("fuse"):
-        raise MountpointError(f"{path} is not mounted")
-    fusermount(path, lazy=args.lazy)
-    return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    from pffs import mounthelper
-
-    if mounthelper.is_helper_call(sys.argv[1:] if argv is None else argv):
-        # mount.fuse3 runs `pffs SOURCE MOUNTPOINT -o ...` for `mount -t fuse.pffs`.
-        return mounthelper.main(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
-    try:
-        if args.command == "mount":
-            return cmd_mount(args)
-        if args.command == "umount":
-            return cmd_umount(args)
-        if args.command == "stats":
-            from pffs.stats_view import run as run_stats
-
-            return run_stats(args)
-        if args.command == "warmup":
-            return cmd_warmup(args)
-        if args.command == "cache":
-            from pffs.warmup import cache_admin
-
-            return cache_admin(args.cache_dir, args.action, args.source)
-        if args.command == "demo":
-            from pffs.demo import run_demo
-
-            return run_demo(files=args.files, large_mib=args.large_mib)
-        if args.command == "scheduler-extender":
-            from pffs.csi.extender import run as run_extender
-
-            setup_logging(args.debug)
-            return run_extender(args.listen, args.api, args.mode, args.url_prefix)
-        if args.command == "affinity":
-            from pffs.csi.affinity_manifest import run as run_affinity
-
-            return run_affinity(args.manifest, args.required, args.api, args.namespace)
-        if args.command == "_daemon":
-            return cmd_daemon()
-        if args.command == "csi":
-            from pffs.csi.server import run as run_csi
-
-            setup_logging(args.debug)
-            return run_csi(args)
-        raise UsageError(f"unknown command {args.command}")
-    except PffsError as exc:
-        if args.debug:
-            log.exception("failed")
-        sys.stderr.write(f"pffs: {exc}\n")
-        return exc.exit_code
-    except KeyboardInterrupt:
-        return 130
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

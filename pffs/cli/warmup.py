@@ -24,9 +24,9 @@ from pffs.cache.blocks import BlockKey
 from pffs.cache.disk import DiskTier
 from pffs.config import CacheConfig, SourceConfig, TableEntry
 from pffs.errors import PffsError, UsageError
-from pffs.mount import open_cache, registered_config
-from pffs.mountpoint import FSTYPE, mount_table
-from pffs.mounttable import is_under, longest_prefix, relative
+from pffs.mounting.daemon import open_cache, registered_config
+from pffs.mounting.kernel import FSTYPE, mount_table
+from pffs.routing.table import is_under, longest_prefix, relative
 
 GIB = 1 << 30
 MIB = 1 << 20

@@ -21,8 +21,8 @@ from typing import TypeVar
 
 from pffs.config import CacheConfig, FuseConfig, SourceConfig, single_source
 from pffs.errors import PffsError
-from pffs.mountpoint import find_mount, fusermount, wait_unmounted
-from pffs.testing import DUMMY_CREDENTIALS, free_port
+from pffs.mounting.kernel import find_mount, fusermount, wait_unmounted
+from pffs.testing.servers import DUMMY_CREDENTIALS, free_port
 
 T = TypeVar("T")
 MIB = 1 << 20
@@ -53,7 +53,7 @@ def run_demo(files: int = 200, large_mib: int = 16) -> int:
     import boto3
     from moto.server import ThreadedMotoServer
 
-    from pffs.mount import start_daemon
+    from pffs.mounting.daemon import start_daemon
 
     for key, value in DUMMY_CREDENTIALS.items():
         os.environ.setdefault(key, value)

@@ -6,9 +6,9 @@ whole content is uploaded, and only then does close or fsync return. A failed up
 its error and leaves the staging file where it is (logged with its path), so nothing a writer
 was told is written can be lost. Each staging file has a small manifest beside it naming its
 source and path, so a restarted pffs can upload or report what a crash left behind
-(pffs.recovery). The manifest's `state` says what the data is: "writing" (changed, still open),
-"closed" (closed by its writer but not uploaded: complete, to upload) or "clean" (the store
-holds these bytes). While a process has a staging file open it holds a flock on it, so a
+(pffs.mounting.recovery). The manifest's `state` says what the data is: "writing" (changed,
+still open), "closed" (closed by its writer but not uploaded: complete, to upload) or "clean"
+(the store holds these bytes). While a process has a staging file open it holds a flock on it, so a
 recovery never touches the file of a live mount sharing the cache directory.
 
 Large files go up in parts (S3 multipart), several at a time, each part one call under the
@@ -35,10 +35,10 @@ import trio
 
 from pffs.backends.base import ObjectInfo
 from pffs.errors import NoSpace, PffsError
-from pffs.mounttable import Mounted
+from pffs.routing.table import Mounted
 
 T = TypeVar("T")
-log = logging.getLogger("pffs.staging")
+log = logging.getLogger("pffs.fs.staging")
 
 # S3 parts: at least 5 MiB but the last (S3's rule), at most 10,000 of them.
 PART_SIZE = 8 << 20

@@ -1,0 +1,5 @@
+"""Front ends on a terminal: `pffs` and its commands, mount(8)'s helper, the demo, the stats view.
+
+The only layer that reads argv, the environment and files; it builds configs (pffs.config) and
+calls the layers below (pffs.mounting, pffs.cache, the CSI and scheduler commands).
+"""

@@ -1,0 +1,149 @@
+"""The commands of `pffs`: each takes parsed arguments and returns an exit code.
+
+Every failure the user can cause ends as one line on stderr ("pffs: ...") and the exit code of
+its error class (pffs.errors); a traceback is printed only with --debug.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from pffs.cli.options import build_parser, cache_config, mount_config, source_config
+from pffs.config import from_json
+from pffs.errors import PffsError, UsageError
+
+log = logging.getLogger("pffs")
+
+
+def setup_logging(debug: bool, log_file: str | None = None, level: str | None = None) -> None:
+    from pffs.logs import LineFormatter, level_of
+
+    handler: logging.Handler
+    if log_file:
+        os.makedirs(os.path.dirname(log_file) or ".", mode=0o700, exist_ok=True)
+        handler = logging.FileHandler(log_file)
+        os.chmod(log_file, 0o600)
+    else:
+        handler = logging.StreamHandler()
+    handler.setFormatter(LineFormatter())  # one line per event, credentials masked
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level_of(level) if level else logging.DEBUG if debug else logging.INFO)
+    # boto's own debug output is a flood and can include request headers; keep it out.
+    for noisy in ("botocore", "boto3", "urllib3", "s3transfer"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def cmd_mount(args: argparse.Namespace) -> int:
+    from pffs.mounting.daemon import serve_here, start_daemon
+
+    config = mount_config(args)
+    if args.foreground:
+        setup_logging(args.debug, config.log_file, config.observe.log_level)
+        serve_here(config)
+        return 0
+    pid, log_path = start_daemon(config)
+    print(f"pffs: {config.name} mounted at {config.fuse.mountpoint} (pid {pid}, log {log_path})")
+    return 0
+
+
+def cmd_daemon() -> int:
+    """The background half of `pffs mount`: config on stdin, readiness on PFFS_READY_FD."""
+    from pffs.mounting.daemon import report_to_parent, serve_here
+
+    config = from_json(sys.stdin.read())
+    setup_logging(config.debug, level=config.observe.log_level)  # stderr is the log file
+    try:
+        serve_here(config, on_ready=lambda: report_to_parent("ok"))
+    except PffsError as exc:
+        log.error("%s", exc)
+        report_to_parent(f"{exc.exit_code} {exc}")
+        return exc.exit_code
+    except BaseException as exc:
+        log.exception("daemon failed")
+        report_to_parent(f"{7} unexpected error: {type(exc).__name__}: {exc}")
+        raise
+    return 0
+
+
+def cmd_warmup(args: argparse.Namespace) -> int:
+    from pffs.cli.warmup import resolve_targets, run_warmup
+
+    os.umask(
+        0o077
+    )  # cache blocks are the user's data, as in a mount (pffs.mounting.daemon.serve_here)
+    items = list(args.paths)
+    if args.list_file:
+        try:
+            with open(args.list_file, encoding="utf-8") as f:
+                items += [line.strip() for line in f if line.strip()]
+        except OSError as exc:
+            raise UsageError(f"cannot read the list {args.list_file}: {exc.strerror}") from None
+    if not items:
+        raise UsageError("nothing to warm up: give paths, URLs or --list FILE")
+    targets = resolve_targets(items, lambda url: source_config(args, url), cache_config(args))
+    return run_warmup(targets, args.jobs, args.quiet)
+
+
+def cmd_umount(args: argparse.Namespace) -> int:
+    from pffs.errors import MountpointError
+    from pffs.mounting.kernel import find_mount, fusermount
+
+    path = os.path.abspath(args.mountpoint)
+    entry = find_mount(path)
+    if entry is None or not entry.fstype.startswith("fuse"):
+        raise MountpointError(f"{path} is not mounted")
+    fusermount(path, lazy=args.lazy)
+    return 0
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Parse `argv` (a pffs command line) and run its command."""
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "mount":
+            return cmd_mount(args)
+        if args.command == "umount":
+            return cmd_umount(args)
+        if args.command == "stats":
+            from pffs.cli.stats_view import run as run_stats
+
+            return run_stats(args)
+        if args.command == "warmup":
+            return cmd_warmup(args)
+        if args.command == "cache":
+            from pffs.cli.warmup import cache_admin
+
+            return cache_admin(args.cache_dir, args.action, args.source)
+        if args.command == "demo":
+            from pffs.cli.demo import run_demo
+
+            return run_demo(files=args.files, large_mib=args.large_mib)
+        if args.command == "scheduler-extender":
+            from pffs.csi.extender import run as run_extender
+
+            setup_logging(args.debug)
+            return run_extender(args.listen, args.api, args.mode, args.url_prefix)
+        if args.command == "affinity":
+            from pffs.csi.affinity_manifest import run as run_affinity
+
+            return run_affinity(args.manifest, args.required, args.api, args.namespace)
+        if args.command == "_daemon":
+            return cmd_daemon()
+        if args.command == "csi":
+            from pffs.csi.server import run as run_csi
+
+            setup_logging(args.debug)
+            return run_csi(args)
+        raise UsageError(f"unknown command {args.command}")
+    except PffsError as exc:
+        if args.debug:
+            log.exception("failed")
+        sys.stderr.write(f"pffs: {exc}\n")
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
