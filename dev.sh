@@ -43,7 +43,7 @@ setup_python() {
   local stamp="$VENV/.pffs-installed"
   if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     "$PY" -m pip install -q --upgrade pip
-    "$PY" -m pip install -q -e '.[test,bench]'
+    "$PY" -m pip install -q -e '.[test,bench,demo]'
     touch "$stamp"
   fi
 }

@@ -1,8 +1,7 @@
 """pffs: a unified caching filesystem for AI data (S3 and HDFS as one FUSE tree)."""
 
 from pffs.config import FuseConfig, MetaConfig, MountConfig, RetryConfig, SourceConfig
-
-__version__ = "0.1.0"
+from pffs.version import __version__
 
 
 def mount(config: MountConfig, foreground: bool = False) -> int:
@@ -16,4 +15,12 @@ def mount(config: MountConfig, foreground: bool = False) -> int:
     return pid
 
 
-__all__ = ["FuseConfig", "MetaConfig", "MountConfig", "RetryConfig", "SourceConfig", "mount"]
+__all__ = [
+    "FuseConfig",
+    "MetaConfig",
+    "MountConfig",
+    "RetryConfig",
+    "SourceConfig",
+    "__version__",
+    "mount",
+]

@@ -152,7 +152,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 
 @dataclass(frozen=True)
 class ObserveConfig:
-    """Metrics and logs of a mount (see pffs.metrics and pffs.fs.special)."""
+    """Metrics and logs of a mount (see pffs.metrics and pffs.mounting.observe)."""
 
     # HOST:PORT of the Prometheus endpoint; None serves none (the .pffs/stats file is always on).
     metrics_address: str | None = None

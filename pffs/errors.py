@@ -1,8 +1,8 @@
 """The error types every layer speaks.
 
-Errors cross two edges only (DESIGN.md): a backend turns botocore / pyarrow / OS errors into
-these types, and `pffs.fuse_ops` turns these types into errno values. Front ends (the CLI, the
-CSI driver) turn them into one-line messages and exit codes.
+Errors cross two edges only (docs/ARCHITECTURE.md): a backend turns botocore / pyarrow / OS
+errors into these types, and `pffs.fuse_ops` turns these types into errno values. Front ends
+(the CLI, the CSI driver) turn them into one-line messages and exit codes.
 
 Each class carries the errno a FUSE reply should use and the exit code a command should end
 with, so the mapping lives in exactly one place: here.

@@ -23,8 +23,8 @@ import trio
 from pffs import metrics
 from pffs.config import MountConfig
 from pffs.errors import MountFailed, PffsError, Unsupported
-from pffs.fs.vfs import Inode
-from pffs.fs.writes import WritableVfs
+from pffs.fs.inodes import Inode
+from pffs.fs.vfs import Vfs
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -67,7 +67,7 @@ class PffsOperations(pyfuse3.Operations):
     enable_writeback_cache = False
     enable_acl = False
 
-    def __init__(self, vfs: WritableVfs, config: MountConfig) -> None:
+    def __init__(self, vfs: Vfs, config: MountConfig) -> None:
         super().__init__()
         self.vfs = vfs
         self.config = config

@@ -2,7 +2,7 @@
 
 This module sits below every other pffs layer: it imports only the standard library,
 prometheus-client and pffs.errors, so the cache, the VFS, the backends and the kernel edge can
-all count into it without breaking the import rules of DESIGN.md.
+all count into it without breaking the import rules of docs/ARCHITECTURE.md.
 
 Names follow Prometheus conventions: a `pffs_` prefix, counters end in `_total`, units as
 suffixes (`_bytes_total`, `_seconds`). The hot path stays cheap: label children are resolved
@@ -232,7 +232,7 @@ CacheReader = Callable[[], Mapping[str, int]]
 
 
 class _CacheCollector(Collector):
-    """Reads the block cache's integers at collection time (see pffs.fs.special)."""
+    """Reads the block cache's integers at collection time (see pffs.mounting.observe)."""
 
     def __init__(self) -> None:
         self.readers: list[CacheReader] = []

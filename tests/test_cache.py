@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import os
 import random
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +25,8 @@ from pffs.cache.disk import DiskTier, decode, encode, entry_key
 from pffs.cache.readahead import Readahead
 from pffs.config import CacheConfig, FuseConfig, MetaConfig
 from pffs.errors import Changed, NotFound, Transient
-from pffs.fs.vfs import ROOT_INODE, Vfs
+from pffs.fs.inodes import ROOT_INODE
+from pffs.fs.vfs import Vfs
 from pffs.routing.table import MountTable
 
 KIB = 1024
@@ -89,7 +91,9 @@ def cache_config(tmp_path: Path | None, block: int = 16 * KIB, **kwargs) -> Cach
 def make_vfs(store: FakeStore, config: CacheConfig) -> Vfs:
     meta = MetaConfig(attr_ttl=0.0, entry_ttl=0.0, dir_ttl=0.0, negative_ttl=0.0)
     table = MountTable.single(store)
-    return Vfs(table, meta, FuseConfig(mountpoint="/unused"), BlockCache(config))
+    staging = tempfile.mkdtemp(prefix="pffs-staging-")
+    fuse = FuseConfig(mountpoint="/unused")
+    return Vfs(table, meta, fuse, BlockCache(config), staging_dir=staging)
 
 
 async def read_file(vfs: Vfs, name: str, reads: list[tuple[int, int]]) -> list[bytes]:

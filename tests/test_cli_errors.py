@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
+import pffs
+from pffs.config import FuseConfig, SourceConfig, single_source
+from pffs.errors import PffsError
 from pffs.mounting.kernel import find_mount
 from pffs.testing.servers import MotoServer
 from tests.conftest import requires_fuse, run_pffs
@@ -153,3 +158,31 @@ def test_debug_shows_the_traceback(empty_dir: Path) -> None:
     result = run_pffs("--debug", "mount", "gopher://x", str(empty_dir), timeout=30)
     assert result.returncode == 2
     assert "Traceback" in result.stderr and "unknown scheme" in result.stderr
+
+
+def test_version() -> None:
+    result = run_pffs("--version")
+    assert result.returncode == 0 and result.stdout.strip() == f"pffs {pffs.__version__}"
+
+
+def test_demo_without_moto_says_what_to_install() -> None:
+    """Without moto (the image before it had the demo extra): one line, exit 2."""
+    blocked = "import sys; sys.modules['moto'] = sys.modules['moto.server'] = None; "
+    run = "from pffs.cli.main import main; raise SystemExit(main(['demo']))"
+    result = subprocess.run(
+        [sys.executable, "-c", blocked + run], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip() == (
+        "pffs: pffs demo runs moto's S3 server, which is not installed: pip install 'pffs[demo]'"
+    )
+
+
+def test_mount_called_twice_in_one_process(tmp_path: Path) -> None:
+    """pffs.mount is the function on every call (a submodule once shadowed it after the first)."""
+    (tmp_path / "mnt").mkdir()
+    fuse = FuseConfig(mountpoint=str(tmp_path / "mnt"))
+    config = single_source(SourceConfig(url=f"file://{tmp_path}/missing"), fuse)
+    for _ in range(2):
+        with pytest.raises(PffsError, match="missing"):
+            pffs.mount(config, foreground=True)

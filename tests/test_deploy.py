@@ -46,6 +46,7 @@ from pffs.csi.extender import parse_listen
 from pffs.csi.kube import KubeClient
 from pffs.csi.server import DEFAULT_DRIVER_NAME, DriverConfig, config_from_args, socket_path
 from pffs.testing.servers import free_port, wait_for_port
+from pffs.version import __version__
 from tests.kube_apiserver import FakeApiServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -237,7 +238,7 @@ def test_controller_args_and_socket_agree() -> None:
 
 
 def test_images_are_the_projects_version() -> None:
-    version = PROJECT["version"]
+    version = __version__
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert chart["appVersion"] == version
     pffs_images = set()
@@ -632,6 +633,16 @@ def test_the_build_context_makes_a_wheel_with_the_whole_cli(tmp_path: Path) -> N
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert "mount.pffs = pffs.cli.mounthelper:main" in text and "pffs = pffs.cli.main:main" in text
+    # `pffs demo` in the image: the Dockerfile installs the demo extra, which brings moto.
+    metadata = next(n for n in names if n.endswith("METADATA"))
+    requires = zipfile.ZipFile(wheel).read(metadata).decode()
+    assert "Provides-Extra: demo" in requires
+    assert any(
+        line.startswith("Requires-Dist: moto[server]") and 'extra == "demo"' in line
+        for line in requires.splitlines()
+    ), requires
+    run_lines = [" ".join(words) for words in _dockerfile() if words[0] == "RUN"]
+    assert any("pip install --no-cache-dir '/src[demo]'" in line for line in run_lines), run_lines
 
 
 def test_systemd_unit_runs_a_pffs_command_line() -> None:

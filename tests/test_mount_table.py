@@ -17,7 +17,6 @@ from pffs.cache.blocks import BlockCache
 from pffs.config import CacheConfig, FuseConfig, MetaConfig, SourceConfig
 from pffs.errors import CrossDevice, NotFound, ReadOnly, UsageError
 from pffs.fs.vfs import Vfs
-from pffs.fs.writes import WritableVfs
 from pffs.routing.table import Mounted, MountTable
 from pffs.routing.tablefile import parse_table
 from tests.conftest import mounted, requires_fuse, run_pffs
@@ -113,7 +112,7 @@ def _tree(tmp_path: Path) -> tuple[Path, Path, Path]:
     return local, arrow, nested
 
 
-def _vfs(tmp_path: Path, cache: BlockCache | None = None) -> WritableVfs:
+def _vfs(tmp_path: Path, cache: BlockCache | None = None) -> Vfs:
     local, arrow, nested = _tree(tmp_path)
 
     def backend(url: str) -> Any:
@@ -128,7 +127,7 @@ def _vfs(tmp_path: Path, cache: BlockCache | None = None) -> WritableVfs:
     )
     meta = MetaConfig(attr_ttl=60, entry_ttl=60, dir_ttl=60, negative_ttl=60)
     fuse = FuseConfig(mountpoint="/unused")
-    return WritableVfs(table, meta, fuse, cache, staging_dir=str(tmp_path / "staging"))
+    return Vfs(table, meta, fuse, cache, staging_dir=str(tmp_path / "staging"))
 
 
 async def _walk(vfs: Vfs, path: str) -> int:

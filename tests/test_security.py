@@ -33,7 +33,10 @@ def private_tree(root: Path) -> list[str]:
     exposed = []
     for directory, _dirs, files in os.walk(root):
         for name in [directory, *(os.path.join(directory, f) for f in files)]:
-            mode = os.lstat(name).st_mode
+            try:
+                mode = os.lstat(name).st_mode
+            except FileNotFoundError:  # a staging file retired while the tree was walked
+                continue
             if stat.S_IMODE(mode) & 0o077:
                 exposed.append(f"{name} {stat.filemode(mode)}")
     return exposed

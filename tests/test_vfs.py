@@ -6,6 +6,7 @@ The store is the real local backend, wrapped to count the calls that reach it.
 from __future__ import annotations
 
 import os
+import tempfile
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -18,7 +19,8 @@ from pffs.backends import open_backend
 from pffs.backends.base import ObjectInfo
 from pffs.config import FuseConfig, MetaConfig, SourceConfig
 from pffs.errors import Changed, IsADirectory, NotADirectory, NotFound, ReadOnly, Unsupported
-from pffs.fs.vfs import ROOT_INODE, Inode, Vfs
+from pffs.fs.inodes import ROOT_INODE, Inode
+from pffs.fs.vfs import Vfs
 from pffs.routing.table import MountTable
 
 T = TypeVar("T")
@@ -67,7 +69,8 @@ def make_vfs(root: Path, read_only: bool = False, **meta: Any) -> tuple[Vfs, Cou
     backend = CountingBackend(root)
     ttl = {"attr_ttl": 60.0, "entry_ttl": 60.0, "dir_ttl": 60.0, "negative_ttl": 60.0, **meta}
     fuse = FuseConfig(mountpoint="/unused", read_only=read_only)
-    return Vfs(MountTable.single(backend), MetaConfig(**ttl), fuse), backend
+    staging = tempfile.mkdtemp(prefix="pffs-staging-")
+    return Vfs(MountTable.single(backend), MetaConfig(**ttl), fuse, staging_dir=staging), backend
 
 
 async def list_all(vfs: Vfs, ino: int, batch: int = 10_000) -> list[tuple[str, Inode]]:
@@ -149,8 +152,8 @@ def test_inode_numbers_are_stable_across_forget(tree: Path) -> None:
         sub = await vfs.lookup((await vfs.lookup(ROOT_INODE, "dir")).ino, "sub")
         first = sub.ino
         vfs.forget(first, 1)
-        assert first not in vfs.inodes  # freed once the kernel has no reference
-        again = await vfs.lookup(vfs.ino_by_path["dir"], "sub")
+        assert first not in vfs.namespace.inodes.inodes  # freed once the kernel has no reference
+        again = await vfs.lookup(vfs.namespace.inodes.ino_by_path["dir"], "sub")
         assert again.ino == first
 
     run(main)
@@ -251,7 +254,7 @@ def test_listing_outlives_the_kernel_forgetting_the_directory(tree: Path) -> Non
         await list_all(vfs, ROOT_INODE)
         d = await vfs.lookup(ROOT_INODE, "dir")
         await list_all(vfs, d.ino)
-        for ino in [i for i in vfs.inodes if i != ROOT_INODE]:
+        for ino in [i for i in vfs.namespace.inodes.inodes if i != ROOT_INODE]:
             vfs.forget(ino, 10)  # as after drop_caches: the kernel lets go of everything
         stats = backend.calls["stat"]
         d = await vfs.lookup(ROOT_INODE, "dir")

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from pffs.cli.options import build_parser, cache_config, mount_config, source_config
 from pffs.config import from_json
-from pffs.errors import PffsError, UsageError
+from pffs.errors import MountFailed, PffsError, UsageError
 
 log = logging.getLogger("pffs")
 
@@ -65,7 +65,7 @@ def cmd_daemon() -> int:
         return exc.exit_code
     except BaseException as exc:
         log.exception("daemon failed")
-        report_to_parent(f"{7} unexpected error: {type(exc).__name__}: {exc}")
+        report_to_parent(f"{MountFailed.exit_code} unexpected error: {type(exc).__name__}: {exc}")
         raise
     return 0
 

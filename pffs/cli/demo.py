@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from pffs.config import CacheConfig, FuseConfig, SourceConfig, single_source
-from pffs.errors import PffsError
+from pffs.errors import PffsError, UsageError
 from pffs.mounting.kernel import find_mount, fusermount, wait_unmounted
 from pffs.testing.servers import DUMMY_CREDENTIALS, free_port
 
@@ -51,7 +51,13 @@ def make_dataset(files: int, large_mib: int) -> dict[str, bytes]:
 
 def run_demo(files: int = 200, large_mib: int = 16) -> int:
     import boto3
-    from moto.server import ThreadedMotoServer
+
+    try:
+        from moto.server import ThreadedMotoServer
+    except ImportError:
+        raise UsageError(
+            "pffs demo runs moto's S3 server, which is not installed: pip install 'pffs[demo]'"
+        ) from None
 
     from pffs.mounting.daemon import start_daemon
 

@@ -26,6 +26,7 @@ from pffs.config import (
 )
 from pffs.errors import UsageError
 from pffs.sizes import SizeError, parse_size
+from pffs.version import __version__
 
 
 class _Parser(argparse.ArgumentParser):
@@ -182,6 +183,7 @@ def _add_cache_options(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="pffs", description="A caching filesystem for AI data on S3 and HDFS.")
     parser.add_argument("--debug", action="store_true", help="verbose logs and tracebacks")
+    parser.add_argument("--version", action="version", version=f"pffs {__version__}")
     commands = parser.add_subparsers(
         dest="command",
         required=True,
@@ -289,7 +291,7 @@ def _add_affinity_commands(commands: argparse._SubParsersAction[_Parser]) -> Non
 
 
 def _add_observe_options(parser: argparse.ArgumentParser) -> None:
-    """Metrics and logs of a mount (pffs.metrics, pffs.fs.special, pffs.logs)."""
+    """Metrics and logs of a mount (pffs.metrics, pffs.mounting.observe, pffs.logs)."""
     observe = parser.add_argument_group("observability")
     observe.add_argument(
         "--metrics",

@@ -23,12 +23,15 @@ import itertools
 import logging
 import os
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import trio
 
 from pffs import metrics
 from pffs.backends.base import ObjectInfo, WritableBackend, is_valid_name, join
+from pffs.cache.readahead import Readahead
+from pffs.config import FuseConfig
 from pffs.errors import (
     Busy,
     CrossDevice,
@@ -38,35 +41,68 @@ from pffs.errors import (
     NotEmpty,
     NotFound,
     PffsError,
+    ReadOnly,
     Unsupported,
     UsageError,
 )
+from pffs.fs.blocking import run_blocking
+from pffs.fs.handles import FileHandle, Handles
+from pffs.fs.inodes import Inode
+from pffs.fs.namespace import Namespace
 from pffs.fs.staging import (
     Staged,
     StagingArea,
     StreamingUpload,
     fill_from_store,
+    read_at,
     truncate,
     upload,
     write_at,
     write_manifest,
 )
-from pffs.fs.vfs import WRITE_FLAGS, FileHandle, Inode, Vfs
-from pffs.routing.table import Mounted
+from pffs.routing.table import Mounted, MountTable
 
-log = logging.getLogger("pffs.fs.writes")
+T = TypeVar("T")
+log = logging.getLogger(__name__)
 RENAME_NOREPLACE, RENAME_EXCHANGE = 1, 2  # from linux/fs.h
 # Staging file operations at once (pwrite/pread/ftruncate in worker threads).
 STAGING_THREADS = 8
 
 
-class WritableVfs(Vfs):
-    """The VFS with writes. `staging_dir` holds staged data (under the cache directory)."""
+class Writer:
+    """Writes through the mount. `staging_dir` holds staged data (under the cache directory);
+    `staged` (shared with the namespace) holds the files being written, by inode number."""
 
-    def __init__(self, *args: Any, staging_dir: str, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(
+        self,
+        namespace: Namespace,
+        handles: Handles,
+        fuse: FuseConfig,
+        staging_dir: str,
+        staged: dict[int, Staged],
+    ) -> None:
+        self.namespace = namespace
+        self.handles = handles
+        self.table: MountTable = namespace.table
+        self.fuse = fuse
         self.staging = StagingArea(staging_dir)
+        self.staged = staged
         self._staging_limiter = trio.CapacityLimiter(STAGING_THREADS)
+        self._nursery: trio.Nursery | None = None
+
+    def attach(self, nursery: trio.Nursery) -> None:
+        """A nursery for uploads streamed while a file is written."""
+        self._nursery = nursery
+
+    def is_read_only(self, path: str) -> bool:
+        """Whether writes under tree path `path` are refused (the mount's or its entry's flag)."""
+        if self.fuse.read_only:
+            return True
+        routed = self.table.route(path)
+        return routed is None or routed[0].read_only
+
+    def write_refused(self, what: str, path: str) -> ReadOnly:
+        return ReadOnly(f"{what}: /{path} is read-only")
 
     # --- helpers -----------------------------------------------------------------------------
 
@@ -74,30 +110,15 @@ class WritableVfs(Vfs):
         """The source and path for a write at `path`, or EROFS / ENOTSUP."""
         if self.is_read_only(path):
             raise self.write_refused(what, path)
-        mounted, inside = self._route(path)
+        mounted, inside = self.namespace.route(path)
         if not isinstance(mounted.backend, WritableBackend):
             raise Unsupported(f"{what}: {mounted.backend.source_id} does not take writes")
         if not inside:
             raise Busy(f"{what}: /{path} is the root of a source")
         return mounted, inside
 
-    def _changed(self, path: str) -> None:
-        """Forget what was cached about `path`'s directory after `path` changed."""
-        self.listings.pop(path.rpartition("/")[0], None)
-        self.negative.pop(path, None)
-
-    def _gone(self, path: str) -> None:
-        """`path` no longer exists: a later lookup starts afresh (with a new inode number)."""
-        self._changed(path)
-        self.listings.pop(path, None)
-        ino = self.ino_by_path.pop(path, None)
-        inode = self.inodes.get(ino) if ino is not None else None
-        if inode is not None:
-            inode.expires = 0.0
-        self.negative[path] = self._now() + self.meta.negative_ttl
-
-    def _staging_call(self, fn: Any, *args: Any) -> Any:
-        return trio.to_thread.run_sync(fn, *args, limiter=self._staging_limiter)
+    async def _staging_call(self, fn: Callable[..., T], *args: object) -> T:
+        return await run_blocking(self._staging_limiter, fn, *args)
 
     async def _stage(self, inode: Inode, fill: bool) -> Staged:
         mounted, inside = self._writable(inode.path, "write")
@@ -110,9 +131,6 @@ class WritableVfs(Vfs):
         self.staged[inode.ino] = staged
         return staged
 
-    async def before_staged_read(self, staged: Staged) -> None:
-        await self._fill(staged)
-
     async def _fill(self, staged: Staged) -> None:
         """Copy the object into its staging file before its bytes are read or changed."""
         if staged.unfilled is None:
@@ -121,14 +139,14 @@ class WritableVfs(Vfs):
             if staged.unfilled is None:
                 return  # another task filled it while this one waited
             size, version = staged.unfilled
-            await fill_from_store(staged, size, version, self._run)
+            await fill_from_store(staged, size, version, run_blocking)
             staged.unfilled = None
 
     def _start_streaming(self, staged: Staged) -> None:
         """Upload the parts of a file written from empty while it is being written."""
         backend = staged.mounted.backend
         if self._nursery is not None and getattr(backend, "multipart", False) and not staged.size:
-            staged.streaming = StreamingUpload(staged, self._run, self._nursery)
+            staged.streaming = StreamingUpload(staged, run_blocking, self._nursery)
 
     async def _mark_dirty(self, staged: Staged) -> None:
         """The manifest says "writing" before the first change since the last upload, so a
@@ -140,17 +158,11 @@ class WritableVfs(Vfs):
         """The inode shows the staged size and a current mtime."""
         inode.info = dataclasses.replace(inode.info, size=staged.size, mtime=time.time())
 
-    def _file_handle(self, fh: int) -> FileHandle:
-        handle = self.handles.get(fh)
-        if not isinstance(handle, FileHandle):
-            raise NotFound(f"file handle {fh} is not open")
-        return handle
-
     # --- files -------------------------------------------------------------------------------
 
     async def create(self, parent_ino: int, name: str, flags: int) -> tuple[int, Inode]:
         """A new, empty file, open for writing; it reaches the store at its first close."""
-        parent = self.inode(parent_ino)
+        parent = self.namespace.inode(parent_ino)
         if not parent.is_dir:
             raise NotADirectory(f"{parent.path} is not a directory")
         if not is_valid_name(name):
@@ -158,33 +170,44 @@ class WritableVfs(Vfs):
         path = join(parent.path, name)
         info = ObjectInfo(name, 0, time.time(), None, is_dir=False)
         self._writable(path, "create")
-        inode = self._remember(path, info)
+        inode = self.namespace.remember(path, info)
         staged = await self._stage(inode, fill=False)
         inode.lookups += 1  # create counts as a lookup for the kernel
         inode.kernel_version = None
-        self._changed(path)
+        self.namespace.changed(path)
         self._start_streaming(staged)
-        return self._open_staged(inode, staged), inode
+        return self.open_staged(inode, staged), inode
 
-    async def open(self, ino: int, flags: int) -> tuple[int, bool]:
-        if not flags & WRITE_FLAGS:
-            return await super().open(ino, flags)
+    async def open(self, ino: int, flags: int) -> int:
+        """Open for writing: the file's staging file, filled from the store unless O_TRUNC."""
         staged = self.staged.get(ino)
         if staged is None:
-            inode = await self.getattr(ino, ask_store=True)
+            inode = await self.namespace.getattr(ino, ask_store=True)
             if inode.is_dir:
                 raise IsADirectory(f"{inode.path} is a directory")
             staged = await self._stage(inode, fill=not flags & os.O_TRUNC)
-        inode = self.inodes[ino]
+        inode = self.namespace.inode(ino)
         inode.kernel_version = None  # the kernel's pages may not match the store after this
-        fh = self._open_staged(inode, staged)
+        fh = self.open_staged(inode, staged)
         if flags & os.O_TRUNC:
             await self._truncate(inode, staged, 0)
             self._start_streaming(staged)
-        return fh, False
+        return fh
+
+    def open_staged(self, inode: Inode, staged: Staged) -> int:
+        """A handle on a file being written: its reads and writes go to the staging file."""
+        readahead = Readahead(1, 0, 0)  # never consulted: reads go to the staging file
+        handle = FileHandle(inode, "", 0, readahead, staged.mounted, staged.path_in_source, staged)
+        staged.handles += 1
+        return self.handles.add(handle)
+
+    async def read(self, staged: Staged, offset: int, size: int) -> bytes:
+        """Bytes of a file being written, from its staging file."""
+        await self._fill(staged)
+        return await self._staging_call(read_at, staged, offset, size)
 
     async def write(self, fh: int, offset: int, data: bytes) -> int:
-        handle = self._file_handle(fh)
+        handle = self.handles.file(fh)
         staged = handle.staged
         if staged is None:
             raise PffsError(f"{handle.inode.path} is not open for writing")
@@ -201,7 +224,7 @@ class WritableVfs(Vfs):
 
     async def flush(self, fh: int) -> None:
         """close(): upload what changed; the error, if any, is close's."""
-        handle = self._file_handle(fh)
+        handle = self.handles.file(fh)
         staged = handle.staged
         if staged is None:
             return
@@ -216,11 +239,8 @@ class WritableVfs(Vfs):
     async def fsync(self, fh: int) -> None:
         await self.flush(fh)
 
-    async def release(self, fh: int) -> None:
-        handle = self.handles.pop(fh, None)
-        if not isinstance(handle, FileHandle) or handle.staged is None:
-            return
-        staged = handle.staged
+    async def release(self, handle: FileHandle, staged: Staged) -> None:
+        """A handle on a file being written is closed; the last one retires the staging file."""
         staged.handles -= 1
         if staged.handles > 0:
             return
@@ -229,8 +249,8 @@ class WritableVfs(Vfs):
         with contextlib.suppress(PffsError):
             await self._commit(inode, staged)
         await self._retire(inode.ino, staged)
-        if inode.lookups == 0 and self.inodes.get(inode.ino) is inode:
-            del self.inodes[inode.ino]
+        if inode.lookups == 0:
+            self.namespace.inodes.drop(inode)
 
     async def _commit(self, inode: Inode, staged: Staged) -> None:
         await self._fill(staged)
@@ -239,7 +259,7 @@ class WritableVfs(Vfs):
                 return
             source = staged.mounted.backend.source_id
             try:
-                info = await upload(staged, self._run)
+                info = await upload(staged, run_blocking)
             except PffsError as exc:
                 metrics.UPLOAD_FAILURES.labels(source).inc()
                 log.error(
@@ -252,14 +272,14 @@ class WritableVfs(Vfs):
             await self._staging_call(write_manifest, staged, "clean")
         path = inode.path
         inode.info = dataclasses.replace(info, name=path.rpartition("/")[2])
-        inode.expires = self._now() + self.meta.attr_ttl
-        self._changed(path)
+        inode.expires = self.namespace.now() + self.namespace.meta.attr_ttl
+        self.namespace.changed(path)
 
     async def setattr(self, ino: int, size: int | None) -> Inode:
         """Truncate (or extend) to `size`; modes, owners and times are not kept by the stores."""
-        inode = self.inode(ino)
+        inode = self.namespace.inode(ino)
         if size is None:
-            return await self.getattr(ino)
+            return await self.namespace.getattr(ino)
         if inode.is_dir:
             raise IsADirectory(f"{inode.path} is a directory")
         staged = self.staged.get(ino)
@@ -267,7 +287,7 @@ class WritableVfs(Vfs):
             await self._truncate(inode, staged, size)
             return inode
         # `truncate -s` without an open file: stage, change, upload, done.
-        await self.getattr(ino, ask_store=True)
+        await self.namespace.getattr(ino, ask_store=True)
         staged = await self._stage(inode, fill=True)
         staged.handles += 1
         try:
@@ -307,11 +327,11 @@ class WritableVfs(Vfs):
     # --- names -------------------------------------------------------------------------------
 
     async def unlink(self, parent_ino: int, name: str) -> None:
-        path = join(self.inode(parent_ino).path, name)
+        path = join(self.namespace.inode(parent_ino).path, name)
         mounted, inside = self._writable(path, "unlink")
         if self.table.leads_to_mount(path):
             raise Busy(f"/{path} leads to a mount table entry")
-        inode = await self._resolve(parent_ino, name)
+        inode = await self.namespace.resolve(parent_ino, name)
         if inode.is_dir:
             raise IsADirectory(f"/{path} is a directory")
         staged = self.staged.get(inode.ino)
@@ -320,57 +340,57 @@ class WritableVfs(Vfs):
             staged.unfilled = None
             del self.staged[inode.ino]
         try:
-            await self._run(mounted.limiter, mounted.backend.delete, inside)
+            await run_blocking(mounted.limiter, mounted.backend.delete, inside)
         except NotFound:
             if staged is None:
                 raise
-        self._gone(path)
+        self.namespace.gone(path)
 
     async def mkdir(self, parent_ino: int, name: str) -> Inode:
-        parent = self.inode(parent_ino)
+        parent = self.namespace.inode(parent_ino)
         if not is_valid_name(name):
             raise UsageError(f"{name!r} is not a valid directory name")
         path = join(parent.path, name)
         mounted, inside = self._writable(path, "mkdir")
         try:
-            await self._resolve(parent_ino, name)
+            await self.namespace.resolve(parent_ino, name)
         except NotFound:
             pass
         else:
             raise Exists(f"/{path} already exists")
         backend: Any = mounted.backend
-        info = await self._run(mounted.limiter, backend.make_dir, inside)
-        inode = self._remember(path, dataclasses.replace(info, name=name))
+        info = await run_blocking(mounted.limiter, backend.make_dir, inside)
+        inode = self.namespace.remember(path, dataclasses.replace(info, name=name))
         inode.lookups += 1
-        self._changed(path)
+        self.namespace.changed(path)
         return inode
 
     async def rmdir(self, parent_ino: int, name: str) -> None:
-        path = join(self.inode(parent_ino).path, name)
+        path = join(self.namespace.inode(parent_ino).path, name)
         if self.table.leads_to_mount(path):
             raise Busy(f"/{path} is or leads to a mount table entry")
         mounted, inside = self._writable(path, "rmdir")
-        inode = await self._resolve(parent_ino, name)
+        inode = await self.namespace.resolve(parent_ino, name)
         if not inode.is_dir:
             raise NotADirectory(f"/{path} is not a directory")
         await self._require_empty(mounted, inside, path)
         backend: Any = mounted.backend
-        await self._run(mounted.limiter, backend.remove_dir, inside)
-        self._gone(path)
+        await run_blocking(mounted.limiter, backend.remove_dir, inside)
+        self.namespace.gone(path)
 
     async def _require_empty(self, mounted: Mounted, inside: str, path: str) -> None:
         def first_entry() -> list[ObjectInfo]:
             return list(itertools.islice(mounted.backend.list(inside), 1))
 
-        if await self._run(mounted.limiter, first_entry):
+        if await run_blocking(mounted.limiter, first_entry):
             raise NotEmpty(f"/{path} is not empty")
 
     async def rename(
         self, old_parent: int, old_name: str, new_parent: int, new_name: str, flags: int = 0
     ) -> None:
         """Rename within one source; across two, EXDEV tells tools like mv to copy instead."""
-        old_path = join(self.inode(old_parent).path, old_name)
-        new_path = join(self.inode(new_parent).path, new_name)
+        old_path = join(self.namespace.inode(old_parent).path, old_name)
+        new_path = join(self.namespace.inode(new_parent).path, new_name)
         if flags & RENAME_EXCHANGE:
             raise Unsupported("rename: exchanging two names is not supported")
         old_route, new_route = self.table.route(old_path), self.table.route(new_path)
@@ -382,14 +402,14 @@ class WritableVfs(Vfs):
             raise Busy(f"rename /{old_path} -> /{new_path}: a mount table entry is in the way")
         if not is_valid_name(new_name):
             raise UsageError(f"{new_name!r} is not a valid name")
-        source = await self._resolve(old_parent, old_name)
+        source = await self.namespace.resolve(old_parent, old_name)
         await self._check_target(source, new_parent, new_name, new_path, flags)
         staged = self.staged.get(source.ino)
         if staged is not None:
             await self._commit(source, staged)  # the store must hold what is renamed
         backend: Any = mounted.backend
-        await self._run(mounted.limiter, backend.rename, old_inside, new_inside)
-        self._moved(old_path, new_path, new_inside)
+        await run_blocking(mounted.limiter, backend.rename, old_inside, new_inside)
+        self.namespace.moved(old_path, new_path, new_inside)
         for moved in list(self.staged.values()):  # manifests name the new path from now on
             if moved.path_in_source.startswith(new_inside) and moved.fd >= 0:
                 state = "writing" if moved.dirty else "clean"
@@ -399,7 +419,7 @@ class WritableVfs(Vfs):
         self, source: Inode, new_parent: int, new_name: str, new_path: str, flags: int
     ) -> None:
         try:
-            target = await self._resolve(new_parent, new_name)
+            target = await self.namespace.resolve(new_parent, new_name)
         except NotFound:
             return
         if flags & RENAME_NOREPLACE:
@@ -409,30 +429,5 @@ class WritableVfs(Vfs):
         if source.is_dir and not target.is_dir:
             raise NotADirectory(f"/{new_path} is not a directory")
         if target.is_dir:
-            mounted, inside = self._route(new_path)
+            mounted, inside = self.namespace.route(new_path)
             await self._require_empty(mounted, inside, new_path)
-
-    def _moved(self, old_path: str, new_path: str, new_inside: str) -> None:
-        """Carry inode numbers, staged files and caches from `old_path` over to `new_path`."""
-        self._gone(new_path)
-        self.negative.pop(new_path, None)
-        self._changed(old_path)
-        moved = [
-            path for path in self.ino_by_path if path == old_path or path.startswith(old_path + "/")
-        ]
-        for path in moved:
-            ino = self.ino_by_path.pop(path)
-            renamed = new_path + path[len(old_path) :]
-            self.ino_by_path[renamed] = ino
-            inode = self.inodes.get(ino)
-            if inode is not None:
-                inode.path = renamed
-                inode.expires = 0.0  # stat again: S3 copies get new times
-            staged = self.staged.get(ino)
-            if staged is not None:
-                staged.path_in_source = new_inside + path[len(old_path) :]
-            self.listings.pop(path, None)
-        for handle in self.handles.values():  # open readers follow the file to its new name
-            if isinstance(handle, FileHandle) and handle.inode.path.startswith(new_path):
-                handle.path_in_source = new_inside + handle.inode.path[len(new_path) :]
-        self.negative[old_path] = self._now() + self.meta.negative_ttl

@@ -25,9 +25,10 @@ from pffs.backends import open_backend
 from pffs.cache.blocks import BlockCache
 from pffs.config import CacheConfig, MountConfig, TableEntry, from_json, to_json
 from pffs.errors import CacheDirError, MountFailed, PffsError
-from pffs.fs.special import ObservableVfs, start_observing
+from pffs.fs.vfs import Vfs
 from pffs.fuse_ops import PffsOperations, serve
 from pffs.mounting.kernel import prepare_mountpoint, set_kernel_readahead
+from pffs.mounting.observe import start_observing
 from pffs.mounting.recovery import recover_staged
 from pffs.routing.table import Mounted, MountTable
 
@@ -60,7 +61,7 @@ def serve_here(config: MountConfig, on_ready: Callable[[], None] | None = None) 
     tune_malloc(config.cache.block_size)
     cache = open_cache(config.cache)
     try:
-        vfs = ObservableVfs(table, config.meta, config.fuse, cache, staging_dir=staging_dir(config))
+        vfs = Vfs(table, config.meta, config.fuse, cache, staging_dir=staging_dir(config))
     except OSError as exc:
         raise CacheDirError(f"staging directory {staging_dir(config)}: {exc.strerror}") from None
     if not config.fuse.read_only:

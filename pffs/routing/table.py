@@ -59,7 +59,8 @@ class Mounted:
     disk_cache: bool = True
 
     def __post_init__(self) -> None:
-        # One limiter per backend (DESIGN.md): a slow store cannot starve the others' threads.
+        # One limiter per backend (docs/ARCHITECTURE.md): a slow store cannot starve the
+        # others' threads.
         self.limiter = trio.CapacityLimiter(self.backend.max_concurrency)
 
 

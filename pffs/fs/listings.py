@@ -1,0 +1,131 @@
+"""Directory listings: streamed from the store in chunks, kept by path for a TTL.
+
+A complete and unexpired listing answers lookups (including "no such name") and attributes
+without asking the store. Listings are kept by path, not inode, so one outlives the kernel
+forgetting the directory's inode (as it does under memory pressure or drop_caches). An expired
+listing is kept until swept, to answer while the store is offline.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import trio
+
+from pffs.backends.base import ObjectInfo
+from pffs.errors import Transient
+from pffs.fs.blocking import run_blocking
+from pffs.routing.table import MountTable
+
+log = logging.getLogger(__name__)
+
+# Entries pulled from a backend listing per worker-thread hop: large enough that thread
+# switches cost nothing next to the listing, small enough that `ls` starts printing at once.
+LIST_CHUNK = 1000
+# Directory listings kept at once before expired ones are swept out.
+MAX_LISTINGS = 1024
+
+
+@dataclass(eq=False)
+class DirListing:
+    """A directory's entries as they stream in from the store, in the store's order."""
+
+    entries: dict[str, ObjectInfo] = field(default_factory=dict)
+    names: list[str] = field(default_factory=list)
+    complete: bool = False
+    expires: float = 0.0
+    source: Iterator[ObjectInfo] | None = None
+    lock: trio.Lock = field(default_factory=trio.Lock)
+
+    def add(self, info: ObjectInfo) -> None:
+        known = self.entries.get(info.name)
+        if known is None:
+            self.names.append(info.name)
+            self.entries[info.name] = info
+        elif info.is_dir and not known.is_dir:
+            # A key that is both an object and a prefix: the directory wins.
+            self.entries[info.name] = info
+
+
+class Listings:
+    """Complete listings by directory path, and the streaming of a listing from the store."""
+
+    def __init__(
+        self, table: MountTable, ttl: float, mount_time: float, now: Callable[[], float]
+    ) -> None:
+        self.table = table
+        self.ttl = ttl
+        self.mount_time = mount_time
+        self._now = now
+        self._by_path: dict[str, DirListing] = {}
+        # Synthesised directories have no source: their listing needs no backend limiter.
+        self._local_limiter = trio.CapacityLimiter(4)
+
+    def fresh(self, path: str) -> DirListing | None:
+        """The complete, unexpired listing of `path`, if there is one."""
+        listing = self._by_path.get(path)
+        if listing is None or listing.expires <= self._now():
+            return None  # an expired one is kept (until swept) to answer while offline
+        return listing
+
+    def last_seen(self, path: str) -> DirListing | None:
+        """The listing of `path` as last seen, expired or not."""
+        return self._by_path.get(path)
+
+    def drop(self, path: str) -> None:
+        self._by_path.pop(path, None)
+
+    def keep(self, path: str, listing: DirListing) -> None:
+        now = self._now()
+        if len(self._by_path) >= MAX_LISTINGS:  # drop the expired before growing further
+            for old in [p for p, entry in self._by_path.items() if entry.expires <= now]:
+                del self._by_path[old]
+        listing.expires = now + self.ttl
+        self._by_path[path] = listing
+
+    async def pull(self, path: str, listing: DirListing) -> bool:
+        """Fetch the next chunk of a streaming listing; False when it is finished."""
+        async with listing.lock:
+            if listing.complete:
+                return False
+            routed = self.table.route(path)
+            limiter = routed[0].limiter if routed else self._local_limiter
+            if listing.source is None:
+                listing.source = self.table.listing(path, self.mount_time)
+            try:
+                chunk = await run_blocking(limiter, _take, listing.source, LIST_CHUNK)
+            except Transient as exc:
+                listing.source = None
+                if self._use_stale(path, listing, exc):
+                    return True
+                raise
+            except BaseException:
+                # The store failed mid-listing: start over next time. Entries already seen are
+                # kept and de-duplicated by name, so a retried readdir continues seamlessly.
+                listing.source = None
+                raise
+            for info in chunk:
+                listing.add(info)
+            if len(chunk) < LIST_CHUNK:
+                listing.complete = True
+                listing.source = None
+                self.keep(path, listing)
+            return bool(chunk) or not listing.complete
+
+    def _use_stale(self, path: str, listing: DirListing, exc: Transient) -> bool:
+        """Fill an empty listing from an expired one while the store is unreachable."""
+        stale = self._by_path.get(path)
+        if listing.names or stale is None or stale is listing or not stale.complete:
+            return False
+        listing.entries, listing.names = dict(stale.entries), list(stale.names)
+        listing.complete = True
+        stale.expires = self._now() + self.ttl  # ask the store again after a TTL
+        log.info("store unreachable, listing /%s as last seen: %s", path, exc)
+        return True
+
+
+def _take(source: Iterator[ObjectInfo], count: int) -> list[ObjectInfo]:
+    return list(itertools.islice(source, count))

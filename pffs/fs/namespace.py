@@ -1,0 +1,293 @@
+"""The namespace: lookups, attributes, directories, and the negative cache.
+
+It answers from what it knows while that is fresh (an inode's attributes for the attribute TTL,
+a complete directory listing for the directory TTL, "no such name" for the negative TTL) and
+asks the store otherwise. Blocking backend calls run in worker threads (pffs.fs.blocking).
+
+Offline: when the store cannot be reached (a Transient error after the retry policy gave up),
+what the mount already knows is served stale rather than failed: attributes of known entries
+and expired directory listings, each then trusted for one more TTL before the store is asked
+again. Only what was never seen fails, with EIO.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+
+import trio
+
+from pffs.backends.base import ObjectInfo, join
+from pffs.config import MetaConfig
+from pffs.errors import NotADirectory, NotFound, Transient
+from pffs.fs.blocking import run_blocking
+from pffs.fs.handles import DirHandle, Handles
+from pffs.fs.inodes import ROOT_INODE, Inode, InodeTable
+from pffs.fs.listings import MAX_LISTINGS, DirListing, Listings
+from pffs.fs.staging import Staged
+from pffs.routing.table import Mounted, MountTable
+
+log = logging.getLogger(__name__)
+
+# Lookups in one directory that ask the store before the directory is listed in the background.
+LIST_AFTER_LOOKUPS = 3
+
+
+class Namespace:
+    """Names, inodes and directories of the tree. `staged` (shared with the write side) holds
+    the files being written: they are not in the store, or its listings, yet."""
+
+    def __init__(
+        self, table: MountTable, meta: MetaConfig, handles: Handles, staged: Mapping[int, Staged]
+    ) -> None:
+        self.table = table
+        self.meta = meta
+        self.handles = handles
+        self.staged = staged
+        self.mount_time = time.time()
+        root_info = ObjectInfo(name="", size=0, mtime=self.mount_time, etag=None, is_dir=True)
+        self.inodes = InodeTable(root_info)
+        self.listings = Listings(table, meta.dir_ttl, self.mount_time, self.now)
+        self.negative: dict[str, float] = {}
+        self._nursery: trio.Nursery | None = None
+        # Lookups that had to ask the store, per unlisted directory (see _note_store_lookup).
+        self._store_lookups: dict[str, int] = {}
+        self._listing_in_background: set[str] = set()
+
+    def attach(self, nursery: trio.Nursery) -> None:
+        """A nursery for background listings."""
+        self._nursery = nursery
+
+    @staticmethod
+    def now() -> float:
+        return time.monotonic()
+
+    def route(self, path: str) -> tuple[Mounted, str]:
+        routed = self.table.route(path)
+        if routed is None:
+            raise NotFound(f"/{path} is in no source of the mount table")
+        return routed
+
+    def inode(self, ino: int) -> Inode:
+        return self.inodes.get(ino)
+
+    async def stat(self, path: str) -> ObjectInfo:
+        """What the tree holds at `path`: the source's entry, or a directory leading to one."""
+        routed = self.table.route(path)
+        leads_to_mount = self.table.leads_to_mount(path)
+        if routed is not None:
+            mounted, inside = routed
+            try:
+                info = await run_blocking(mounted.limiter, mounted.backend.stat, inside)
+            except NotFound:
+                if not leads_to_mount:
+                    raise
+            else:
+                # A mount point hides what its parent source holds under the same name.
+                if info.is_dir or not leads_to_mount:
+                    return info
+        elif not leads_to_mount:
+            raise NotFound(f"/{path} does not exist")
+        return ObjectInfo(path.rpartition("/")[2], 0, self.mount_time, None, is_dir=True)
+
+    def remember(self, path: str, info: ObjectInfo) -> Inode:
+        """The inode for `path`, created or refreshed with what the store just said."""
+        if info.is_dir and info.mtime == 0.0:
+            info = ObjectInfo(info.name, 0, self.mount_time, None, True)
+        inode = self.inodes.remember(path, info, self.now() + self.meta.attr_ttl)
+        self.negative.pop(path, None)
+        return inode
+
+    # --- lookups and attributes --------------------------------------------------------------
+
+    async def lookup(self, parent_ino: int, name: str) -> Inode:
+        """Resolve `name` in a directory and count one kernel reference to the result."""
+        inode = await self.resolve(parent_ino, name)
+        inode.lookups += 1
+        return inode
+
+    async def resolve(self, parent_ino: int, name: str) -> Inode:
+        """Resolve `name` in a directory, without counting a kernel reference."""
+        parent = self.inode(parent_ino)
+        if not parent.is_dir:
+            raise NotADirectory(f"{parent.path} is not a directory")
+        if name == ".":
+            return parent
+        if name == "..":
+            parent_path = parent.path.rpartition("/")[0]
+            return self.inode(self.inodes.ino_by_path[parent_path])
+        path = join(parent.path, name)
+        known = self.inodes.ino_by_path.get(path)
+        if known is not None and known in self.staged:  # not in the store (or its listing) yet
+            return self.inodes.get(known)
+
+        listing = self.listings.fresh(parent.path)
+        if listing is not None:
+            info = listing.entries.get(name)
+            if info is None:
+                raise NotFound(f"{path} does not exist")
+            return self.remember(path, info)
+
+        expiry = self.negative.get(path)
+        if expiry is not None:
+            if expiry > self.now():
+                raise NotFound(f"{path} does not exist")
+            del self.negative[path]
+
+        inode = self.inodes.known(path)
+        if inode is not None and inode.expires > self.now():
+            return inode
+        self._note_store_lookup(parent)
+        try:
+            info = await self.stat(path)
+        except NotFound:
+            self.negative[path] = self.now() + self.meta.negative_ttl
+            raise
+        except Transient as exc:
+            stale = self._known_while_offline(path, exc)
+            if stale is None:
+                raise
+            return stale
+        return self.remember(path, info)
+
+    def _known_while_offline(self, path: str, exc: Transient) -> Inode | None:
+        """What is known of `path` when the store cannot be asked: the inode, else the entry of
+        an expired listing, trusted for one more TTL (None when nothing is known)."""
+        inode = self.inodes.known(path)
+        if inode is None:
+            parent_path, _, name = path.rpartition("/")
+            stale_listing = self.listings.last_seen(parent_path)
+            info = stale_listing.entries.get(name) if stale_listing is not None else None
+            if info is None:
+                return None
+            inode = self.remember(path, info)
+        inode.expires = self.now() + self.meta.attr_ttl
+        log.info("store unreachable, serving what is known of /%s: %s", path, exc)
+        return inode
+
+    def _note_store_lookup(self, parent: Inode) -> None:
+        """List a directory in the background once lookups in it keep asking the store.
+
+        A job opening many files of one directory by name (a data loader with an index file)
+        would otherwise pay a HEAD per file; after a few, one paginated listing answers the
+        rest, as it does after `ls`.
+        """
+        if self._nursery is None or parent.path in self._listing_in_background:
+            return
+        if len(self._store_lookups) > MAX_LISTINGS:
+            self._store_lookups.clear()
+        count = self._store_lookups.get(parent.path, 0) + 1
+        self._store_lookups[parent.path] = count
+        if count >= LIST_AFTER_LOOKUPS:
+            self._listing_in_background.add(parent.path)
+            self._nursery.start_soon(self._list_in_background, parent)
+
+    async def _list_in_background(self, parent: Inode) -> None:
+        listing = DirListing()
+        try:
+            while await self.listings.pull(parent.path, listing):
+                pass
+        except Exception as exc:  # only an optimisation: lookups go on asking the store
+            log.debug("background listing of %s failed: %s", parent.path or "/", exc)
+        finally:
+            self._listing_in_background.discard(parent.path)
+            self._store_lookups.pop(parent.path, None)
+
+    async def getattr(self, ino: int, *, ask_store: bool = False) -> Inode:
+        """The inode with attributes no older than the attribute TTL.
+
+        Expired attributes are taken from the parent's fresh listing when there is one (`ls -l`
+        of a big directory then costs one listing), or from the store when `ask_store` is set,
+        as open does so that a file overwritten at the source is seen after the TTL.
+        """
+        inode = self.inode(ino)
+        if inode.expires > self.now() or ino == ROOT_INODE or ino in self.staged:
+            return inode
+        parent_path, _, name = inode.path.rpartition("/")
+        listing = None if ask_store else self.listings.fresh(parent_path)
+        info = listing.entries.get(name) if listing is not None else None
+        if info is None:
+            try:
+                info = await self.stat(inode.path)
+            except Transient as exc:
+                stale = self._known_while_offline(inode.path, exc)
+                if stale is None:
+                    raise
+                return stale
+        return self.remember(inode.path, info)
+
+    def forget(self, ino: int, count: int) -> None:
+        """The kernel dropped `count` references; an unreferenced inode is freed."""
+        inode = self.inodes.inodes.get(ino)
+        if inode is None or ino == ROOT_INODE:
+            return
+        inode.lookups = max(0, inode.lookups - count)
+        if inode.lookups == 0 and ino not in self.staged:
+            # Open handles keep their own reference to the Inode object; the table keeps the
+            # number so a later lookup of the same path gets the same inode number.
+            self.inodes.drop(inode)
+
+    # --- directories -------------------------------------------------------------------------
+
+    async def opendir(self, ino: int) -> int:
+        inode = await self.getattr(ino)
+        if not inode.is_dir:
+            raise NotADirectory(f"{inode.path} is not a directory")
+        listing = self.listings.fresh(inode.path) or DirListing()
+        return self.handles.add(DirHandle(inode, listing))
+
+    async def readdir(self, fh: int, start: int, emit: Callable[[str, Inode, int], bool]) -> None:
+        """Send entries from position `start` to `emit(name, inode, next_position)`.
+
+        `emit` returns False when the kernel's buffer is full; the entry was not taken and no
+        reference is counted. Entries stream from the store as they are needed.
+        """
+        handle = self.handles.directory(fh)
+        listing = handle.listing
+        position = start
+        while True:
+            if position >= len(listing.names):
+                if listing.complete or not await self.listings.pull(handle.inode.path, listing):
+                    return
+                continue
+            name = listing.names[position]
+            inode = self.remember(join(handle.inode.path, name), listing.entries[name])
+            if not emit(name, inode, position + 1):
+                return
+            inode.lookups += 1
+            position += 1
+
+    def releasedir(self, fh: int) -> None:
+        self.handles.pop(fh)
+
+    # --- changes made through the mount -------------------------------------------------------
+
+    def changed(self, path: str) -> None:
+        """Forget what was cached about `path`'s directory after `path` changed."""
+        self.listings.drop(path.rpartition("/")[0])
+        self.negative.pop(path, None)
+
+    def gone(self, path: str) -> None:
+        """`path` no longer exists: a later lookup starts afresh (with a new inode number)."""
+        self.changed(path)
+        self.listings.drop(path)
+        inode = self.inodes.forget_path(path)
+        if inode is not None:
+            inode.expires = 0.0
+        self.negative[path] = self.now() + self.meta.negative_ttl
+
+    def moved(self, old_path: str, new_path: str, new_inside: str) -> None:
+        """Carry inode numbers, staged files and caches from `old_path` over to `new_path`."""
+        self.gone(new_path)
+        self.negative.pop(new_path, None)
+        self.changed(old_path)
+        for path, ino in self.inodes.move(old_path, new_path):
+            staged = self.staged.get(ino)
+            if staged is not None:
+                staged.path_in_source = new_inside + path[len(old_path) :]
+            self.listings.drop(path)
+        for handle in self.handles.files():  # open readers follow the file to its new name
+            if handle.inode.path.startswith(new_path):
+                handle.path_in_source = new_inside + handle.inode.path[len(new_path) :]
+        self.negative[old_path] = self.now() + self.meta.negative_ttl

@@ -1,0 +1,124 @@
+"""The read path: open for reading, and reads through the block cache.
+
+Each open file is pinned to the version (ETag, or mtime and size) it opened, so one open never
+mixes old and new bytes. A read first asks the cache for the blocks its readahead window wants
+next (without waiting), then for its own blocks; sequential reads take whole blocks from the
+memory tier, random reads only the bytes asked of the disk tier.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import trio
+
+from pffs.cache.blocks import BlockCache, BlockKey, Deliver
+from pffs.cache.readahead import Readahead
+from pffs.errors import Corrupted, IsADirectory
+from pffs.fs.blocking import run_blocking
+from pffs.fs.handles import FileHandle, Handles
+from pffs.fs.namespace import Namespace
+
+
+class Reader:
+    """Opens files for reading and serves their bytes from the cache or the store."""
+
+    def __init__(self, namespace: Namespace, handles: Handles, cache: BlockCache) -> None:
+        self.namespace = namespace
+        self.handles = handles
+        self.cache = cache
+        self.block_size = cache.block_size
+
+    async def open(self, ino: int) -> tuple[int, bool]:
+        """Open for reading. Returns (handle, keep_cache).
+
+        keep_cache tells the kernel it may keep pages from an earlier open: true only when the
+        object's version is the one those pages came from.
+        """
+        inode = await self.namespace.getattr(ino, ask_store=True)
+        if inode.is_dir:
+            raise IsADirectory(f"{inode.path} is a directory")
+        version = inode.info.version
+        keep_cache = inode.kernel_version == version
+        inode.kernel_version = version
+        size = inode.info.size
+        readahead = Readahead(self.block_size, self.cache.readahead_limit, size)
+        mounted, inside = self.namespace.route(inode.path)
+        fh = self.handles.add(FileHandle(inode, version, size, readahead, mounted, inside))
+        return fh, keep_cache
+
+    async def read(self, handle: FileHandle, offset: int, size: int) -> bytes | memoryview:
+        """Bytes [offset, offset+size) of the version opened, through the block cache."""
+        if offset >= handle.size or size <= 0:
+            return b""
+        end = min(offset + size, handle.size)
+        # Ask for blocks ahead before waiting on this one, so both travel at once.
+        ahead = handle.readahead.on_read(offset, end)
+        if ahead:
+            self.cache.prefetch(
+                [self._block_key(handle, index) for index in ahead],
+                [self._block_length(handle, index) for index in ahead],
+                functools.partial(self._fetch_run, handle, ahead.start),
+                coalesce=hasattr(handle.mounted.backend, "read_blocks"),
+                at_end=ahead.stop > handle.readahead.last_block,
+            )
+        first, last = offset // self.block_size, (end - 1) // self.block_size
+        pieces: list[bytes | memoryview] = []
+        for index in range(first, last + 1):
+            key = self._block_key(handle, index)
+            fetch = functools.partial(self._fetch_block, handle, index)
+            start = max(offset - index * self.block_size, 0)
+            stop = min(end - index * self.block_size, self._block_length(handle, index))
+            if handle.readahead.sequential:
+                block = await self.cache.read(key, fetch, served=stop - start)
+                pieces.append(memoryview(block)[start:stop])
+            else:  # random access: read only what is asked of the disk tier
+                pieces.append(await self.cache.read_part(key, start, stop - start, fetch))
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+    def _block_key(self, handle: FileHandle, index: int) -> BlockKey:
+        source_id = handle.mounted.backend.source_id
+        return BlockKey(source_id, handle.path_in_source, handle.version, index)
+
+    def _block_length(self, handle: FileHandle, index: int) -> int:
+        return min(self.block_size, handle.size - index * self.block_size)
+
+    async def _fetch_block(self, handle: FileHandle, index: int) -> bytes:
+        length = self._block_length(handle, index)
+        data = await run_blocking(
+            handle.mounted.limiter,
+            handle.mounted.backend.read_range,
+            handle.path_in_source,
+            index * self.block_size,
+            length,
+            handle.version,
+        )
+        if len(data) != length:
+            raise Corrupted(
+                f"{handle.inode.path}: block {index} came back with {len(data)} of {length} bytes"
+            )
+        return data
+
+    async def _fetch_run(
+        self, handle: FileHandle, base: int, first: int, count: int, deliver: Deliver
+    ) -> None:
+        """Blocks base+first .. base+first+count-1 for a prefetch, each delivered as it lands."""
+        indices = range(base + first, base + first + count)
+        backend = handle.mounted.backend
+        if count == 1 or not hasattr(backend, "read_blocks"):
+            for position, index in enumerate(indices, first):
+                await deliver(position, await self._fetch_block(handle, index))
+            return
+
+        def hand_over(offset: int, data: bytes) -> None:  # in the worker thread
+            trio.from_thread.run(deliver, first + offset, data)
+
+        await run_blocking(
+            handle.mounted.limiter,
+            backend.read_blocks,
+            handle.path_in_source,
+            indices.start * self.block_size,
+            [self._block_length(handle, index) for index in indices],
+            handle.version,
+            hand_over,
+        )
