@@ -82,10 +82,25 @@ PYEOF
 
 setup() { setup_system; setup_python; setup_k8s_tools; }
 
+# mypy sees backends/ and csi/ under their import names (pffs.backends, pffs.csi) through a tree
+# of links, as the installed package has them; otherwise every import across folders is Any.
+typecheck() {
+  local tree="$VENV/typecheck"
+  rm -rf "$tree" && mkdir -p "$tree/pffs"
+  for entry in pffs/*; do ln -s "$PWD/$entry" "$tree/pffs/"; done
+  ln -s "$PWD/backends" "$tree/pffs/backends"
+  ln -s "$PWD/csi" "$tree/pffs/csi"
+  ln -s "$PWD/bench" "$PWD/tests" "$tree/"
+  local mypy config
+  mypy="$(cd "$VENV/bin" && pwd)/mypy"
+  config="$PWD/pyproject.toml"
+  (cd "$tree" && "$mypy" --config-file "$config" pffs bench tests)
+}
+
 lint() {
   "$VENV/bin/ruff" check .
   "$VENV/bin/ruff" format --check .
-  "$VENV/bin/mypy"
+  typecheck
 }
 
 case "${1:-}" in

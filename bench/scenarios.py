@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 from bench.dataset import MIB, SMALL_SIZE, Dataset, client
 from bench.servers import Server
@@ -55,7 +56,7 @@ def drop_caches() -> bool:
         return False
 
 
-def fio(job: str, **variables: str) -> dict:
+def fio(job: str, **variables: str) -> dict[str, Any]:
     env = {**os.environ, **variables}
     result = subprocess.run(
         ["fio", "--readonly", "--output-format=json", os.path.join(JOBS, job)],
@@ -66,8 +67,9 @@ def fio(job: str, **variables: str) -> dict:
     )
     if result.returncode != 0:
         raise RuntimeError(f"fio {job}: {result.stderr.strip()[-200:] or result.stdout[-200:]}")
-    report: dict = json.loads(result.stdout[result.stdout.index("{") :])
-    return report["jobs"][0]["read"]
+    report: dict[str, Any] = json.loads(result.stdout[result.stdout.index("{") :])
+    read: dict[str, Any] = report["jobs"][0]["read"]
+    return read
 
 
 def _timed(fn: Callable[[], object]) -> float:

@@ -40,7 +40,7 @@ from pffs.errors import UsageError
 log = logging.getLogger("pffs.metrics")
 
 # The `_created` series double every counter for little use; Prometheus has its own resets.
-disable_created_metrics()
+disable_created_metrics()  # type: ignore[no-untyped-call]  # untyped in prometheus_client
 REGISTRY = CollectorRegistry(auto_describe=True)
 # Memory and CPU of the mount process: "memory growth until OOM" is the top complaint of peers.
 ProcessCollector(namespace="pffs", registry=REGISTRY)

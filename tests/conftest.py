@@ -49,18 +49,18 @@ def moto() -> Iterator[MotoServer]:
 
 
 @pytest.fixture(scope="session")
-def s3(moto: MotoServer):  # type: ignore[no-untyped-def]
+def s3(moto: MotoServer):
     return boto3.client("s3", endpoint_url=moto.endpoint_url)
 
 
 @pytest.fixture
-def bucket(s3) -> str:  # type: ignore[no-untyped-def]
+def bucket(s3) -> str:
     name = f"t-{uuid.uuid4().hex[:12]}"
     s3.create_bucket(Bucket=name)
     return name
 
 
-def run_pffs(*args: str, timeout: float = 60, **kwargs) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
+def run_pffs(*args: str, timeout: float = 60, **kwargs) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*PFFS, *args], capture_output=True, text=True, timeout=timeout, check=False, **kwargs
     )
@@ -100,10 +100,10 @@ def _tail(path: Path) -> str:
 
 
 @pytest.fixture
-def mount_s3(moto: MotoServer, tmp_path: Path):  # type: ignore[no-untyped-def]
+def mount_s3(moto: MotoServer, tmp_path: Path):
     """Mount a bucket of the moto server: `with mount_s3("s3://b") as mnt: ...`."""
 
-    def _mount(source: str, *options: str, name: str = "mnt"):  # type: ignore[no-untyped-def]
+    def _mount(source: str, *options: str, name: str = "mnt"):
         return mounted(source, tmp_path / name, "--endpoint-url", moto.endpoint_url, *options)
 
     return _mount

@@ -17,7 +17,7 @@ MIB = 1 << 20
 
 
 @pytest.fixture
-def counted(tmp_path: Path):  # type: ignore[no-untyped-def]
+def counted(tmp_path: Path):
     """A moto server of this test's own, whose access log counts the requests it served."""
     with MotoServer(access_log=str(tmp_path / "moto-access.log")) as server:
         yield server

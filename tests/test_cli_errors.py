@@ -19,7 +19,7 @@ from tests.conftest import requires_fuse, run_pffs
 pytestmark = requires_fuse
 
 
-def assert_one_line_error(args: tuple[str, ...], code: int, fragment: str, **kwargs) -> None:  # type: ignore[no-untyped-def]
+def assert_one_line_error(args: tuple[str, ...], code: int, fragment: str, **kwargs) -> None:
     started = time.monotonic()
     result = run_pffs(*args, timeout=30, **kwargs)
     elapsed = time.monotonic() - started

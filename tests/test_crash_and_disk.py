@@ -42,7 +42,7 @@ def stored(s3: Any, bucket: str, key: str) -> bytes | None:
 
 
 @pytest.fixture
-def proxy(moto) -> Iterator[FaultProxy]:  # type: ignore[no-untyped-def]
+def proxy(moto) -> Iterator[FaultProxy]:
     with FaultProxy(moto.port) as fault_proxy:
         yield fault_proxy
 
@@ -64,7 +64,7 @@ def kill_daemon(pid: int, mnt: Path) -> None:
 
 
 @requires_fuse
-def test_kill_9_then_remount_recovers_cache_and_staged_writes(s3, bucket, proxy, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_kill_9_then_remount_recovers_cache_and_staged_writes(s3, bucket, proxy, tmp_path) -> None:
     """After kill -9: the dead mount is cleared, the disk cache is reused, a file closed while
     the store was down is uploaded, and a file still open is kept and reported, not uploaded."""
     warm = random.randbytes(3 * MIB)
@@ -207,7 +207,7 @@ def fill(disk: Path) -> None:
 @requires_fuse
 @requires_root
 @pytest.mark.parametrize("full_before_mount", [False, True])
-def test_full_cache_disk_is_read_around(  # type: ignore[no-untyped-def]
+def test_full_cache_disk_is_read_around(
     s3, bucket, moto, small_disk, tmp_path, full_before_mount
 ) -> None:
     data = random.randbytes(16 * MIB)  # twice the disk

@@ -31,7 +31,7 @@ def upload(s3: Any, bucket: str, objects: dict[str, bytes], threads: int = 16) -
         )
 
 
-def test_tree_listing_and_stat(s3, bucket, mount_s3) -> None:  # type: ignore[no-untyped-def]
+def test_tree_listing_and_stat(s3, bucket, mount_s3) -> None:
     upload(
         s3,
         bucket,
@@ -69,7 +69,7 @@ def test_tree_listing_and_stat(s3, bucket, mount_s3) -> None:  # type: ignore[no
         assert vfs.f_bavail > 0 and vfs.f_namemax == 255
 
 
-def test_prefix_mount_and_options(s3, bucket, mount_s3) -> None:  # type: ignore[no-untyped-def]
+def test_prefix_mount_and_options(s3, bucket, mount_s3) -> None:
     upload(s3, bucket, {"data/x/1.bin": b"1", "data/2.bin": b"22", "other/3.bin": b"333"})
     options = ("--read-only", "--file-mode", "440", "--dir-mode", "550", "--uid", "1234")
     with mount_s3(f"s3://{bucket}/data", *options) as mnt:
@@ -82,7 +82,7 @@ def test_prefix_mount_and_options(s3, bucket, mount_s3) -> None:  # type: ignore
         assert err.value.errno == 30  # EROFS
 
 
-def test_reads_of_assorted_sizes_at_random_offsets(s3, bucket, mount_s3) -> None:  # type: ignore[no-untyped-def]
+def test_reads_of_assorted_sizes_at_random_offsets(s3, bucket, mount_s3) -> None:
     rng = random.Random(42)
     sizes = [0, 1, 2, 4095, 4096, 4097, 65535, 131072, 131073, MIB - 1, MIB, MIB + 1, 5 * MIB + 1]
     sizes += [rng.randrange(1, 512 * 1024) for _ in range(100 - len(sizes) - 2)]
@@ -108,7 +108,7 @@ def test_reads_of_assorted_sizes_at_random_offsets(s3, bucket, mount_s3) -> None
                 assert path.read_bytes() == data, key
 
 
-def test_ten_thousand_objects_listed_completely_and_in_order(s3, bucket, mount_s3) -> None:  # type: ignore[no-untyped-def]
+def test_ten_thousand_objects_listed_completely_and_in_order(s3, bucket, mount_s3) -> None:
     names = [f"obj-{i:05d}" for i in range(10_000)]
     upload(s3, bucket, {f"wide/{name}": b"" for name in names} | {"wide/sub/x": b"x"}, threads=32)
     with mount_s3(f"s3://{bucket}") as mnt:
@@ -117,7 +117,7 @@ def test_ten_thousand_objects_listed_completely_and_in_order(s3, bucket, mount_s
         assert os.path.getsize(mnt / "wide" / names[-1]) == 0
 
 
-def test_sigterm_unmounts_cleanly(moto, s3, bucket, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_sigterm_unmounts_cleanly(moto, s3, bucket, tmp_path: Path) -> None:
     s3.put_object(Bucket=bucket, Key="f", Body=b"data")
     mnt = tmp_path / "mnt"
     mnt.mkdir()
@@ -141,7 +141,7 @@ def test_sigterm_unmounts_cleanly(moto, s3, bucket, tmp_path: Path) -> None:  # 
         subprocess.run(["fusermount3", "-u", "-z", str(mnt)], check=False, capture_output=True)
 
 
-def test_dead_mount_is_cleared_by_the_next_mount(moto, s3, bucket, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_dead_mount_is_cleared_by_the_next_mount(moto, s3, bucket, tmp_path: Path) -> None:
     s3.put_object(Bucket=bucket, Key="f", Body=b"data")
     mnt = tmp_path / "mnt"
     mnt.mkdir()
@@ -166,7 +166,7 @@ def test_dead_mount_is_cleared_by_the_next_mount(moto, s3, bucket, tmp_path: Pat
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="raising a mount's kernel readahead needs root")
-def test_reads_reach_the_daemon_as_large_requests(s3, bucket, mount_s3) -> None:  # type: ignore[no-untyped-def]
+def test_reads_reach_the_daemon_as_large_requests(s3, bucket, mount_s3) -> None:
     data = os.urandom(8 * MIB)
     upload(s3, bucket, {"f.bin": data})
     with mount_s3(f"s3://{bucket}", "--kernel-readahead", "4M") as mnt:

@@ -26,7 +26,7 @@ from tests.conftest import fuse_available
 VENV_BIN = Path(sys.executable).parent
 
 
-def _pffs_mount_args(argv: list[str]):  # type: ignore[no-untyped-def]
+def _pffs_mount_args(argv: list[str]):
     """`argv` parsed by pffs's own parser (what `pffs mount` would run with)."""
     return options.build_parser().parse_args(argv)
 
@@ -182,7 +182,7 @@ echo "still mounted" >&2; exit 1
 
 
 @pytest.fixture
-def dataset(moto: MotoServer, s3, bucket: str) -> str:  # type: ignore[no-untyped-def]
+def dataset(moto: MotoServer, s3, bucket: str) -> str:
     s3.put_object(Bucket=bucket, Key="ds/train/part-0.txt", Body=b"hello from the bucket\n")
     return f"s3://{bucket}/ds"
 

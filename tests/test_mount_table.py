@@ -140,7 +140,12 @@ async def _walk(vfs: Vfs, path: str) -> int:
 async def _names(vfs: Vfs, path: str) -> list[str]:
     fh = await vfs.opendir(await _walk(vfs, path))
     names: list[str] = []
-    await vfs.readdir(fh, 0, lambda name, inode, nxt: names.append(name) is None)
+
+    def emit(name: str, inode: object, next_id: int) -> bool:
+        names.append(name)
+        return True
+
+    await vfs.readdir(fh, 0, emit)
     vfs.releasedir(fh)
     return names
 
@@ -212,7 +217,7 @@ def test_memory_only_entry_never_reaches_the_disk_tier(tmp_path: Path) -> None:
 
 @requires_fuse
 @pytest.mark.mount
-def test_one_tree_over_s3_local_and_arrow(moto, s3, bucket, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_one_tree_over_s3_local_and_arrow(moto, s3, bucket, tmp_path: Path) -> None:
     rng = random.Random(11)
     s3_objects = {"train/part-0.bin": rng.randbytes(5 << 20), "train/labels.csv": b"a,b\n1,2\n"}
     for key, data in s3_objects.items():

@@ -39,10 +39,12 @@ def _stats(mnt: Path) -> dict[str, Any]:
 def _value(snapshot: dict[str, Any], name: str, **labels: str) -> float:
     """Sum of a metric's samples whose labels include `labels` (0 when none)."""
     family = snapshot["metrics"].get(name, {"samples": []})
-    return sum(
-        s["value"]
-        for s in family["samples"]
-        if all(s["labels"].get(k) == v for k, v in labels.items())
+    return float(
+        sum(
+            s["value"]
+            for s in family["samples"]
+            if all(s["labels"].get(k) == v for k, v in labels.items())
+        )
     )
 
 
@@ -56,12 +58,12 @@ def _drop_page_cache(path: Path) -> None:
 
 @requires_fuse
 @pytest.mark.mount
-def test_metrics_move_through_a_real_mount(s3, bucket: str, mount_s3, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_metrics_move_through_a_real_mount(s3, bucket: str, mount_s3, tmp_path: Path) -> None:
     size = 3 * MIB + 12345
     payload = os.urandom(size)
     s3.put_object(Bucket=bucket, Key="data/blob.bin", Body=payload)
     port = free_port()
-    options = ("--metrics", f"127.0.0.1:{port}", "--slow-request", "0.000001")
+    options: tuple[str, ...] = ("--metrics", f"127.0.0.1:{port}", "--slow-request", "0.000001")
     options += ("--block-size", "1M", "--cache-dir", str(tmp_path / "cache"))
     with mount_s3(f"s3://{bucket}", *options) as mnt:
         # Hidden, yet there: readdir does not list it, lookup finds it, it is read-only.

@@ -36,7 +36,7 @@ def proxy(moto: MotoServer) -> Iterator[FaultProxy]:
         yield fault_proxy
 
 
-def mount_via(proxy: FaultProxy, bucket: str, mnt: Path, *options: str):  # type: ignore[no-untyped-def]
+def mount_via(proxy: FaultProxy, bucket: str, mnt: Path, *options: str):
     return mounted(f"s3://{bucket}", mnt, "--endpoint-url", proxy.endpoint_url, *options)
 
 
@@ -101,7 +101,7 @@ def drill_store(
         launcher.close()
 
 
-def test_sixteen_readers_get_exact_bytes_under_faults(drill_store, bucket, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_sixteen_readers_get_exact_bytes_under_faults(drill_store, bucket, tmp_path) -> None:
     port, store, env = drill_store
     if FAULT_TEST_MIB > 256:  # s3rver: the bucket fixture made the bucket in moto
         store.create_bucket(Bucket=bucket)
@@ -154,7 +154,7 @@ def test_sixteen_readers_get_exact_bytes_under_faults(drill_store, bucket, tmp_p
     assert retried == proxy.total_injected, (retried, proxy.injected)
 
 
-def test_store_down_gives_eio_within_the_bound(s3, bucket, proxy, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_store_down_gives_eio_within_the_bound(s3, bucket, proxy, tmp_path) -> None:
     s3.put_object(Bucket=bucket, Key="f.bin", Body=b"x" * MIB)
     with mount_via(proxy, bucket, tmp_path / "mnt", *FAST) as mnt:
         assert os.stat(mnt / "f.bin").st_size == MIB
@@ -166,7 +166,7 @@ def test_store_down_gives_eio_within_the_bound(s3, bucket, proxy, tmp_path) -> N
         assert (mnt / "f.bin").read_bytes() == b"x" * MIB  # and back when the store is
 
 
-def test_stalled_store_gives_eio_to_reads_and_ls_never_a_hang(s3, bucket, proxy, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_stalled_store_gives_eio_to_reads_and_ls_never_a_hang(s3, bucket, proxy, tmp_path) -> None:
     s3.put_object(Bucket=bucket, Key="dir/f.bin", Body=b"y" * MIB)
     with mount_via(proxy, bucket, tmp_path / "mnt", *FAST) as mnt:
         assert os.stat(mnt / "dir" / "f.bin").st_size == MIB
@@ -182,7 +182,7 @@ def test_stalled_store_gives_eio_to_reads_and_ls_never_a_hang(s3, bucket, proxy,
         assert os.listdir(mnt) == ["dir"]
 
 
-def test_offline_cached_data_and_metadata_still_serve(s3, bucket, proxy, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_offline_cached_data_and_metadata_still_serve(s3, bucket, proxy, tmp_path) -> None:
     cached, uncached = random.randbytes(3 * MIB), random.randbytes(MIB)
     s3.put_object(Bucket=bucket, Key="d/cached.bin", Body=cached)
     s3.put_object(Bucket=bucket, Key="d/uncached.bin", Body=uncached)
@@ -207,7 +207,7 @@ def test_offline_cached_data_and_metadata_still_serve(s3, bucket, proxy, tmp_pat
         assert (mnt / "d" / "uncached.bin").read_bytes() == uncached
 
 
-def test_object_overwritten_at_the_source(s3, bucket, moto, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_object_overwritten_at_the_source(s3, bucket, moto, tmp_path) -> None:
     """An open file keeps its version (old bytes or ESTALE, never a mix); after the TTL a new
     open sees the new object."""
     block = 64 * 1024

@@ -43,7 +43,7 @@ def private_tree(root: Path) -> list[str]:
 
 
 @requires_fuse
-def test_credentials_and_private_files(s3, bucket, moto, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_credentials_and_private_files(s3, bucket, moto, tmp_path, monkeypatch) -> None:
     s3.put_object(Bucket=bucket, Key="data.bin", Body=os.urandom(5 << 20))
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)  # moto accepts any secret
     monkeypatch.setenv("AWS_SESSION_TOKEN", SECRET + "-token")
@@ -85,7 +85,7 @@ def _cmdline(pid: str) -> str:
 
 
 @requires_fuse
-def test_allow_other_only_when_asked(s3, bucket, mount_s3) -> None:  # type: ignore[no-untyped-def]
+def test_allow_other_only_when_asked(s3, bucket, mount_s3) -> None:
     with mount_s3(f"s3://{bucket}", "--allow-other") as mnt:
         assert "allow_other" in mount_options(mnt)
 

@@ -36,7 +36,7 @@ def write_file(path: Path, data: bytes, chunk: int = 1 << 20) -> None:
 
 
 @pytest.mark.parametrize("size", [0, 1, 5 * MIB + 1, 100 * MIB])
-def test_new_files_reach_the_store(s3, bucket, mount_s3, size: int) -> None:  # type: ignore[no-untyped-def]
+def test_new_files_reach_the_store(s3, bucket, mount_s3, size: int) -> None:
     data = random.Random(size).randbytes(size)
     with mount_s3(f"s3://{bucket}") as mnt:
         write_file(mnt / "new.bin", data)
@@ -47,7 +47,7 @@ def test_new_files_reach_the_store(s3, bucket, mount_s3, size: int) -> None:  # 
     assert stored(s3, bucket, "new.bin") == data
 
 
-def test_overwrite_append_truncate_and_random_writes(s3, bucket, mount_s3) -> None:  # type: ignore[no-untyped-def]
+def test_overwrite_append_truncate_and_random_writes(s3, bucket, mount_s3) -> None:
     rng = random.Random(5)
     original = rng.randbytes(3 * MIB + 17)
     s3.put_object(Bucket=bucket, Key="d/f.bin", Body=original)
@@ -79,7 +79,7 @@ def test_overwrite_append_truncate_and_random_writes(s3, bucket, mount_s3) -> No
         assert path.read_bytes() == b"replaced"
 
 
-def test_fsync_returns_after_the_object_exists(s3, bucket, mount_s3) -> None:  # type: ignore[no-untyped-def]
+def test_fsync_returns_after_the_object_exists(s3, bucket, mount_s3) -> None:
     with mount_s3(f"s3://{bucket}") as mnt:
         fd = os.open(mnt / "synced.txt", os.O_CREAT | os.O_WRONLY, 0o644)
         try:
@@ -122,7 +122,7 @@ def test_failed_upload_is_eio_and_the_data_stays(tmp_path: Path) -> None:
         server.stop()
 
 
-def test_kill_9_after_close_loses_nothing(s3, bucket, moto, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_kill_9_after_close_loses_nothing(s3, bucket, moto, tmp_path: Path) -> None:
     data = random.Random(9).randbytes(20 * MIB)
     mnt = tmp_path / "mnt"
     mnt.mkdir()
@@ -138,7 +138,7 @@ def test_kill_9_after_close_loses_nothing(s3, bucket, moto, tmp_path: Path) -> N
         assert wait_unmounted(str(mnt))
 
 
-def test_directory_and_name_semantics(s3, bucket, mount_s3) -> None:  # type: ignore[no-untyped-def]
+def test_directory_and_name_semantics(s3, bucket, mount_s3) -> None:
     s3.put_object(Bucket=bucket, Key="full/a.txt", Body=b"a")
     s3.put_object(Bucket=bucket, Key="full/sub/b.txt", Body=b"b")
 
@@ -182,7 +182,7 @@ def test_directory_and_name_semantics(s3, bucket, mount_s3) -> None:  # type: ig
         fails(errno.ENOTSUP, os.symlink, "x", mnt / "link")
 
 
-def test_unlink_while_open_does_not_resurrect(s3, bucket, mount_s3) -> None:  # type: ignore[no-untyped-def]
+def test_unlink_while_open_does_not_resurrect(s3, bucket, mount_s3) -> None:
     with mount_s3(f"s3://{bucket}") as mnt:
         with open(mnt / "tmp.txt", "wb") as f:
             f.write(b"scratch")
@@ -193,7 +193,7 @@ def test_unlink_while_open_does_not_resurrect(s3, bucket, mount_s3) -> None:  # 
         assert "Contents" not in s3.list_objects_v2(Bucket=bucket)
 
 
-def test_read_only_mount_refuses_writes(s3, bucket, mount_s3) -> None:  # type: ignore[no-untyped-def]
+def test_read_only_mount_refuses_writes(s3, bucket, mount_s3) -> None:
     s3.put_object(Bucket=bucket, Key="a.txt", Body=b"a")
     with mount_s3(f"s3://{bucket}", "--read-only") as mnt:
         for fn, args in (
@@ -204,11 +204,11 @@ def test_read_only_mount_refuses_writes(s3, bucket, mount_s3) -> None:  # type: 
             (os.rename, (mnt / "a.txt", mnt / "b.txt")),
         ):
             with pytest.raises(OSError) as caught:
-                fn(*args)  # type: ignore[operator]
+                fn(*args)
             assert caught.value.errno == errno.EROFS, fn
 
 
-def test_concurrent_writers_on_different_files(s3, bucket, mount_s3) -> None:  # type: ignore[no-untyped-def]
+def test_concurrent_writers_on_different_files(s3, bucket, mount_s3) -> None:
     files = {f"w/{i}.bin": random.Random(i).randbytes(3 * MIB + i) for i in range(8)}
     with mount_s3(f"s3://{bucket}") as mnt:
         os.mkdir(mnt / "w")
@@ -220,7 +220,7 @@ def test_concurrent_writers_on_different_files(s3, bucket, mount_s3) -> None:  #
         assert stored(s3, bucket, key) == data
 
 
-def test_shell_tools_work(s3, bucket, mount_s3, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_shell_tools_work(s3, bucket, mount_s3, tmp_path: Path) -> None:
     source = tmp_path / "src.bin"
     source.write_bytes(random.Random(1).randbytes(2 * MIB))
     with mount_s3(f"s3://{bucket}") as mnt:
@@ -261,7 +261,7 @@ def test_writes_on_local_and_arrow_sources(tmp_path: Path, scheme: str) -> None:
         assert caught.value.errno == errno.ENOTEMPTY
 
 
-def test_streamed_parts_survive_writes_behind_them(s3, bucket, mount_s3) -> None:  # type: ignore[no-untyped-def]
+def test_streamed_parts_survive_writes_behind_them(s3, bucket, mount_s3) -> None:
     """Parts go up while a large file is written; a write into a sent part restarts at close."""
     rng = random.Random(12)
     data = bytearray(rng.randbytes(48 * MIB + 3))
