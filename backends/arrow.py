@@ -24,7 +24,7 @@ from urllib.parse import unquote, urlsplit
 import pyarrow.fs as pafs
 
 from pffs import metrics
-from pffs.backends.base import ObjectInfo, is_valid_name
+from pffs.backends.base import Capabilities, ObjectInfo, WritableBackend, is_valid_name
 from pffs.config import RetryConfig, SourceConfig
 from pffs.errors import (
     BackendError,
@@ -61,6 +61,8 @@ _TRANSIENT_ERRNOS = {
 
 class ArrowBackend:
     """The protocol over a pyarrow filesystem; subclasses provide `_connect`."""
+
+    capabilities = Capabilities(writes=True)
 
     def __init__(self, source: SourceConfig, root: str, source_id: str) -> None:
         self.source = source
@@ -129,8 +131,6 @@ class ArrowBackend:
     # --- writing -----------------------------------------------------------------------------
     # No multipart here: put() streams the staged file through the filesystem's output stream
     # into a temporary name, then moves it over the target, so readers never see half a file.
-
-    multipart = False
 
     def put(self, path: str, local_path: str) -> ObjectInfo:
         full = self._full(path)
@@ -280,3 +280,7 @@ class ArrowLocalBackend(ArrowBackend):
         if full != self.root and not full.startswith(self.root + os.sep):
             raise PermissionDenied(f"{path!r} escapes the source root {self.root}")
         return full
+
+
+# What ArrowBackend declares, checked by mypy.
+_ARROW: type[WritableBackend] = ArrowLocalBackend

@@ -3,13 +3,17 @@
 Paths given to a backend are relative to the source root, '/'-separated, without a leading or
 trailing slash; "" is the root. Backends are synchronous and thread-safe: the VFS calls them
 from worker threads under a per-backend limiter. They raise only `pffs.errors` types.
+
+What a store can do beyond reading is declared, never probed: each backend class has a
+`capabilities` value, and callers get the typed view of a capability from `writable`,
+`multipart` or `block_runs` (None when the store does not declare it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,14 +37,28 @@ class ObjectInfo:
         return f"{int(self.mtime * 1e9)}:{self.size}"
 
 
-@runtime_checkable
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a store does beyond the reads every backend has."""
+
+    # put, delete, make_dir, remove_dir, rename: the WritableBackend methods.
+    writes: bool = False
+    # Large objects in parts sent in parallel: the MultipartBackend methods.
+    multipart: bool = False
+    # Consecutive blocks read with one request, each handed over as it arrives (read_blocks).
+    block_runs: bool = False
+
+
 class Backend(Protocol):
-    """A store behind the VFS."""
+    """A store behind the VFS: the read side, which every store has."""
 
     # A stable identifier of the store and root, used in cache keys and logs (no credentials).
     source_id: str
     # How many calls may run at once (the VFS makes a CapacityLimiter of this size).
     max_concurrency: int
+    capabilities: Capabilities
+    # Transient failures retried so far (reported at unmount).
+    retries: int
 
     def check(self) -> None:
         """Verify the source exists and is readable; raise a one-line pffs error otherwise."""
@@ -54,18 +72,24 @@ class Backend(Protocol):
     def read_range(self, path: str, start: int, length: int, version: str | None) -> bytes:
         """Up to `length` bytes from `start`; Changed if `version` no longer matches."""
 
-    # Optional: `read_blocks(path, start, lengths, version, deliver)` reads consecutive blocks
-    # with one request and calls `deliver(index, bytes)` for each as it arrives (S3 has it).
-    # The VFS prefetches through it in runs of blocks; without it, one read_range per block.
+
+class BlockRunReader(Backend, Protocol):
+    """A store that reads consecutive blocks with one request (`block_runs`)."""
+
+    def read_blocks(
+        self,
+        path: str,
+        start: int,
+        lengths: Sequence[int],
+        version: str | None,
+        deliver: Callable[[int, bytes], None],
+    ) -> None:
+        """Blocks of `lengths` from `start`, each given to `deliver(index, bytes)` on arrival."""
 
 
-@runtime_checkable
 class WritableBackend(Backend, Protocol):
-    """A store that takes writes. The VFS stages data locally and calls these on commit."""
-
-    # True when the store takes large objects in parts (begin/upload_part/finish/abort_upload),
-    # which the VFS then sends in parallel; otherwise `put` sends the whole staged file.
-    multipart: bool
+    """A store that takes writes (`writes`). The VFS stages data locally and calls these on
+    commit."""
 
     def put(self, path: str, local_path: str) -> ObjectInfo:
         """Store the content of local file `local_path` as `path`; what the store now holds."""
@@ -81,6 +105,42 @@ class WritableBackend(Backend, Protocol):
 
     def rename(self, old: str, new: str) -> None:
         """Move a file or a directory, replacing a file or empty directory at `new`."""
+
+
+class MultipartBackend(WritableBackend, Protocol):
+    """A store that takes large objects in parts (`multipart`), which the VFS sends in
+    parallel; `put` still sends small ones whole."""
+
+    def begin_upload(self, path: str) -> str:
+        """Start an upload of `path`; its id."""
+
+    def upload_part(
+        self, path: str, upload_id: str, number: int, local_path: str, offset: int, length: int
+    ) -> str:
+        """Send part `number` (from 1): `length` bytes of `local_path` at `offset`; its etag."""
+
+    def finish_upload(
+        self, path: str, upload_id: str, etags: Sequence[str], size: int
+    ) -> ObjectInfo:
+        """Join the parts (their etags in order) into the object; what the store now holds."""
+
+    def abort_upload(self, path: str, upload_id: str) -> None:
+        """Drop an unfinished upload and its parts."""
+
+
+# The declared capabilities are the one place a backend is seen as more than a Backend.
+
+
+def writable(backend: Backend) -> WritableBackend | None:
+    return cast(WritableBackend, backend) if backend.capabilities.writes else None
+
+
+def multipart(backend: Backend) -> MultipartBackend | None:
+    return cast(MultipartBackend, backend) if backend.capabilities.multipart else None
+
+
+def block_runs(backend: Backend) -> BlockRunReader | None:
+    return cast(BlockRunReader, backend) if backend.capabilities.block_runs else None
 
 
 def join(parent: str, name: str) -> str:

@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from urllib.parse import unquote, urlsplit
 
-from pffs.backends.base import ObjectInfo, is_valid_name
+from pffs.backends.base import Capabilities, ObjectInfo, WritableBackend, is_valid_name
 from pffs.config import SourceConfig
 from pffs.errors import (
     BackendError,
@@ -36,6 +36,8 @@ from pffs.errors import (
 class LocalBackend:
     """file:///absolute/dir"""
 
+    capabilities = Capabilities(writes=True)
+
     def __init__(self, source: SourceConfig) -> None:
         parts = urlsplit(source.url)
         if parts.netloc not in ("", "localhost"):
@@ -46,6 +48,7 @@ class LocalBackend:
         self.root = os.path.realpath(path)
         self.source_id = f"file://{self.root}"
         self.max_concurrency = source.max_concurrency
+        self.retries = 0  # local files are never retried
 
     # --- the protocol ------------------------------------------------------------------------
 
@@ -103,8 +106,6 @@ class LocalBackend:
             os.close(fd)
 
     # --- writing -----------------------------------------------------------------------------
-
-    multipart = False
 
     def put(self, path: str, local_path: str) -> ObjectInfo:
         full = self._resolve(path)
@@ -191,3 +192,7 @@ def _info(name: str, st: os.stat_result) -> ObjectInfo:
         etag=None,
         is_dir=is_dir,
     )
+
+
+# What LocalBackend declares, checked by mypy.
+_LOCAL: type[WritableBackend] = LocalBackend

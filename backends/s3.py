@@ -25,7 +25,13 @@ import botocore.exceptions
 from botocore.config import Config
 
 from pffs import metrics
-from pffs.backends.base import ObjectInfo, is_valid_name
+from pffs.backends.base import (
+    BlockRunReader,
+    Capabilities,
+    MultipartBackend,
+    ObjectInfo,
+    is_valid_name,
+)
 from pffs.config import RetryConfig, SourceConfig
 from pffs.errors import (
     BackendError,
@@ -85,6 +91,8 @@ def parse_s3_url(url: str) -> tuple[str, str]:
 
 class S3Backend:
     """A bucket, or a prefix inside one."""
+
+    capabilities = Capabilities(writes=True, multipart=True, block_runs=True)
 
     def __init__(self, source: SourceConfig) -> None:
         self.bucket, self.prefix = parse_s3_url(source.url)
@@ -279,12 +287,13 @@ class S3Backend:
     # The VFS stages data in a local file and drives uploads: small objects in one PUT, large
     # ones in parts it sends in parallel under the backend's limiter.
 
-    multipart = True
-
     def put(self, path: str, local_path: str) -> ObjectInfo:
         def send() -> dict[str, Any]:
             with open(local_path, "rb") as body:  # reopened per attempt: a retry resends it all
-                return self.client.put_object(Bucket=self.bucket, Key=self.prefix + path, Body=body)
+                answer: dict[str, Any] = self.client.put_object(
+                    Bucket=self.bucket, Key=self.prefix + path, Body=body
+                )
+                return answer
 
         response = self._do(send, "PUT", path)
         return self._written(path, os.path.getsize(local_path), response["ETag"])
@@ -515,3 +524,8 @@ def _code(exc: botocore.exceptions.ClientError) -> str:
 def _message(exc: botocore.exceptions.ClientError) -> str:
     text = str(exc.response.get("Error", {}).get("Message", "") or "")
     return text.splitlines()[0] if text else ""
+
+
+# What S3Backend declares, checked by mypy.
+_S3: type[MultipartBackend] = S3Backend
+_S3_RUNS: type[BlockRunReader] = S3Backend

@@ -177,7 +177,7 @@ def score_nodes(
     wanted = list(dict.fromkeys(datasets))
     sizes: dict[str, int] = {}
     for sid in wanted:
-        totals = [c[sid].total for c in caches.values() if sid in c and c[sid].total]
+        totals = [t for c in caches.values() if sid in c and (t := c[sid].total)]
         held = [c[sid].cached_bytes for c in caches.values() if sid in c]
         # A total a node measured wins; otherwise the best holder counts as complete.
         sizes[sid] = max(totals) if totals else max(held, default=0)

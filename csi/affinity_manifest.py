@@ -142,7 +142,8 @@ def _dump(docs: list[Any], as_json: bool) -> str:
         return json.dumps(docs[0] if len(docs) == 1 else docs, indent=2) + "\n"
     import yaml
 
-    return yaml.safe_dump_all(docs, sort_keys=False, default_flow_style=False)
+    text: str = yaml.safe_dump_all(docs, sort_keys=False, default_flow_style=False)
+    return text
 
 
 def _nodes_holding_all(api: KubeClient, datasets: list[str]) -> int:

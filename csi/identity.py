@@ -8,9 +8,9 @@ import shutil
 import grpc
 from google.protobuf import wrappers_pb2
 
-from pffs import __version__
 from pffs.csi import csi_pb2, csi_pb2_grpc
 from pffs.csi.status import CsiError, rpc
+from pffs.version import __version__
 
 Service = csi_pb2.PluginCapability.Service
 

@@ -16,7 +16,7 @@ import threading
 from concurrent import futures
 from dataclasses import dataclass
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import grpc
 
@@ -58,7 +58,10 @@ class DriverConfig:
         return self.mode in ("controller", "all")
 
 
-def add_parser(commands: argparse._SubParsersAction) -> None:
+Parser = TypeVar("Parser", bound=argparse.ArgumentParser)
+
+
+def add_parser(commands: argparse._SubParsersAction[Parser]) -> None:
     """The `pffs csi` subcommand (hooked into pffs.cli.main)."""
     csi = commands.add_parser(
         "csi",
@@ -127,19 +130,20 @@ def build_server(config: DriverConfig) -> grpc.Server:
     from pffs.csi.volumes import VolumeManager
 
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
-    csi_pb2_grpc.add_IdentityServicer_to_server(
+    # The generated stubs carry no annotations (the ignores below).
+    csi_pb2_grpc.add_IdentityServicer_to_server(  # type: ignore[no-untyped-call]
         IdentityService(config.driver_name, config.serves_node), server
     )
     # The controller service is there in every mode: csi-sanity's node tests and the
     # external-provisioner ask ControllerGetCapabilities; a node-only instance answers none.
-    csi_pb2_grpc.add_ControllerServicer_to_server(
+    csi_pb2_grpc.add_ControllerServicer_to_server(  # type: ignore[no-untyped-call]
         ControllerService(config.serves_controller), server
     )
     if config.serves_node:
         os.makedirs(config.cache_dir, mode=0o700, exist_ok=True)
         volumes = VolumeManager(config.state_dir, config.cache_dir)
         volumes.recover()
-        csi_pb2_grpc.add_NodeServicer_to_server(
+        csi_pb2_grpc.add_NodeServicer_to_server(  # type: ignore[no-untyped-call]
             NodeService(config.node_id, volumes, config.kubelet_dir), server
         )
     path = socket_path(config.endpoint)

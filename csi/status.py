@@ -44,7 +44,8 @@ def redacted(request: Message) -> str:
     for field in copy.DESCRIPTOR.fields:
         if field.name == "secrets":
             copy.ClearField("secrets")
-    return text_format.MessageToString(copy, as_one_line=True)
+    text: str = text_format.MessageToString(copy, as_one_line=True)
+    return text
 
 
 def rpc(handler: Handler[Request, Response]) -> Handler[Request, Response]:

@@ -143,7 +143,7 @@ class Driver:
         readonly: bool = False,
         mode: int = AccessMode.MULTI_NODE_READER_ONLY,
     ) -> csi_pb2.NodePublishVolumeResponse:
-        return self.node.NodePublishVolume(
+        response: csi_pb2.NodePublishVolumeResponse = self.node.NodePublishVolume(
             csi_pb2.NodePublishVolumeRequest(
                 volume_id=volume_id,
                 target_path=str(target),
@@ -154,12 +154,14 @@ class Driver:
             ),
             timeout=120,
         )
+        return response
 
     def unpublish(self, volume_id: str, target: Path) -> csi_pb2.NodeUnpublishVolumeResponse:
-        return self.node.NodeUnpublishVolume(
+        response: csi_pb2.NodeUnpublishVolumeResponse = self.node.NodeUnpublishVolume(
             csi_pb2.NodeUnpublishVolumeRequest(volume_id=volume_id, target_path=str(target)),
             timeout=60,
         )
+        return response
 
     def cleanup(self) -> None:
         self.stop()
@@ -182,7 +184,7 @@ def cleanup_mounts(root: Path) -> None:
 def status_of(call: object) -> grpc.StatusCode:
     """The status code a failed call ended with."""
     assert isinstance(call, grpc.RpcError), call
-    code: grpc.StatusCode = call.code()  # type: ignore[attr-defined]
+    code: grpc.StatusCode = call.code()
     return code
 
 

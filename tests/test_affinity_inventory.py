@@ -120,7 +120,7 @@ def test_listing_a_local_source(tmp_path: Path) -> None:
     assert (total.bytes, total.objects, total.blocks) == (10 + (5 << 20), 3, 4)
 
 
-def test_listing_an_s3_source_with_its_endpoint(moto: MotoServer, s3, bucket: str) -> None:  # type: ignore[no-untyped-def]
+def test_listing_an_s3_source_with_its_endpoint(moto: MotoServer, s3, bucket: str) -> None:
     for i in range(3):
         s3.put_object(Bucket=bucket, Key=f"ds/part-{i}", Body=b"y" * 1000)
     s3.put_object(Bucket=bucket, Key="ds/nested/x", Body=b"z" * 24)

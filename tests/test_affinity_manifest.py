@@ -92,7 +92,8 @@ def _pffs(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[s
 
 def _node_affinity(doc: dict[str, Any]) -> dict[str, Any]:
     spec = doc["spec"]["template"]["spec"] if doc["kind"] == "Job" else doc["spec"]
-    return spec["affinity"]["nodeAffinity"]
+    affinity: dict[str, Any] = spec["affinity"]["nodeAffinity"]
+    return affinity
 
 
 def test_preferred_terms_for_a_job(tmp_path: Path, api: FakeApiServer) -> None:

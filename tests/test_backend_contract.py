@@ -15,6 +15,11 @@ from typing import Any
 import pytest
 
 from pffs.backends import Backend, open_backend
+from pffs.backends.arrow import ArrowLocalBackend
+from pffs.backends.base import Capabilities, block_runs, multipart, writable
+from pffs.backends.hdfs import HdfsBackend
+from pffs.backends.local import LocalBackend
+from pffs.backends.s3 import S3Backend
 from pffs.config import SourceConfig
 from pffs.errors import Changed, NotFound, UsageError
 from pffs.testing.servers import MotoServer
@@ -92,7 +97,7 @@ HDFS_URI = os.environ.get("PFFS_TEST_HDFS_URI")
 
 
 @pytest.fixture(params=["local", "s3", "arrow", "hdfs"])
-def store(request, tmp_path) -> Iterator[tuple[Backend, Callable[[str, bytes], None]]]:  # type: ignore[no-untyped-def]
+def store(request, tmp_path) -> Iterator[tuple[Backend, Callable[[str, bytes], None]]]:
     if request.param == "local":
         yield _local(tmp_path)
     elif request.param == "arrow":
@@ -106,12 +111,12 @@ def store(request, tmp_path) -> Iterator[tuple[Backend, Callable[[str, bytes], N
         yield _s3(moto, request.getfixturevalue("s3"), request.getfixturevalue("bucket"))
 
 
-def test_check_passes(store) -> None:  # type: ignore[no-untyped-def]
+def test_check_passes(store) -> None:
     backend, _ = store
     backend.check()
 
 
-def test_stat_files_dirs_and_root(store) -> None:  # type: ignore[no-untyped-def]
+def test_stat_files_dirs_and_root(store) -> None:
     backend, _ = store
     info = backend.stat("dir/b.bin")
     assert (info.name, info.size, info.is_dir) == ("b.bin", len(TREE["dir/b.bin"]), False)
@@ -124,7 +129,7 @@ def test_stat_files_dirs_and_root(store) -> None:  # type: ignore[no-untyped-def
             backend.stat(missing)
 
 
-def test_list_root_and_nested(store) -> None:  # type: ignore[no-untyped-def]
+def test_list_root_and_nested(store) -> None:
     backend, _ = store
     root = {i.name: i for i in backend.list("")}
     assert set(root) == {"a.txt", "empty", "dir", "marker", "zeta"}
@@ -137,7 +142,7 @@ def test_list_root_and_nested(store) -> None:  # type: ignore[no-untyped-def]
     assert root["a.txt"].version == backend.stat("a.txt").version
 
 
-def test_read_ranges(store) -> None:  # type: ignore[no-untyped-def]
+def test_read_ranges(store) -> None:
     backend, _ = store
     data = TREE["dir/b.bin"]
     version = backend.stat("dir/b.bin").version
@@ -151,13 +156,13 @@ def test_read_ranges(store) -> None:  # type: ignore[no-untyped-def]
     assert backend.read_range("a.txt", 0, 100, None) == TREE["a.txt"]
 
 
-def test_read_missing(store) -> None:  # type: ignore[no-untyped-def]
+def test_read_missing(store) -> None:
     backend, _ = store
     with pytest.raises(NotFound):
         backend.read_range("dir/nope", 0, 10, None)
 
 
-def test_changed_object_is_detected(store) -> None:  # type: ignore[no-untyped-def]
+def test_changed_object_is_detected(store) -> None:
     backend, overwrite = store
     old = backend.stat("dir/z.txt").version
     overwrite("dir/z.txt", b"a new, longer content")
@@ -166,7 +171,7 @@ def test_changed_object_is_detected(store) -> None:  # type: ignore[no-untyped-d
         backend.read_range("dir/z.txt", 0, 2, old)
 
 
-def test_missing_root_is_not_found(tmp_path, moto) -> None:  # type: ignore[no-untyped-def]
+def test_missing_root_is_not_found(tmp_path, moto) -> None:
     with pytest.raises(NotFound):
         open_backend(SourceConfig(url=f"file://{tmp_path}/nope")).check()
     source = SourceConfig(url="s3://no-such-bucket-here", endpoint_url=moto.endpoint_url)
@@ -205,3 +210,37 @@ def test_local_cannot_escape_root(tmp_path: Path) -> None:
         backend.stat("../secret")
     with pytest.raises(Exception, match="escapes"):
         backend.read_range("link", 0, 1, None)
+
+
+# --- declared capabilities ------------------------------------------------------------------
+
+CAPABILITY_METHODS = {
+    "writes": ("put", "delete", "make_dir", "remove_dir", "rename"),
+    "multipart": ("begin_upload", "upload_part", "finish_upload", "abort_upload"),
+    "block_runs": ("read_blocks",),
+}
+
+
+@pytest.mark.parametrize(
+    "backend_class",
+    [S3Backend, LocalBackend, ArrowLocalBackend, HdfsBackend],
+    ids=lambda c: c.__name__,
+)
+def test_declared_capabilities_are_implemented(backend_class: type[Backend]) -> None:
+    """A declared capability's methods exist; what a store declares is all callers look at."""
+    declared = backend_class.capabilities
+    assert isinstance(declared, Capabilities)
+    for capability, methods in CAPABILITY_METHODS.items():
+        if getattr(declared, capability):
+            for method in methods:
+                assert callable(getattr(backend_class, method, None)), (capability, method)
+    # A store with parts takes writes too: MultipartBackend is a WritableBackend.
+    assert not declared.multipart or declared.writes
+
+
+def test_accessors_follow_the_declaration(tmp_path: Path) -> None:
+    local = LocalBackend(SourceConfig(url=f"file://{tmp_path}"))
+    assert writable(local) is local
+    assert multipart(local) is None and block_runs(local) is None
+    s3 = S3Backend(SourceConfig(url="s3://bucket", endpoint_url="http://127.0.0.1:1"))
+    assert writable(s3) is s3 and multipart(s3) is s3 and block_runs(s3) is s3

@@ -19,7 +19,7 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pffs.backends.base import ObjectInfo
+from pffs.backends.base import Capabilities, ObjectInfo
 from pffs.cache.blocks import BlockCache, BlockKey
 from pffs.cache.disk import DiskTier, decode, encode, entry_key
 from pffs.cache.readahead import Readahead
@@ -43,6 +43,8 @@ class FakeStore:
         self.reads = 0
         self.source_id = "fake://store"
         self.max_concurrency = 8
+        self.capabilities = Capabilities()  # reads only
+        self.retries = 0
 
     def check(self) -> None:
         pass
@@ -76,7 +78,7 @@ class FakeStore:
         self.versions[path] += 1
 
 
-def cache_config(tmp_path: Path | None, block: int = 16 * KIB, **kwargs) -> CacheConfig:  # type: ignore[no-untyped-def]
+def cache_config(tmp_path: Path | None, block: int = 16 * KIB, **kwargs) -> CacheConfig:
     settings_ = {
         "block_size": block,
         "memory_bytes": 64 * block,
@@ -125,7 +127,7 @@ reads_strategy = st.lists(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(size=st.integers(0, 260 * KIB), reads=reads_strategy, sequential=st.booleans())
-def test_random_reads_match_reference(tmp_path: Path, size: int, reads, sequential: bool) -> None:  # type: ignore[no-untyped-def]
+def test_random_reads_match_reference(tmp_path: Path, size: int, reads, sequential: bool) -> None:
     data = random.Random(size).randbytes(size)
     if sequential:  # a streaming reader, to drive prefetch
         reads = [(offset, 8 * KIB) for offset in range(0, size + 8 * KIB, 8 * KIB)]
@@ -141,7 +143,7 @@ def test_random_reads_match_reference(tmp_path: Path, size: int, reads, sequenti
     max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(reads=reads_strategy)
-def test_injected_failures_never_give_wrong_bytes(tmp_path: Path, reads) -> None:  # type: ignore[no-untyped-def]
+def test_injected_failures_never_give_wrong_bytes(tmp_path: Path, reads) -> None:
     data = random.Random(1).randbytes(250 * KIB)
     store = FakeStore({"f": data}, fail_every=3)
     vfs = make_vfs(store, cache_config(None))
@@ -166,11 +168,12 @@ class RunStore(FakeStore):
 
     def __init__(self, files: dict[str, bytes], fail_at: int = 0) -> None:
         super().__init__(files)
+        self.capabilities = Capabilities(block_runs=True)
         self.requests = 0
         self.blocks_delivered = 0
         self.fail_at = fail_at
 
-    def read_blocks(self, path, start, lengths, version, deliver) -> None:  # type: ignore[no-untyped-def]
+    def read_blocks(self, path, start, lengths, version, deliver) -> None:
         self.requests += 1
         offset = start
         for index, length in enumerate(lengths):

@@ -29,7 +29,7 @@ def driver(tmp_path: Path) -> Iterator[Driver]:
         d.cleanup()
 
 
-def create(driver: Driver, name: str, parameters: dict[str, str], size: int = GIB):  # type: ignore[no-untyped-def]
+def create(driver: Driver, name: str, parameters: dict[str, str], size: int = GIB):
     return driver.controller.CreateVolume(
         csi_pb2.CreateVolumeRequest(
             name=name,
@@ -41,12 +41,12 @@ def create(driver: Driver, name: str, parameters: dict[str, str], size: int = GI
     ).volume
 
 
-def keys(s3, bucket: str, prefix: str) -> list[str]:  # type: ignore[no-untyped-def]
+def keys(s3, bucket: str, prefix: str) -> list[str]:
     listing = s3.list_objects_v2(Bucket=bucket, Prefix=prefix)
     return sorted(item["Key"] for item in listing.get("Contents", []))
 
 
-def test_create_validate_delete_round_trip(driver: Driver, moto, s3, bucket: str) -> None:  # type: ignore[no-untyped-def]
+def test_create_validate_delete_round_trip(driver: Driver, moto, s3, bucket: str) -> None:
     parameters = {
         "baseSource": f"s3://{bucket}/volumes",
         "endpoint": moto.endpoint_url,
@@ -125,7 +125,7 @@ def test_create_validate_delete_round_trip(driver: Driver, moto, s3, bucket: str
     assert status_of(gone.value) == grpc.StatusCode.NOT_FOUND
 
 
-def test_delete_keeps_data_by_default(driver: Driver, moto, s3, bucket: str) -> None:  # type: ignore[no-untyped-def]
+def test_delete_keeps_data_by_default(driver: Driver, moto, s3, bucket: str) -> None:
     parameters = {"baseSource": f"s3://{bucket}", "endpoint": moto.endpoint_url}
     volume = create(driver, "keep-me", parameters)
     s3.put_object(Bucket=bucket, Key="keep-me/data.txt", Body=b"kept")
@@ -133,7 +133,7 @@ def test_delete_keeps_data_by_default(driver: Driver, moto, s3, bucket: str) -> 
     assert keys(s3, bucket, "keep-me/") == ["keep-me/data.txt"]
 
 
-def test_controller_errors(driver: Driver, moto, bucket: str) -> None:  # type: ignore[no-untyped-def]
+def test_controller_errors(driver: Driver, moto, bucket: str) -> None:
     good = {"baseSource": f"s3://{bucket}/v", "endpoint": moto.endpoint_url}
     invalid = grpc.StatusCode.INVALID_ARGUMENT
     cases = [

@@ -51,7 +51,7 @@ def secrets() -> dict[str, str]:
 
 
 @pytest.fixture
-def dataset(s3, bucket: str) -> dict[str, bytes]:  # type: ignore[no-untyped-def]
+def dataset(s3, bucket: str) -> dict[str, bytes]:
     files = {
         "train/a.bin": os.urandom(3 * 1024 * 1024 + 17),
         "train/b.txt": b"hello pffs\n" * 1000,
@@ -62,7 +62,7 @@ def dataset(s3, bucket: str) -> dict[str, bytes]:  # type: ignore[no-untyped-def
     return files
 
 
-def context_for(moto, bucket: str, **extra: str) -> dict[str, str]:  # type: ignore[no-untyped-def]
+def context_for(moto, bucket: str, **extra: str) -> dict[str, str]:
     return {"source": f"s3://{bucket}/data", "endpoint": moto.endpoint_url, **extra}
 
 
@@ -97,7 +97,7 @@ def test_identity_and_node_info(driver: Driver) -> None:
     }
 
 
-def test_publish_two_targets_share_one_mount(  # type: ignore[no-untyped-def]
+def test_publish_two_targets_share_one_mount(
     driver: Driver, moto, bucket: str, dataset: dict[str, bytes], secrets: dict[str, str]
 ) -> None:
     context = context_for(moto, bucket, cacheMemory="64M", prefetchMax="8M")
@@ -169,13 +169,13 @@ def _mounts_under(root: Path) -> list[str]:
     return [e.mountpoint for e in mount_table() if e.mountpoint.startswith(f"{root}/")]
 
 
-def test_publish_errors(  # type: ignore[no-untyped-def]
+def test_publish_errors(
     driver: Driver, moto, bucket: str, dataset: dict[str, bytes], secrets: dict[str, str]
 ) -> None:
     context = context_for(moto, bucket)
     target = driver.target("pod-e")
 
-    def code_of(**fields) -> grpc.StatusCode:  # type: ignore[no-untyped-def]
+    def code_of(**fields) -> grpc.StatusCode:
         request = csi_pb2.NodePublishVolumeRequest(
             volume_id=fields.get("volume_id", "vol-e"),
             target_path=fields.get("target_path", str(target)),
@@ -247,7 +247,7 @@ def test_publish_errors(  # type: ignore[no-untyped-def]
     assert not target.exists()
 
 
-def test_restart_readopts_live_mounts_and_revives_dead_ones(  # type: ignore[no-untyped-def]
+def test_restart_readopts_live_mounts_and_revives_dead_ones(
     driver: Driver, moto, bucket: str, dataset: dict[str, bytes], secrets: dict[str, str]
 ) -> None:
     context = context_for(moto, bucket)
@@ -307,12 +307,12 @@ def test_probe_fails_without_fusermount(tmp_path: Path) -> None:
         with pytest.raises(grpc.RpcError) as failed:
             d.identity.Probe(csi_pb2.ProbeRequest())
         assert status_of(failed.value) == grpc.StatusCode.FAILED_PRECONDITION
-        assert "fusermount3" in failed.value.details()  # type: ignore[attr-defined]
+        assert "fusermount3" in failed.value.details()
     finally:
         d.cleanup()
 
 
-def test_node_publishes_its_cache_for_the_scheduler(  # type: ignore[no-untyped-def]
+def test_node_publishes_its_cache_for_the_scheduler(
     tmp_path: Path, moto, bucket: str, dataset: dict[str, bytes]
 ) -> None:
     """After a pod reads a volume, the node's labels say it holds that dataset.
@@ -347,7 +347,7 @@ def test_node_publishes_its_cache_for_the_scheduler(  # type: ignore[no-untyped-
             driver.cleanup()
 
 
-def test_mount_table_volume(  # type: ignore[no-untyped-def]
+def test_mount_table_volume(
     driver: Driver, moto, s3, bucket: str, dataset: dict[str, bytes], secrets: dict[str, str]
 ) -> None:
     """A volume of two sources in one tree; file:// entries are refused through CSI."""
@@ -384,4 +384,4 @@ source = "s3://{bucket}/logs"
     with pytest.raises(grpc.RpcError) as failed:
         driver.node.NodePublishVolume(request, timeout=60)
     assert status_of(failed.value) == grpc.StatusCode.INVALID_ARGUMENT
-    assert "file://" in failed.value.details()  # type: ignore[attr-defined]
+    assert "file://" in failed.value.details()

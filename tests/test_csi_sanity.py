@@ -36,13 +36,13 @@ def driver(tmp_path: Path) -> Iterator[Driver]:
         d.cleanup()
 
 
-def expect(code: grpc.StatusCode, call, request) -> None:  # type: ignore[no-untyped-def]
+def expect(code: grpc.StatusCode, call, request) -> None:
     with pytest.raises(grpc.RpcError) as failed:
         call(request, timeout=60)
     assert status_of(failed.value) == code, failed.value
 
 
-def test_sanity_node_sequence(driver: Driver, moto, bucket: str) -> None:  # type: ignore[no-untyped-def]
+def test_sanity_node_sequence(driver: Driver, moto, bucket: str) -> None:
     invalid = grpc.StatusCode.INVALID_ARGUMENT
     # Identity
     info = driver.identity.GetPluginInfo(csi_pb2.GetPluginInfoRequest())

@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from pffs.backends import open_backend
-from pffs.backends.base import ObjectInfo
+from pffs.backends.base import Capabilities, ObjectInfo
 from pffs.config import FuseConfig, MetaConfig, SourceConfig
 from pffs.errors import Changed, IsADirectory, NotADirectory, NotFound, ReadOnly, Unsupported
 from pffs.fs.inodes import ROOT_INODE, Inode
@@ -33,6 +33,8 @@ class CountingBackend:
         self.inner = open_backend(SourceConfig(url=f"file://{root}"))
         self.source_id = self.inner.source_id
         self.max_concurrency = 4
+        self.capabilities = Capabilities()  # reads only
+        self.retries = 0
         self.calls: Counter[str] = Counter()
 
     def check(self) -> None:

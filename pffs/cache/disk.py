@@ -137,7 +137,8 @@ def _decompressed(layout: _Layout, f: BinaryIO) -> bytes | None:
         return None
     if len(data) != layout.length or not _verified(data, layout.crcs, 0):
         return None
-    return data
+    block: bytes = data
+    return block
 
 
 def read_entry(key: str, f: BinaryIO) -> bytes | None:
@@ -246,15 +247,18 @@ class _Entry:
     payload: bytes | memoryview
 
 
-class _BlockDisk(diskcache.Disk):
+class _BlockDisk(diskcache.Disk):  # type: ignore[misc]  # diskcache has no type hints
     """diskcache's file store, writing block entries with `write_entry` (O_DIRECT)."""
 
-    def store(self, value: object, read: bool, key: object = diskcache.core.UNKNOWN) -> tuple:
+    def store(
+        self, value: object, read: bool, key: object = diskcache.core.UNKNOWN
+    ) -> tuple[object, ...]:
         if isinstance(value, _Entry):
             filename, full_path = self.filename(key, value)
             size = write_entry(full_path, value.header, value.payload)
             return size, diskcache.core.MODE_BINARY, filename, None
-        return super().store(value, read, key)
+        stored: tuple[object, ...] = super().store(value, read, key)
+        return stored
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import functools
 
 import trio
 
+from pffs.backends.base import block_runs
 from pffs.cache.blocks import BlockCache, BlockKey, Deliver
 from pffs.cache.readahead import Readahead
 from pffs.errors import Corrupted, IsADirectory
@@ -59,7 +60,7 @@ class Reader:
                 [self._block_key(handle, index) for index in ahead],
                 [self._block_length(handle, index) for index in ahead],
                 functools.partial(self._fetch_run, handle, ahead.start),
-                coalesce=hasattr(handle.mounted.backend, "read_blocks"),
+                coalesce=block_runs(handle.mounted.backend) is not None,
                 at_end=ahead.stop > handle.readahead.last_block,
             )
         first, last = offset // self.block_size, (end - 1) // self.block_size
@@ -104,8 +105,8 @@ class Reader:
     ) -> None:
         """Blocks base+first .. base+first+count-1 for a prefetch, each delivered as it lands."""
         indices = range(base + first, base + first + count)
-        backend = handle.mounted.backend
-        if count == 1 or not hasattr(backend, "read_blocks"):
+        backend = block_runs(handle.mounted.backend)
+        if count == 1 or backend is None:
             for position, index in enumerate(indices, first):
                 await deliver(position, await self._fetch_block(handle, index))
             return

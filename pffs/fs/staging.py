@@ -33,8 +33,8 @@ from typing import Any, TypeVar
 
 import trio
 
-from pffs.backends.base import ObjectInfo
-from pffs.errors import NoSpace, PffsError
+from pffs.backends.base import MultipartBackend, ObjectInfo, WritableBackend, multipart, writable
+from pffs.errors import NoSpace, PffsError, Unsupported
 from pffs.routing.table import Mounted
 
 T = TypeVar("T")
@@ -199,10 +199,10 @@ async def upload(staged: Staged, run: Run) -> ObjectInfo:
         if streamed is not None:
             return streamed
     mounted = staged.mounted
-    backend: Any = mounted.backend
     path = staged.path_in_source
-    if not getattr(backend, "multipart", False) or staged.size <= MULTIPART_THRESHOLD:
-        info: ObjectInfo = await run(mounted.limiter, backend.put, path, staged.file)
+    backend = multipart(mounted.backend)
+    if backend is None or staged.size <= MULTIPART_THRESHOLD:
+        info: ObjectInfo = await run(mounted.limiter, _writable(mounted).put, path, staged.file)
         return info
     part_size = max(PART_SIZE, -(-staged.size // MAX_PARTS))
     count = -(-staged.size // part_size)
@@ -227,7 +227,7 @@ async def _send_parts(
 ) -> None:
     """Upload parts `indices` of the staging file, PARTS_IN_FLIGHT at a time."""
     mounted = staged.mounted
-    backend: Any = mounted.backend
+    backend = _multipart(mounted)
     slots = trio.Semaphore(PARTS_IN_FLIGHT)
 
     async def send(index: int) -> None:
@@ -253,7 +253,7 @@ async def _complete(
     staged: Staged, run: Run, upload_id: str, count: int, etags: dict[int, str]
 ) -> ObjectInfo:
     mounted = staged.mounted
-    backend: Any = mounted.backend
+    backend = _multipart(mounted)
     ordered = [etags[index] for index in range(count)]
     info: ObjectInfo = await run(
         mounted.limiter,
@@ -268,7 +268,7 @@ async def _complete(
 
 async def _abort(staged: Staged, run: Run, upload_id: str) -> None:
     mounted = staged.mounted
-    backend: Any = mounted.backend
+    backend = _multipart(mounted)
     try:
         await run(mounted.limiter, backend.abort_upload, staged.path_in_source, upload_id)
     except PffsError as exc:  # the store expires abandoned uploads by its own rules
@@ -326,7 +326,7 @@ class StreamingUpload:
                 async with self._begin_lock:
                     if self.upload_id is None:
                         mounted = staged.mounted
-                        backend: Any = mounted.backend
+                        backend = _multipart(mounted)
                         path = staged.path_in_source
                         self.upload_id = await self.run(mounted.limiter, backend.begin_upload, path)
                 await _send_parts(
@@ -367,3 +367,17 @@ def _first_error(exc: BaseException) -> BaseException:
         inner = [e for e in exc.exceptions if not isinstance(e, trio.Cancelled)]
         exc = (inner or list(exc.exceptions))[0]
     return exc
+
+
+def _writable(mounted: Mounted) -> WritableBackend:
+    backend = writable(mounted.backend)
+    if backend is None:
+        raise Unsupported(f"{mounted.backend.source_id} does not take writes")
+    return backend
+
+
+def _multipart(mounted: Mounted) -> MultipartBackend:
+    backend = multipart(mounted.backend)
+    if backend is None:  # only reached through a store that declared it
+        raise Unsupported(f"{mounted.backend.source_id} does not take uploads in parts")
+    return backend

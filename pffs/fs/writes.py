@@ -24,12 +24,19 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import trio
 
 from pffs import metrics
-from pffs.backends.base import ObjectInfo, WritableBackend, is_valid_name, join
+from pffs.backends.base import (
+    ObjectInfo,
+    WritableBackend,
+    is_valid_name,
+    join,
+    multipart,
+    writable,
+)
 from pffs.cache.readahead import Readahead
 from pffs.config import FuseConfig
 from pffs.errors import (
@@ -106,22 +113,24 @@ class Writer:
 
     # --- helpers -----------------------------------------------------------------------------
 
-    def _writable(self, path: str, what: str) -> tuple[Mounted, str]:
-        """The source and path for a write at `path`, or EROFS / ENOTSUP."""
+    def _writable(self, path: str, what: str) -> tuple[Mounted, WritableBackend, str]:
+        """The source, its writable store and the path for a write at `path`, or EROFS /
+        ENOTSUP."""
         if self.is_read_only(path):
             raise self.write_refused(what, path)
         mounted, inside = self.namespace.route(path)
-        if not isinstance(mounted.backend, WritableBackend):
+        backend = writable(mounted.backend)
+        if backend is None:
             raise Unsupported(f"{what}: {mounted.backend.source_id} does not take writes")
         if not inside:
             raise Busy(f"{what}: /{path} is the root of a source")
-        return mounted, inside
+        return mounted, backend, inside
 
     async def _staging_call(self, fn: Callable[..., T], *args: object) -> T:
         return await run_blocking(self._staging_limiter, fn, *args)
 
     async def _stage(self, inode: Inode, fill: bool) -> Staged:
-        mounted, inside = self._writable(inode.path, "write")
+        mounted, _, inside = self._writable(inode.path, "write")
         filled = fill and inode.info.size > 0
         state = "clean" if filled else "writing"
         staged: Staged = await self._staging_call(self.staging.create, mounted, inside, state)
@@ -144,8 +153,8 @@ class Writer:
 
     def _start_streaming(self, staged: Staged) -> None:
         """Upload the parts of a file written from empty while it is being written."""
-        backend = staged.mounted.backend
-        if self._nursery is not None and getattr(backend, "multipart", False) and not staged.size:
+        backend = multipart(staged.mounted.backend)
+        if self._nursery is not None and backend is not None and not staged.size:
             staged.streaming = StreamingUpload(staged, run_blocking, self._nursery)
 
     async def _mark_dirty(self, staged: Staged) -> None:
@@ -328,7 +337,7 @@ class Writer:
 
     async def unlink(self, parent_ino: int, name: str) -> None:
         path = join(self.namespace.inode(parent_ino).path, name)
-        mounted, inside = self._writable(path, "unlink")
+        mounted, backend, inside = self._writable(path, "unlink")
         if self.table.leads_to_mount(path):
             raise Busy(f"/{path} leads to a mount table entry")
         inode = await self.namespace.resolve(parent_ino, name)
@@ -340,7 +349,7 @@ class Writer:
             staged.unfilled = None
             del self.staged[inode.ino]
         try:
-            await run_blocking(mounted.limiter, mounted.backend.delete, inside)
+            await run_blocking(mounted.limiter, backend.delete, inside)
         except NotFound:
             if staged is None:
                 raise
@@ -351,14 +360,13 @@ class Writer:
         if not is_valid_name(name):
             raise UsageError(f"{name!r} is not a valid directory name")
         path = join(parent.path, name)
-        mounted, inside = self._writable(path, "mkdir")
+        mounted, backend, inside = self._writable(path, "mkdir")
         try:
             await self.namespace.resolve(parent_ino, name)
         except NotFound:
             pass
         else:
             raise Exists(f"/{path} already exists")
-        backend: Any = mounted.backend
         info = await run_blocking(mounted.limiter, backend.make_dir, inside)
         inode = self.namespace.remember(path, dataclasses.replace(info, name=name))
         inode.lookups += 1
@@ -369,12 +377,11 @@ class Writer:
         path = join(self.namespace.inode(parent_ino).path, name)
         if self.table.leads_to_mount(path):
             raise Busy(f"/{path} is or leads to a mount table entry")
-        mounted, inside = self._writable(path, "rmdir")
+        mounted, backend, inside = self._writable(path, "rmdir")
         inode = await self.namespace.resolve(parent_ino, name)
         if not inode.is_dir:
             raise NotADirectory(f"/{path} is not a directory")
         await self._require_empty(mounted, inside, path)
-        backend: Any = mounted.backend
         await run_blocking(mounted.limiter, backend.remove_dir, inside)
         self.namespace.gone(path)
 
@@ -396,8 +403,8 @@ class Writer:
         old_route, new_route = self.table.route(old_path), self.table.route(new_path)
         if old_route and new_route and old_route[0] is not new_route[0]:
             raise CrossDevice(f"rename /{old_path} -> /{new_path}: they are in different sources")
-        mounted, old_inside = self._writable(old_path, "rename")
-        _, new_inside = self._writable(new_path, "rename")
+        mounted, backend, old_inside = self._writable(old_path, "rename")
+        _, _, new_inside = self._writable(new_path, "rename")
         if self.table.leads_to_mount(old_path) or self.table.leads_to_mount(new_path):
             raise Busy(f"rename /{old_path} -> /{new_path}: a mount table entry is in the way")
         if not is_valid_name(new_name):
@@ -407,7 +414,6 @@ class Writer:
         staged = self.staged.get(source.ino)
         if staged is not None:
             await self._commit(source, staged)  # the store must hold what is renamed
-        backend: Any = mounted.backend
         await run_blocking(mounted.limiter, backend.rename, old_inside, new_inside)
         self.namespace.moved(old_path, new_path, new_inside)
         for moved in list(self.staged.values()):  # manifests name the new path from now on

@@ -80,7 +80,7 @@ def serve_here(config: MountConfig, on_ready: Callable[[], None] | None = None) 
     finally:
         stop_observing()
         log.info("cache counters at exit: %s", cache.stats.as_dict())
-        retries = {m.backend.source_id: getattr(m.backend, "retries", 0) for m in table.mounted}
+        retries = {m.backend.source_id: m.backend.retries for m in table.mounted}
         log.info("transient store failures retried: %s", retries)
         cache.close()
         with contextlib.suppress(OSError):
