@@ -17,9 +17,9 @@ import pytest
 
 from pffs.mounting.kernel import find_mount, wait_unmounted
 from pffs.testing.servers import MotoServer
-from tests.conftest import mounted, requires_fuse, run_pffs, unmount_quietly
+from tests.conftest import mounted, run_pffs, unmount_quietly
 
-pytestmark = [requires_fuse, pytest.mark.mount]
+pytestmark = [pytest.mark.mount]
 
 MIB = 1 << 20
 

@@ -1,6 +1,6 @@
 """The CSI node service over real gRPC: publish S3 volumes from a moto server, read through them.
 
-A `pffs csi --mode all` driver runs in a subprocess (tests/csi_driver.py) with a temporary
+A `pffs csi --mode all` driver runs in a subprocess (tests/csi/csi_driver.py) with a temporary
 kubelet dir; volumes are real FUSE mounts (one `pffs mount` process per volume) bind mounted
 into the targets. No Kubernetes here: the tests play the kubelet's part, making the calls
 kubelet makes. csi-sanity (kubernetes-csi/csi-test, a Go binary) cannot be fetched on this
@@ -24,10 +24,9 @@ import pytest
 
 from pffs.csi import csi_pb2
 from pffs.mounting.kernel import FSTYPE, find_mount, is_dead
-from tests.conftest import requires_fuse
-from tests.csi_driver import AccessMode, Driver, capability, mount_daemons, status_of
+from tests.csi.csi_driver import AccessMode, Driver, capability, mount_daemons, status_of
 
-pytestmark = [requires_fuse, pytest.mark.mount]
+pytestmark = [pytest.mark.mount]
 
 CREDENTIAL_NAMES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 
@@ -317,10 +316,10 @@ def test_node_publishes_its_cache_for_the_scheduler(
 ) -> None:
     """After a pod reads a volume, the node's labels say it holds that dataset.
 
-    The Node lives in tests/kube_apiserver.py, a stand-in for the API server (none runs here).
+    The Node lives in tests/csi/kube_apiserver.py, a stand-in for the API server (none runs here).
     """
     from pffs.csi.labels import CACHE_ANNOTATION, dataset_id, decode_annotation, label_key
-    from tests.kube_apiserver import FakeApiServer
+    from tests.csi.kube_apiserver import FakeApiServer
 
     with FakeApiServer() as api:
         api.add_node("node-1", {}, {})

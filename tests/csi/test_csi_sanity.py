@@ -17,10 +17,9 @@ import grpc
 import pytest
 
 from pffs.csi import csi_pb2
-from tests.conftest import requires_fuse
-from tests.csi_driver import AccessMode, Driver, capability, status_of
+from tests.csi.csi_driver import AccessMode, Driver, capability, status_of
 
-pytestmark = [requires_fuse, pytest.mark.mount]
+pytestmark = [pytest.mark.mount]
 # csi-sanity's default access mode for node tests.
 WRITER = AccessMode.SINGLE_NODE_WRITER
 DOMAIN_NAME = re.compile(r"^[a-zA-Z0-9]([a-zA-Z0-9.-]{0,61}[a-zA-Z0-9])?$")

@@ -1,6 +1,6 @@
 """The node publisher (csi/affinity_publisher.py): a real disk cache, labels on a Node.
 
-The Node lives in tests/kube_apiserver.py, a local stand-in for the Kubernetes API server
+The Node lives in tests/csi/kube_apiserver.py, a local stand-in for the Kubernetes API server
 (none can run on this machine), spoken to over real HTTP.
 """
 
@@ -17,7 +17,7 @@ from pffs.cache.disk import DiskTier, entry_key
 from pffs.csi.affinity_publisher import NodeCachePublisher
 from pffs.csi.kube import KubeClient
 from pffs.csi.labels import CACHE_ANNOTATION, dataset_id, decode_annotation, label_key
-from tests.kube_apiserver import FakeApiServer
+from tests.csi.kube_apiserver import FakeApiServer
 
 BLOCK = 64 * 1024
 

@@ -19,7 +19,7 @@ from pffs.errors import CrossDevice, NotFound, ReadOnly, UsageError
 from pffs.fs.vfs import Vfs
 from pffs.routing.table import Mounted, MountTable
 from pffs.routing.tablefile import parse_table
-from tests.conftest import mounted, requires_fuse, run_pffs
+from tests.conftest import mounted, run_pffs
 
 DEFAULTS = SourceConfig(url="")
 
@@ -215,7 +215,7 @@ def test_memory_only_entry_never_reaches_the_disk_tier(tmp_path: Path) -> None:
 # --- a real mount: moto S3 + a local directory + the arrow backend ---------------------------
 
 
-@requires_fuse
+@pytest.mark.mount
 @pytest.mark.mount
 def test_one_tree_over_s3_local_and_arrow(moto, s3, bucket, tmp_path: Path) -> None:
     rng = random.Random(11)

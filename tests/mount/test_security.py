@@ -14,7 +14,7 @@ from pffs.backends import open_backend
 from pffs.config import SourceConfig
 from pffs.errors import PermissionDenied
 from pffs.mounting.daemon import registry_path
-from tests.conftest import mounted, requires_fuse
+from tests.conftest import mounted
 
 SECRET = "pffs-secret-Zq81xV0"
 
@@ -42,7 +42,7 @@ def private_tree(root: Path) -> list[str]:
     return exposed
 
 
-@requires_fuse
+@pytest.mark.mount
 def test_credentials_and_private_files(s3, bucket, moto, tmp_path, monkeypatch) -> None:
     s3.put_object(Bucket=bucket, Key="data.bin", Body=os.urandom(5 << 20))
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)  # moto accepts any secret
@@ -84,7 +84,7 @@ def _cmdline(pid: str) -> str:
         return ""
 
 
-@requires_fuse
+@pytest.mark.mount
 def test_allow_other_only_when_asked(s3, bucket, mount_s3) -> None:
     with mount_s3(f"s3://{bucket}", "--allow-other") as mnt:
         assert "allow_other" in mount_options(mnt)
@@ -118,7 +118,7 @@ def test_backend_cannot_escape_its_root(tree_with_escapes: Path, scheme: str) ->
         list(backend.list("out-dir"))
 
 
-@requires_fuse
+@pytest.mark.mount
 @pytest.mark.parametrize("scheme", ["file", "arrow+file"])
 def test_mount_cannot_escape_its_root(tree_with_escapes: Path, tmp_path: Path, scheme: str) -> None:
     with mounted(f"{scheme}://{tree_with_escapes}", tmp_path / "mnt", "--cache-dir", "none") as m:

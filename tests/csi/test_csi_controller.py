@@ -1,6 +1,6 @@
 """The CSI controller over real gRPC: dynamic provisioning of S3 prefixes on a moto server.
 
-The driver runs with --mode all (tests/csi_driver.py); CreateVolume's volume is then published
+The driver runs with --mode all (tests/csi/csi_driver.py); CreateVolume's volume is then published
 on the node side and read through, as the external-provisioner and kubelet would use it.
 """
 
@@ -14,7 +14,7 @@ import pytest
 
 from pffs.csi import csi_pb2
 from tests.conftest import fuse_available
-from tests.csi_driver import AccessMode, Driver, capability, status_of
+from tests.csi.csi_driver import AccessMode, Driver, capability, status_of
 
 GIB = 1 << 30
 
@@ -46,6 +46,7 @@ def keys(s3, bucket: str, prefix: str) -> list[str]:
     return sorted(item["Key"] for item in listing.get("Contents", []))
 
 
+@pytest.mark.mount  # NodePublishVolume mounts the new volume for real
 def test_create_validate_delete_round_trip(driver: Driver, moto, s3, bucket: str) -> None:
     parameters = {
         "baseSource": f"s3://{bucket}/volumes",

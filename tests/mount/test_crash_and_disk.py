@@ -24,7 +24,7 @@ from pffs.mounting.kernel import wait_unmounted
 from pffs.mounting.recovery import recover_staged
 from pffs.routing.table import Mounted
 from pffs.testing.faults import FaultProxy
-from tests.conftest import mounted, requires_fuse, run_pffs, unmount_quietly
+from tests.conftest import mounted, run_pffs, unmount_quietly
 
 MIB = 1 << 20
 requires_root = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
@@ -63,7 +63,7 @@ def kill_daemon(pid: int, mnt: Path) -> None:
 # --- crash recovery ------------------------------------------------------------------------
 
 
-@requires_fuse
+@pytest.mark.mount
 def test_kill_9_then_remount_recovers_cache_and_staged_writes(s3, bucket, proxy, tmp_path) -> None:
     """After kill -9: the dead mount is cleared, the disk cache is reused, a file closed while
     the store was down is uploaded, and a file still open is kept and reported, not uploaded."""
@@ -204,7 +204,7 @@ def fill(disk: Path) -> None:
             assert exc.errno == errno.ENOSPC
 
 
-@requires_fuse
+@pytest.mark.mount
 @requires_root
 @pytest.mark.parametrize("full_before_mount", [False, True])
 def test_full_cache_disk_is_read_around(

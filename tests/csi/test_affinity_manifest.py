@@ -1,6 +1,6 @@
 """`pffs affinity MANIFEST`: node-affinity terms for the nodes holding a workload's data.
 
-PVCs, PVs and Nodes come from tests/kube_apiserver.py, a local stand-in for the Kubernetes API
+PVCs, PVs and Nodes come from tests/csi/kube_apiserver.py, a local stand-in for the Kubernetes API
 server (none can run on this machine), over real HTTP.
 """
 
@@ -19,7 +19,7 @@ import yaml
 
 from pffs.csi.affinity_manifest import annotate
 from pffs.csi.labels import dataset_id, label_key
-from tests.kube_apiserver import FakeApiServer
+from tests.csi.kube_apiserver import FakeApiServer
 
 ATTRS = {"source": "s3://datasets/imagenet/train", "endpoint": "http://minio:9000"}
 LABEL = label_key(dataset_id(ATTRS))

@@ -20,9 +20,9 @@ import pytest
 
 from pffs.testing.faults import FaultProxy, any_request, object_gets
 from pffs.testing.servers import MotoServer
-from tests.conftest import mounted, requires_fuse
+from tests.conftest import mounted
 
-pytestmark = requires_fuse
+pytestmark = pytest.mark.mount
 MIB = 1 << 20
 # The drill reads 1 GiB; the suite uses less to stay fast (PFFS_FAULT_TEST_MIB=1024).
 FAULT_TEST_MIB = int(os.environ.get("PFFS_FAULT_TEST_MIB", "48"))

@@ -15,9 +15,8 @@ from pathlib import Path
 import pytest
 
 from bench.scenarios import METRICS
-from tests.conftest import requires_fuse
 
-pytestmark = [requires_fuse, pytest.mark.mount, pytest.mark.slow]
+pytestmark = [pytest.mark.mount, pytest.mark.slow]
 
 
 @pytest.mark.skipif(shutil.which("fio") is None, reason="fio is missing (apt-get install fio)")

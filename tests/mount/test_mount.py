@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from pffs.mounting.kernel import find_mount, wait_unmounted
-from tests.conftest import PFFS, requires_fuse, run_pffs
+from tests.conftest import PFFS, run_pffs
 
-pytestmark = [requires_fuse, pytest.mark.mount]
+pytestmark = [pytest.mark.mount]
 
 MIB = 1 << 20
 

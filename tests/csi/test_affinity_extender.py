@@ -2,7 +2,7 @@
 
 kube-scheduler POSTs `{"Pod": v1.Pod, "Nodes": v1.NodeList}` (or `"NodeNames": [...]` when the
 extender is nodeCacheCapable) to <urlPrefix>/filter and /prioritize. PVCs, PVs and Nodes are
-served by tests/kube_apiserver.py, a local stand-in for the Kubernetes API server (none can run
+served by tests/csi/kube_apiserver.py, a local stand-in for the Kubernetes API server (none can run
 on this machine).
 """
 
@@ -29,7 +29,7 @@ from pffs.csi.labels import (
     encode_annotation,
     node_labels,
 )
-from tests.kube_apiserver import FakeApiServer
+from tests.csi.kube_apiserver import FakeApiServer
 
 ATTRS_A = {"source": "s3://datasets/imagenet", "endpoint": "http://minio.storage:9000"}
 ATTRS_B = {"source": "s3://datasets/coco", "region": "us-east-1"}

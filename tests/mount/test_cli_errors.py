@@ -14,9 +14,9 @@ from pffs.config import FuseConfig, SourceConfig, single_source
 from pffs.errors import PffsError
 from pffs.mounting.kernel import find_mount
 from pffs.testing.servers import MotoServer
-from tests.conftest import requires_fuse, run_pffs
+from tests.conftest import run_pffs
 
-pytestmark = requires_fuse
+pytestmark = pytest.mark.mount
 
 
 def assert_one_line_error(args: tuple[str, ...], code: int, fragment: str, **kwargs) -> None:

@@ -10,9 +10,9 @@ import boto3
 import pytest
 
 from pffs.testing.servers import MotoServer
-from tests.conftest import mounted, requires_fuse, run_pffs
+from tests.conftest import mounted, run_pffs
 
-pytestmark = [requires_fuse, pytest.mark.mount]
+pytestmark = [pytest.mark.mount]
 MIB = 1 << 20
 
 

@@ -47,9 +47,9 @@ from pffs.csi.kube import KubeClient
 from pffs.csi.server import DEFAULT_DRIVER_NAME, DriverConfig, config_from_args, socket_path
 from pffs.testing.servers import free_port, wait_for_port
 from pffs.version import __version__
-from tests.kube_apiserver import FakeApiServer
+from tests.csi.kube_apiserver import FakeApiServer
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 K8S = DEPLOY / "kubernetes"
 CHART = DEPLOY / "helm" / "pffs"

@@ -1,6 +1,6 @@
 """The Kubernetes API client (csi/kube.py) against a local stand-in for the API server.
 
-No Kubernetes API server can run on this machine, so tests/kube_apiserver.py serves the
+No Kubernetes API server can run on this machine, so tests/csi/kube_apiserver.py serves the
 endpoints the client uses over real HTTP and HTTPS on 127.0.0.1, in the API's shapes.
 """
 
@@ -20,7 +20,7 @@ from cryptography.x509.oid import NameOID
 
 from pffs.csi.kube import KubeClient, KubeError
 from pffs.testing.servers import free_port
-from tests.kube_apiserver import FakeApiServer
+from tests.csi.kube_apiserver import FakeApiServer
 
 
 @pytest.fixture

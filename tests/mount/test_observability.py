@@ -23,10 +23,10 @@ from pffs.config import CacheConfig
 from pffs.errors import MountpointError, UsageError
 from pffs.logs import LineFormatter, redact
 from pffs.testing.servers import free_port
-from tests.conftest import requires_fuse, run_pffs
+from tests.conftest import run_pffs
 
 MIB = 1 << 20
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "deploy" / "grafana" / "pffs-dashboard.json"
 
 
@@ -56,7 +56,7 @@ def _drop_page_cache(path: Path) -> None:
         os.close(fd)
 
 
-@requires_fuse
+@pytest.mark.mount
 @pytest.mark.mount
 def test_metrics_move_through_a_real_mount(s3, bucket: str, mount_s3, tmp_path: Path) -> None:
     size = 3 * MIB + 12345
