@@ -26,10 +26,6 @@ def medians(runs: Runs, server: str, system: str) -> dict[str, float | str]:
     return out
 
 
-def _better(metric: Metric, a: float, b: float) -> bool:
-    return a > b if metric.higher_is_better else a < b
-
-
 def ratio_to_best_peer(metric: Metric, pffs: float, peers: list[float]) -> float | None:
     """How many times better pffs is than the best peer (>1 better, <1 worse)."""
     if not peers:

@@ -120,11 +120,6 @@ def label_key(source_id: str) -> str:
     return f"{LABEL_PREFIX}/{dataset_name(source_id)}-{_hash(source_id)}"
 
 
-def label_matches(key: str, source_id: str) -> bool:
-    """Whether a label key was made for `source_id` (the hash decides; the slug is for humans)."""
-    return key == label_key(source_id)
-
-
 def is_pffs_label(key: str) -> bool:
     return key.startswith(LABEL_PREFIX + "/")
 

@@ -115,9 +115,6 @@ class StagingArea:
         log.error("%s: not uploaded; its data is kept in %s", staged.where, staged.file)
 
 
-MANIFEST_STATES = ("writing", "closed", "clean")
-
-
 def write_manifest(staged: Staged, state: str) -> None:
     """Record the staging file's source, path and state beside it (blocking, atomic)."""
     manifest = {
