@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The project's chores in one place: ./dev.sh demo | test | lint | format | bench | setup
+# The project's chores in one place: ./dev.sh demo | test | lint | format | bench | proto | setup
 #
 # Every command first runs `setup`, which installs what is missing: the system packages (as
 # root, with apt-get), a virtual environment in .venv and pffs with its test extra. So on a
@@ -110,5 +110,7 @@ case "${1:-}" in
   lint) setup; lint ;;
   format) setup; "$VENV/bin/ruff" format . && "$VENV/bin/ruff" check --fix . ;;
   bench) shift; setup; exec "$PY" -m bench "$@" ;;
-  *) echo "usage: ./dev.sh demo|test|lint|format|bench|setup [args]" >&2; exit 2 ;;
+  # The CSI gRPC stubs in csi/proto/, regenerated from csi/proto/csi.proto (grpcio-tools).
+  proto) setup; exec "$PY" -m pffs.csi.proto.generate ;;
+  *) echo "usage: ./dev.sh demo|test|lint|format|bench|proto|setup [args]" >&2; exit 2 ;;
 esac

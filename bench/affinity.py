@@ -11,9 +11,10 @@ to end when it starts, then computes for an exponential time. Arrivals are Poiss
   `--weight`), as kube-scheduler adds extender scores;
 - `require`: like prefer, after the extender's filter in require mode.
 
-The extender is the real one (pffs.csi.extender.Extender): each node's cache is published as the
-node plugin publishes it (the `pffs.io/cache` annotation), each job is a Pod with an inline
-csi.pffs.io volume, and the scheduler side sends ExtenderArgs with the candidate Nodes.
+The extender is the real one (pffs.csi.affinity.extender.Extender): each node's cache is
+published as the node plugin publishes it (the `pffs.io/cache` annotation), each job is a Pod
+with an inline csi.pffs.io volume, and the scheduler side sends ExtenderArgs with the candidate
+Nodes.
 
 Cache model, per node: LRU over datasets at byte granularity. A job reading dataset d finds
 `held[d]` bytes on disk and fetches the rest; afterwards the node holds d whole (evicting the
@@ -41,9 +42,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pffs.csi.affinity import PREFER, REQUIRE
-from pffs.csi.extender import Extender
-from pffs.csi.labels import CACHE_ANNOTATION, DRIVER_NAME, DatasetCache, encode_annotation
+from pffs.csi.affinity.extender import Extender
+from pffs.csi.affinity.labels import CACHE_ANNOTATION, DRIVER_NAME, DatasetCache, encode_annotation
+from pffs.csi.affinity.scoring import PREFER, REQUIRE
 
 GIB = 1 << 30
 TIB = 1 << 40

@@ -11,8 +11,8 @@ import threading
 
 import grpc
 
-from pffs.csi import csi_pb2, csi_pb2_grpc
 from pffs.csi.params import check_capability, parse_bool
+from pffs.csi.proto import csi_pb2, csi_pb2_grpc
 from pffs.csi.provision import (
     S3Store,
     VolumeRef,

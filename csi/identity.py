@@ -8,7 +8,7 @@ import shutil
 import grpc
 from google.protobuf import wrappers_pb2
 
-from pffs.csi import csi_pb2, csi_pb2_grpc
+from pffs.csi.proto import csi_pb2, csi_pb2_grpc
 from pffs.csi.status import CsiError, rpc
 from pffs.version import __version__
 

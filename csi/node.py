@@ -12,12 +12,12 @@ import os
 
 import grpc
 
-from pffs.csi import csi_pb2, csi_pb2_grpc
 from pffs.csi.params import (
     check_capability,
     credentials_env,
     volume_spec,
 )
+from pffs.csi.proto import csi_pb2, csi_pb2_grpc
 from pffs.csi.status import CsiError, invalid, rpc
 from pffs.csi.volumes import Publication, VolumeManager
 

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from pffs.backends import scheme_of
-from pffs.csi import csi_pb2
+from pffs.csi.proto import csi_pb2
 from pffs.csi.status import invalid
 from pffs.errors import UsageError
 from pffs.sizes import SizeError, parse_size

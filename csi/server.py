@@ -23,7 +23,7 @@ import grpc
 from pffs.errors import UsageError
 
 if TYPE_CHECKING:
-    from pffs.csi.affinity_publisher import NodeCachePublisher
+    from pffs.csi.affinity.publisher import NodeCachePublisher
 
 log = logging.getLogger("pffs.csi")
 DEFAULT_DRIVER_NAME = "csi.pffs.io"
@@ -123,10 +123,10 @@ def socket_path(endpoint: str) -> str:
 
 
 def build_server(config: DriverConfig) -> grpc.Server:
-    from pffs.csi import csi_pb2_grpc
     from pffs.csi.controller import ControllerService
     from pffs.csi.identity import IdentityService
     from pffs.csi.node import NodeService
+    from pffs.csi.proto import csi_pb2_grpc
     from pffs.csi.volumes import VolumeManager
 
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
@@ -189,8 +189,8 @@ def start_publisher(config: DriverConfig) -> NodeCachePublisher | None:
     if config.kube_api is None and not os.environ.get("KUBERNETES_SERVICE_HOST"):
         log.info("not in a Kubernetes cluster and no --kube-api: node labels not published")
         return None
-    from pffs.csi.affinity_publisher import NodeCachePublisher
-    from pffs.csi.kube import KubeClient, KubeError
+    from pffs.csi.affinity.kube import KubeClient, KubeError
+    from pffs.csi.affinity.publisher import NodeCachePublisher
 
     try:
         api = KubeClient.from_url(config.kube_api)

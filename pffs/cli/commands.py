@@ -124,12 +124,12 @@ def run(argv: Sequence[str] | None = None) -> int:
 
             return run_demo(files=args.files, large_mib=args.large_mib)
         if args.command == "scheduler-extender":
-            from pffs.csi.extender import run as run_extender
+            from pffs.csi.affinity.extender import run as run_extender
 
             setup_logging(args.debug)
             return run_extender(args.listen, args.api, args.mode, args.url_prefix)
         if args.command == "affinity":
-            from pffs.csi.affinity_manifest import run as run_affinity
+            from pffs.csi.affinity.manifest import run as run_affinity
 
             return run_affinity(args.manifest, args.required, args.api, args.namespace)
         if args.command == "_daemon":

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import grpc
 
-from pffs.csi import csi_pb2, csi_pb2_grpc
+from pffs.csi.proto import csi_pb2, csi_pb2_grpc
 from pffs.mounting.kernel import mount_table
 
 AccessMode = csi_pb2.VolumeCapability.AccessMode

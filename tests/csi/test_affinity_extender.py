@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from pffs.csi.extender import Extender, make_server
-from pffs.csi.kube import KubeClient
-from pffs.csi.labels import (
+from pffs.csi.affinity.extender import Extender, make_server
+from pffs.csi.affinity.kube import KubeClient
+from pffs.csi.affinity.labels import (
     CACHE_ANNOTATION,
     DatasetCache,
     dataset_id,

@@ -1,4 +1,4 @@
-"""Per-source usage of a real disk tier, kept by SQLite triggers; source totals (csi/inventory.py).
+"""Per-source usage of a real disk tier, kept by SQLite triggers, and source totals (inventory).
 
 Uses the real DiskTier (diskcache on disk) as the mounts do, and real backends for listing:
 a directory (file://) and moto's S3 server over HTTP.
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pffs.cache.disk import DiskTier, entry_key
-from pffs.csi.inventory import (
+from pffs.csi.affinity.inventory import (
     CacheInventory,
     SourceTotal,
     SourceTotals,

@@ -1,4 +1,4 @@
-"""Dataset identity, node labels and the cache annotation (csi/labels.py)."""
+"""Dataset identity, node labels and the cache annotation (csi/affinity/labels.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from pffs.backends import open_backend
 from pffs.config import SourceConfig
-from pffs.csi.labels import (
+from pffs.csi.affinity.labels import (
     CACHE_ANNOTATION,
     DatasetCache,
     VolumeAttributesError,

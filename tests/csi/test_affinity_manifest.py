@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
-from pffs.csi.affinity_manifest import annotate
-from pffs.csi.labels import dataset_id, label_key
+from pffs.csi.affinity.labels import dataset_id, label_key
+from pffs.csi.affinity.manifest import annotate
 from tests.csi.kube_apiserver import FakeApiServer
 
 ATTRS = {"source": "s3://datasets/imagenet/train", "endpoint": "http://minio:9000"}
@@ -132,7 +132,7 @@ def test_required_terms_are_anded_into_every_existing_term(api: FakeApiServer) -
             {"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["h100"]}]},
         ]
     }
-    from pffs.csi.kube import KubeClient
+    from pffs.csi.affinity.kube import KubeClient
 
     out = yaml.safe_load(annotate(yaml.safe_dump(doc), KubeClient(api.url), required=True))
     terms = _node_affinity(out)["requiredDuringSchedulingIgnoredDuringExecution"][

@@ -1,4 +1,4 @@
-"""The node publisher (csi/affinity_publisher.py): a real disk cache, labels on a Node.
+"""The node publisher (csi/affinity/publisher.py): a real disk cache, labels on a Node.
 
 The Node lives in tests/csi/kube_apiserver.py, a local stand-in for the Kubernetes API server
 (none can run on this machine), spoken to over real HTTP.
@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from pffs.cache.disk import DiskTier, entry_key
-from pffs.csi.affinity_publisher import NodeCachePublisher
-from pffs.csi.kube import KubeClient
-from pffs.csi.labels import CACHE_ANNOTATION, dataset_id, decode_annotation, label_key
+from pffs.csi.affinity.kube import KubeClient
+from pffs.csi.affinity.labels import CACHE_ANNOTATION, dataset_id, decode_annotation, label_key
+from pffs.csi.affinity.publisher import NodeCachePublisher
 from tests.csi.kube_apiserver import FakeApiServer
 
 BLOCK = 64 * 1024

@@ -40,10 +40,10 @@ import yaml
 
 from pffs.cli import options
 from pffs.csi import params, provision
-from pffs.csi.affinity import REQUIRE, pod_mode
-from pffs.csi.affinity_publisher import NodeCachePublisher
-from pffs.csi.extender import parse_listen
-from pffs.csi.kube import KubeClient
+from pffs.csi.affinity.extender import parse_listen
+from pffs.csi.affinity.kube import KubeClient
+from pffs.csi.affinity.publisher import NodeCachePublisher
+from pffs.csi.affinity.scoring import REQUIRE, pod_mode
 from pffs.csi.server import DEFAULT_DRIVER_NAME, DriverConfig, config_from_args, socket_path
 from pffs.testing.servers import free_port, wait_for_port
 from pffs.version import __version__
@@ -625,9 +625,10 @@ def test_the_build_context_makes_a_wheel_with_the_whole_cli(tmp_path: Path) -> N
         "pffs/cli/main.py",
         "pffs/cli/mounthelper.py",
         "pffs/csi/server.py",
-        "pffs/csi/extender.py",
+        "pffs/csi/affinity/extender.py",
         "pffs/backends/s3.py",
-        "pffs/csi/csi_pb2.py",
+        "pffs/csi/proto/csi_pb2.py",
+        "pffs/csi/proto/csi_pb2_grpc.py",
     ):
         assert module in names, module
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))

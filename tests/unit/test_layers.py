@@ -9,7 +9,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 # Folders of the repository and the import names they ship as (pyproject's package-dir).
 PACKAGES = {"pffs": "pffs", "backends": "pffs.backends", "csi": "pffs.csi", "bench": "bench"}
-GENERATED = {"pffs.csi.csi_pb2", "pffs.csi.csi_pb2_grpc"}
+GENERATED = {"pffs.csi.proto.csi_pb2", "pffs.csi.proto.csi_pb2_grpc"}
 
 CORE = ("pffs.version", "pffs.config", "pffs.errors", "pffs.sizes", "pffs.retry", "pffs.logs")
 # Layer of a module: the longest matching prefix wins.
@@ -23,22 +23,8 @@ LAYERS = {
     "pffs.fs": "fs",
     "pffs.fuse_ops": "kernel edge",
     "pffs.mounting": "mounting",
-    # The scheduler side of csi/ (data affinity); the rest of csi/ is the CSI driver.
-    **dict.fromkeys(
-        (
-            f"pffs.csi.{name}"
-            for name in (
-                "affinity",
-                "affinity_manifest",
-                "affinity_publisher",
-                "extender",
-                "inventory",
-                "kube",
-                "labels",
-            )
-        ),
-        "scheduler",
-    ),
+    # The scheduler side of csi/ (data affinity, csi/affinity/); the rest of csi/ is the driver.
+    "pffs.csi.affinity": "scheduler",
     "pffs.csi": "csi driver",
     "pffs.cli": "cli",
     "pffs.__main__": "cli",  # `python -m pffs` is the `pffs` command
@@ -152,4 +138,5 @@ def test_the_checker_sees_the_layers() -> None:
     edges = graph()
     assert "pffs.fs.vfs" in edges and "pffs.cache.blocks" in edges["pffs.fs.vfs"]
     assert "pffs.fs.vfs" in edges["pffs.fuse_ops"]
-    assert layer("pffs.csi.kube") == "scheduler" and layer("pffs.csi.node") == "csi driver"
+    assert layer("pffs.csi.affinity.kube") == "scheduler" and layer("pffs.csi.node") == "csi driver"
+    assert "pffs.csi.affinity.publisher" in edges["pffs.csi.server"]

@@ -1,4 +1,4 @@
-"""The committed CSI stubs match csi/proto/csi.proto, and `pffs csi` rejects bad options."""
+"""The committed CSI stubs are what csi/proto/generate.py makes; `pffs csi` rejects bad options."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pffs.csi import gen
+from pffs.csi.proto import generate
 from tests.conftest import run_pffs
 
 # Lines that name the generator's version; they differ between grpcio-tools releases while
@@ -23,15 +23,15 @@ def normalised(path: Path) -> str:
 
 def test_committed_stubs_match_the_proto(tmp_path: Path) -> None:
     pytest.importorskip("grpc_tools", reason="grpcio-tools (the test extra) regenerates stubs")
-    for fresh in gen.generate(tmp_path):
-        committed = gen.HERE / fresh.name
+    for fresh in generate.generate(tmp_path):
+        committed = generate.HERE / fresh.name
         assert normalised(fresh) == normalised(committed), (
-            f"{committed.name} is stale: run python -m pffs.csi.gen"
+            f"{committed.name} is stale: run ./dev.sh proto"
         )
 
 
 def test_wire_names_and_numbers() -> None:
-    from pffs.csi import csi_pb2
+    from pffs.csi.proto import csi_pb2
 
     publish = csi_pb2.NodePublishVolumeRequest.DESCRIPTOR.fields_by_name
     assert {name: publish[name].number for name in publish} == {

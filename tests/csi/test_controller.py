@@ -12,7 +12,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from pffs.csi import csi_pb2
+from pffs.csi.proto import csi_pb2
 from tests.conftest import fuse_available
 from tests.csi.csi_driver import AccessMode, Driver, capability, status_of
 

@@ -2,8 +2,8 @@
 
 Entry point for the CSI node plugin (one per node, in a background thread)::
 
-    from pffs.csi.affinity_publisher import NodeCachePublisher
-    from pffs.csi.kube import KubeClient
+    from pffs.csi.affinity.publisher import NodeCachePublisher
+    from pffs.csi.affinity.kube import KubeClient
 
     publisher = NodeCachePublisher(node_name, "/var/cache/pffs", KubeClient.in_cluster())
     publisher.start()          # daemon thread; returns at once
@@ -11,11 +11,11 @@ Entry point for the CSI node plugin (one per node, in a background thread)::
     publisher.stop()           # on shutdown
 
 Every `interval` seconds it reads the per-source usage of the cache directory (one small SQLite
-query, see csi/inventory.py) and the sources' total sizes. When the summary changed in a way the
+query, see inventory.py) and the sources' total sizes. When the summary changed in a way the
 scheduler can see (a dataset appeared or vanished, or its cached ratio moved by `min_change`),
 or every `resync` seconds regardless, it GETs its Node and sends a JSON merge patch with the
 differences: a `data.pffs.io/<name>=true` label per cached dataset (stale ones removed) and the
-`pffs.io/cache` annotation (csi/labels.py). API failures are logged and retried at the next tick;
+`pffs.io/cache` annotation (labels.py). API failures are logged and retried at the next tick;
 they never stop the thread. RBAC: `get` and `patch` on nodes (the node name comes from the
 downward API, spec.nodeName).
 
@@ -32,9 +32,9 @@ import threading
 import time
 from typing import Any
 
-from pffs.csi.inventory import DEFAULT_BLOCK_SIZE, CacheInventory, SourceTotals, summarize
-from pffs.csi.kube import KubeClient, KubeError
-from pffs.csi.labels import (
+from pffs.csi.affinity.inventory import DEFAULT_BLOCK_SIZE, CacheInventory, SourceTotals, summarize
+from pffs.csi.affinity.kube import KubeClient, KubeError
+from pffs.csi.affinity.labels import (
     CACHE_ANNOTATION,
     DatasetCache,
     encode_annotation,

@@ -23,9 +23,9 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from pffs.csi.affinity import LookupFailed, VolumeResolver
-from pffs.csi.kube import KubeClient, KubeError
-from pffs.csi.labels import is_pffs_label, label_key
+from pffs.csi.affinity.kube import KubeClient, KubeError
+from pffs.csi.affinity.labels import is_pffs_label, label_key
+from pffs.csi.affinity.scoring import LookupFailed, VolumeResolver
 from pffs.errors import BackendError, UsageError
 
 PREFERRED_WEIGHT = 100

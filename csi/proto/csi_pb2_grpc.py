@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from pffs.csi import csi_pb2 as csi__pb2
+from pffs.csi.proto import csi_pb2 as csi__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__

@@ -5,7 +5,7 @@ A dataset's identity is the cache tag of its blocks: the backend's `source_id`
 derives it from a pffs volume's CSI attributes exactly as the backends do, so the extender can
 match a pod's volumes against what the nodes' disk caches hold.
 
-On the Node object (written by csi/affinity_publisher.py):
+On the Node object (written by publisher.py):
 - one label per cached dataset, `data.pffs.io/<name>=true`, where `<name>` is a readable slug of
   the source (at most 52 characters, the most specific part kept) plus `-` and 10 hex digits of
   a hash of the full source id, so it is unique and always valid under the 63-character rule;

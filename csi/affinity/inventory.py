@@ -36,7 +36,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from pffs.csi.labels import DatasetCache, source_url_of
+from pffs.csi.affinity.labels import DatasetCache, source_url_of
 
 log = logging.getLogger("pffs.csi.inventory")
 

@@ -5,7 +5,7 @@ ExtenderArgs document: `{"Pod": Pod, "Nodes": NodeList | null, "NodeNames": [..]
 when the extender is configured `nodeCacheCapable: true`). Field names are Go's (no JSON tags).
 
 - prioritize answers a HostPriorityList, `[{"Host": name, "Score": 0..10}]`: the share of the
-  pod's pffs data each node's cache holds (csi/affinity.py). A pod without pffs volumes gets 0
+  pod's pffs data each node's cache holds (scoring.py). A pod without pffs volumes gets 0
   everywhere, so the extender changes nothing for it.
 - filter answers an ExtenderFilterResult `{"Nodes" | "NodeNames", "FailedNodes",
   "FailedAndUnresolvableNodes", "Error"}`. In prefer mode (the default) every node passes. In
@@ -34,7 +34,9 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from pffs.csi.affinity import (
+from pffs.csi.affinity.kube import KubeClient, KubeError
+from pffs.csi.affinity.labels import DatasetCache, label_key, node_cache
+from pffs.csi.affinity.scoring import (
     OFF,
     PREFER,
     REQUIRE,
@@ -45,8 +47,6 @@ from pffs.csi.affinity import (
     pod_mode,
     score_nodes,
 )
-from pffs.csi.kube import KubeClient, KubeError
-from pffs.csi.labels import DatasetCache, label_key, node_cache
 from pffs.errors import UsageError
 
 log = logging.getLogger("pffs.csi.extender")

@@ -22,7 +22,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from pffs.csi import csi_pb2
+from pffs.csi.proto import csi_pb2
 from pffs.mounting.kernel import FSTYPE, find_mount, is_dead
 from tests.csi.csi_driver import AccessMode, Driver, capability, mount_daemons, status_of
 
@@ -318,7 +318,7 @@ def test_node_publishes_its_cache_for_the_scheduler(
 
     The Node lives in tests/csi/kube_apiserver.py, a stand-in for the API server (none runs here).
     """
-    from pffs.csi.labels import CACHE_ANNOTATION, dataset_id, decode_annotation, label_key
+    from pffs.csi.affinity.labels import CACHE_ANNOTATION, dataset_id, decode_annotation, label_key
     from tests.csi.kube_apiserver import FakeApiServer
 
     with FakeApiServer() as api:

@@ -1,7 +1,7 @@
-"""Data affinity: which pffs datasets a pod reads, and how well each node's cache holds them.
+"""Scoring a pod against the nodes: which pffs datasets it reads, how much of them each caches.
 
-Used by the scheduler extender (csi/extender.py), by `pffs affinity` (csi/affinity_manifest.py)
-and by the simulation (bench/affinity.py), so all three score alike.
+Used by the scheduler extender (extender.py), by `pffs affinity` (manifest.py) and by the
+simulation (bench/affinity.py), so all three score alike.
 
 A pod's datasets come from its volumes: a PVC (also the PVC of a generic ephemeral volume,
 named `<pod>-<volume>`) bound to a PV of driver csi.pffs.io, or an inline CSI volume of that
@@ -23,8 +23,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from pffs.csi.kube import KubeClient, KubeError
-from pffs.csi.labels import DRIVER_NAME, MODE_ANNOTATION, DatasetCache, dataset_id
+from pffs.csi.affinity.kube import KubeClient, KubeError
+from pffs.csi.affinity.labels import DRIVER_NAME, MODE_ANNOTATION, DatasetCache, dataset_id
 from pffs.errors import PffsError
 
 log = logging.getLogger("pffs.csi.affinity")
