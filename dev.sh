@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The project's chores in one place: ./dev.sh demo | test | lint | format | bench | proto | setup
+# The project's chores in one place: ./dev.sh demo | test | lint | typecheck | format | bench |
+# proto | setup
 #
 # Every command first runs `setup`, which installs what is missing: the system packages (as
 # root, with apt-get), a virtual environment in .venv and pffs with its test extra. So on a
@@ -84,6 +85,7 @@ setup() { setup_system; setup_python; setup_k8s_tools; }
 
 # mypy sees backends/ and csi/ under their import names (pffs.backends, pffs.csi) through a tree
 # of links, as the installed package has them; otherwise every import across folders is Any.
+# Paths are inside that tree: `./dev.sh typecheck pffs/csi` checks csi/ alone (default: all).
 typecheck() {
   local tree="$VENV/typecheck"
   rm -rf "$tree" && mkdir -p "$tree/pffs"
@@ -94,7 +96,8 @@ typecheck() {
   local mypy config
   mypy="$(cd "$VENV/bin" && pwd)/mypy"
   config="$PWD/pyproject.toml"
-  (cd "$tree" && "$mypy" --config-file "$config" pffs bench tests)
+  [ $# -gt 0 ] || set -- pffs bench tests
+  (cd "$tree" && "$mypy" --config-file "$config" "$@")
 }
 
 lint() {
@@ -108,9 +111,10 @@ case "${1:-}" in
   demo) shift; setup; exec "$VENV/bin/pffs" demo "$@" ;;
   test) shift; setup; lint; exec "$PY" -m pytest "$@" ;;
   lint) setup; lint ;;
+  typecheck) shift; setup; typecheck "$@" ;;
   format) setup; "$VENV/bin/ruff" format . && "$VENV/bin/ruff" check --fix . ;;
   bench) shift; setup; exec "$PY" -m bench "$@" ;;
   # The CSI gRPC stubs in csi/proto/, regenerated from csi/proto/csi.proto (grpcio-tools).
   proto) setup; exec "$PY" -m pffs.csi.proto.generate ;;
-  *) echo "usage: ./dev.sh demo|test|lint|format|bench|proto|setup [args]" >&2; exit 2 ;;
+  *) echo "usage: ./dev.sh demo|test|lint|typecheck|format|bench|proto|setup [args]" >&2; exit 2 ;;
 esac

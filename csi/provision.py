@@ -21,14 +21,17 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeVar
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 import grpc
 
 from pffs.csi.params import K8S_PREFIX, SIZE_KEYS, check_source, parse_bool, volume_spec
 from pffs.csi.status import CsiError, invalid
+
+T = TypeVar("T")
 
 NODE_KEYS = frozenset({"readOnly", *SIZE_KEYS})
 PARAMETER_KEYS = frozenset({"baseSource", "endpoint", "region", "deleteOnDelete", *NODE_KEYS})
@@ -187,7 +190,7 @@ class S3Store:
                 deleted += len(keys)
         return deleted
 
-    def _call(self, fn: Any) -> Any:
+    def _call(self, fn: Callable[[], T]) -> T:
         import botocore.exceptions
 
         where = f"s3://{self.ref.bucket}" + (

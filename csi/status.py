@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import grpc
 from google.protobuf import text_format
@@ -21,7 +21,9 @@ log = logging.getLogger("pffs.csi")
 
 Request = TypeVar("Request", bound=Message)
 Response = TypeVar("Response", bound=Message)
-Handler = Callable[[Any, Request, grpc.ServicerContext], Response]
+Servicer = TypeVar("Servicer")
+# A CSI method: (the service, its request, the call) -> its response.
+Handler = Callable[[Servicer, Request, grpc.ServicerContext], Response]
 
 
 class CsiError(Exception):
@@ -48,12 +50,12 @@ def redacted(request: Message) -> str:
     return text
 
 
-def rpc(handler: Handler[Request, Response]) -> Handler[Request, Response]:
+def rpc(handler: Handler[Servicer, Request, Response]) -> Handler[Servicer, Request, Response]:
     """Log the call and map its errors to a gRPC status."""
     name = handler.__name__
 
     @functools.wraps(handler)
-    def wrapper(self: Any, request: Request, context: grpc.ServicerContext) -> Response:
+    def wrapper(self: Servicer, request: Request, context: grpc.ServicerContext) -> Response:
         log.info("%s %s", name, redacted(request))
         try:
             response = handler(self, request, context)

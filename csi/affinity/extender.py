@@ -32,6 +32,7 @@ import threading
 from collections.abc import Mapping
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import FrameType
 from typing import Any
 
 from pffs.csi.affinity.kube import KubeClient, KubeError
@@ -290,7 +291,7 @@ def run(listen: str, api_url: str | None, mode: str, prefix: str = "") -> int:
     log.info("scheduler extender on %s:%s (mode %s, API %s)", host, port, mode, api.base_url)
     print(f"pffs: scheduler extender listening on {host}:{port}", flush=True)
 
-    def stop(_signum: int, _frame: Any) -> None:
+    def stop(_signum: int, _frame: FrameType | None) -> None:
         threading.Thread(target=server.shutdown, daemon=True).start()
 
     signal.signal(signal.SIGTERM, stop)

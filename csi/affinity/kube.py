@@ -113,7 +113,7 @@ class KubeClient:
         self,
         method: str,
         path: str,
-        body: Any = None,
+        body: dict[str, Any] | None = None,
         content_type: str = "application/json",
     ) -> dict[str, Any]:
         headers = {"Accept": "application/json", "User-Agent": "pffs"}

@@ -169,7 +169,7 @@ def encode_annotation(datasets: Mapping[str, DatasetCache]) -> str:
     return json.dumps(doc, sort_keys=True, separators=(",", ":"))
 
 
-def _int(value: Any) -> int | None:
+def _int(value: object) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     if isinstance(value, float) and not math.isfinite(value):
@@ -177,7 +177,7 @@ def _int(value: Any) -> int | None:
     return max(0, int(value))
 
 
-def _fraction(value: Any) -> float | None:
+def _fraction(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return min(1.0, max(0.0, float(value))) if math.isfinite(value) else None

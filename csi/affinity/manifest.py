@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from pffs.csi.affinity.kube import KubeClient, KubeError
@@ -156,7 +156,7 @@ def annotate(
     api: KubeClient | None,
     required: bool,
     namespace: str | None = None,
-    warn: Any = None,
+    warn: Callable[[str], object] | None = None,
 ) -> str:
     """The manifest text with affinity terms added; warnings go to `warn(line)`."""
     say = warn or (lambda line: sys.stderr.write(f"pffs: {line}\n"))
