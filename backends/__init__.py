@@ -3,6 +3,8 @@
 A scheme maps to "module:Class". The module is imported only when a source with that scheme is
 opened, so a missing optional dependency (say pyarrow's HDFS support) costs nothing until used,
 and then fails with an install hint rather than a traceback.
+
+What every backend must do, and what it may declare beyond reads, is in base.py.
 """
 
 from __future__ import annotations

@@ -1,12 +1,21 @@
-"""The small protocol every store implements, and the record it describes objects with.
+"""The protocols every store implements, and the record it describes objects with.
 
-Paths given to a backend are relative to the source root, '/'-separated, without a leading or
-trailing slash; "" is the root. Backends are synchronous and thread-safe: the VFS calls them
-from worker threads under a per-backend limiter. They raise only `pffs.errors` types.
+What a backend must do (`Backend`, the read side, which every store has): name itself
+(`source_id`, no credentials), say how many calls may run at once (`max_concurrency`), count
+the transient failures it retried (`retries`), check its root, and stat, list and read ranges of
+what is under that root. Paths given to a backend are relative to the source root, '/'-separated,
+without a leading or trailing slash; "" is the root. Every object has a version (its etag, or
+its mtime and size): a read given a version that no longer matches raises Changed, so an open
+file never mixes two versions. Backends are synchronous and thread-safe: the VFS calls them from
+worker threads under a per-backend limiter. They raise only `pffs.errors` types.
 
 What a store can do beyond reading is declared, never probed: each backend class has a
-`capabilities` value, and callers get the typed view of a capability from `writable`,
-`multipart` or `block_runs` (None when the store does not declare it).
+`capabilities` class attribute (a `Capabilities`), and for each declared capability the class
+implements the methods of its protocol: `writes` those of `WritableBackend`, `multipart` those
+of `MultipartBackend`, `block_runs` `read_blocks` of `BlockRunReader`. Callers get the typed
+view of a capability from `writable`, `multipart` or `block_runs`, which give the backend itself
+when its class declares the capability and None otherwise; they never look for methods.
+tests/backends/test_contract.py holds every backend to the reads and to what it declares.
 """
 
 from __future__ import annotations
@@ -48,6 +57,10 @@ class Capabilities:
     # Consecutive blocks read with one request, each handed over as it arrives (read_blocks).
     block_runs: bool = False
 
+    def __post_init__(self) -> None:
+        if self.multipart and not self.writes:
+            raise ValueError("a store with multipart uploads takes writes too (MultipartBackend)")
+
 
 class Backend(Protocol):
     """A store behind the VFS: the read side, which every store has."""
@@ -56,6 +69,7 @@ class Backend(Protocol):
     source_id: str
     # How many calls may run at once (the VFS makes a CapacityLimiter of this size).
     max_concurrency: int
+    # What the store does beyond reads, declared by its class (see Capabilities).
     capabilities: Capabilities
     # Transient failures retried so far (reported at unmount).
     retries: int

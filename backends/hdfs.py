@@ -19,6 +19,7 @@ from urllib.parse import unquote, urlsplit
 import pyarrow.fs as pafs
 
 from pffs.backends.arrow import ArrowBackend
+from pffs.backends.base import WritableBackend
 from pffs.config import SourceConfig
 from pffs.errors import BackendError, UsageError
 
@@ -143,3 +144,7 @@ class HdfsBackend(ArrowBackend):
             raise BackendError(
                 f"cannot connect to HDFS at {self.host}:{self.port}: {first_line}"
             ) from None
+
+
+# What HdfsBackend declares (ArrowBackend's), checked by mypy.
+_HDFS: type[WritableBackend] = HdfsBackend
