@@ -103,6 +103,11 @@ class BlockCache:
         # Sources whose blocks stay in memory only (a mount table entry's `cache = "memory"`).
         self.memory_only: set[str] = set()
 
+    @property
+    def prefetch_in_flight(self) -> int:
+        """Bytes of prefetched blocks asked for and not yet delivered (against the budget)."""
+        return self._prefetch_in_flight
+
     def attach(self, nursery: trio.Nursery) -> None:
         """Give the cache a nursery for background work (disk writes, prefetch)."""
         self._nursery = nursery

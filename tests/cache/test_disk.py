@@ -69,3 +69,25 @@ def test_cache_dir_files_are_private(tmp_path: Path) -> None:
     tier = DiskTier(str(tmp_path / "private"), 1 << 20, 0.0, False)
     assert (tmp_path / "private").stat().st_mode & 0o777 == 0o700
     tier.close()
+
+
+def test_usage_by_source_adds_up_each_sources_entries(tmp_path: Path) -> None:
+    tier = DiskTier(str(tmp_path / "d"), capacity=1 << 30, free_ratio=0.0, compress=False)
+    assert list(tier.usage_by_source()) == []
+    blocks = {"small": 2, "large": 5, "middle": 3}
+    for source, count in blocks.items():
+        for index in range(count):
+            data = random.Random(index).randbytes(10 * KIB + index)
+            assert tier.put(entry_key(source, "p", "v", 64 * KIB, index), data, source)
+    usage = list(tier.usage_by_source())
+    assert [u.source for u in usage] == ["large", "middle", "small"]  # largest first
+    assert {u.source: u.blocks for u in usage} == blocks
+    for u in usage:  # each entry: a 4 KiB header region and the payload padded to 4 KiB
+        assert u.bytes == u.blocks * (4096 + 12 * KIB)
+    # A second DiskTier on the directory (another mount, `pffs cache info`) sees the same.
+    other = DiskTier(str(tmp_path / "d"), capacity=1 << 30, free_ratio=0.0, compress=False)
+    assert list(other.usage_by_source()) == usage
+    assert tier.clear("middle") == 3
+    assert [(u.source, u.blocks) for u in other.usage_by_source()] == [("large", 5), ("small", 2)]
+    other.close()
+    tier.close()
