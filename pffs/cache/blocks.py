@@ -13,30 +13,20 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import NamedTuple
 
 import trio
 
 from pffs.cache.disk import DiskTier, entry_key
+from pffs.cache.keys import BlockKey, Deliver, Fetch, FetchRun
 from pffs.cache.memory import MemoryTier
 from pffs.cache.stats import CacheStats
 from pffs.config import CacheConfig
 
+# BlockKey and Deliver live in pffs.cache.keys; they are re-exported here only until
+# pffs/fs/reads.py imports them from there.
+__all__ = ["BlockCache", "BlockKey", "Deliver"]
+
 log = logging.getLogger("pffs.cache")
-
-Fetch = Callable[[], Awaitable[bytes]]
-# Hands over one block of a run as soon as it has arrived: (position in the window, bytes).
-Deliver = Callable[[int, bytes], Awaitable[None]]
-# Loads `count` consecutive blocks from window position `first` (one store request where the
-# store allows), calling `deliver` for each in order.
-FetchRun = Callable[[int, int, Deliver], Awaitable[None]]
-
-
-class BlockKey(NamedTuple):
-    source: str
-    path: str
-    version: str
-    block: int
 
 
 class _InFlight:

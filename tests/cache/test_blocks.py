@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import trio
 
-from pffs.cache.blocks import BlockCache, BlockKey
+from pffs.cache.blocks import BlockCache
+from pffs.cache.keys import BlockKey
 from pffs.errors import Transient
 from tests.cache.configs import KIB, cache_config
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import trio
 
-from pffs.cache.blocks import BlockCache, BlockKey, Deliver
+from pffs.cache.blocks import BlockCache
+from pffs.cache.keys import BlockKey, Deliver
 from pffs.errors import Transient
 from tests.cache.configs import KIB, cache_config
 
