@@ -19,13 +19,16 @@ thread- and process-safe, so several mounts and `pffs warmup` can share one dire
 from __future__ import annotations
 
 import array
+import contextlib
 import errno
 import hashlib
 import io
 import logging
 import mmap
 import os
+import pathlib
 import shutil
+import sqlite3
 import struct
 import threading
 from collections.abc import Callable, Iterator
@@ -351,9 +354,21 @@ class DiskTier:
         return int(self._cache.volume())
 
     def usage_by_source(self) -> Iterator[SourceUsage]:
-        rows = self._cache._sql(  # diskcache has no API for per-tag totals
-            "SELECT tag, COUNT(*), SUM(size) FROM Cache GROUP BY tag ORDER BY SUM(size) DESC"
-        ).fetchall()
+        """Blocks and bytes per source (the entries' tag), largest first.
+
+        diskcache has no API for totals per tag, so they are read from its SQLite index in the
+        directory (`diskcache.core.DBNAME`), over a read-only connection of our own: the rows
+        diskcache wrote, committed (it commits every change). A second diskcache.Cache is no
+        way in: opening one writes its settings into the database.
+        """
+        database = os.path.join(str(self._cache.directory), diskcache.core.DBNAME)
+        uri = f"{pathlib.Path(database).absolute().as_uri()}?mode=ro"
+        with contextlib.closing(
+            sqlite3.connect(uri, uri=True, timeout=float(self._cache.timeout))
+        ) as connection:
+            rows = connection.execute(
+                "SELECT tag, COUNT(*), SUM(size) FROM Cache GROUP BY tag ORDER BY SUM(size) DESC"
+            ).fetchall()
         for tag, blocks, size in rows:
             yield SourceUsage(str(tag), int(blocks), int(size or 0))
 
