@@ -32,8 +32,10 @@ diskio.py       DiskIO: the disk tier as trio tasks use it, each call in a worke
 background.py   Background: the tasks the cache starts in the nursery it is given (write-behind,
                 prefetch) and waiting until none is left (flush before an unmount).
 memory.py       MemoryTier: an LRU of blocks bounded in bytes.
-disk.py         DiskTier: blocks in a diskcache directory, checksummed, lz4-compressed when it
-                pays, written with O_DIRECT; blocking, thread- and process-safe.
+disk.py         DiskTier: blocks in a diskcache directory, a corrupt entry dropped as a miss;
+                blocking, thread- and process-safe, and per-source usage.
+entries.py      A block's entry on disk: header, a CRC32C per 64 KiB, lz4 when it pays, key
+                digest; checked reads of the whole block or a range; writes with O_DIRECT.
 readahead.py    Readahead: the per-file policy deciding which blocks are worth loading ahead.
 stats.py        CacheStats: the counters the metrics read.
 """

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pffs.cache.disk import DiskTier, decode, encode, entry_key
+from pffs.cache.disk import DiskTier, entry_key
+from pffs.cache.entries import decode, encode
 from tests.cache.configs import KIB
 
 
