@@ -1,0 +1,41 @@
+"""The block cache: memory, then disk, then one fetch from the store per block.
+
+It holds blocks, never files or paths of the tree, and never sees a backend: callers hand it a
+fetch function per call (docs/ARCHITECTURE.md).
+
+Threading rule: worker threads, entered through `trio.to_thread.run_sync`, only move bytes and
+use file descriptors (disk tier reads and writes, CRC and lz4, the fetch function's store
+call). The cache's shared state (the memory tier, the in-flight table, the prefetch budget and
+its bookkeeping, the background task count, the counters) is touched only from trio tasks, so
+it needs no lock. Reading a counter from another thread (the metrics collector) is the one
+exception: it only reads.
+
+The modules, by idea; each composes the ones it needs, none inherits from another:
+
+keys.py         BlockKey (source, path, object version, index: a changed object has a new
+                version, so its old blocks are never served for it) and the fetch function
+                types: Fetch (one block), FetchRun (consecutive blocks in one request) and
+                Deliver (how a run hands over each block as it arrives).
+blocks.py       BlockCache, what callers use: reads from the nearest tier, single-flight, the
+                disk tier's partial reads for random access, warmup's fill, and the prefetch
+                entry point. It composes every module below.
+singleflight.py The flights under way, by block: concurrent readers of one block wait for one
+                load and share its bytes or its error; an abandoned flight sends them to load
+                it themselves.
+prefetch.py     Prefetcher: readahead windows loaded in the background within a global budget
+                of bytes in flight, as runs of consecutive missing blocks in one request, from
+                the disk tier when it holds them, each block handed over as it lands; a failed
+                or cancelled prefetch gives its budget back. It also counts prefetched blocks
+                used and wasted.
+diskio.py       DiskIO: the disk tier as trio tasks use it, each call in a worker thread under
+                one limiter and counted, and write-behind with a capped number of write slots.
+background.py   Background: the tasks the cache starts in the nursery it is given (write-behind,
+                prefetch) and waiting until none is left (flush before an unmount).
+memory.py       MemoryTier: an LRU of blocks bounded in bytes.
+disk.py         DiskTier: blocks in a diskcache directory, a corrupt entry dropped as a miss;
+                blocking, thread- and process-safe, and per-source usage.
+entries.py      A block's entry on disk: header, a CRC32C per 64 KiB, lz4 when it pays, key
+                digest; checked reads of the whole block or a range; writes with O_DIRECT.
+readahead.py    Readahead: the per-file policy deciding which blocks are worth loading ahead.
+stats.py        CacheStats: the counters the metrics read.
+"""

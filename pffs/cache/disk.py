@@ -1,16 +1,10 @@
 """The disk tier: blocks in a diskcache directory, checksummed, lz4-compressed when it pays.
 
-Every entry carries a header: magic, flags, raw length, a CRC32C of each 64 KiB of the raw
-bytes and a digest of its key. A read verifies all of them; an entry that fails (bit rot, a
-truncated file after a crash, a file from another key) is deleted and reported as a miss,
-never as an error to the reader. The directory outlives the mount, so a remount reuses what
-is there.
-
-Entries are written with O_DIRECT where the file system allows it: the header and the payload
-each start on a 4 KiB boundary and the file is padded to one, so the block goes from an aligned
-buffer straight to the disk. A buffered write costs a copy into the page cache plus its
-bookkeeping, several milliseconds of CPU per 4 MiB block on a small VM, which a cold read pays
-for every block it caches (docs/BENCHMARKS.md).
+Each block is one entry in the format of entries.py (a header with the raw length, a CRC32C of
+each 64 KiB and a digest of its key; written with O_DIRECT). A read verifies it; an entry that
+fails (bit rot, a truncated file after a crash, a file from another key) is deleted and reported
+as a miss, never as an error to the reader. The directory outlives the mount, so a remount
+reuses what is there.
 
 All methods block (SQLite, file I/O, CRC, lz4); callers run them in worker threads. diskcache is
 thread- and process-safe, so several mounts and `pffs warmup` can share one directory.
@@ -18,225 +12,28 @@ thread- and process-safe, so several mounts and `pffs warmup` can share one dire
 
 from __future__ import annotations
 
-import array
-import errno
+import contextlib
 import hashlib
-import io
 import logging
-import mmap
 import os
+import pathlib
 import shutil
-import struct
-import threading
+import sqlite3
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
-import crc32c
 import diskcache
-import lz4.block
+
+from pffs.cache.entries import encode, read_entry, read_entry_range, write_entry
 
 log = logging.getLogger("pffs.cache.disk")
-
-_MAGIC = b"PFB3"
-# magic, flags, raw length, chunk size, key digest, stored payload length
-_HEADER = struct.Struct("<4sBII16sI")
-_COMPRESSED = 1
-# O_DIRECT wants buffers, offsets and lengths aligned to the device's logical block; 4 KiB
-# covers every common one. The header (with its CRC table) is padded to it, and so is the file.
-ALIGN = 4096
-# Each 64 KiB of a block has its own CRC32C (a table after the header), so a random 4 KiB read
-# can be served and verified from one chunk of the file instead of the whole 4 MiB block.
-CHUNK = 64 * 1024
-# Compression is tried on a sample first: random-looking data (images, tensors) is common.
-_PROBE = 64 * 1024
-_WORTH_IT = 0.9  # store compressed only when it saves at least 10%
 
 
 def entry_key(source: str, path: str, version: str, block_size: int, index: int) -> str:
     """The diskcache key of a block: a digest of what identifies the bytes, plus the index."""
     identity = "\0".join((source, path, version, str(block_size))).encode()
     return f"{hashlib.blake2b(identity, digest_size=16).hexdigest()}:{index}"
-
-
-def _key_digest(key: str) -> bytes:
-    return hashlib.blake2b(key.encode(), digest_size=16).digest()
-
-
-def _crc_table(data: bytes | bytearray | memoryview) -> array.array[int]:
-    view = memoryview(data)
-    return array.array(
-        "I", (crc32c.crc32c(view[i : i + CHUNK]) for i in range(0, len(view), CHUNK))
-    )
-
-
-def _aligned(size: int) -> int:
-    return -(-size // ALIGN) * ALIGN
-
-
-def encode(key: str, data: bytes, compress: bool) -> tuple[bytes, bytes]:
-    """(header region, payload) of a block's entry; kept apart to save a 4 MiB copy.
-
-    The header region (header, CRC table, zero padding) is a whole number of ALIGN bytes, so
-    the payload starts aligned.
-    """
-    flags, payload = 0, data
-    if compress and len(data) > 256:
-        probe = data[:_PROBE]
-        if len(lz4.block.compress(probe, store_size=False)) < _WORTH_IT * len(probe):
-            packed = lz4.block.compress(data, store_size=False)
-            if len(packed) < _WORTH_IT * len(data):
-                flags, payload = _COMPRESSED, packed
-    header = _HEADER.pack(_MAGIC, flags, len(data), CHUNK, _key_digest(key), len(payload))
-    header += _crc_table(data).tobytes()
-    return header.ljust(_aligned(len(header)), b"\0"), payload
-
-
-@dataclass(frozen=True)
-class _Layout:
-    flags: int
-    length: int
-    stored: int  # payload bytes in the file (compressed or not)
-    crcs: array.array[int]
-
-    @property
-    def payload_offset(self) -> int:
-        return _aligned(_HEADER.size + 4 * len(self.crcs))
-
-
-def _read_layout(key: str, f: BinaryIO) -> _Layout | None:
-    header = f.read(_HEADER.size)
-    if len(header) < _HEADER.size:
-        return None
-    magic, flags, length, chunk, digest, stored = _HEADER.unpack(header)
-    if magic != _MAGIC or chunk != CHUNK or digest != _key_digest(key):
-        return None  # damaged, from an older format, or another key's entry
-    count = -(-length // CHUNK)
-    table = f.read(4 * count)
-    if len(table) != 4 * count:
-        return None
-    crcs = array.array("I")
-    crcs.frombytes(table)
-    layout = _Layout(flags, length, stored, crcs)
-    f.seek(layout.payload_offset)
-    return layout
-
-
-def _verified(data: bytes | bytearray, crcs: array.array[int], first_chunk: int) -> bool:
-    view = memoryview(data)
-    for n, i in enumerate(range(0, len(view), CHUNK)):
-        if crc32c.crc32c(view[i : i + CHUNK]) != crcs[first_chunk + n]:
-            return False
-    return True
-
-
-def _decompressed(layout: _Layout, f: BinaryIO) -> bytes | None:
-    try:
-        data = lz4.block.decompress(f.read(layout.stored), uncompressed_size=layout.length)
-    except lz4.block.LZ4BlockError:
-        return None
-    if len(data) != layout.length or not _verified(data, layout.crcs, 0):
-        return None
-    block: bytes = data
-    return block
-
-
-def read_entry(key: str, f: BinaryIO) -> bytes | None:
-    """The whole block from an open entry, or None when it is damaged or another key's."""
-    layout = _read_layout(key, f)
-    if layout is None:
-        return None
-    if layout.flags & _COMPRESSED:
-        return _decompressed(layout, f)
-    data = bytearray(layout.length)
-    if layout.stored != layout.length or f.readinto(data) != layout.length:  # type: ignore[attr-defined]
-        return None
-    if not _verified(data, layout.crcs, 0):
-        return None
-    # A bytearray serves as well as bytes (the cache never mutates a block) and saves a copy.
-    return data  # type: ignore[return-value]
-
-
-def read_entry_range(key: str, f: BinaryIO, start: int, length: int) -> bytes | None:
-    """Bytes [start, start+length) of a block, reading and verifying only the chunks needed."""
-    layout = _read_layout(key, f)
-    if layout is None:
-        return None
-    if layout.flags & _COMPRESSED:
-        data = _decompressed(layout, f)
-        return None if data is None else data[start : start + length]
-    end = min(start + length, layout.length)
-    if start >= end:
-        return b""
-    first, last = start // CHUNK, (end - 1) // CHUNK
-    f.seek(layout.payload_offset + first * CHUNK)
-    span = f.read((last - first + 1) * CHUNK)
-    expected = min(layout.length, (last + 1) * CHUNK) - first * CHUNK
-    if len(span) != expected or not _verified(span, layout.crcs, first):
-        return None
-    offset = start - first * CHUNK
-    return span[offset : offset + end - start]
-
-
-def decode(key: str, entry: bytes) -> bytes | None:
-    """`read_entry` over an entry held in memory."""
-    return read_entry(key, io.BytesIO(entry))
-
-
-# Aligned buffers for writing entries, reused: a fresh 4 MiB buffer costs a page fault and a
-# zeroed page per 4 KiB, about as much as the copy it serves. Shared by all threads, so there
-# are only as many as writes ever ran at once (the cache's disk limiter bounds that).
-_spare_buffers: list[mmap.mmap] = []
-_spare_lock = threading.Lock()
-
-
-def _take_buffer(size: int) -> mmap.mmap:
-    with _spare_lock:
-        buffer = _spare_buffers.pop() if _spare_buffers else None
-    if buffer is None or len(buffer) < size:
-        buffer = mmap.mmap(-1, _aligned(size))  # page-aligned
-    return buffer
-
-
-def _give_back(buffer: mmap.mmap) -> None:
-    with _spare_lock:
-        _spare_buffers.append(buffer)
-
-
-def _open_for_write(path: str) -> int:
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
-    try:
-        return os.open(path, flags | os.O_DIRECT, 0o600)
-    except OSError as exc:  # some file systems refuse O_DIRECT (tmpfs before Linux 6.6)
-        if exc.errno != errno.EINVAL:
-            raise
-        return os.open(path, flags, 0o600)
-
-
-def write_entry(path: str, header: bytes, payload: bytes | memoryview) -> int:
-    """Write an entry (header region, payload, zero padding) to a new file; its size."""
-    total = _aligned(len(header) + len(payload))
-    end = len(header) + len(payload)
-    buffer = _take_buffer(total)
-    try:
-        buffer[: len(header)] = header
-        buffer[len(header) : end] = payload
-        buffer[end:total] = bytes(total - end)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd = _open_for_write(path)
-        try:
-            with memoryview(buffer) as view:
-                written = 0
-                while written < total:
-                    written += os.pwrite(fd, view[written:total], written)
-        except BaseException:
-            os.close(fd)
-            os.unlink(path)
-            raise
-        os.close(fd)
-    finally:
-        _give_back(buffer)
-    return total
 
 
 @dataclass(frozen=True)
@@ -351,9 +148,21 @@ class DiskTier:
         return int(self._cache.volume())
 
     def usage_by_source(self) -> Iterator[SourceUsage]:
-        rows = self._cache._sql(  # diskcache has no API for per-tag totals
-            "SELECT tag, COUNT(*), SUM(size) FROM Cache GROUP BY tag ORDER BY SUM(size) DESC"
-        ).fetchall()
+        """Blocks and bytes per source (the entries' tag), largest first.
+
+        diskcache has no API for totals per tag, so they are read from its SQLite index in the
+        directory (`diskcache.core.DBNAME`), over a read-only connection of our own: the rows
+        diskcache wrote, committed (it commits every change). A second diskcache.Cache is no
+        way in: opening one writes its settings into the database.
+        """
+        database = os.path.join(str(self._cache.directory), diskcache.core.DBNAME)
+        uri = f"{pathlib.Path(database).absolute().as_uri()}?mode=ro"
+        with contextlib.closing(
+            sqlite3.connect(uri, uri=True, timeout=float(self._cache.timeout))
+        ) as connection:
+            rows = connection.execute(
+                "SELECT tag, COUNT(*), SUM(size) FROM Cache GROUP BY tag ORDER BY SUM(size) DESC"
+            ).fetchall()
         for tag, blocks, size in rows:
             yield SourceUsage(str(tag), int(blocks), int(size or 0))
 

@@ -31,5 +31,10 @@ class CacheStats:
     store_bytes_served: int = 0
     prefetch_wasted: int = 0
 
+    def count_fetched(self, data: bytes) -> None:
+        """A block came from the store (for a reader, a prefetch or warmup)."""
+        self.misses += 1
+        self.bytes_from_store += len(data)
+
     def as_dict(self) -> dict[str, int]:
         return asdict(self)

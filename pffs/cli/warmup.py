@@ -20,8 +20,8 @@ import trio
 
 from pffs.backends import Backend, ObjectInfo, open_backend
 from pffs.backends.base import join
-from pffs.cache.blocks import BlockKey
 from pffs.cache.disk import DiskTier
+from pffs.cache.keys import BlockKey
 from pffs.config import CacheConfig, SourceConfig, TableEntry
 from pffs.errors import PffsError, UsageError
 from pffs.mounting.daemon import open_cache, registered_config

@@ -23,7 +23,7 @@ def cache_reader(vfs: Vfs) -> Callable[[], Mapping[str, int]]:
         values["memory_used_bytes"] = cache.memory.used
         values["memory_capacity_bytes"] = cache.memory.capacity
         values["memory_blocks"] = len(cache.memory)
-        values["prefetch_in_flight_bytes"] = cache._prefetch_in_flight
+        values["prefetch_in_flight_bytes"] = cache.prefetch_in_flight
         values["staged_files"] = len(vfs.staged)
         return values
 

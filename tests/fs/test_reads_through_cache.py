@@ -1,4 +1,5 @@
-"""The block cache: tiers, checksums, single-flight, prefetch and persistence.
+"""The block cache through the VFS: tiers, checksums, prefetch and persistence (the cache's
+tests that need no VFS are in tests/cache/).
 
 The store here is a fake on purpose: it injects failures and delays on demand and counts every
 fetch, which no real server can do reliably. Real servers are used by the mount tests.
@@ -6,7 +7,6 @@ fetch, which no real server can do reliably. Real servers are used by the mount 
 
 from __future__ import annotations
 
-import errno
 import os
 import random
 import tempfile
@@ -20,9 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pffs.backends.base import Capabilities, ObjectInfo
-from pffs.cache.blocks import BlockCache, BlockKey
-from pffs.cache.disk import DiskTier, decode, encode, entry_key
-from pffs.cache.readahead import Readahead
+from pffs.cache.blocks import BlockCache
 from pffs.config import CacheConfig, FuseConfig, MetaConfig
 from pffs.errors import Changed, NotFound, Transient
 from pffs.fs.inodes import ROOT_INODE
@@ -208,80 +206,7 @@ def test_a_run_broken_midway_loses_nothing(fail_at: int) -> None:
     assert got == [data[o : o + n] for o, n in reads]  # readers fetched the rest themselves
 
 
-# --- single-flight ---------------------------------------------------------------------------
-
-
-def test_concurrent_readers_share_one_fetch() -> None:
-    cache = BlockCache(cache_config(None))
-    calls = 0
-
-    async def fetch() -> bytes:
-        nonlocal calls
-        calls += 1
-        await trio.sleep(0.05)
-        return b"x" * 100
-
-    async def main() -> None:
-        key = BlockKey("s", "p", "v", 0)
-        results = []
-
-        async def reader() -> None:
-            results.append(await cache.read(key, fetch))
-
-        async with trio.open_nursery() as nursery:
-            for _ in range(10):
-                nursery.start_soon(reader)
-        assert results == [b"x" * 100] * 10
-
-    trio.run(main)
-    assert calls == 1
-    assert cache.stats.single_flight_waits == 9
-
-
-def test_a_failed_fetch_reaches_every_waiter_and_is_retried_later() -> None:
-    cache = BlockCache(cache_config(None))
-    attempts = 0
-
-    async def fetch() -> bytes:
-        nonlocal attempts
-        attempts += 1
-        await trio.sleep(0.01)
-        if attempts == 1:
-            raise Transient("store down")
-        return b"ok"
-
-    async def main() -> None:
-        key = BlockKey("s", "p", "v", 0)
-        errors = 0
-
-        async def reader() -> None:
-            nonlocal errors
-            try:
-                await cache.read(key, fetch)
-            except Transient:
-                errors += 1
-
-        async with trio.open_nursery() as nursery:
-            for _ in range(3):
-                nursery.start_soon(reader)
-        assert errors == 3
-        assert await cache.read(key, fetch) == b"ok"
-
-    trio.run(main)
-    assert attempts == 2
-
-
 # --- the disk tier ---------------------------------------------------------------------------
-
-
-def test_entries_compress_only_when_it_pays() -> None:
-    text = b"label,path\n" * 5000
-    noise = random.Random(0).randbytes(len(text))
-    for data, compressed in ((text, True), (noise, False)):
-        header, payload = encode("k", data, compress=True)
-        assert (len(payload) < len(data)) is compressed
-        assert decode("k", header + payload) == data
-        assert decode("other-key", header + payload) is None  # a misplaced entry is refused
 
 
 def _entry_files(directory: Path) -> list[Path]:
@@ -327,37 +252,6 @@ def test_disk_tier_survives_a_remount(tmp_path: Path) -> None:
     assert again.cache.stats.disk_hits == 13
 
 
-@pytest.mark.parametrize("o_direct", [True, False])
-def test_entries_round_trip_with_and_without_o_direct(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, o_direct: bool
-) -> None:
-    if not o_direct:
-        # Some file systems refuse O_DIRECT with EINVAL (tmpfs before Linux 6.6, some network
-        # and FUSE file systems); none at hand here does, so the refusal is simulated.
-        real_open = os.open
-
-        def refusing_open(path: str, flags: int, mode: int = 0o777) -> int:
-            if flags & os.O_DIRECT:
-                raise OSError(errno.EINVAL, "Invalid argument")
-            return real_open(path, flags, mode)
-
-        monkeypatch.setattr(os, "open", refusing_open)
-    tier = DiskTier(str(tmp_path / "cache"), 1 << 30, 0.0, compress=True)
-    blocks = {
-        "odd": random.Random(1).randbytes(100_001),  # not a multiple of 4 KiB
-        "text": b"a,b,c\n" * 30_000,  # compressed
-        "empty": b"",
-    }
-    for name, data in blocks.items():
-        assert tier.put(name, data, "src")
-    for name, data in blocks.items():
-        assert tier.get(name) == (data, False)
-        assert tier.get_range(name, 5, 50) == (data[5:55], False)
-    for entry in (tmp_path / "cache").rglob("*.val"):
-        assert entry.stat().st_size % 4096 == 0  # padded for O_DIRECT
-    tier.close()
-
-
 def test_changed_object_is_refetched_not_mixed(tmp_path: Path) -> None:
     old = random.Random(1).randbytes(100 * KIB)
     new = random.Random(2).randbytes(100 * KIB)
@@ -394,34 +288,6 @@ def _evict_all(vfs: Vfs) -> None:
         vfs.cache.disk.clear()
 
 
-def test_memory_tier_stays_within_its_bound() -> None:
-    config = cache_config(None, memory_bytes=10 * 16 * KIB, prefetch_budget=2 * 16 * KIB)
-    cache = BlockCache(config)
-
-    async def main() -> None:
-        for index in range(100):
-
-            async def fetch() -> bytes:
-                return bytes(16 * KIB)
-
-            await cache.read(BlockKey("s", "p", "v", index), fetch)
-            assert cache.memory.used <= cache.memory.capacity
-
-    trio.run(main)
-    assert cache.memory.used == 8 * 16 * KIB and cache.stats.memory_evictions == 92
-
-
-def test_disk_tier_stays_within_its_bound(tmp_path: Path) -> None:
-    tier = DiskTier(str(tmp_path / "d"), capacity=1 << 20, free_ratio=0.0, compress=False)
-    block = random.Random(3).randbytes(64 * KIB)
-    for index in range(60):
-        assert tier.put(entry_key("s", "p", "v", 64 * KIB, index), block, "s")
-    stored = sum(u.bytes for u in tier.usage_by_source())
-    assert stored <= 1 << 20
-    assert sum(u.blocks for u in tier.usage_by_source()) < 60
-    tier.close()
-
-
 def test_free_space_floor_reads_around_the_cache(tmp_path: Path) -> None:
     data = random.Random(4).randbytes(64 * KIB)
     store = FakeStore({"f": data})
@@ -429,44 +295,6 @@ def test_free_space_floor_reads_around_the_cache(tmp_path: Path) -> None:
     vfs = make_vfs(store, cache_config(tmp_path, free_ratio=0.999999))
     assert trio.run(with_nursery, vfs, "f", [(0, len(data))]) == [data]
     assert vfs.cache.stats.disk_writes == 0 and vfs.cache.stats.disk_write_skips == 4
-
-
-def test_cache_dir_files_are_private(tmp_path: Path) -> None:
-    tier = DiskTier(str(tmp_path / "private"), 1 << 20, 0.0, False)
-    assert (tmp_path / "private").stat().st_mode & 0o777 == 0o700
-    tier.close()
-
-
-# --- readahead policy ------------------------------------------------------------------------
-
-
-def test_readahead_grows_on_sequential_reads_and_resets_on_seek() -> None:
-    block = 4 * KIB
-    ra = Readahead(block, max_window_bytes=8 * block, file_size=1000 * block)
-    windows = []
-    for offset in range(0, 20 * block, block // 2):
-        windows.append(len(ra.on_read(offset, offset + block // 2)))
-    assert windows[0] == 1 and max(windows) == 8
-    assert list(ra.on_read(500 * block, 500 * block + 100)) == []  # a seek: nothing
-    # Sequential again: the first continuation may be chance, the second starts a window.
-    assert list(ra.on_read(500 * block + 100, 500 * block + 200)) == []
-    assert len(ra.on_read(500 * block + 200, 500 * block + 300)) == 1
-
-
-def test_random_reads_never_prefetch() -> None:
-    block = 4 * KIB
-    ra = Readahead(block, max_window_bytes=8 * block, file_size=1000 * block)
-    rng = random.Random(0)
-    for _ in range(200):
-        offset = rng.randrange(1, 999) * block + 7
-        assert list(ra.on_read(offset, offset + 4096)) == []
-
-
-def test_readahead_stops_at_the_end_of_the_file() -> None:
-    ra = Readahead(100, max_window_bytes=10_000, file_size=350)
-    assert list(ra.on_read(0, 100)) == [1]
-    assert list(ra.on_read(100, 200)) == [2, 3]
-    assert list(ra.on_read(200, 300)) == [3]
 
 
 def test_random_reads_use_verified_chunks_of_the_disk_tier(tmp_path: Path) -> None:

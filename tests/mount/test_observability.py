@@ -17,7 +17,8 @@ import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from pffs import metrics
-from pffs.cache.blocks import BlockCache, BlockKey, Deliver
+from pffs.cache.blocks import BlockCache
+from pffs.cache.keys import BlockKey, Deliver
 from pffs.cli.stats_view import quantile, render
 from pffs.config import CacheConfig
 from pffs.errors import MountpointError, UsageError

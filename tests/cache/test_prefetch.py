@@ -1,0 +1,274 @@
+"""The prefetch engine through BlockCache.prefetch (no VFS): runs, the budget, hand-over,
+disk-tier lookups, failures and cancellation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import trio
+
+from pffs.cache.blocks import BlockCache
+from pffs.cache.keys import BlockKey, Deliver
+from pffs.errors import Transient
+from tests.cache.configs import KIB, cache_config
+
+BLOCK = 16 * KIB
+
+
+def keys(count: int, first: int = 0) -> list[BlockKey]:
+    return [BlockKey("s", "p", "v", index) for index in range(first, first + count)]
+
+
+def block_of(index: int) -> bytes:
+    return bytes([index]) * BLOCK
+
+
+class Runs:
+    """A fetch_run for the window starting at block `base`: records (first, count) of each
+    request, can hold every request until `release` is set, and can fail after `fail_after`
+    blocks of a request were delivered."""
+
+    def __init__(self, base: int = 0, fail_after: int | None = None) -> None:
+        self.base = base
+        self.fail_after = fail_after
+        self.requests: list[tuple[int, int]] = []
+        self.release = trio.Event()
+        self.release.set()
+
+    async def __call__(self, first: int, count: int, deliver: Deliver) -> None:
+        self.requests.append((first, count))
+        await self.release.wait()
+        for n, position in enumerate(range(first, first + count)):
+            if self.fail_after is not None and n == self.fail_after:
+                raise Transient("connection reset in the middle of a run")
+            await trio.sleep(0)
+            await deliver(position, block_of(self.base + position))
+
+
+def fetcher(index: int, calls: list[int]):
+    async def fetch() -> bytes:
+        calls.append(index)
+        return block_of(index)
+
+    return fetch
+
+
+def test_consecutive_missing_blocks_come_in_runs_of_fetch_size() -> None:
+    cache = BlockCache(cache_config(None, fetch_size=4 * BLOCK))
+    runs = Runs()
+    calls: list[int] = []
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            cache.attach(nursery)
+            await cache.read(keys(1, 3)[0], fetcher(3, calls))  # block 3 is in memory
+            started = cache.prefetch(keys(8), [BLOCK] * 8, runs, coalesce=True)
+            assert started == 7
+            assert cache.prefetch_in_flight == 7 * BLOCK
+            await cache.flush()
+            assert cache.prefetch_in_flight == 0
+            for index, key in enumerate(keys(8)):
+                assert await cache.read(key, fetcher(index, calls)) == block_of(index)
+
+    trio.run(main)
+    assert sorted(runs.requests) == [(0, 3), (4, 4)]  # around the block already held, 4 at most
+    assert calls == [3]  # every other block came from the prefetch
+    stats = cache.stats
+    assert stats.prefetch_issued == 7 and stats.prefetch_used == 7
+    assert stats.misses == 8 and stats.bytes_from_store == 8 * BLOCK
+
+
+def test_without_coalescing_each_block_is_its_own_request() -> None:
+    cache = BlockCache(cache_config(None, fetch_size=4 * BLOCK))
+    runs = Runs()
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            cache.attach(nursery)
+            assert cache.prefetch(keys(3), [BLOCK] * 3, runs) == 3
+            await cache.flush()
+
+    trio.run(main)
+    assert sorted(runs.requests) == [(0, 1), (1, 1), (2, 1)]
+
+
+def test_before_the_windows_end_a_runs_worth_must_be_missing() -> None:
+    cache = BlockCache(cache_config(None, fetch_size=4 * BLOCK))
+    runs = Runs()
+    calls: list[int] = []
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            cache.attach(nursery)
+            for index, key in enumerate(keys(4)):
+                await cache.read(key, fetcher(index, calls))
+            window = keys(6)
+            assert cache.prefetch(window, [BLOCK] * 6, runs, coalesce=True, at_end=False) == 0
+            assert cache.prefetch(window, [BLOCK] * 6, runs, coalesce=True, at_end=True) == 2
+            # Everything is cached or coming: nothing more to start.
+            assert cache.prefetch(window, [BLOCK] * 6, runs, coalesce=True, at_end=True) == 0
+            # A window shorter than a run needs only all of it missing.
+            assert cache.prefetch(keys(2, 10), [BLOCK] * 2, runs, coalesce=True, at_end=False) == 2
+            await cache.flush()
+
+    trio.run(main)
+    assert sorted(runs.requests) == [(0, 2), (4, 2)]
+    assert cache.stats.prefetch_issued == 4
+
+
+def test_without_a_nursery_nothing_is_prefetched() -> None:
+    cache = BlockCache(cache_config(None))
+    assert cache.prefetch(keys(2), [BLOCK] * 2, Runs()) == 0
+    assert cache.prefetch_in_flight == 0
+
+
+def test_the_budget_bounds_the_bytes_in_flight() -> None:
+    cache = BlockCache(cache_config(None, prefetch_budget=4 * BLOCK, fetch_size=8 * BLOCK))
+    runs = Runs()
+    runs.release = trio.Event()  # hold the store's answer
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            cache.attach(nursery)
+            assert cache.prefetch(keys(6), [BLOCK] * 6, runs, coalesce=True) == 4
+            assert cache.prefetch_in_flight == 4 * BLOCK
+            assert cache.stats.prefetch_skipped_budget == 1
+            # Budget left for a short last block of another file only after these land.
+            assert cache.prefetch(keys(1, 100), [100], runs) == 0
+            assert cache.stats.prefetch_skipped_budget == 2
+            runs.release.set()
+            await cache.flush()
+            assert cache.prefetch_in_flight == 0
+            assert cache.prefetch(keys(1, 100), [100], Runs(base=100)) == 1
+            await cache.flush()
+
+    trio.run(main)
+    assert runs.requests == [(0, 4)]
+    assert cache.prefetch_in_flight == 0
+
+
+def test_a_reader_arriving_first_waits_for_the_prefetch() -> None:
+    cache = BlockCache(cache_config(None))
+    runs = Runs()
+    runs.release = trio.Event()
+    calls: list[int] = []
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            cache.attach(nursery)
+            assert cache.prefetch(keys(1), [BLOCK], runs) == 1
+
+            async def let_go() -> None:
+                await trio.sleep(0.01)
+                runs.release.set()
+
+            nursery.start_soon(let_go)
+            assert await cache.read(keys(1)[0], fetcher(0, calls), served=10) == block_of(0)
+            await cache.flush()
+
+    trio.run(main)
+    assert calls == []
+    stats = cache.stats
+    assert stats.single_flight_waits == 1 and stats.prefetch_used == 1
+    assert stats.store_bytes_served == 10 and stats.memory_hits == 0
+
+
+def test_a_broken_run_gives_back_what_it_did_not_deliver() -> None:
+    cache = BlockCache(cache_config(None, fetch_size=4 * BLOCK))
+    runs = Runs(fail_after=2)
+    calls: list[int] = []
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            cache.attach(nursery)
+            assert cache.prefetch(keys(4), [BLOCK] * 4, runs, coalesce=True) == 4
+            await cache.flush()
+            assert cache.prefetch_in_flight == 0
+            for index, key in enumerate(keys(4)):
+                assert await cache.read(key, fetcher(index, calls)) == block_of(index)
+
+    trio.run(main)
+    assert runs.requests == [(0, 4)]
+    assert calls == [2, 3]  # the readers fetched the undelivered blocks themselves
+    assert cache.stats.misses == 4
+
+
+def test_cancelled_prefetches_give_their_budget_back() -> None:
+    cache = BlockCache(cache_config(None, fetch_size=2 * BLOCK))
+    runs = Runs()
+    runs.release = trio.Event()  # never set: the store never answers
+    calls: list[int] = []
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            cache.attach(nursery)
+            assert cache.prefetch(keys(4), [BLOCK] * 4, runs, coalesce=True) == 4
+            await trio.sleep(0.01)
+            assert cache.prefetch_in_flight == 4 * BLOCK
+            nursery.cancel_scope.cancel()
+        assert cache.prefetch_in_flight == 0
+        await cache.flush()  # nothing left in the background
+        for index, key in enumerate(keys(4)):  # no reader waits on an abandoned prefetch
+            assert await cache.read(key, fetcher(index, calls)) == block_of(index)
+
+    trio.run(main)
+    assert sorted(runs.requests) == [(0, 2), (2, 2)]
+    assert calls == [0, 1, 2, 3]
+
+
+def _fill_disk(tmp_path: Path, indices: range) -> None:
+    cache = BlockCache(cache_config(tmp_path))
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            cache.attach(nursery)
+            for index in indices:
+                await cache.read(keys(1, index)[0], fetcher(index, []))
+            await cache.flush()
+
+    trio.run(main)
+    cache.close()
+
+
+def test_prefetched_blocks_on_disk_are_not_asked_of_the_store(tmp_path: Path) -> None:
+    _fill_disk(tmp_path, range(0, 3))
+    cache = BlockCache(cache_config(tmp_path, fetch_size=4 * BLOCK))
+    runs = Runs()
+    calls: list[int] = []
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            cache.attach(nursery)
+            assert cache.prefetch(keys(6), [BLOCK] * 6, runs, coalesce=True) == 6
+            await cache.flush()
+            assert cache.prefetch_in_flight == 0
+            for index, key in enumerate(keys(6)):
+                assert await cache.read(key, fetcher(index, calls)) == block_of(index)
+
+    trio.run(main)
+    cache.close()
+    assert runs.requests == [(3, 3)]
+    assert calls == []
+    stats = cache.stats
+    assert stats.disk_hits == 3 and stats.disk_misses == 3
+    assert stats.disk_writes == 3  # the blocks from the store were written behind
+    assert stats.prefetch_issued == 6 and stats.prefetch_used == 6
+
+
+def test_memory_only_sources_never_look_at_the_disk(tmp_path: Path) -> None:
+    _fill_disk(tmp_path, range(0, 3))
+    cache = BlockCache(cache_config(tmp_path, fetch_size=4 * BLOCK))
+    cache.memory_only.add("s")
+    runs = Runs()
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            cache.attach(nursery)
+            assert cache.prefetch(keys(6), [BLOCK] * 6, runs, coalesce=True) == 6
+            await cache.flush()
+
+    trio.run(main)
+    cache.close()
+    assert sorted(runs.requests) == [(0, 4), (4, 2)]
+    stats = cache.stats
+    assert stats.disk_hits == 0 and stats.disk_misses == 0 and stats.disk_writes == 0
