@@ -17,16 +17,12 @@ import trio
 from pffs.cache.background import Background
 from pffs.cache.disk import DiskTier
 from pffs.cache.diskio import DiskIO
-from pffs.cache.keys import BlockKey, Deliver, Fetch, FetchRun
+from pffs.cache.keys import BlockKey, Fetch, FetchRun
 from pffs.cache.memory import MemoryTier
 from pffs.cache.prefetch import Prefetcher
 from pffs.cache.singleflight import SingleFlight
 from pffs.cache.stats import CacheStats
 from pffs.config import CacheConfig
-
-# BlockKey and Deliver live in pffs.cache.keys; they are re-exported here only until
-# pffs/fs/reads.py imports them from there.
-__all__ = ["BlockCache", "BlockKey", "Deliver"]
 
 
 class BlockCache:

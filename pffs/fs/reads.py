@@ -13,7 +13,8 @@ import functools
 import trio
 
 from pffs.backends.base import block_runs
-from pffs.cache.blocks import BlockCache, BlockKey, Deliver
+from pffs.cache.blocks import BlockCache
+from pffs.cache.keys import BlockKey, Deliver
 from pffs.cache.readahead import Readahead
 from pffs.errors import Corrupted, IsADirectory
 from pffs.fs.blocking import run_blocking
