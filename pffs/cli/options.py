@@ -272,7 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_affinity_commands(commands: argparse._SubParsersAction[_Parser]) -> None:
-    """Data-affinity scheduling (csi/extender.py, csi/affinity_manifest.py)."""
+    """Data-affinity scheduling (csi/affinity/extender.py, csi/affinity/manifest.py)."""
     ext = commands.add_parser(
         "scheduler-extender",
         help="serve the kube-scheduler extender that favours nodes caching a pod's data",
