@@ -51,9 +51,6 @@ class Handles:
         self._open[fh] = handle
         return fh
 
-    def get(self, fh: int) -> FileHandle | DirHandle | None:
-        return self._open.get(fh)
-
     def file(self, fh: int) -> FileHandle:
         handle = self._open.get(fh)
         if not isinstance(handle, FileHandle):

@@ -53,6 +53,24 @@ def fetcher(index: int, calls: list[int]):
     return fetch
 
 
+def prefetch_all_then_read(cache: BlockCache, count: int, runs: Runs) -> list[int]:
+    """Prefetch `count` blocks as one window, wait, read each back; the blocks readers had to
+    fetch themselves."""
+    calls: list[int] = []
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            cache.attach(nursery)
+            assert cache.prefetch(keys(count), [BLOCK] * count, runs, coalesce=True) == count
+            await cache.flush()
+            assert cache.prefetch_in_flight == 0
+            for index, key in enumerate(keys(count)):
+                assert await cache.read(key, fetcher(index, calls)) == block_of(index)
+
+    trio.run(main)
+    return calls
+
+
 def test_consecutive_missing_blocks_come_in_runs_of_fetch_size() -> None:
     cache = BlockCache(cache_config(None, fetch_size=4 * BLOCK))
     runs = Runs()
@@ -176,18 +194,7 @@ def test_a_reader_arriving_first_waits_for_the_prefetch() -> None:
 def test_a_broken_run_gives_back_what_it_did_not_deliver() -> None:
     cache = BlockCache(cache_config(None, fetch_size=4 * BLOCK))
     runs = Runs(fail_after=2)
-    calls: list[int] = []
-
-    async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            cache.attach(nursery)
-            assert cache.prefetch(keys(4), [BLOCK] * 4, runs, coalesce=True) == 4
-            await cache.flush()
-            assert cache.prefetch_in_flight == 0
-            for index, key in enumerate(keys(4)):
-                assert await cache.read(key, fetcher(index, calls)) == block_of(index)
-
-    trio.run(main)
+    calls = prefetch_all_then_read(cache, 4, runs)
     assert runs.requests == [(0, 4)]
     assert calls == [2, 3]  # the readers fetched the undelivered blocks themselves
     assert cache.stats.misses == 4
@@ -234,18 +241,7 @@ def test_prefetched_blocks_on_disk_are_not_asked_of_the_store(tmp_path: Path) ->
     _fill_disk(tmp_path, range(0, 3))
     cache = BlockCache(cache_config(tmp_path, fetch_size=4 * BLOCK))
     runs = Runs()
-    calls: list[int] = []
-
-    async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            cache.attach(nursery)
-            assert cache.prefetch(keys(6), [BLOCK] * 6, runs, coalesce=True) == 6
-            await cache.flush()
-            assert cache.prefetch_in_flight == 0
-            for index, key in enumerate(keys(6)):
-                assert await cache.read(key, fetcher(index, calls)) == block_of(index)
-
-    trio.run(main)
+    calls = prefetch_all_then_read(cache, 6, runs)
     cache.close()
     assert runs.requests == [(3, 3)]
     assert calls == []
