@@ -155,9 +155,10 @@ def read_entry_range(key: str, f: BinaryIO, start: int, length: int) -> bytes | 
     if start >= end:
         return b""
     first, last = start // CHUNK, (end - 1) // CHUNK
-    f.seek(layout.payload_offset + first * CHUNK)
-    span = f.read((last - first + 1) * CHUNK)
+    # The last chunk may be short: the entry's zero padding follows it and is not payload.
     expected = min(layout.length, (last + 1) * CHUNK) - first * CHUNK
+    f.seek(layout.payload_offset + first * CHUNK)
+    span = f.read(expected)
     if len(span) != expected or not _verified(span, layout.crcs, first):
         return None
     offset = start - first * CHUNK
