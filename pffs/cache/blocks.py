@@ -17,7 +17,7 @@ import trio
 from pffs.cache.background import Background
 from pffs.cache.disk import DiskTier
 from pffs.cache.diskio import DiskIO
-from pffs.cache.keys import BlockKey, Fetch, FetchRun
+from pffs.cache.keys import BlockKey, ColdStart, Fetch, FetchRun
 from pffs.cache.memory import MemoryTier
 from pffs.cache.prefetch import Prefetcher
 from pffs.cache.singleflight import SingleFlight
@@ -112,21 +112,45 @@ class BlockCache:
                 return data
             # The fetching task was cancelled (its reader was interrupted): try again ourselves.
 
-    async def read_part(self, key: BlockKey, start: int, length: int, fetch: Fetch) -> bytes:
-        """Bytes [start, start+length) of a block, for random reads.
+    async def read_part(
+        self,
+        key: BlockKey,
+        start: int,
+        length: int,
+        fetch: Fetch,
+        cold_start: ColdStart | None = None,
+    ) -> bytes:
+        """Bytes [start, start+length) of a block, for random reads and first reads.
 
         From memory when the block is there; else only the chunks needed are read from the disk
-        tier (a 4 KiB read costs a 64 KiB read, not 4 MiB); else the whole block is fetched
-        and cached as usual.
+        tier (a 4 KiB read costs a 64 KiB read, not 4 MiB); else, with `cold_start`, the block
+        is loaded in the background and the reader's bytes are asked of the store on their own
+        (the reader waits one round trip, not the whole block's transfer); else the whole block
+        is fetched and cached as usual.
         """
-        if self._disk.holds(key) and not self.is_cached_or_coming(key):
-            data = await self._disk.get_range(key, start, length)
-            if data is not None:
+        if not self.is_cached_or_coming(key):
+            if self._disk.holds(key):
+                data = await self._disk.get_range(key, start, length)
+                if data is not None:
+                    self.stats.memory_misses += 1
+                    self.stats.disk_bytes_served += len(data)
+                    return data
+            if cold_start is not None and self._start_cold(key, cold_start):
+                data = await cold_start.fetch_part()
                 self.stats.memory_misses += 1
-                self.stats.disk_bytes_served += len(data)
+                self.stats.store_bytes_served += len(data)
                 return data
         block = await self.read(key, fetch, served=length)
         return block[start : start + length]
+
+    def _start_cold(self, key: BlockKey, cold_start: ColdStart) -> bool:
+        """Load a block no one holds in the background; False when it could not start (no
+        background tasks, or the prefetch budget is spent: the reader then loads it)."""
+        if key in self._flights:  # arrived on its way while the disk was asked
+            return False
+        return (
+            self._prefetcher.start([key], [cold_start.size], cold_start.fetch_run, False, True) > 0
+        )
 
     def _count_served(self, tier: str, count: int) -> None:
         if tier == "disk":

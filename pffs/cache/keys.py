@@ -26,3 +26,13 @@ Deliver = Callable[[int, bytes], Awaitable[None]]
 # Loads `count` consecutive blocks from window position `first` (one store request where the
 # store allows), calling `deliver` for each in order.
 FetchRun = Callable[[int, int, Deliver], Awaitable[None]]
+
+
+class ColdStart(NamedTuple):
+    """How a reader that wants a small part of a block nobody holds gets it early: the whole
+    block is loaded in the background through `fetch_run`, while the reader's own bytes come
+    from `fetch_part`, one request of their own, without waiting for the rest of the block."""
+
+    size: int  # the block's length
+    fetch_run: FetchRun
+    fetch_part: Fetch

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 import trio
 
@@ -30,8 +31,24 @@ from pffs.routing.table import Mounted, MountTable
 
 log = logging.getLogger(__name__)
 
-# Lookups in one directory that ask the store before the directory is listed in the background.
-LIST_AFTER_LOOKUPS = 3
+# A name a complete listing proves absent (see Namespace._await_listing).
+_ABSENT = ObjectInfo(name="", size=0, mtime=0.0, etag=None, is_dir=False)
+# A directory too big to list in the background (see BACKGROUND_LISTING_MAX).
+_GIVEN_UP = float("inf")
+
+# A directory listed in the background for lookups is given up past this many entries: its
+# listing would cost more requests and memory than the lookups it could answer.
+BACKGROUND_LISTING_MAX = 50_000
+# A lookup waits for a directory's background listing (instead of asking the store about its
+# one name) when the directory's last listing took at most this long: the wait then costs less
+# than a round trip per name for the lookups that pile up meanwhile.
+WAIT_FOR_LISTING_MAX = 0.5
+
+
+@dataclass(eq=False)
+class _BackgroundListing:
+    listing: DirListing = field(default_factory=DirListing)
+    done: trio.Event = field(default_factory=trio.Event)
 
 
 class Namespace:
@@ -51,9 +68,9 @@ class Namespace:
         self.listings = Listings(table, meta.dir_ttl, self.mount_time, self.now)
         self.negative: dict[str, float] = {}
         self._nursery: trio.Nursery | None = None
-        # Lookups that had to ask the store, per unlisted directory (see _note_store_lookup).
-        self._store_lookups: dict[str, int] = {}
-        self._listing_in_background: set[str] = set()
+        self._background: dict[str, _BackgroundListing] = {}
+        # Seconds the last background listing of a directory took (see _await_listing).
+        self._listing_seconds: dict[str, float] = {}
 
     def attach(self, nursery: trio.Nursery) -> None:
         """A nursery for background listings."""
@@ -138,7 +155,11 @@ class Namespace:
         inode = self.inodes.known(path)
         if inode is not None and inode.expires > self.now():
             return inode
-        self._note_store_lookup(parent)
+        listed = await self._await_listing(parent, name)
+        if listed is not None:
+            if listed is _ABSENT:
+                raise NotFound(f"{path} does not exist")
+            return self.remember(path, listed)
         try:
             info = await self.stat(path)
         except NotFound:
@@ -166,33 +187,58 @@ class Namespace:
         log.info("store unreachable, serving what is known of /%s: %s", path, exc)
         return inode
 
-    def _note_store_lookup(self, parent: Inode) -> None:
-        """List a directory in the background once lookups in it keep asking the store.
+    async def _await_listing(self, parent: Inode, name: str) -> ObjectInfo | None:
+        """`name`'s entry as the parent's listing gives it, or None to ask the store.
 
-        A job opening many files of one directory by name (a data loader with an index file)
-        would otherwise pay a HEAD per file; after a few, one paginated listing answers the
-        rest, as it does after `ls`.
+        The first lookup in a directory that is not listed starts its listing in the
+        background: a job opening many files of one directory by name (a data loader with an
+        index file) would otherwise pay a HEAD per file, where one paginated listing answers
+        them all, as it does after `ls`. A name the listing has already seen is answered from
+        it. When the directory listed quickly last time, the lookup waits for the listing, and
+        then a name it lacks is proven absent (`_ABSENT`).
         """
-        if self._nursery is None or parent.path in self._listing_in_background:
-            return
-        if len(self._store_lookups) > MAX_LISTINGS:
-            self._store_lookups.clear()
-        count = self._store_lookups.get(parent.path, 0) + 1
-        self._store_lookups[parent.path] = count
-        if count >= LIST_AFTER_LOOKUPS:
-            self._listing_in_background.add(parent.path)
-            self._nursery.start_soon(self._list_in_background, parent)
+        took = self._listing_seconds.get(parent.path)
+        if took == _GIVEN_UP:
+            return None
+        running = self._background.get(parent.path) or self._start_listing(parent)
+        if running is None:
+            return None
+        seen = running.listing.entries.get(name)
+        if seen is not None:
+            return seen
+        if took is None or took > WAIT_FOR_LISTING_MAX:
+            return None
+        with trio.move_on_after(2 * took + 0.05):  # a slow store falls back to one HEAD
+            await running.done.wait()
+        listing = self.listings.fresh(parent.path)
+        if listing is None:
+            return None
+        return listing.entries.get(name, _ABSENT)
 
-    async def _list_in_background(self, parent: Inode) -> None:
-        listing = DirListing()
+    def _start_listing(self, parent: Inode) -> _BackgroundListing | None:
+        if self._nursery is None:
+            return None
+        running = _BackgroundListing()
+        self._background[parent.path] = running
+        self._nursery.start_soon(self._list_in_background, parent.path, running)
+        return running
+
+    async def _list_in_background(self, path: str, running: _BackgroundListing) -> None:
+        started = self.now()
         try:
-            while await self.listings.pull(parent.path, listing):
-                pass
+            while await self.listings.pull(path, running.listing):
+                if len(running.listing.names) > BACKGROUND_LISTING_MAX:
+                    log.debug("background listing of /%s given up: too many entries", path)
+                    self._listing_seconds[path] = _GIVEN_UP
+                    return
+            if len(self._listing_seconds) > MAX_LISTINGS:
+                self._listing_seconds.clear()
+            self._listing_seconds[path] = self.now() - started
         except Exception as exc:  # only an optimisation: lookups go on asking the store
-            log.debug("background listing of %s failed: %s", parent.path or "/", exc)
+            log.debug("background listing of /%s failed: %s", path, exc)
         finally:
-            self._listing_in_background.discard(parent.path)
-            self._store_lookups.pop(parent.path, None)
+            running.done.set()
+            del self._background[path]
 
     async def getattr(self, ino: int, *, ask_store: bool = False) -> Inode:
         """The inode with attributes no older than the attribute TTL.

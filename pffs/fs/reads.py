@@ -14,12 +14,19 @@ import trio
 
 from pffs.backends.base import block_runs
 from pffs.cache.blocks import BlockCache
-from pffs.cache.keys import BlockKey, Deliver
+from pffs.cache.keys import BlockKey, ColdStart, Deliver
 from pffs.cache.readahead import Readahead
 from pffs.errors import Corrupted, IsADirectory
 from pffs.fs.blocking import run_blocking
 from pffs.fs.handles import FileHandle, Handles
 from pffs.fs.namespace import Namespace
+
+# A file this small is fetched whole from its open on: the kernel's first read (up to the
+# mount's max_read) will want all of it, and the GET then overlaps the open's reply.
+FETCH_AT_OPEN = 1 << 20
+# A read wanting at most this share of a block nobody holds gets its bytes with a request of
+# its own while the block loads behind it (the first byte of a file, a random 4 KiB read).
+COLD_START_SHARE = 4
 
 
 class Reader:
@@ -46,8 +53,12 @@ class Reader:
         size = inode.info.size
         readahead = Readahead(self.block_size, self.cache.readahead_limit, size)
         mounted, inside = self.namespace.route(inode.path)
-        fh = self.handles.add(FileHandle(inode, version, size, readahead, mounted, inside))
-        return fh, keep_cache
+        handle = FileHandle(inode, version, size, readahead, mounted, inside)
+        if 0 < size <= min(FETCH_AT_OPEN, self.block_size):
+            self.cache.prefetch(
+                [self._block_key(handle, 0)], [size], functools.partial(self._fetch_run, handle, 0)
+            )
+        return self.handles.add(handle), keep_cache
 
     async def read(self, handle: FileHandle, offset: int, size: int) -> bytes | memoryview:
         """Bytes [offset, offset+size) of the version opened, through the block cache."""
@@ -69,13 +80,27 @@ class Reader:
         for index in range(first, last + 1):
             key = self._block_key(handle, index)
             fetch = functools.partial(self._fetch_block, handle, index)
+            block_length = self._block_length(handle, index)
             start = max(offset - index * self.block_size, 0)
-            stop = min(end - index * self.block_size, self._block_length(handle, index))
-            if handle.readahead.sequential:
+            stop = min(end - index * self.block_size, block_length)
+            cold_start = None
+            if (stop - start) * COLD_START_SHARE <= block_length:
+                cold_start = ColdStart(
+                    block_length,
+                    functools.partial(self._fetch_run, handle, index),
+                    functools.partial(
+                        self._fetch_bytes, handle, index * self.block_size + start, stop - start
+                    ),
+                )
+            if handle.readahead.sequential and (
+                cold_start is None or self.cache.is_cached_or_coming(key)
+            ):
                 block = await self.cache.read(key, fetch, served=stop - start)
                 pieces.append(memoryview(block)[start:stop])
-            else:  # random access: read only what is asked of the disk tier
-                pieces.append(await self.cache.read_part(key, start, stop - start, fetch))
+            else:  # random access, or a first read: only what is asked of the disk or store
+                pieces.append(
+                    await self.cache.read_part(key, start, stop - start, fetch, cold_start)
+                )
         return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
     def _block_key(self, handle: FileHandle, index: int) -> BlockKey:
@@ -86,18 +111,22 @@ class Reader:
         return min(self.block_size, handle.size - index * self.block_size)
 
     async def _fetch_block(self, handle: FileHandle, index: int) -> bytes:
-        length = self._block_length(handle, index)
+        return await self._fetch_bytes(
+            handle, index * self.block_size, self._block_length(handle, index)
+        )
+
+    async def _fetch_bytes(self, handle: FileHandle, offset: int, length: int) -> bytes:
         data = await run_blocking(
             handle.mounted.limiter,
             handle.mounted.backend.read_range,
             handle.path_in_source,
-            index * self.block_size,
+            offset,
             length,
             handle.version,
         )
         if len(data) != length:
             raise Corrupted(
-                f"{handle.inode.path}: block {index} came back with {len(data)} of {length} bytes"
+                f"{handle.inode.path}: bytes {offset}+{length} came back with {len(data)} bytes"
             )
         return data
 

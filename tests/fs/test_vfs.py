@@ -265,26 +265,3 @@ def test_listing_outlives_the_kernel_forgetting_the_directory(tree: Path) -> Non
         assert backend.calls["list"] == 2
 
     run(main)
-
-
-def test_repeated_lookups_in_an_unlisted_directory_start_a_listing(tmp_path: Path) -> None:
-    root = tmp_path / "many"
-    root.mkdir()
-    for i in range(20):
-        (root / f"f{i:02d}").write_bytes(b"x")
-    vfs, backend = make_vfs(root)
-
-    async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            vfs.attach(nursery)
-            for i in range(3):
-                await vfs.lookup(ROOT_INODE, f"f{i:02d}")
-            await trio.sleep(0.2)  # the background listing runs
-            stats = backend.calls["stat"]
-            for i in range(3, 20):
-                await vfs.lookup(ROOT_INODE, f"f{i:02d}")
-            assert backend.calls["stat"] == stats == 3
-            assert backend.calls["list"] == 1
-            nursery.cancel_scope.cancel()
-
-    run(main)

@@ -1,0 +1,111 @@
+"""Lookups answered by directory listings taken in the background (pffs.fs.namespace).
+
+A local directory behind a backend that counts its calls: each `stat` is what a HEAD would be
+on S3, each `list` a paginated LIST.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+
+from pffs.errors import NotFound
+from pffs.fs import namespace
+from pffs.fs.inodes import ROOT_INODE
+from pffs.fs.vfs import Vfs
+from tests.fs.test_vfs import CountingBackend, make_vfs, run
+
+
+def dataset(tmp_path: Path, files: int = 20) -> Path:
+    root = tmp_path / "many"
+    root.mkdir()
+    for i in range(files):
+        (root / f"f{i:02d}").write_bytes(b"x" * i)
+    return root
+
+
+async def listed(vfs: Vfs) -> None:
+    """Wait until no background listing runs."""
+    while vfs.namespace._background:
+        await trio.sleep(0.01)
+
+
+def test_the_first_lookup_lists_the_directory_and_the_rest_need_no_store(
+    tmp_path: Path,
+) -> None:
+    vfs, backend = make_vfs(dataset(tmp_path))
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            vfs.attach(nursery)
+            assert (await vfs.lookup(ROOT_INODE, "f05")).info.size == 5
+            await listed(vfs)
+            for i in range(20):
+                assert (await vfs.lookup(ROOT_INODE, f"f{i:02d}")).info.size == i
+            with pytest.raises(NotFound):
+                await vfs.lookup(ROOT_INODE, "absent")
+            assert backend.calls["stat"] == 1  # the first lookup only
+            assert backend.calls["list"] == 1
+            nursery.cancel_scope.cancel()
+
+    run(main)
+
+
+def test_an_expired_listing_is_taken_again_and_lookups_wait_for_it(tmp_path: Path) -> None:
+    """A second epoch, past the TTLs: the directory listed quickly before, so lookups wait for
+    its new listing rather than asking the store name by name."""
+    vfs, backend = make_vfs(dataset(tmp_path), attr_ttl=0.05, dir_ttl=0.05, negative_ttl=0.05)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            vfs.attach(nursery)
+            await vfs.lookup(ROOT_INODE, "f00")
+            await listed(vfs)
+            await trio.sleep(0.1)  # every TTL has passed
+            stats = backend.calls["stat"]
+            async with trio.open_nursery() as readers:  # like a loader's workers, at once
+                for i in range(20):
+                    readers.start_soon(vfs.lookup, ROOT_INODE, f"f{i:02d}")
+            with pytest.raises(NotFound):
+                await vfs.lookup(ROOT_INODE, "absent")
+            assert backend.calls["stat"] == stats
+            assert backend.calls["list"] == 2
+            nursery.cancel_scope.cancel()
+
+    run(main)
+
+
+def test_a_directory_too_big_is_not_listed_in_the_background_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(namespace, "BACKGROUND_LISTING_MAX", 5)
+    vfs, backend = make_vfs(dataset(tmp_path), attr_ttl=0.01, dir_ttl=0.01, negative_ttl=0.01)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            vfs.attach(nursery)
+            await vfs.lookup(ROOT_INODE, "f00")
+            await listed(vfs)
+            await trio.sleep(0.05)  # what it listed has expired
+            for i in range(1, 20):
+                assert (await vfs.lookup(ROOT_INODE, f"f{i:02d}")).info.size == i
+            await listed(vfs)
+            assert backend.calls["list"] == 1  # given up once, never started again
+            assert backend.calls["stat"] == 20
+            nursery.cancel_scope.cancel()
+
+    run(main)
+
+
+def test_without_a_nursery_lookups_ask_the_store(tmp_path: Path) -> None:
+    vfs, backend = make_vfs(dataset(tmp_path))
+    assert isinstance(backend, CountingBackend)
+
+    async def main() -> None:
+        for i in range(3):
+            await vfs.lookup(ROOT_INODE, f"f{i:02d}")
+        assert backend.calls == {"stat": 3}
+
+    run(main)
