@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 
 import trio
 
@@ -31,24 +30,13 @@ from pffs.routing.table import Mounted, MountTable
 
 log = logging.getLogger(__name__)
 
-# A name a complete listing proves absent (see Namespace._await_listing).
-_ABSENT = ObjectInfo(name="", size=0, mtime=0.0, etag=None, is_dir=False)
-# A directory too big to list in the background (see BACKGROUND_LISTING_MAX).
-_GIVEN_UP = float("inf")
-
 # A directory listed in the background for lookups is given up past this many entries: its
 # listing would cost more requests and memory than the lookups it could answer.
 BACKGROUND_LISTING_MAX = 50_000
-# A lookup waits for a directory's background listing (instead of asking the store about its
-# one name) when the directory's last listing took at most this long: the wait then costs less
-# than a round trip per name for the lookups that pile up meanwhile.
-WAIT_FOR_LISTING_MAX = 0.5
-
-
-@dataclass(eq=False)
-class _BackgroundListing:
-    listing: DirListing = field(default_factory=DirListing)
-    done: trio.Event = field(default_factory=trio.Event)
+# Entries a store returns per listing request (S3's page), to weigh a listing against HEADs.
+LISTING_PAGE = 1000
+# The pages of a directory too big to list in the background: it never is again.
+_NEVER = 1 << 62
 
 
 class Namespace:
@@ -68,9 +56,11 @@ class Namespace:
         self.listings = Listings(table, meta.dir_ttl, self.mount_time, self.now)
         self.negative: dict[str, float] = {}
         self._nursery: trio.Nursery | None = None
-        self._background: dict[str, _BackgroundListing] = {}
-        # Seconds the last background listing of a directory took (see _await_listing).
-        self._listing_seconds: dict[str, float] = {}
+        self._background: dict[str, DirListing] = {}
+        # Per directory listed in the background: the requests its listing took, and the
+        # lookups that asked the store since it expired (see _listing_for).
+        self._listing_pages: dict[str, int] = {}
+        self._asked_since: dict[str, int] = {}
 
     def attach(self, nursery: trio.Nursery) -> None:
         """A nursery for background listings."""
@@ -155,11 +145,10 @@ class Namespace:
         inode = self.inodes.known(path)
         if inode is not None and inode.expires > self.now():
             return inode
-        listed = await self._await_listing(parent, name)
-        if listed is not None:
-            if listed is _ABSENT:
-                raise NotFound(f"{path} does not exist")
-            return self.remember(path, listed)
+        running = self._listing_for(parent)
+        seen = running.entries.get(name) if running is not None else None
+        if seen is not None:  # already streamed in
+            return self.remember(path, seen)
         try:
             info = await self.stat(path)
         except NotFound:
@@ -187,57 +176,46 @@ class Namespace:
         log.info("store unreachable, serving what is known of /%s: %s", path, exc)
         return inode
 
-    async def _await_listing(self, parent: Inode, name: str) -> ObjectInfo | None:
-        """`name`'s entry as the parent's listing gives it, or None to ask the store.
+    def _listing_for(self, parent: Inode) -> DirListing | None:
+        """The parent's listing under way in the background, started here when it pays.
 
-        The first lookup in a directory that is not listed starts its listing in the
-        background: a job opening many files of one directory by name (a data loader with an
-        index file) would otherwise pay a HEAD per file, where one paginated listing answers
-        them all, as it does after `ls`. A name the listing has already seen is answered from
-        it. When the directory listed quickly last time, the lookup waits for the listing, and
-        then a name it lacks is proven absent (`_ABSENT`).
+        A job opening many files of one directory by name (a data loader with an index file)
+        would otherwise pay a HEAD per file, where one paginated listing answers them all, as
+        it does after `ls`. So the first lookup that asks the store about a directory lists it.
+        Once that listing has expired, it is taken again when the lookups asking the store
+        since have cost as many requests as the listing does: a lone `stat` now and then in a
+        big directory stays one HEAD.
         """
-        took = self._listing_seconds.get(parent.path)
-        if took == _GIVEN_UP:
-            return None
-        running = self._background.get(parent.path) or self._start_listing(parent)
-        if running is None:
-            return None
-        seen = running.listing.entries.get(name)
-        if seen is not None:
-            return seen
-        if took is None or took > WAIT_FOR_LISTING_MAX:
-            return None
-        with trio.move_on_after(2 * took + 0.05):  # a slow store falls back to one HEAD
-            await running.done.wait()
-        listing = self.listings.fresh(parent.path)
-        if listing is None:
-            return None
-        return listing.entries.get(name, _ABSENT)
-
-    def _start_listing(self, parent: Inode) -> _BackgroundListing | None:
-        if self._nursery is None:
-            return None
-        running = _BackgroundListing()
-        self._background[parent.path] = running
-        self._nursery.start_soon(self._list_in_background, parent.path, running)
+        path = parent.path
+        running = self._background.get(path)
+        if running is not None or self._nursery is None:
+            return running
+        pages = self._listing_pages.get(path)
+        if pages is not None:
+            asked = self._asked_since.get(path, 0) + 1
+            if asked < pages:
+                self._asked_since[path] = asked
+                return None
+            self._asked_since.pop(path, None)
+        running = DirListing()
+        self._background[path] = running
+        self._nursery.start_soon(self._list_in_background, path, running)
         return running
 
-    async def _list_in_background(self, path: str, running: _BackgroundListing) -> None:
-        started = self.now()
+    async def _list_in_background(self, path: str, running: DirListing) -> None:
+        if len(self._listing_pages) > MAX_LISTINGS:
+            self._listing_pages.clear()
+            self._asked_since.clear()
         try:
-            while await self.listings.pull(path, running.listing):
-                if len(running.listing.names) > BACKGROUND_LISTING_MAX:
+            while await self.listings.pull(path, running):
+                if len(running.names) > BACKGROUND_LISTING_MAX:
                     log.debug("background listing of /%s given up: too many entries", path)
-                    self._listing_seconds[path] = _GIVEN_UP
+                    self._listing_pages[path] = _NEVER
                     return
-            if len(self._listing_seconds) > MAX_LISTINGS:
-                self._listing_seconds.clear()
-            self._listing_seconds[path] = self.now() - started
+            self._listing_pages[path] = max(1, -(-len(running.names) // LISTING_PAGE))
         except Exception as exc:  # only an optimisation: lookups go on asking the store
             log.debug("background listing of /%s failed: %s", path, exc)
         finally:
-            running.done.set()
             del self._background[path]
 
     async def getattr(self, ino: int, *, ask_store: bool = False) -> Inode:

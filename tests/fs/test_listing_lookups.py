@@ -53,25 +53,31 @@ def test_the_first_lookup_lists_the_directory_and_the_rest_need_no_store(
     run(main)
 
 
-def test_an_expired_listing_is_taken_again_and_lookups_wait_for_it(tmp_path: Path) -> None:
-    """A second epoch, past the TTLs: the directory listed quickly before, so lookups wait for
-    its new listing rather than asking the store name by name."""
-    vfs, backend = make_vfs(dataset(tmp_path), attr_ttl=0.05, dir_ttl=0.05, negative_ttl=0.05)
+def test_an_expired_listing_is_taken_again_when_lookups_have_paid_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the TTLs, a directory of 4 pages is listed again after 4 lookups asked the store
+    (a lone stat now and then stays one HEAD); then the rest need no store."""
+    monkeypatch.setattr(namespace, "LISTING_PAGE", 5)
+    vfs, backend = make_vfs(dataset(tmp_path), attr_ttl=0.3, dir_ttl=0.3, negative_ttl=0.3)
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             vfs.attach(nursery)
             await vfs.lookup(ROOT_INODE, "f00")
             await listed(vfs)
-            await trio.sleep(0.1)  # every TTL has passed
-            stats = backend.calls["stat"]
-            async with trio.open_nursery() as readers:  # like a loader's workers, at once
-                for i in range(20):
-                    readers.start_soon(vfs.lookup, ROOT_INODE, f"f{i:02d}")
+            await trio.sleep(0.4)  # every TTL has passed
+            for i in range(1, 4):
+                await vfs.lookup(ROOT_INODE, f"f{i:02d}")
+            assert backend.calls == {"stat": 4, "list": 1}
+            await vfs.lookup(ROOT_INODE, "f04")
+            await listed(vfs)
+            assert backend.calls == {"stat": 5, "list": 2}
+            for i in range(20):
+                assert (await vfs.lookup(ROOT_INODE, f"f{i:02d}")).info.size == i
             with pytest.raises(NotFound):
                 await vfs.lookup(ROOT_INODE, "absent")
-            assert backend.calls["stat"] == stats
-            assert backend.calls["list"] == 2
+            assert backend.calls == {"stat": 5, "list": 2}
             nursery.cancel_scope.cancel()
 
     run(main)
@@ -92,8 +98,7 @@ def test_a_directory_too_big_is_not_listed_in_the_background_again(
             for i in range(1, 20):
                 assert (await vfs.lookup(ROOT_INODE, f"f{i:02d}")).info.size == i
             await listed(vfs)
-            assert backend.calls["list"] == 1  # given up once, never started again
-            assert backend.calls["stat"] == 20
+            assert backend.calls == {"stat": 20, "list": 1}  # given up, never started again
             nursery.cancel_scope.cancel()
 
     run(main)
