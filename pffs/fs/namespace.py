@@ -292,6 +292,14 @@ class Namespace:
         self.listings.drop(path.rpartition("/")[0])
         self.negative.pop(path, None)
 
+    def outdated(self, path: str) -> None:
+        """The store holds another version of `path` than the one known (a read met `Changed`):
+        what its directory's listing and its inode said is not trusted again."""
+        self.listings.drop(path.rpartition("/")[0])
+        inode = self.inodes.known(path)
+        if inode is not None:
+            inode.expires = 0.0
+
     def gone(self, path: str) -> None:
         """`path` no longer exists: a later lookup starts afresh (with a new inode number)."""
         self.changed(path)
