@@ -16,7 +16,7 @@ from pffs.errors import NotFound
 ROOT_INODE = 1
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Inode:
     """One known path. `info` is what the store said; `expires` when to ask again."""
 
