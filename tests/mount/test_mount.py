@@ -188,7 +188,7 @@ def test_reads_reach_the_daemon_as_large_requests(s3, bucket, mount_s3) -> None:
 def _fuse_ops(mnt: Path, op: str) -> float:
     stats = json.loads((mnt / ".pffs" / "stats").read_text())
     samples = stats["metrics"]["pffs_fuse_operations_total"]["samples"]
-    return sum(s["value"] for s in samples if s["labels"]["op"] == op)
+    return float(sum(s["value"] for s in samples if s["labels"]["op"] == op))
 
 
 def test_absent_names_are_answered_by_the_kernel_for_the_negative_ttl(tmp_path: Path) -> None:
