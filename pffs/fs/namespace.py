@@ -122,8 +122,13 @@ class Namespace:
         if name == ".":
             return parent
         if name == "..":
-            parent_path = parent.path.rpartition("/")[0]
-            return self.inode(self.inodes.ino_by_path[parent_path])
+            grandparent = parent.path.rpartition("/")[0]
+            known = self.inodes.known(grandparent)  # the kernel holds a directory's parent
+            return (
+                known
+                if known is not None
+                else self.remember(grandparent, await self.stat(grandparent))
+            )
         path = join(parent.path, name)
         known = self.inodes.ino_by_path.get(path)
         if known is not None and known in self.staged:  # not in the store (or its listing) yet
