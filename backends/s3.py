@@ -135,6 +135,8 @@ class S3Backend:
             config.max_pool_connections,
             source.connect_timeout,
             source.read_timeout,
+            # On AWS itself a bucket of another region is followed there, as boto3 does.
+            regional_endpoint=None if self.endpoint_url else _aws_endpoint,
         )
 
     # --- the protocol ------------------------------------------------------------------------
@@ -510,6 +512,10 @@ class S3Backend:
 
 class _RangeNotSatisfiable(Exception):
     """A GET's range starts past the object's end (416)."""
+
+
+def _aws_endpoint(region: str) -> str:
+    return f"https://s3.{region}.amazonaws.com"
 
 
 def _if_match(version: str | None) -> str | None:

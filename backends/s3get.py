@@ -29,8 +29,9 @@ import re
 import select
 import ssl
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -133,6 +134,16 @@ class _Connections:
             connection.close()
 
 
+@dataclass(frozen=True)
+class _Target:
+    """Where the bucket's GETs go and how they are signed; swapped whole, never changed."""
+
+    region: str
+    base: str  # scheme://host[:port]
+    key_prefix: str  # "/bucket/" (path style) or "/" (virtual-hosted)
+    connections: _Connections
+
+
 class LeanGetEngine:
     """GETs of one bucket's objects; thread-safe (the pool and the signer hold no request)."""
 
@@ -145,50 +156,55 @@ class LeanGetEngine:
         max_connections: int,
         connect_timeout: float,
         read_timeout: float,
+        regional_endpoint: Callable[[str], str] | None = None,
     ) -> None:
         """`client` is the backend's boto3 S3 client and `credentials` its session's (boto3's
         chain; refreshable ones refresh here too): region, endpoint and TLS settings come from
-        the client, so both paths always agree."""
+        the client, so both paths always agree. `regional_endpoint(region)`, where given, is
+        the endpoint URL of a region: a bucket found in another region (as AWS answers a GET
+        signed for the wrong one) is then followed there, as boto3's redirector does."""
         self._credentials = credentials
-        self._region: str = client.meta.region_name
-        endpoint = urlsplit(client.meta.endpoint_url)
+        self._bucket = bucket
+        self._path_style = path_style
+        self._max_connections = max_connections
+        self._timeouts = (connect_timeout, read_timeout)
+        # True, False or a CA bundle path, as boto3 resolved it (verify=, AWS_CA_BUNDLE, profile).
+        self._verify: bool | str = client._endpoint.http_session._verify
+        self._regional_endpoint = regional_endpoint
+        self._lock = threading.Lock()
+        self._target = self._aim(client.meta.region_name, client.meta.endpoint_url)
+
+    def _aim(self, region: str, endpoint_url: str) -> _Target:
+        endpoint = urlsplit(endpoint_url)
         # Virtual-hosted style as boto3's "auto" does it: when the bucket name can be a host
         # label (no dots, or TLS certificates would not match).
-        if path_style or "." in bucket:
-            netloc, self._key_prefix = endpoint.netloc, f"/{bucket}/"
+        if self._path_style or "." in self._bucket:
+            netloc, key_prefix = endpoint.netloc, f"/{self._bucket}/"
         else:
-            netloc, self._key_prefix = f"{bucket}.{endpoint.netloc}", "/"
-        self._base = f"{endpoint.scheme}://{netloc}"
-        # True, False or a CA bundle path, as boto3 resolved it (verify=, AWS_CA_BUNDLE, profile).
-        verify: bool | str = client._endpoint.http_session._verify
-        self._connections = _Connections(
-            endpoint.scheme, netloc, connect_timeout, read_timeout, verify, max_connections
+            netloc, key_prefix = f"{self._bucket}.{endpoint.netloc}", "/"
+        connections = _Connections(
+            endpoint.scheme, netloc, *self._timeouts, self._verify, self._max_connections
         )
+        return _Target(region, f"{endpoint.scheme}://{netloc}", key_prefix, connections)
 
     def close(self) -> None:
-        self._connections.close()
+        self._target.connections.close()
 
     @contextmanager
     def get(self, key: str, start: int, length: int, if_match: str | None) -> Iterator[Body]:
         """GET bytes [start, start+length) of `key`, only while its ETag is `if_match` (when
         given). The connection goes back to the pool when the body was read to its end, and
         is closed otherwise (a caller that stops early must not leave bytes on it)."""
-        path = self._key_prefix + quote(key, safe="/~")
-        url = self._base + path
         headers = {"Range": f"bytes={start}-{start + length - 1}"}
         if if_match is not None:
             headers["If-Match"] = if_match
-        headers = self._signed(url, headers)
-        connection = self._connect(url)
-        try:
-            connection.request("GET", path, headers=headers)
-            response = connection.getresponse()
-        except TimeoutError as exc:
-            connection.close()
-            raise botocore.exceptions.ReadTimeoutError(endpoint_url=url, error=exc) from exc
-        except (http.client.HTTPException, OSError) as exc:
-            connection.close()  # resets, closes and malformed answers before the body
-            raise botocore.exceptions.ConnectionClosedError(endpoint_url=url) from exc
+        target = self._target
+        url, connection, response = self._send(target, key, headers)
+        if response.status in (301, 400) and self._follow(target, response):
+            _drain(response)
+            self._release(target, connection, response)
+            target = self._target
+            url, connection, response = self._send(target, key, headers)
         try:
             if response.status >= 300:
                 raise _error(response)
@@ -199,39 +215,67 @@ class LeanGetEngine:
                 )
             yield Body(response, url)
         finally:
-            if response.isclosed() and not response.will_close:
-                self._connections.give(connection)
-            else:
-                connection.close()
+            self._release(target, connection, response)
 
-    def _connect(self, url: str) -> http.client.HTTPConnection:
+    def _send(
+        self, target: _Target, key: str, headers: dict[str, str]
+    ) -> tuple[str, http.client.HTTPConnection, http.client.HTTPResponse]:
+        path = target.key_prefix + quote(key, safe="/~")
+        url = target.base + path
+        signed = self._signed(target.region, url, headers)
         try:
-            return self._connections.take()
+            connection = target.connections.take()
         except TimeoutError as exc:
             raise botocore.exceptions.ConnectTimeoutError(endpoint_url=url, error=exc) from exc
         except ssl.SSLError as exc:
             raise botocore.exceptions.SSLError(endpoint_url=url, error=exc) from exc
         except OSError as exc:
             raise botocore.exceptions.EndpointConnectionError(endpoint_url=url, error=exc) from exc
+        try:
+            connection.request("GET", path, headers=signed)
+            return url, connection, connection.getresponse()
+        except TimeoutError as exc:
+            connection.close()
+            raise botocore.exceptions.ReadTimeoutError(endpoint_url=url, error=exc) from exc
+        except (http.client.HTTPException, OSError) as exc:
+            connection.close()  # resets, closes and malformed answers before the body
+            raise botocore.exceptions.ConnectionClosedError(endpoint_url=url) from exc
 
-    def _signed(self, url: str, headers: dict[str, str]) -> dict[str, str]:
+    @staticmethod
+    def _release(
+        target: _Target, connection: http.client.HTTPConnection, response: http.client.HTTPResponse
+    ) -> None:
+        if response.isclosed() and not response.will_close:
+            target.connections.give(connection)
+        else:
+            connection.close()
+
+    def _follow(self, target: _Target, response: http.client.HTTPResponse) -> bool:
+        """Aim at the bucket's own region when the store names another one; True if so."""
+        region = response.getheader("x-amz-bucket-region")
+        if not region or region == target.region or self._regional_endpoint is None:
+            return False
+        with self._lock:
+            if self._target is target:  # the first thread to learn it moves everyone
+                self._target = self._aim(region, self._regional_endpoint(region))
+                target.connections.close()
+        return True
+
+    def _signed(self, region: str, url: str, headers: dict[str, str]) -> dict[str, str]:
         if self._credentials is None:
             raise botocore.exceptions.NoCredentialsError()
         # Frozen per request as botocore does: a refresh between reading the key and the
         # secret must not mix two credentials.
         frozen = self._credentials.get_frozen_credentials()
         request = AWSRequest(method="GET", url=url, headers=headers)
-        S3SigV4Auth(frozen, "s3", self._region).add_auth(request)
+        S3SigV4Auth(frozen, "s3", region).add_auth(request)
         return dict(request.headers.items())
 
 
 def _error(response: http.client.HTTPResponse) -> botocore.exceptions.ClientError:
     """The store's error answer as boto3 would raise it (its body read, so the connection
     can serve again)."""
-    try:
-        text = response.read(64 * 1024)
-    except (http.client.HTTPException, OSError):
-        text = b""  # the status alone still says what happened
+    text = _drain(response)
     code = _CODE_RE.search(text)
     message = _MESSAGE_RE.search(text)
     return botocore.exceptions.ClientError(
@@ -242,6 +286,14 @@ def _error(response: http.client.HTTPResponse) -> botocore.exceptions.ClientErro
         ),
         "GetObject",
     )
+
+
+def _drain(response: http.client.HTTPResponse) -> bytes:
+    """An error answer's body, read off the connection so that it can serve again."""
+    try:
+        return response.read(64 * 1024)
+    except (http.client.HTTPException, OSError):
+        return b""  # the status alone still says what happened
 
 
 def _answer(status: int, code: str, message: str) -> Any:

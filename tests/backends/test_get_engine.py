@@ -5,9 +5,11 @@ moto, many threads at once, and credentials from boto3's chain (s3rver checks ac
 
 from __future__ import annotations
 
+import http.server
 import os
 import random
 import socket
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -222,3 +224,53 @@ def test_refreshable_credentials_are_refreshed(s3rver: Any) -> None:
     with lean.get("data", 0, 100, None) as body:
         assert body.read(100) == DATA[:100]
     assert refreshed
+
+
+class _WrongRegion(http.server.BaseHTTPRequestHandler):
+    """Answers every GET as AWS answers one signed for the wrong region."""
+
+    def do_GET(self) -> None:
+        body = b"<Error><Code>PermanentRedirect</Code><Message>elsewhere</Message></Error>"
+        self.send_response(301)
+        self.send_header("x-amz-bucket-region", "eu-west-3")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_bucket_of_another_region_is_followed(moto: MotoServer, stored: tuple[str, str]) -> None:
+    bucket, etag = stored
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _WrongRegion)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        wrong = f"http://127.0.0.1:{server.server_address[1]}"
+        backend = _backend(wrong, bucket)
+        asked: list[str] = []
+
+        def regional(region: str) -> str:
+            asked.append(region)
+            return moto.endpoint_url
+
+        lean = LeanGetEngine(
+            backend.client,
+            backend.client._request_signer._credentials,
+            bucket,
+            True,
+            4,
+            5,
+            5,
+            regional_endpoint=regional,
+        )
+        for _ in range(2):  # learnt once, then every GET goes there at once
+            with lean.get("data", 10, 100, etag) as body:
+                assert body.read(100) == DATA[10:110]
+        assert asked == ["eu-west-3"]
+        # Without a way to the region (a custom endpoint), the answer is the store's error.
+        with pytest.raises(BackendError, match="PermanentRedirect"):
+            backend.read_range("data", 0, 10, etag)
+    finally:
+        server.shutdown()
+        server.server_close()
