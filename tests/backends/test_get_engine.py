@@ -10,6 +10,7 @@ import os
 import random
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -274,3 +275,16 @@ def test_a_bucket_of_another_region_is_followed(moto: MotoServer, stored: tuple[
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.mark.slow
+def test_a_connection_the_store_closed_while_idle_is_not_used(
+    s3rver: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3rver.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3rver.secret_key)
+    backend = _backend(s3rver.endpoint_url, "creds")
+    assert backend.read_range("data", 0, 10, None) == DATA[:10]
+    time.sleep(6)  # s3rver (node) closes a keep-alive connection idle for 5 s
+    assert backend.read_range("data", 10, 10, None) == DATA[10:20]
+    assert backend.retries == 0  # the closed connection was dropped, not tried and retried
