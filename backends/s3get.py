@@ -39,6 +39,7 @@ import botocore.exceptions
 from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
+from botocore.httpsession import get_cert_path
 
 # The S3 error code and message in an XML error body; a regex, as error bodies are small and
 # flat and this keeps an XML parser off the path.
@@ -90,9 +91,9 @@ class _Connections:
         self._lock = threading.Lock()
         self._tls: ssl.SSLContext | None = None
         if scheme == "https":
-            self._tls = ssl.create_default_context(
-                cafile=verify if isinstance(verify, str) else None
-            )
+            # The CA bundle botocore itself would load (the given one, else its default).
+            cafile = get_cert_path(verify) if verify is not False else None
+            self._tls = ssl.create_default_context(cafile=cafile)
             if verify is False:
                 self._tls.check_hostname = False
                 self._tls.verify_mode = ssl.CERT_NONE

@@ -8,7 +8,10 @@ from __future__ import annotations
 import http.server
 import os
 import random
+import shutil
 import socket
+import ssl
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -288,3 +291,56 @@ def test_a_connection_the_store_closed_while_idle_is_not_used(
     time.sleep(6)  # s3rver (node) closes a keep-alive connection idle for 5 s
     assert backend.read_range("data", 10, 10, None) == DATA[10:20]
     assert backend.retries == 0  # the closed connection was dropped, not tried and retried
+
+
+class _Ranges(http.server.BaseHTTPRequestHandler):
+    """Serves DATA's bytes of any "bytes=a-b" range, whatever the key (an HTTPS store)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        first, last = self.headers["Range"].removeprefix("bytes=").split("-")
+        body = DATA[int(first) : int(last) + 1]
+        self.send_response(206)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def https_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """(endpoint URL, CA bundle) of an HTTPS store on 127.0.0.1 with its own certificate."""
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command")
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key = str(folder / "cert.pem"), str(folder / "key.pem")
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-keyout", key, "-out", cert, "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Ranges)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"https://127.0.0.1:{server.server_address[1]}", cert
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_tls_uses_the_ca_bundle_of_boto3s_chain(
+    https_store: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    endpoint, bundle = https_store
+    monkeypatch.setenv("AWS_CA_BUNDLE", bundle)
+    assert _backend(endpoint, "tls").read_range("data", 7, 1000, None) == DATA[7:1007]
+    monkeypatch.delenv("AWS_CA_BUNDLE")  # a certificate nobody vouches for: never trusted
+    with pytest.raises(Transient, match="SSLError"):
+        _backend(endpoint, "tls").read_range("data", 7, 1000, None)
