@@ -9,7 +9,7 @@ stays on boto3.
 
 Configuration has one source: the boto3 client S3Backend already built. The engine takes its
 credentials object (so refreshable and session-token credentials work as they do for boto3),
-its region, endpoint URL and TLS settings, and the backend's addressing style.
+its region, endpoint URL, TLS settings and proxies, and the backend's addressing style.
 
 The engine performs a GET and nothing else: no retries, no error mapping. It hands back the
 body, or raises one of the exceptions a boto3 call raises for the same outcome, so that
@@ -40,6 +40,8 @@ from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from botocore.httpsession import get_cert_path
+
+from pffs.errors import UsageError
 
 # The S3 error code and message in an XML error body; a regex, as error bodies are small and
 # flat and this keeps an XML parser off the path.
@@ -82,8 +84,16 @@ class _Connections:
         read_timeout: float,
         verify: bool | str,
         max_idle: int,
+        proxy: tuple[str, dict[str, str]] | None = None,
     ) -> None:
+        """`proxy`: (URL, headers) of the HTTP proxy boto3 would use for this host, if any."""
         self._netloc = netloc
+        self._scheme = scheme
+        self._proxy = proxy
+        # Through a proxy a plain-HTTP request names the whole URL and carries the proxy's
+        # headers; an HTTPS one goes through a CONNECT tunnel and carries nothing extra.
+        self.absolute_form = proxy is not None and scheme == "http"
+        self.request_headers = proxy[1] if proxy is not None and scheme == "http" else {}
         self._connect_timeout = connect_timeout
         self._read_timeout = read_timeout
         self._max_idle = max_idle
@@ -110,12 +120,16 @@ class _Connections:
             if connection.sock is not None and not _readable(connection.sock):
                 return connection
             connection.close()
+        host = self._netloc if self._proxy is None else urlsplit(self._proxy[0]).netloc
+        host = host.rsplit("@", 1)[-1]  # the proxy's credentials are in its headers
         if self._tls is not None:
             connection = http.client.HTTPSConnection(
-                self._netloc, timeout=self._connect_timeout, context=self._tls
+                host, timeout=self._connect_timeout, context=self._tls
             )
+            if self._proxy is not None:
+                connection.set_tunnel(self._netloc, headers=self._proxy[1])
         else:
-            connection = http.client.HTTPConnection(self._netloc, timeout=self._connect_timeout)
+            connection = http.client.HTTPConnection(host, timeout=self._connect_timeout)
         connection.connect()
         assert connection.sock is not None
         connection.sock.settimeout(self._read_timeout)  # from here on, each read's limit
@@ -171,6 +185,7 @@ class LeanGetEngine:
         self._timeouts = (connect_timeout, read_timeout)
         # True, False or a CA bundle path, as boto3 resolved it (verify=, AWS_CA_BUNDLE, profile).
         self._verify: bool | str = client._endpoint.http_session._verify
+        self._proxy_config = client._endpoint.http_session._proxy_config
         self._regional_endpoint = regional_endpoint
         self._lock = threading.Lock()
         self._target = self._aim(client.meta.region_name, client.meta.endpoint_url)
@@ -183,10 +198,27 @@ class LeanGetEngine:
             netloc, key_prefix = endpoint.netloc, f"/{self._bucket}/"
         else:
             netloc, key_prefix = f"{self._bucket}.{endpoint.netloc}", "/"
+        base = f"{endpoint.scheme}://{netloc}"
         connections = _Connections(
-            endpoint.scheme, netloc, *self._timeouts, self._verify, self._max_connections
+            endpoint.scheme,
+            netloc,
+            *self._timeouts,
+            self._verify,
+            self._max_connections,
+            self._proxy_for(base),
         )
-        return _Target(region, f"{endpoint.scheme}://{netloc}", key_prefix, connections)
+        return _Target(region, base, key_prefix, connections)
+
+    def _proxy_for(self, base: str) -> tuple[str, dict[str, str]] | None:
+        """The proxy boto3 would go through to `base` (HTTP(S)_PROXY, NO_PROXY, the client's
+        proxies setting), with its headers (Proxy-Authorization), or None."""
+        proxies = self._proxy_config
+        url: str | None = proxies.proxy_url_for(base + "/")
+        if not url:
+            return None
+        if urlsplit(url).scheme != "http":
+            raise UsageError(f"proxy {url!r}: S3 reads go through http:// proxies only")
+        return url, dict(proxies.proxy_headers_for(url))
 
     def close(self) -> None:
         self._target.connections.close()
@@ -233,7 +265,10 @@ class LeanGetEngine:
         except OSError as exc:
             raise botocore.exceptions.EndpointConnectionError(endpoint_url=url, error=exc) from exc
         try:
-            connection.request("GET", path, headers=signed)
+            if target.connections.absolute_form:
+                connection.request("GET", url, headers=signed | target.connections.request_headers)
+            else:
+                connection.request("GET", path, headers=signed)
             return url, connection, connection.getresponse()
         except TimeoutError as exc:
             connection.close()

@@ -5,6 +5,7 @@ moto, many threads at once, and credentials from boto3's chain (s3rver checks ac
 
 from __future__ import annotations
 
+import http.client
 import http.server
 import os
 import random
@@ -17,7 +18,8 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 import boto3
 import botocore.exceptions
@@ -27,7 +29,7 @@ from botocore.credentials import RefreshableCredentials
 from pffs.backends.s3 import S3Backend
 from pffs.backends.s3get import LeanGetEngine
 from pffs.config import RetryConfig, SourceConfig
-from pffs.errors import BackendError, Changed, NotFound, PermissionDenied, Transient
+from pffs.errors import BackendError, Changed, NotFound, PermissionDenied, Transient, UsageError
 from pffs.testing.faults import FaultProxy
 from pffs.testing.servers import MotoServer
 
@@ -344,3 +346,53 @@ def test_tls_uses_the_ca_bundle_of_boto3s_chain(
     monkeypatch.delenv("AWS_CA_BUNDLE")  # a certificate nobody vouches for: never trusted
     with pytest.raises(Transient, match="SSLError"):
         _backend(endpoint, "tls").read_range("data", 7, 1000, None)
+
+
+class _ForwardProxy(http.server.BaseHTTPRequestHandler):
+    """A plain HTTP proxy: forwards "GET http://host/path" and remembers what it saw."""
+
+    protocol_version = "HTTP/1.1"
+    seen: ClassVar[list[tuple[str, str | None]]] = []
+
+    def do_GET(self) -> None:
+        self.seen.append((self.path, self.headers.get("Proxy-Authorization")))
+        target = urlsplit(self.path)
+        upstream = http.client.HTTPConnection(target.netloc, timeout=10)
+        headers = {k: v for k, v in self.headers.items() if k.lower() != "proxy-authorization"}
+        upstream.request("GET", target.path, headers=headers)
+        answer = upstream.getresponse()
+        body = answer.read()
+        self.send_response(answer.status)
+        for name, value in answer.getheaders():
+            if name.lower() not in ("content-length", "transfer-encoding", "connection"):
+                self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        upstream.close()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_reads_go_through_the_proxy_boto3_would_use(
+    moto: MotoServer, stored: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bucket, etag = stored
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ForwardProxy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        for name in ("NO_PROXY", "no_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("HTTP_PROXY", f"http://user:secret@127.0.0.1:{server.server_address[1]}")
+        backend = _backend(moto.endpoint_url, bucket)
+        assert backend.read_range("data", 3, 100, etag) == DATA[3:103]
+        assert _ForwardProxy.seen == [
+            (f"{moto.endpoint_url}/{bucket}/data", "Basic dXNlcjpzZWNyZXQ=")
+        ]
+        monkeypatch.setenv("HTTP_PROXY", "https://127.0.0.1:3129")  # TLS to the proxy: not here
+        with pytest.raises(UsageError, match="http:// proxies only"):
+            _backend(moto.endpoint_url, bucket)
+    finally:
+        server.shutdown()
+        server.server_close()
