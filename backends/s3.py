@@ -36,10 +36,16 @@ from pffs.backends.base import (
     ObjectInfo,
     is_valid_name,
 )
+from pffs.backends.s3errors import (
+    DENIED_CODES,
+    NOT_FOUND_CODES,
+    error_code,
+    is_transient,
+    translate,
+)
 from pffs.backends.s3get import LeanGetEngine
 from pffs.config import RetryConfig, SourceConfig
 from pffs.errors import (
-    BackendError,
     Changed,
     NotFound,
     PermissionDenied,
@@ -54,30 +60,8 @@ log = logging.getLogger("pffs.s3")
 
 # Bucket names per the S3 rules (3-63 characters, lowercase letters, digits, dots, hyphens).
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
-_TRANSIENT_CODES = {
-    "InternalError",
-    "ServiceUnavailable",
-    "SlowDown",
-    "Throttling",
-    "ThrottlingException",
-    "RequestTimeout",
-    "RequestTimeTooSkewed",
-    "500",
-    "502",
-    "503",
-    "504",
-}
 # The largest object one CopyObject request may copy (S3's limit).
 COPY_LIMIT = 5 << 30
-_NOT_FOUND_CODES = {"404", "NoSuchKey", "NoSuchBucket", "NotFound"}
-_DENIED_CODES = {
-    "403",
-    "AccessDenied",
-    "InvalidAccessKeyId",
-    "SignatureDoesNotMatch",
-    "ExpiredToken",
-    "InvalidToken",
-}
 
 
 def parse_s3_url(url: str) -> tuple[str, str]:
@@ -157,10 +141,10 @@ class S3Backend:
                 quick=True,
             )
         except botocore.exceptions.ClientError as exc:
-            code = _code(exc)
-            if code in _NOT_FOUND_CODES:
+            code = error_code(exc)
+            if code in NOT_FOUND_CODES:
                 raise NotFound(f"{where} does not exist") from exc
-            if code in _DENIED_CODES:
+            if code in DENIED_CODES:
                 raise PermissionDenied(
                     f"access to {where} denied ({code}): check the credentials "
                     "(AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE or ~/.aws)"
@@ -186,7 +170,7 @@ class S3Backend:
                 is_dir=False,
             )
         except botocore.exceptions.ClientError as exc:
-            if _code(exc) not in _NOT_FOUND_CODES:
+            if error_code(exc) not in NOT_FOUND_CODES:
                 raise self._translate(exc, path) from exc
         except Exception as exc:
             raise self._translate(exc, path) from exc
@@ -280,7 +264,7 @@ class S3Backend:
         try:
             return self._call(get, "GET", path=path)
         except botocore.exceptions.ClientError as exc:
-            code = _code(exc)
+            code = error_code(exc)
             if code in ("InvalidRange", "416"):
                 raise _RangeNotSatisfiable from exc
             if code in ("PreconditionFailed", "412"):
@@ -454,7 +438,7 @@ class S3Backend:
             result: T = request.received(
                 call_with_retry(
                     fn,
-                    is_transient=self.is_transient,
+                    is_transient=is_transient,
                     policy=policy,
                     what=f"{what} {self.source_id}",
                     on_retry=request.retried,
@@ -465,49 +449,11 @@ class S3Backend:
     def _count_retry(self, _exc: BaseException) -> None:
         self.retries += 1
 
-    @staticmethod
-    def is_transient(exc: BaseException) -> bool:
-        if isinstance(exc, Transient):
-            return True
-        if isinstance(exc, botocore.exceptions.ClientError):
-            return _code(exc) in _TRANSIENT_CODES
-        return isinstance(
-            exc,
-            (
-                botocore.exceptions.ConnectionError,  # refused, unreachable, connect timeouts
-                # Resets and closes mid-request (ConnectionClosedError), read timeouts and
-                # bodies cut short (ResponseStreamingError) are all HTTPClientErrors.
-                botocore.exceptions.HTTPClientError,
-                botocore.exceptions.IncompleteReadError,
-            ),
-        )
+    def _translate(self, exc: BaseException, path: str) -> PffsError:
+        return translate(exc, self._url(path))
 
     def _url(self, path: str) -> str:
         return f"s3://{self.bucket}/{self.prefix}{path}"
-
-    def _translate(self, exc: BaseException, path: str) -> PffsError:
-        where = self._url(path)
-        if isinstance(exc, PffsError):
-            return exc
-        if isinstance(exc, botocore.exceptions.NoCredentialsError):
-            return PermissionDenied(
-                "no AWS credentials found: set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
-                "AWS_PROFILE or ~/.aws/credentials"
-            )
-        if isinstance(exc, botocore.exceptions.ClientError):
-            code = _code(exc)
-            if code in _NOT_FOUND_CODES:
-                return NotFound(f"{where} does not exist")
-            if code in _DENIED_CODES:
-                return PermissionDenied(f"{where}: access denied ({code})")
-            if code in _TRANSIENT_CODES:
-                return Transient(f"{where}: store unavailable ({code}) after retries")
-            return BackendError(f"{where}: {code}: {_message(exc)}")
-        if isinstance(exc, botocore.exceptions.EndpointConnectionError):
-            return Transient(f"cannot reach the S3 endpoint {exc.kwargs.get('endpoint_url')}")
-        if self.is_transient(exc):
-            return Transient(f"{where}: {type(exc).__name__} after retries")
-        return BackendError(f"{where}: {type(exc).__name__}: {exc}")
 
 
 class _RangeNotSatisfiable(Exception):
@@ -526,20 +472,6 @@ def _if_match(version: str | None) -> str | None:
 
 def _dir_info(name: str) -> ObjectInfo:
     return ObjectInfo(name=name, size=0, mtime=0.0, etag=None, is_dir=True)
-
-
-def _code(exc: botocore.exceptions.ClientError) -> str:
-    error = exc.response.get("Error", {})
-    code = str(error.get("Code", ""))
-    if not code or code.isdigit():
-        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-        return str(status or code)
-    return code
-
-
-def _message(exc: botocore.exceptions.ClientError) -> str:
-    text = str(exc.response.get("Error", {}).get("Message", "") or "")
-    return text.splitlines()[0] if text else ""
 
 
 # What S3Backend declares, checked by mypy.
