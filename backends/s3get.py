@@ -233,7 +233,7 @@ class LeanGetEngine:
             headers["If-Match"] = if_match
         target = self._target
         url, connection, response = self._send(target, key, headers)
-        if response.status in (301, 400) and self._follow(target, response):
+        if response.status in (301, 307, 400) and self._follow(target, response):
             _drain(response)
             self._release(target, connection, response)
             target = self._target
