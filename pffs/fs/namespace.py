@@ -123,12 +123,8 @@ class Namespace:
             return parent
         if name == "..":
             grandparent = parent.path.rpartition("/")[0]
-            known = self.inodes.known(grandparent)  # the kernel holds a directory's parent
-            return (
-                known
-                if known is not None
-                else self.remember(grandparent, await self.stat(grandparent))
-            )
+            above = self.inodes.known(grandparent)  # the kernel holds a directory's parent
+            return above or self.remember(grandparent, await self.stat(grandparent))
         path = join(parent.path, name)
         known = self.inodes.ino_by_path.get(path)
         if known is not None and known in self.staged:  # not in the store (or its listing) yet
