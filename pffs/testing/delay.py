@@ -79,8 +79,7 @@ class _Pipe:
                     target.write_eof()
                 self.end()
                 return
-            else:
-                target.write(data)
+            target.write(data)
         if self._queue:
             self._timer = self._loop.call_at(self._queue[0][0], self._flush)
 
