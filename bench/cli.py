@@ -31,6 +31,7 @@ from bench.scenarios import (
 )
 from bench.servers import Launcher, Server, Unavailable, external, far
 from bench.systems import Pffs, Rclone, S3fs, System, mount_pid, peak_rss_mib, unmount
+from pffs.sizes import SizeError, parse_size
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -68,6 +69,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.latencies = parse_latencies(args.latency)
     except ValueError as exc:
         p.error(str(exc))
+    if args.epoch_files is not None and args.epoch_files < 1:
+        p.error(f"--epoch-files: {args.epoch_files} must be 1 or more")
+    try:
+        if args.epoch_size is not None and parse_size(args.epoch_size) < 1:
+            p.error(f"--epoch-size: {args.epoch_size!r} must be 1 byte or more")
+    except SizeError as exc:
+        p.error(f"--epoch-size: {exc}")
     return args
 
 
@@ -87,8 +95,6 @@ def parse_latencies(text: str) -> list[float]:
 
 
 def sizes_from(args: argparse.Namespace) -> ds.Sizes:
-    from pffs.sizes import parse_size
-
     base = ds.Sizes.quick() if args.quick else ds.Sizes.full()
     large = parse_size(args.large) if args.large else base.large
     return ds.Sizes(

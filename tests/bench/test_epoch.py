@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.cli import parse_latencies
+from bench.cli import parse_args, parse_latencies
 from bench.dataset import Dataset, Sizes, epoch_names
 from bench.epoch import read_epoch, shuffled, store_files_per_s
 from bench.scenarios import Scenarios
@@ -98,3 +98,20 @@ def test_latencies_parse_and_bad_ones_are_named() -> None:
         parse_latencies("0,fast")
     with pytest.raises(ValueError, match="'-5ms' must be 0 or more"):
         parse_latencies("-5ms")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--latency", "0,x"], "--latency: 'x' is not a round trip like 20ms"),
+        (["--epoch-files", "0"], "--epoch-files: 0 must be 1 or more"),
+        (["--epoch-size", "12q"], "--epoch-size: '12q' is not a size like 4M"),
+    ],
+)
+def test_bad_bench_options_are_one_line_errors(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        parse_args(argv)
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err.strip().splitlines()[-1]
