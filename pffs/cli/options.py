@@ -15,6 +15,7 @@ from typing import NoReturn
 from pffs.config import (
     LOG_LEVELS,
     CacheConfig,
+    DatasetConfig,
     FuseConfig,
     MetaConfig,
     MountConfig,
@@ -180,6 +181,37 @@ def _add_cache_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _on_off(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered not in ("on", "off"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not on or off")
+    return lowered == "on"
+
+
+def _add_dataset_options(parser: argparse.ArgumentParser) -> None:
+    defaults = DatasetConfig()
+    group = parser.add_argument_group("dataset prefetch")
+    group.add_argument(
+        "--dataset-prefetch",
+        type=_on_off,
+        default=defaults.enabled,
+        metavar="on|off",
+        help="load a directory's files ahead once a job reads a few of them (on)",
+    )
+    group.add_argument(
+        "--dataset-prefetch-budget",
+        type=_size,
+        default=defaults.budget,
+        help="bytes of dataset prefetch in flight at most (64M)",
+    )
+
+
+def dataset_config(args: argparse.Namespace) -> DatasetConfig:
+    if args.dataset_prefetch_budget <= 0:
+        raise UsageError("--dataset-prefetch-budget must be above 0 (use --dataset-prefetch off)")
+    return DatasetConfig(enabled=args.dataset_prefetch, budget=args.dataset_prefetch_budget)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="pffs", description="A caching filesystem for AI data on S3 and HDFS.")
     parser.add_argument("--debug", action="store_true", help="verbose logs and tracebacks")
@@ -207,6 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_source_options(mount)
     _add_cache_options(mount)
+    _add_dataset_options(mount)
     opts = mount.add_argument_group("mount")
     opts.add_argument("--read-only", action="store_true", help="refuse all writes")
     opts.add_argument("--uid", type=int, default=os.getuid(), help="owner of every entry")
@@ -411,4 +444,5 @@ def mount_config(args: argparse.Namespace) -> MountConfig:
         debug=args.debug,
         name=name,
         observe=observe_config(args),
+        dataset=dataset_config(args),
     )
