@@ -220,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="command",
         required=True,
         parser_class=_Parser,
-        metavar="{mount,umount,stats,warmup,cache,demo,csi,scheduler-extender,affinity}",
+        metavar="{mount,umount,stats,warmup,prefetch,cache,demo,csi,scheduler-extender,affinity}",
     )
 
     mount = commands.add_parser(
@@ -285,6 +285,18 @@ def build_parser() -> argparse.ArgumentParser:
     warmup.add_argument("--quiet", action="store_true", help="no progress bar, just the summary")
     _add_source_options(warmup)
     _add_cache_options(warmup)
+
+    prefetch = commands.add_parser(
+        "prefetch",
+        help="hand a job's read order to a mount",
+        description="Hand the paths in FILE (one a line, relative to the mount root or "
+        "absolute under it) to the pffs mount at MOUNTPOINT, which loads them in that order "
+        "ahead of the readers. Bad entries are printed, one a line, and the rest proceeds.",
+    )
+    prefetch.add_argument(
+        "--order", required=True, metavar="FILE", help="the paths in read order ('-': stdin)"
+    )
+    prefetch.add_argument("mountpoint", help="the root of a pffs mount")
 
     cache = commands.add_parser("cache", help="inspect or clear the disk cache")
     cache.add_argument("action", choices=["info", "clear"])
