@@ -180,7 +180,11 @@ class BlockCache:
         return self._prefetcher.start(keys, sizes, fetch_run, coalesce, at_end)
 
     async def load(
-        self, keys: Sequence[BlockKey], sizes: Sequence[int], fetch_run: FetchRun
+        self,
+        keys: Sequence[BlockKey],
+        sizes: Sequence[int],
+        fetch_run: FetchRun,
+        read_disk: bool = True,
     ) -> int:
         """Load one object's blocks (`keys`, `sizes`) into the cache and wait for them.
 
@@ -188,9 +192,14 @@ class BlockCache:
         flight readers join, are taken from the disk tier when it holds them, else fetched in
         runs of up to `run_blocks` blocks, one `fetch_run` call each; each lands in memory and
         is written behind to disk. Returns the bytes fetched from the store; a store error is
-        raised (the blocks not loaded are given up, so a reader fetches them itself).
+        raised (the blocks not loaded are given up, so a reader fetches them itself). Without
+        `read_disk` (warmup), blocks the disk tier holds are only checked for, not read.
         """
-        return await self._prefetcher.load(keys, sizes, fetch_run, self.run_blocks)
+        return await self._prefetcher.load(keys, sizes, fetch_run, self.run_blocks, read_disk)
+
+    def disk_holds(self, source: str) -> bool:
+        """Whether blocks of `source` go to the disk tier (it exists, and not memory only)."""
+        return self.disk is not None and source not in self.memory_only
 
     @property
     def preload_room(self) -> int:
@@ -201,18 +210,6 @@ class BlockCache:
         it, nor what readers are using.
         """
         return (self.config.disk_bytes if self.disk is not None else self.memory.capacity) // 2
-
-    async def fill(self, key: BlockKey, fetch: Fetch) -> str:
-        """Make sure a block is on disk (warmup). Returns 'cached', 'fetched' or 'skipped'."""
-        if self.disk is None:
-            raise ValueError("the disk tier is disabled (--cache-dir none)")
-        if not self._disk.holds(key):
-            raise ValueError(f"{key.source} is cached in memory only")
-        if await self._disk.contains(key):
-            return "cached"
-        data = await fetch()
-        self.stats.count_fetched(data)
-        return "fetched" if await self._disk.write_now(key, data) else "skipped"
 
     def close(self) -> None:
         if self.disk is not None:

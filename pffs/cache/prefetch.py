@@ -180,7 +180,12 @@ class Prefetcher:
     # --- loading a whole file, awaited (the preload engine) -------------------------------------
 
     async def load(
-        self, keys: Sequence[BlockKey], sizes: Sequence[int], fetch_run: FetchRun, run_blocks: int
+        self,
+        keys: Sequence[BlockKey],
+        sizes: Sequence[int],
+        fetch_run: FetchRun,
+        run_blocks: int,
+        read_disk: bool = True,
     ) -> int:
         """Load every block of one object not cached or coming, and wait for them.
 
@@ -198,7 +203,7 @@ class Prefetcher:
         run = _Run({p: (keys[p], sizes[p], self._flight(keys[p])) for p in missing}, fetch_run)
         try:
             if self.disk.tier is not None:
-                await self._take_from_disk(run)
+                await self._take_from_disk(run, read_disk)
             fetched = 0
             for first, count in run.spans(run_blocks):
                 fetched += await self._fetch(run, first, count)
@@ -206,8 +211,9 @@ class Prefetcher:
         finally:  # an error or a cancellation: what is left is given back
             self._release(run, list(run.blocks))
 
-    async def _take_from_disk(self, run: _Run) -> None:
-        """Land the blocks of the run the disk tier holds (one after another)."""
+    async def _take_from_disk(self, run: _Run, read: bool) -> None:
+        """Land the blocks of the run the disk tier holds (one after another); without `read`,
+        only give up their flights (they are there: nothing to fetch)."""
         wanted = [p for p, (key, _, _) in run.blocks.items() if self.disk.holds(key)]
         if not wanted:
             return
@@ -215,6 +221,9 @@ class Prefetcher:
         for position, here in zip(wanted, present, strict=True):
             if not here:
                 self.stats.disk_misses += 1
+                continue
+            if not read:
+                self._release(run, [position])
                 continue
             key, _, flight = run.blocks[position]
             data = await self.disk.get(key)

@@ -71,11 +71,18 @@ class PreloadStats:
         return asdict(self)
 
 
+# Told of each item of a job when it is done: the bytes fetched from the store, or the error.
+Report = Callable[[PreloadItem, "int | Exception"], None]
+
+
 @dataclass(eq=False)
 class _Job:
     name: Hashable
     items: AsyncIterator[PreloadItem]
     touched: float
+    report: Report | None = None
+    # Loads wait for readers (dataset prefetch); a fill of the disk tier (warmup) does not.
+    for_readers: bool = True
     loaded: set[Hashable] = field(default_factory=set)  # loaded, not yet used by a reader
     held: PreloadItem | None = None  # taken from the stream, put back behind an urgent item
 
@@ -120,9 +127,21 @@ class Preloader:
     def unread_bytes(self) -> int:
         return sum(self._unread.values())
 
-    def add(self, name: Hashable, items: AsyncIterator[PreloadItem]) -> None:
-        """Queue a job: its items are loaded in their order, after earlier jobs' items."""
-        self._jobs.append(_Job(name, items, trio.current_time()))
+    def add(
+        self,
+        name: Hashable,
+        items: AsyncIterator[PreloadItem],
+        *,
+        report: Report | None = None,
+        for_readers: bool = True,
+    ) -> None:
+        """Queue a job: its items are loaded in their order, after earlier jobs' items.
+
+        `report` is told of each item done. Without `for_readers` (warmup filling the disk
+        tier), what is loaded does not count against the room for unread files, and blocks the
+        disk tier holds are not read back.
+        """
+        self._jobs.append(_Job(name, items, trio.current_time(), report, for_readers))
         self._wake()
 
     def has_job(self, name: Hashable) -> bool:
@@ -254,14 +273,19 @@ class Preloader:
 
     async def _load(self, item: PreloadItem, job: _Job | None) -> None:
         started = trio.current_time()
+        for_readers = job is None or job.for_readers
         try:
-            fetched = await self.cache.load(item.keys, item.sizes, item.fetch_run)
+            fetched = await self.cache.load(
+                item.keys, item.sizes, item.fetch_run, read_disk=for_readers
+            )
         except Transient as exc:
-            self._failed(item, exc)
+            self._failed(item, exc, job)
             self._throttled()
         except Exception as exc:
-            self._failed(item, exc)
+            self._failed(item, exc, job)
         else:
+            if job is not None and job.report is not None:
+                job.report(item, fetched)
             if fetched:
                 self.stats.files_fetched += 1
                 self.stats.bytes_fetched += fetched
@@ -269,7 +293,7 @@ class Preloader:
                 self._adapt()
             else:
                 self.stats.files_cached += 1
-            if fetched and item.ident in self._loading:  # not yet opened by a reader
+            if fetched and for_readers and item.ident in self._loading:  # not opened yet
                 self._unread[item.ident] = item.size
                 if job is not None:
                     job.loaded.add(item.ident)
@@ -279,9 +303,11 @@ class Preloader:
             self.bytes_in_flight -= item.size
             self._wake()
 
-    def _failed(self, item: PreloadItem, exc: Exception) -> None:
+    def _failed(self, item: PreloadItem, exc: Exception, job: _Job | None) -> None:
         self.stats.files_failed += 1
         log.debug("preload of %s failed: %s", item.ident, exc)
+        if job is not None and job.report is not None:
+            job.report(item, exc)
 
     # --- concurrency -------------------------------------------------------------------------
 

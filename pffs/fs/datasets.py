@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Sequence
 
 import trio
 
-from pffs.backends.base import ObjectInfo, block_runs, join
+from pffs.backends.base import Backend, ObjectInfo, block_runs, join
 from pffs.cache.blocks import BlockCache
 from pffs.cache.keys import BlockKey, Deliver
 from pffs.cache.preload import Preloader, PreloadItem
@@ -181,41 +181,34 @@ class DatasetPrefetch:
         if routed is None or info.size == 0:
             return None
         mounted, inside = routed
-        count = -(-info.size // self.block_size)
-        sizes = [min(self.block_size, info.size - i * self.block_size) for i in range(count)]
-        version = info.version
-        keys = [BlockKey(mounted.backend.source_id, inside, version, i) for i in range(count)]
+        return file_item(mounted.backend, inside, info, self.block_size, self.limiter)
 
-        async def fetch_run(first: int, run: int, deliver: Deliver) -> None:
-            await self._fetch_run(mounted, inside, version, sizes, first, run, deliver)
 
-        return PreloadItem(_ident(mounted, inside), keys, sizes, fetch_run)
+def file_item(
+    backend: Backend,
+    path: str,
+    info: ObjectInfo,
+    block_size: int,
+    limiter: trio.CapacityLimiter,
+) -> PreloadItem:
+    """One file of a source as the preload engine loads it (dataset prefetch and warmup): its
+    block keys (those a reader of the version `info` uses) and a fetch of runs of its blocks
+    under `limiter`: a file of one block is one GET, a longer run one request where the store
+    streams runs."""
+    count = -(-info.size // block_size)
+    sizes = [min(block_size, info.size - i * block_size) for i in range(count)]
+    version = info.version
+    keys = [BlockKey(backend.source_id, path, version, i) for i in range(count)]
 
-    async def _fetch_run(
-        self,
-        mounted: Mounted,
-        inside: str,
-        version: str,
-        sizes: Sequence[int],
-        first: int,
-        count: int,
-        deliver: Deliver,
-    ) -> None:
-        """Blocks first..first+count-1 of a file: a file of one block is one GET, a longer run
-        one request where the store streams runs."""
-        backend = block_runs(mounted.backend)
-        if count == 1 or backend is None:
-            for index in range(first, first + count):
+    async def fetch_run(first: int, run: int, deliver: Deliver) -> None:
+        streaming = block_runs(backend)
+        if run == 1 or streaming is None:
+            for index in range(first, first + run):
                 data = await run_blocking(
-                    self.limiter,
-                    mounted.backend.read_range,
-                    inside,
-                    index * self.block_size,
-                    sizes[index],
-                    version,
+                    limiter, backend.read_range, path, index * block_size, sizes[index], version
                 )
                 if len(data) != sizes[index]:
-                    raise Corrupted(f"{inside}: block {index} came back short")
+                    raise Corrupted(f"{path}: block {index} came back short")
                 await deliver(index, data)
             return
 
@@ -223,17 +216,20 @@ class DatasetPrefetch:
             trio.from_thread.run(deliver, first + offset, data)
 
         await run_blocking(
-            self.limiter,
-            backend.read_blocks,
-            inside,
-            first * self.block_size,
-            list(sizes[first : first + count]),
+            limiter,
+            streaming.read_blocks,
+            path,
+            first * block_size,
+            list(sizes[first : first + run]),
             version,
             hand_over,
         )
 
+    return PreloadItem((backend.source_id, path), keys, sizes, fetch_run)
+
 
 def _ident(mounted: Mounted, inside: str) -> tuple[str, str]:
+    """What names a file for the engine: the same as `file_item` gives it."""
     return (mounted.backend.source_id, inside)
 
 

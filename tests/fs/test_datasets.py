@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 import trio
-import trio.testing
 
 from pffs.backends import open_backend
 from pffs.backends.base import Capabilities, ObjectInfo
@@ -150,7 +149,7 @@ def test_two_opens_or_a_slow_pace_do_not_prefetch(tmp_path: Path) -> None:
         for path in list(files)[:5]:
             await read_whole(vfs, path)
             await trio.sleep(0.01)  # each open outside the (empty) window of the last
-        await trio.testing.wait_all_tasks_blocked()
+        await trio.sleep(0.2)  # time for a listing and loads in worker threads, were any started
 
     with_vfs(vfs, body)
     assert vfs.datasets.engine.stats.files_queued == 0
@@ -187,7 +186,7 @@ def test_writes_and_pffs_files_do_not_count(tmp_path: Path) -> None:
         for path in list(files)[:3]:  # opens for writing (this source refuses them)
             with pytest.raises((ReadOnly, Unsupported)):
                 await read_whole(vfs, path, os.O_WRONLY)
-        await trio.testing.wait_all_tasks_blocked()
+        await trio.sleep(0.2)  # time for a listing and loads in worker threads, were any started
 
     with_vfs(vfs, body)
     assert vfs.datasets.engine.stats.files_queued == 0
@@ -200,7 +199,7 @@ def test_disabled_prefetches_nothing(tmp_path: Path) -> None:
     async def body() -> None:
         for path in list(files)[:5]:
             await read_whole(vfs, path)
-        await trio.testing.wait_all_tasks_blocked()
+        await trio.sleep(0.2)  # time for a listing and loads in worker threads, were any started
 
     with_vfs(vfs, body)
     assert sum(backend.reads.values()) == 5
@@ -216,7 +215,10 @@ def test_reader_is_not_starved_while_prefetch_is_saturated(tmp_path: Path) -> No
     async def body() -> None:
         for path in paths[:3]:
             await read_whole(vfs, path)
-        await trio.testing.wait_all_tasks_blocked()
+        with trio.fail_after(5):
+            while vfs.datasets.engine.files_in_flight < 8:
+                await trio.sleep(0.01)
+        await trio.sleep(0.1)
         assert vfs.datasets.engine.files_in_flight == 8
         with trio.fail_after(5):  # the reader's own request goes around the stalled prefetch
             assert await read_whole(vfs, paths[-1]) == files[paths[-1]]
