@@ -17,6 +17,7 @@ yet is left to its reader) and keeps its dataset alive; a dataset no reader touc
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
@@ -61,7 +62,13 @@ class DatasetPrefetch:
         # directory -> recent opens (time, name); parent -> recent opens (time, child directory)
         self._opens: dict[str, deque[tuple[float, str]]] = {}
         self._children: dict[str, deque[tuple[float, str]]] = {}
-        self._datasets: dict[str, int] = {}  # dataset root -> depth (0: files, 1: subdirectories)
+        # Dataset root -> (depth: 0 its files, 1 its subdirectories' too; when a reader was last
+        # seen in it). Kept after its job ended while readers go on, so it is not started again
+        # at every open; forgotten once no reader came for `idle_after` seconds.
+        self._datasets: dict[str, tuple[int, float]] = {}
+        # Order lists being loaded: any read in the mount keeps them alive.
+        self._orders: list[str] = []
+        self._order_numbers = itertools.count(1)
 
     def attach(self, nursery: trio.Nursery) -> None:
         if self.config.enabled:
@@ -74,14 +81,24 @@ class DatasetPrefetch:
         if not self.config.enabled:
             return
         self.engine.used(_ident(handle.mounted, handle.path_in_source))
+        self._orders = [name for name in self._orders if self.engine.has_job(name)]
+        for name in self._orders:
+            self.engine.touch(name)
         directory, _, name = handle.inode.path.rpartition("/")
         parent = directory.rpartition("/")[0]
-        for root in (directory, parent):
-            if root in self._datasets:
-                self.engine.touch(_job(root))
-                if root == directory or self._datasets[root] == 1:
-                    return
         now = trio.current_time()
+        for root in (directory, parent):
+            known = self._datasets.get(root)
+            if known is None:
+                continue
+            depth, seen = known
+            if now - seen > self.config.idle_after and not self.engine.has_job(_job(root)):
+                del self._datasets[root]  # the readers went away and came back: detect anew
+                continue
+            self._datasets[root] = (depth, now)
+            self.engine.touch(_job(root))
+            if root == directory or depth == 1:
+                return
         if _recent(self._opens, directory, now, name, self.config) >= self.config.trigger_files:
             self.start(directory, depth=0)
             return
@@ -95,10 +112,13 @@ class DatasetPrefetch:
 
     def start(self, root: str, depth: int) -> None:
         """Prefetch the files of directory `root` (and of its subdirectories if depth is 1)."""
-        if root in self._datasets and self._datasets[root] >= depth:
+        known = self._datasets.get(root)
+        if known is not None and known[0] >= depth:
             return
         log.debug("dataset prefetch of /%s (depth %d)", root, depth)
-        self._datasets[root] = depth
+        if root not in self._datasets and len(self._datasets) >= MAX_WATCHED:
+            del self._datasets[next(iter(self._datasets))]
+        self._datasets[root] = (depth, trio.current_time())
         self.engine.add(_job(root), self._files_below(root, depth))
 
     # --- order lists -------------------------------------------------------------------------
@@ -130,7 +150,9 @@ class DatasetPrefetch:
                     if item is not None:
                         yield item
 
-            self.engine.add(_job(f"order:{len(self._datasets)}"), ordered())
+            name = f"order list {next(self._order_numbers)}"
+            self._orders.append(name)
+            self.engine.add(name, ordered())
         return errors
 
     # --- a dataset's files -------------------------------------------------------------------

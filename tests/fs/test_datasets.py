@@ -23,7 +23,7 @@ from pffs.backends import open_backend
 from pffs.backends.base import Capabilities, ObjectInfo
 from pffs.cache.blocks import BlockCache
 from pffs.config import CacheConfig, DatasetConfig, FuseConfig, MetaConfig, SourceConfig
-from pffs.errors import ReadOnly, Unsupported
+from pffs.errors import ReadOnly, Transient, Unsupported
 from pffs.fs.inodes import ROOT_INODE
 from pffs.fs.special import PREFETCH_FILE, STATS_DIR
 from pffs.fs.vfs import Vfs
@@ -44,6 +44,7 @@ class HoldingBackend:
         self.retries = 0
         self.reads: Counter[str] = Counter()
         self.held: set[str] = set()
+        self.throttled: set[str] = set()  # reads answered with 503 SlowDown
         self.release = threading.Event()
 
     def check(self) -> None:
@@ -59,6 +60,8 @@ class HoldingBackend:
         self.reads[path] += 1
         if path in self.held:
             self.release.wait(10)
+        if path in self.throttled:
+            raise Transient(f"{path}: 503 SlowDown")
         return self.inner.read_range(path, start, length, version)
 
 
@@ -257,3 +260,35 @@ def test_order_list_through_the_control_file(tmp_path: Path) -> None:
     with_vfs(vfs, body)
     # In the order given, one at a time.
     assert list(backend.reads) == ["b/004.bin", "a/002.bin", "b/000.bin"]
+
+
+def test_throttled_prefetch_backs_off_and_readers_see_what_they_would_without_it(
+    tmp_path: Path,
+) -> None:
+    files = dataset(tmp_path, {"d": 30}, 2 * KIB)
+    paths = list(files)
+    outcomes: dict[bool, list[object]] = {}
+    for enabled in (True, False):
+        vfs, backend = make_vfs(tmp_path, enabled=enabled, concurrency=16)
+        backend.throttled = set(paths[5:9])
+        seen: list[object] = []
+
+        async def body(vfs: Vfs = vfs, seen: list[object] = seen) -> None:
+            for path in paths[:3]:
+                await read_whole(vfs, path)
+            await vfs.datasets.engine.wait_idle()
+            for path in paths[3:]:
+                try:
+                    seen.append(await read_whole(vfs, path))
+                except Transient as exc:
+                    seen.append(str(exc))
+
+        with_vfs(vfs, body)
+        outcomes[enabled] = seen
+        if enabled:
+            stats = vfs.datasets.engine.stats
+            assert stats.files_failed == 4 and stats.throttled == 4
+            assert vfs.datasets.engine.concurrency < 16
+            assert stats.files_fetched == 23
+    assert outcomes[True] == outcomes[False]
+    assert outcomes[True][2] == f"{paths[5]}: 503 SlowDown"
