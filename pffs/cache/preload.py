@@ -85,6 +85,8 @@ class _Job:
     for_readers: bool = True
     loaded: set[Hashable] = field(default_factory=set)  # loaded, not yet used by a reader
     held: PreloadItem | None = None  # taken from the stream, put back behind an urgent item
+    # Its stream is finished; it stays (its loads counted as unread) until its readers go idle.
+    exhausted: bool = False
 
 
 class Preloader:
@@ -176,10 +178,11 @@ class Preloader:
 
     def idle(self) -> bool:
         """Whether nothing is queued or loading."""
-        return not self._jobs and not self._urgent and self.files_in_flight == 0
+        streaming = any(not job.exhausted for job in self._jobs)
+        return not streaming and not self._urgent and self.files_in_flight == 0
 
     async def wait_idle(self) -> None:
-        """Wait until every job has ended and every load has finished."""
+        """Wait until every job's stream has ended and every load has finished."""
         while not self.idle():
             await self._wait_change()
 
@@ -198,12 +201,7 @@ class Preloader:
         assert self._nursery is not None
         while True:
             item, job = await self._next()
-            while not self._room_for(item) and not (job is not None and self._urgent):
-                await self._wait_change()
-            if job is not None and job not in self._jobs:
-                continue  # its job ended while the item waited for room
-            if job is not None and self._urgent:  # an urgent item arrived while waiting
-                job.held = item
+            if not await self._wait_for_room(item, job):
                 continue
             self._handled.add(item.ident)
             self._loading.add(item.ident)
@@ -211,6 +209,20 @@ class Preloader:
             self.files_in_flight += 1
             self.bytes_in_flight += item.size
             self._nursery.start_soon(self._load, item, job)
+
+    async def _wait_for_room(self, item: PreloadItem, job: _Job | None) -> bool:
+        """Wait until `item` may start (True), or until its job ended or an urgent item must
+        go first (False; the item is then dropped, or put back in its job)."""
+        while True:
+            self._end_idle_jobs()  # readers that went away give back the room they held
+            if job is not None and job not in self._jobs:
+                return False
+            if job is not None and self._urgent:
+                job.held = item
+                return False
+            if self._room_for(item):
+                return True
+            await self._wait_change()
 
     def _room_for(self, item: PreloadItem) -> bool:
         if self.files_in_flight == 0:
@@ -230,17 +242,19 @@ class Preloader:
                 if item.ident not in self._handled:
                     return item, None
                 continue
-            if not self._jobs:
+            streaming = [job for job in self._jobs if not job.exhausted]
+            if not streaming:
                 await self._wait_change()
                 continue
-            job = self._jobs[0]
+            job = streaming[0]
             if job.held is not None:
                 item, job.held = job.held, None
                 return item, job
             try:
                 item = await anext(job.items)
             except StopAsyncIteration:
-                self._end(job, finished=True)
+                job.exhausted = True
+                self._wake()
                 continue
             except Exception as exc:  # the job's listing failed: the readers go on without it
                 log.debug("preload job %s stopped: %s", job.name, exc)
@@ -255,13 +269,11 @@ class Preloader:
             log.debug("preload job %s ended: no reader for %.0f s", job.name, self.idle_after)
             self._end(job)
 
-    def _end(self, job: _Job, finished: bool = False) -> None:
-        """A job ends. Cancelled or idle: what it loaded and no reader used is wasted. A job
-        whose stream is finished keeps its loads counted until its readers get to them."""
+    def _end(self, job: _Job) -> None:
+        """A job ends (cancelled, idle, or its stream failed): what it loaded and no reader
+        used is wasted, and its room given back."""
         if job in self._jobs:
             self._jobs.remove(job)
-        if finished:
-            return
         for ident in job.loaded:
             if self._unread.pop(ident, None) is not None:
                 self.stats.files_wasted += 1

@@ -262,3 +262,26 @@ async def test_job_ends_when_readers_stop() -> None:
     # One file a second, one at a time: about 15 s of loading, never the whole job.
     assert 14 <= len(store.requests) <= 17
     assert not engine.has_job("job")
+
+
+@functools.partial(in_trio, clock=trio.testing.MockClock(autojump_threshold=0))
+async def test_room_held_by_a_finished_job_comes_back_when_its_readers_go() -> None:
+    first = Store(files(10, BLOCK))
+    second = Store({f"g{i}": data for i, data in enumerate(files(10, 2 * BLOCK).values())})
+    cache = BlockCache(cache_config(None, memory_bytes=512 * BLOCK))
+    engine = Preloader(cache, budget=64 * BLOCK, idle_after=10.0, room=12 * BLOCK)
+    async with trio.open_nursery() as nursery:
+        cache.attach(nursery)
+        engine.attach(nursery)
+        engine.add("first", stream(first.item(n) for n in first.files))
+        await engine.wait_idle()  # its stream is done; its 10 files wait for readers
+        assert engine.unread_bytes == 10 * BLOCK and engine.has_job("first")
+        engine.add("second", stream(second.item(n) for n in second.files))
+        await trio.sleep(5)
+        assert len(second.requests) == 1  # only the room left: one file of two blocks
+        engine.touch("second")
+        await trio.sleep(7)  # "first" had no reader for 12 s: its room comes back
+        assert not engine.has_job("first")
+        assert engine.stats.files_wasted == 10
+        assert len(second.requests) == 6
+        nursery.cancel_scope.cancel()
