@@ -7,9 +7,11 @@ a job only when the bounds let one start, so a job over a million files holds on
 Each item is loaded through `BlockCache.load`: flights a reader joins, the memory tier, and the
 disk tier through the cache's write-behind.
 
-Bounds: items in flight <= the concurrency; bytes in flight <= the budget; bytes loaded and not
-yet used by a reader <= the room the cache gives (`BlockCache.preload_room`), so loading ahead
-never pushes out what it loaded before the readers get to it.
+Bounds: items in flight <= the concurrency; bytes in flight <= the budget, and with readahead's
+<= the cache's prefetch budget (the memory it reserves for blocks in flight); bytes loaded and
+not yet used by a reader <= the room the cache gives (`BlockCache.preload_room`), so loading
+ahead never pushes out what it loaded before the readers get to it. One item at least is always
+allowed, however large (a file larger than the budget is loaded alone).
 
 Concurrency follows Little's law: requests in flight = files/s x latency. It starts moderate
 and grows while the latency stays near the lowest seen (the store keeps up, so more in flight
@@ -231,6 +233,9 @@ class Preloader:
             self.files_in_flight < self.concurrency
             and self.bytes_in_flight + item.size <= self.budget
             and self.unread_bytes + self.bytes_in_flight + item.size <= self.room
+            # The cache reserves its prefetch budget in memory for readahead and preload
+            # together: readers' readahead goes first.
+            and self.cache.prefetch_in_flight + item.size <= self.cache.prefetch_budget
         )
 
     async def _next(self) -> tuple[PreloadItem, _Job | None]:
