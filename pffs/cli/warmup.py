@@ -190,7 +190,7 @@ async def warm(target: Target, jobs: int, progress: Progress, show: bool) -> Non
         progress.files_done += 1
         progress.bytes_done += item.size
         if isinstance(outcome, Exception):
-            progress.failures.append(f"{item.ident[1]}: {outcome}")  # type: ignore[index]
+            progress.failures.append(f"{item.keys[0].path}: {outcome}")
             return
         progress.bytes_fetched += outcome
         progress.bytes_cached += item.size - outcome
