@@ -12,6 +12,8 @@ Volume context keys (camelCase, as Kubernetes volume attributes are written):
     prefetchMax  largest readahead window ("32M", "0" disables prefetch)
     blockSize    cache block size ("4M")
     readOnly     "true" / "false": the whole mount refuses writes
+    datasetPrefetch  "true" / "false": load a directory's files ahead once a job reads a few
+                 of them (default true, `--dataset-prefetch on|off`)
 
 Node-publish and provisioner secrets: accessKeyId, secretAccessKey, optional sessionToken. They
 become AWS_* variables of the mount process (or a boto3 session in the controller), never argv.
@@ -36,7 +38,9 @@ SIZE_KEYS = {
     "prefetchMax": "--prefetch-max",
     "blockSize": "--block-size",
 }
-VOLUME_KEYS = frozenset({"source", "mountTable", "endpoint", "region", "readOnly", *SIZE_KEYS})
+VOLUME_KEYS = frozenset(
+    {"source", "mountTable", "endpoint", "region", "readOnly", "datasetPrefetch", *SIZE_KEYS}
+)
 # Kubernetes adds these to volume attributes (pod info, ephemeral) and parameters (provisioner).
 K8S_PREFIX = "csi.storage.k8s.io/"
 SECRET_ENV = {
@@ -75,6 +79,8 @@ class VolumeSpec:
     block_size: int | None = None
     # TOML text of a mount table (several sources in one tree), written to a file for the mount.
     mount_table: str | None = None
+    # None keeps pffs's default (on).
+    dataset_prefetch: bool | None = None
 
     @property
     def name(self) -> str:
@@ -93,6 +99,8 @@ class VolumeSpec:
             options += ["--region", self.region]
         if self.read_only:
             options.append("--read-only")
+        if self.dataset_prefetch is not None:
+            options += ["--dataset-prefetch", "on" if self.dataset_prefetch else "off"]
         sizes = {
             "--cache-memory": self.cache_memory,
             "--cache-size": self.cache_size,
@@ -157,6 +165,11 @@ def volume_spec(context: dict[str, str]) -> VolumeSpec:
         cache_size=sizes.get("cacheSize"),
         prefetch_max=sizes.get("prefetchMax"),
         block_size=sizes.get("blockSize"),
+        dataset_prefetch=(
+            parse_bool("datasetPrefetch", context["datasetPrefetch"])
+            if context.get("datasetPrefetch", "").strip()
+            else None
+        ),
     )
 
 

@@ -152,6 +152,27 @@ class CacheConfig:
     compress: bool = True
 
 
+@dataclass(frozen=True)
+class DatasetConfig:
+    """Dataset prefetch: a directory a job starts consuming is loaded ahead (pffs.fs.datasets)."""
+
+    # On by default: a first epoch otherwise waits one store round trip per file.
+    enabled: bool = True
+    # Distinct files of one directory opened within the window that make it a dataset: a
+    # training job opens thousands in seconds, `cat a b` or an editor opens one or two.
+    trigger_files: int = 3
+    trigger_window: float = 10.0
+    # Bytes of dataset prefetch in flight at most (also capped at half the cache's prefetch
+    # budget, so readahead keeps the other half).
+    budget: int = 64 * MIB
+    # Files fetched at once to start with, and at most: Little's law (files/s x latency) moves it
+    # between; 64 in flight hid a 20 ms round trip in the measurements of issue 17.
+    concurrency: int = 16
+    max_concurrency: int = 64
+    # A dataset no reader touched for this long stops being loaded (the job ended or moved on).
+    idle_after: float = 30.0
+
+
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
@@ -185,6 +206,7 @@ class MountConfig:
     debug: bool = False
     name: str = "pffs"
     observe: ObserveConfig = field(default_factory=ObserveConfig)
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)
 
 
 def single_source(
@@ -226,4 +248,5 @@ def from_json(text: str) -> MountConfig:
         debug=raw["debug"],
         name=raw["name"],
         observe=ObserveConfig(**raw.get("observe", {})),
+        dataset=DatasetConfig(**raw.get("dataset", {})),
     )

@@ -216,6 +216,47 @@ _CACHE_COUNTERS: dict[str, tuple[str, str, dict[str, str]]] = {
         "Prefetches not issued because the global prefetch budget was spent",
         {},
     ),
+    # Dataset prefetch (pffs.cache.preload through pffs.fs.datasets): whole files loaded ahead.
+    "dataset_files_queued": (
+        "pffs_prefetch_files_queued",
+        "Files of detected datasets and order lists taken up for loading ahead",
+        {},
+    ),
+    "dataset_files_fetched": (
+        "pffs_prefetch_files_fetched",
+        "Files loaded ahead from the store",
+        {},
+    ),
+    "dataset_files_cached": (
+        "pffs_prefetch_files_cached",
+        "Files taken up for loading ahead that were already cached",
+        {},
+    ),
+    "dataset_files_failed": (
+        "pffs_prefetch_files_failed",
+        "Files whose loading ahead failed (their readers fetch them themselves)",
+        {},
+    ),
+    "dataset_bytes_fetched": (
+        "pffs_prefetch_files_fetched_bytes",
+        "Bytes of files loaded ahead from the store",
+        {},
+    ),
+    "dataset_files_used": (
+        "pffs_prefetch_files_used",
+        "Files loaded ahead that a reader then opened",
+        {},
+    ),
+    "dataset_files_wasted": (
+        "pffs_prefetch_files_wasted",
+        "Files loaded ahead whose dataset ended before a reader opened them",
+        {},
+    ),
+    "dataset_throttled": (
+        "pffs_prefetch_throttled",
+        "Store errors (503 SlowDown, timeouts) that halved the dataset prefetch concurrency",
+        {},
+    ),
 }
 _CACHE_GAUGES: dict[str, tuple[str, str]] = {
     "memory_used_bytes": ("pffs_cache_memory_used_bytes", "Bytes held by the memory tier"),
@@ -226,6 +267,18 @@ _CACHE_GAUGES: dict[str, tuple[str, str]] = {
         "Bytes of prefetch being fetched now",
     ),
     "staged_files": ("pffs_staged_files", "Files open for writing (staged locally)"),
+    "dataset_files_in_flight": (
+        "pffs_prefetch_files_in_flight",
+        "Files being loaded ahead now",
+    ),
+    "dataset_bytes_in_flight": (
+        "pffs_prefetch_files_in_flight_bytes",
+        "Bytes of files being loaded ahead now",
+    ),
+    "dataset_concurrency": (
+        "pffs_prefetch_concurrency",
+        "Files dataset prefetch may load at once now (Little's law, halved on throttling)",
+    ),
 }
 
 CacheReader = Callable[[], Mapping[str, int]]

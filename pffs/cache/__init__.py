@@ -17,16 +17,19 @@ keys.py         BlockKey (source, path, object version, index: a changed object 
                 types: Fetch (one block), FetchRun (consecutive blocks in one request) and
                 Deliver (how a run hands over each block as it arrives).
 blocks.py       BlockCache, what callers use: reads from the nearest tier, single-flight, the
-                disk tier's partial reads for random access, warmup's fill, and the prefetch
-                entry point. It composes every module below.
+                disk tier's partial reads for random access, the prefetch entry point and
+                whole-object loads (`load`). It composes every module below but preload.py.
+preload.py      Preloader: whole files loaded ahead of readers (dataset prefetch, order lists,
+                warmup), lazily from jobs, concurrency by Little's law, halved on throttling,
+                within a budget of bytes in flight and the room the cache has for unread files.
 singleflight.py The flights under way, by block: concurrent readers of one block wait for one
                 load and share its bytes or its error; an abandoned flight sends them to load
                 it themselves.
 prefetch.py     Prefetcher: readahead windows loaded in the background within a global budget
                 of bytes in flight, as runs of consecutive missing blocks in one request, from
                 the disk tier when it holds them, each block handed over as it lands; a failed
-                or cancelled prefetch gives its budget back. It also counts prefetched blocks
-                used and wasted.
+                or cancelled prefetch gives its budget back; `load` is the same for one whole
+                object, awaited. It also counts prefetched blocks used and wasted.
 diskio.py       DiskIO: the disk tier as trio tasks use it, each call in a worker thread under
                 one limiter and counted, and write-behind with a capped number of write slots.
 background.py   Background: the tasks the cache starts in the nursery it is given (write-behind,

@@ -203,17 +203,37 @@ class BlockCache:
         """
         return self._prefetcher.start(keys, sizes, fetch_run, coalesce, at_end)
 
-    async def fill(self, key: BlockKey, fetch: Fetch) -> str:
-        """Make sure a block is on disk (warmup). Returns 'cached', 'fetched' or 'skipped'."""
-        if self.disk is None:
-            raise ValueError("the disk tier is disabled (--cache-dir none)")
-        if not self._disk.holds(key):
-            raise ValueError(f"{key.source} is cached in memory only")
-        if await self._disk.contains(key):
-            return "cached"
-        data = await fetch()
-        self.stats.count_fetched(data)
-        return "fetched" if await self._disk.write_now(key, data) else "skipped"
+    async def load(
+        self,
+        keys: Sequence[BlockKey],
+        sizes: Sequence[int],
+        fetch_run: FetchRun,
+        read_disk: bool = True,
+    ) -> int:
+        """Load one object's blocks (`keys`, `sizes`) into the cache and wait for them.
+
+        For the preload engine (pffs.cache.preload): blocks not cached or on their way get a
+        flight readers join, are taken from the disk tier when it holds them, else fetched in
+        runs of up to `run_blocks` blocks, one `fetch_run` call each; each lands in memory and
+        is written behind to disk. Returns the bytes fetched from the store; a store error is
+        raised (the blocks not loaded are given up, so a reader fetches them itself). Without
+        `read_disk` (warmup), blocks the disk tier holds are only checked for, not read.
+        """
+        return await self._prefetcher.load(keys, sizes, fetch_run, self.run_blocks, read_disk)
+
+    def disk_holds(self, source: str) -> bool:
+        """Whether blocks of `source` go to the disk tier (it exists, and not memory only)."""
+        return self.disk is not None and source not in self.memory_only
+
+    @property
+    def preload_room(self) -> int:
+        """Bytes the preload engine may hold loaded and not yet read.
+
+        Half of what the cache can keep: the memory tier without a disk tier, else the disk
+        tier's bound, so loading ahead never pushes out what it loaded before readers get to
+        it, nor what readers are using.
+        """
+        return (self.config.disk_bytes if self.disk is not None else self.memory.capacity) // 2
 
     def close(self) -> None:
         if self.disk is not None:

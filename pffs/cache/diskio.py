@@ -83,13 +83,6 @@ class DiskIO:
         names = [self.name(key) for key in keys]
         return await trio.to_thread.run_sync(self.tier.present, names, limiter=self.limiter)
 
-    async def contains(self, key: BlockKey) -> bool:
-        """Whether the block has an entry (unverified: warmup's check)."""
-        assert self.tier is not None
-        return await trio.to_thread.run_sync(
-            self.tier.__contains__, self.name(key), limiter=self.limiter
-        )
-
     # --- writing -----------------------------------------------------------------------------
 
     async def write_behind(self, key: BlockKey, data: bytes, wait: bool) -> None:
@@ -106,11 +99,6 @@ class DiskIO:
             self._background.spawn(self._store, key, data)
         else:
             self._background.spawn(self._store_when_free, key, data)
-
-    async def write_now(self, key: BlockKey, data: bytes) -> bool:
-        """Store a block and wait for it (warmup); False when the tier skipped it."""
-        await self._write_slots.acquire()
-        return await self._store(key, data)
 
     async def _store_when_free(self, key: BlockKey, data: bytes) -> None:
         await self._write_slots.acquire()

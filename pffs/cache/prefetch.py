@@ -152,9 +152,20 @@ class Prefetcher:
         self.background.spawn(self._fetch_span, run, position, 1)
 
     async def _fetch_span(self, run: _Run, first: int, count: int) -> None:
+        try:
+            await self._fetch(run, first, count)
+        except Exception as exc:  # a reader will fetch the block itself and see the error
+            log.debug("prefetch of %d blocks failed: %s", count, exc)
+
+    async def _fetch(self, run: _Run, first: int, count: int) -> int:
+        """Blocks first..first+count-1 of a run from the store; the bytes fetched."""
+        fetched = 0
+
         async def deliver(position: int, data: bytes) -> None:
+            nonlocal fetched
             key, _, flight = run.blocks[position]
             self.stats.count_fetched(data)
+            fetched += len(data)
             self._land(key, flight, data, "store")
             self._release(run, [position])
             # Waiting for a write slot holds the fetch back: prefetch runs at the disk's pace.
@@ -162,10 +173,63 @@ class Prefetcher:
 
         try:
             await run.fetch(first, count, deliver)
-        except Exception as exc:  # a reader will fetch the block itself and see the error
-            log.debug("prefetch of %d blocks failed: %s", count, exc)
         finally:
             self._release(run, [p for p in range(first, first + count) if p in run.blocks])
+        return fetched
+
+    # --- loading a whole file, awaited (the preload engine) -------------------------------------
+
+    async def load(
+        self,
+        keys: Sequence[BlockKey],
+        sizes: Sequence[int],
+        fetch_run: FetchRun,
+        run_blocks: int,
+        read_disk: bool = True,
+    ) -> int:
+        """Load every block of one object not cached or coming, and wait for them.
+
+        Returns the bytes fetched from the store (0: all were cached, on disk or on their way).
+        A store error is raised once the blocks not loaded are given up (their readers then
+        fetch them and see the error themselves). The bytes count against the same budget
+        gauge as readahead; the caller bounds them (see pffs.cache.preload).
+        """
+        missing = [i for i, key in enumerate(keys) if not self._cached_or_coming(key)]
+        if not missing:
+            return 0
+        for position in missing:
+            self._in_flight += sizes[position]
+            self.flights.start(keys[position], prefetch=True)
+        run = _Run({p: (keys[p], sizes[p], self._flight(keys[p])) for p in missing}, fetch_run)
+        try:
+            if self.disk.tier is not None:
+                await self._take_from_disk(run, read_disk)
+            fetched = 0
+            for first, count in run.spans(run_blocks):
+                fetched += await self._fetch(run, first, count)
+            return fetched
+        finally:  # an error or a cancellation: what is left is given back
+            self._release(run, list(run.blocks))
+
+    async def _take_from_disk(self, run: _Run, read: bool) -> None:
+        """Land the blocks of the run the disk tier holds (one after another); without `read`,
+        only give up their flights (they are there: nothing to fetch)."""
+        wanted = [p for p, (key, _, _) in run.blocks.items() if self.disk.holds(key)]
+        if not wanted:
+            return
+        present = await self.disk.present([run.blocks[p][0] for p in wanted])
+        for position, here in zip(wanted, present, strict=True):
+            if not here:
+                self.stats.disk_misses += 1
+                continue
+            if not read:
+                self._release(run, [position])
+                continue
+            key, _, flight = run.blocks[position]
+            data = await self.disk.get(key)
+            if data is not None:  # else gone or damaged since: fetched from the store
+                self._land(key, flight, data, "disk")
+                self._release(run, [position])
 
     def _land(self, key: BlockKey, flight: Flight, data: bytes, tier: str) -> None:
         """A block arrived: into memory, and to everyone waiting on its flight."""

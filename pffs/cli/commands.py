@@ -89,6 +89,30 @@ def cmd_warmup(args: argparse.Namespace) -> int:
     return run_warmup(targets, args.jobs, args.quiet)
 
 
+def cmd_prefetch(args: argparse.Namespace) -> int:
+    """`pffs prefetch --order FILE MOUNTPOINT`: bad entries to stderr, non-zero if any."""
+    from pffs.dataset import NotAMount, prefetch_order
+
+    try:
+        if args.order == "-":
+            paths = [line for line in sys.stdin.read().splitlines() if line.strip()]
+        else:
+            with open(args.order, encoding="utf-8") as f:
+                paths = [line for line in f.read().splitlines() if line.strip()]
+    except OSError as exc:
+        raise UsageError(f"cannot read the order list {args.order}: {exc.strerror}") from None
+    try:
+        bad = prefetch_order(args.mountpoint, paths)
+    except NotAMount as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"{args.mountpoint}: cannot hand the list over: {exc.strerror}") from None
+    for line in bad:
+        print(line, file=sys.stderr)
+    print(f"prefetch: {len(paths) - len(bad)} files queued, {len(bad)} bad entries")
+    return 1 if bad else 0
+
+
 def cmd_umount(args: argparse.Namespace) -> int:
     from pffs.errors import MountpointError
     from pffs.mounting.kernel import find_mount, fusermount
@@ -115,6 +139,8 @@ def run(argv: Sequence[str] | None = None) -> int:
             return run_stats(args)
         if args.command == "warmup":
             return cmd_warmup(args)
+        if args.command == "prefetch":
+            return cmd_prefetch(args)
         if args.command == "cache":
             from pffs.cli.warmup import cache_admin
 

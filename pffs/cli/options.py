@@ -16,6 +16,7 @@ from pffs.config import (
     INDEFINITE_TTL,
     LOG_LEVELS,
     CacheConfig,
+    DatasetConfig,
     FuseConfig,
     MetaConfig,
     MountConfig,
@@ -200,6 +201,37 @@ def _add_cache_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _on_off(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered not in ("on", "off"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not on or off")
+    return lowered == "on"
+
+
+def _add_dataset_options(parser: argparse.ArgumentParser) -> None:
+    defaults = DatasetConfig()
+    group = parser.add_argument_group("dataset prefetch")
+    group.add_argument(
+        "--dataset-prefetch",
+        type=_on_off,
+        default=defaults.enabled,
+        metavar="on|off",
+        help="load a directory's files ahead once a job reads a few of them (on)",
+    )
+    group.add_argument(
+        "--dataset-prefetch-budget",
+        type=_size,
+        default=defaults.budget,
+        help="bytes of dataset prefetch in flight at most (64M)",
+    )
+
+
+def dataset_config(args: argparse.Namespace) -> DatasetConfig:
+    if args.dataset_prefetch_budget <= 0:
+        raise UsageError("--dataset-prefetch-budget must be above 0 (use --dataset-prefetch off)")
+    return DatasetConfig(enabled=args.dataset_prefetch, budget=args.dataset_prefetch_budget)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="pffs", description="A caching filesystem for AI data on S3 and HDFS.")
     parser.add_argument("--debug", action="store_true", help="verbose logs and tracebacks")
@@ -208,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="command",
         required=True,
         parser_class=_Parser,
-        metavar="{mount,umount,stats,warmup,cache,demo,csi,scheduler-extender,affinity}",
+        metavar="{mount,umount,stats,warmup,prefetch,cache,demo,csi,scheduler-extender,affinity}",
     )
 
     mount = commands.add_parser(
@@ -227,6 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_source_options(mount)
     _add_cache_options(mount)
+    _add_dataset_options(mount)
     opts = mount.add_argument_group("mount")
     opts.add_argument("--read-only", action="store_true", help="refuse all writes")
     opts.add_argument("--uid", type=int, default=os.getuid(), help="owner of every entry")
@@ -278,6 +311,18 @@ def build_parser() -> argparse.ArgumentParser:
     warmup.add_argument("--quiet", action="store_true", help="no progress bar, just the summary")
     _add_source_options(warmup)
     _add_cache_options(warmup)
+
+    prefetch = commands.add_parser(
+        "prefetch",
+        help="hand a job's read order to a mount",
+        description="Hand the paths in FILE (one a line, relative to the mount root or "
+        "absolute under it) to the pffs mount at MOUNTPOINT, which loads them in that order "
+        "ahead of the readers. Bad entries are printed, one a line, and the rest proceeds.",
+    )
+    prefetch.add_argument(
+        "--order", required=True, metavar="FILE", help="the paths in read order ('-': stdin)"
+    )
+    prefetch.add_argument("mountpoint", help="the root of a pffs mount")
 
     cache = commands.add_parser("cache", help="inspect or clear the disk cache")
     cache.add_argument("action", choices=["info", "clear"])
@@ -432,4 +477,5 @@ def mount_config(args: argparse.Namespace) -> MountConfig:
         debug=args.debug,
         name=name,
         observe=observe_config(args),
+        dataset=dataset_config(args),
     )

@@ -1,19 +1,20 @@
 """Warmup and cache administration: fill, inspect and empty the disk cache (the cli calls these).
 
-Warmup talks to the store directly (no FUSE round trips) with the very block keys a mount uses,
-so a mount over the same cache directory finds the blocks. For a path inside a live pffs mount
-the mount's own configuration (source, block size, cache directory) is used; for a source URL,
-the cache options on the command line. Blocks already on disk are skipped, so a second run
-costs one database lookup per block.
+Warmup talks to the store directly (no FUSE round trips) with the very block keys a mount uses, so a
+mount over the same cache directory finds the blocks. It loads files through the preload engine
+(pffs.cache.preload), the one code path that fills the cache, as dataset prefetch does. For a path
+inside a live pffs mount the mount's own configuration (source, block size, cache directory) is
+used; for a source URL, the cache options on the command line. Blocks already on disk are skipped,
+so a second run costs one database lookup per block.
 """
 
 from __future__ import annotations
 
-import functools
+import math
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import trio
@@ -21,9 +22,10 @@ import trio
 from pffs.backends import Backend, ObjectInfo, open_backend
 from pffs.backends.base import join
 from pffs.cache.disk import DiskTier
-from pffs.cache.keys import BlockKey
+from pffs.cache.preload import Preloader, PreloadItem
 from pffs.config import CacheConfig, SourceConfig, TableEntry
-from pffs.errors import PffsError, UsageError
+from pffs.errors import UsageError
+from pffs.fs.datasets import file_item
 from pffs.mounting.daemon import open_cache, registered_config
 from pffs.mounting.kernel import FSTYPE, mount_table
 from pffs.routing.table import is_under, longest_prefix, relative
@@ -158,6 +160,8 @@ async def _collect(
 
 
 async def warm(target: Target, jobs: int, progress: Progress, show: bool) -> None:
+    """Fill the disk tier with the target's files through the preload engine (the one way
+    pffs fills its cache), `jobs` files at a time at most."""
     backend = open_backend(target.source)
     await trio.to_thread.run_sync(backend.check)
     cache = open_cache(target.cache)
@@ -167,45 +171,29 @@ async def warm(target: Target, jobs: int, progress: Progress, show: bool) -> Non
         await _collect(backend, limiter, path, files)
     progress.files_total += len(files)
     progress.bytes_total += sum(info.size for _, info in files)
+    progress.files_done += sum(1 for _, info in files if info.size == 0)
+    if not cache.disk_holds(backend.source_id):
+        raise UsageError(f"{target.source.url} is cached in memory only")
+    engine = Preloader(
+        cache, cache.prefetch_budget, concurrency=jobs, max_concurrency=jobs, idle_after=math.inf
+    )
+    fetch_limiter = trio.CapacityLimiter(jobs)
     block_size = cache.block_size
-    work: list[tuple[str, ObjectInfo, int]] = [
-        (path, info, index)
-        for path, info in files
-        for index in range((info.size + block_size - 1) // block_size)
-    ]
-    remaining = {path: (info.size + block_size - 1) // block_size for path, info in files}
-    progress.files_done += sum(1 for n in remaining.values() if n == 0)
-    send, receive = trio.open_memory_channel[tuple[str, ObjectInfo, int]](jobs)
+    skips_before = cache.stats.disk_write_skips
 
-    async def worker() -> None:
-        async for path, info, index in receive:
-            length = min(block_size, info.size - index * block_size)
+    async def items() -> AsyncIterator[PreloadItem]:
+        for path, info in files:
+            if info.size > 0:
+                yield file_item(backend, path, info, block_size, fetch_limiter)
 
-            fetch = functools.partial(
-                trio.to_thread.run_sync,
-                backend.read_range,
-                path,
-                index * block_size,
-                length,
-                info.version,
-                limiter=limiter,
-            )
-            key = BlockKey(backend.source_id, path, info.version, index)
-            try:
-                outcome = await cache.fill(key, fetch)
-            except PffsError as exc:
-                progress.failures.append(f"{path}: {exc}")
-                outcome = "failed"
-            progress.bytes_done += length
-            if outcome == "fetched":
-                progress.bytes_fetched += length
-            elif outcome == "cached":
-                progress.bytes_cached += length
-            elif outcome == "skipped":
-                progress.blocks_skipped += 1
-            remaining[path] -= 1
-            if remaining[path] == 0:
-                progress.files_done += 1
+    def done(item: PreloadItem, outcome: int | Exception) -> None:
+        progress.files_done += 1
+        progress.bytes_done += item.size
+        if isinstance(outcome, Exception):
+            progress.failures.append(f"{item.keys[0].path}: {outcome}")
+            return
+        progress.bytes_fetched += outcome
+        progress.bytes_cached += item.size - outcome
 
     async def report() -> None:
         while True:
@@ -215,16 +203,16 @@ async def warm(target: Target, jobs: int, progress: Progress, show: bool) -> Non
 
     try:
         async with trio.open_nursery() as nursery:
+            cache.attach(nursery)
+            engine.attach(nursery)
             if show:
                 nursery.start_soon(report)
-            async with trio.open_nursery() as workers:
-                for _ in range(jobs):
-                    workers.start_soon(worker)
-                async with send:
-                    for item in work:
-                        await send.send(item)
+            engine.add("warmup", items(), report=done, for_readers=False)
+            await engine.wait_idle()
+            await cache.flush()  # every block written before the cache is closed
             nursery.cancel_scope.cancel()
     finally:
+        progress.blocks_skipped += cache.stats.disk_write_skips - skips_before
         cache.close()
         if show:
             sys.stderr.write("\r" + progress.line() + "\n")

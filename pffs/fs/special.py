@@ -1,10 +1,12 @@
-"""The hidden `.pffs` directory at the root of the tree, and its `stats` file.
+"""The hidden `.pffs` directory at the root of the tree, its `stats` and `prefetch` files.
 
-`.pffs/stats` is a read-only JSON snapshot of every metric (pffs.metrics.snapshot), fresh at
-each open. `.pffs` is found by lookup but never listed by readdir, so `ls`, `find` and data
-loaders walking the tree do not see it; a store object of the same name at the root is
-shadowed. Everything under `.pffs` refuses changes (EROFS). The facade (pffs.fs.vfs) asks
-`claims_*` before handing an operation to the rest of the file system.
+`.pffs/stats` is a read-only JSON snapshot of every metric (pffs.metrics.snapshot), fresh at each
+open. `.pffs/prefetch` is the one writable file: a job writes tree paths to it, one a line, and on
+close pffs prefetches them in that order (pffs.fs.datasets); reading it gives the report of the last
+list handed over: `queued N`, then one line per bad entry. `.pffs` is found by lookup but never
+listed by readdir, so `ls`, `find` and data loaders walking the tree do not see it; a store object
+of the same name at the root is shadowed. Everything else under `.pffs` refuses changes (EROFS). The
+facade (pffs.fs.vfs) asks `claims_*` before handing an operation to the rest of the file system.
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ from pffs.fs.inodes import ROOT_INODE, Inode
 
 STATS_DIR = ".pffs"
 STATS_FILE = "stats"
+PREFETCH_FILE = "prefetch"
 # Inode numbers far above any the namespace hands out (it counts up from 2).
 STATS_DIR_INO = (1 << 62) + 1
 STATS_FILE_INO = (1 << 62) + 2
+PREFETCH_FILE_INO = (1 << 62) + 3
 
 
 def stats_bytes() -> bytes:
@@ -42,8 +46,24 @@ class SpecialFiles:
             ObjectInfo(STATS_FILE, 0, mount_time, None, False),
             float("inf"),
         )
-        self.reads: dict[int, bytes] = {}  # open stats file handles: their snapshot
+        self.control = Inode(
+            PREFETCH_FILE_INO,
+            f"{STATS_DIR}/{PREFETCH_FILE}",
+            ObjectInfo(PREFETCH_FILE, 0, mount_time, None, False),
+            float("inf"),
+        )
+        self.reads: dict[int, bytes] = {}  # open handles read from: their snapshot
+        self.orders: dict[int, bytearray] = {}  # `prefetch` handles written to: what they got
+        self.report = b""  # of the last order list handed over
         self.dir_handles: set[int] = set()
+
+    @property
+    def inodes(self) -> tuple[int, ...]:
+        return (self.dir.ino, self.file.ino, self.control.ino)
+
+    def listed(self) -> tuple[Inode, ...]:
+        """The entries of `.pffs`, in readdir's order."""
+        return (self.file, self.control)
 
     def inode(self, ino: int) -> Inode | None:
         """Our inode for `ino`, with fresh attributes, or None when it is not ours."""
@@ -52,6 +72,8 @@ class SpecialFiles:
         if ino == STATS_FILE_INO:  # it changes all the time; its size is unknown (direct_io)
             self.file.info = ObjectInfo(STATS_FILE, 0, time.time(), None, False)
             return self.file
+        if ino == PREFETCH_FILE_INO:
+            return self.control
         return None
 
     @staticmethod
@@ -62,6 +84,9 @@ class SpecialFiles:
     @staticmethod
     def claims_path(path: str) -> bool:
         return path == STATS_DIR or path.startswith(STATS_DIR + "/")
+
+    def is_read_only(self, path: str) -> bool:
+        return self.claims_path(path) and path != self.control.path
 
     @staticmethod
     def refuse(what: str) -> ReadOnly:
@@ -79,26 +104,53 @@ class SpecialFiles:
         if parent_ino == STATS_DIR_INO:
             if name == STATS_FILE:
                 return self.file
+            if name == PREFETCH_FILE:
+                return self.control
             if name == ".":
                 return self.dir
             if name == "..":
                 return root
             raise NotFound(f"/{STATS_DIR}/{name} does not exist")
-        if parent_ino == STATS_FILE_INO:
-            raise NotADirectory(f"/{self.file.path} is not a directory")
+        if parent_ino in (STATS_FILE_INO, PREFETCH_FILE_INO):
+            raise NotADirectory(f"/{STATS_DIR}/{STATS_FILE} is not a directory")
         return None
 
     def check_opendir(self, ino: int) -> None:
-        if ino == STATS_FILE_INO:
-            raise NotADirectory(f"/{self.file.path} is not a directory")
+        if ino in (STATS_FILE_INO, PREFETCH_FILE_INO):
+            path = self.file.path if ino == STATS_FILE_INO else self.control.path
+            raise NotADirectory(f"/{path} is not a directory")
 
     def open(self, ino: int, fh: int, for_writing: bool) -> bool:
         """Open `ino` as handle `fh` if it is ours (True), with one consistent snapshot."""
         if ino == STATS_DIR_INO:
             raise IsADirectory(f"/{STATS_DIR} is a directory")
+        if ino == PREFETCH_FILE_INO:
+            if for_writing:
+                self.orders[fh] = bytearray()
+            else:
+                self.reads[fh] = self.report
+            return True
         if ino != STATS_FILE_INO:
             return False
         if for_writing:
             raise self.refuse("open for writing")
         self.reads[fh] = stats_bytes()
         return True
+
+    def write_order(self, fh: int, offset: int, data: bytes) -> int:
+        """Bytes written to `.pffs/prefetch` (kept until the handle is flushed)."""
+        buffer = self.orders[fh]
+        buffer[offset : offset + len(data)] = data
+        return len(data)
+
+    def take_order(self, fh: int) -> list[str]:
+        """The paths written through handle `fh` since its last flush, one a line."""
+        buffer = self.orders.get(fh)
+        if buffer is None:
+            return []
+        text = buffer.decode(errors="replace")
+        buffer.clear()
+        return [line for line in text.splitlines() if line.strip()]
+
+    def note_order(self, queued: int, errors: list[str]) -> None:
+        self.report = "".join(f"{line}\n" for line in [f"queued {queued}", *errors]).encode()

@@ -1,10 +1,11 @@
 """The file system's one facade: every operation the kernel adapter (pffs.fuse_ops) calls.
 
-It composes the parts and routes each operation to the part that owns it: the hidden `.pffs`
-files first (pffs.fs.special), then names and directories (namespace), reads (reads) and writes
-(writes); open handles (handles) are shared. It holds no behaviour of its own beyond that
-routing, the open-files gauge and statfs. It never imports pyfuse3: it speaks trio and pffs
-types, and is tested without a kernel.
+It composes the parts and routes each operation to the part that owns it: the hidden `.pffs` files
+first (pffs.fs.special), then names and directories (namespace), reads (reads) and writes (writes);
+open handles (handles) are shared. Read-only opens are told to dataset prefetch (datasets), which
+also takes the order lists written to `.pffs/prefetch`. It holds no behaviour of its own beyond that
+routing, the open-files gauge and statfs. It never imports pyfuse3: it speaks trio and pffs types,
+and is tested without a kernel.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import trio
 
 from pffs import metrics
 from pffs.cache.blocks import BlockCache
-from pffs.config import CacheConfig, FuseConfig, MetaConfig
+from pffs.config import CacheConfig, DatasetConfig, FuseConfig, MetaConfig
+from pffs.fs.datasets import DatasetPrefetch
 from pffs.fs.handles import FileHandle, Handles
 from pffs.fs.inodes import ROOT_INODE, Inode
 from pffs.fs.namespace import Namespace
@@ -40,6 +42,7 @@ class Vfs:
         cache: BlockCache | None = None,
         *,
         staging_dir: str,
+        dataset: DatasetConfig | None = None,
     ) -> None:
         self.table = table
         self.cache = cache or BlockCache(CacheConfig(disk_dir=None))
@@ -51,12 +54,14 @@ class Vfs:
         self.reader = Reader(self.namespace, self.handles, self.cache)
         self.writer = Writer(self.namespace, self.handles, fuse, staging_dir, self.staged)
         self.special = SpecialFiles(self.namespace.mount_time)
+        self.datasets = DatasetPrefetch(self.namespace, self.cache, dataset or DatasetConfig())
 
     def attach(self, nursery: trio.Nursery) -> None:
         """Hand the VFS a nursery for background work (listings, prefetch, uploads, disk writes)."""
         self.namespace.attach(nursery)
         self.writer.attach(nursery)
         self.cache.attach(nursery)
+        self.datasets.attach(nursery)
 
     async def drain(self) -> None:
         """Finish background work (disk cache writes) before shutting down."""
@@ -64,11 +69,13 @@ class Vfs:
 
     def is_read_only(self, path: str) -> bool:
         """Whether writes under tree path `path` are refused."""
-        return self.special.claims_path(path) or self.writer.is_read_only(path)
+        return self.special.is_read_only(path) or (
+            not self.special.claims_path(path) and self.writer.is_read_only(path)
+        )
 
     def direct_io(self, fh: int) -> bool:
         """Whether reads of this handle must bypass the kernel page cache (generated files)."""
-        return fh in self.special.reads
+        return fh in self.special.reads or fh in self.special.orders
 
     # --- names and attributes ----------------------------------------------------------------
 
@@ -96,8 +103,9 @@ class Vfs:
 
     async def readdir(self, fh: int, start: int, emit: Callable[[str, Inode, int], bool]) -> None:
         if fh in self.special.dir_handles:
-            if start == 0:
-                emit(self.special.file.info.name, self.special.file, 1)
+            for position, inode in enumerate(self.special.listed()[start:], start + 1):
+                if not emit(inode.info.name, inode, position):
+                    break
             return
         if self.handles.directory(fh).inode.ino == ROOT_INODE:
             # Hidden: a store object named .pffs at the root is shadowed by ours, so hide it too.
@@ -117,7 +125,7 @@ class Vfs:
     async def open(self, ino: int, flags: int) -> tuple[int, bool]:
         """Open a file. Returns (handle, keep_cache): see Reader.open."""
         for_writing = bool(flags & WRITE_FLAGS)
-        if ino in (self.special.dir.ino, self.special.file.ino):
+        if ino in self.special.inodes:
             fh = self.handles.number()
             self.special.open(ino, fh, for_writing)
             return fh, False
@@ -128,6 +136,7 @@ class Vfs:
             fh, keep_cache = self.writer.open_staged(self.namespace.inode(ino), staged), False
         else:
             fh, keep_cache = await self.reader.open(ino)
+            self.datasets.opened(self.handles.file(fh))
         metrics.OPEN_FILES.inc()
         return fh, keep_cache
 
@@ -141,6 +150,10 @@ class Vfs:
         return await self.reader.read(handle, offset, size)
 
     async def release(self, fh: int) -> None:
+        if fh in self.special.orders:
+            await self.flush(fh)
+            del self.special.orders[fh]
+            return
         if self.special.reads.pop(fh, None) is not None:
             return
         handle = self.handles.pop(fh)
@@ -176,10 +189,17 @@ class Vfs:
         return fh, inode
 
     async def write(self, fh: int, offset: int, data: bytes) -> int:
+        if fh in self.special.orders:
+            return self.special.write_order(fh, offset, data)
         return await self.writer.write(fh, offset, data)
 
     async def flush(self, fh: int) -> None:
-        if fh not in self.special.reads:
+        if fh in self.special.orders:  # an order list is handed over when it is closed
+            paths = self.special.take_order(fh)
+            if paths:
+                errors = await self.datasets.prefetch_paths(paths)
+                self.special.note_order(len(paths) - len(errors), errors)
+        elif fh not in self.special.reads:
             await self.writer.flush(fh)
 
     async def fsync(self, fh: int) -> None:
@@ -188,7 +208,7 @@ class Vfs:
     async def setattr(self, ino: int, size: int | None) -> Inode:
         ours = self.special.inode(ino)
         if ours is not None:
-            if size is None:
+            if size is None or ours is self.special.control:  # `>` truncates it: nothing kept
                 return ours
             raise self.special.refuse("truncate")
         if size is None:

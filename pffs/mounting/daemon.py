@@ -61,7 +61,14 @@ def serve_here(config: MountConfig, on_ready: Callable[[], None] | None = None) 
     tune_malloc(config.cache.block_size)
     cache = open_cache(config.cache)
     try:
-        vfs = Vfs(table, config.meta, config.fuse, cache, staging_dir=staging_dir(config))
+        vfs = Vfs(
+            table,
+            config.meta,
+            config.fuse,
+            cache,
+            staging_dir=staging_dir(config),
+            dataset=config.dataset,
+        )
     except OSError as exc:
         raise CacheDirError(f"staging directory {staging_dir(config)}: {exc.strerror}") from None
     if not config.fuse.read_only:

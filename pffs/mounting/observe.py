@@ -25,6 +25,11 @@ def cache_reader(vfs: Vfs) -> Callable[[], Mapping[str, int]]:
         values["memory_blocks"] = len(cache.memory)
         values["prefetch_in_flight_bytes"] = cache.prefetch_in_flight
         values["staged_files"] = len(vfs.staged)
+        engine = vfs.datasets.engine
+        values.update({f"dataset_{k}": v for k, v in engine.stats.as_dict().items()})
+        values["dataset_files_in_flight"] = engine.files_in_flight
+        values["dataset_bytes_in_flight"] = engine.bytes_in_flight
+        values["dataset_concurrency"] = engine.concurrency
         return values
 
     return read

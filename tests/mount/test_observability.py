@@ -69,7 +69,8 @@ def test_metrics_move_through_a_real_mount(s3, bucket: str, mount_s3, tmp_path: 
     with mount_s3(f"s3://{bucket}", *options) as mnt:
         # Hidden, yet there: readdir does not list it, lookup finds it, it is read-only.
         assert os.listdir(mnt) == ["data"]
-        assert os.path.isdir(mnt / ".pffs") and os.listdir(mnt / ".pffs") == ["stats"]
+        assert os.path.isdir(mnt / ".pffs")
+        assert sorted(os.listdir(mnt / ".pffs")) == ["prefetch", "stats"]
         with pytest.raises(OSError) as refused:
             open(mnt / ".pffs" / "stats", "w")  # noqa: SIM115
         assert refused.value.errno in (errno.EROFS, errno.EACCES)

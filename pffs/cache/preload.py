@@ -1,0 +1,378 @@
+"""The preload engine: whole files loaded into the cache in the background, ahead of readers.
+
+Path-free like the rest of the cache. Callers (dataset detection, a job's order list, warmup)
+hand it jobs, each a lazy stream of items; an item is one file: its block keys and sizes and the
+function that fetches a run of its blocks (as readahead runs are fetched). Items are pulled from
+a job only when the bounds let one start, so a job over a million files holds one item at a time.
+Each item is loaded through `BlockCache.load`: flights a reader joins, the memory tier, and the
+disk tier through the cache's write-behind.
+
+Bounds: items in flight <= the concurrency; bytes in flight <= the budget, and with readahead's
+<= the cache's prefetch budget (the memory it reserves for blocks in flight); bytes loaded and
+not yet used by a reader <= the room the cache gives (`BlockCache.preload_room`), so loading
+ahead never pushes out what it loaded before the readers get to it. One item at least is always
+allowed, however large (a file larger than the budget is loaded alone).
+
+Concurrency follows Little's law: requests in flight = files/s x latency. It starts moderate
+and grows while the latency stays near the lowest seen (the store keeps up, so more in flight
+means more files/s); once the latency climbs (requests queue at the store), it is set to the
+observed files/s x the lowest latency, what the store sustains without queueing. A Transient
+error (503 SlowDown, a timeout) halves it. A failed item is dropped (debug log, counter): its
+reader fetches the file itself and sees exactly what it would without preload.
+
+Priority: `urgent` puts an item ahead of every job. Jobs end when their stream ends, when
+cancelled, or when no reader has touched them for `idle_after` seconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Hashable, Sequence
+from dataclasses import asdict, dataclass, field
+
+import trio
+
+from pffs.cache.blocks import BlockCache
+from pffs.cache.keys import BlockKey, FetchRun
+from pffs.errors import Transient
+
+log = logging.getLogger("pffs.cache")
+
+
+@dataclass(frozen=True, eq=False)
+class PreloadItem:
+    """One file to load: `ident` names it for `used` and `urgent` (the same file, the same
+    ident), `keys` and `sizes` its blocks, `fetch_run` loads consecutive blocks of them."""
+
+    ident: Hashable
+    keys: Sequence[BlockKey]
+    sizes: Sequence[int]
+    fetch_run: FetchRun
+
+    @property
+    def size(self) -> int:
+        return sum(self.sizes)
+
+
+@dataclass
+class PreloadStats:
+    """Counters of the engine (pffs.metrics reads them as `pffs_prefetch_files_*`)."""
+
+    files_queued: int = 0  # items taken from a job (or urgent) to be loaded
+    files_fetched: int = 0  # loaded, with at least one block from the store
+    files_cached: int = 0  # nothing to load: every block was cached or on its way
+    files_failed: int = 0
+    bytes_fetched: int = 0
+    files_used: int = 0  # loaded ahead, then opened by a reader
+    files_wasted: int = 0  # loaded ahead, and the job ended before a reader opened it
+    throttled: int = 0  # Transient errors that halved the concurrency
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+# Told of each item of a job when it is done: the bytes fetched from the store, or the error.
+Report = Callable[[PreloadItem, "int | Exception"], None]
+
+
+@dataclass(eq=False)
+class _Job:
+    name: Hashable
+    items: AsyncIterator[PreloadItem]
+    touched: float
+    report: Report | None = None
+    # Loads wait for readers (dataset prefetch); a fill of the disk tier (warmup) does not.
+    for_readers: bool = True
+    loaded: set[Hashable] = field(default_factory=set)  # loaded, not yet used by a reader
+    held: PreloadItem | None = None  # taken from the stream, put back behind an urgent item
+    # Its stream is finished; it stays (its loads counted as unread) until its readers go idle.
+    exhausted: bool = False
+
+
+class Preloader:
+    def __init__(
+        self,
+        cache: BlockCache,
+        budget: int,
+        *,
+        concurrency: int = 16,
+        max_concurrency: int = 64,
+        idle_after: float = 30.0,
+        room: int | None = None,
+    ) -> None:
+        self.cache = cache
+        self.budget = budget  # bytes in flight at most
+        self.room = cache.preload_room if room is None else room
+        self.max_concurrency = max_concurrency
+        self.concurrency = min(concurrency, max_concurrency)
+        self.idle_after = idle_after
+        self.stats = PreloadStats()
+        self.files_in_flight = 0
+        self.bytes_in_flight = 0
+        self._unread: dict[Hashable, int] = {}  # loaded ahead, not yet used: ident -> bytes
+        self._handled: set[Hashable] = set()  # loaded, being loaded or taken by a reader
+        self._loading: set[Hashable] = set()  # being loaded, no reader has opened it yet
+        self._jobs: deque[_Job] = deque()
+        self._urgent: deque[PreloadItem] = deque()
+        self._changed = trio.Event()
+        self._nursery: trio.Nursery | None = None
+        self._latency = _Latency()
+
+    # --- what callers use --------------------------------------------------------------------
+
+    def attach(self, nursery: trio.Nursery) -> None:
+        """Start the engine's dispatcher in `nursery` (cancelling it stops the engine)."""
+        self._nursery = nursery
+        nursery.start_soon(self._dispatch)
+
+    @property
+    def unread_bytes(self) -> int:
+        return sum(self._unread.values())
+
+    def add(
+        self,
+        name: Hashable,
+        items: AsyncIterator[PreloadItem],
+        *,
+        report: Report | None = None,
+        for_readers: bool = True,
+    ) -> None:
+        """Queue a job: its items are loaded in their order, after earlier jobs' items.
+
+        `report` is told of each item done. Without `for_readers` (warmup filling the disk
+        tier), what is loaded does not count against the room for unread files, and blocks the
+        disk tier holds are not read back.
+        """
+        self._jobs.append(_Job(name, items, trio.current_time(), report, for_readers))
+        self._wake()
+
+    def has_job(self, name: Hashable) -> bool:
+        return any(job.name == name for job in self._jobs)
+
+    def touch(self, name: Hashable) -> None:
+        """A reader is at work in job `name`: it stays alive `idle_after` seconds more."""
+        for job in self._jobs:
+            if job.name == name:
+                job.touched = trio.current_time()
+
+    def cancel(self, name: Hashable) -> None:
+        """End job `name` (its loads under way finish; nothing more is taken from it)."""
+        for job in [j for j in self._jobs if j.name == name]:
+            self._end(job)
+        self._wake()
+
+    def urgent(self, item: PreloadItem) -> None:
+        """Load `item` before anything queued (a reader asked for it)."""
+        if item.ident not in self._handled:
+            self._urgent.appendleft(item)
+            self._wake()
+
+    def used(self, ident: Hashable) -> None:
+        """A reader opened the file: what it loaded ahead is used; if not loaded, never load it
+        (the reader fetches it itself)."""
+        if self._unread.pop(ident, None) is not None or ident in self._loading:
+            self.stats.files_used += 1
+            self._loading.discard(ident)
+            self._wake()
+        self._handled.add(ident)
+
+    def idle(self) -> bool:
+        """Whether nothing is queued or loading."""
+        streaming = any(not job.exhausted for job in self._jobs)
+        return not streaming and not self._urgent and self.files_in_flight == 0
+
+    async def wait_idle(self) -> None:
+        """Wait until every job's stream has ended and every load has finished."""
+        while not self.idle():
+            await self._wait_change()
+
+    # --- the dispatcher ----------------------------------------------------------------------
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def _wait_change(self) -> None:
+        # Woken by any change; at least once a second to end idle jobs.
+        with trio.move_on_after(1.0):
+            await self._changed.wait()
+
+    async def _dispatch(self) -> None:
+        assert self._nursery is not None
+        while True:
+            item, job = await self._next()
+            if not await self._wait_for_room(item, job):
+                continue
+            self._handled.add(item.ident)
+            self._loading.add(item.ident)
+            self.stats.files_queued += 1
+            self.files_in_flight += 1
+            self.bytes_in_flight += item.size
+            self._nursery.start_soon(self._load, item, job)
+
+    async def _wait_for_room(self, item: PreloadItem, job: _Job | None) -> bool:
+        """Wait until `item` may start (True), or until its job ended or an urgent item must
+        go first (False; the item is then dropped, or put back in its job)."""
+        while True:
+            self._end_idle_jobs()  # readers that went away give back the room they held
+            if job is not None and job not in self._jobs:
+                return False
+            if job is not None and self._urgent:
+                job.held = item
+                return False
+            if self._room_for(item):
+                return True
+            await self._wait_change()
+
+    def _room_for(self, item: PreloadItem) -> bool:
+        if self.files_in_flight == 0:
+            return self.unread_bytes < self.room  # one item at least, however large
+        return (
+            self.files_in_flight < self.concurrency
+            and self.bytes_in_flight + item.size <= self.budget
+            and self.unread_bytes + self.bytes_in_flight + item.size <= self.room
+            # The cache reserves its prefetch budget in memory for readahead and preload
+            # together: readers' readahead goes first.
+            and self.cache.prefetch_in_flight + item.size <= self.cache.prefetch_budget
+        )
+
+    async def _next(self) -> tuple[PreloadItem, _Job | None]:
+        """The next item to load: urgent ones first, then the oldest live job's next one."""
+        while True:
+            self._end_idle_jobs()
+            if self._urgent:
+                item = self._urgent.popleft()
+                if item.ident not in self._handled:
+                    return item, None
+                continue
+            streaming = [job for job in self._jobs if not job.exhausted]
+            if not streaming:
+                await self._wait_change()
+                continue
+            job = streaming[0]
+            if job.held is not None:
+                item, job.held = job.held, None
+                return item, job
+            try:
+                item = await anext(job.items)
+            except StopAsyncIteration:
+                job.exhausted = True
+                self._wake()
+                continue
+            except Exception as exc:  # the job's listing failed: the readers go on without it
+                log.debug("preload job %s stopped: %s", job.name, exc)
+                self._end(job)
+                continue
+            if item.ident not in self._handled:
+                return item, job
+
+    def _end_idle_jobs(self) -> None:
+        now = trio.current_time()
+        for job in [j for j in self._jobs if now - j.touched > self.idle_after]:
+            log.debug("preload job %s ended: no reader for %.0f s", job.name, self.idle_after)
+            self._end(job)
+
+    def _end(self, job: _Job) -> None:
+        """A job ends (cancelled, idle, or its stream failed): what it loaded and no reader
+        used is wasted, and its room given back."""
+        if job in self._jobs:
+            self._jobs.remove(job)
+        for ident in job.loaded:
+            if self._unread.pop(ident, None) is not None:
+                self.stats.files_wasted += 1
+        job.loaded.clear()
+        if not self._jobs:
+            self._handled.clear()  # bounded: forgotten once no job is left
+
+    # --- one item ----------------------------------------------------------------------------
+
+    async def _load(self, item: PreloadItem, job: _Job | None) -> None:
+        started = trio.current_time()
+        for_readers = job is None or job.for_readers
+        try:
+            fetched = await self.cache.load(
+                item.keys, item.sizes, item.fetch_run, read_disk=for_readers
+            )
+        except Transient as exc:
+            self._failed(item, exc, job)
+            self._throttled()
+        except Exception as exc:
+            self._failed(item, exc, job)
+        else:
+            if job is not None and job.report is not None:
+                job.report(item, fetched)
+            if fetched:
+                self.stats.files_fetched += 1
+                self.stats.bytes_fetched += fetched
+                self._latency.add(trio.current_time() - started)
+                self._adapt()
+            else:
+                self.stats.files_cached += 1
+            if fetched and for_readers and item.ident in self._loading:  # not opened yet
+                self._unread[item.ident] = item.size
+                if job is not None:
+                    job.loaded.add(item.ident)
+        finally:
+            self._loading.discard(item.ident)
+            self.files_in_flight -= 1
+            self.bytes_in_flight -= item.size
+            self._wake()
+
+    def _failed(self, item: PreloadItem, exc: Exception, job: _Job | None) -> None:
+        self.stats.files_failed += 1
+        log.debug("preload of %s failed: %s", item.ident, exc)
+        if job is not None and job.report is not None:
+            job.report(item, exc)
+
+    # --- concurrency -------------------------------------------------------------------------
+
+    def _throttled(self) -> None:
+        """The store pushed back: halve the concurrency, and grow again only after a while."""
+        self.stats.throttled += 1
+        self.concurrency = max(1, self.concurrency // 2)
+        self._latency.hold_until = trio.current_time() + 1.0
+
+    def _adapt(self) -> None:
+        """Little's law, once per window of completions (see the module docstring)."""
+        window = self._latency.window()
+        if window is None or trio.current_time() < self._latency.hold_until:
+            return
+        files_per_second, latency, lowest = window
+        if latency <= 1.5 * lowest:
+            in_use = files_per_second * latency  # the requests in flight the figures imply
+            if in_use >= 0.7 * self.concurrency:
+                self.concurrency = min(self.max_concurrency, math.ceil(self.concurrency * 1.25))
+        elif latency > 2 * lowest:
+            self.concurrency = max(4, min(self.concurrency, math.ceil(files_per_second * lowest)))
+
+
+class _Latency:
+    """Completions and their latencies over a window, and the lowest latency seen lately."""
+
+    def __init__(self, now: Callable[[], float] = trio.current_time) -> None:
+        self._now = now
+        self._start: float | None = None
+        self._samples: list[float] = []
+        self.lowest = math.inf
+        self.hold_until = 0.0
+
+    def add(self, seconds: float) -> None:
+        if self._start is None:
+            self._start = self._now() - seconds
+        self._samples.append(seconds)
+
+    def window(self) -> tuple[float, float, float] | None:
+        """(files/s, mean latency, lowest latency) once 16 completions were seen, else None."""
+        if len(self._samples) < 16 or self._start is None:
+            return None
+        elapsed = max(self._now() - self._start, 1e-6)
+        mean = sum(self._samples) / len(self._samples)
+        # The lowest mean of a window stands for the store's latency without queueing; it decays
+        # slowly so a store that got slower for good is believed after a while.
+        self.lowest = min(self.lowest * 1.05, mean)
+        figures = (len(self._samples) / elapsed, mean, self.lowest)
+        self._samples.clear()
+        self._start = self._now()
+        return figures

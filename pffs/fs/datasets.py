@@ -1,0 +1,277 @@
+"""Dataset prefetch: when a job starts consuming a directory, its other files are loaded ahead.
+
+A part the facade (pffs.fs.vfs) composes. It is told of every read-only open of a file in a
+source. When `trigger_files` distinct files of one directory were opened within `trigger_window`
+seconds, in any order, the directory is a dataset: its files are listed through the namespace's
+listings (streamed, so a million-entry directory is read as the engine asks for more) and handed
+to the preload engine (pffs.cache.preload). When the opens span two or more sibling directories
+of one parent (ImageNet keeps one directory per class), the parent and its subdirectories, one
+level down, are one dataset. An order list (`prefetch_paths`, the `.pffs/prefetch` control file)
+is a dataset in the job's own order.
+
+Files are fetched under this part's own thread limiter, never the source's: a reader's request
+never waits behind a prefetch. Each open tells the engine the file is used (a file not loaded
+yet is left to its reader) and keeps its dataset alive; a dataset no reader touches for
+`idle_after` seconds ends.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections import deque
+from collections.abc import AsyncIterator, Sequence
+
+import trio
+
+from pffs.backends.base import Backend, ObjectInfo, block_runs, join
+from pffs.cache.blocks import BlockCache
+from pffs.cache.keys import BlockKey, Deliver
+from pffs.cache.preload import Preloader, PreloadItem
+from pffs.config import DatasetConfig
+from pffs.errors import Corrupted, PffsError
+from pffs.fs.blocking import run_blocking
+from pffs.fs.handles import FileHandle
+from pffs.fs.listings import DirListing
+from pffs.fs.namespace import Namespace
+from pffs.routing.table import Mounted
+
+log = logging.getLogger(__name__)
+
+# Directories whose recent opens are remembered at once; beyond it the oldest are forgotten.
+MAX_WATCHED = 4096
+
+
+class DatasetPrefetch:
+    """Detects datasets from opens and feeds their files to the preload engine."""
+
+    def __init__(self, namespace: Namespace, cache: BlockCache, config: DatasetConfig) -> None:
+        self.namespace = namespace
+        self.cache = cache
+        self.config = config
+        self.block_size = cache.block_size
+        # Prefetch bytes in flight share the cache's reserve with readahead: half at most.
+        self.engine = Preloader(
+            cache,
+            min(config.budget, cache.prefetch_budget // 2),
+            concurrency=config.concurrency,
+            max_concurrency=config.max_concurrency,
+            idle_after=config.idle_after,
+        )
+        self.limiter = trio.CapacityLimiter(config.max_concurrency)
+        # directory -> recent opens (time, name); parent -> recent opens (time, child directory)
+        self._opens: dict[str, deque[tuple[float, str]]] = {}
+        self._children: dict[str, deque[tuple[float, str]]] = {}
+        # Dataset root -> (depth: 0 its files, 1 its subdirectories' too; when a reader was last
+        # seen in it). Kept after its job ended while readers go on, so it is not started again
+        # at every open; forgotten once no reader came for `idle_after` seconds.
+        self._datasets: dict[str, tuple[int, float]] = {}
+        # Order lists being loaded: any read in the mount keeps them alive.
+        self._orders: list[str] = []
+        self._order_numbers = itertools.count(1)
+
+    def attach(self, nursery: trio.Nursery) -> None:
+        if self.config.enabled:
+            self.engine.attach(nursery)
+
+    # --- detection ---------------------------------------------------------------------------
+
+    def opened(self, handle: FileHandle) -> None:
+        """A file of a source was opened read-only."""
+        if not self.config.enabled:
+            return
+        self.engine.used(_ident(handle.mounted, handle.path_in_source))
+        self._orders = [name for name in self._orders if self.engine.has_job(name)]
+        for name in self._orders:
+            self.engine.touch(name)
+        directory, _, name = handle.inode.path.rpartition("/")
+        parent = directory.rpartition("/")[0]
+        now = trio.current_time()
+        for root in (directory, parent):
+            known = self._datasets.get(root)
+            if known is None:
+                continue
+            depth, seen = known
+            if now - seen > self.config.idle_after and not self.engine.has_job(_job(root)):
+                del self._datasets[root]  # the readers went away and came back: detect anew
+                continue
+            self._datasets[root] = (depth, now)
+            self.engine.touch(_job(root))
+            if root == directory or depth == 1:
+                return
+        if _recent(self._opens, directory, now, name, self.config) >= self.config.trigger_files:
+            self.start(directory, depth=0)
+            return
+        if directory and _recent(self._children, parent, now, directory, self.config) >= 2:
+            # Opens span sibling directories: enough files in all of them make a dataset.
+            files = sum(
+                len(self._opens.get(child, ())) for child in {c for _, c in self._children[parent]}
+            )
+            if files >= self.config.trigger_files:
+                self.start(parent, depth=1)
+
+    def start(self, root: str, depth: int) -> None:
+        """Prefetch the files of directory `root` (and of its subdirectories if depth is 1)."""
+        known = self._datasets.get(root)
+        if known is not None and known[0] >= depth:
+            return
+        log.debug("dataset prefetch of /%s (depth %d)", root, depth)
+        if root not in self._datasets and len(self._datasets) >= MAX_WATCHED:
+            del self._datasets[next(iter(self._datasets))]
+        self._datasets[root] = (depth, trio.current_time())
+        self.engine.add(_job(root), self._files_below(root, depth))
+
+    # --- order lists -------------------------------------------------------------------------
+
+    async def prefetch_paths(self, paths: Sequence[str]) -> list[str]:
+        """Prefetch tree paths in this order, ahead of the readers; one line per bad entry."""
+        errors: list[str] = []
+        infos: list[tuple[str, ObjectInfo]] = []
+        listings: dict[str, DirListing] = {}  # one listing per directory, not a HEAD per path
+        for raw in paths:
+            path = raw.strip().strip("/")
+            if not path:
+                continue
+            directory, _, name = path.rpartition("/")
+            if directory not in listings:
+                listings[directory] = await self._listed(directory)
+            info = listings[directory].entries.get(name)
+            if info is None:
+                errors.append(f"{raw.strip()}: no such file")
+            elif info.is_dir or self.namespace.table.route(path) is None:
+                errors.append(f"{raw.strip()}: not a file of a source")
+            else:
+                infos.append((path, info))
+        if infos and self.config.enabled:
+
+            async def ordered() -> AsyncIterator[PreloadItem]:
+                for path, info in infos:
+                    item = self._item(path, info)
+                    if item is not None:
+                        yield item
+
+            name = f"order list {next(self._order_numbers)}"
+            self._orders.append(name)
+            self.engine.add(name, ordered())
+        return errors
+
+    # --- a dataset's files -------------------------------------------------------------------
+
+    async def _files_below(self, root: str, depth: int) -> AsyncIterator[PreloadItem]:
+        subdirectories: list[str] = []
+        async for path, info in self._entries(root):
+            if info.is_dir:
+                if depth > 0:
+                    subdirectories.append(path)
+                continue
+            item = self._item(path, info)
+            if item is not None:
+                yield item
+        for directory in subdirectories:
+            async for path, info in self._entries(directory):
+                item = None if info.is_dir else self._item(path, info)
+                if item is not None:
+                    yield item
+
+    async def _listed(self, directory: str) -> DirListing:
+        """The complete listing of `directory` (empty when it cannot be listed)."""
+        listing = self.namespace.listings.fresh(directory) or DirListing()
+        try:
+            while await self.namespace.listings.pull(directory, listing):
+                pass
+        except PffsError as exc:
+            log.debug("listing /%s for an order list failed: %s", directory, exc)
+        return listing
+
+    async def _entries(self, directory: str) -> AsyncIterator[tuple[str, ObjectInfo]]:
+        """A directory's entries through the listings, pulled chunk by chunk as needed."""
+        listing = self.namespace.listings.fresh(directory) or DirListing()
+        position = 0
+        while True:
+            while position < len(listing.names):
+                name = listing.names[position]
+                position += 1
+                yield join(directory, name), listing.entries[name]
+            finished = listing.complete or not await self.namespace.listings.pull(
+                directory, listing
+            )
+            if finished and position >= len(listing.names):
+                return
+
+    def _item(self, path: str, info: ObjectInfo) -> PreloadItem | None:
+        routed = self.namespace.table.route(path)
+        if routed is None or info.size == 0:
+            return None
+        mounted, inside = routed
+        return file_item(mounted.backend, inside, info, self.block_size, self.limiter)
+
+
+def file_item(
+    backend: Backend,
+    path: str,
+    info: ObjectInfo,
+    block_size: int,
+    limiter: trio.CapacityLimiter,
+) -> PreloadItem:
+    """One file of a source as the preload engine loads it (dataset prefetch and warmup): its
+    block keys (those a reader of the version `info` uses) and a fetch of runs of its blocks
+    under `limiter`: a file of one block is one GET, a longer run one request where the store
+    streams runs."""
+    count = -(-info.size // block_size)
+    sizes = [min(block_size, info.size - i * block_size) for i in range(count)]
+    version = info.version
+    keys = [BlockKey(backend.source_id, path, version, i) for i in range(count)]
+
+    async def fetch_run(first: int, run: int, deliver: Deliver) -> None:
+        streaming = block_runs(backend)
+        if run == 1 or streaming is None:
+            for index in range(first, first + run):
+                data = await run_blocking(
+                    limiter, backend.read_range, path, index * block_size, sizes[index], version
+                )
+                if len(data) != sizes[index]:
+                    raise Corrupted(f"{path}: block {index} came back short")
+                await deliver(index, data)
+            return
+
+        def hand_over(offset: int, data: bytes) -> None:  # in the worker thread
+            trio.from_thread.run(deliver, first + offset, data)
+
+        await run_blocking(
+            limiter,
+            streaming.read_blocks,
+            path,
+            first * block_size,
+            list(sizes[first : first + run]),
+            version,
+            hand_over,
+        )
+
+    return PreloadItem((backend.source_id, path), keys, sizes, fetch_run)
+
+
+def _ident(mounted: Mounted, inside: str) -> tuple[str, str]:
+    """What names a file for the engine: the same as `file_item` gives it."""
+    return (mounted.backend.source_id, inside)
+
+
+def _job(root: str) -> str:
+    return f"dataset:/{root}"
+
+
+def _recent(
+    table: dict[str, deque[tuple[float, str]]],
+    key: str,
+    now: float,
+    value: str,
+    config: DatasetConfig,
+) -> int:
+    """Note `value` under `key` at `now`; how many distinct values it saw within the window."""
+    if key not in table and len(table) >= MAX_WATCHED:
+        del table[next(iter(table))]
+    seen = table.setdefault(key, deque())
+    while seen and now - seen[0][0] > config.trigger_window:
+        seen.popleft()
+    if all(v != value for _, v in seen):
+        seen.append((now, value))
+    return len(seen)

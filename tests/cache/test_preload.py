@@ -1,0 +1,287 @@
+"""The preload engine against a fake store of files (no VFS): bytes exact, bounds, priority,
+back-off on throttling, failures dropped, cancellation and idle jobs.
+
+The store is a fake so it can hold requests, fail on demand and count what is in flight."""
+
+from __future__ import annotations
+
+import functools
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+
+from pffs.cache.blocks import BlockCache
+from pffs.cache.keys import BlockKey, Deliver
+from pffs.cache.preload import Preloader, PreloadItem
+from pffs.errors import NotFound, Transient
+from tests.cache.configs import KIB, cache_config
+
+BLOCK = 16 * KIB
+
+
+def in_trio(
+    test: Callable[..., Awaitable[None]], clock: trio.abc.Clock | None = None
+) -> Callable[..., None]:
+    """Run an async test in trio (pytest sees the test's own arguments)."""
+
+    @functools.wraps(test)
+    def run(*args: object, **kwargs: object) -> None:
+        trio.run(functools.partial(test, *args, **kwargs), clock=clock)
+
+    return run
+
+
+class Store:
+    """Files by name; counts requests and the most in flight; can throttle or hold requests."""
+
+    def __init__(self, files: dict[str, bytes]) -> None:
+        self.files = files
+        self.requests: list[str] = []
+        self.in_flight = 0
+        self.most_in_flight = 0
+        self.throttle: set[str] = set()  # names answered with a 503 SlowDown
+        self.missing: set[str] = set()
+        self.gate = trio.Event()
+        self.gate.set()
+        self.delay = 0.0
+
+    def item(self, name: str) -> PreloadItem:
+        size = len(self.files[name])
+        count = max(1, -(-size // BLOCK))
+        sizes = [min(BLOCK, size - i * BLOCK) for i in range(count)]
+        keys = [BlockKey("s", name, "v1", i) for i in range(count)]
+
+        async def fetch_run(first: int, run: int, deliver: Deliver) -> None:
+            self.requests.append(name)
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+            try:
+                await self.gate.wait()
+                await trio.sleep(self.delay)
+                if name in self.throttle:
+                    raise Transient("503 SlowDown")
+                if name in self.missing:
+                    raise NotFound(name)
+                for position in range(first, first + run):
+                    start = position * BLOCK
+                    await deliver(position, self.files[name][start : start + sizes[position]])
+            finally:
+                self.in_flight -= 1
+
+        return PreloadItem(("s", name), keys, sizes, fetch_run)
+
+
+async def stream(items: Iterable[PreloadItem]) -> AsyncIterator[PreloadItem]:
+    for item in items:
+        yield item
+
+
+def files(count: int, size: int) -> dict[str, bytes]:
+    rng = random.Random(count * size)
+    return {f"f{i:04}": rng.randbytes(size) for i in range(count)}
+
+
+async def read_back(cache: BlockCache, store: Store, name: str) -> bytes:
+    item = store.item(name)
+
+    async def not_cached() -> bytes:
+        raise AssertionError(f"{name} block was not in the cache")
+
+    blocks = [await cache.read(key, not_cached) for key in item.keys]
+    return b"".join(blocks)
+
+
+@pytest.mark.parametrize("size", [5 * KIB, 3 * BLOCK + 7])
+@in_trio
+async def test_loads_every_file_bytes_exact(tmp_path: Path, size: int) -> None:
+    store = Store(files(20, size))
+    cache = BlockCache(cache_config(tmp_path, memory_bytes=256 * BLOCK))
+    engine = Preloader(cache, budget=32 * BLOCK)
+    async with trio.open_nursery() as nursery:
+        cache.attach(nursery)
+        engine.attach(nursery)
+        engine.add("job", stream(store.item(n) for n in store.files))
+        await engine.wait_idle()
+        for name, data in store.files.items():
+            assert await read_back(cache, store, name) == data
+        nursery.cancel_scope.cancel()
+    # One request per file: a small file is one GET, a larger one one run (<= fetch_size).
+    assert sorted(store.requests) == sorted(store.files)
+    assert engine.stats.files_fetched == 20
+    assert engine.stats.bytes_fetched == 20 * size
+
+
+@in_trio
+async def test_bounds_concurrency_and_budget(tmp_path: Path) -> None:
+    store = Store(files(200, 2 * BLOCK))
+    store.gate = trio.Event()  # hold every request
+    cache = BlockCache(cache_config(None, memory_bytes=2048 * BLOCK, prefetch_budget=512 * BLOCK))
+    engine = Preloader(cache, budget=10 * BLOCK, concurrency=16)
+    pulled = 0
+
+    async def counted() -> AsyncIterator[PreloadItem]:
+        nonlocal pulled
+        for name in store.files:
+            pulled += 1
+            yield store.item(name)
+
+    async with trio.open_nursery() as nursery:
+        cache.attach(nursery)
+        engine.attach(nursery)
+        engine.add("job", counted())
+        await trio.testing.wait_all_tasks_blocked()
+        # 10 blocks of budget = 5 files of 2 blocks in flight, and the stream is read lazily.
+        assert store.in_flight == 5
+        assert engine.bytes_in_flight <= 10 * BLOCK
+        assert pulled <= 6
+        store.gate.set()
+        await engine.wait_idle()
+        nursery.cancel_scope.cancel()
+    assert store.most_in_flight == 5
+    assert engine.stats.files_fetched == 200
+
+
+@in_trio
+async def test_room_for_unread_files_stops_loading_until_readers_use_them() -> None:
+    store = Store(files(50, BLOCK))
+    cache = BlockCache(cache_config(None, memory_bytes=256 * BLOCK))
+    engine = Preloader(cache, budget=64 * BLOCK, room=10 * BLOCK)
+    async with trio.open_nursery() as nursery:
+        cache.attach(nursery)
+        engine.attach(nursery)
+        engine.add("job", stream(store.item(n) for n in store.files))
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(store.requests) == 10
+        assert engine.unread_bytes == 10 * BLOCK
+        for name in list(store.files)[:4]:  # a reader opens four of them
+            engine.used(("s", name))
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(store.requests) == 14
+        assert engine.stats.files_used == 4
+        engine.cancel("job")
+        await engine.wait_idle()
+        nursery.cancel_scope.cancel()
+    assert engine.stats.files_wasted == 10
+
+
+@in_trio
+async def test_urgent_item_jumps_the_queue() -> None:
+    store = Store(files(40, BLOCK))
+    cache = BlockCache(cache_config(None, memory_bytes=256 * BLOCK))
+    engine = Preloader(cache, budget=64 * BLOCK, concurrency=1)
+    store.gate = trio.Event()
+    async with trio.open_nursery() as nursery:
+        cache.attach(nursery)
+        engine.attach(nursery)
+        engine.add("job", stream(store.item(n) for n in store.files))
+        await trio.testing.wait_all_tasks_blocked()
+        engine.urgent(store.item("f0030"))
+        store.gate.set()
+        await engine.wait_idle()
+        nursery.cancel_scope.cancel()
+    assert store.requests[:2] == ["f0000", "f0030"]
+    assert store.requests.count("f0030") == 1
+
+
+@in_trio
+async def test_a_file_opened_before_its_turn_is_left_to_the_reader() -> None:
+    store = Store(files(10, BLOCK))
+    cache = BlockCache(cache_config(None))
+    engine = Preloader(cache, budget=64 * BLOCK)
+    engine.used(("s", "f0003"))
+    async with trio.open_nursery() as nursery:
+        cache.attach(nursery)
+        engine.attach(nursery)
+        engine.add("job", stream(store.item(n) for n in store.files))
+        await engine.wait_idle()
+        nursery.cancel_scope.cancel()
+    assert "f0003" not in store.requests and len(store.requests) == 9
+
+
+@in_trio
+async def test_throttling_halves_concurrency_and_failures_are_dropped() -> None:
+    store = Store(files(60, BLOCK))
+    store.throttle = {"f0001", "f0002"}
+    store.missing = {"f0003"}
+    cache = BlockCache(cache_config(None, memory_bytes=256 * BLOCK))
+    engine = Preloader(cache, budget=64 * BLOCK, concurrency=16, room=256 * BLOCK)
+    async with trio.open_nursery() as nursery:
+        cache.attach(nursery)
+        engine.attach(nursery)
+        engine.add("job", stream(store.item(n) for n in store.files))
+        await engine.wait_idle()
+        # Failed files were given up: a reader fetching them itself gets the store's error.
+        for name in ("f0001", "f0003"):
+            key = store.item(name).keys[0]
+            assert not cache.is_cached_or_coming(key)
+        nursery.cancel_scope.cancel()
+    assert engine.stats.throttled == 2
+    assert engine.concurrency <= 4  # 16 halved twice, not grown back within the hold
+    assert engine.stats.files_failed == 3
+    assert engine.stats.files_fetched == 57
+
+
+@in_trio
+async def test_cancelled_job_stops_taking_items() -> None:
+    store = Store(files(100, BLOCK))
+    store.delay = 0.01
+    cache = BlockCache(cache_config(None, memory_bytes=256 * BLOCK))
+    engine = Preloader(cache, budget=4 * BLOCK, room=256 * BLOCK)
+    async with trio.open_nursery() as nursery:
+        cache.attach(nursery)
+        engine.attach(nursery)
+        engine.add("job", stream(store.item(n) for n in store.files))
+        await trio.sleep(0.03)
+        engine.cancel("job")
+        await engine.wait_idle()
+        taken = len(store.requests)
+        await trio.sleep(0.05)
+        nursery.cancel_scope.cancel()
+    assert 0 < taken < 100
+    assert len(store.requests) == taken
+
+
+@functools.partial(in_trio, clock=trio.testing.MockClock(autojump_threshold=0))
+async def test_job_ends_when_readers_stop() -> None:
+    store = Store(files(100, BLOCK))
+    store.delay = 1.0
+    cache = BlockCache(cache_config(None, memory_bytes=512 * BLOCK))
+    engine = Preloader(cache, budget=BLOCK, idle_after=10.0, room=512 * BLOCK)
+    async with trio.open_nursery() as nursery:
+        cache.attach(nursery)
+        engine.attach(nursery)
+        engine.add("job", stream(store.item(n) for n in store.files))
+        await trio.sleep(5.5)
+        engine.touch("job")  # a reader at work: 10 s more
+        await engine.wait_idle()
+        nursery.cancel_scope.cancel()
+    # One file a second, one at a time: about 15 s of loading, never the whole job.
+    assert 14 <= len(store.requests) <= 17
+    assert not engine.has_job("job")
+
+
+@functools.partial(in_trio, clock=trio.testing.MockClock(autojump_threshold=0))
+async def test_room_held_by_a_finished_job_comes_back_when_its_readers_go() -> None:
+    first = Store(files(10, BLOCK))
+    second = Store({f"g{i}": data for i, data in enumerate(files(10, 2 * BLOCK).values())})
+    cache = BlockCache(cache_config(None, memory_bytes=512 * BLOCK))
+    engine = Preloader(cache, budget=64 * BLOCK, idle_after=10.0, room=12 * BLOCK)
+    async with trio.open_nursery() as nursery:
+        cache.attach(nursery)
+        engine.attach(nursery)
+        engine.add("first", stream(first.item(n) for n in first.files))
+        await engine.wait_idle()  # its stream is done; its 10 files wait for readers
+        assert engine.unread_bytes == 10 * BLOCK and engine.has_job("first")
+        engine.add("second", stream(second.item(n) for n in second.files))
+        await trio.sleep(5)
+        assert len(second.requests) == 1  # only the room left: one file of two blocks
+        engine.touch("second")
+        await trio.sleep(7)  # "first" had no reader for 12 s: its room comes back
+        assert not engine.has_job("first")
+        assert engine.stats.files_wasted == 10
+        assert len(second.requests) == 6
+        nursery.cancel_scope.cancel()

@@ -1,0 +1,119 @@
+"""Dataset prefetch on a real mount: three files of a directory opened, the rest loaded ahead
+(the stats say so, and reading them asks the store for nothing), and `pffs prefetch --order`
+with bad entries."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pffs.dataset import PrefetchOrder
+from tests.conftest import run_pffs
+
+FILES = 50
+SIZE = 100 * 1024  # ImageNet's mean file size
+
+
+def stats(mnt: Path) -> dict[str, Any]:
+    with open(mnt / ".pffs" / "stats", "rb") as f:
+        data: dict[str, Any] = json.load(f)
+    return data
+
+
+def value(snapshot: dict[str, Any], name: str, **labels: str) -> float:
+    family = snapshot["metrics"].get(name, {"samples": []})
+    return float(
+        sum(
+            s["value"]
+            for s in family["samples"]
+            if all(s["labels"].get(k) == v for k, v in labels.items())
+        )
+    )
+
+
+@pytest.fixture
+def dataset(s3, bucket: str) -> dict[str, bytes]:
+    rng = random.Random(17)
+    files = {f"train/{i:03}.jpg": rng.randbytes(SIZE) for i in range(FILES)}
+    for key, data in files.items():
+        s3.put_object(Bucket=bucket, Key=key, Body=data)
+    return files
+
+
+def wait_for(mnt: Path, name: str, wanted: float, timeout: float = 60.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        snapshot = stats(mnt)
+        if value(snapshot, name) >= wanted or time.monotonic() > deadline:
+            return snapshot
+        time.sleep(0.1)
+
+
+@pytest.mark.mount
+def test_three_opens_load_the_rest_of_the_directory(
+    mount_s3, bucket: str, dataset: dict[str, bytes]
+) -> None:
+    names = list(dataset)
+    random.Random(3).shuffle(names)
+    with mount_s3(f"s3://{bucket}", "--cache-dir", "none") as mnt:
+        for name in names[:3]:
+            assert (mnt / name).read_bytes() == dataset[name]
+        loaded = wait_for(mnt, "pffs_prefetch_files_fetched_total", FILES - 3)
+        assert value(loaded, "pffs_prefetch_files_fetched_total") == FILES - 3
+        assert value(loaded, "pffs_prefetch_files_fetched_bytes_total") == (FILES - 3) * SIZE
+        gets = value(loaded, "pffs_backend_requests_total", request="GET")
+        for name in names[3:]:
+            assert (mnt / name).read_bytes() == dataset[name]
+        after = stats(mnt)
+        assert value(after, "pffs_backend_requests_total", request="GET") == gets
+        assert value(after, "pffs_prefetch_files_used_total") == FILES - 3
+
+
+@pytest.mark.mount
+def test_prefetch_order_command_reports_bad_entries(
+    mount_s3, bucket: str, dataset: dict[str, bytes], tmp_path: Path
+) -> None:
+    order = tmp_path / "order.txt"
+    with mount_s3(f"s3://{bucket}", "--cache-dir", "none", "--dataset-prefetch", "on") as mnt:
+        wanted = ["train/007.jpg", str(mnt / "train/003.jpg"), "train/nope.jpg", "nowhere/x"]
+        order.write_text("\n".join(wanted) + "\n")
+        result = run_pffs("prefetch", "--order", str(order), str(mnt))
+        assert result.returncode == 1
+        assert result.stderr.splitlines() == [
+            "train/nope.jpg: no such file",
+            "nowhere/x: no such file",
+        ]
+        assert "2 files queued, 2 bad entries" in result.stdout
+        loaded = wait_for(mnt, "pffs_prefetch_files_fetched_total", 2)
+        assert value(loaded, "pffs_prefetch_files_fetched_total") == 2
+        gets = value(loaded, "pffs_backend_requests_total", request="GET")
+        for name in ("train/007.jpg", "train/003.jpg"):
+            assert (mnt / name).read_bytes() == dataset[name]
+        assert value(stats(mnt), "pffs_backend_requests_total", request="GET") == gets
+
+
+def test_prefetch_command_refuses_a_directory_that_is_not_a_mount(tmp_path: Path) -> None:
+    order = tmp_path / "order.txt"
+    order.write_text("a\n")
+    result = run_pffs("prefetch", "--order", str(order), str(tmp_path))
+    assert result.returncode != 0
+    assert result.stderr.count("\n") == 1 and "not the root of a pffs mount" in result.stderr
+
+
+@pytest.mark.mount
+def test_sampler_wrapper_hands_each_epoch_over(
+    mount_s3, bucket: str, dataset: dict[str, bytes]
+) -> None:
+    names = [*dataset, "train/gone.jpg"]
+    epoch_order = [4, 50, 9, 4, 1]  # a sampler's indices (with a repeat and a bad one)
+    with mount_s3(f"s3://{bucket}", "--cache-dir", "none") as mnt:
+        sampler = PrefetchOrder(epoch_order, names.__getitem__, str(mnt))
+        assert list(sampler) == epoch_order and len(sampler) == 5
+        assert sampler.bad == ["train/gone.jpg: no such file"]
+        loaded = wait_for(mnt, "pffs_prefetch_files_fetched_total", 3)
+        assert value(loaded, "pffs_prefetch_files_fetched_total") == 3
