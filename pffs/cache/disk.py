@@ -102,6 +102,7 @@ _CORRUPT = DiskRead(None, corrupt=True)
 # An entry that vanished between the index and the read is looked up once more: another
 # process may have replaced it with a fresh copy.
 _ATTEMPTS = 2
+_OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE)
 
 
 @dataclass(frozen=True)
@@ -214,12 +215,15 @@ class DiskTier:
             except FileNotFoundError:
                 return None  # evicted between the lookup and the open
             except OSError as exc:
-                if exc.errno not in (errno.EMFILE, errno.ENFILE) or attempt:
+                if exc.errno not in _OUT_OF_DESCRIPTORS or attempt:
                     log.warning("disk cache open of %s failed: %s", path, exc)
                     return None
-                bound = self.open_entries.shrink()
-                log.warning("out of file descriptors: the disk tier keeps %d entries open", bound)
+                self._shrink()
         return None
+
+    def _shrink(self) -> None:
+        bound = self.open_entries.shrink()
+        log.warning("out of file descriptors: the disk tier keeps at most %d entries open", bound)
 
     def _drop_corrupt(self, key: str) -> DiskRead:
         log.warning("dropping corrupt disk cache entry %s", key)
@@ -244,6 +248,8 @@ class DiskTier:
             self._cache.set(key, _Entry(*encode(key, data, self.compress)), tag=source)
         except Exception as exc:
             log.warning("disk cache write of %s skipped: %s", key, exc)
+            if isinstance(exc, OSError) and exc.errno in _OUT_OF_DESCRIPTORS:
+                self._shrink()  # so that the next write finds a descriptor
             return False
         return True
 
