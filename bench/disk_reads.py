@@ -3,8 +3,14 @@
 Not part of the bench suite (no mount, no peers, no store): it fills a fresh disk tier with
 entries of 4 MiB (random bytes, stored uncompressed; or compressible text, stored with lz4),
 reads every entry once (so the page cache holds them, as it does in a warm epoch), then reads
-4 KiB at random offsets of random entries for a few seconds from one thread and from several,
-and prints reads/s. `--profile` prints where one thread's time goes (cProfile).
+4 KiB at random offsets of random entries for a few seconds and prints reads/s and CPU per
+read, at two levels:
+
+- tier: DiskTier.get_range called from one thread and from several;
+- diskio: DiskIO.get_range awaited by trio tasks, as the block cache calls it for a FUSE read
+  (worker threads under the disk limiter, or none when the read can be served without one).
+
+`--profile` prints where one thread's time goes at the tier level (cProfile).
 
     .venv/bin/python -m bench.disk_reads --entries 256 --seconds 3
 """
@@ -22,7 +28,13 @@ import threading
 import time
 from collections.abc import Callable
 
+import trio
+
+from pffs.cache.background import Background
 from pffs.cache.disk import DiskTier, entry_key
+from pffs.cache.diskio import DiskIO
+from pffs.cache.keys import BlockKey
+from pffs.cache.stats import CacheStats
 
 MIB = 1024 * 1024
 READ = 4096
@@ -82,6 +94,33 @@ def _run(tier: DiskTier, keys: list[str], threads: int, seconds: float) -> tuple
     return reads / (time.monotonic() - started), (_cpu_seconds() - cpu) / reads * 1e6
 
 
+def _run_diskio(tier: DiskTier, count: int, tasks: int, seconds: float) -> tuple[float, float]:
+    """(reads/s, CPU microseconds per read) of `tasks` trio tasks reading through DiskIO."""
+    disk = DiskIO(tier, 4 * MIB, threads=8, stats=CacheStats(), background=Background())
+    counts = [0] * tasks
+    stop = _until(time.monotonic() + seconds)
+
+    async def reader(n: int) -> None:
+        rng = random.Random(n)
+        while not stop():
+            key = BlockKey("bench", "noise", "v1", rng.randrange(count))
+            start = rng.randrange(4 * MIB // READ) * READ
+            data = await disk.get_range(key, start, READ)
+            if data is None or len(data) != READ:
+                sys.exit(f"disk_reads: a read of {key} at {start} missed")
+            counts[n] += 1
+
+    async def readers() -> None:
+        async with trio.open_nursery() as nursery:
+            for n in range(tasks):
+                nursery.start_soon(reader, n)
+
+    started, cpu = time.monotonic(), _cpu_seconds()
+    trio.run(readers)
+    reads = sum(counts)
+    return reads / (time.monotonic() - started), (_cpu_seconds() - cpu) / reads * 1e6
+
+
 def _until(deadline: float) -> Callable[[], bool]:
     return lambda: time.monotonic() >= deadline
 
@@ -89,6 +128,12 @@ def _until(deadline: float) -> Callable[[], bool]:
 def _cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
+
+
+def _report(label: str, entries: int, readers: str, rate: float, cpu: float) -> None:
+    print(
+        f"{label:19} {entries:4} entries  {readers}: {rate:10,.0f} reads/s  {cpu:6.1f} us CPU/read"
+    )
 
 
 def main() -> None:
@@ -113,10 +158,11 @@ def main() -> None:
                 tier.get(key)
             for threads in args.threads:
                 rate, cpu = _run(tier, keys, threads, args.seconds)
-                print(
-                    f"{label:13} {count:4} entries  {threads} thread(s): {rate:10,.0f} reads/s"
-                    f"  {cpu:7.1f} us CPU/read"
-                )
+                _report(f"tier   {label}", count, f"{threads} thread(s)", rate, cpu)
+            if not compressible:  # a compressed block read in part goes to the memory tier
+                for tasks in args.threads:
+                    rate, cpu = _run_diskio(tier, count, tasks, args.seconds)
+                    _report(f"diskio {label}", count, f"{tasks} task(s)  ", rate, cpu)
             if args.profile:
                 profile = cProfile.Profile()  # in this thread: cProfile sees only its own
                 profile.runcall(_reader, tier, keys, 0, _until(time.monotonic() + args.seconds))

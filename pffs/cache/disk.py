@@ -17,8 +17,11 @@ damaged one a CRC mismatch, both dropped and deleted. The CRC runs on every read
 open: bytes verified once can still rot on disk and be read again once the page cache lets them
 go, and another process can write the file; the check costs about 3 us per 64 KiB here.
 
-All methods block (SQLite, file I/O, CRC, lz4); callers run them in worker threads. diskcache is
-thread- and process-safe, so several mounts and `pffs warmup` can share one directory.
+All methods but `get_range_nowait` block (SQLite, file I/O, CRC, lz4); callers run them in
+worker threads. `get_range_nowait` serves a part of an entry already open whose bytes the page
+cache holds, and gives up on anything else: it costs less than a worker-thread hop (about
+100 us of CPU here), so trio tasks call it first. diskcache is thread- and process-safe, so
+several mounts and `pffs warmup` can share one directory.
 """
 
 from __future__ import annotations
@@ -140,6 +143,7 @@ class DiskTier:
             descriptor_share() if open_entries is None else open_entries
         )
         self._cache.disk.on_remove = self.open_entries.drop_path
+        self._nowait = hasattr(os, "RWF_NOWAIT")  # off once the file system refuses it
 
     def get(self, key: str) -> DiskRead:
         """The whole block on a valid hit (verified); a miss otherwise."""
@@ -156,6 +160,29 @@ class DiskTier:
             return read_range(entry.layout, entry.fd, start, length)
 
         return self._read(key, reader, False)
+
+    def get_range_nowait(self, key: str, start: int, length: int) -> bytes | None:
+        """Like `get_range`, without blocking: the bytes when the key's entry is open, still
+        linked, uncompressed, its chunks in the page cache and verified; else None, and the
+        caller asks `get_range` in a worker thread (which also drops what is damaged: deleting
+        an entry takes SQLite, not for the caller's thread)."""
+        if not self._nowait:
+            return None
+        entry = self.open_entries.acquire(key)
+        if entry is None:
+            return None
+        try:
+            if entry.layout.compressed or os.fstat(entry.fd).st_nlink == 0:
+                return None
+            return read_range(entry.layout, entry.fd, start, length, nowait=True)
+        except BlockingIOError:
+            return None
+        except OSError as exc:
+            if exc.errno == errno.EOPNOTSUPP:  # a file system without RWF_NOWAIT reads
+                self._nowait = False
+            return None
+        finally:
+            self.open_entries.release(entry)
 
     def _read(self, key: str, reader: Callable[[OpenEntry], bytes | None], whole: bool) -> DiskRead:
         for _attempt in range(_ATTEMPTS):

@@ -1,7 +1,10 @@
 """The disk tier as trio tasks use it: every call in a worker thread, counted, written behind.
 
 DiskTier (disk.py) blocks; here each of its calls runs through `trio.to_thread.run_sync`
-under one limiter (`disk_threads` at once), and what it found is counted in CacheStats. A
+under one limiter (`disk_threads` at once), and what it found is counted in CacheStats. The one
+exception is a random read the tier can serve without waiting (an open entry, its chunks in
+the page cache): it is tried first, in the trio task, since a thread hop costs more CPU than
+the read. A
 block fetched from the store is written behind: a reader's block queues for a write slot in
 the background, a prefetch waits for one (prefetching then runs at the disk's pace). The slots
 cap the blocks waiting for the disk, memory the memory tier's bound does not see.
@@ -68,9 +71,18 @@ class DiskIO:
         return found.data
 
     async def get_range(self, key: BlockKey, start: int, length: int) -> bytes | None:
-        """Bytes [start, start+length) of the block, reading only the chunks needed."""
+        """Bytes [start, start+length) of the block, reading only the chunks needed.
+
+        An entry held open whose chunks the page cache holds is read right here (a few
+        microseconds, the disk never waited for); anything else takes a worker thread.
+        """
         assert self.tier is not None
-        found = await self._read(self.tier.get_range, self.name(key), start, length)
+        name = self.name(key)
+        data = self.tier.get_range_nowait(name, start, length)
+        if data is not None:
+            self.stats.disk_hits += 1
+            return data
+        found = await self._read(self.tier.get_range, name, start, length)
         if found.data is None or not found.whole:
             return found.data
         if self.keep_block is not None:

@@ -167,9 +167,15 @@ def read_block(layout: Layout, fd: int) -> bytes | None:
     return None if payload is None else _block_from_payload(layout, payload)
 
 
-def read_range(layout: Layout, fd: int, start: int, length: int) -> bytes | None:
+def read_range(
+    layout: Layout, fd: int, start: int, length: int, nowait: bool = False
+) -> bytes | None:
     """Bytes [start, start+length) of an uncompressed entry's block, reading and verifying
-    only the 64 KiB chunks they touch; None when the entry is damaged or truncated."""
+    only the 64 KiB chunks they touch; None when the entry is damaged or truncated.
+
+    With `nowait` the read never waits for the disk (RWF_NOWAIT: only what the page cache
+    holds); it raises BlockingIOError when the bytes are not all there.
+    """
     assert not layout.compressed, "a compressed entry is read whole (read_block)"
     end = min(start + length, layout.length)
     if start >= end:
@@ -177,11 +183,19 @@ def read_range(layout: Layout, fd: int, start: int, length: int) -> bytes | None
     first, last = start // CHUNK, (end - 1) // CHUNK
     # The last chunk may be short: the entry's zero padding follows it and is not payload.
     expected = min(layout.length, (last + 1) * CHUNK) - first * CHUNK
-    span = os.pread(fd, expected, layout.payload_offset + first * CHUNK)
+    position = layout.payload_offset + first * CHUNK
+    if nowait:
+        buffer = bytearray(expected)
+        count = os.preadv(fd, [buffer], position, os.RWF_NOWAIT)
+        if count != expected:  # part of it is on the disk only (or the file is short)
+            raise BlockingIOError(errno.EAGAIN, "not all in the page cache")
+        span: bytes | bytearray = buffer
+    else:
+        span = os.pread(fd, expected, position)
     if len(span) != expected or not _verified(span, layout.crcs, first):
         return None
     offset = start - first * CHUNK
-    return span[offset : offset + end - start]
+    return bytes(span[offset : offset + end - start])
 
 
 def decode(key: str, entry: bytes) -> bytes | None:

@@ -21,10 +21,13 @@ import pytest
 import trio
 
 from pffs.cache import openentries
+from pffs.cache.background import Background
 from pffs.cache.blocks import BlockCache
 from pffs.cache.disk import DiskTier, entry_key
+from pffs.cache.diskio import DiskIO
 from pffs.cache.entries import CHUNK
 from pffs.cache.keys import BlockKey
+from pffs.cache.stats import CacheStats
 from tests.cache.configs import KIB, cache_config
 
 BLOCK = 256 * KIB  # four 64 KiB chunks
@@ -318,3 +321,82 @@ def test_a_compressed_entry_read_in_part_is_kept_in_memory(tmp_path: Path) -> No
     trio.run(main)
     assert cache.stats.disk_hits == 1
     cache.disk.close()
+
+
+# --- reads without a worker thread (DiskIO.get_range tries get_range_nowait first) -----------
+
+
+def _disk_io(tier: DiskTier) -> DiskIO:
+    return DiskIO(tier, BLOCK, threads=2, stats=CacheStats(), background=Background())
+
+
+def test_a_part_in_the_page_cache_is_read_without_a_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tier = _tier(tmp_path)
+    data = _block(5)
+    assert tier.put(_key(5), data, "src")
+    disk = _disk_io(tier)
+    key = BlockKey("src", "file", "v1", 5)
+    assert tier.get_range_nowait(_key(5), 0, 10) is None  # not open yet: needs the index
+    assert trio.run(disk.get_range, key, 0, 10) == data[:10]  # opens it, in a worker thread
+
+    def no_threads(*args: object, **kwargs: object) -> object:
+        raise AssertionError("a worker thread was used")
+
+    monkeypatch.setattr(trio.to_thread, "run_sync", no_threads)
+    for start in (0, CHUNK - 10, 2 * CHUNK + 7):
+        got = trio.run(disk.get_range, key, start, 5000)
+        assert got == data[start : start + 5000]
+    assert disk.stats.disk_hits == 4
+    tier.close()
+
+
+def test_a_read_without_a_thread_serves_nothing_doubtful(tmp_path: Path) -> None:
+    """Anything but a verified part of a live, uncompressed entry goes to the worker thread,
+    which drops what is damaged."""
+    tier = _tier(tmp_path)
+    for index in (6, 7):
+        assert tier.put(_key(index), _block(index), "src")
+        assert tier.get_range(_key(index), 0, 10).data is not None
+    disk = _disk_io(tier)
+    # A flipped bit: not served here; the worker thread's read drops the entry.
+    path = _entry_file(tier, _key(6))
+    with open(path, "r+b") as f:
+        f.seek(4096 + 5)
+        f.write(bytes([_block(6)[5] ^ 1]))
+    assert tier.get_range_nowait(_key(6), 0, 10) is None
+    assert trio.run(disk.get_range, BlockKey("src", "file", "v1", 6), 0, 10) is None
+    assert disk.stats.disk_corrupt == 1 and _key(6) not in tier
+    # Deleted by another process: no link left, not served.
+    _in_other_process(tmp_path, "delete", _key(7))
+    assert tier.get_range_nowait(_key(7), 0, 10) is None
+    tier.close()
+
+
+def test_a_part_not_in_the_page_cache_is_left_to_a_thread(tmp_path: Path) -> None:
+    if _file_system(tmp_path) == "tmpfs":
+        pytest.skip("tmpfs keeps every page in memory: nothing to wait for")
+    tier = _tier(tmp_path)
+    data = _block(8)
+    assert tier.put(_key(8), data, "src")
+    assert tier.get_range(_key(8), 0, 10).data == data[:10]
+    path = _entry_file(tier, _key(8))
+    fd = os.open(path, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # the page cache lets it go
+    os.close(fd)
+    assert tier.get_range_nowait(_key(8), 3 * CHUNK, 10) is None  # would wait for the disk
+    assert tier.get_range(_key(8), 3 * CHUNK, 10).data == data[3 * CHUNK : 3 * CHUNK + 10]
+    assert tier.get_range_nowait(_key(8), 3 * CHUNK, 10) == data[3 * CHUNK : 3 * CHUNK + 10]
+    tier.close()
+
+
+def _file_system(path: Path) -> str:
+    """The type of the file system holding `path` (from /proc/self/mounts)."""
+    best, kind = "", ""
+    with open("/proc/self/mounts") as mounts:
+        for line in mounts:
+            _device, mountpoint, fs_type = line.split()[:3]
+            if str(path).startswith(mountpoint) and len(mountpoint) > len(best):
+                best, kind = mountpoint, fs_type
+    return kind
