@@ -222,9 +222,10 @@ class DiskTier:
             return _MISS
         try:
             layout = read_layout(key, fd)
-        except OSError as exc:
+        except OSError as exc:  # unreadable now (EIO...): a miss, the entry left to decide later
             log.warning("disk cache read of %s failed: %s", key, exc)
-            layout = None
+            os.close(fd)
+            return _MISS
         if layout is None:
             os.close(fd)
             return self._drop_corrupt(key)

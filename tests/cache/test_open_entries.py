@@ -102,6 +102,23 @@ def test_an_entry_truncated_while_held_is_a_miss_and_dropped(tmp_path: Path) -> 
     tier.close()
 
 
+def test_an_entry_with_a_damaged_header_is_refused_at_open(tmp_path: Path) -> None:
+    tier = _tier(tmp_path)
+    data = _block(9)
+    assert tier.put(_key(9), data, "src")
+    [path] = [str(p) for p in tmp_path.rglob("*.val")]
+    with open(path, "r+b") as f:  # a bit of the key digest: the entry looks like another key's
+        f.seek(13)  # magic, flags, length and chunk size come first
+        flipped = f.read(1)[0] ^ 1
+        f.seek(13)
+        f.write(bytes([flipped]))
+    found = tier.get_range(_key(9), 0, 10)
+    assert (found.data, found.corrupt) == (None, True)
+    assert _key(9) not in tier and len(tier.open_entries) == 0
+    assert _open_cache_files(tmp_path) == []
+    tier.close()
+
+
 @pytest.mark.parametrize("read_before", [True, False], ids=["verified-chunk", "fresh-chunk"])
 def test_a_bit_flipped_while_held_is_a_miss_and_dropped(tmp_path: Path, read_before: bool) -> None:
     """A chunk read (and verified) before its bit flipped is checked again: bits rot on disk
