@@ -11,7 +11,9 @@ holds descriptors and closes them safely:
   read land in the wrong file.
 - The bound is a share of RLIMIT_NOFILE (`descriptor_share`). Running out of descriptors
   anyway (EMFILE/ENFILE: other parts of the process, or a lower limit) makes the disk tier call
-  `shrink`, which halves the bound and closes the least recently used.
+  `shrink`, which halves the bound and closes the least recently used. The bound then grows
+  back by one for every `_REGROW` entries opened, up to where it started: a spike of
+  descriptors elsewhere does not cost the cache for good, and a real shortage halves it again.
 
 Thread-safe (one lock, held for dictionary updates only, never for I/O).
 """
@@ -30,6 +32,7 @@ from pffs.cache.entries import Layout
 # FUSE, sockets to the store, staging files and the kernel's own needs.
 _SHARE = 4
 _MAX_OPEN = 65536
+_REGROW = 16
 
 
 def descriptor_share() -> int:
@@ -54,6 +57,8 @@ class OpenEntry:
 class OpenEntries:
     def __init__(self, capacity: int) -> None:
         self.capacity = max(0, capacity)
+        self.limit = self.capacity  # what `shrink` lowers the bound from, and regrowth ends at
+        self._opened_since_shrink = 0
         self._entries: OrderedDict[str, OpenEntry] = OrderedDict()
         self._keys_by_path: dict[str, str] = {}
         self._lock = threading.Lock()
@@ -85,6 +90,10 @@ class OpenEntries:
         closing: list[OpenEntry] = []
         with self._lock:
             entry.users = 1
+            if self.capacity < self.limit:
+                self._opened_since_shrink += 1
+                if self._opened_since_shrink % _REGROW == 0:
+                    self.capacity += 1
             if self.capacity == 0:
                 entry.retired = True
                 return entry
@@ -120,6 +129,7 @@ class OpenEntries:
         bound it leaves."""
         with self._lock:
             self.capacity = len(self._entries) // 2
+            self._opened_since_shrink = 0
             closing = self._trim()
         self._close(closing)
         return self.capacity
