@@ -6,6 +6,10 @@ prefix ("a" and "a/b"), the directory wins and the object is hidden, as in mount
 
 Retries are ours (pffs.retry), not botocore's, so every backend behaves alike; botocore's own are
 switched off. Credentials come only from boto3's default chain.
+
+Object reads (read_range, read_blocks) go through the lean GET engine of s3get.py, which costs
+far less CPU per request than boto3's get_object; it raises the exceptions boto3 would, so one
+mapping here (codes to pffs errors, what is transient) and one retry loop serve every call.
 """
 
 from __future__ import annotations
@@ -32,9 +36,16 @@ from pffs.backends.base import (
     ObjectInfo,
     is_valid_name,
 )
+from pffs.backends.s3errors import (
+    DENIED_CODES,
+    NOT_FOUND_CODES,
+    error_code,
+    is_transient,
+    translate,
+)
+from pffs.backends.s3get import LeanGetEngine
 from pffs.config import RetryConfig, SourceConfig
 from pffs.errors import (
-    BackendError,
     Changed,
     NotFound,
     PermissionDenied,
@@ -49,30 +60,8 @@ log = logging.getLogger("pffs.s3")
 
 # Bucket names per the S3 rules (3-63 characters, lowercase letters, digits, dots, hyphens).
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
-_TRANSIENT_CODES = {
-    "InternalError",
-    "ServiceUnavailable",
-    "SlowDown",
-    "Throttling",
-    "ThrottlingException",
-    "RequestTimeout",
-    "RequestTimeTooSkewed",
-    "500",
-    "502",
-    "503",
-    "504",
-}
 # The largest object one CopyObject request may copy (S3's limit).
 COPY_LIMIT = 5 << 30
-_NOT_FOUND_CODES = {"404", "NoSuchKey", "NoSuchBucket", "NotFound"}
-_DENIED_CODES = {
-    "403",
-    "AccessDenied",
-    "InvalidAccessKeyId",
-    "SignatureDoesNotMatch",
-    "ExpiredToken",
-    "InvalidToken",
-}
 
 
 def parse_s3_url(url: str) -> tuple[str, str]:
@@ -120,6 +109,19 @@ class S3Backend:
             self.client = session.client("s3", endpoint_url=self.endpoint_url, config=config)
         except ValueError as exc:  # botocore rejects a malformed endpoint URL here
             raise UsageError(f"bad endpoint URL {self.endpoint_url!r}: {exc}") from exc
+        # Object reads go through the lean engine (a third of boto3's CPU per GET), configured
+        # from the same session and client; every other call stays on boto3.
+        self._reads = LeanGetEngine(
+            self.client,
+            session.get_credentials(),
+            self.bucket,
+            path_style,
+            config.max_pool_connections,
+            source.connect_timeout,
+            source.read_timeout,
+            # On AWS itself a bucket of another region is followed there, as boto3 does.
+            regional_endpoint=None if self.endpoint_url else _aws_endpoint,
+        )
 
     # --- the protocol ------------------------------------------------------------------------
 
@@ -139,10 +141,10 @@ class S3Backend:
                 quick=True,
             )
         except botocore.exceptions.ClientError as exc:
-            code = _code(exc)
-            if code in _NOT_FOUND_CODES:
+            code = error_code(exc)
+            if code in NOT_FOUND_CODES:
                 raise NotFound(f"{where} does not exist") from exc
-            if code in _DENIED_CODES:
+            if code in DENIED_CODES:
                 raise PermissionDenied(
                     f"access to {where} denied ({code}): check the credentials "
                     "(AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE or ~/.aws)"
@@ -168,7 +170,7 @@ class S3Backend:
                 is_dir=False,
             )
         except botocore.exceptions.ClientError as exc:
-            if _code(exc) not in _NOT_FOUND_CODES:
+            if error_code(exc) not in NOT_FOUND_CODES:
                 raise self._translate(exc, path) from exc
         except Exception as exc:
             raise self._translate(exc, path) from exc
@@ -210,10 +212,11 @@ class S3Backend:
             return b""
 
         def get() -> bytes:
-            response = self.client.get_object(**self._get_args(path, start, length, version))
-            data: bytes = response["Body"].read()
-            expected = response.get("ContentLength")
-            if expected is not None and len(data) != expected:
+            with self._reads.get(self.prefix + path, start, length, _if_match(version)) as body:
+                data = body.read(length)
+                expected = body.content_length
+            # min: a store that ignores Range sends a whole object (from 0), read in part.
+            if expected is not None and len(data) != min(expected, length):
                 # A body cut short by the network: retryable, never served.
                 raise Transient(f"truncated body: {len(data)} of {expected} bytes")
             return data
@@ -242,39 +245,27 @@ class S3Backend:
         def get() -> None:
             nonlocal done
             first = start + sum(lengths[:done])
-            response = self.client.get_object(
-                **self._get_args(path, first, sum(lengths[done:]), version)
-            )
-            body = response["Body"]
-            while done < len(lengths):
-                data = body.read(lengths[done])
-                if len(data) != lengths[done]:
-                    raise Transient(f"truncated body: {len(data)} of {lengths[done]} bytes")
-                metrics.count_backend_bytes(self.source_id, "GET", len(data))
-                deliver(done, data)
-                done += 1
+            key, size = self.prefix + path, sum(lengths[done:])
+            with self._reads.get(key, first, size, _if_match(version)) as body:
+                while done < len(lengths):
+                    data = body.read(lengths[done])
+                    if len(data) != lengths[done]:
+                        raise Transient(f"truncated body: {len(data)} of {lengths[done]} bytes")
+                    metrics.count_backend_bytes(self.source_id, "GET", len(data))
+                    deliver(done, data)
+                    done += 1
 
         try:
             self._get(get, path)
         except _RangeNotSatisfiable as exc:  # the object is shorter than when it was opened
             raise Changed(f"{self._url(path)} changed at the source while open") from exc
 
-    def _get_args(self, path: str, start: int, length: int, version: str | None) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {
-            "Bucket": self.bucket,
-            "Key": self.prefix + path,
-            "Range": f"bytes={start}-{start + length - 1}",
-        }
-        if version and version.startswith('"'):  # only real etags are preconditions
-            kwargs["IfMatch"] = version
-        return kwargs
-
     def _get(self, get: Callable[[], T], path: str) -> T:
         """A GET with retries and its errors translated (a changed object is Changed)."""
         try:
             return self._call(get, "GET", path=path)
         except botocore.exceptions.ClientError as exc:
-            code = _code(exc)
+            code = error_code(exc)
             if code in ("InvalidRange", "416"):
                 raise _RangeNotSatisfiable from exc
             if code in ("PreconditionFailed", "412"):
@@ -448,7 +439,7 @@ class S3Backend:
             result: T = request.received(
                 call_with_retry(
                     fn,
-                    is_transient=self.is_transient,
+                    is_transient=is_transient,
                     policy=policy,
                     what=f"{what} {self.source_id}",
                     on_retry=request.retried,
@@ -459,71 +450,29 @@ class S3Backend:
     def _count_retry(self, _exc: BaseException) -> None:
         self.retries += 1
 
-    @staticmethod
-    def is_transient(exc: BaseException) -> bool:
-        if isinstance(exc, Transient):
-            return True
-        if isinstance(exc, botocore.exceptions.ClientError):
-            return _code(exc) in _TRANSIENT_CODES
-        return isinstance(
-            exc,
-            (
-                botocore.exceptions.ConnectionError,  # refused, unreachable, connect timeouts
-                # Resets and closes mid-request (ConnectionClosedError), read timeouts and
-                # bodies cut short (ResponseStreamingError) are all HTTPClientErrors.
-                botocore.exceptions.HTTPClientError,
-                botocore.exceptions.IncompleteReadError,
-            ),
-        )
+    def _translate(self, exc: BaseException, path: str) -> PffsError:
+        return translate(exc, self._url(path))
 
     def _url(self, path: str) -> str:
         return f"s3://{self.bucket}/{self.prefix}{path}"
-
-    def _translate(self, exc: BaseException, path: str) -> PffsError:
-        where = self._url(path)
-        if isinstance(exc, PffsError):
-            return exc
-        if isinstance(exc, botocore.exceptions.NoCredentialsError):
-            return PermissionDenied(
-                "no AWS credentials found: set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
-                "AWS_PROFILE or ~/.aws/credentials"
-            )
-        if isinstance(exc, botocore.exceptions.ClientError):
-            code = _code(exc)
-            if code in _NOT_FOUND_CODES:
-                return NotFound(f"{where} does not exist")
-            if code in _DENIED_CODES:
-                return PermissionDenied(f"{where}: access denied ({code})")
-            if code in _TRANSIENT_CODES:
-                return Transient(f"{where}: store unavailable ({code}) after retries")
-            return BackendError(f"{where}: {code}: {_message(exc)}")
-        if isinstance(exc, botocore.exceptions.EndpointConnectionError):
-            return Transient(f"cannot reach the S3 endpoint {exc.kwargs.get('endpoint_url')}")
-        if self.is_transient(exc):
-            return Transient(f"{where}: {type(exc).__name__} after retries")
-        return BackendError(f"{where}: {type(exc).__name__}: {exc}")
 
 
 class _RangeNotSatisfiable(Exception):
     """A GET's range starts past the object's end (416)."""
 
 
+def _aws_endpoint(region: str) -> str:
+    return f"https://s3.{region}.amazonaws.com"
+
+
+def _if_match(version: str | None) -> str | None:
+    """The precondition a read carries: only real ETags (quoted) pin a version; a local
+    store's mtime+size version is no ETag."""
+    return version if version and version.startswith('"') else None
+
+
 def _dir_info(name: str) -> ObjectInfo:
     return ObjectInfo(name=name, size=0, mtime=0.0, etag=None, is_dir=True)
-
-
-def _code(exc: botocore.exceptions.ClientError) -> str:
-    error = exc.response.get("Error", {})
-    code = str(error.get("Code", ""))
-    if not code or code.isdigit():
-        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-        return str(status or code)
-    return code
-
-
-def _message(exc: botocore.exceptions.ClientError) -> str:
-    text = str(exc.response.get("Error", {}).get("Message", "") or "")
-    return text.splitlines()[0] if text else ""
 
 
 # What S3Backend declares, checked by mypy.

@@ -86,6 +86,11 @@ class MetaConfig:
     negative_ttl: float = 1.0
 
 
+# `--metadata-ttl indefinite`: a TTL no mount outlives, for a dataset that does not change while
+# it is mounted (mountpoint-s3's `--metadata-ttl indefinite`). Finite, as the kernel takes it.
+INDEFINITE_TTL = 10 * 365 * 86400.0
+
+
 @dataclass(frozen=True)
 class FuseConfig:
     """How the tree is presented to the kernel."""

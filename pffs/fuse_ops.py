@@ -22,7 +22,7 @@ import trio
 
 from pffs import metrics
 from pffs.config import MountConfig
-from pffs.errors import MountFailed, PffsError, Unsupported
+from pffs.errors import MountFailed, NotFound, PffsError, Unsupported
 from pffs.fs.inodes import Inode
 from pffs.fs.vfs import Vfs
 
@@ -111,7 +111,19 @@ class PffsOperations(pyfuse3.Operations):
     async def lookup(
         self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext
     ) -> pyfuse3.EntryAttributes:
-        inode = await self.vfs.lookup(parent_inode, os.fsdecode(name))
+        try:
+            inode = await self.vfs.lookup(parent_inode, os.fsdecode(name))
+        except NotFound:
+            negative_ttl = self.config.meta.negative_ttl
+            if negative_ttl <= 0:
+                raise
+            # A negative entry: the kernel answers "no such file" itself for the negative TTL
+            # (a Python import or a shell's PATH search asks for many absent names). Creating
+            # the name through the mount replaces it at once.
+            absent = pyfuse3.EntryAttributes()
+            absent.st_ino = pyfuse3.InodeT(0)
+            absent.entry_timeout = negative_ttl
+            return absent
         return self._entry(inode)
 
     @_errno_boundary

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from pffs.config import (
+    INDEFINITE_TTL,
     LOG_LEVELS,
     CacheConfig,
     FuseConfig,
@@ -65,6 +66,25 @@ def _number_in(low: float, high: float, what: str) -> Callable[[str], float]:
 _seconds = _number_in(0, float("inf"), "a number of seconds")
 _ratio = _number_in(0, 1, "a fraction between 0 and 1")
 _positive_seconds = _number_in(0.001, float("inf"), "a positive number of seconds")
+
+
+def _metadata_ttl(text: str) -> float:
+    return INDEFINITE_TTL if text.strip().lower() == "indefinite" else _seconds(text)
+
+
+def metadata_config(args: argparse.Namespace) -> MetaConfig:
+    """The TTLs: each option given, else `--metadata-ttl`, else the default."""
+    shared = args.metadata_ttl
+    return MetaConfig(
+        attr_ttl=_first(args.attr_ttl, shared, MetaConfig.attr_ttl),
+        entry_ttl=_first(args.entry_ttl, shared, MetaConfig.entry_ttl),
+        dir_ttl=_first(args.dir_ttl, shared, MetaConfig.dir_ttl),
+        negative_ttl=args.negative_ttl,
+    )
+
+
+def _first(*values: float | None) -> float:
+    return next(value for value in values if value is not None)
 
 
 def _size(text: str) -> int:
@@ -228,9 +248,15 @@ def build_parser() -> argparse.ArgumentParser:
     opts.add_argument("--log-file", help="daemon log (default: ~/.local/state/pffs/log/)")
     _add_observe_options(mount)
     meta = mount.add_argument_group("metadata caching (seconds)")
-    meta.add_argument("--attr-ttl", type=_seconds, default=MetaConfig.attr_ttl)
-    meta.add_argument("--entry-ttl", type=_seconds, default=MetaConfig.entry_ttl)
-    meta.add_argument("--dir-ttl", type=_seconds, default=MetaConfig.dir_ttl)
+    meta.add_argument(
+        "--metadata-ttl",
+        type=_metadata_ttl,
+        help="the attribute, name and listing TTLs at once: seconds, or `indefinite` for a "
+        "dataset that does not change while mounted (the three options below override it)",
+    )
+    meta.add_argument("--attr-ttl", type=_seconds, help=f"({MetaConfig.attr_ttl:g})")
+    meta.add_argument("--entry-ttl", type=_seconds, help=f"({MetaConfig.entry_ttl:g})")
+    meta.add_argument("--dir-ttl", type=_seconds, help=f"({MetaConfig.dir_ttl:g})")
     meta.add_argument("--negative-ttl", type=_seconds, default=MetaConfig.negative_ttl)
 
     umount = commands.add_parser("umount", help="unmount", description="Unmount a pffs mount.")
@@ -379,12 +405,7 @@ def mount_config(args: argparse.Namespace) -> MountConfig:
         allow_other=args.allow_other,
         kernel_readahead=args.kernel_readahead,
     )
-    meta = MetaConfig(
-        attr_ttl=args.attr_ttl,
-        entry_ttl=args.entry_ttl,
-        dir_ttl=args.dir_ttl,
-        negative_ttl=args.negative_ttl,
-    )
+    meta = metadata_config(args)
     log_file = os.path.abspath(args.log_file) if args.log_file else None
     if args.config and args.source:
         raise UsageError("give a SOURCE or --config FILE, not both")

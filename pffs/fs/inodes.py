@@ -1,12 +1,16 @@
-"""Inodes: the numbers the kernel knows paths by, stable for the life of a mount.
+"""Inodes: the numbers the kernel knows paths by, and what is known of each.
 
-A path keeps its number even after the kernel forgets it and it is looked up again, so tools
-comparing inode numbers see one file. Only the inodes the kernel references (or that an open
-handle or a staged write pins) stay in memory; the path-to-number map keeps the numbers.
+Only the inodes the kernel references (or that an open handle or a staged write pins) stay in
+memory: one the kernel forgets costs nothing after. A path's number is derived from the path
+itself (a 62-bit digest), so it is the same after the kernel forgets it and looks it up again,
+or after a remount, and tools comparing inode numbers see one file. When that number is taken
+by a live inode of another path (a digest collision, or the path's earlier file, deleted while
+the kernel still holds it), a number from a counter is used instead, never a digest's.
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 from dataclasses import dataclass
 
@@ -16,7 +20,7 @@ from pffs.errors import NotFound
 ROOT_INODE = 1
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Inode:
     """One known path. `info` is what the store said; `expires` when to ask again."""
 
@@ -34,13 +38,14 @@ class Inode:
 
 
 class InodeTable:
-    """Inodes by number, and numbers by path."""
+    """Live inodes by number, and their numbers by path."""
 
     def __init__(self, root_info: ObjectInfo) -> None:
         root = Inode(ROOT_INODE, "", root_info, expires=float("inf"), lookups=1)
         self.inodes: dict[int, Inode] = {ROOT_INODE: root}
         self.ino_by_path: dict[str, int] = {"": ROOT_INODE}
-        self._next_ino = itertools.count(ROOT_INODE + 1)
+        # Below 2**62, where no digest falls (see _number).
+        self._spare_numbers = itertools.count(ROOT_INODE + 1)
 
     def get(self, ino: int) -> Inode:
         try:
@@ -56,22 +61,28 @@ class InodeTable:
     def remember(self, path: str, info: ObjectInfo, expires: float) -> Inode:
         """The inode for `path`, created or refreshed with `info`."""
         ino = self.ino_by_path.get(path)
-        inode = self.inodes.get(ino) if ino is not None else None
-        if inode is None:
-            if ino is None:
-                ino = next(self._next_ino)
-                self.ino_by_path[path] = ino
+        if ino is None:
+            ino = self._number(path)
+            self.ino_by_path[path] = ino
             inode = Inode(ino, path, info, expires)
             self.inodes[ino] = inode
         else:
+            inode = self.inodes[ino]
             inode.info = info
             inode.expires = expires
         return inode
 
+    def _number(self, path: str) -> int:
+        digest = hashlib.blake2b(path.encode(), digest_size=8).digest()
+        ino = (int.from_bytes(digest, "little") >> 2) | (1 << 62)  # in [2**62, 2**63)
+        return next(self._spare_numbers) if ino in self.inodes else ino
+
     def drop(self, inode: Inode) -> None:
-        """Free `inode` (its number stays with its path) if it is still the live one."""
+        """Free `inode` if it is still the live one: nothing of it is kept."""
         if self.inodes.get(inode.ino) is inode:
             del self.inodes[inode.ino]
+            if self.ino_by_path.get(inode.path) == inode.ino:
+                del self.ino_by_path[inode.path]
 
     def forget_path(self, path: str) -> Inode | None:
         """`path` is gone: its number is released; the inode (if live) is returned."""

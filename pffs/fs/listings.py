@@ -83,6 +83,9 @@ class Listings:
         if len(self._by_path) >= MAX_LISTINGS:  # drop the expired before growing further
             for old in [p for p, entry in self._by_path.items() if entry.expires <= now]:
                 del self._by_path[old]
+        if len(self._by_path) >= MAX_LISTINGS:  # long TTLs: drop the oldest, memory is bounded
+            del self._by_path[next(iter(self._by_path))]
+        self._by_path.pop(path, None)  # re-inserted: the oldest stays first
         listing.expires = now + self.ttl
         self._by_path[path] = listing
 

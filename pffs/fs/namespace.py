@@ -122,8 +122,9 @@ class Namespace:
         if name == ".":
             return parent
         if name == "..":
-            parent_path = parent.path.rpartition("/")[0]
-            return self.inode(self.inodes.ino_by_path[parent_path])
+            grandparent = parent.path.rpartition("/")[0]
+            above = self.inodes.known(grandparent)  # the kernel holds a directory's parent
+            return above or self.remember(grandparent, await self.stat(grandparent))
         path = join(parent.path, name)
         known = self.inodes.ino_by_path.get(path)
         if known is not None and known in self.staged:  # not in the store (or its listing) yet
@@ -291,6 +292,14 @@ class Namespace:
         """Forget what was cached about `path`'s directory after `path` changed."""
         self.listings.drop(path.rpartition("/")[0])
         self.negative.pop(path, None)
+
+    def outdated(self, path: str) -> None:
+        """The store holds another version of `path` than the one known (a read met `Changed`):
+        what its directory's listing and its inode said is not trusted again."""
+        self.listings.drop(path.rpartition("/")[0])
+        inode = self.inodes.known(path)
+        if inode is not None:
+            inode.expires = 0.0
 
     def gone(self, path: str) -> None:
         """`path` no longer exists: a later lookup starts afresh (with a new inode number)."""

@@ -16,7 +16,7 @@ from pffs.backends.base import block_runs
 from pffs.cache.blocks import BlockCache
 from pffs.cache.keys import BlockKey, ColdStart, Deliver
 from pffs.cache.readahead import Readahead
-from pffs.errors import Corrupted, IsADirectory
+from pffs.errors import Changed, Corrupted, IsADirectory
 from pffs.fs.blocking import run_blocking
 from pffs.fs.handles import FileHandle, Handles
 from pffs.fs.namespace import Namespace
@@ -75,6 +75,15 @@ class Reader:
                 coalesce=block_runs(handle.mounted.backend) is not None,
                 at_end=ahead.stop > handle.readahead.last_block,
             )
+        try:
+            return await self._read_blocks(handle, offset, end)
+        except Changed:
+            # The store holds a newer version: this open keeps failing (never mixing versions),
+            # the next open must not trust the listing or attributes that named the old one.
+            self.namespace.outdated(handle.inode.path)
+            raise
+
+    async def _read_blocks(self, handle: FileHandle, offset: int, end: int) -> bytes | memoryview:
         first, last = offset // self.block_size, (end - 1) // self.block_size
         pieces: list[bytes | memoryview] = []
         for index in range(first, last + 1):

@@ -6,12 +6,13 @@ on S3, each `list` a paginated LIST.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 import trio
 
-from pffs.errors import NotFound
+from pffs.errors import Changed, NotFound
 from pffs.fs import namespace
 from pffs.fs.inodes import ROOT_INODE
 from pffs.fs.vfs import Vfs
@@ -112,5 +113,29 @@ def test_without_a_nursery_lookups_ask_the_store(tmp_path: Path) -> None:
         for i in range(3):
             await vfs.lookup(ROOT_INODE, f"f{i:02d}")
         assert backend.calls == {"stat": 3}
+
+    run(main)
+
+
+def test_a_read_that_meets_a_newer_version_distrusts_the_listing(tmp_path: Path) -> None:
+    """Listings answer for the directory TTL; a read that finds the object changed at the
+    source makes the next open ask the store, not wait out the TTL."""
+    root = dataset(tmp_path)
+    vfs, _ = make_vfs(root)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            vfs.attach(nursery)
+            inode = await vfs.lookup(ROOT_INODE, "f05")
+            await listed(vfs)
+            fh, _ = await vfs.open(inode.ino, os.O_RDONLY)
+            (root / "f05").write_bytes(b"new bytes, another size")
+            with pytest.raises(Changed):
+                await vfs.read(fh, 0, 100)
+            await vfs.release(fh)
+            inode = await vfs.lookup(ROOT_INODE, "f05")
+            fh, _ = await vfs.open(inode.ino, os.O_RDONLY)
+            assert await vfs.read(fh, 0, 100) == b"new bytes, another size"
+            nursery.cancel_scope.cancel()
 
     run(main)

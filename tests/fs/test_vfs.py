@@ -155,8 +155,25 @@ def test_inode_numbers_are_stable_across_forget(tree: Path) -> None:
         first = sub.ino
         vfs.forget(first, 1)
         assert first not in vfs.namespace.inodes.inodes  # freed once the kernel has no reference
+        assert "dir/sub" not in vfs.namespace.inodes.ino_by_path  # nothing of it is kept
         again = await vfs.lookup(vfs.namespace.inodes.ino_by_path["dir"], "sub")
-        assert again.ino == first
+        assert again.ino == first  # the number comes from the path
+
+    run(main)
+
+
+def test_a_path_deleted_while_the_kernel_holds_it_comes_back_with_a_new_number(
+    tree: Path,
+) -> None:
+    vfs, _ = make_vfs(tree, negative_ttl=0.0)
+
+    async def main() -> None:
+        held = await vfs.lookup(ROOT_INODE, "a.txt")
+        vfs.namespace.gone("a.txt")  # deleted through the mount, then made again at the source
+        again = await vfs.lookup(ROOT_INODE, "a.txt")
+        assert again.ino != held.ino and held.ino in vfs.namespace.inodes.inodes
+        vfs.forget(held.ino, 1)
+        assert (await vfs.getattr(again.ino)).path == "a.txt"
 
     run(main)
 

@@ -1,0 +1,348 @@
+"""The lean GET engine behind S3Backend's object reads: one ranged GET, signed with botocore's
+SigV4 signer and sent on pooled http.client connections, without boto3's client call machinery.
+
+Why: on a small machine the client's CPU per request limits a cold read. boto3's get_object
+spends about 1.5 ms of CPU per GET in its event hooks, parameter validation, serialisation and
+response parsing; this path spends a fraction of that (figures and how they were taken:
+docs/BENCHMARKS.md, "GET engine"). Only GETs of object bytes come here; every other S3 call
+stays on boto3.
+
+Configuration has one source: the boto3 client S3Backend already built. The engine takes its
+credentials object (so refreshable and session-token credentials work as they do for boto3),
+its region, endpoint URL, TLS settings and proxies, and the backend's addressing style.
+
+The engine performs a GET and nothing else: no retries, no error mapping. It hands back the
+body, or raises one of the exceptions a boto3 call raises for the same outcome, so that
+S3Backend's one mapping (codes -> pffs errors, what is transient) serves both paths:
+
+- the store answered an error status: `botocore.exceptions.ClientError`, with the S3 error code
+  of the XML body (or the status when there is none) and the HTTP status;
+- no connection: `EndpointConnectionError` / `ConnectTimeoutError`;
+- the connection failed mid-request, a read timed out, or the body was cut short:
+  `ConnectionClosedError`, `ReadTimeoutError` or `ResponseStreamingError` (HTTPClientErrors).
+"""
+
+from __future__ import annotations
+
+import http.client
+import re
+import select
+import ssl
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import botocore.exceptions
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+from botocore.httpsession import get_cert_path
+
+from pffs.errors import UsageError
+
+# The S3 error code and message in an XML error body; a regex, as error bodies are small and
+# flat and this keeps an XML parser off the path.
+_CODE_RE = re.compile(rb"<Code>([^<]*)</Code>")
+_MESSAGE_RE = re.compile(rb"<Message>([^<]*)</Message>")
+
+
+class Body:
+    """The bytes of one successful GET, read in pieces of exact sizes."""
+
+    __slots__ = ("_response", "_url", "content_length")
+
+    def __init__(self, response: http.client.HTTPResponse, url: str) -> None:
+        self._response = response
+        self._url = url
+        self.content_length: int | None = response.length
+
+    def read(self, size: int) -> bytes:
+        """`size` bytes, or fewer where the body ends early (the caller compares lengths)."""
+        try:
+            return self._response.read(size)
+        except TimeoutError as exc:
+            raise botocore.exceptions.ReadTimeoutError(endpoint_url=self._url, error=exc) from exc
+        except (http.client.HTTPException, OSError) as exc:
+            raise botocore.exceptions.ResponseStreamingError(error=exc) from exc
+
+
+class _Connections:
+    """Idle keep-alive connections to one host, shared by threads (a LIFO under a lock).
+
+    http.client rather than urllib3: urllib3's pool and response wrapper cost 0.1 ms of CPU
+    per GET more (measured, docs/BENCHMARKS.md), and this path needs none of their features.
+    """
+
+    def __init__(
+        self,
+        scheme: str,
+        netloc: str,
+        connect_timeout: float,
+        read_timeout: float,
+        verify: bool | str,
+        max_idle: int,
+        proxy: tuple[str, dict[str, str]] | None = None,
+    ) -> None:
+        """`proxy`: (URL, headers) of the HTTP proxy boto3 would use for this host, if any."""
+        self._netloc = netloc
+        self._scheme = scheme
+        self._proxy = proxy
+        # Through a proxy a plain-HTTP request names the whole URL and carries the proxy's
+        # headers; an HTTPS one goes through a CONNECT tunnel and carries nothing extra.
+        self.absolute_form = proxy is not None and scheme == "http"
+        self.request_headers = proxy[1] if proxy is not None and scheme == "http" else {}
+        self._connect_timeout = connect_timeout
+        self._read_timeout = read_timeout
+        self._max_idle = max_idle
+        self._idle: list[http.client.HTTPConnection] = []
+        self._lock = threading.Lock()
+        self._tls: ssl.SSLContext | None = None
+        if scheme == "https":
+            # The CA bundle botocore itself would load (the given one, else its default).
+            cafile = get_cert_path(verify) if verify is not False else None
+            self._tls = ssl.create_default_context(cafile=cafile)
+            if verify is False:
+                self._tls.check_hostname = False
+                self._tls.verify_mode = ssl.CERT_NONE
+
+    def take(self) -> http.client.HTTPConnection:
+        """An idle connection the server has not closed meanwhile, or a new connected one."""
+        while True:
+            with self._lock:
+                if not self._idle:
+                    break
+                connection = self._idle.pop()
+            # A keep-alive connection the server closed (or wrote on) reads as ready: sending
+            # on it would fail, and the failure would be counted and retried as the store's.
+            if connection.sock is not None and not _readable(connection.sock):
+                return connection
+            connection.close()
+        host = self._netloc if self._proxy is None else urlsplit(self._proxy[0]).netloc
+        host = host.rsplit("@", 1)[-1]  # the proxy's credentials are in its headers
+        if self._tls is not None:
+            connection = http.client.HTTPSConnection(
+                host, timeout=self._connect_timeout, context=self._tls
+            )
+            if self._proxy is not None:
+                connection.set_tunnel(self._netloc, headers=self._proxy[1])
+        else:
+            connection = http.client.HTTPConnection(host, timeout=self._connect_timeout)
+        connection.connect()
+        assert connection.sock is not None
+        connection.sock.settimeout(self._read_timeout)  # from here on, each read's limit
+        return connection
+
+    def give(self, connection: http.client.HTTPConnection) -> None:
+        with self._lock:
+            if len(self._idle) < self._max_idle:
+                self._idle.append(connection)
+                return
+        connection.close()
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for connection in idle:
+            connection.close()
+
+
+@dataclass(frozen=True)
+class _Target:
+    """Where the bucket's GETs go and how they are signed; swapped whole, never changed."""
+
+    region: str
+    base: str  # scheme://host[:port]
+    key_prefix: str  # "/bucket/" (path style) or "/" (virtual-hosted)
+    connections: _Connections
+
+
+class LeanGetEngine:
+    """GETs of one bucket's objects; thread-safe (the pool and the signer hold no request)."""
+
+    def __init__(
+        self,
+        client: Any,
+        credentials: Credentials | None,
+        bucket: str,
+        path_style: bool,
+        max_connections: int,
+        connect_timeout: float,
+        read_timeout: float,
+        regional_endpoint: Callable[[str], str] | None = None,
+    ) -> None:
+        """`client` is the backend's boto3 S3 client and `credentials` its session's (boto3's
+        chain; refreshable ones refresh here too): region, endpoint and TLS settings come from
+        the client, so both paths always agree. `regional_endpoint(region)`, where given, is
+        the endpoint URL of a region: a bucket found in another region (as AWS answers a GET
+        signed for the wrong one) is then followed there, as boto3's redirector does."""
+        self._credentials = credentials
+        self._bucket = bucket
+        self._path_style = path_style
+        self._max_connections = max_connections
+        self._timeouts = (connect_timeout, read_timeout)
+        # True, False or a CA bundle path, as boto3 resolved it (verify=, AWS_CA_BUNDLE, profile).
+        self._verify: bool | str = client._endpoint.http_session._verify
+        self._proxy_config = client._endpoint.http_session._proxy_config
+        self._regional_endpoint = regional_endpoint
+        self._lock = threading.Lock()
+        self._target = self._aim(client.meta.region_name, client.meta.endpoint_url)
+
+    def _aim(self, region: str, endpoint_url: str) -> _Target:
+        endpoint = urlsplit(endpoint_url)
+        # Virtual-hosted style as boto3's "auto" does it: when the bucket name can be a host
+        # label (no dots, or TLS certificates would not match).
+        if self._path_style or "." in self._bucket:
+            netloc, key_prefix = endpoint.netloc, f"/{self._bucket}/"
+        else:
+            netloc, key_prefix = f"{self._bucket}.{endpoint.netloc}", "/"
+        base = f"{endpoint.scheme}://{netloc}"
+        connections = _Connections(
+            endpoint.scheme,
+            netloc,
+            *self._timeouts,
+            self._verify,
+            self._max_connections,
+            self._proxy_for(base),
+        )
+        return _Target(region, base, key_prefix, connections)
+
+    def _proxy_for(self, base: str) -> tuple[str, dict[str, str]] | None:
+        """The proxy boto3 would go through to `base` (HTTP(S)_PROXY, NO_PROXY, the client's
+        proxies setting), with its headers (Proxy-Authorization), or None."""
+        proxies = self._proxy_config
+        url: str | None = proxies.proxy_url_for(base + "/")
+        if not url:
+            return None
+        if urlsplit(url).scheme != "http":
+            raise UsageError(f"proxy {url!r}: S3 reads go through http:// proxies only")
+        return url, dict(proxies.proxy_headers_for(url))
+
+    def close(self) -> None:
+        self._target.connections.close()
+
+    @contextmanager
+    def get(self, key: str, start: int, length: int, if_match: str | None) -> Iterator[Body]:
+        """GET bytes [start, start+length) of `key`, only while its ETag is `if_match` (when
+        given). The connection goes back to the pool when the body was read to its end, and
+        is closed otherwise (a caller that stops early must not leave bytes on it)."""
+        headers = {"Range": f"bytes={start}-{start + length - 1}"}
+        if if_match is not None:
+            headers["If-Match"] = if_match
+        target = self._target
+        url, connection, response = self._send(target, key, headers)
+        if response.status in (301, 307, 400) and self._follow(target, response):
+            _drain(response)
+            self._release(target, connection, response)
+            target = self._target
+            url, connection, response = self._send(target, key, headers)
+        try:
+            if response.status >= 300:
+                raise _error(response)
+            if response.status == 200 and start > 0:  # a store that ignored the Range header
+                raise botocore.exceptions.ClientError(
+                    _answer(200, "RangeIgnored", "the store ignored the Range header"),
+                    "GetObject",
+                )
+            yield Body(response, url)
+        finally:
+            self._release(target, connection, response)
+
+    def _send(
+        self, target: _Target, key: str, headers: dict[str, str]
+    ) -> tuple[str, http.client.HTTPConnection, http.client.HTTPResponse]:
+        path = target.key_prefix + quote(key, safe="/~")
+        url = target.base + path
+        signed = self._signed(target.region, url, headers)
+        try:
+            connection = target.connections.take()
+        except TimeoutError as exc:
+            raise botocore.exceptions.ConnectTimeoutError(endpoint_url=url, error=exc) from exc
+        except ssl.SSLError as exc:
+            raise botocore.exceptions.SSLError(endpoint_url=url, error=exc) from exc
+        except OSError as exc:
+            raise botocore.exceptions.EndpointConnectionError(endpoint_url=url, error=exc) from exc
+        try:
+            if target.connections.absolute_form:
+                connection.request("GET", url, headers=signed | target.connections.request_headers)
+            else:
+                connection.request("GET", path, headers=signed)
+            return url, connection, connection.getresponse()
+        except TimeoutError as exc:
+            connection.close()
+            raise botocore.exceptions.ReadTimeoutError(endpoint_url=url, error=exc) from exc
+        except (http.client.HTTPException, OSError) as exc:
+            connection.close()  # resets, closes and malformed answers before the body
+            raise botocore.exceptions.ConnectionClosedError(endpoint_url=url) from exc
+
+    @staticmethod
+    def _release(
+        target: _Target, connection: http.client.HTTPConnection, response: http.client.HTTPResponse
+    ) -> None:
+        if response.isclosed() and not response.will_close:
+            target.connections.give(connection)
+        else:
+            connection.close()
+
+    def _follow(self, target: _Target, response: http.client.HTTPResponse) -> bool:
+        """Aim at the bucket's own region when the store names another one; True if so."""
+        region = response.getheader("x-amz-bucket-region")
+        if not region or region == target.region or self._regional_endpoint is None:
+            return False
+        with self._lock:
+            if self._target is target:  # the first thread to learn it moves everyone
+                self._target = self._aim(region, self._regional_endpoint(region))
+                target.connections.close()
+        return True
+
+    def _signed(self, region: str, url: str, headers: dict[str, str]) -> dict[str, str]:
+        if self._credentials is None:
+            raise botocore.exceptions.NoCredentialsError()
+        # Frozen per request as botocore does: a refresh between reading the key and the
+        # secret must not mix two credentials.
+        frozen = self._credentials.get_frozen_credentials()
+        request = AWSRequest(method="GET", url=url, headers=headers)
+        S3SigV4Auth(frozen, "s3", region).add_auth(request)
+        return dict(request.headers.items())
+
+
+def _error(response: http.client.HTTPResponse) -> botocore.exceptions.ClientError:
+    """The store's error answer as boto3 would raise it (its body read, so the connection
+    can serve again)."""
+    text = _drain(response)
+    code = _CODE_RE.search(text)
+    message = _MESSAGE_RE.search(text)
+    return botocore.exceptions.ClientError(
+        _answer(
+            response.status,
+            code.group(1).decode(errors="replace") if code else str(response.status),
+            message.group(1).decode(errors="replace") if message else response.reason,
+        ),
+        "GetObject",
+    )
+
+
+def _readable(sock: Any) -> bool:
+    """Whether a socket has something to read now (poll, not select: a mount's descriptors
+    may number past select's 1024)."""
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(0))
+
+
+def _drain(response: http.client.HTTPResponse) -> bytes:
+    """An error answer's body, read off the connection so that it can serve again."""
+    try:
+        return response.read(64 * 1024)
+    except (http.client.HTTPException, OSError):
+        return b""  # the status alone still says what happened
+
+
+def _answer(status: int, code: str, message: str) -> Any:
+    """An error response shaped as botocore parses one."""
+    return {
+        "Error": {"Code": code, "Message": message},
+        "ResponseMetadata": {"HTTPStatusCode": status},
+    }

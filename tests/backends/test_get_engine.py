@@ -1,0 +1,398 @@
+"""The lean GET engine (backends/s3get.py) on real servers: what each outcome of a GET becomes
+through S3Backend's one mapping and retry loop, faults injected by a FaultProxy in front of
+moto, many threads at once, and credentials from boto3's chain (s3rver checks access keys).
+"""
+
+from __future__ import annotations
+
+import http.client
+import http.server
+import os
+import random
+import shutil
+import socket
+import ssl
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from typing import Any, ClassVar
+from urllib.parse import urlsplit
+
+import boto3
+import botocore.exceptions
+import pytest
+from botocore.credentials import RefreshableCredentials
+
+from pffs.backends.s3 import S3Backend
+from pffs.backends.s3get import LeanGetEngine
+from pffs.config import RetryConfig, SourceConfig
+from pffs.errors import BackendError, Changed, NotFound, PermissionDenied, Transient, UsageError
+from pffs.testing.faults import FaultProxy
+from pffs.testing.servers import MotoServer
+
+DATA = random.Random(3).randbytes(3 << 20)
+QUICK_RETRIES = RetryConfig(attempts=3, base_delay=0.01, max_delay=0.05, total_timeout=20.0)
+
+
+def _backend(endpoint: str, bucket: str, **options: Any) -> S3Backend:
+    source = SourceConfig(
+        url=f"s3://{bucket}", endpoint_url=endpoint, retry=QUICK_RETRIES, **options
+    )
+    return S3Backend(source)
+
+
+def _engine(backend: S3Backend) -> LeanGetEngine:
+    return backend._reads
+
+
+@pytest.fixture
+def stored(s3: Any, bucket: str) -> tuple[str, str]:
+    """(bucket, ETag) of the object "data" holding DATA."""
+    etag = s3.put_object(Bucket=bucket, Key="data", Body=DATA)["ETag"]
+    return bucket, etag
+
+
+@pytest.fixture
+def proxy(moto: MotoServer) -> Iterator[FaultProxy]:
+    with FaultProxy(moto.port, stall_seconds=2.0, seed=11) as fault_proxy:
+        yield fault_proxy
+
+
+def test_the_store_answers_become_pffs_errors(moto: MotoServer, stored: tuple[str, str]) -> None:
+    bucket, etag = stored
+    backend = _backend(moto.endpoint_url, bucket)
+    engine = _engine(backend)
+    # The engine raises what boto3 would: the S3 code and the HTTP status of the answer.
+    answers = {
+        ("missing", None): ("NoSuchKey", 404),
+        ("data", '"0123456789abcdef0123456789abcdef"'): ("PreconditionFailed", 412),
+    }
+    for (key, if_match), (code, status) in answers.items():
+        with (
+            pytest.raises(botocore.exceptions.ClientError) as caught,
+            engine.get(key, 0, 10, if_match),
+        ):
+            pass
+        assert caught.value.response["Error"]["Code"] == code
+        assert caught.value.response["ResponseMetadata"]["HTTPStatusCode"] == status
+    # ... which S3Backend maps as it maps every boto3 call.
+    with pytest.raises(NotFound):
+        backend.read_range("missing", 0, 10, None)
+    with pytest.raises(Changed):
+        backend.read_range("data", 0, 10, '"0123456789abcdef0123456789abcdef"')
+    assert backend.read_range("data", 5, 10, etag) == DATA[5:15]
+    assert backend.read_range("data", len(DATA), 10, etag) == b""  # 416: past the end
+    assert backend.read_range("data", len(DATA) - 4, 10, etag) == DATA[-4:]
+    assert backend.retries == 0
+
+
+@pytest.mark.parametrize("fault", ["reset", "503", "500", "truncate", "stall"])
+def test_each_fault_costs_one_retry_and_bytes_stay_exact(
+    proxy: FaultProxy, stored: tuple[str, str], fault: str
+) -> None:
+    bucket, etag = stored
+    # A read timeout below the proxy's stall: a stalled body must time out, not hang.
+    backend = _backend(proxy.endpoint_url, bucket, read_timeout=0.5)
+    proxy.inject(fault)
+    assert backend.read_range("data", 1000, 1 << 20, etag) == DATA[1000 : 1000 + (1 << 20)]
+    proxy.inject(fault)
+    got: list[tuple[int, bytes]] = []
+    lengths = [1 << 20, 1 << 20, 1 << 20]
+    backend.read_blocks("data", 0, lengths, etag, lambda i, b: got.append((i, b)))
+    assert got == [(0, DATA[: 1 << 20]), (1, DATA[1 << 20 : 2 << 20]), (2, DATA[2 << 20 :])]
+    assert proxy.injected[fault] == 2
+    assert backend.retries == 2
+
+
+def test_a_store_that_keeps_failing_gives_transient(
+    proxy: FaultProxy, stored: tuple[str, str]
+) -> None:
+    bucket, etag = stored
+    backend = _backend(proxy.endpoint_url, bucket, read_timeout=0.5)
+    proxy.set_rates({"503": 1.0})
+    with pytest.raises(Transient, match="SlowDown"):
+        backend.read_range("data", 0, 100, etag)
+    assert backend.retries == QUICK_RETRIES.attempts - 1
+
+
+def test_no_server_gives_transient(stored: tuple[str, str]) -> None:
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    backend = _backend(f"http://127.0.0.1:{port}", stored[0])
+    with pytest.raises(Transient):
+        backend.read_range("data", 0, 100, None)
+    assert backend.retries == QUICK_RETRIES.attempts - 1
+
+
+def test_a_reader_that_stops_early_leaves_the_connection_clean(
+    moto: MotoServer, stored: tuple[str, str]
+) -> None:
+    bucket, etag = stored
+    # One idle connection: were a half-read one pooled, the next GET would read its leftovers.
+    backend = _backend(moto.endpoint_url, bucket, max_concurrency=1)
+
+    def refuse(index: int, block: bytes) -> None:
+        raise RuntimeError("the reader went away")
+
+    with pytest.raises(BackendError, match="went away"):
+        backend.read_blocks("data", 0, [1000, 1000], etag, refuse)
+    with _engine(backend).get("data", 0, 1 << 20, etag) as body:
+        assert body.read(10) == DATA[:10]
+    for start in (0, 12345, 2 << 20):
+        assert backend.read_range("data", start, 4096, etag) == DATA[start : start + 4096]
+
+
+def test_many_threads_share_one_engine(moto: MotoServer, stored: tuple[str, str]) -> None:
+    bucket, etag = stored
+    # Fewer pooled connections than threads: the extra ones are opened and closed.
+    backend = _backend(moto.endpoint_url, bucket, max_concurrency=2)
+    rng = random.Random(5)
+    ranges = [(rng.randrange(len(DATA)), rng.randrange(1, 300_000)) for _ in range(160)]
+
+    def read(item: tuple[int, int]) -> bytes:
+        start, length = item
+        return backend.read_range("data", start, length, etag)
+
+    with ThreadPoolExecutor(16) as pool:
+        results = list(pool.map(read, ranges))
+    for (start, length), data in zip(ranges, results, strict=True):
+        assert data == DATA[start : start + length]
+
+
+# --- credentials: s3rver checks access keys, moto does not --------------------------------
+
+
+@pytest.fixture(scope="module")
+def s3rver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from bench.servers import Launcher, Unavailable
+
+    launcher = Launcher(
+        str(tmp_path_factory.mktemp("s3rver")), os.path.expanduser("~/.cache/pffs-bench")
+    )
+    try:
+        server = launcher.s3rver()
+    except Unavailable as exc:
+        pytest.skip(f"needs s3rver: {exc}")
+    try:
+        client = boto3.client(
+            "s3",
+            endpoint_url=server.endpoint_url,
+            aws_access_key_id=server.access_key,
+            aws_secret_access_key=server.secret_key,
+            region_name="us-east-1",
+        )
+        client.create_bucket(Bucket="creds")
+        client.put_object(Bucket="creds", Key="data", Body=DATA[:1000])
+        yield server
+    finally:
+        server.stop()
+
+
+def test_wrong_credentials_are_permission_denied(
+    s3rver: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "not-a-key")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3rver.secret_key)
+    backend = _backend(s3rver.endpoint_url, "creds")
+    with pytest.raises(PermissionDenied, match="InvalidAccessKeyId"):
+        backend.read_range("data", 0, 10, None)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3rver.access_key)
+    assert _backend(s3rver.endpoint_url, "creds").read_range("data", 0, 10, None) == DATA[:10]
+
+
+def test_refreshable_credentials_are_refreshed(s3rver: Any) -> None:
+    refreshed: list[int] = []
+
+    def refresh() -> dict[str, str]:
+        refreshed.append(1)
+        expiry = datetime.now(UTC) + timedelta(hours=1)
+        return {
+            "access_key": s3rver.access_key,
+            "secret_key": s3rver.secret_key,
+            "token": "a-session-token",
+            "expiry_time": expiry.isoformat(),
+        }
+
+    # Expired from the start, and wrong: only a refresh makes the GET succeed.
+    expired = {
+        "access_key": "stale",  # s3rver refuses it: InvalidAccessKeyId
+        "secret_key": "stale",
+        "token": "stale",
+        "expiry_time": (datetime.now(UTC) - timedelta(minutes=1)).isoformat(),
+    }
+    credentials = RefreshableCredentials.create_from_metadata(expired, refresh, "test")
+    backend = _backend(s3rver.endpoint_url, "creds")
+    lean = LeanGetEngine(backend.client, credentials, "creds", True, 4, 5.0, 5.0)
+    with lean.get("data", 0, 100, None) as body:
+        assert body.read(100) == DATA[:100]
+    assert refreshed
+
+
+class _WrongRegion(http.server.BaseHTTPRequestHandler):
+    """Answers every GET as AWS answers one signed for the wrong region."""
+
+    def do_GET(self) -> None:
+        body = b"<Error><Code>PermanentRedirect</Code><Message>elsewhere</Message></Error>"
+        self.send_response(301)
+        self.send_header("x-amz-bucket-region", "eu-west-3")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_bucket_of_another_region_is_followed(moto: MotoServer, stored: tuple[str, str]) -> None:
+    bucket, etag = stored
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _WrongRegion)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        wrong = f"http://127.0.0.1:{server.server_address[1]}"
+        backend = _backend(wrong, bucket)
+        asked: list[str] = []
+
+        def regional(region: str) -> str:
+            asked.append(region)
+            return moto.endpoint_url
+
+        lean = LeanGetEngine(
+            backend.client,
+            backend.client._request_signer._credentials,
+            bucket,
+            True,
+            4,
+            5,
+            5,
+            regional_endpoint=regional,
+        )
+        for _ in range(2):  # learnt once, then every GET goes there at once
+            with lean.get("data", 10, 100, etag) as body:
+                assert body.read(100) == DATA[10:110]
+        assert asked == ["eu-west-3"]
+        # Without a way to the region (a custom endpoint), the answer is the store's error.
+        with pytest.raises(BackendError, match="PermanentRedirect"):
+            backend.read_range("data", 0, 10, etag)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.slow
+def test_a_connection_the_store_closed_while_idle_is_not_used(
+    s3rver: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3rver.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3rver.secret_key)
+    backend = _backend(s3rver.endpoint_url, "creds")
+    assert backend.read_range("data", 0, 10, None) == DATA[:10]
+    time.sleep(6)  # s3rver (node) closes a keep-alive connection idle for 5 s
+    assert backend.read_range("data", 10, 10, None) == DATA[10:20]
+    assert backend.retries == 0  # the closed connection was dropped, not tried and retried
+
+
+class _Ranges(http.server.BaseHTTPRequestHandler):
+    """Serves DATA's bytes of any "bytes=a-b" range, whatever the key (an HTTPS store)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        first, last = self.headers["Range"].removeprefix("bytes=").split("-")
+        body = DATA[int(first) : int(last) + 1]
+        self.send_response(206)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def https_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """(endpoint URL, CA bundle) of an HTTPS store on 127.0.0.1 with its own certificate."""
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command")
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key = str(folder / "cert.pem"), str(folder / "key.pem")
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-keyout", key, "-out", cert, "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Ranges)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"https://127.0.0.1:{server.server_address[1]}", cert
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_tls_uses_the_ca_bundle_of_boto3s_chain(
+    https_store: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    endpoint, bundle = https_store
+    monkeypatch.setenv("AWS_CA_BUNDLE", bundle)
+    assert _backend(endpoint, "tls").read_range("data", 7, 1000, None) == DATA[7:1007]
+    monkeypatch.delenv("AWS_CA_BUNDLE")  # a certificate nobody vouches for: never trusted
+    with pytest.raises(Transient, match="SSLError"):
+        _backend(endpoint, "tls").read_range("data", 7, 1000, None)
+
+
+class _ForwardProxy(http.server.BaseHTTPRequestHandler):
+    """A plain HTTP proxy: forwards "GET http://host/path" and remembers what it saw."""
+
+    protocol_version = "HTTP/1.1"
+    seen: ClassVar[list[tuple[str, str | None]]] = []
+
+    def do_GET(self) -> None:
+        self.seen.append((self.path, self.headers.get("Proxy-Authorization")))
+        target = urlsplit(self.path)
+        upstream = http.client.HTTPConnection(target.netloc, timeout=10)
+        headers = {k: v for k, v in self.headers.items() if k.lower() != "proxy-authorization"}
+        upstream.request("GET", target.path, headers=headers)
+        answer = upstream.getresponse()
+        body = answer.read()
+        self.send_response(answer.status)
+        for name, value in answer.getheaders():
+            if name.lower() not in ("content-length", "transfer-encoding", "connection"):
+                self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        upstream.close()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_reads_go_through_the_proxy_boto3_would_use(
+    moto: MotoServer, stored: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bucket, etag = stored
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ForwardProxy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        for name in ("NO_PROXY", "no_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("HTTP_PROXY", f"http://user:secret@127.0.0.1:{server.server_address[1]}")
+        backend = _backend(moto.endpoint_url, bucket)
+        assert backend.read_range("data", 3, 100, etag) == DATA[3:103]
+        assert _ForwardProxy.seen == [
+            (f"{moto.endpoint_url}/{bucket}/data", "Basic dXNlcjpzZWNyZXQ=")
+        ]
+        monkeypatch.setenv("HTTP_PROXY", "https://127.0.0.1:3129")  # TLS to the proxy: not here
+        with pytest.raises(UsageError, match="http:// proxies only"):
+            _backend(moto.endpoint_url, bucket)
+    finally:
+        server.shutdown()
+        server.server_close()
