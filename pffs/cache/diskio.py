@@ -1,13 +1,13 @@
 """The disk tier as trio tasks use it: every call in a worker thread, counted, written behind.
 
 DiskTier (disk.py) blocks; here each of its calls runs through `trio.to_thread.run_sync`
-under one limiter (`disk_threads` at once), and what it found is counted in CacheStats. The one
-exception is a random read the tier can serve without waiting (an open entry, its chunks in
-the page cache): it is tried first, in the trio task, since a thread hop costs more CPU than
-the read. A
-block fetched from the store is written behind: a reader's block queues for a write slot in
-the background, a prefetch waits for one (prefetching then runs at the disk's pace). The slots
-cap the blocks waiting for the disk, memory the memory tier's bound does not see.
+under one limiter (`disk_threads` at once), and what it found is counted in CacheStats. The
+one exception is a random read the tier can serve without waiting (an open entry, its chunks
+in the page cache): it is tried first, in the trio task, since a thread hop costs more CPU
+than the read. A block fetched from the store is written behind: a reader's block queues for
+a write slot in the background, a prefetch waits for one (prefetching then runs at the disk's
+pace). The slots cap the blocks waiting for the disk, memory the memory tier's bound does not
+see.
 
 A random read of a compressed entry gets the whole block from the tier; it is handed to
 `keep_block` (the block cache puts it in the memory tier), so the next reads of that block do

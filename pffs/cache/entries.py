@@ -1,9 +1,11 @@
 """A block's entry on disk: its format, checked reads, and writing it with O_DIRECT.
 
 Every entry carries a header: magic, flags, raw length, a CRC32C of each 64 KiB of the raw
-bytes and a digest of its key. A read verifies all of them and gives None for an entry that
-fails (bit rot, a truncated file after a crash, a file from another key); the disk tier
-(disk.py) then deletes it and reports a miss.
+bytes and a digest of its key. Reads go through a descriptor: `read_layout` checks and parses
+the header once per open (the disk tier keeps the result with the descriptor), then
+`read_block` and `read_range` verify the chunks they read against its CRC table on every read.
+Each gives None for an entry that fails (bit rot, a truncated file after a crash, a file from
+another key); the disk tier (disk.py) then deletes it and reports a miss.
 
 Entries are written with O_DIRECT where the file system allows it: the header and the payload
 each start on a 4 KiB boundary and the file is padded to one, so the block goes from an aligned
@@ -11,7 +13,8 @@ buffer straight to the disk. A buffered write costs a copy into the page cache p
 bookkeeping, several milliseconds of CPU per 4 MiB block on a small VM, which a cold read pays
 for every block it caches (docs/BENCHMARKS.md).
 
-Everything here blocks (file I/O, CRC, lz4); callers run it in worker threads.
+Everything here blocks (file I/O, CRC, lz4); callers run it in worker threads, except
+`read_range(..., nowait=True)`, which only takes what the page cache holds.
 """
 
 from __future__ import annotations
