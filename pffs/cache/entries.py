@@ -79,7 +79,7 @@ def encode(key: str, data: bytes, compress: bool) -> tuple[bytes, bytes]:
     return header.ljust(_aligned(len(header)), b"\0"), payload
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Layout:
     """An entry's parsed header: what a read of it needs, kept while its descriptor is open."""
 
