@@ -15,13 +15,23 @@ import shutil
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from typing import Any
 
 from bench import dataset as ds
 from bench import report
-from bench.scenarios import METRICS, Scenarios, drop_caches, local_disk_ceiling, server_ceiling
-from bench.servers import Launcher, Server, Unavailable, external
+from bench.epoch import store_files_per_s
+from bench.scenarios import (
+    METRICS,
+    TAKEN_WITH,
+    Scenarios,
+    drop_caches,
+    local_disk_ceiling,
+    server_ceiling,
+)
+from bench.servers import Launcher, Server, Unavailable, external, far
 from bench.systems import Pffs, Rclone, S3fs, System, mount_pid, peak_rss_mib, unmount
+from pffs.sizes import SizeError, parse_size
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -36,7 +46,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--small-files", type=int, help="number of 64 KiB files (1000; 40)")
     p.add_argument("--wide-files", type=int, help="objects in the wide directory (10000; 300)")
     p.add_argument("--pffs-options", default="", help="extra `pffs mount` options, quoted")
-    p.add_argument("--latency", help="put servers behind a netem delay, e.g. 20ms (root)")
+    p.add_argument(
+        "--latency",
+        default="0,20ms",
+        help="round trips to add in front of each server, each run in turn (0,20ms)",
+    )
+    p.add_argument("--epoch-files", type=int, help="files in the training set (2000; 400)")
+    p.add_argument("--epoch-size", help="size of each training file (100K)")
     p.add_argument("--write", help="size of the sequential write, e.g. 256M (1G; 8M with --quick)")
     p.add_argument(
         "--only",
@@ -49,12 +65,36 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown = set(args.only.split(",")) - set(keys) if args.only else set()
     if unknown:
         p.error(f"unknown metric {sorted(unknown)[0]!r}: one of {', '.join(keys)}")
+    try:
+        args.latencies = parse_latencies(args.latency)
+    except ValueError as exc:
+        p.error(str(exc))
+    if args.epoch_files is not None and args.epoch_files < 1:
+        p.error(f"--epoch-files: {args.epoch_files} must be 1 or more")
+    try:
+        if args.epoch_size is not None and parse_size(args.epoch_size) < 1:
+            p.error(f"--epoch-size: {args.epoch_size!r} must be 1 byte or more")
+    except SizeError as exc:
+        p.error(f"--epoch-size: {exc}")
     return args
 
 
-def sizes_from(args: argparse.Namespace) -> ds.Sizes:
-    from pffs.sizes import parse_size
+def parse_latencies(text: str) -> list[float]:
+    """ "0,20ms" -> [0.0, 20.0]: round trips in milliseconds, each a bare number or "<n>ms"."""
+    latencies = []
+    for part in text.split(","):
+        number = part.strip().removesuffix("ms")
+        try:
+            value = float(number)
+        except ValueError:
+            raise ValueError(f"--latency: {part.strip()!r} is not a round trip like 20ms") from None
+        if value < 0 or value != value or value == float("inf"):
+            raise ValueError(f"--latency: {part.strip()!r} must be 0 or more milliseconds")
+        latencies.append(value)
+    return latencies
 
+
+def sizes_from(args: argparse.Namespace) -> ds.Sizes:
     base = ds.Sizes.quick() if args.quick else ds.Sizes.full()
     large = parse_size(args.large) if args.large else base.large
     return ds.Sizes(
@@ -63,6 +103,8 @@ def sizes_from(args: argparse.Namespace) -> ds.Sizes:
         small_files=args.small_files or base.small_files,
         wide_files=args.wide_files or base.wide_files,
         write=parse_size(args.write) if args.write else base.write,
+        epoch_files=args.epoch_files or base.epoch_files,
+        epoch_size=parse_size(args.epoch_size) if args.epoch_size else base.epoch_size,
     )
 
 
@@ -83,11 +125,13 @@ def make_systems(names: list[str], pffs_options: list[str]) -> tuple[list[System
 
 
 def run_on_server(
-    server: Server, args: argparse.Namespace, systems: list[System], workdir: str
+    server: Server,
+    data: ds.Dataset,
+    args: argparse.Namespace,
+    systems: list[System],
+    workdir: str,
 ) -> tuple[list[dict[str, Any]], list[dict[str, float]], dict[str, str]]:
-    sizes = sizes_from(args)
-    print(f"[{server.name}] uploading the dataset ...", file=sys.stderr)
-    data = ds.upload(server, sizes, workdir)
+    """Every repetition of every system against `server` (already far, when it should be)."""
     reps = args.reps or (1 if args.quick else 3)
     runs: list[dict[str, Any]] = []
     ceilings: list[dict[str, float]] = []
@@ -95,6 +139,7 @@ def run_on_server(
     for rep in range(reps):
         ceilings.append({
             "server_mbs": round(server_ceiling(server, data), 1),
+            "store_files_per_s": round(store_files_per_s(server, data), 1),
             "local_disk_mbs": round(local_disk_ceiling(data), 1),
         })  # fmt: skip
         for system in systems:  # interleaved: A B C, then A B C again
@@ -111,8 +156,8 @@ def run_on_server(
                 continue
             print(f"[{server.name}] rep {rep + 1}/{reps}: {system.name}", file=sys.stderr)
             try:
-                only = set(args.only.split(",")) if args.only else None
-                scenarios = Scenarios(mountpoint, data, server, args.quick, only)
+                only = measured_steps(args.only)
+                scenarios = Scenarios(mountpoint, data, server, args.quick, only, pid)
                 results = scenarios.run_all(system.name)
                 rss = peak_rss_mib(pid)
                 results["peak_rss_mib"] = round(rss, 1) if rss else "error: pid not found"
@@ -123,6 +168,23 @@ def run_on_server(
                 {"server": server.name, "system": system.name, "rep": rep, "results": results}
             )
     return runs, ceilings, unavailable
+
+
+def at_latency(server: Server, latency_ms: float, workdir: str) -> Server:
+    """`server` as the systems see it at this round trip: itself at 0, else behind a proxy.
+
+    Stopping the result never stops `server` itself: it serves every latency in turn.
+    """
+    if latency_ms == 0:
+        return replace(server, name=f"{server.name}, 0 ms", stop=lambda: None)
+    return far(server, latency_ms, os.path.join(workdir, f"delay-{latency_ms:g}ms.log"))
+
+
+def measured_steps(only: str | None) -> set[str] | None:
+    """The scenarios to run for `--only`: a figure taken during another names that one."""
+    if not only:
+        return None
+    return {TAKEN_WITH.get(key, key) for key in only.split(",")}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,13 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     servers: list[dict[str, Any]] = []
     page_cache_dropped = drop_caches()
     with contextlib.ExitStack() as stack:
-        latency_ms = float(args.latency.removesuffix("ms")) if args.latency else 0.0
-        try:
-            launcher = Launcher(workdir, cache_dir, latency_ms)
-        except Unavailable as exc:
-            print(f"bench: {exc}", file=sys.stderr)
-            return 2
-        stack.callback(launcher.close)
+        launcher = Launcher(workdir, cache_dir)
         if not os.environ.get("PFFS_BENCH_KEEP"):
             stack.callback(shutil.rmtree, workdir, True)
         wanted: list[tuple[str, Any]] = [
@@ -169,12 +225,24 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             stack.callback(server.stop)
             server_dir = tempfile.mkdtemp(prefix=f"{server.name.split()[0]}-", dir=workdir)
-            runs, ceilings, failed = run_on_server(server, args, systems, server_dir)
-            entry.update(
-                name=server.name, ceiling_runs=ceilings, unavailable={**unavailable, **failed}
-            )
-            all_runs += runs
-            servers.append(entry)
+            print(f"[{server.name}] uploading the dataset ...", file=sys.stderr)
+            data = ds.upload(server, sizes_from(args), server_dir)  # near: uploads are no figure
+            for latency in args.latencies:
+                name = f"{server.name}, {latency:g} ms"
+                try:
+                    target = at_latency(server, latency, server_dir)
+                except Unavailable as exc:
+                    servers.append({**entry, "name": name, "error": str(exc)})
+                    continue
+                try:
+                    runs, ceilings, failed = run_on_server(target, data, args, systems, server_dir)
+                finally:
+                    target.stop()
+                servers.append({
+                    **entry, "name": name, "latency_ms": latency,
+                    "ceiling_runs": ceilings, "unavailable": {**unavailable, **failed},
+                })  # fmt: skip
+                all_runs += runs
     summary = report.summarize(all_runs, [s for s in servers if "error" not in s])
     summary["skipped_servers"] = {s["name"]: s["error"] for s in servers if "error" in s}
     summary["machine"] = {
@@ -182,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         "platform": platform.platform(),
         "python": platform.python_version(),
         "page_cache_dropped": page_cache_dropped,
-        "latency": args.latency or "none",
+        "latency_ms": args.latencies,
     }
     summary["command"] = "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])
     summary["seconds"] = round(time.time() - started, 1)

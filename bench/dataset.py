@@ -1,8 +1,10 @@
 """The benchmark's dataset: generated, uploaded, and verified in the store before any run.
 
 One large file (sequential and random reads), a second large file (parallel readers), a file
-for time to first byte, many small files, and a wide directory for metadata. A local copy of the
-large file is kept for the local-disk ceiling and for verifying bytes read through mounts.
+for time to first byte, many small files, a wide directory for metadata, and a training set
+(one directory of `epoch_files` files of `epoch_size` bytes, read whole by the epochs). A
+local copy of the large file is kept for the local-disk ceiling and for verifying bytes read
+through mounts.
 """
 
 from __future__ import annotations
@@ -28,16 +30,19 @@ class Sizes:
     small_files: int
     wide_files: int
     write: int
+    epoch_files: int
+    epoch_size: int
 
     @staticmethod
     def full() -> Sizes:
+        # 100 KiB: ImageNet's mean file size.
         return Sizes(large=1 << 30, parallel=512 * MIB, small_files=1000, wide_files=10_000,
-                     write=1 << 30)  # fmt: skip
+                     write=1 << 30, epoch_files=2000, epoch_size=100 * 1024)  # fmt: skip
 
     @staticmethod
     def quick() -> Sizes:
         return Sizes(large=32 * MIB, parallel=16 * MIB, small_files=40, wide_files=300,
-                     write=8 * MIB)  # fmt: skip
+                     write=8 * MIB, epoch_files=400, epoch_size=100 * 1024)  # fmt: skip
 
 
 @dataclass
@@ -48,6 +53,7 @@ class Dataset:
     large_sha256: str
     small_keys: list[str]
     wide_keys: list[str]
+    epoch_keys: list[str]
 
 
 def client(server: Server):
@@ -89,14 +95,20 @@ def upload(server: Server, sizes: Sizes, workdir: str, bucket: str = "pffs-bench
     s3.put_object(Bucket=bucket, Key="ttfb.bin", Body=os.urandom(MIB))
     small_keys = [f"small/f{i:05d}.bin" for i in range(sizes.small_files)]
     wide_keys = [f"wide/o{i:05d}" for i in range(sizes.wide_files)]
-    objects = [(k, os.urandom(SMALL_SIZE)) for k in small_keys] + [
-        (k, b"w" * 16) for k in wide_keys
-    ]
+    epoch_keys = epoch_names(sizes.epoch_files)
+    objects = [(k, lambda: os.urandom(SMALL_SIZE)) for k in small_keys]
+    objects += [(k, lambda: b"w" * 16) for k in wide_keys]
+    objects += [(k, lambda: os.urandom(sizes.epoch_size)) for k in epoch_keys]
     with ThreadPoolExecutor(16) as pool:
-        list(pool.map(lambda kv: s3.put_object(Bucket=bucket, Key=kv[0], Body=kv[1]), objects))
-    dataset = Dataset(bucket, sizes, local_large, sha, small_keys, wide_keys)
+        list(pool.map(lambda kv: s3.put_object(Bucket=bucket, Key=kv[0], Body=kv[1]()), objects))
+    dataset = Dataset(bucket, sizes, local_large, sha, small_keys, wide_keys, epoch_keys)
     verify(server, dataset)
     return dataset
+
+
+def epoch_names(count: int) -> list[str]:
+    """The training set's keys: one directory, as a dataset of samples is laid out."""
+    return [f"train/sample{i:06d}.bin" for i in range(count)]
 
 
 def verify(server: Server, dataset: Dataset) -> None:
@@ -114,6 +126,7 @@ def verify(server: Server, dataset: Dataset) -> None:
     for prefix, expected in (
         ("small/", len(dataset.small_keys)),
         ("wide/", len(dataset.wide_keys)),
+        ("train/", len(dataset.epoch_keys)),
     ):
         pages = s3.get_paginator("list_objects_v2").paginate(Bucket=dataset.bucket, Prefix=prefix)
         count = sum(len(page.get("Contents", [])) for page in pages)

@@ -55,7 +55,9 @@ def markdown(summary: dict[str, Any]) -> str:
         ceilings = server.get("ceilings", {})
         lines.append(
             f"Ceilings: server {_fmt(ceilings.get('server_mbs'))} MB/s (8 parallel ranged GETs, "
-            f"curl), local disk {_fmt(ceilings.get('local_disk_mbs'))} MB/s.\n"
+            f"curl), store {_fmt(ceilings.get('store_files_per_s'))} files/s (the training "
+            f"files, 64 parallel GETs, http.client), local disk "
+            f"{_fmt(ceilings.get('local_disk_mbs'))} MB/s.\n"
         )
         header = ["scenario", "unit", *systems, "pffs / best peer"]
         lines.append("| " + " | ".join(header) + " |")
@@ -66,10 +68,27 @@ def markdown(summary: dict[str, Any]) -> str:
             ratio = server["ratios"].get(metric.key)
             row.append(f"{ratio:.2f}x" if ratio else "-")
             lines.append("| " + " | ".join(row) + " |")
+        against_store = epoch_against_store(server)
+        if against_store:
+            shares = ", ".join(f"{system} {share:.0%}" for system, share in against_store.items())
+            lines.append(f"\nEpoch 1 against the store's own files/s: {shares}.")
         for system, reason in server.get("unavailable", {}).items():
             lines.append(f"\n{system}: not run ({reason})")
         lines.append("")
     return "\n".join(lines)
+
+
+def epoch_against_store(server: dict[str, Any]) -> dict[str, float]:
+    """Each system's epoch-1 files/s as a fraction of the store's own (the ceiling)."""
+    store = server.get("ceilings", {}).get("store_files_per_s")
+    if not isinstance(store, int | float) or store <= 0:
+        return {}
+    out = {}
+    for system in server["systems"]:
+        epoch1 = server["medians"].get(system, {}).get("epoch1_files_per_s")
+        if isinstance(epoch1, int | float):
+            out[system] = epoch1 / store
+    return out
 
 
 def summarize(runs: Runs, servers: list[dict[str, Any]]) -> dict[str, Any]:
@@ -137,7 +156,8 @@ def charts(summary: dict[str, Any], directory: str) -> list[str]:
         ax.set_title(f"pffs bench on {server['name']}")
         ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
         fig.tight_layout()
-        path = os.path.join(directory, f"bench-{server['name'].split()[0]}.png")
+        slug = "".join(c if c.isalnum() else "-" for c in server["name"]).strip("-")
+        path = os.path.join(directory, f"bench-{slug}.png")
         fig.savefig(path, dpi=100)
         plt.close(fig)
         written.append(path)

@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.dataset import MIB, SMALL_SIZE, Dataset, client
+from bench.epoch import read_epoch
 from bench.servers import Server
+from bench.systems import cpu_seconds, peak_rss_mib, reset_peak_rss
 
 JOBS = os.path.join(os.path.dirname(__file__), "jobs")
 
@@ -32,8 +34,12 @@ class Metric:
 
 
 METRICS = [
+    Metric("epoch1_files_per_s", "training epoch 1, cold (8 readers)", "files/s", True),
+    Metric("epoch2_files_per_s", "training epoch 2 (page cache dropped)", "files/s", True),
+    Metric("epoch_peak_rss_mib", "peak RSS of the mount during the epochs", "MiB", False),
     Metric("ttfb_ms", "time to first byte, cold file", "ms", False),
     Metric("seq_cold_mbs", "sequential read, cold", "MB/s", True),
+    Metric("seq_cold_cpu_s_per_gib", "mount CPU over the cold read", "CPU-s/GiB", False),
     Metric("seq_warm_mbs", "sequential read, warm (page cache dropped)", "MB/s", True),
     Metric("rand_psync_iops", "random 4 KiB reads, psync", "IOPS", True),
     Metric("rand_libaio_iops", "random 4 KiB reads, libaio depth 16", "IOPS", True),
@@ -44,6 +50,8 @@ METRICS = [
     Metric("write_mbs", "sequential write + close, verified", "MB/s", True),
     Metric("peak_rss_mib", "peak RSS of the mount process", "MiB", False),
 ]
+# Figures taken while another scenario runs, measured when that one is.
+TAKEN_WITH = {"seq_cold_cpu_s_per_gib": "seq_cold_mbs", "epoch_peak_rss_mib": "epoch1_files_per_s"}
 
 
 def drop_caches() -> bool:
@@ -88,8 +96,10 @@ class Scenarios:
         server: Server,
         quick: bool,
         only: set[str] | None = None,
+        pid: int | None = None,
     ) -> None:
         self.only = only  # metric keys to measure; None: all of them
+        self.pid = pid  # the mount process, for its CPU time and RSS
         self.mnt = mountpoint
         self.data = dataset
         self.server = server
@@ -100,9 +110,12 @@ class Scenarios:
 
     def run_all(self, system: str) -> dict[str, float | str]:
         results: dict[str, float | str] = {}
+        # The epochs come first: epoch 1 is the mount's first work, as a training job's is.
         steps: list[tuple[str, Callable[[], float]]] = [
+            ("epoch1_files_per_s", lambda: self.epoch(1, results)),
+            ("epoch2_files_per_s", lambda: self.epoch(2, results)),
             ("ttfb_ms", self.ttfb),
-            ("seq_cold_mbs", self.seq_read),
+            ("seq_cold_mbs", lambda: self.seq_cold(results)),
             ("seq_warm_mbs", self.seq_read),
             ("rand_psync_iops", lambda: self.randread("psync", "1")),
             ("rand_libaio_iops", lambda: self.randread("libaio", "16")),
@@ -122,6 +135,28 @@ class Scenarios:
                 results[key] = f"error: {str(exc).splitlines()[0][:160]}"
         results["verified"] = "yes" if self.verify_large() else "NO: bytes differ"
         return results
+
+    def epoch(self, number: int, results: dict[str, float | str]) -> float:
+        """One pass over the training set, in an order of its own; epoch 1 also resets the
+        mount's peak RSS first, and epoch 2 reads it after, so the peak is the epochs' own."""
+        if number == 1:
+            reset_peak_rss(self.pid)
+        files_per_s = read_epoch(
+            self.mnt, self.data.epoch_keys, self.data.sizes.epoch_size, seed=number
+        )
+        if number == 2 and (rss := peak_rss_mib(self.pid)) is not None:
+            results["epoch_peak_rss_mib"] = round(rss, 1)
+        return files_per_s
+
+    def seq_cold(self, results: dict[str, float | str]) -> float:
+        """The cold sequential read, and the mount's CPU-seconds per GiB over it."""
+        before = cpu_seconds(self.pid)
+        mbs = self.seq_read()
+        after = cpu_seconds(self.pid)
+        if before is not None and after is not None:
+            gib = self.data.sizes.large / (1 << 30)
+            results["seq_cold_cpu_s_per_gib"] = round((after - before) / gib, 3)
+        return mbs
 
     def ttfb(self) -> float:
         def first_byte() -> None:

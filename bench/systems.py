@@ -87,6 +87,31 @@ def peak_rss_mib(pid: int | None) -> float | None:
     return None
 
 
+def reset_peak_rss(pid: int | None) -> bool:
+    """Restart VmHWM from the current RSS (Linux's clear_refs "5"), to measure one phase."""
+    if pid is None:
+        return False
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def cpu_seconds(pid: int | None) -> float | None:
+    """User + system CPU time a process has used so far (/proc/PID/stat, its threads included)."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            # Fields after the command name (which may hold spaces): utime, stime are 14, 15.
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class System:
     name = "?"
 

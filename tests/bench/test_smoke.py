@@ -25,7 +25,7 @@ def test_quick_bench_produces_every_figure(tmp_path: Path) -> None:
         [sys.executable, "-m", "bench", "--quick", "--out", str(tmp_path)],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=1800,  # two servers, each at 0 and 20 ms
         check=False,
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -34,11 +34,14 @@ def test_quick_bench_produces_every_figure(tmp_path: Path) -> None:
     summary = payload["summary"]
     assert not summary["skipped_servers"], summary["skipped_servers"]
     names = [server["name"] for server in summary["servers"]]
-    assert names == ["moto", "s3rver"]
+    # --quick runs at 0 ms and, behind the delay proxy, at 20 ms.
+    assert names == ["moto, 0 ms", "moto, 20 ms", "s3rver, 0 ms", "s3rver, 20 ms"]
     for server in summary["servers"]:
         assert server["systems"] == ["pffs", "s3fs", "rclone"]
         assert not server["unavailable"], server["unavailable"]
-        assert server["ceilings"]["server_mbs"] > 0 and server["ceilings"]["local_disk_mbs"] > 0
+        ceilings = server["ceilings"]
+        assert ceilings["server_mbs"] > 0 and ceilings["local_disk_mbs"] > 0
+        assert ceilings["store_files_per_s"] > 0
         for system in server["systems"]:
             figures = server["medians"][system]
             for metric in METRICS:
@@ -46,5 +49,7 @@ def test_quick_bench_produces_every_figure(tmp_path: Path) -> None:
                 assert isinstance(value, int | float), (server["name"], system, metric.key, value)
     for run in payload["runs"]:
         assert run["results"]["verified"] == "yes", run
-    assert len(list(run_dir.glob("*.png"))) == 2
+    assert len(list(run_dir.glob("*.png"))) == 4
     assert "| sequential read, cold |" in result.stdout
+    assert "| training epoch 1, cold (8 readers) |" in result.stdout
+    assert "Epoch 1 against the store's own files/s: pffs " in result.stdout

@@ -98,7 +98,6 @@ def drill_store(
         yield int(server.endpoint_url.rsplit(":", 1)[1]), client, env
     finally:
         server.stop()
-        launcher.close()
 
 
 def test_sixteen_readers_get_exact_bytes_under_faults(drill_store, bucket, tmp_path) -> None:
