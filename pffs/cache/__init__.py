@@ -7,8 +7,10 @@ Threading rule: worker threads, entered through `trio.to_thread.run_sync`, only 
 use file descriptors (disk tier reads and writes, CRC and lz4, the fetch function's store
 call). The cache's shared state (the memory tier, the in-flight table, the prefetch budget and
 its bookkeeping, the background task count, the counters) is touched only from trio tasks, so
-it needs no lock. Reading a counter from another thread (the metrics collector) is the one
-exception: it only reads.
+it needs no lock. Reading a counter from another thread (the metrics collector) is one
+exception: it only reads. The disk tier's open entries (openentries.py) are the other: worker
+threads and trio tasks share them under their own lock, and a trio task may read an open
+entry itself when the page cache holds the bytes (RWF_NOWAIT, never waiting for the disk).
 
 The modules, by idea; each composes the ones it needs, none inherits from another:
 
@@ -36,7 +38,10 @@ background.py   Background: the tasks the cache starts in the nursery it is give
                 prefetch) and waiting until none is left (flush before an unmount).
 memory.py       MemoryTier: an LRU of blocks bounded in bytes.
 disk.py         DiskTier: blocks in a diskcache directory, a corrupt entry dropped as a miss;
-                blocking, thread- and process-safe, and per-source usage.
+                blocking, thread- and process-safe, and per-source usage; reads through
+                entries kept open, checked on each read (still linked, CRC).
+openentries.py  OpenEntries: a bounded LRU of open entry descriptors with their parsed
+                headers, sized from RLIMIT_NOFILE, shrinking when descriptors run out.
 entries.py      A block's entry on disk: header, a CRC32C per 64 KiB, lz4 when it pays, key
                 digest; checked reads of the whole block or a range; writes with O_DIRECT.
 readahead.py    Readahead: the per-file policy deciding which blocks are worth loading ahead.

@@ -60,6 +60,8 @@ class BlockCache:
             self.stats,
         )
         self.memory.on_evict = self._prefetcher.evicted
+        # A random read of a compressed disk entry decompresses the whole block: keep it.
+        self._disk.keep_block = self.memory.put
 
     @property
     def memory_only(self) -> set[str]:

@@ -1,9 +1,11 @@
 """A block's entry on disk: its format, checked reads, and writing it with O_DIRECT.
 
 Every entry carries a header: magic, flags, raw length, a CRC32C of each 64 KiB of the raw
-bytes and a digest of its key. A read verifies all of them and gives None for an entry that
-fails (bit rot, a truncated file after a crash, a file from another key); the disk tier
-(disk.py) then deletes it and reports a miss.
+bytes and a digest of its key. Reads go through a descriptor: `read_layout` checks and parses
+the header once per open (the disk tier keeps the result with the descriptor), then
+`read_block` and `read_range` verify the chunks they read against its CRC table on every read.
+Each gives None for an entry that fails (bit rot, a truncated file after a crash, a file from
+another key); the disk tier (disk.py) then deletes it and reports a miss.
 
 Entries are written with O_DIRECT where the file system allows it: the header and the payload
 each start on a 4 KiB boundary and the file is padded to one, so the block goes from an aligned
@@ -11,7 +13,8 @@ buffer straight to the disk. A buffered write costs a copy into the page cache p
 bookkeeping, several milliseconds of CPU per 4 MiB block on a small VM, which a cold read pays
 for every block it caches (docs/BENCHMARKS.md).
 
-Everything here blocks (file I/O, CRC, lz4); callers run it in worker threads.
+Everything here blocks (file I/O, CRC, lz4); callers run it in worker threads, except
+`read_range(..., nowait=True)`, which only takes what the page cache holds.
 """
 
 from __future__ import annotations
@@ -19,13 +22,11 @@ from __future__ import annotations
 import array
 import errno
 import hashlib
-import io
 import mmap
 import os
 import struct
 import threading
 from dataclasses import dataclass
-from typing import BinaryIO
 
 import crc32c
 import lz4.block
@@ -78,10 +79,12 @@ def encode(key: str, data: bytes, compress: bool) -> tuple[bytes, bytes]:
     return header.ljust(_aligned(len(header)), b"\0"), payload
 
 
-@dataclass(frozen=True)
-class _Layout:
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """An entry's parsed header: what a read of it needs, kept while its descriptor is open."""
+
     flags: int
-    length: int
+    length: int  # the block's raw bytes
     stored: int  # payload bytes in the file (compressed or not)
     crcs: array.array[int]
 
@@ -89,23 +92,40 @@ class _Layout:
     def payload_offset(self) -> int:
         return _aligned(_HEADER.size + 4 * len(self.crcs))
 
+    @property
+    def compressed(self) -> bool:
+        return bool(self.flags & _COMPRESSED)
 
-def _read_layout(key: str, f: BinaryIO) -> _Layout | None:
-    header = f.read(_HEADER.size)
-    if len(header) < _HEADER.size:
+
+def _parse_layout(key: str, region: bytes) -> Layout | None:
+    """The layout from an entry's first bytes (header and CRC table), or None if they fail."""
+    if len(region) < _HEADER.size:
         return None
-    magic, flags, length, chunk, digest, stored = _HEADER.unpack(header)
+    magic, flags, length, chunk, digest, stored = _HEADER.unpack_from(region)
     if magic != _MAGIC or chunk != CHUNK or digest != _key_digest(key):
         return None  # damaged, from an older format, or another key's entry
     count = -(-length // CHUNK)
-    table = f.read(4 * count)
+    table = region[_HEADER.size : _HEADER.size + 4 * count]
     if len(table) != 4 * count:
         return None
     crcs = array.array("I")
     crcs.frombytes(table)
-    layout = _Layout(flags, length, stored, crcs)
-    f.seek(layout.payload_offset)
-    return layout
+    return Layout(flags, length, stored, crcs)
+
+
+def read_layout(key: str, fd: int) -> Layout | None:
+    """The layout of the entry open at `fd`, or None when it is damaged or another key's.
+
+    One pread of ALIGN bytes holds the header region of blocks up to 64 MiB; a longer CRC
+    table (larger blocks) costs a second read.
+    """
+    region = os.pread(fd, ALIGN, 0)
+    if len(region) >= _HEADER.size:
+        length = _HEADER.unpack_from(region)[2]
+        wanted = _HEADER.size + 4 * -(-length // CHUNK)
+        if wanted > len(region) == ALIGN:
+            region = os.pread(fd, wanted, 0)
+    return _parse_layout(key, region)
 
 
 def _verified(data: bytes | bytearray, crcs: array.array[int], first_chunk: int) -> bool:
@@ -116,58 +136,78 @@ def _verified(data: bytes | bytearray, crcs: array.array[int], first_chunk: int)
     return True
 
 
-def _decompressed(layout: _Layout, f: BinaryIO) -> bytes | None:
-    try:
-        data = lz4.block.decompress(f.read(layout.stored), uncompressed_size=layout.length)
-    except lz4.block.LZ4BlockError:
+def _block_from_payload(layout: Layout, payload: bytes | bytearray) -> bytes | None:
+    """The verified block from its stored payload (decompressed if need be), or None."""
+    if len(payload) != layout.stored:
         return None
-    if len(data) != layout.length or not _verified(data, layout.crcs, 0):
-        return None
-    block: bytes = data
-    return block
-
-
-def read_entry(key: str, f: BinaryIO) -> bytes | None:
-    """The whole block from an open entry, or None when it is damaged or another key's."""
-    layout = _read_layout(key, f)
-    if layout is None:
-        return None
-    if layout.flags & _COMPRESSED:
-        return _decompressed(layout, f)
-    data = bytearray(layout.length)
-    if layout.stored != layout.length or f.readinto(data) != layout.length:  # type: ignore[attr-defined]
-        return None
-    if not _verified(data, layout.crcs, 0):
+    if layout.compressed:
+        try:
+            payload = lz4.block.decompress(payload, uncompressed_size=layout.length)
+        except lz4.block.LZ4BlockError:
+            return None
+    if len(payload) != layout.length or not _verified(payload, layout.crcs, 0):
         return None
     # A bytearray serves as well as bytes (the cache never mutates a block) and saves a copy.
-    return data  # type: ignore[return-value]
+    return payload  # type: ignore[return-value]
 
 
-def read_entry_range(key: str, f: BinaryIO, start: int, length: int) -> bytes | None:
-    """Bytes [start, start+length) of a block, reading and verifying only the chunks needed."""
-    layout = _read_layout(key, f)
-    if layout is None:
-        return None
-    if layout.flags & _COMPRESSED:
-        data = _decompressed(layout, f)
-        return None if data is None else data[start : start + length]
+def _pread_exactly(fd: int, size: int, offset: int) -> bytearray | None:
+    """`size` bytes at `offset` read straight into one buffer, or None when the file is short."""
+    buffer = bytearray(size)
+    view = memoryview(buffer)
+    done = 0
+    while done < size:
+        count = os.preadv(fd, [view[done:]], offset + done)
+        if count == 0:
+            return None  # truncated (a crash, or damaged since)
+        done += count
+    return buffer
+
+
+def read_block(layout: Layout, fd: int) -> bytes | None:
+    """The whole block of the entry open at `fd`, or None when it is damaged."""
+    payload = _pread_exactly(fd, layout.stored, layout.payload_offset)
+    return None if payload is None else _block_from_payload(layout, payload)
+
+
+def read_range(
+    layout: Layout, fd: int, start: int, length: int, nowait: bool = False
+) -> bytes | None:
+    """Bytes [start, start+length) of an uncompressed entry's block, reading and verifying
+    only the 64 KiB chunks they touch; None when the entry is damaged or truncated.
+
+    With `nowait` the read never waits for the disk (RWF_NOWAIT: only what the page cache
+    holds); it raises BlockingIOError when the bytes are not all there.
+    """
+    assert not layout.compressed, "a compressed entry is read whole (read_block)"
     end = min(start + length, layout.length)
     if start >= end:
         return b""
     first, last = start // CHUNK, (end - 1) // CHUNK
     # The last chunk may be short: the entry's zero padding follows it and is not payload.
     expected = min(layout.length, (last + 1) * CHUNK) - first * CHUNK
-    f.seek(layout.payload_offset + first * CHUNK)
-    span = f.read(expected)
+    position = layout.payload_offset + first * CHUNK
+    if nowait:
+        buffer = bytearray(expected)
+        count = os.preadv(fd, [buffer], position, os.RWF_NOWAIT)
+        if count != expected:  # part of it is on the disk only (or the file is short)
+            raise BlockingIOError(errno.EAGAIN, "not all in the page cache")
+        span: bytes | bytearray = buffer
+    else:
+        span = os.pread(fd, expected, position)
     if len(span) != expected or not _verified(span, layout.crcs, first):
         return None
     offset = start - first * CHUNK
-    return span[offset : offset + end - start]
+    return bytes(span[offset : offset + end - start])
 
 
 def decode(key: str, entry: bytes) -> bytes | None:
-    """`read_entry` over an entry held in memory."""
-    return read_entry(key, io.BytesIO(entry))
+    """The block of an entry held in memory, or None when it is damaged or another key's."""
+    layout = _parse_layout(key, entry)
+    if layout is None:
+        return None
+    start = layout.payload_offset
+    return _block_from_payload(layout, entry[start : start + layout.stored])
 
 
 # Aligned buffers for writing entries, reused: a fresh 4 MiB buffer costs a page fault and a

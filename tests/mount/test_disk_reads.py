@@ -1,0 +1,73 @@
+"""Random reads through a real mount served from the disk tier's open entries (#18)."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import boto3
+import pytest
+
+from pffs.testing.servers import MotoServer
+from tests.conftest import mounted
+from tests.mount.test_cache_mount import drop_page_cache
+
+pytestmark = [pytest.mark.mount]
+MIB = 1 << 20
+
+
+@pytest.fixture
+def counted(tmp_path: Path):
+    """A moto server of this test's own, whose access log counts the requests it served."""
+    with MotoServer(access_log=str(tmp_path / "moto-access.log")) as server:
+        yield server
+
+
+def entries_held_open(cache_dir: Path) -> set[str]:
+    """The disk tier's entry files some process holds open (the mount's daemon: no other
+    process uses this cache directory)."""
+    held = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue  # gone, or not ours to look at
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith(str(cache_dir)) and target.endswith(".val"):
+                held.add(target)
+    return held
+
+
+def test_random_reads_of_a_remounted_file_come_from_open_entries(
+    counted: MotoServer, tmp_path: Path
+) -> None:
+    s3 = boto3.client("s3", endpoint_url=counted.endpoint_url)
+    s3.create_bucket(Bucket="data")
+    data = os.urandom(16 * MIB)  # four 4 MiB blocks: incompressible, stored plain
+    s3.put_object(Bucket="data", Key="big.bin", Body=data)
+    cache_dir = tmp_path / "cache"
+    options = (
+        *("--endpoint-url", counted.endpoint_url, "--cache-dir", str(cache_dir)),
+        *("--cache-memory", "8M"),  # two blocks: most reads must come from the disk tier
+    )
+    with mounted("s3://data", tmp_path / "mnt", *options) as mnt:
+        assert (mnt / "big.bin").read_bytes() == data
+    gets = counted.requests("GET", "/data/big.bin")
+    drop_page_cache()
+    with mounted("s3://data", tmp_path / "mnt", *options) as mnt:
+        assert entries_held_open(cache_dir) == set()
+        rng = random.Random(7)
+        with open(mnt / "big.bin", "rb", buffering=0) as f:
+            for _ in range(200):
+                offset = rng.randrange(len(data) // 4096) * 4096
+                assert os.pread(f.fileno(), 4096, offset) == data[offset : offset + 4096]
+            held = entries_held_open(cache_dir)
+        assert 1 <= len(held) <= 4  # the blocks' entries, kept open after their first read
+        assert all(os.path.exists(path) for path in held)
+    assert counted.requests("GET", "/data/big.bin") == gets  # not one byte from the store
+    assert entries_held_open(cache_dir) == set()  # closed with the mount
