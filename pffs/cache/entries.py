@@ -249,8 +249,11 @@ def write_entry(path: str, header: bytes, payload: bytes | memoryview) -> int:
         buffer[: len(header)] = header
         buffer[len(header) : end] = payload
         buffer[end:total] = bytes(total - end)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd = _open_for_write(path)
+        try:
+            fd = _open_for_write(path)
+        except FileNotFoundError:  # its directory was removed (an emptied cache, say)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd = _open_for_write(path)
         try:
             with memoryview(buffer) as view:
                 written = 0
