@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -11,6 +12,7 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import boto3
 import pytest
@@ -115,3 +117,22 @@ def mount_s3(moto: MotoServer, tmp_path: Path):
         return mounted(source, tmp_path / name, "--endpoint-url", moto.endpoint_url, *options)
 
     return _mount
+
+
+def stats_snapshot(mnt: Path) -> dict[str, Any]:
+    """A mount's `.pffs/stats`: its metrics as JSON."""
+    with open(mnt / ".pffs" / "stats", "rb") as f:
+        data: dict[str, Any] = json.load(f)
+    return data
+
+
+def metric_value(snapshot: dict[str, Any], name: str, **labels: str) -> float:
+    """Sum of a metric's samples whose labels include `labels` (0 when none)."""
+    family = snapshot["metrics"].get(name, {"samples": []})
+    return float(
+        sum(
+            s["value"]
+            for s in family["samples"]
+            if all(s["labels"].get(k) == v for k, v in labels.items())
+        )
+    )

@@ -16,13 +16,6 @@ pytestmark = [pytest.mark.mount]
 MIB = 1 << 20
 
 
-@pytest.fixture
-def counted(tmp_path: Path):
-    """A moto server of this test's own, whose access log counts the requests it served."""
-    with MotoServer(access_log=str(tmp_path / "moto-access.log")) as server:
-        yield server
-
-
 def drop_page_cache() -> None:
     try:
         with open("/proc/sys/vm/drop_caches", "w") as f:

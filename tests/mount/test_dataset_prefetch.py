@@ -4,7 +4,6 @@ with bad entries."""
 
 from __future__ import annotations
 
-import json
 import random
 import time
 from pathlib import Path
@@ -13,27 +12,10 @@ from typing import Any
 import pytest
 
 from pffs.dataset import PrefetchOrder
-from tests.conftest import run_pffs
+from tests.conftest import metric_value, run_pffs, stats_snapshot
 
 FILES = 50
 SIZE = 100 * 1024  # ImageNet's mean file size
-
-
-def stats(mnt: Path) -> dict[str, Any]:
-    with open(mnt / ".pffs" / "stats", "rb") as f:
-        data: dict[str, Any] = json.load(f)
-    return data
-
-
-def value(snapshot: dict[str, Any], name: str, **labels: str) -> float:
-    family = snapshot["metrics"].get(name, {"samples": []})
-    return float(
-        sum(
-            s["value"]
-            for s in family["samples"]
-            if all(s["labels"].get(k) == v for k, v in labels.items())
-        )
-    )
 
 
 @pytest.fixture
@@ -48,8 +30,8 @@ def dataset(s3, bucket: str) -> dict[str, bytes]:
 def wait_for(mnt: Path, name: str, wanted: float, timeout: float = 60.0) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while True:
-        snapshot = stats(mnt)
-        if value(snapshot, name) >= wanted or time.monotonic() > deadline:
+        snapshot = stats_snapshot(mnt)
+        if metric_value(snapshot, name) >= wanted or time.monotonic() > deadline:
             return snapshot
         time.sleep(0.1)
 
@@ -64,14 +46,14 @@ def test_three_opens_load_the_rest_of_the_directory(
         for name in names[:3]:
             assert (mnt / name).read_bytes() == dataset[name]
         loaded = wait_for(mnt, "pffs_prefetch_files_fetched_total", FILES - 3)
-        assert value(loaded, "pffs_prefetch_files_fetched_total") == FILES - 3
-        assert value(loaded, "pffs_prefetch_files_fetched_bytes_total") == (FILES - 3) * SIZE
-        gets = value(loaded, "pffs_backend_requests_total", request="GET")
+        assert metric_value(loaded, "pffs_prefetch_files_fetched_total") == FILES - 3
+        assert metric_value(loaded, "pffs_prefetch_files_fetched_bytes_total") == (FILES - 3) * SIZE
+        gets = metric_value(loaded, "pffs_backend_requests_total", request="GET")
         for name in names[3:]:
             assert (mnt / name).read_bytes() == dataset[name]
-        after = stats(mnt)
-        assert value(after, "pffs_backend_requests_total", request="GET") == gets
-        assert value(after, "pffs_prefetch_files_used_total") == FILES - 3
+        after = stats_snapshot(mnt)
+        assert metric_value(after, "pffs_backend_requests_total", request="GET") == gets
+        assert metric_value(after, "pffs_prefetch_files_used_total") == FILES - 3
 
 
 @pytest.mark.mount
@@ -90,11 +72,13 @@ def test_prefetch_order_command_reports_bad_entries(
         ]
         assert "2 files queued, 2 bad entries" in result.stdout
         loaded = wait_for(mnt, "pffs_prefetch_files_fetched_total", 2)
-        assert value(loaded, "pffs_prefetch_files_fetched_total") == 2
-        gets = value(loaded, "pffs_backend_requests_total", request="GET")
+        assert metric_value(loaded, "pffs_prefetch_files_fetched_total") == 2
+        gets = metric_value(loaded, "pffs_backend_requests_total", request="GET")
         for name in ("train/007.jpg", "train/003.jpg"):
             assert (mnt / name).read_bytes() == dataset[name]
-        assert value(stats(mnt), "pffs_backend_requests_total", request="GET") == gets
+        assert (
+            metric_value(stats_snapshot(mnt), "pffs_backend_requests_total", request="GET") == gets
+        )
 
 
 def test_prefetch_command_refuses_a_directory_that_is_not_a_mount(tmp_path: Path) -> None:
@@ -116,4 +100,4 @@ def test_sampler_wrapper_hands_each_epoch_over(
         assert list(sampler) == epoch_order and len(sampler) == 5
         assert sampler.bad == ["train/gone.jpg: no such file"]
         loaded = wait_for(mnt, "pffs_prefetch_files_fetched_total", 3)
-        assert value(loaded, "pffs_prefetch_files_fetched_total") == 3
+        assert metric_value(loaded, "pffs_prefetch_files_fetched_total") == 3

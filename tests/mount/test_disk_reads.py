@@ -17,13 +17,6 @@ pytestmark = [pytest.mark.mount]
 MIB = 1 << 20
 
 
-@pytest.fixture
-def counted(tmp_path: Path):
-    """A moto server of this test's own, whose access log counts the requests it served."""
-    with MotoServer(access_log=str(tmp_path / "moto-access.log")) as server:
-        yield server
-
-
 def entries_held_open(cache_dir: Path) -> set[str]:
     """The disk tier's entry files some process holds open (the mount's daemon: no other
     process uses this cache directory)."""

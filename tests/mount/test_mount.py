@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from pffs.mounting.kernel import find_mount, wait_unmounted
-from tests.conftest import PFFS, mounted, run_pffs
+from tests.conftest import PFFS, metric_value, mounted, run_pffs, stats_snapshot
 
 pytestmark = [pytest.mark.mount]
 
@@ -185,12 +185,6 @@ def test_reads_reach_the_daemon_as_large_requests(s3, bucket, mount_s3) -> None:
         assert reads and reads[0] <= 16  # 1 MiB requests: 8 (with 128 KiB ones, 64)
 
 
-def _fuse_ops(mnt: Path, op: str) -> float:
-    stats = json.loads((mnt / ".pffs" / "stats").read_text())
-    samples = stats["metrics"]["pffs_fuse_operations_total"]["samples"]
-    return float(sum(s["value"] for s in samples if s["labels"]["op"] == op))
-
-
 def test_absent_names_are_answered_by_the_kernel_for_the_negative_ttl(tmp_path: Path) -> None:
     source = tmp_path / "source"
     source.mkdir()
@@ -198,10 +192,12 @@ def test_absent_names_are_answered_by_the_kernel_for_the_negative_ttl(tmp_path: 
     options = ("--negative-ttl", "30", "--cache-dir", "none")
     with mounted(f"file://{source}", tmp_path / "mnt", *options) as mnt:
         assert not (mnt / "absent").exists()
-        lookups = _fuse_ops(mnt, "lookup")
+        lookups = metric_value(stats_snapshot(mnt), "pffs_fuse_operations_total", op="lookup")
         for _ in range(5):
             assert not (mnt / "absent").exists()
-        assert _fuse_ops(mnt, "lookup") == lookups  # the kernel's negative entry answered
+        assert (
+            metric_value(stats_snapshot(mnt), "pffs_fuse_operations_total", op="lookup") == lookups
+        )  # the kernel's negative entry answered
         (mnt / "absent").write_bytes(b"made through the mount")  # replaces the negative entry
         assert (mnt / "absent").read_bytes() == b"made through the mount"
         assert (source / "absent").read_bytes() == b"made through the mount"

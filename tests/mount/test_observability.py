@@ -24,29 +24,11 @@ from pffs.config import CacheConfig
 from pffs.errors import MountpointError, UsageError
 from pffs.logs import LineFormatter, redact
 from pffs.testing.servers import free_port
-from tests.conftest import run_pffs
+from tests.conftest import metric_value, run_pffs, stats_snapshot
 
 MIB = 1 << 20
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "deploy" / "grafana" / "pffs-dashboard.json"
-
-
-def _stats(mnt: Path) -> dict[str, Any]:
-    with open(mnt / ".pffs" / "stats", "rb") as f:
-        data: dict[str, Any] = json.load(f)
-    return data
-
-
-def _value(snapshot: dict[str, Any], name: str, **labels: str) -> float:
-    """Sum of a metric's samples whose labels include `labels` (0 when none)."""
-    family = snapshot["metrics"].get(name, {"samples": []})
-    return float(
-        sum(
-            s["value"]
-            for s in family["samples"]
-            if all(s["labels"].get(k) == v for k, v in labels.items())
-        )
-    )
 
 
 def _drop_page_cache(path: Path) -> None:
@@ -78,37 +60,40 @@ def test_metrics_move_through_a_real_mount(s3, bucket: str, mount_s3, tmp_path: 
             (mnt / ".pffs" / "other").write_bytes(b"x")
         assert refused.value.errno in (errno.EROFS, errno.EACCES)
 
-        before = _stats(mnt)
+        before = stats_snapshot(mnt)
         assert before["format"] == 1 and before["mountpoint"] == str(mnt)
         source = f"s3://{bucket}@" + before["sources"][0].split("@", 1)[1]
         assert before["sources"] == [source]
 
         # A cold read: every block missed both tiers, and its bytes came from the store.
         assert (mnt / "data" / "blob.bin").read_bytes() == payload
-        cold = _stats(mnt)
-        got = _value(cold, "pffs_backend_received_bytes_total", request="GET", source=source)
-        assert got - _value(before, "pffs_backend_received_bytes_total") >= size
-        assert _value(cold, "pffs_cache_misses_total", tier="memory") > 0
-        assert _value(cold, "pffs_cache_misses_total", tier="disk") >= 4  # 4 blocks of 1 MiB
-        assert _value(cold, "pffs_cache_store_fetches_total") >= 4
-        served = _value(cold, "pffs_cache_served_bytes_total")
-        assert served - _value(before, "pffs_cache_served_bytes_total") == size
-        assert _value(cold, "pffs_fuse_operations_total", op="read") > 0
-        gets = _value(cold, "pffs_backend_requests_total", request="GET")
+        cold = stats_snapshot(mnt)
+        got = metric_value(cold, "pffs_backend_received_bytes_total", request="GET", source=source)
+        assert got - metric_value(before, "pffs_backend_received_bytes_total") >= size
+        assert metric_value(cold, "pffs_cache_misses_total", tier="memory") > 0
+        assert metric_value(cold, "pffs_cache_misses_total", tier="disk") >= 4  # 4 blocks of 1 MiB
+        assert metric_value(cold, "pffs_cache_store_fetches_total") >= 4
+        served = metric_value(cold, "pffs_cache_served_bytes_total")
+        assert served - metric_value(before, "pffs_cache_served_bytes_total") == size
+        assert metric_value(cold, "pffs_fuse_operations_total", op="read") > 0
+        gets = metric_value(cold, "pffs_backend_requests_total", request="GET")
         assert 1 <= gets <= 4  # prefetched consecutive blocks share a GET
 
         # A warm read of the same file (page cache dropped): memory hits, no store bytes.
         _drop_page_cache(mnt / "data" / "blob.bin")
         assert (mnt / "data" / "blob.bin").read_bytes() == payload
-        warm = _stats(mnt)
-        hits = _value(warm, "pffs_cache_hits_total", tier="memory")
-        assert hits > _value(cold, "pffs_cache_hits_total", tier="memory")
-        assert _value(warm, "pffs_backend_received_bytes_total") == _value(
+        warm = stats_snapshot(mnt)
+        hits = metric_value(warm, "pffs_cache_hits_total", tier="memory")
+        assert hits > metric_value(cold, "pffs_cache_hits_total", tier="memory")
+        assert metric_value(warm, "pffs_backend_received_bytes_total") == metric_value(
             cold, "pffs_backend_received_bytes_total"
         )
-        memory_served = _value(warm, "pffs_cache_served_bytes_total", tier="memory")
-        assert memory_served - _value(cold, "pffs_cache_served_bytes_total", tier="memory") == size
-        assert _value(warm, "pffs_open_files") == 0
+        memory_served = metric_value(warm, "pffs_cache_served_bytes_total", tier="memory")
+        assert (
+            memory_served - metric_value(cold, "pffs_cache_served_bytes_total", tier="memory")
+            == size
+        )
+        assert metric_value(warm, "pffs_open_files") == 0
 
         # The Prometheus endpoint parses with prometheus-client's own parser, same numbers.
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
@@ -128,7 +113,7 @@ def test_metrics_move_through_a_real_mount(s3, bucket: str, mount_s3, tmp_path: 
         result = run_pffs("stats", str(mnt), "--json")
         assert result.returncode == 0, result.stderr
         cli = json.loads(result.stdout)
-        stats = _stats(mnt)
+        stats = stats_snapshot(mnt)
         assert cli.keys() == stats.keys()
         assert cli["metrics"].keys() == stats["metrics"].keys()
         for name, family in stats["metrics"].items():
