@@ -14,6 +14,7 @@ import dataclasses
 import errno
 import logging
 import os
+import resource
 import select
 import sqlite3
 import subprocess
@@ -59,6 +60,7 @@ def serve_here(config: MountConfig, on_ready: Callable[[], None] | None = None) 
     # Cache blocks and logs hold the user's data: nobody else may read what this process writes.
     os.umask(0o077)
     tune_malloc(config.cache.block_size)
+    raise_descriptor_limit()
     cache = open_cache(config.cache)
     try:
         vfs = Vfs(
@@ -115,6 +117,21 @@ def _naming_entry(path: str, entries: int) -> Iterator[None]:
             raise
         exc.args = (f"mount table entry /{path}: {exc}",)
         raise
+
+
+def raise_descriptor_limit() -> None:
+    """Raise the soft limit on open files to the hard one.
+
+    The disk tier keeps verified entries open, as many as a share of the soft limit allows
+    (pffs.cache.openentries); systemd and many shells start services at a soft limit of 1,024
+    under a hard one of 500,000 or more, which would hold only 256 entries open.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError) as exc:  # a hard limit the kernel refuses (nr_open)
+            log.debug("open-file limit stays at %d: %s", soft, exc)
 
 
 def tune_malloc(block_size: int) -> None:

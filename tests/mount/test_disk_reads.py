@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import os
 import random
+import re
+import resource
 from pathlib import Path
 
 import boto3
 import pytest
 
 from pffs.testing.servers import MotoServer
-from tests.conftest import mounted
+from tests.conftest import mounted, run_pffs
 from tests.mount.test_cache_mount import drop_page_cache
 
 pytestmark = [pytest.mark.mount]
@@ -64,3 +66,37 @@ def test_random_reads_of_a_remounted_file_come_from_open_entries(
         assert all(os.path.exists(path) for path in held)
     assert counted.requests("GET", "/data/big.bin") == gets  # not one byte from the store
     assert entries_held_open(cache_dir) == set()  # closed with the mount
+
+
+def test_a_mount_raises_its_open_file_limit_to_the_hard_one(tmp_path: Path) -> None:
+    """So the disk tier's share of it holds more than 256 open entries under systemd's 1,024."""
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard <= 1024 or hard == resource.RLIM_INFINITY:
+        pytest.skip(f"the hard limit here ({hard}) leaves nothing to raise")
+    source = tmp_path / "source"
+    source.mkdir()
+    (tmp_path / "mnt").mkdir()
+
+    def lower() -> None:  # in the child, before `pffs mount` starts
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
+
+    result = run_pffs(
+        "mount",
+        f"file://{source}",
+        str(tmp_path / "mnt"),
+        "--cache-dir",
+        "none",
+        preexec_fn=lower,
+    )
+    assert result.returncode == 0, result.stderr
+    try:
+        pid = re.search(r"\(pid (\d+)", result.stdout + result.stderr)
+        assert pid is not None, result.stdout + result.stderr
+        [limit] = [
+            line.split()
+            for line in Path(f"/proc/{pid[1]}/limits").read_text().splitlines()
+            if line.startswith("Max open files")
+        ]
+        assert int(limit[3]) == hard, limit  # the soft limit, raised from 1,024
+    finally:
+        run_pffs("umount", str(tmp_path / "mnt"))
