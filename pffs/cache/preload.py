@@ -40,6 +40,9 @@ from pffs.errors import Transient
 
 log = logging.getLogger("pffs.cache")
 
+# Files opened while no job runs, remembered so a job starting soon leaves them to their readers.
+OPENS_KEPT_WITHOUT_JOBS = 4096
+
 
 @dataclass(frozen=True, eq=False)
 class PreloadItem:
@@ -112,6 +115,7 @@ class Preloader:
         self.files_in_flight = 0
         self.bytes_in_flight = 0
         self._unread: dict[Hashable, int] = {}  # loaded ahead, not yet used: ident -> bytes
+        self._unread_bytes = 0  # their sum, kept (the dispatcher asks before every item)
         self._handled: set[Hashable] = set()  # loaded, being loaded or taken by a reader
         self._loading: set[Hashable] = set()  # being loaded, no reader has opened it yet
         self._jobs: deque[_Job] = deque()
@@ -129,7 +133,7 @@ class Preloader:
 
     @property
     def unread_bytes(self) -> int:
-        return sum(self._unread.values())
+        return self._unread_bytes
 
     def add(
         self,
@@ -172,10 +176,12 @@ class Preloader:
     def used(self, ident: Hashable) -> None:
         """A reader opened the file: what it loaded ahead is used; if not loaded, never load it
         (the reader fetches it itself)."""
-        if self._unread.pop(ident, None) is not None or ident in self._loading:
+        if self._take_unread(ident) or ident in self._loading:
             self.stats.files_used += 1
             self._loading.discard(ident)
             self._wake()
+        if not self._jobs and len(self._handled) >= OPENS_KEPT_WITHOUT_JOBS:
+            self._handled.clear()  # bounded while no job clears it (see _end)
         self._handled.add(ident)
 
     def idle(self) -> bool:
@@ -280,7 +286,7 @@ class Preloader:
         if job in self._jobs:
             self._jobs.remove(job)
         for ident in job.loaded:
-            if self._unread.pop(ident, None) is not None:
+            if self._take_unread(ident):
                 self.stats.files_wasted += 1
         job.loaded.clear()
         if not self._jobs:
@@ -312,6 +318,7 @@ class Preloader:
                 self.stats.files_cached += 1
             if fetched and for_readers and item.ident in self._loading:  # not opened yet
                 self._unread[item.ident] = item.size
+                self._unread_bytes += item.size
                 if job is not None:
                     job.loaded.add(item.ident)
         finally:
@@ -319,6 +326,13 @@ class Preloader:
             self.files_in_flight -= 1
             self.bytes_in_flight -= item.size
             self._wake()
+
+    def _take_unread(self, ident: Hashable) -> bool:
+        size = self._unread.pop(ident, None)
+        if size is None:
+            return False
+        self._unread_bytes -= size
+        return True
 
     def _failed(self, item: PreloadItem, exc: Exception, job: _Job | None) -> None:
         self.stats.files_failed += 1

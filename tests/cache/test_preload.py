@@ -16,7 +16,7 @@ import trio.testing
 
 from pffs.cache.blocks import BlockCache
 from pffs.cache.keys import BlockKey, Deliver
-from pffs.cache.preload import Preloader, PreloadItem
+from pffs.cache.preload import OPENS_KEPT_WITHOUT_JOBS, Preloader, PreloadItem
 from pffs.errors import NotFound, Transient
 from tests.cache.configs import KIB, cache_config
 
@@ -284,4 +284,25 @@ async def test_room_held_by_a_finished_job_comes_back_when_its_readers_go() -> N
         assert not engine.has_job("first")
         assert engine.stats.files_wasted == 10
         assert len(second.requests) == 6
+        nursery.cancel_scope.cancel()
+
+
+@in_trio
+async def test_opens_with_no_job_under_way_are_remembered_within_a_bound() -> None:
+    """Every read-only open is told to the engine; with no job under way it remembers only
+    the latest ones, so a mount reading a million files without prefetch stays small."""
+    store = Store(files(3, BLOCK))
+    cache = BlockCache(cache_config(None, memory_bytes=256 * BLOCK))
+    engine = Preloader(cache, budget=64 * BLOCK)
+    for n in range(3 * OPENS_KEPT_WITHOUT_JOBS):
+        engine.used(("s", f"opened-{n}"))
+    assert len(engine._handled) <= OPENS_KEPT_WITHOUT_JOBS
+    async with trio.open_nursery() as nursery:
+        cache.attach(nursery)
+        engine.attach(nursery)
+        engine.add("job", stream(store.item(n) for n in store.files))
+        await engine.wait_idle()
+        assert len(store.requests) == 3 and engine.unread_bytes == 3 * BLOCK
+        engine.used(("s", next(iter(store.files))))
+        assert engine.unread_bytes == 2 * BLOCK
         nursery.cancel_scope.cancel()
