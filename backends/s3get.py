@@ -108,8 +108,9 @@ class _Connections:
                 self._tls.check_hostname = False
                 self._tls.verify_mode = ssl.CERT_NONE
 
-    def take(self) -> http.client.HTTPConnection:
-        """An idle connection the server has not closed meanwhile, or a new connected one."""
+    def take(self) -> tuple[http.client.HTTPConnection, bool]:
+        """An idle connection the server has not closed meanwhile (and True), or a new
+        connected one (and False)."""
         while True:
             with self._lock:
                 if not self._idle:
@@ -118,7 +119,7 @@ class _Connections:
             # A keep-alive connection the server closed (or wrote on) reads as ready: sending
             # on it would fail, and the failure would be counted and retried as the store's.
             if connection.sock is not None and not _readable(connection.sock):
-                return connection
+                return connection, True
             connection.close()
         host = self._netloc if self._proxy is None else urlsplit(self._proxy[0]).netloc
         host = host.rsplit("@", 1)[-1]  # the proxy's credentials are in its headers
@@ -133,7 +134,7 @@ class _Connections:
         connection.connect()
         assert connection.sock is not None
         connection.sock.settimeout(self._read_timeout)  # from here on, each read's limit
-        return connection
+        return connection, False
 
     def give(self, connection: http.client.HTTPConnection) -> None:
         with self._lock:
@@ -256,26 +257,37 @@ class LeanGetEngine:
         path = target.key_prefix + quote(key, safe="/~")
         url = target.base + path
         signed = self._signed(target.region, url, headers)
-        try:
-            connection = target.connections.take()
-        except TimeoutError as exc:
-            raise botocore.exceptions.ConnectTimeoutError(endpoint_url=url, error=exc) from exc
-        except ssl.SSLError as exc:
-            raise botocore.exceptions.SSLError(endpoint_url=url, error=exc) from exc
-        except OSError as exc:
-            raise botocore.exceptions.EndpointConnectionError(endpoint_url=url, error=exc) from exc
-        try:
-            if target.connections.absolute_form:
-                connection.request("GET", url, headers=signed | target.connections.request_headers)
-            else:
-                connection.request("GET", path, headers=signed)
-            return url, connection, connection.getresponse()
-        except TimeoutError as exc:
-            connection.close()
-            raise botocore.exceptions.ReadTimeoutError(endpoint_url=url, error=exc) from exc
-        except (http.client.HTTPException, OSError) as exc:
-            connection.close()  # resets, closes and malformed answers before the body
-            raise botocore.exceptions.ConnectionClosedError(endpoint_url=url) from exc
+        while True:
+            try:
+                connection, reused = target.connections.take()
+            except TimeoutError as exc:
+                raise botocore.exceptions.ConnectTimeoutError(endpoint_url=url, error=exc) from exc
+            except ssl.SSLError as exc:
+                raise botocore.exceptions.SSLError(endpoint_url=url, error=exc) from exc
+            except OSError as exc:
+                raise botocore.exceptions.EndpointConnectionError(
+                    endpoint_url=url, error=exc
+                ) from exc
+            try:
+                if target.connections.absolute_form:
+                    extra = target.connections.request_headers
+                    connection.request("GET", url, headers=signed | extra)
+                else:
+                    connection.request("GET", path, headers=signed)
+                return url, connection, connection.getresponse()
+            except TimeoutError as exc:
+                connection.close()
+                raise botocore.exceptions.ReadTimeoutError(endpoint_url=url, error=exc) from exc
+            except (http.client.RemoteDisconnected, BrokenPipeError) as exc:
+                connection.close()
+                if not reused:
+                    raise botocore.exceptions.ConnectionClosedError(endpoint_url=url) from exc
+                # Closed without a word as the request went out: the server ended an idle
+                # keep-alive connection (a race the check in `take` cannot close), which is not
+                # the store failing. Once more, on another connection. A reset stays a failure.
+            except (http.client.HTTPException, OSError) as exc:
+                connection.close()  # resets, closes and malformed answers before the body
+                raise botocore.exceptions.ConnectionClosedError(endpoint_url=url) from exc
 
     @staticmethod
     def _release(

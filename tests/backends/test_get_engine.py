@@ -295,6 +295,47 @@ def test_a_connection_the_store_closed_while_idle_is_not_used(
     assert backend.retries == 0  # the closed connection was dropped, not tried and retried
 
 
+class _ClosesSecondRequests(http.server.BaseHTTPRequestHandler):
+    """Answers the first request of each connection; a second one on the same connection is
+    read and met by a close without a word, as when a store's idle timer ends a keep-alive
+    connection just as a request goes out on it."""
+
+    protocol_version = "HTTP/1.1"
+    requests = 0
+
+    def do_GET(self) -> None:
+        self.requests += 1
+        if self.requests > 1:
+            self.close_connection = True
+            return
+        first, last = self.headers["Range"].removeprefix("bytes=").split("-")
+        body = DATA[int(first) : int(last) + 1]
+        self.send_response(206)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_keep_alive_connection_closed_as_the_request_goes_out_is_not_a_failure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "key")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ClosesSecondRequests)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        backend = _backend(f"http://127.0.0.1:{server.server_address[1]}", "closing")
+        for offset in range(0, 50, 10):  # each after the first goes out on a kept connection
+            assert backend.read_range("data", offset, 10, None) == DATA[offset : offset + 10]
+        assert backend.retries == 0  # not counted, nor retried, as the store's failure
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 class _Ranges(http.server.BaseHTTPRequestHandler):
     """Serves DATA's bytes of any "bytes=a-b" range, whatever the key (an HTTPS store)."""
 
