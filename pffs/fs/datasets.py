@@ -24,13 +24,13 @@ from collections.abc import AsyncIterator, Sequence
 
 import trio
 
-from pffs.backends.base import Backend, ObjectInfo, block_runs, join
+from pffs.backends.base import Backend, ObjectInfo, join
 from pffs.cache.blocks import BlockCache
 from pffs.cache.keys import BlockKey, Deliver
 from pffs.cache.preload import Preloader, PreloadItem
 from pffs.config import DatasetConfig
-from pffs.errors import Corrupted, PffsError
-from pffs.fs.blocking import run_blocking
+from pffs.errors import PffsError
+from pffs.fs.fetching import fetch_blocks
 from pffs.fs.handles import FileHandle
 from pffs.fs.listings import DirListing
 from pffs.fs.namespace import Namespace
@@ -223,28 +223,16 @@ def file_item(
     keys = [BlockKey(backend.source_id, path, version, i) for i in range(count)]
 
     async def fetch_run(first: int, run: int, deliver: Deliver) -> None:
-        streaming = block_runs(backend)
-        if run == 1 or streaming is None:
-            for index in range(first, first + run):
-                data = await run_blocking(
-                    limiter, backend.read_range, path, index * block_size, sizes[index], version
-                )
-                if len(data) != sizes[index]:
-                    raise Corrupted(f"{path}: block {index} came back short")
-                await deliver(index, data)
-            return
-
-        def hand_over(offset: int, data: bytes) -> None:  # in the worker thread
-            trio.from_thread.run(deliver, first + offset, data)
-
-        await run_blocking(
+        await fetch_blocks(
             limiter,
-            streaming.read_blocks,
+            backend,
             path,
-            first * block_size,
-            list(sizes[first : first + run]),
             version,
-            hand_over,
+            block_size,
+            first,
+            sizes[first : first + run],
+            deliver,
+            first,
         )
 
     return PreloadItem((backend.source_id, path), keys, sizes, fetch_run)

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import functools
 
-import trio
-
 from pffs.backends.base import block_runs
 from pffs.cache.blocks import BlockCache
 from pffs.cache.keys import BlockKey, ColdStart, Deliver
 from pffs.cache.readahead import Readahead
-from pffs.errors import Changed, Corrupted, IsADirectory
-from pffs.fs.blocking import run_blocking
+from pffs.errors import Changed, IsADirectory
+from pffs.fs.fetching import fetch_blocks, fetch_range
 from pffs.fs.handles import FileHandle, Handles
 from pffs.fs.namespace import Namespace
 
@@ -92,8 +90,8 @@ class Reader:
             block_length = self._block_length(handle, index)
             start = max(offset - index * self.block_size, 0)
             stop = min(end - index * self.block_size, block_length)
-            cold_start = None
-            if (stop - start) * COLD_START_SHARE <= block_length:
+            small = (stop - start) * COLD_START_SHARE <= block_length
+            if small and not self.cache.is_cached_or_coming(key):  # a first or random read
                 cold_start = ColdStart(
                     block_length,
                     functools.partial(self._fetch_run, handle, index),
@@ -101,15 +99,13 @@ class Reader:
                         self._fetch_bytes, handle, index * self.block_size + start, stop - start
                     ),
                 )
-            if handle.readahead.sequential and (
-                cold_start is None or self.cache.is_cached_or_coming(key)
-            ):
+                part = await self.cache.read_part(key, start, stop - start, fetch, cold_start)
+                pieces.append(part)
+            elif handle.readahead.sequential:
                 block = await self.cache.read(key, fetch, served=stop - start)
                 pieces.append(memoryview(block)[start:stop])
-            else:  # random access, or a first read: only what is asked of the disk or store
-                pieces.append(
-                    await self.cache.read_part(key, start, stop - start, fetch, cold_start)
-                )
+            else:  # random access: only what is asked of the disk tier
+                pieces.append(await self.cache.read_part(key, start, stop - start, fetch))
         return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
     def _block_key(self, handle: FileHandle, index: int) -> BlockKey:
@@ -125,40 +121,24 @@ class Reader:
         )
 
     async def _fetch_bytes(self, handle: FileHandle, offset: int, length: int) -> bytes:
-        data = await run_blocking(
-            handle.mounted.limiter,
-            handle.mounted.backend.read_range,
-            handle.path_in_source,
-            offset,
-            length,
-            handle.version,
+        mounted = handle.mounted
+        return await fetch_range(
+            mounted.limiter, mounted.backend, handle.path_in_source, handle.version, offset, length
         )
-        if len(data) != length:
-            raise Corrupted(
-                f"{handle.inode.path}: bytes {offset}+{length} came back with {len(data)} bytes"
-            )
-        return data
 
     async def _fetch_run(
         self, handle: FileHandle, base: int, first: int, count: int, deliver: Deliver
     ) -> None:
         """Blocks base+first .. base+first+count-1 for a prefetch, each delivered as it lands."""
         indices = range(base + first, base + first + count)
-        backend = block_runs(handle.mounted.backend)
-        if count == 1 or backend is None:
-            for position, index in enumerate(indices, first):
-                await deliver(position, await self._fetch_block(handle, index))
-            return
-
-        def hand_over(offset: int, data: bytes) -> None:  # in the worker thread
-            trio.from_thread.run(deliver, first + offset, data)
-
-        await run_blocking(
+        await fetch_blocks(
             handle.mounted.limiter,
-            backend.read_blocks,
+            handle.mounted.backend,
             handle.path_in_source,
-            indices.start * self.block_size,
-            [self._block_length(handle, index) for index in indices],
             handle.version,
-            hand_over,
+            self.block_size,
+            indices.start,
+            [self._block_length(handle, index) for index in indices],
+            deliver,
+            first,
         )

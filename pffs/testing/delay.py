@@ -28,7 +28,8 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
-from types import TracebackType
+
+from pffs.testing.servers import Service
 
 # Bytes a transport may buffer before the opposite side stops being read: a bandwidth-delay
 # product's worth at a few hundred MB/s, so backpressure never throttles a healthy stream.
@@ -195,7 +196,7 @@ class _End(asyncio.Protocol):
         self._link.pause(self._side, False)
 
 
-class DelayProxy:
+class DelayProxy(Service):
     """Forward TCP from 127.0.0.1:`port` to `upstream`, `rtt_ms` added to every round trip."""
 
     def __init__(
@@ -275,17 +276,6 @@ class DelayProxy:
 
         loop.call_soon_threadsafe(finish)
         thread.join(timeout=10)
-
-    def __enter__(self) -> DelayProxy:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 def _address(text: str) -> tuple[str, int]:

@@ -33,8 +33,9 @@ import socketserver
 import struct
 import threading
 from collections.abc import Callable
-from types import TracebackType
 from typing import BinaryIO
+
+from pffs.testing.servers import Service
 
 FAULTS = ("reset", "503", "500", "stall", "truncate")
 Match = Callable[[str, str, dict[str, str]], bool]
@@ -51,7 +52,7 @@ def any_request(method: str, path: str, headers: dict[str, str]) -> bool:
     return True
 
 
-class FaultProxy:
+class FaultProxy(Service):
     """Forward HTTP to `upstream` (host, port), injecting faults; use as a context manager."""
 
     def __init__(
@@ -136,17 +137,6 @@ class FaultProxy:
         self._server.server_close()
         if self._thread is not None:
             self._thread.join(timeout=10)
-
-    def __enter__(self) -> FaultProxy:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # --- serving -----------------------------------------------------------------------------
 

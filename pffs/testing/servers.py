@@ -12,7 +12,7 @@ import socket
 import subprocess
 import sys
 import time
-from types import TracebackType
+from typing import Self
 
 # moto accepts any credentials unless told otherwise; these keep boto3 from looking elsewhere.
 DUMMY_CREDENTIALS = {
@@ -40,7 +40,24 @@ def wait_for_port(port: int, timeout: float = 30.0) -> None:
     raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout:.0f}s")
 
 
-class MotoServer:
+class Service:
+    """A local server or proxy that is started and stopped; `with X(...) as x:` starts it on
+    entry and stops it on the way out, failures included."""
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+class MotoServer(Service):
     """moto's S3 server on 127.0.0.1 in a child process; use as a context manager."""
 
     def __init__(self, env: dict[str, str] | None = None, access_log: str | None = None) -> None:
@@ -82,14 +99,3 @@ class MotoServer:
                 self._proc.kill()
                 self._proc.wait()
             self._proc = None
-
-    def __enter__(self) -> MotoServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

@@ -27,8 +27,7 @@ from pffs.errors import Changed, NotFound, Transient
 from pffs.fs.inodes import ROOT_INODE
 from pffs.fs.vfs import Vfs
 from pffs.routing.table import MountTable
-
-KIB = 1024
+from tests.cache.configs import KIB, cache_config
 
 
 class FakeStore:
@@ -77,18 +76,6 @@ class FakeStore:
     def overwrite(self, path: str, data: bytes) -> None:
         self.files[path] = data
         self.versions[path] += 1
-
-
-def cache_config(tmp_path: Path | None, block: int = 16 * KIB, **kwargs) -> CacheConfig:
-    settings_ = {
-        "block_size": block,
-        "memory_bytes": 64 * block,
-        "disk_dir": str(tmp_path / "cache") if tmp_path else None,
-        "prefetch_max": 8 * block,
-        "prefetch_budget": 16 * block,
-        **kwargs,
-    }
-    return CacheConfig(**settings_)
 
 
 def make_vfs(store: FakeStore, config: CacheConfig) -> Vfs:
