@@ -175,7 +175,7 @@ class DatasetPrefetch:
 
     async def _listed(self, directory: str) -> DirListing:
         """The complete listing of `directory` (empty when it cannot be listed)."""
-        listing = self.namespace.listings.fresh(directory) or DirListing()
+        listing = self.namespace.listing_of(directory)
         try:
             while await self.namespace.listings.pull(directory, listing):
                 pass
@@ -185,7 +185,7 @@ class DatasetPrefetch:
 
     async def _entries(self, directory: str) -> AsyncIterator[tuple[str, ObjectInfo]]:
         """A directory's entries through the listings, pulled chunk by chunk as needed."""
-        listing = self.namespace.listings.fresh(directory) or DirListing()
+        listing = self.namespace.listing_of(directory)
         position = 0
         while True:
             while position < len(listing.names):

@@ -177,6 +177,12 @@ class Namespace:
         log.info("store unreachable, serving what is known of /%s: %s", path, exc)
         return inode
 
+    def listing_of(self, path: str) -> DirListing:
+        """The listing of `path` to read from or stream on: the fresh complete one, else the
+        one streaming in the background (the store is listed once for both), else a new one.
+        Readers of one listing share its stream (Listings.pull takes its lock)."""
+        return self.listings.fresh(path) or self._background.get(path) or DirListing()
+
     def _listing_for(self, parent: Inode) -> DirListing | None:
         """The parent's listing under way in the background, started here when it pays.
 
@@ -259,7 +265,7 @@ class Namespace:
         inode = await self.getattr(ino)
         if not inode.is_dir:
             raise NotADirectory(f"{inode.path} is not a directory")
-        listing = self.listings.fresh(inode.path) or DirListing()
+        listing = self.listing_of(inode.path)
         return self.handles.add(DirHandle(inode, listing))
 
     async def readdir(self, fh: int, start: int, emit: Callable[[str, Inode, int], bool]) -> None:
@@ -273,8 +279,10 @@ class Namespace:
         position = start
         while True:
             if position >= len(listing.names):
-                if listing.complete or not await self.listings.pull(handle.inode.path, listing):
+                if listing.complete:
                     return
+                # Another reader of a shared listing may pull the entries in meanwhile.
+                await self.listings.pull(handle.inode.path, listing)
                 continue
             name = listing.names[position]
             inode = self.remember(join(handle.inode.path, name), listing.entries[name])

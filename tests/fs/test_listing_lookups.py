@@ -7,11 +7,14 @@ on S3, each `list` a paginated LIST.
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import trio
 
+from pffs.backends.base import ObjectInfo
 from pffs.errors import Changed, NotFound
 from pffs.fs import namespace
 from pffs.fs.inodes import ROOT_INODE
@@ -136,6 +139,38 @@ def test_a_read_that_meets_a_newer_version_distrusts_the_listing(tmp_path: Path)
             inode = await vfs.lookup(ROOT_INODE, "f05")
             fh, _ = await vfs.open(inode.ino, os.O_RDONLY)
             assert await vfs.read(fh, 0, 100) == b"new bytes, another size"
+            nursery.cancel_scope.cancel()
+
+    run(main)
+
+
+def test_ls_during_a_background_listing_shares_its_stream(tmp_path: Path) -> None:
+    root = dataset(tmp_path)
+    vfs, backend = make_vfs(root)
+    gate = threading.Event()
+    listing = backend.list
+
+    def held_list(path: str) -> Iterator[ObjectInfo]:  # consumed in a worker thread
+        gate.wait(timeout=10)
+        yield from listing(path)
+
+    backend.list = held_list  # type: ignore[method-assign]
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            vfs.attach(nursery)
+            await vfs.lookup(ROOT_INODE, "f00")  # starts the background listing, held
+            fh = await vfs.opendir(ROOT_INODE)
+            gate.set()
+            names: list[str] = []
+
+            def emit(name: str, inode: object, position: int) -> bool:
+                names.append(name)
+                return True
+
+            await vfs.readdir(fh, 0, emit)
+            assert sorted(names) == [f"f{i:02d}" for i in range(20)]
+            assert backend.calls["list"] == 1  # one stream for both
             nursery.cancel_scope.cancel()
 
     run(main)
