@@ -39,6 +39,8 @@ class DirListing:
     expires: float = 0.0
     source: Iterator[ObjectInfo] | None = None
     lock: trio.Lock = field(default_factory=trio.Lock)
+    # Set once the first chunk has arrived, or the listing has failed or finished.
+    first_chunk: trio.Event = field(default_factory=trio.Event)
 
     def add(self, info: ObjectInfo) -> None:
         known = self.entries.get(info.name)
@@ -112,6 +114,7 @@ class Listings:
                 raise
             for info in chunk:
                 listing.add(info)
+            listing.first_chunk.set()
             if len(chunk) < LIST_CHUNK:
                 listing.complete = True
                 listing.source = None

@@ -147,6 +147,11 @@ class Namespace:
         if inode is not None and inode.expires > self.now():
             return inode
         running = self._listing_for(parent)
+        if running is not None and not running.first_chunk.is_set():
+            # Its first page costs one round trip, as our own HEAD would: wait for it and ask
+            # the store once, not twice (the lookups of a job starting on a directory of up to a
+            # page then ask nothing but the listing).
+            await running.first_chunk.wait()
         seen = running.entries.get(name) if running is not None else None
         if seen is not None:  # already streamed in
             return self.remember(path, seen)
@@ -223,6 +228,7 @@ class Namespace:
         except Exception as exc:  # only an optimisation: lookups go on asking the store
             log.debug("background listing of /%s failed: %s", path, exc)
         finally:
+            running.first_chunk.set()  # no lookup waits on a listing that failed
             del self._background[path]
 
     async def getattr(self, ino: int, *, ask_store: bool = False) -> Inode:
