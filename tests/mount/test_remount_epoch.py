@@ -44,7 +44,8 @@ def read_epoch(root: Path, files: dict[str, bytes], seed: int) -> None:
     order = sorted(files)
     random.Random(seed).shuffle(order)
     with ThreadPoolExecutor(8) as workers:
-        for key, body in zip(order, workers.map(lambda k: (root / k).read_bytes(), order)):
+        bodies = workers.map(lambda key: (root / key).read_bytes(), order)
+        for key, body in zip(order, bodies, strict=True):
             assert body == files[key], key
 
 
@@ -56,7 +57,7 @@ def test_a_remounted_second_epoch_fetches_no_bytes_and_asks_no_heads(
     rng = random.Random(7)
     files = {f"images/{i:03d}.jpg": rng.randbytes(rng.randrange(1, 60_000)) for i in range(300)}
     with ThreadPoolExecutor(8) as workers:
-        list(workers.map(lambda kv: s3.put_object(Bucket="train", Key=kv[0], Body=kv[1]), files.items()))
+        list(workers.map(lambda key: s3.put_object(Bucket="train", Key=key, Body=files[key]), files))
     options = ("--endpoint-url", counted.endpoint_url, "--cache-dir", str(tmp_path / "cache"))
     assert counted.access_log is not None
 
