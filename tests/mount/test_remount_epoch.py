@@ -57,7 +57,7 @@ def test_a_remounted_second_epoch_fetches_no_bytes_and_asks_no_heads(
     rng = random.Random(7)
     files = {f"images/{i:03d}.jpg": rng.randbytes(rng.randrange(1, 60_000)) for i in range(300)}
     with ThreadPoolExecutor(8) as workers:
-        list(workers.map(lambda key: s3.put_object(Bucket="train", Key=key, Body=files[key]), files))
+        list(workers.map(lambda k: s3.put_object(Bucket="train", Key=k, Body=files[k]), files))
     options = ("--endpoint-url", counted.endpoint_url, "--cache-dir", str(tmp_path / "cache"))
     assert counted.access_log is not None
 
