@@ -35,7 +35,7 @@ def _errno_boundary(
     handler: Callable[P, Coroutine[Any, Any, R]],
 ) -> Callable[P, Coroutine[Any, Any, R]]:
     # Counted and timed here, so every operation is, at one label lookup per process.
-    op = metrics.FuseOp(handler.__name__)
+    op = metrics.fuse_op(handler.__name__)
 
     @functools.wraps(handler)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:

@@ -5,9 +5,9 @@ prometheus-client and pffs.errors, so the cache, the VFS, the backends and the k
 all count into it without breaking the import rules of docs/ARCHITECTURE.md.
 
 Names follow Prometheus conventions: a `pffs_` prefix, counters end in `_total`, units as
-suffixes (`_bytes_total`, `_seconds`). The hot path stays cheap: label children are resolved
-once and reused (`FuseOp`), the block cache keeps plain integers (CacheStats) that a collector
-reads only when someone scrapes or opens the stats file.
+suffixes (`_bytes_total`, `_seconds`). The hot path stays cheap: FUSE requests (`FuseOp`) and
+the block cache (CacheStats) keep plain numbers that a collector reads only when someone
+scrapes or opens the stats file.
 
 Three readers share one registry (REGISTRY): the Prometheus HTTP endpoint (`--metrics ADDR`),
 the hidden `.pffs/stats` file (`snapshot()`, JSON) and `pffs stats` (which reads that file).
@@ -15,7 +15,9 @@ the hidden `.pffs/stats` file (`snapshot()`, JSON) and `pffs stats` (which reads
 
 from __future__ import annotations
 
+import bisect
 import errno as errno_names
+import itertools
 import logging
 import os
 import threading
@@ -32,7 +34,12 @@ from prometheus_client import (
     ProcessCollector,
     disable_created_metrics,
 )
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from pffs.errors import UsageError
@@ -69,23 +76,13 @@ _LATENCY_BUCKETS = (
 
 # --- the kernel edge -------------------------------------------------------------------------
 
-FUSE_OPERATIONS = Counter(
-    "pffs_fuse_operations_total",
-    "FUSE requests served, by operation",
-    ["op"],
-    registry=REGISTRY,
-)
+# Counts and latencies of FUSE requests are kept by FuseOp in plain numbers and reported by
+# _FuseCollector below: a prometheus_client counter and histogram cost about 3 us a request
+# under their locks, a fifth of pffs's own share of a cached lookup.
 FUSE_ERRORS = Counter(
     "pffs_fuse_errors_total",
     "FUSE requests answered with an error, by operation and errno name",
     ["op", "errno"],
-    registry=REGISTRY,
-)
-FUSE_SECONDS = Histogram(
-    "pffs_fuse_operation_seconds",
-    "Time to answer a FUSE request, by operation",
-    ["op"],
-    buckets=_LATENCY_BUCKETS,
     registry=REGISTRY,
 )
 OPEN_FILES = Gauge("pffs_open_files", "Files open through the mount", registry=REGISTRY)
@@ -332,18 +329,67 @@ def unwatch_cache(reader: CacheReader) -> None:
 
 
 class FuseOp:
-    """The metrics of one FUSE operation, its label children resolved once."""
+    """The count and latency histogram of one FUSE operation, in plain numbers.
+
+    Only the trio thread serving the kernel calls `done`; a scrape reads the numbers from
+    another thread, which under the GIL sees each one whole (at worst one request behind).
+    """
 
     def __init__(self, op: str) -> None:
         self.op = op
-        self.count = FUSE_OPERATIONS.labels(op)
-        self.seconds = FUSE_SECONDS.labels(op)
+        self.seconds = 0.0
+        # One count per latency bucket (`le` bounds), and one past the last (+Inf).
+        self.buckets = [0] * (len(_LATENCY_BUCKETS) + 1)
 
     def done(self, started: float, error: int | None = None) -> None:
-        self.count.inc()
-        self.seconds.observe(time.perf_counter() - started)
+        took = time.perf_counter() - started
+        self.seconds += took
+        self.buckets[bisect.bisect_left(_LATENCY_BUCKETS, took)] += 1
         if error is not None:
             FUSE_ERRORS.labels(self.op, errno_name(error)).inc()
+
+
+def fuse_op(op: str) -> FuseOp:
+    """The metrics of FUSE operation `op`, reported from now on (one per name)."""
+    return _FUSE.ops.setdefault(op, FuseOp(op))
+
+
+# The `le` labels of the latency buckets, as prometheus_client writes them.
+_BUCKET_LABELS = [*(str(bound) for bound in _LATENCY_BUCKETS), "+Inf"]
+
+
+class _FuseCollector(Collector):
+    """pffs_fuse_operations_total and pffs_fuse_operation_seconds, read from the FuseOps."""
+
+    def __init__(self) -> None:
+        self.ops: dict[str, FuseOp] = {}
+
+    def collect(self) -> Iterator[Metric]:
+        served = CounterMetricFamily(
+            "pffs_fuse_operations", "FUSE requests served, by operation", labels=["op"]
+        )
+        seconds = HistogramMetricFamily(
+            "pffs_fuse_operation_seconds",
+            "Time to answer a FUSE request, by operation",
+            labels=["op"],
+        )
+        for op, fuse in list(self.ops.items()):
+            cumulative = list(itertools.accumulate(list(fuse.buckets)))
+            served.add_metric([op], cumulative[-1])
+            seconds.add_metric(
+                [op],
+                buckets=list(zip(_BUCKET_LABELS, cumulative, strict=True)),
+                sum_value=fuse.seconds,
+            )
+        yield served
+        yield seconds
+
+    def describe(self) -> Iterator[Metric]:
+        return self.collect()
+
+
+_FUSE = _FuseCollector()
+REGISTRY.register(_FUSE)
 
 
 def errno_name(number: int) -> str:
