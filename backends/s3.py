@@ -44,6 +44,7 @@ from pffs.backends.s3errors import (
     translate,
 )
 from pffs.backends.s3get import LeanGetEngine
+from pffs.backends.s3timestamps import use_fast_timestamps
 from pffs.config import RetryConfig, SourceConfig
 from pffs.errors import (
     Changed,
@@ -94,6 +95,7 @@ class S3Backend:
         self.retries = 0  # transient failures retried, for stats
 
         session = boto3.session.Session(profile_name=source.profile)
+        use_fast_timestamps(session._session)  # a listing page's CPU: a third of botocore's
         region = source.region or session.region_name or "us-east-1"
         path_style = source.path_style if source.path_style is not None else bool(self.endpoint_url)
         config = Config(
