@@ -1,18 +1,20 @@
-"""The lean GET engine behind S3Backend's object reads: one ranged GET, signed with botocore's
-SigV4 signer and sent on pooled http.client connections, without boto3's client call machinery.
+"""The lean GET engine behind S3Backend's object reads and listings: one ranged GET or one
+ListObjectsV2 page, signed with botocore's SigV4 signer and sent on pooled http.client
+connections, without boto3's client call machinery.
 
 Why: on a small machine the client's CPU per request limits a cold read. boto3's get_object
 spends about 1.5 ms of CPU per GET in its event hooks, parameter validation, serialisation and
 response parsing; this path spends a fraction of that (figures and how they were taken:
-docs/BENCHMARKS.md, "GET engine"). Only GETs of object bytes come here; every other S3 call
-stays on boto3.
+docs/BENCHMARKS.md, "GET engine"). Listing pages come here too: botocore's parsing of a
+1,000-key page costs 35-60 ms of CPU, pffs.backends.s3listing's 11 ("Listing pages"). Every
+other S3 call stays on boto3.
 
 Configuration has one source: the boto3 client S3Backend already built. The engine takes its
 credentials object (so refreshable and session-token credentials work as they do for boto3),
 its region, endpoint URL, TLS settings and proxies, and the backend's addressing style.
 
-The engine performs a GET and nothing else: no retries, no error mapping. It hands back the
-body, or raises one of the exceptions a boto3 call raises for the same outcome, so that
+The engine performs a GET and nothing else: no retries, no error mapping, no parsing. It hands
+back the body, or raises one of the exceptions a boto3 call raises for the same outcome, so that
 S3Backend's one mapping (codes -> pffs errors, what is transient) serves both paths:
 
 - the store answered an error status: `botocore.exceptions.ClientError`, with the S3 error code
@@ -61,6 +63,18 @@ class Body:
 
     def read(self, size: int) -> bytes:
         """`size` bytes, or fewer where the body ends early (the caller compares lengths)."""
+        return self._read(size)
+
+    def read_all(self) -> bytes:
+        """The whole body; one cut short raises as boto3 does."""
+        data = self._read(None)
+        if self.content_length is not None and len(data) < self.content_length:
+            raise botocore.exceptions.ResponseStreamingError(
+                error=http.client.IncompleteRead(data, self.content_length - len(data))
+            )
+        return data
+
+    def _read(self, size: int | None) -> bytes:
         try:
             return self._response.read(size)
         except TimeoutError as exc:
@@ -159,6 +173,11 @@ class _Target:
     key_prefix: str  # "/bucket/" (path style) or "/" (virtual-hosted)
     connections: _Connections
 
+    @property
+    def bucket_path(self) -> str:
+        """The path of the bucket itself: "/bucket" (path style) or "/"."""
+        return self.key_prefix.rstrip("/") or "/"
+
 
 class LeanGetEngine:
     """GETs of one bucket's objects; thread-safe (the pool and the signer hold no request)."""
@@ -232,29 +251,58 @@ class LeanGetEngine:
         headers = {"Range": f"bytes={start}-{start + length - 1}"}
         if if_match is not None:
             headers["If-Match"] = if_match
-        target = self._target
-        url, connection, response = self._send(target, key, headers)
-        if response.status in (301, 307, 400) and self._follow(target, response):
-            _drain(response)
-            self._release(target, connection, response)
-            target = self._target
-            url, connection, response = self._send(target, key, headers)
-        try:
-            if response.status >= 300:
-                raise _error(response)
+        encoded = quote(key, safe="/~")
+
+        def object_path(target: _Target) -> str:
+            return target.key_prefix + encoded
+
+        with self._request(object_path, headers, "GetObject") as (url, response):
             if response.status == 200 and start > 0:  # a store that ignored the Range header
                 raise botocore.exceptions.ClientError(
                     _answer(200, "RangeIgnored", "the store ignored the Range header"),
                     "GetObject",
                 )
             yield Body(response, url)
+
+    def list_page(self, prefix: str, token: str | None) -> bytes:
+        """The body of one ListObjectsV2 page of the keys under `prefix`, delimited by "/",
+        from the continuation `token` on (None: the first page); keys come URL-encoded, as
+        boto3 asks for them (a key may hold characters XML cannot carry)."""
+        params = {"list-type": "2", "prefix": prefix, "delimiter": "/", "encoding-type": "url"}
+        if token is not None:
+            params["continuation-token"] = token
+        # Encoded as SigV4's canonical query wants it, so the signature covers it as sent.
+        query = "&".join(f"{name}={quote(params[name], safe='-_.~')}" for name in sorted(params))
+
+        def listing_path(target: _Target) -> str:
+            return f"{target.bucket_path}?{query}"
+
+        with self._request(listing_path, {}, "ListObjectsV2") as (url, response):
+            return Body(response, url).read_all()
+
+    @contextmanager
+    def _request(
+        self, path_of: Callable[[_Target], str], headers: dict[str, str], operation: str
+    ) -> Iterator[tuple[str, http.client.HTTPResponse]]:
+        """One signed GET of `path_of(target)` (a path and query), followed once to the
+        bucket's own region when the store names another; an error status raises."""
+        target = self._target
+        url, connection, response = self._send(target, path_of(target), headers)
+        if response.status in (301, 307, 400) and self._follow(target, response):
+            _drain(response)
+            self._release(target, connection, response)
+            target = self._target
+            url, connection, response = self._send(target, path_of(target), headers)
+        try:
+            if response.status >= 300:
+                raise _error(response, operation)
+            yield url, response
         finally:
             self._release(target, connection, response)
 
     def _send(
-        self, target: _Target, key: str, headers: dict[str, str]
+        self, target: _Target, path: str, headers: dict[str, str]
     ) -> tuple[str, http.client.HTTPConnection, http.client.HTTPResponse]:
-        path = target.key_prefix + quote(key, safe="/~")
         url = target.base + path
         signed = self._signed(target.region, url, headers)
         while True:
@@ -320,7 +368,7 @@ class LeanGetEngine:
         return dict(request.headers.items())
 
 
-def _error(response: http.client.HTTPResponse) -> botocore.exceptions.ClientError:
+def _error(response: http.client.HTTPResponse, operation: str) -> botocore.exceptions.ClientError:
     """The store's error answer as boto3 would raise it (its body read, so the connection
     can serve again)."""
     text = _drain(response)
@@ -332,7 +380,7 @@ def _error(response: http.client.HTTPResponse) -> botocore.exceptions.ClientErro
             code.group(1).decode(errors="replace") if code else str(response.status),
             message.group(1).decode(errors="replace") if message else response.reason,
         ),
-        "GetObject",
+        operation,
     )
 
 

@@ -179,6 +179,20 @@ def test_list_root_and_nested(store) -> None:
     assert root["a.txt"].version == backend.stat("a.txt").version
 
 
+def test_names_with_characters_urls_encode(store) -> None:
+    """A listing names what stat and reads name: spaces, plus signs, percent signs, & and ?,
+    accents (S3 listings come URL-encoded and are decoded)."""
+    backend = store.backend
+    names = ["a b.txt", "1+1=2", "100%", "q?a&b=c", "café ü", "tilde~x", "semi;colon"]
+    store.write({f"odd/{name}": name.encode() for name in names})
+    listed = {info.name: info for info in backend.list("odd")}
+    assert set(listed) == set(names)
+    for name in names:
+        assert listed[name].size == len(name.encode())
+        assert backend.stat(f"odd/{name}").version == listed[name].version
+        assert backend.read_range(f"odd/{name}", 0, 100, listed[name].version) == name.encode()
+
+
 def test_read_ranges(store) -> None:
     backend = store.backend
     data = TREE["dir/b.bin"]
