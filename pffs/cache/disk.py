@@ -34,7 +34,7 @@ import os
 import pathlib
 import shutil
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -53,15 +53,15 @@ def entry_key(source: str, path: str, version: str, block_size: int, index: int)
 
 
 @dataclass(frozen=True)
-class _Entry:
-    """A block's entry on its way into diskcache (see _BlockDisk)."""
+class _Written:
+    """A block's entry file, already written, on its way into diskcache's index (_BlockDisk)."""
 
-    header: bytes
-    payload: bytes | memoryview
+    filename: str  # relative to the tier's directory
+    size: int
 
 
 class _BlockDisk(diskcache.Disk):  # type: ignore[misc]  # diskcache has no type hints
-    """diskcache's file store, writing block entries with `write_entry` (O_DIRECT).
+    """diskcache's file store for block entries, which the tier writes itself (`_Written`).
 
     A read with `read=True` gives the entry's path, not an open file: the disk tier opens it
     itself (to keep it open, and to see EMFILE, which diskcache would take for a missing file).
@@ -84,10 +84,8 @@ class _BlockDisk(diskcache.Disk):  # type: ignore[misc]  # diskcache has no type
     def store(
         self, value: object, read: bool, key: object = diskcache.core.UNKNOWN
     ) -> tuple[object, ...]:
-        if isinstance(value, _Entry):
-            filename, full_path = self.filename(key, value)
-            size = write_entry(full_path, value.header, value.payload)
-            return size, diskcache.core.MODE_BINARY, filename, None
+        if isinstance(value, _Written):
+            return value.size, diskcache.core.MODE_BINARY, value.filename, None
         stored: tuple[object, ...] = super().store(value, read, key)
         return stored
 
@@ -286,16 +284,58 @@ class DiskTier:
 
     def put(self, key: str, data: bytes, source: str) -> bool:
         """Store a block; False when skipped (free-space floor, full disk, any I/O error)."""
-        if not self._has_room(len(data)):
-            return False
+        return self.put_batch([(key, data, source)])[0]
+
+    def put_batch(self, blocks: Sequence[tuple[str, bytes, str]]) -> list[bool]:
+        """Store blocks given as (key, data, source); for each, False when it was skipped.
+
+        Each block's entry file is written first, then the index rows of all of them go into
+        diskcache in one SQLite transaction (one BEGIN/COMMIT for the batch instead of one per
+        block, and the write lock is not held while files are written). A crash before the
+        commit leaves files no row names, never a row naming a file not fully written; entries
+        are verified on every read anyway, so a crash never serves a bad block. Nothing is
+        fsynced: after a power loss an entry may be short or zeroed, and its read drops it.
+        If the transaction fails, no row of the batch is stored and its files are removed.
+        """
+        room = self._room()
+        written: list[tuple[int, str, _Written]] = []  # (position in blocks, key, file)
+        for position, (key, data, _source) in enumerate(blocks):
+            room -= len(data)
+            if room <= 0:
+                break  # the free-space floor: this block and the rest are skipped
+            entry = self._write(key, data)
+            if entry is not None:
+                written.append((position, key, entry))
+        stored = [False] * len(blocks)
+        if not written:
+            return stored
         try:
-            self._cache.set(key, _Entry(*encode(key, data, self.compress)), tag=source)
-        except Exception as exc:
+            with self._cache.transact():
+                for position, key, entry in written:
+                    self._cache.set(key, entry, tag=blocks[position][2])
+        except Exception as exc:  # the database is locked past its timeout, or failed
+            log.warning("disk cache index update of %d blocks skipped: %s", len(written), exc)
+            for _position, _key, entry in written:
+                with contextlib.suppress(OSError):
+                    os.remove(os.path.join(self.directory, entry.filename))
+            return stored
+        for position, _key, _entry in written:
+            stored[position] = True
+        return stored
+
+    def _write(self, key: str, data: bytes) -> _Written | None:
+        """Write a block's entry file (not yet in the index); None when that failed."""
+        filename = self._cache.disk.filename()[0]
+        try:
+            size = write_entry(
+                os.path.join(self.directory, filename), *encode(key, data, self.compress)
+            )
+        except Exception as exc:  # a full disk, an I/O error...: this block is not cached
             log.warning("disk cache write of %s skipped: %s", key, exc)
             if isinstance(exc, OSError) and exc.errno in _OUT_OF_DESCRIPTORS:
                 self._shrink()  # so that the next write finds a descriptor
-            return False
-        return True
+            return None
+        return _Written(filename, size)
 
     def delete(self, key: str) -> None:
         self.open_entries.drop(key)
@@ -304,12 +344,13 @@ class DiskTier:
         except Exception as exc:
             log.warning("disk cache delete of %s failed: %s", key, exc)
 
-    def _has_room(self, size: int) -> bool:
+    def _room(self) -> int:
+        """Bytes that can be written before the disk's free space falls to its floor."""
         try:
             usage = shutil.disk_usage(self.directory)
         except OSError:
-            return False
-        return usage.free - size > self.free_ratio * usage.total
+            return -1
+        return int(usage.free - self.free_ratio * usage.total)
 
     def volume(self) -> int:
         """Bytes the tier occupies on disk (entries plus the database)."""
