@@ -24,6 +24,7 @@ buffered write runs in its flusher threads and is not in these figures.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import random
 import resource
@@ -51,7 +52,7 @@ def _cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _per_block(count: int, run: Callable[[], None]) -> float:
+def _per_block(count: int, run: Callable[[], object]) -> float:
     """CPU microseconds per block of `run` (which handles `count` blocks)."""
     cpu = _cpu_seconds()
     run()
@@ -72,7 +73,8 @@ def _parts(root: str, blocks: list[bytes]) -> dict[str, float]:
     figures: dict[str, float] = {}
     figures["crc"] = _per_block(count, lambda: [_crc_table(block) for block in blocks] and None)
     figures["lz4 probe"] = _per_block(
-        count, lambda: [lz4.block.compress(b[: 64 * KIB], store_size=False) for b in blocks] and None
+        count,
+        lambda: [lz4.block.compress(b[: 64 * KIB], store_size=False) for b in blocks] and None,
     )
     encoded = [encode(key, block, compress=False) for key, block in zip(keys, blocks, strict=True)]
 
@@ -120,7 +122,9 @@ def _index_only(root: str, count: int) -> tuple[float, float]:
     )
     # A file value (mode binary, a filename): what the tier's rows hold. `store` is bypassed
     # with a value diskcache keeps in the row instead; the row's columns cost the same.
-    single = _per_block(count, lambda: [cache.set(f"a{n}", n, tag="bench") for n in range(count)] and None)
+    single = _per_block(
+        count, lambda: [cache.set(f"a{n}", n, tag="bench") for n in range(count)] and None
+    )
 
     def batched() -> None:
         for first in range(0, count, BATCH):
@@ -184,7 +188,7 @@ def _whole(root: str, blocks: list[bytes], compress: bool) -> dict[str, float]:
                 nursery.cancel_scope.cancel()
 
         figures[f"DiskIO.write_behind, {tasks} task(s)"] = _per_block(
-            count, lambda writers=writers: trio.run(writers)
+            count, functools.partial(trio.run, writers)
         )
     if stats.disk_write_skips:
         raise SystemExit(f"disk_writes: {stats.disk_write_skips} writes skipped")

@@ -34,6 +34,7 @@ import os
 import pathlib
 import shutil
 import sqlite3
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -71,6 +72,10 @@ class _BlockDisk(diskcache.Disk):  # type: ignore[misc]  # diskcache has no type
 
     on_remove: Callable[[str], None] | None = None
 
+    def __init__(self, directory: str, **settings: object) -> None:
+        super().__init__(directory, **settings)
+        self._deferring = threading.local()  # a batch's removals, per thread (see below)
+
     def filename(
         self, key: object = diskcache.core.UNKNOWN, value: object = diskcache.core.UNKNOWN
     ) -> tuple[str, str]:
@@ -95,6 +100,13 @@ class _BlockDisk(diskcache.Disk):  # type: ignore[misc]  # diskcache has no type
         return super().fetch(mode, filename, value, read)
 
     def remove(self, file_path: str) -> None:
+        removals = getattr(self._deferring, "removals", None)
+        if removals is not None:  # inside a batch's transaction: removed once it commits
+            removals.append(file_path)
+        else:
+            self.remove_now(file_path)
+
+    def remove_now(self, file_path: str) -> None:
         full_path = os.path.join(self._directory, file_path)
         if self.on_remove is not None:
             self.on_remove(full_path)
@@ -102,6 +114,18 @@ class _BlockDisk(diskcache.Disk):  # type: ignore[misc]  # diskcache has no type
         # own remove, the emptied directory stays: the next write will want it.
         with contextlib.suppress(OSError):
             os.remove(full_path)
+
+    @contextlib.contextmanager
+    def removals_deferred(self) -> Iterator[list[str]]:
+        """Collect, instead of removing, the files this thread's diskcache calls let go of
+        (rows replaced or evicted): inside a transaction they would be gone before its commit,
+        and a rollback or a crash would leave rows naming removed files. The caller removes
+        them (`remove_now`) once the transaction has committed, and forgets them otherwise."""
+        self._deferring.removals = []
+        try:
+            yield self._deferring.removals
+        finally:
+            self._deferring.removals = None
 
 
 class DiskRead(NamedTuple):
@@ -296,6 +320,7 @@ class DiskTier:
         are verified on every read anyway, so a crash never serves a bad block. Nothing is
         fsynced: after a power loss an entry may be short or zeroed, and its read drops it.
         If the transaction fails, no row of the batch is stored and its files are removed.
+        Files of rows the batch replaces or evicts are removed only once it has committed.
         """
         room = self._room()
         written: list[tuple[int, str, _Written]] = []  # (position in blocks, key, file)
@@ -309,16 +334,19 @@ class DiskTier:
         stored = [False] * len(blocks)
         if not written:
             return stored
-        try:
-            with self._cache.transact():
-                for position, key, entry in written:
-                    self._cache.set(key, entry, tag=blocks[position][2])
-        except Exception as exc:  # the database is locked past its timeout, or failed
-            log.warning("disk cache index update of %d blocks skipped: %s", len(written), exc)
-            for _position, _key, entry in written:
-                with contextlib.suppress(OSError):
-                    os.remove(os.path.join(self.directory, entry.filename))
-            return stored
+        disk = self._cache.disk
+        with disk.removals_deferred() as replaced:
+            try:
+                with self._cache.transact():
+                    for position, key, entry in written:
+                        self._cache.set(key, entry, tag=blocks[position][2])
+            except Exception as exc:  # the database is locked past its timeout, or failed
+                log.warning("disk cache index update of %d blocks skipped: %s", len(written), exc)
+                for _position, _key, entry in written:
+                    disk.remove_now(entry.filename)
+                return stored  # the rows it replaced or evicted are back: their files stay
+        for filename in replaced:
+            disk.remove_now(filename)
         for position, _key, _entry in written:
             stored[position] = True
         return stored
