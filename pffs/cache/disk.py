@@ -34,13 +34,13 @@ import os
 import pathlib
 import shutil
 import sqlite3
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import diskcache
 
+from pffs.cache.diskindex import BatchIndex, IndexRow
 from pffs.cache.entries import encode, read_block, read_layout, read_range, write_entry
 from pffs.cache.openentries import OpenEntries, OpenEntry, descriptor_share
 
@@ -53,16 +53,8 @@ def entry_key(source: str, path: str, version: str, block_size: int, index: int)
     return f"{hashlib.blake2b(identity, digest_size=16).hexdigest()}:{index}"
 
 
-@dataclass(frozen=True)
-class _Written:
-    """A block's entry file, already written, on its way into diskcache's index (_BlockDisk)."""
-
-    filename: str  # relative to the tier's directory
-    size: int
-
-
 class _BlockDisk(diskcache.Disk):  # type: ignore[misc]  # diskcache has no type hints
-    """diskcache's file store for block entries, which the tier writes itself (`_Written`).
+    """diskcache's file store for block entries, which the tier writes and indexes itself.
 
     A read with `read=True` gives the entry's path, not an open file: the disk tier opens it
     itself (to keep it open, and to see EMFILE, which diskcache would take for a missing file).
@@ -71,10 +63,6 @@ class _BlockDisk(diskcache.Disk):  # type: ignore[misc]  # diskcache has no type
     """
 
     on_remove: Callable[[str], None] | None = None
-
-    def __init__(self, directory: str, **settings: object) -> None:
-        super().__init__(directory, **settings)
-        self._deferring = threading.local()  # a batch's removals, per thread (see below)
 
     def filename(
         self, key: object = diskcache.core.UNKNOWN, value: object = diskcache.core.UNKNOWN
@@ -86,27 +74,12 @@ class _BlockDisk(diskcache.Disk):  # type: ignore[misc]  # diskcache has no type
         filename = os.path.join(name[:2], name[2:] + ".val")
         return filename, os.path.join(self._directory, filename)
 
-    def store(
-        self, value: object, read: bool, key: object = diskcache.core.UNKNOWN
-    ) -> tuple[object, ...]:
-        if isinstance(value, _Written):
-            return value.size, diskcache.core.MODE_BINARY, value.filename, None
-        stored: tuple[object, ...] = super().store(value, read, key)
-        return stored
-
     def fetch(self, mode: int, filename: str, value: object, read: bool) -> object:
         if read and mode == diskcache.core.MODE_BINARY:
             return os.path.join(self._directory, filename)
         return super().fetch(mode, filename, value, read)
 
     def remove(self, file_path: str) -> None:
-        removals = getattr(self._deferring, "removals", None)
-        if removals is not None:  # inside a batch's transaction: removed once it commits
-            removals.append(file_path)
-        else:
-            self.remove_now(file_path)
-
-    def remove_now(self, file_path: str) -> None:
         full_path = os.path.join(self._directory, file_path)
         if self.on_remove is not None:
             self.on_remove(full_path)
@@ -114,18 +87,6 @@ class _BlockDisk(diskcache.Disk):  # type: ignore[misc]  # diskcache has no type
         # own remove, the emptied directory stays: the next write will want it.
         with contextlib.suppress(OSError):
             os.remove(full_path)
-
-    @contextlib.contextmanager
-    def removals_deferred(self) -> Iterator[list[str]]:
-        """Collect, instead of removing, the files this thread's diskcache calls let go of
-        (rows replaced or evicted): inside a transaction they would be gone before its commit,
-        and a rollback or a crash would leave rows naming removed files. The caller removes
-        them (`remove_now`) once the transaction has committed, and forgets them otherwise."""
-        self._deferring.removals = []
-        try:
-            yield self._deferring.removals
-        finally:
-            self._deferring.removals = None
 
 
 class DiskRead(NamedTuple):
@@ -181,6 +142,7 @@ class DiskTier:
             descriptor_share() if open_entries is None else open_entries
         )
         self._cache.disk.on_remove = self.open_entries.drop_path
+        self._index = BatchIndex(directory, capacity, float(self._cache.timeout))
         self._nowait = hasattr(os, "RWF_NOWAIT")  # off once the file system refuses it
 
     def get(self, key: str) -> DiskRead:
@@ -314,8 +276,9 @@ class DiskTier:
         """Store blocks given as (key, data, source); for each, False when it was skipped.
 
         Each block's entry file is written first, then the index rows of all of them go into
-        diskcache in one SQLite transaction (one BEGIN/COMMIT for the batch instead of one per
-        block, and the write lock is not held while files are written). A crash before the
+        diskcache's index in one SQLite transaction (diskindex.py: a few statements for the
+        batch instead of seven per block, and the write lock is not held while files are
+        written). A crash before the
         commit leaves files no row names, never a row naming a file not fully written; entries
         are verified on every read anyway, so a crash never serves a bad block. Nothing is
         fsynced: after a power loss an entry may be short or zeroed, and its read drops it.
@@ -323,35 +286,30 @@ class DiskTier:
         Files of rows the batch replaces or evicts are removed only once it has committed.
         """
         room = self._room()
-        written: list[tuple[int, str, _Written]] = []  # (position in blocks, key, file)
-        for position, (key, data, _source) in enumerate(blocks):
+        written: list[tuple[int, IndexRow]] = []  # (position in blocks, its row)
+        for position, (key, data, source) in enumerate(blocks):
             room -= len(data)
             if room <= 0:
                 break  # the free-space floor: this block and the rest are skipped
-            entry = self._write(key, data)
-            if entry is not None:
-                written.append((position, key, entry))
+            row = self._write(key, data, source)
+            if row is not None:
+                written.append((position, row))
         stored = [False] * len(blocks)
         if not written:
             return stored
-        disk = self._cache.disk
-        with disk.removals_deferred() as replaced:
-            try:
-                with self._cache.transact():
-                    for position, key, entry in written:
-                        self._cache.set(key, entry, tag=blocks[position][2])
-            except Exception as exc:  # the database is locked past its timeout, or failed
-                log.warning("disk cache index update of %d blocks skipped: %s", len(written), exc)
-                for _position, _key, entry in written:
-                    disk.remove_now(entry.filename)
-                return stored  # the rows it replaced or evicted are back: their files stay
-        for filename in replaced:
-            disk.remove_now(filename)
-        for position, _key, _entry in written:
-            stored[position] = True
+        try:
+            released = self._index.add([row for _position, row in written])
+        except Exception as exc:  # the database is locked past its timeout, or failed
+            log.warning("disk cache index update of %d blocks skipped: %s", len(written), exc)
+            released = [row.filename for _position, row in written]
+        else:
+            for position, _row in written:
+                stored[position] = True
+        for filename in released:
+            self._cache.disk.remove(filename)
         return stored
 
-    def _write(self, key: str, data: bytes) -> _Written | None:
+    def _write(self, key: str, data: bytes, source: str) -> IndexRow | None:
         """Write a block's entry file (not yet in the index); None when that failed."""
         filename = self._cache.disk.filename()[0]
         try:
@@ -363,7 +321,7 @@ class DiskTier:
             if isinstance(exc, OSError) and exc.errno in _OUT_OF_DESCRIPTORS:
                 self._shrink()  # so that the next write finds a descriptor
             return None
-        return _Written(filename, size)
+        return IndexRow(key, filename, size, source)
 
     def delete(self, key: str) -> None:
         self.open_entries.drop(key)
@@ -412,4 +370,5 @@ class DiskTier:
 
     def close(self) -> None:
         self.open_entries.close_all()
+        self._index.close()
         self._cache.close()
