@@ -5,7 +5,7 @@ file) and 4 MiB (a block of a large file), random bytes (lz4 is tried and does n
 images and tensors), it prints the CPU each part of a write costs, measured alone in one thread:
 
 - crc: the CRC32C table of the block (one CRC per 64 KiB);
-- lz4 probe: the compression attempt on the block's first 64 KiB;
+- lz4 probe: the compression attempt on samples of the block (`worth_trying`);
 - create: creating and closing an empty entry file (O_DIRECT), no data;
 - write: `write_entry` (create, copy into the aligned buffer, O_DIRECT write, close);
 - write buffered: the same through the page cache (no O_DIRECT, no fsync), for comparison;
@@ -33,14 +33,13 @@ import tempfile
 import time
 from collections.abc import Callable
 
-import lz4.block
 import trio
 
 from pffs.cache.background import Background
 from pffs.cache.disk import DiskTier, entry_key
 from pffs.cache.diskindex import BatchIndex, IndexRow
 from pffs.cache.diskio import DiskIO
-from pffs.cache.entries import _crc_table, encode, write_entry
+from pffs.cache.entries import _crc_table, encode, worth_trying, write_entry
 from pffs.cache.keys import BlockKey
 from pffs.cache.stats import CacheStats
 
@@ -74,10 +73,7 @@ def _parts(root: str, blocks: list[bytes]) -> dict[str, float]:
     keys = [entry_key("bench", f"p{len(blocks[0])}", "v", len(blocks[0]), n) for n in range(count)]
     figures: dict[str, float] = {}
     figures["crc"] = _per_block(count, lambda: [_crc_table(block) for block in blocks] and None)
-    figures["lz4 probe"] = _per_block(
-        count,
-        lambda: [lz4.block.compress(b[: 64 * KIB], store_size=False) for b in blocks] and None,
-    )
+    figures["lz4 probe"] = _per_block(count, lambda: [worth_trying(b) for b in blocks])
     encoded = [encode(key, block, compress=False) for key, block in zip(keys, blocks, strict=True)]
 
     def paths(label: str) -> list[str]:

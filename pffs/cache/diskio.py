@@ -134,8 +134,13 @@ class DiskIO:
         if wait:
             await self._write_slots.acquire()
             self._queue(key, data)
-        else:
+            return
+        try:  # a free slot: queued at once, without a background task to wait for one
+            self._write_slots.acquire_nowait()
+        except trio.WouldBlock:
             self._background.spawn(self._queue_when_free, key, data)
+        else:
+            self._queue(key, data)
 
     async def _queue_when_free(self, key: BlockKey, data: bytes) -> None:
         await self._write_slots.acquire()
