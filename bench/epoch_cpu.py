@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -29,10 +30,11 @@ from bench.servers import Launcher, Server
 KIB = 1024
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process so far (/proc/PID/stat)."""
+def _cpu_seconds(pid: int, system_only: bool = False) -> float:
+    """User + system CPU of a process so far, or its system CPU only (/proc/PID/stat)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    user = 0 if system_only else int(fields[11])
+    return (user + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _drop_page_cache() -> None:
@@ -55,7 +57,15 @@ def _upload(server: Server, bucket: str, files: int, size: int) -> list[str]:
     return keys
 
 
-def _round(server: Server, bucket: str, keys: list[str], size: int, root: str, cache: str) -> str:
+def _round(
+    server: Server,
+    bucket: str,
+    keys: list[str],
+    size: int,
+    root: str,
+    cache: str,
+    profile: str | None = None,
+) -> str:
     mountpoint = tempfile.mkdtemp(dir=root, prefix="mnt-")
     argv = [sys.executable, "-m", "pffs", "mount", f"s3://{bucket}", mountpoint]
     argv += ["--endpoint-url", server.endpoint_url, "--cache-dir", cache]
@@ -69,9 +79,21 @@ def _round(server: Server, bucket: str, keys: list[str], size: int, root: str, c
     pid = int(match.group(1))
     try:
         _drop_page_cache()
-        cpu = _cpu_seconds(pid)
+        spy = None
+        if profile is not None:  # py-spy's collapsed stacks of the thread holding the GIL
+            spy = subprocess.Popen(
+                ["py-spy", "record", "-p", str(pid), "-o", profile, "-f", "raw", "--gil"],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            time.sleep(1)
+        cpu, system = _cpu_seconds(pid), _cpu_seconds(pid, system_only=True)
         rate = read_epoch(mountpoint, keys, size, seed=1)
         cpu_epoch = _cpu_seconds(pid) - cpu
+        system = _cpu_seconds(pid, system_only=True) - system
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)
+            spy.wait()
     finally:
         # The unmount waits for the writes behind the epoch; their CPU is read just before the
         # process exits, so take it while it winds down.
@@ -87,6 +109,7 @@ def _round(server: Server, bucket: str, keys: list[str], size: int, root: str, c
     with_writes = cpu_total / len(keys) * 1e3
     return (
         f"{rate:7.0f} files/s  {per_file:5.2f} ms CPU/file in the epoch"
+        f" ({system / len(keys) * 1e3:4.2f} system)"
         f"  ({with_writes:5.2f} with the writes left at its end)"
     )
 
@@ -96,6 +119,8 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=2000)
     parser.add_argument("--size", type=int, default=100 * KIB)
     parser.add_argument("--rounds", type=int, default=2, help="of each setting, alternated")
+    parser.add_argument("--profile", help="py-spy's collapsed stacks of the disk tier's epoch")
+    parser.add_argument("--tier-only", action="store_true", help="no round without the tier")
     args = parser.parse_args()
     cache_dir = os.path.join(os.path.expanduser("~/.cache"), "pffs-bench")
     with tempfile.TemporaryDirectory(dir="/var/tmp", prefix="pffs-epoch-cpu-") as root:
@@ -103,9 +128,11 @@ def main() -> None:
         try:
             keys = _upload(server, "epoch", args.files, args.size)
             for round_ in range(args.rounds):
-                for label in ("disk tier", "--cache-dir none"):
-                    cache = "none" if label != "disk tier" else f"{root}/cache{round_}"
-                    figures = _round(server, "epoch", keys, args.size, root, cache)
+                for label in ("disk tier", "--cache-dir none")[: 1 if args.tier_only else 2]:
+                    tier = label == "disk tier"
+                    cache = f"{root}/cache{round_}" if tier else "none"
+                    profile = args.profile if tier else None
+                    figures = _round(server, "epoch", keys, args.size, root, cache, profile)
                     print(f"{label:17} round {round_ + 1}: {figures}", flush=True)
         finally:
             server.stop()

@@ -6,7 +6,12 @@ fails (bit rot, a truncated file after a crash, a file from another key) is dele
 as a miss, never as an error to the reader. The directory outlives the mount, so a remount
 reuses what is there.
 
-diskcache is the index (writes, eviction, `pffs cache info`); reads go through entries kept
+Writes come in batches (`put_batch`): the entry files first, then their rows in diskcache's
+index in one transaction (diskindex.py). Nothing is fsynced; what a crash or a power loss can
+leave (files no row names, an entry short or zeroed) is never served, because every read
+verifies the entry.
+
+diskcache is the index (rows, eviction, `pffs cache info`); reads go through entries kept
 open (openentries.py): after the first read of an entry, a read is an fstat, a pread and the
 CRC of the chunks it touches, with no SQLite lookup, open or header parse. An open entry is
 trusted only as long as it is still the file diskcache holds: an entry this process evicts or

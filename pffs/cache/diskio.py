@@ -7,7 +7,9 @@ in the page cache): it is tried first, in the trio task, since a thread hop cost
 than the read. A block fetched from the store is written behind: a reader's block queues for
 a write slot in the background, a prefetch waits for one (prefetching then runs at the disk's
 pace). The slots cap the blocks waiting for the disk, memory the memory tier's bound does not
-see.
+see. Queued blocks are written in batches by at most two writer tasks: one worker-thread hop
+and one index transaction per batch (DiskTier.put_batch), not per block; a writer finding
+less than a batch waits a few milliseconds for more.
 
 A random read of a compressed entry gets the whole block from the tier; it is handed to
 `keep_block` (the block cache puts it in the memory tier), so the next reads of that block do
