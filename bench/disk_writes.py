@@ -14,7 +14,8 @@ images and tensors), it prints the CPU each part of a write costs, measured alon
   batch path, diskindex.py);
 - hop: one `trio.to_thread.run_sync` of a no-op;
 
-then the whole path: `DiskTier.put` one block at a time, `DiskTier.put_batch` in batches, and
+A run against the code before the batches (a checkout of pffs/cache from main) skips what it
+lacks. Then the whole path: `DiskTier.put` one block at a time, `DiskTier.put_batch` in batches, and
 `DiskIO.write_behind` awaited by trio tasks (process CPU, every thread, until the blocks are
 on disk). CPU is getrusage (user + system) of this process; the kernel's own writeback of a
 buffered write runs in its flusher threads and is not in these figures.
@@ -35,11 +36,11 @@ from collections.abc import Callable
 
 import trio
 
+from pffs.cache import entries
 from pffs.cache.background import Background
 from pffs.cache.disk import DiskTier, entry_key
-from pffs.cache.diskindex import BatchIndex, IndexRow
 from pffs.cache.diskio import DiskIO
-from pffs.cache.entries import _crc_table, encode, worth_trying, write_entry
+from pffs.cache.entries import _crc_table, encode, write_entry
 from pffs.cache.keys import BlockKey
 from pffs.cache.stats import CacheStats
 
@@ -73,7 +74,9 @@ def _parts(root: str, blocks: list[bytes]) -> dict[str, float]:
     keys = [entry_key("bench", f"p{len(blocks[0])}", "v", len(blocks[0]), n) for n in range(count)]
     figures: dict[str, float] = {}
     figures["crc"] = _per_block(count, lambda: [_crc_table(block) for block in blocks] and None)
-    figures["lz4 probe"] = _per_block(count, lambda: [worth_trying(b) for b in blocks])
+    worth_trying = getattr(entries, "worth_trying", None)  # absent before the batch work
+    if worth_trying is not None:
+        figures["lz4 probe"] = _per_block(count, lambda: [worth_trying(b) for b in blocks])
     encoded = [encode(key, block, compress=False) for key, block in zip(keys, blocks, strict=True)]
 
     def paths(label: str) -> list[str]:
@@ -136,6 +139,11 @@ def _index_only(root: str, count: int) -> tuple[float, float, float]:
                     cache.set(f"b{n}", n, tag="bench")
 
     batch = _per_block(count, batched)
+    try:  # absent before the batch work: a run against the earlier code skips it
+        from pffs.cache.diskindex import BatchIndex, IndexRow
+    except ImportError:
+        cache.close()
+        return single, batch, float("nan")
     index = BatchIndex(os.path.join(root, "index"), 1 << 40, 60.0)
 
     def rows() -> None:

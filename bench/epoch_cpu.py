@@ -8,6 +8,7 @@ order with 8 threads (bench/epoch.py, the suite's epoch 1), and reads the mount'
 writes behind the epoch are waited for (unmount waits for them) and counted in its CPU.
 
     .venv/bin/python -m bench.epoch_cpu --files 2000 --rounds 2
+    .venv/bin/python -m bench.epoch_cpu --files 1 --size 268435456   # a cold sequential read
 """
 
 from __future__ import annotations
@@ -109,7 +110,8 @@ def _round(
     with_writes = cpu_total / len(keys) * 1e3
     return (
         f"{rate:7.0f} files/s  {per_file:5.2f} ms CPU/file in the epoch"
-        f" ({system / len(keys) * 1e3:4.2f} system)"
+        f" ({system / len(keys) * 1e3:4.2f} system),"
+        f" {cpu_epoch / (len(keys) * size / (1 << 30)):5.2f} CPU-s/GiB"
         f"  ({with_writes:5.2f} with the writes left at its end)"
     )
 

@@ -59,6 +59,9 @@ class DiskIO:
         self.stats = stats
         self.limiter = trio.CapacityLimiter(threads)
         self._write_slots = trio.Semaphore(2 * threads)
+        # A batch is full at this many blocks: never more than the slots, so that a writer
+        # does not wait for blocks that cannot come (every slot already queued).
+        self._batch_blocks = min(_BATCH_BLOCKS, 2 * threads)
         self._background = background
         # Blocks waiting for a writer (each holds a write slot), and the writers running.
         self._pending: list[tuple[BlockKey, bytes]] = []
@@ -152,7 +155,7 @@ class DiskIO:
         """Queue a block for a writer (its write slot taken), starting one if none is free."""
         self._pending.append((key, data))
         self._pending_bytes += len(data)
-        if len(self._pending) >= _BATCH_BLOCKS or self._pending_bytes >= _BATCH_BYTES:
+        if len(self._pending) >= self._batch_blocks or self._pending_bytes >= _BATCH_BYTES:
             self._batch_ready.set()
         if self._writers < _WRITERS:
             self._writers += 1
@@ -190,13 +193,13 @@ class DiskIO:
     def _take_batch(self) -> list[tuple[BlockKey, bytes]]:
         """The oldest queued blocks, up to a batch's worth (at least one)."""
         count, size = 0, 0
-        while count < len(self._pending) and count < _BATCH_BLOCKS:
+        while count < len(self._pending) and count < self._batch_blocks:
             size += len(self._pending[count][1])
             count += 1
             if size >= _BATCH_BYTES:
                 break
         batch, self._pending = self._pending[:count], self._pending[count:]
         self._pending_bytes -= size
-        if len(self._pending) < _BATCH_BLOCKS and self._pending_bytes < _BATCH_BYTES:
+        if len(self._pending) < self._batch_blocks and self._pending_bytes < _BATCH_BYTES:
             self._batch_ready = trio.Event()
         return batch
