@@ -283,12 +283,12 @@ class DiskTier:
         Each block's entry file is written first, then the index rows of all of them go into
         diskcache's index in one SQLite transaction (diskindex.py: a few statements for the
         batch instead of seven per block, and the write lock is not held while files are
-        written). A crash before the
-        commit leaves files no row names, never a row naming a file not fully written; entries
-        are verified on every read anyway, so a crash never serves a bad block. Nothing is
-        fsynced: after a power loss an entry may be short or zeroed, and its read drops it.
-        If the transaction fails, no row of the batch is stored and its files are removed.
-        Files of rows the batch replaces or evicts are removed only once it has committed.
+        written). A crash before the commit leaves files no row names, never a row naming a
+        file not fully written; entries are verified on every read anyway, so a crash never
+        serves a bad block. Nothing is fsynced: after a power loss an entry may be short or
+        zeroed, and its read drops it. If the transaction fails, no row of the batch is stored
+        and its files are removed. Files of rows the batch replaces or evicts are removed only
+        once it has committed.
         """
         room = self._room()
         written: list[tuple[int, IndexRow]] = []  # (position in blocks, its row)

@@ -175,6 +175,8 @@ class DiskIO:
                 if not self._batch_ready.is_set():
                     with trio.move_on_after(_LINGER):
                         await self._batch_ready.wait()
+                    if not self._pending:
+                        break  # the other writer took them meanwhile
                 batch = self._take_batch()
                 names = [(self.name(key), data, key.source) for key, data in batch]
                 try:
