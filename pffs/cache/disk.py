@@ -6,7 +6,12 @@ fails (bit rot, a truncated file after a crash, a file from another key) is dele
 as a miss, never as an error to the reader. The directory outlives the mount, so a remount
 reuses what is there.
 
-diskcache is the index (writes, eviction, `pffs cache info`); reads go through entries kept
+Writes come in batches (`put_batch`): the entry files first, then their rows in diskcache's
+index in one transaction (diskindex.py). Nothing is fsynced; what a crash or a power loss can
+leave (files no row names, an entry short or zeroed) is never served, because every read
+verifies the entry.
+
+diskcache is the index (rows, eviction, `pffs cache info`); reads go through entries kept
 open (openentries.py): after the first read of an entry, a read is an fstat, a pread and the
 CRC of the chunks it touches, with no SQLite lookup, open or header parse. An open entry is
 trusted only as long as it is still the file diskcache holds: an entry this process evicts or
@@ -34,12 +39,13 @@ import os
 import pathlib
 import shutil
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import diskcache
 
+from pffs.cache.diskindex import BatchIndex, IndexRow
 from pffs.cache.entries import encode, read_block, read_layout, read_range, write_entry
 from pffs.cache.openentries import OpenEntries, OpenEntry, descriptor_share
 
@@ -52,16 +58,8 @@ def entry_key(source: str, path: str, version: str, block_size: int, index: int)
     return f"{hashlib.blake2b(identity, digest_size=16).hexdigest()}:{index}"
 
 
-@dataclass(frozen=True)
-class _Entry:
-    """A block's entry on its way into diskcache (see _BlockDisk)."""
-
-    header: bytes
-    payload: bytes | memoryview
-
-
 class _BlockDisk(diskcache.Disk):  # type: ignore[misc]  # diskcache has no type hints
-    """diskcache's file store, writing block entries with `write_entry` (O_DIRECT).
+    """diskcache's file store for block entries, which the tier writes and indexes itself.
 
     A read with `read=True` gives the entry's path, not an open file: the disk tier opens it
     itself (to keep it open, and to see EMFILE, which diskcache would take for a missing file).
@@ -80,16 +78,6 @@ class _BlockDisk(diskcache.Disk):  # type: ignore[misc]  # diskcache has no type
         name = os.urandom(16).hex()
         filename = os.path.join(name[:2], name[2:] + ".val")
         return filename, os.path.join(self._directory, filename)
-
-    def store(
-        self, value: object, read: bool, key: object = diskcache.core.UNKNOWN
-    ) -> tuple[object, ...]:
-        if isinstance(value, _Entry):
-            filename, full_path = self.filename(key, value)
-            size = write_entry(full_path, value.header, value.payload)
-            return size, diskcache.core.MODE_BINARY, filename, None
-        stored: tuple[object, ...] = super().store(value, read, key)
-        return stored
 
     def fetch(self, mode: int, filename: str, value: object, read: bool) -> object:
         if read and mode == diskcache.core.MODE_BINARY:
@@ -159,6 +147,7 @@ class DiskTier:
             descriptor_share() if open_entries is None else open_entries
         )
         self._cache.disk.on_remove = self.open_entries.drop_path
+        self._index = BatchIndex(directory, capacity, float(self._cache.timeout))
         self._nowait = hasattr(os, "RWF_NOWAIT")  # off once the file system refuses it
 
     def get(self, key: str) -> DiskRead:
@@ -286,16 +275,58 @@ class DiskTier:
 
     def put(self, key: str, data: bytes, source: str) -> bool:
         """Store a block; False when skipped (free-space floor, full disk, any I/O error)."""
-        if not self._has_room(len(data)):
-            return False
+        return self.put_batch([(key, data, source)])[0]
+
+    def put_batch(self, blocks: Sequence[tuple[str, bytes, str]]) -> list[bool]:
+        """Store blocks given as (key, data, source); for each, False when it was skipped.
+
+        Each block's entry file is written first, then the index rows of all of them go into
+        diskcache's index in one SQLite transaction (diskindex.py: a few statements for the
+        batch instead of seven per block, and the write lock is not held while files are
+        written). A crash before the commit leaves files no row names, never a row naming a
+        file not fully written; entries are verified on every read anyway, so a crash never
+        serves a bad block. Nothing is fsynced: after a power loss an entry may be short or
+        zeroed, and its read drops it. If the transaction fails, no row of the batch is stored
+        and its files are removed. Files of rows the batch replaces or evicts are removed only
+        once it has committed.
+        """
+        room = self._room()
+        written: list[tuple[int, IndexRow]] = []  # (position in blocks, its row)
+        for position, (key, data, source) in enumerate(blocks):
+            room -= len(data)
+            if room <= 0:
+                break  # the free-space floor: this block and the rest are skipped
+            row = self._write(key, data, source)
+            if row is not None:
+                written.append((position, row))
+        stored = [False] * len(blocks)
+        if not written:
+            return stored
         try:
-            self._cache.set(key, _Entry(*encode(key, data, self.compress)), tag=source)
-        except Exception as exc:
+            released = self._index.add([row for _position, row in written])
+        except Exception as exc:  # the database is locked past its timeout, or failed
+            log.warning("disk cache index update of %d blocks skipped: %s", len(written), exc)
+            released = [row.filename for _position, row in written]
+        else:
+            for position, _row in written:
+                stored[position] = True
+        for filename in released:
+            self._cache.disk.remove(filename)
+        return stored
+
+    def _write(self, key: str, data: bytes, source: str) -> IndexRow | None:
+        """Write a block's entry file (not yet in the index); None when that failed."""
+        filename = self._cache.disk.filename()[0]
+        try:
+            size = write_entry(
+                os.path.join(self.directory, filename), *encode(key, data, self.compress)
+            )
+        except Exception as exc:  # a full disk, an I/O error...: this block is not cached
             log.warning("disk cache write of %s skipped: %s", key, exc)
             if isinstance(exc, OSError) and exc.errno in _OUT_OF_DESCRIPTORS:
                 self._shrink()  # so that the next write finds a descriptor
-            return False
-        return True
+            return None
+        return IndexRow(key, filename, size, source)
 
     def delete(self, key: str) -> None:
         self.open_entries.drop(key)
@@ -304,12 +335,13 @@ class DiskTier:
         except Exception as exc:
             log.warning("disk cache delete of %s failed: %s", key, exc)
 
-    def _has_room(self, size: int) -> bool:
+    def _room(self) -> int:
+        """Bytes that can be written before the disk's free space falls to its floor."""
         try:
             usage = shutil.disk_usage(self.directory)
         except OSError:
-            return False
-        return usage.free - size > self.free_ratio * usage.total
+            return -1
+        return int(usage.free - self.free_ratio * usage.total)
 
     def volume(self) -> int:
         """Bytes the tier occupies on disk (entries plus the database)."""
@@ -343,4 +375,5 @@ class DiskTier:
 
     def close(self) -> None:
         self.open_entries.close_all()
+        self._index.close()
         self._cache.close()

@@ -24,6 +24,18 @@ def test_entries_compress_only_when_it_pays() -> None:
         assert decode("other-key", header + payload) is None  # a misplaced entry is refused
 
 
+def test_compression_is_judged_by_samples_over_the_whole_block() -> None:
+    noise = random.Random(5).randbytes(256 * KIB)
+    text = b"label,path\n" * (1024 * KIB // 11)
+    # Text behind a header of random bytes (larger than one sample) is compressed; random
+    # bytes behind a short text header are not stored compressed (it would save under 10%).
+    cases = ((noise[: 64 * KIB] + text, True), (text[: 16 * KIB] + noise, False))
+    for data, compressed in cases:
+        header, payload = encode("k", data, compress=True)
+        assert (len(payload) < len(data)) is compressed
+        assert decode("k", header + payload) == data
+
+
 @pytest.mark.parametrize("o_direct", [True, False])
 def test_entries_round_trip_with_and_without_o_direct(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, o_direct: bool

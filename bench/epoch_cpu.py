@@ -1,0 +1,144 @@
+"""The mount's CPU over a cold training epoch, with the disk tier on and off (a quick check).
+
+Not part of the bench suite (no peers): s3rver on loopback holds `--files` objects of
+`--size` bytes; each round mounts pffs at its defaults over a fresh cache directory (or with
+`--cache-dir none`), drops the page cache (as root), reads every file whole in a shuffled
+order with 8 threads (bench/epoch.py, the suite's epoch 1), and reads the mount's CPU from
+/proc/PID/stat before and after: files/s and CPU milliseconds per file. The disk tier's
+writes behind the epoch are waited for (unmount waits for them) and counted in its CPU.
+
+    .venv/bin/python -m bench.epoch_cpu --files 2000 --rounds 2
+    .venv/bin/python -m bench.epoch_cpu --files 1 --size 268435456   # a cold sequential read
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from bench.dataset import client
+from bench.epoch import read_epoch
+from bench.servers import Launcher, Server
+
+KIB = 1024
+
+
+def _cpu_seconds(pid: int, system_only: bool = False) -> float:
+    """User + system CPU of a process so far, or its system CPU only (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    user = 0 if system_only else int(fields[11])
+    return (user + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _drop_page_cache() -> None:
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("3")
+    except OSError:
+        print("epoch_cpu: not root, the page cache was not dropped", file=sys.stderr)
+
+
+def _upload(server: Server, bucket: str, files: int, size: int) -> list[str]:
+    s3 = client(server)
+    s3.create_bucket(Bucket=bucket)
+    keys = [f"train/{n:06d}.bin" for n in range(files)]
+
+    def put(n: int) -> None:
+        s3.put_object(Bucket=bucket, Key=keys[n], Body=os.urandom(size))
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(put, range(files)))
+    return keys
+
+
+def _round(
+    server: Server,
+    bucket: str,
+    keys: list[str],
+    size: int,
+    root: str,
+    cache: str,
+    profile: str | None = None,
+) -> str:
+    mountpoint = tempfile.mkdtemp(dir=root, prefix="mnt-")
+    argv = [sys.executable, "-m", "pffs", "mount", f"s3://{bucket}", mountpoint]
+    argv += ["--endpoint-url", server.endpoint_url, "--cache-dir", cache]
+    argv += ["--log-file", os.path.join(root, "pffs.log")]
+    mounted = subprocess.run(argv, env=server.env(), capture_output=True, text=True, check=False)
+    if mounted.returncode != 0:
+        sys.exit(f"epoch_cpu: pffs mount failed: {mounted.stderr.strip()}")
+    match = re.search(r"\(pid (\d+),", mounted.stdout)
+    if match is None:
+        sys.exit(f"epoch_cpu: no pid in {mounted.stdout!r}")
+    pid = int(match.group(1))
+    try:
+        _drop_page_cache()
+        spy = None
+        if profile is not None:  # py-spy's collapsed stacks of the thread holding the GIL
+            spy = subprocess.Popen(
+                ["py-spy", "record", "-p", str(pid), "-o", profile, "-f", "raw", "--gil"],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            time.sleep(1)
+        cpu, system = _cpu_seconds(pid), _cpu_seconds(pid, system_only=True)
+        rate = read_epoch(mountpoint, keys, size, seed=1)
+        cpu_epoch = _cpu_seconds(pid) - cpu
+        system = _cpu_seconds(pid, system_only=True) - system
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)
+            spy.wait()
+    finally:
+        # The unmount waits for the writes behind the epoch; their CPU is read just before the
+        # process exits, so take it while it winds down.
+        umount = subprocess.Popen([sys.executable, "-m", "pffs", "umount", mountpoint])
+        cpu_total = cpu_epoch
+        while umount.poll() is None:
+            try:
+                cpu_total = _cpu_seconds(pid) - cpu
+            except FileNotFoundError:
+                break
+            time.sleep(0.01)
+    per_file = cpu_epoch / len(keys) * 1e3
+    with_writes = cpu_total / len(keys) * 1e3
+    return (
+        f"{rate:7.0f} files/s  {per_file:5.2f} ms CPU/file in the epoch"
+        f" ({system / len(keys) * 1e3:4.2f} system),"
+        f" {cpu_epoch / (len(keys) * size / (1 << 30)):5.2f} CPU-s/GiB"
+        f"  ({with_writes:5.2f} with the writes left at its end)"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--files", type=int, default=2000)
+    parser.add_argument("--size", type=int, default=100 * KIB)
+    parser.add_argument("--rounds", type=int, default=2, help="of each setting, alternated")
+    parser.add_argument("--profile", help="py-spy's collapsed stacks of the disk tier's epoch")
+    parser.add_argument("--tier-only", action="store_true", help="no round without the tier")
+    args = parser.parse_args()
+    cache_dir = os.path.join(os.path.expanduser("~/.cache"), "pffs-bench")
+    with tempfile.TemporaryDirectory(dir="/var/tmp", prefix="pffs-epoch-cpu-") as root:
+        server = Launcher(root, cache_dir).s3rver()
+        try:
+            keys = _upload(server, "epoch", args.files, args.size)
+            for round_ in range(args.rounds):
+                for label in ("disk tier", "--cache-dir none")[: 1 if args.tier_only else 2]:
+                    tier = label == "disk tier"
+                    cache = f"{root}/cache{round_}" if tier else "none"
+                    profile = args.profile if tier else None
+                    figures = _round(server, "epoch", keys, args.size, root, cache, profile)
+                    print(f"{label:17} round {round_ + 1}: {figures}", flush=True)
+        finally:
+            server.stop()
+
+
+if __name__ == "__main__":
+    main()
