@@ -126,13 +126,13 @@ class Namespace:
             above = self.inodes.known(grandparent)  # the kernel holds a directory's parent
             return above or self.remember(grandparent, await self.stat(grandparent))
         path = join(parent.path, name)
-        known = self.inodes.ino_by_path.get(path)
+        known = self.inodes.ino_of(path)
         if known is not None and known in self.staged:  # not in the store (or its listing) yet
             return self.inodes.get(known)
 
         listing = self.listings.fresh(parent.path)
         if listing is not None:
-            info = listing.entries.get(name)
+            info = listing.get(name)
             if info is None:
                 raise NotFound(f"{path} does not exist")
             return self.remember(path, info)
@@ -147,7 +147,7 @@ class Namespace:
         if inode is not None and inode.expires > self.now():
             return inode
         running = self._listing_for(parent)
-        seen = running.entries.get(name) if running is not None else None
+        seen = running.get(name) if running is not None else None
         if seen is not None:  # already streamed in
             return self.remember(path, seen)
         try:
@@ -165,11 +165,11 @@ class Namespace:
     def _known_while_offline(self, path: str, exc: Transient) -> Inode | None:
         """What is known of `path` when the store cannot be asked: the inode, else the entry of
         an expired listing, trusted for one more TTL (None when nothing is known)."""
-        inode = self.inodes.known(path)
+        inode: Inode | None = self.inodes.known(path)
         if inode is None:
             parent_path, _, name = path.rpartition("/")
             stale_listing = self.listings.last_seen(parent_path)
-            info = stale_listing.entries.get(name) if stale_listing is not None else None
+            info = stale_listing.get(name) if stale_listing is not None else None
             if info is None:
                 return None
             inode = self.remember(path, info)
@@ -237,7 +237,7 @@ class Namespace:
             return inode
         parent_path, _, name = inode.path.rpartition("/")
         listing = None if ask_store else self.listings.fresh(parent_path)
-        info = listing.entries.get(name) if listing is not None else None
+        info = listing.get(name) if listing is not None else None
         if info is None:
             try:
                 info = await self.stat(inode.path)
@@ -250,13 +250,13 @@ class Namespace:
 
     def forget(self, ino: int, count: int) -> None:
         """The kernel dropped `count` references; an unreferenced inode is freed."""
-        inode = self.inodes.inodes.get(ino)
-        if inode is None or ino == ROOT_INODE:
+        if ino == ROOT_INODE or not self.inodes.live(ino):
             return
+        inode = self.inodes.get(ino)
         inode.lookups = max(0, inode.lookups - count)
         if inode.lookups == 0 and ino not in self.staged:
-            # Open handles keep their own reference to the Inode object; the table keeps the
-            # number so a later lookup of the same path gets the same inode number.
+            # The kernel holds no open file of it (it forgets only inodes it has evicted); a
+            # later lookup of the same path gets the same number, derived from the path.
             self.inodes.drop(inode)
 
     # --- directories -------------------------------------------------------------------------
@@ -285,7 +285,7 @@ class Namespace:
                 await self.listings.pull(handle.inode.path, listing)
                 continue
             name = listing.names[position]
-            inode = self.remember(join(handle.inode.path, name), listing.entries[name])
+            inode = self.remember(join(handle.inode.path, name), listing.info_at(position))
             if not emit(name, inode, position + 1):
                 return
             inode.lookups += 1

@@ -1,0 +1,118 @@
+"""What a store said of many entries, packed in columns: no Python object per entry.
+
+An `ObjectInfo` costs about 290 bytes (the object, its float, its int, its etag string); a
+mount that has walked a million files keeps one per listed entry and one per inode. Here one
+entry costs 17 bytes (size, mtime, a flag byte), plus 16 when its etag is an MD5 in lowercase
+hex (what S3 gives for every object not uploaded in parts), kept as raw bytes. Any other etag
+is kept aside as its string. Names are not kept here: the inode table and the listings keep
+them, one string per name shared by both. An ObjectInfo is made on demand for who needs one.
+"""
+
+from __future__ import annotations
+
+from array import array
+
+from pffs.backends.base import ObjectInfo
+
+_IS_DIR = 1
+_MD5 = 2  # the etag is the 16 bytes at the entry's place in `_md5`
+_OTHER_ETAG = 4  # the etag is in `_etags`
+_MD5_HEX_DIGITS = frozenset("0123456789abcdef")
+
+
+def _md5_bytes(etag: str) -> bytes | None:
+    """The 16 bytes of an etag that is an MD5 in lowercase hex (so that hex() gives it back)."""
+    if len(etag) == 32 and _MD5_HEX_DIGITS.issuperset(etag):
+        return bytes.fromhex(etag)
+    return None
+
+
+class PackedInfos:
+    """ObjectInfos without their names, by index; appended, overwritten, read back."""
+
+    __slots__ = ("_etags", "_flags", "_md5", "_mtimes", "_sizes")
+
+    def __init__(self) -> None:
+        self._sizes: array[int] = array("q")
+        self._mtimes: array[float] = array("d")
+        self._flags = bytearray()
+        self._md5 = bytearray()  # grown only once an MD5 etag is seen: 16 bytes an entry
+        self._etags: dict[int, str] = {}
+
+    def __len__(self) -> int:
+        return len(self._flags)
+
+    def append(self, info: ObjectInfo) -> int:
+        """Add `info` at the end; its index."""
+        index = len(self._flags)
+        self._sizes.append(info.size)
+        self._mtimes.append(info.mtime)
+        self._flags.append(0)
+        self.set(index, info)
+        return index
+
+    def set(self, index: int, info: ObjectInfo) -> None:
+        """Overwrite the entry at `index` with `info`."""
+        self._sizes[index] = info.size
+        self._mtimes[index] = info.mtime
+        flags = _IS_DIR if info.is_dir else 0
+        self._etags.pop(index, None)
+        if info.etag is not None:
+            raw = _md5_bytes(info.etag)
+            if raw is None:
+                flags |= _OTHER_ETAG
+                self._etags[index] = info.etag
+            else:
+                flags |= _MD5
+                if len(self._md5) < 16 * len(self._flags):
+                    self._md5.extend(bytes(16 * len(self._flags) - len(self._md5)))
+                self._md5[16 * index : 16 * index + 16] = raw
+        self._flags[index] = flags
+
+    def get(self, index: int, name: str) -> ObjectInfo:
+        """The entry at `index`, named `name`."""
+        return ObjectInfo(
+            name, self._sizes[index], self._mtimes[index], self.etag(index), self.is_dir(index)
+        )
+
+    def is_dir(self, index: int) -> bool:
+        return bool(self._flags[index] & _IS_DIR)
+
+    def etag(self, index: int) -> str | None:
+        flags = self._flags[index]
+        if flags & _MD5:
+            return self._md5[16 * index : 16 * index + 16].hex()
+        if flags & _OTHER_ETAG:
+            return self._etags[index]
+        return None
+
+    def same_version(self, index: int, info: ObjectInfo) -> bool:
+        """Whether `info` names the same content as the entry at `index` (etag, mtime, size)."""
+        return (
+            self._sizes[index] == info.size
+            and self._mtimes[index] == info.mtime
+            and self.etag(index) == info.etag
+        )
+
+    def clear(self, index: int) -> None:
+        """Release what the entry at `index` keeps aside (its slot is free for reuse)."""
+        self._etags.pop(index, None)
+
+    def truncate(self, length: int) -> None:
+        """Keep the first `length` entries only."""
+        for index in [i for i in self._etags if i >= length]:
+            del self._etags[index]
+        del self._sizes[length:], self._mtimes[length:], self._flags[length:]
+        del self._md5[16 * length :]
+
+    def move(self, source: int, target: int) -> None:
+        """Copy the entry at `source` over the one at `target` (for compaction)."""
+        self._sizes[target] = self._sizes[source]
+        self._mtimes[target] = self._mtimes[source]
+        self._flags[target] = self._flags[source]
+        if self._flags[source] & _MD5:
+            self._md5[16 * target : 16 * target + 16] = self._md5[16 * source : 16 * source + 16]
+        self._etags.pop(target, None)
+        other = self._etags.pop(source, None)
+        if other is not None:
+            self._etags[target] = other
