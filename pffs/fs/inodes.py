@@ -30,6 +30,7 @@ from pffs.fs.packed import PackedInfos
 
 ROOT_INODE = 1
 _ROOT_SLOT = 0
+_DIGEST_BIT = 1 << 62  # set in every number derived from a path, in none from the counter
 
 # A record's flags.
 _BOUND = 1  # its path's current inode: a lookup of the path finds it
@@ -74,53 +75,64 @@ class FixedInode:
 
 class TableInode:
     """A live inode of an InodeTable seen through its number: reads and writes go to the
-    table, and raise NotFound once the inode is freed."""
+    table, and raise NotFound once the inode is freed. The slot is remembered, and checked on
+    each use to still hold the number (records move when the table is compacted)."""
 
-    __slots__ = ("_table", "ino")
+    __slots__ = ("_slot", "_table", "ino")
 
-    def __init__(self, table: InodeTable, ino: int) -> None:
+    def __init__(self, table: InodeTable, ino: int, slot: int) -> None:
         self._table = table
         self.ino = ino
+        self._slot = slot
 
     def __repr__(self) -> str:
         return f"TableInode({self.ino})"
 
+    def slot(self) -> int:
+        """The record's slot in the table now."""
+        table, slot = self._table, self._slot
+        if slot < len(table.flags) and table.inos[slot] == self.ino:
+            if not table.flags[slot] & _RELEASED:
+                return slot
+        self._slot = slot = table.slot(self.ino)
+        return slot
+
     @property
     def path(self) -> str:
-        return self._table.path_of(self._table.slot(self.ino))
+        return self._table.path_of(self.slot())
 
     @property
     def is_dir(self) -> bool:
-        return self._table.infos.is_dir(self._table.slot(self.ino))
+        return self._table.infos.is_dir(self.slot())
 
     @property
     def info(self) -> ObjectInfo:
-        slot = self._table.slot(self.ino)
+        slot = self.slot()
         return self._table.infos.get(slot, self._table.names[slot])
 
     @info.setter
     def info(self, info: ObjectInfo) -> None:
-        self._table.set_info(self._table.slot(self.ino), info)
+        self._table.set_info(self.slot(), info)
 
     @property
     def expires(self) -> float:
-        return self._table.expiries[self._table.slot(self.ino)]
+        return self._table.expiries[self.slot()]
 
     @expires.setter
     def expires(self, when: float) -> None:
-        self._table.expiries[self._table.slot(self.ino)] = when
+        self._table.expiries[self.slot()] = when
 
     @property
     def lookups(self) -> int:
-        return self._table.lookups[self._table.slot(self.ino)]
+        return self._table.lookups[self.slot()]
 
     @lookups.setter
     def lookups(self, count: int) -> None:
-        self._table.lookups[self._table.slot(self.ino)] = count
+        self._table.lookups[self.slot()] = count
 
     @property
     def kernel_version(self) -> str | None:
-        slot = self._table.slot(self.ino)
+        slot = self.slot()
         if self._table.flags[slot] & _KERNEL_PAGES:
             return self._table.infos.get(slot, "").version
         return None
@@ -129,7 +141,7 @@ class TableInode:
     def kernel_version(self, version: str | None) -> None:
         # Only "the kernel may hold the current version's pages" is kept: a version other than
         # the current one is never compared equal again, so it is as good as none.
-        slot = self._table.slot(self.ino)
+        slot = self.slot()
         current = self._table.infos.get(slot, "").version
         if version is not None and version == current:
             self._table.flags[slot] |= _KERNEL_PAGES
@@ -140,11 +152,20 @@ class TableInode:
 def path_number(path: str) -> int:
     """The inode number a path has unless taken: a digest in [2**62, 2**63)."""
     digest = hashlib.blake2b(path.encode(), digest_size=8).digest()
-    return (int.from_bytes(digest, "little") >> 2) | (1 << 62)
+    return (int.from_bytes(digest, "little") >> 2) | _DIGEST_BIT
 
 
 def _join(parent: str, name: str) -> str:
     return f"{parent}/{name}" if parent else name
+
+
+class Listed(Protocol):
+    """What remember_listed reads of a directory listing (pffs.fs.listings.DirListing)."""
+
+    names: list[str]
+    infos: PackedInfos
+    # The inode number last seen for each entry, 0 for none: a hint, checked before use.
+    inos: array[int]
 
 
 class InodeTable:
@@ -157,7 +178,7 @@ class InodeTable:
 
     def __init__(self, root_info: ObjectInfo) -> None:
         self._slot_of: dict[int, int] = {}
-        self._inos: array[int] = array("q")
+        self.inos: array[int] = array("q")
         self._parents: array[int] = array("q")
         self._children: array[int] = array("q")
         self.names: list[str] = []
@@ -172,8 +193,9 @@ class InodeTable:
         self._parent_paths: dict[int, str] = {}
         # Below 2**62, where no digest falls (see path_number).
         self._spare_numbers = itertools.count(ROOT_INODE + 1)
-        root = self._new_record(ROOT_INODE, 0, "", root_info, float("inf"))
-        self.lookups[root] = 1
+        root = self._new_record(ROOT_INODE, 0, "")
+        self.infos.set(root, root_info)
+        self.expiries[root], self.lookups[root] = float("inf"), 1
         self.flags[root] |= _RENUMBERED
 
     def __len__(self) -> int:
@@ -194,8 +216,7 @@ class InodeTable:
         return slot is not None and not self.flags[slot] & _RELEASED
 
     def get(self, ino: int) -> TableInode:
-        self.slot(ino)
-        return TableInode(self, ino)
+        return TableInode(self, ino, self.slot(ino))
 
     def numbers(self) -> list[int]:
         """The numbers of the live inodes."""
@@ -237,32 +258,69 @@ class InodeTable:
     def ino_of(self, path: str) -> int | None:
         """The number of the live inode of `path`, if it has one."""
         slot = self._find(path)
-        return None if slot is None or self.flags[slot] & _RELEASED else self._inos[slot]
+        return None if slot is None or self.flags[slot] & _RELEASED else self.inos[slot]
 
     def known(self, path: str) -> TableInode | None:
         """The live inode of `path`, if it has one."""
-        ino = self.ino_of(path)
-        return None if ino is None else TableInode(self, ino)
+        slot = self._find(path)
+        if slot is None or self.flags[slot] & _RELEASED:
+            return None
+        return TableInode(self, self.inos[slot], slot)
 
     def remember(self, path: str, info: ObjectInfo, expires: float) -> TableInode:
         """The inode for `path`, created or refreshed with `info`."""
+        slot = self._bound_slot(path, info.name, None)
+        self.set_info(slot, info)
+        self.expiries[slot] = expires
+        return TableInode(self, self.inos[slot], slot)
+
+    def remember_listed(
+        self,
+        path: str,
+        listing: Listed,
+        index: int,
+        expires: float,
+        parent: int,
+    ) -> TableInode:
+        """As remember, with entry `index` of a listing of directory `parent` (a number): no
+        ObjectInfo is made, and the inode number the listing noted for the entry spares the
+        path's digest. Lookups and readdir answered from a listing are the common case."""
+        name, hints, flags = listing.names[index], listing.inos, self.flags
+        slot = self._slot_of.get(hints[index])
+        if (
+            slot is None
+            or self._parents[slot] != parent
+            or self.names[slot] != name
+            or not flags[slot] & _BOUND
+        ):
+            slot = self._bound_slot(path, name, parent)
+            hints[index] = self.inos[slot]
+        flags[slot] &= ~_RELEASED
+        if flags[slot] & _KERNEL_PAGES and not self.infos.same_as(slot, listing.infos, index):
+            flags[slot] &= ~_KERNEL_PAGES
+        self.infos.copy(slot, listing.infos, index)
+        self.expiries[slot] = expires
+        return TableInode(self, self.inos[slot], slot)
+
+    def _bound_slot(self, path: str, name: str, parent: int | None) -> int:
+        """The slot of the record `path` is bound to, taken back if released; a new record,
+        its attributes yet to be set, when there is none. `name` is the last component (its
+        string is kept when equal), `parent` the directory's number when the caller has it."""
         number = path_number(path)
         slot = self._find(path, number)
-        if slot is None:
-            parent_path, _, name = path.rpartition("/")
-            if info.name == name:
-                name = info.name  # one string for the name, shared with the listing's
-            parent = self._parent_of(parent_path)
-            ino = next(self._spare_numbers) if number in self._slot_of else number
-            slot = self._new_record(ino, parent, name, info, expires)
-            if ino != number:
-                self._renumbered[path] = ino
-                self.flags[slot] |= _RENUMBERED
-        else:
+        if slot is not None:
             self.flags[slot] &= ~_RELEASED
-            self.set_info(slot, info)
-            self.expiries[slot] = expires
-        return TableInode(self, self._inos[slot])
+            return slot
+        parent_path, _, last = path.rpartition("/")
+        if name != last:
+            name = last
+        parent = self._parent_of(parent_path) if parent is None else self._count_child(parent)
+        ino = next(self._spare_numbers) if number in self._slot_of else number
+        slot = self._new_record(ino, parent, name)
+        if ino != number:
+            self._renumbered[path] = ino
+            self.flags[slot] |= _RENUMBERED
+        return slot
 
     def _parent_of(self, parent_path: str) -> int:
         """The number of the directory `parent_path`, counted as a parent once more. A directory
@@ -274,29 +332,30 @@ class InodeTable:
             slot = self._find(parent_path)
             assert slot is not None
             self.flags[slot] |= _RELEASED
-        ino = self._inos[slot]
+        return self._count_child(self.inos[slot])
+
+    def _count_child(self, parent: int) -> int:
+        """Count one more record under `parent` (a number), whose path is kept while any is."""
+        slot = self._slot_of[parent]
         self._children[slot] += 1
         if self._children[slot] == 1:
-            self._parent_paths[ino] = parent_path
-        return ino
+            self._parent_paths[parent] = self.path_of(slot)
+        return parent
 
-    def _new_record(
-        self, ino: int, parent: int, name: str, info: ObjectInfo, expires: float
-    ) -> int:
+    def _new_record(self, ino: int, parent: int, name: str) -> int:
         if self._free:
             slot = self._free.pop()
-            self._inos[slot], self._parents[slot], self._children[slot] = ino, parent, 0
+            self.inos[slot], self._parents[slot], self._children[slot] = ino, parent, 0
             self.names[slot] = name
-            self.infos.set(slot, info)
-            self.expiries[slot], self.lookups[slot], self.flags[slot] = expires, 0, _BOUND
+            self.expiries[slot], self.lookups[slot], self.flags[slot] = 0.0, 0, _BOUND
         else:
             slot = len(self.names)
-            self._inos.append(ino)
+            self.inos.append(ino)
             self._parents.append(parent)
             self._children.append(0)
             self.names.append(name)
-            self.infos.append(info)
-            self.expiries.append(expires)
+            self.infos.append_blank()
+            self.expiries.append(0.0)
             self.lookups.append(0)
             self.flags.append(_BOUND)
         self._slot_of[ino] = slot
@@ -317,7 +376,7 @@ class InodeTable:
     def _free_record(self, slot: int) -> None:
         """Free a released record with nothing under it, then its parents that are the same."""
         while True:
-            ino, parent, flags = self._inos[slot], self._parents[slot], self.flags[slot]
+            ino, parent, flags = self.inos[slot], self._parents[slot], self.flags[slot]
             if flags & _BOUND and flags & _RENUMBERED:
                 path = self.path_of(slot)
                 if self._renumbered.get(path) == ino:
@@ -326,7 +385,7 @@ class InodeTable:
             self._parent_paths.pop(ino, None)
             self.names[slot] = ""
             self.infos.clear(slot)
-            self.flags[slot] = 0
+            self.flags[slot] = _RELEASED  # views of it see it freed
             self._free.append(slot)
             slot = self._slot_of[parent]
             self._children[slot] -= 1
@@ -344,7 +403,7 @@ class InodeTable:
         live = sorted(self._slot_of.values())
         for target, source in enumerate(live):
             if source != target:
-                self._inos[target] = self._inos[source]
+                self.inos[target] = self.inos[source]
                 self._parents[target] = self._parents[source]
                 self._children[target] = self._children[source]
                 self.names[target] = self.names[source]
@@ -352,9 +411,9 @@ class InodeTable:
                 self.expiries[target] = self.expiries[source]
                 self.lookups[target] = self.lookups[source]
                 self.flags[target] = self.flags[source]
-                self._slot_of[self._inos[target]] = target
+                self._slot_of[self.inos[target]] = target
         length = len(live)
-        for column in (self._inos, self._parents, self._children, self.expiries, self.lookups):
+        for column in (self.inos, self._parents, self._children, self.expiries, self.lookups):
             del column[length:]
         del self.names[length:], self.flags[length:]
         self.infos.truncate(length)
@@ -365,7 +424,7 @@ class InodeTable:
         slot = self._find(path)
         if slot is None or slot == _ROOT_SLOT:
             return None
-        ino = self._inos[slot]
+        ino = self.inos[slot]
         if self.flags[slot] & _RENUMBERED:
             del self._renumbered[path]
         self.flags[slot] &= ~(_BOUND | _RENUMBERED)
@@ -373,7 +432,7 @@ class InodeTable:
             if self._children[slot] == 0:
                 self._free_record(slot)
             return None
-        return TableInode(self, ino)
+        return TableInode(self, ino, slot)
 
     # --- renames -----------------------------------------------------------------------------
 
@@ -382,10 +441,10 @@ class InodeTable:
         slot = self._find(old_path)
         if slot is None or slot == _ROOT_SLOT:
             return []
-        moved = [(old_path, self._inos[slot])]
+        moved = [(old_path, self.inos[slot])]
         if self._children[slot]:
             prefix = old_path + "/"
-            for other, ino in enumerate(self._inos):
+            for other, ino in enumerate(self.inos):
                 if self.flags[other] & _BOUND and other != _ROOT_SLOT:
                     path = self.path_of(other)
                     if path.startswith(prefix):

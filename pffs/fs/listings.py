@@ -9,6 +9,7 @@ listing is kept until swept, to answer while the store is offline.
 from __future__ import annotations
 
 import bisect
+from array import array
 import itertools
 import logging
 from collections.abc import Callable, Iterator
@@ -42,6 +43,9 @@ class DirListing:
     source: Iterator[ObjectInfo] | None = None
     lock: trio.Lock = field(default_factory=trio.Lock)
     infos: PackedInfos = field(default_factory=PackedInfos)
+    # The inode number of each entry last seen by the inode table, 0 for none (a hint it
+    # checks): a lookup answered by the listing then needs no digest of the path.
+    inos: array[int] = field(default_factory=lambda: array("q"))
     # Positions by name, made only once names arrive out of order: stores list in order,
     # and a name is then found by bisection (a dict would cost 70 bytes an entry).
     index: dict[str, int] | None = None
@@ -58,6 +62,7 @@ class DirListing:
                 self.index[info.name] = len(names)
             names.append(info.name)
             self.infos.append(info)
+            self.inos.append(0)
         elif info.is_dir and not self.infos.is_dir(position):
             # A key that is both an object and a prefix: the directory wins.
             self.infos.set(position, info)
@@ -80,6 +85,7 @@ class DirListing:
     def take_entries(self, other: DirListing) -> None:
         """The entries of `other`, a complete listing (shared with it: neither changes)."""
         self.names, self.infos, self.index = other.names, other.infos, other.index
+        self.inos = other.inos
 
 
 class Listings:

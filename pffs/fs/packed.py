@@ -42,14 +42,16 @@ class PackedInfos:
     def __len__(self) -> int:
         return len(self._flags)
 
-    def append(self, info: ObjectInfo) -> int:
-        """Add `info` at the end; its index."""
-        index = len(self._flags)
-        self._sizes.append(info.size)
-        self._mtimes.append(info.mtime)
+    def append(self, info: ObjectInfo) -> None:
+        """Add `info` at the end."""
+        self.append_blank()
+        self.set(len(self._flags) - 1, info)
+
+    def append_blank(self) -> None:
+        """Add an entry at the end, to be set."""
+        self._sizes.append(0)
+        self._mtimes.append(0.0)
         self._flags.append(0)
-        self.set(index, info)
-        return index
 
     def set(self, index: int, info: ObjectInfo) -> None:
         """Overwrite the entry at `index` with `info`."""
@@ -75,6 +77,9 @@ class PackedInfos:
             name, self._sizes[index], self._mtimes[index], self.etag(index), self.is_dir(index)
         )
 
+    def mtime(self, index: int) -> float:
+        return self._mtimes[index]
+
     def is_dir(self, index: int) -> bool:
         return bool(self._flags[index] & _IS_DIR)
 
@@ -93,6 +98,26 @@ class PackedInfos:
             and self._mtimes[index] == info.mtime
             and self.etag(index) == info.etag
         )
+
+    def same_as(self, index: int, source: PackedInfos, source_index: int) -> bool:
+        """Whether the entry at `index` is the one at `source_index` of `source`."""
+        return (
+            self._flags[index] == source._flags[source_index]
+            and self._sizes[index] == source._sizes[source_index]
+            and self._mtimes[index] == source._mtimes[source_index]
+            and self.etag(index) == source.etag(source_index)
+        )
+
+    def copy(self, index: int, source: PackedInfos, source_index: int) -> None:
+        """Overwrite the entry at `index` with the one at `source_index` of `source`."""
+        flags = source._flags[source_index]
+        if flags & (_MD5 | _OTHER_ETAG):
+            self.set(index, source.get(source_index, ""))
+            return
+        self._etags.pop(index, None)
+        self._sizes[index] = source._sizes[source_index]
+        self._mtimes[index] = source._mtimes[source_index]
+        self._flags[index] = flags
 
     def clear(self, index: int) -> None:
         """Release what the entry at `index` keeps aside (its slot is free for reuse)."""
