@@ -91,9 +91,9 @@ class TableInode:
     def slot(self) -> int:
         """The record's slot in the table now."""
         table, slot = self._table, self._slot
-        if slot < len(table.flags) and table.inos[slot] == self.ino:
-            if not table.flags[slot] & _RELEASED:
-                return slot
+        flags = table.flags
+        if slot < len(flags) and table.inos[slot] == self.ino and not flags[slot] & _RELEASED:
+            return slot
         self._slot = slot = table.slot(self.ino)
         return slot
 

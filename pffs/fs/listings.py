@@ -9,9 +9,9 @@ listing is kept until swept, to answer while the store is offline.
 from __future__ import annotations
 
 import bisect
-from array import array
 import itertools
 import logging
+from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 

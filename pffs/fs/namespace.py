@@ -180,10 +180,10 @@ class Namespace:
             return stale
         return self.remember(path, info)
 
-    def _known_while_offline(self, path: str, exc: Transient) -> Inode | None:
+    def _known_while_offline(self, path: str, exc: Transient) -> TableInode | None:
         """What is known of `path` when the store cannot be asked: the inode, else the entry of
         an expired listing, trusted for one more TTL (None when nothing is known)."""
-        inode: Inode | None = self.inodes.known(path)
+        inode = self.inodes.known(path)
         if inode is None:
             parent_path, _, name = path.rpartition("/")
             stale_listing = self.listings.last_seen(parent_path)
