@@ -180,7 +180,7 @@ class InodeTable:
         self._slot_of: dict[int, int] = {}
         self.inos: array[int] = array("q")
         self._parents: array[int] = array("q")
-        self._children: array[int] = array("q")
+        self._children: array[int] = array("I")
         self.names: list[str] = []
         self.infos = PackedInfos()
         self.expiries: array[float] = array("d")
@@ -343,23 +343,27 @@ class InodeTable:
         return parent
 
     def _new_record(self, ino: int, parent: int, name: str) -> int:
-        if self._free:
-            slot = self._free.pop()
-            self.inos[slot], self._parents[slot], self._children[slot] = ino, parent, 0
-            self.names[slot] = name
-            self.expiries[slot], self.lookups[slot], self.flags[slot] = 0.0, 0, _BOUND
-        else:
-            slot = len(self.names)
-            self.inos.append(ino)
-            self._parents.append(parent)
-            self._children.append(0)
-            self.names.append(name)
-            self.infos.append_blank()
-            self.expiries.append(0.0)
-            self.lookups.append(0)
-            self.flags.append(_BOUND)
+        if not self._free:
+            self._grow()
+        slot = self._free.pop()
+        self.inos[slot], self._parents[slot], self._children[slot] = ino, parent, 0
+        self.names[slot] = name
+        self.expiries[slot], self.lookups[slot], self.flags[slot] = 0.0, 0, _BOUND
         self._slot_of[ino] = slot
         return slot
+
+    def _grow(self) -> None:
+        """Add free slots at the end of the columns, an eighth more (new records are then
+        stores into the columns, not appends to each)."""
+        start = len(self.names)
+        count = max(64, start // 8)
+        for column in (self.inos, self._parents, self._children, self.lookups):
+            column.frombytes(bytes(count * column.itemsize))  # zeros
+        self.expiries.frombytes(bytes(count * self.expiries.itemsize))
+        self.names.extend([""] * count)
+        self.flags.extend(bytes([_RELEASED]) * count)  # free, as _free_record leaves them
+        self.infos.extend_blank(count)
+        self._free.extend(range(start + count - 1, start - 1, -1))  # the lowest first
 
     # --- letting go --------------------------------------------------------------------------
 

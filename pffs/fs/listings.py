@@ -53,9 +53,11 @@ class DirListing:
     def add(self, info: ObjectInfo) -> None:
         names = self.names
         position = None
-        if names and info.name <= names[-1]:
+        if self.index is not None:
+            position = self.index.get(info.name)
+        elif names and info.name <= names[-1]:  # in order, a name is new when it sorts last
             position = self.position(info.name)
-            if position is None and self.index is None:
+            if position is None:
                 self.index = {name: at for at, name in enumerate(names)}
         if position is None:
             if self.index is not None:

@@ -44,14 +44,19 @@ class PackedInfos:
 
     def append(self, info: ObjectInfo) -> None:
         """Add `info` at the end."""
-        self.append_blank()
-        self.set(len(self._flags) - 1, info)
+        self._sizes.append(info.size)
+        self._mtimes.append(info.mtime)
+        if info.etag is None:  # the common case of local and HDFS listings, kept short
+            self._flags.append(_IS_DIR if info.is_dir else 0)
+        else:
+            self._flags.append(0)
+            self.set(len(self._flags) - 1, info)
 
-    def append_blank(self) -> None:
-        """Add an entry at the end, to be set."""
-        self._sizes.append(0)
-        self._mtimes.append(0.0)
-        self._flags.append(0)
+    def extend_blank(self, count: int) -> None:
+        """Add `count` entries at the end, to be set."""
+        self._sizes.frombytes(bytes(count * self._sizes.itemsize))
+        self._mtimes.frombytes(bytes(count * self._mtimes.itemsize))
+        self._flags.extend(bytes(count))
 
     def set(self, index: int, info: ObjectInfo) -> None:
         """Overwrite the entry at `index` with `info`."""
