@@ -163,7 +163,7 @@ def test_a_walked_tree_costs_under_300_bytes_an_entry(tmp_path: Path) -> None:
 
     async def walk() -> int:
         entries = 0
-        for name, directory in await list_all(vfs, ROOT_INODE):
+        for _name, directory in await list_all(vfs, ROOT_INODE):
             entries += 1 + len(await list_all(vfs, directory.ino))
         return entries
 
