@@ -67,9 +67,7 @@ class Namespace:
         """A nursery for background listings."""
         self._nursery = nursery
 
-    @staticmethod
-    def now() -> float:
-        return time.monotonic()
+    now = staticmethod(time.monotonic)  # the clock of every TTL (no Python frame per call)
 
     def route(self, path: str) -> tuple[Mounted, str]:
         routed = self.table.route(path)
