@@ -75,40 +75,44 @@ class FixedInode:
 
 class TableInode:
     """A live inode of an InodeTable seen through its number: reads and writes go to the
-    table, and raise NotFound once the inode is freed. The slot is remembered, and checked on
-    each use to still hold the number (records move when the table is compacted)."""
+    table, and raise NotFound once the inode is freed. The slot is remembered, and looked up
+    again once the table has freed or moved a record since (the check is inline in the
+    properties every lookup and readdir entry reads)."""
 
-    __slots__ = ("_slot", "_table", "ino")
+    __slots__ = ("_seen", "_slot", "_table", "ino")
 
     def __init__(self, table: InodeTable, ino: int, slot: int) -> None:
         self._table = table
         self.ino = ino
         self._slot = slot
+        self._seen = table.frees
 
     def __repr__(self) -> str:
         return f"TableInode({self.ino})"
 
     def slot(self) -> int:
         """The record's slot in the table now."""
-        table, slot = self._table, self._slot
-        flags = table.flags
-        if slot < len(flags) and table.inos[slot] == self.ino and not flags[slot] & _RELEASED:
-            return slot
-        self._slot = slot = table.slot(self.ino)
-        return slot
+        table = self._table
+        if self._seen != table.frees:
+            self._slot = table.slot(self.ino)
+            self._seen = table.frees
+        return self._slot
 
     @property
     def path(self) -> str:
-        return self._table.path_of(self.slot())
+        table = self._table
+        return table.path_of(self._slot if self._seen == table.frees else self.slot())
 
     @property
     def is_dir(self) -> bool:
-        return self._table.infos.is_dir(self.slot())
+        table = self._table
+        return table.infos.is_dir(self._slot if self._seen == table.frees else self.slot())
 
     @property
     def info(self) -> ObjectInfo:
-        slot = self.slot()
-        return self._table.infos.get(slot, self._table.names[slot])
+        table = self._table
+        slot = self._slot if self._seen == table.frees else self.slot()
+        return table.infos.get(slot, table.names[slot])
 
     @info.setter
     def info(self, info: ObjectInfo) -> None:
@@ -155,10 +159,6 @@ def path_number(path: str) -> int:
     return (int.from_bytes(digest, "little") >> 2) | _DIGEST_BIT
 
 
-def _join(parent: str, name: str) -> str:
-    return f"{parent}/{name}" if parent else name
-
-
 class Listed(Protocol):
     """What remember_listed reads of a directory listing (pffs.fs.listings.DirListing)."""
 
@@ -187,6 +187,8 @@ class InodeTable:
         self.lookups: array[int] = array("q")
         self.flags = bytearray()
         self._free: array[int] = array("q")
+        # Records freed or moved so far: a view's slot is good while this has not changed.
+        self.frees = 0
         # Paths whose inode number is not their digest (spare numbers, renamed entries).
         self._renumbered: dict[str, int] = {"": ROOT_INODE}
         # The paths of records that other records name as their parent, by number.
@@ -225,7 +227,8 @@ class InodeTable:
     def path_of(self, slot: int) -> str:
         if slot == _ROOT_SLOT:
             return ""
-        return _join(self._parent_paths[self._parents[slot]], self.names[slot])
+        parent = self._parent_paths[self._parents[slot]]
+        return f"{parent}/{self.names[slot]}" if parent else self.names[slot]
 
     def set_info(self, slot: int, info: ObjectInfo) -> None:
         if self.flags[slot] & _KERNEL_PAGES and not self.infos.same_version(slot, info):
@@ -391,6 +394,7 @@ class InodeTable:
             self.infos.clear(slot)
             self.flags[slot] = _RELEASED  # views of it see it freed
             self._free.append(slot)
+            self.frees += 1
             slot = self._slot_of[parent]
             self._children[slot] -= 1
             if self._children[slot] > 0:
@@ -422,6 +426,7 @@ class InodeTable:
         del self.names[length:], self.flags[length:]
         self.infos.truncate(length)
         self._free = array("q")
+        self.frees += 1
 
     def forget_path(self, path: str) -> TableInode | None:
         """`path` is gone: its number is released; the inode (if live) is returned."""

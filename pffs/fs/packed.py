@@ -78,8 +78,10 @@ class PackedInfos:
 
     def get(self, index: int, name: str) -> ObjectInfo:
         """The entry at `index`, named `name`."""
+        flags = self._flags[index]
+        etag = self.etag(index) if flags & (_MD5 | _OTHER_ETAG) else None
         return ObjectInfo(
-            name, self._sizes[index], self._mtimes[index], self.etag(index), self.is_dir(index)
+            name, self._sizes[index], self._mtimes[index], etag, bool(flags & _IS_DIR)
         )
 
     def mtime(self, index: int) -> float:
