@@ -3,9 +3,10 @@
 An `ObjectInfo` costs about 290 bytes (the object, its float, its int, its etag string); a
 mount that has walked a million files keeps one per listed entry and one per inode. Here one
 entry costs 17 bytes (size, mtime, a flag byte), plus 16 when its etag is an MD5 in lowercase
-hex (what S3 gives for every object not uploaded in parts), kept as raw bytes. Any other etag
-is kept aside as its string. Names are not kept here: the inode table and the listings keep
-them, one string per name shared by both. An ObjectInfo is made on demand for who needs one.
+hex, bare or in double quotes (S3 gives `"<md5>"` for every object not uploaded in parts), kept
+as raw bytes. Any other etag is kept aside as its string. Names are not kept here: the inode
+table and the listings keep them, one string per name shared by both. An ObjectInfo is made on
+demand for who needs one.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pffs.backends.base import ObjectInfo
 _IS_DIR = 1
 _MD5 = 2  # the etag is the 16 bytes at the entry's place in `_md5`
 _OTHER_ETAG = 4  # the etag is in `_etags`
+_QUOTED = 8  # with _MD5: the etag is the hex digits in double quotes
 _MD5_HEX_DIGITS = frozenset("0123456789abcdef")
 
 
@@ -29,11 +31,14 @@ _set_name, _set_size, _set_mtime, _set_etag, _set_is_dir = (
 )
 
 
-def _md5_bytes(etag: str) -> bytes | None:
-    """The 16 bytes of an etag that is an MD5 in lowercase hex (so that hex() gives it back)."""
-    if len(etag) == 32 and _MD5_HEX_DIGITS.issuperset(etag):
-        return bytes.fromhex(etag)
-    return None
+def _md5_flags(etag: str) -> tuple[int, bytes | None]:
+    """How an etag is packed: (_MD5, 16 bytes) for an MD5 in lowercase hex (so that hex() gives
+    it back), with _QUOTED when in double quotes; (_OTHER_ETAG, None) for anything else."""
+    quoted = len(etag) == 34 and etag[0] == '"' == etag[-1]
+    digits = etag[1:-1] if quoted else etag
+    if len(digits) == 32 and _MD5_HEX_DIGITS.issuperset(digits):
+        return (_MD5 | _QUOTED if quoted else _MD5), bytes.fromhex(digits)
+    return _OTHER_ETAG, None
 
 
 class PackedInfos:
@@ -74,16 +79,18 @@ class PackedInfos:
         flags = _IS_DIR if info.is_dir else 0
         self._etags.pop(index, None)
         if info.etag is not None:
-            raw = _md5_bytes(info.etag)
+            etag_flags, raw = _md5_flags(info.etag)
+            flags |= etag_flags
             if raw is None:
-                flags |= _OTHER_ETAG
                 self._etags[index] = info.etag
             else:
-                flags |= _MD5
-                if len(self._md5) < 16 * len(self._flags):
-                    self._md5.extend(bytes(16 * len(self._flags) - len(self._md5)))
-                self._md5[16 * index : 16 * index + 16] = raw
+                self._store_md5(index, raw)
         self._flags[index] = flags
+
+    def _store_md5(self, index: int, raw: bytes | bytearray) -> None:
+        if len(self._md5) < 16 * len(self._flags):
+            self._md5.extend(bytes(16 * len(self._flags) - len(self._md5)))
+        self._md5[16 * index : 16 * index + 16] = raw
 
     def get(self, index: int, name: str) -> ObjectInfo:
         """The entry at `index`, named `name`."""
@@ -106,7 +113,8 @@ class PackedInfos:
     def etag(self, index: int) -> str | None:
         flags = self._flags[index]
         if flags & _MD5:
-            return self._md5[16 * index : 16 * index + 16].hex()
+            digits = self._md5[16 * index : 16 * index + 16].hex()
+            return f'"{digits}"' if flags & _QUOTED else digits
         if flags & _OTHER_ETAG:
             return self._etags[index]
         return None
@@ -131,10 +139,11 @@ class PackedInfos:
     def copy(self, index: int, source: PackedInfos, source_index: int) -> None:
         """Overwrite the entry at `index` with the one at `source_index` of `source`."""
         flags = source._flags[source_index]
-        if flags & (_MD5 | _OTHER_ETAG):
-            self.set(index, source.get(source_index, ""))
-            return
         self._etags.pop(index, None)
+        if flags & _MD5:
+            self._store_md5(index, source._md5[16 * source_index : 16 * source_index + 16])
+        elif flags & _OTHER_ETAG:
+            self._etags[index] = source._etags[source_index]
         self._sizes[index] = source._sizes[source_index]
         self._mtimes[index] = source._mtimes[source_index]
         self._flags[index] = flags

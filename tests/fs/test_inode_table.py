@@ -35,7 +35,9 @@ def new_table() -> InodeTable:
     return InodeTable(dir_info(""))
 
 
-@pytest.mark.parametrize("etag", [MD5, MD5.upper(), '"quoted"', "abc-3", "", None])
+@pytest.mark.parametrize(
+    "etag", [MD5, f'"{MD5}"', MD5.upper(), f'"{MD5}', '"quoted"', f'"{MD5}-3"', "", None]
+)
 def test_packed_infos_give_back_what_they_were_given(etag: str | None) -> None:
     infos = PackedInfos()
     infos.append(file_info("a"))
