@@ -21,12 +21,15 @@ from __future__ import annotations
 import hashlib
 import itertools
 from array import array
-from dataclasses import dataclass
 from typing import Protocol
 
 from pffs.backends.base import ObjectInfo
 from pffs.errors import NotFound
+from pffs.fs.inodeviews import FixedInode, Inode, TableInode
 from pffs.fs.packed import PackedInfos
+
+# The views are pffs.fs.inodeviews's; they are named here too, where callers look for inodes.
+__all__ = ["ROOT_INODE", "FixedInode", "Inode", "InodeTable", "TableInode", "path_number"]
 
 ROOT_INODE = 1
 _ROOT_SLOT = 0
@@ -37,120 +40,6 @@ _BOUND = 1  # its path's current inode: a lookup of the path finds it
 _RELEASED = 2  # no holder left: kept only while inodes under it are, found again by its path
 _KERNEL_PAGES = 4  # the kernel may hold pages of the current version (see open's keep_cache)
 _RENUMBERED = 8  # its number is not its path's digest: it is in `_renumbered`
-
-
-class Inode(Protocol):
-    """One known path. `info` is what the store said; `expires` when to ask again; `lookups`
-    the kernel's references; `kernel_version` the object version whose pages the kernel may
-    still hold (see open's keep_cache)."""
-
-    @property
-    def ino(self) -> int: ...
-    @property
-    def path(self) -> str: ...
-    @property
-    def is_dir(self) -> bool: ...
-
-    info: ObjectInfo
-    expires: float
-    lookups: int
-    kernel_version: str | None
-
-
-@dataclass(eq=False, slots=True)
-class FixedInode:
-    """An inode kept outside the table, as plain attributes (the hidden `.pffs` files)."""
-
-    ino: int
-    path: str
-    info: ObjectInfo
-    expires: float
-    lookups: int = 0
-    kernel_version: str | None = None
-
-    @property
-    def is_dir(self) -> bool:
-        return self.info.is_dir
-
-
-class TableInode:
-    """A live inode of an InodeTable seen through its number: reads and writes go to the
-    table, and raise NotFound once the inode is freed. The slot is remembered, and looked up
-    again once the table has freed or moved a record since (the check is inline in the
-    properties every lookup and readdir entry reads)."""
-
-    __slots__ = ("_seen", "_slot", "_table", "ino")
-
-    def __init__(self, table: InodeTable, ino: int, slot: int) -> None:
-        self._table = table
-        self.ino = ino
-        self._slot = slot
-        self._seen = table.frees
-
-    def __repr__(self) -> str:
-        return f"TableInode({self.ino})"
-
-    def slot(self) -> int:
-        """The record's slot in the table now."""
-        table = self._table
-        if self._seen != table.frees:
-            self._slot = table.slot(self.ino)
-            self._seen = table.frees
-        return self._slot
-
-    @property
-    def path(self) -> str:
-        table = self._table
-        return table.path_of(self._slot if self._seen == table.frees else self.slot())
-
-    @property
-    def is_dir(self) -> bool:
-        table = self._table
-        return table.infos.is_dir(self._slot if self._seen == table.frees else self.slot())
-
-    @property
-    def info(self) -> ObjectInfo:
-        table = self._table
-        slot = self._slot if self._seen == table.frees else self.slot()
-        return table.infos.get(slot, table.names[slot])
-
-    @info.setter
-    def info(self, info: ObjectInfo) -> None:
-        self._table.set_info(self.slot(), info)
-
-    @property
-    def expires(self) -> float:
-        return self._table.expiries[self.slot()]
-
-    @expires.setter
-    def expires(self, when: float) -> None:
-        self._table.expiries[self.slot()] = when
-
-    @property
-    def lookups(self) -> int:
-        return self._table.lookups[self.slot()]
-
-    @lookups.setter
-    def lookups(self, count: int) -> None:
-        self._table.lookups[self.slot()] = count
-
-    @property
-    def kernel_version(self) -> str | None:
-        slot = self.slot()
-        if self._table.flags[slot] & _KERNEL_PAGES:
-            return self._table.infos.get(slot, "").version
-        return None
-
-    @kernel_version.setter
-    def kernel_version(self, version: str | None) -> None:
-        # Only "the kernel may hold the current version's pages" is kept: a version other than
-        # the current one is never compared equal again, so it is as good as none.
-        slot = self.slot()
-        current = self._table.infos.get(slot, "").version
-        if version is not None and version == current:
-            self._table.flags[slot] |= _KERNEL_PAGES
-        else:
-            self._table.flags[slot] &= ~_KERNEL_PAGES
 
 
 def path_number(path: str) -> int:
@@ -229,6 +118,19 @@ class InodeTable:
             return ""
         parent = self._parent_paths[self._parents[slot]]
         return f"{parent}/{self.names[slot]}" if parent else self.names[slot]
+
+    def kernel_version(self, slot: int) -> str | None:
+        if self.flags[slot] & _KERNEL_PAGES:
+            return self.infos.get(slot, "").version
+        return None
+
+    def set_kernel_version(self, slot: int, version: str | None) -> None:
+        # Only "the kernel may hold the current version's pages" is kept: a version other than
+        # the current one is never compared equal again, so it is as good as none.
+        if version is not None and version == self.infos.get(slot, "").version:
+            self.flags[slot] |= _KERNEL_PAGES
+        else:
+            self.flags[slot] &= ~_KERNEL_PAGES
 
     def set_info(self, slot: int, info: ObjectInfo) -> None:
         if self.flags[slot] & _KERNEL_PAGES and not self.infos.same_version(slot, info):
