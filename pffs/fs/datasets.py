@@ -135,7 +135,7 @@ class DatasetPrefetch:
             directory, _, name = path.rpartition("/")
             if directory not in listings:
                 listings[directory] = await self._listed(directory)
-            info = listings[directory].entries.get(name)
+            info = listings[directory].get(name)
             if info is None:
                 errors.append(f"{raw.strip()}: no such file")
             elif info.is_dir or self.namespace.table.route(path) is None:
@@ -189,9 +189,9 @@ class DatasetPrefetch:
         position = 0
         while True:
             while position < len(listing.names):
-                name = listing.names[position]
+                name, info = listing.names[position], listing.info_at(position)
                 position += 1
-                yield join(directory, name), listing.entries[name]
+                yield join(directory, name), info
             finished = listing.complete or not await self.namespace.listings.pull(
                 directory, listing
             )

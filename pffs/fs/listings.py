@@ -8,8 +8,10 @@ listing is kept until swept, to answer while the store is offline.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import logging
+from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -18,6 +20,7 @@ import trio
 from pffs.backends.base import ObjectInfo
 from pffs.errors import Transient
 from pffs.fs.blocking import run_blocking
+from pffs.fs.packed import PackedInfos
 from pffs.routing.table import MountTable
 
 log = logging.getLogger(__name__)
@@ -31,9 +34,9 @@ MAX_LISTINGS = 1024
 
 @dataclass(eq=False)
 class DirListing:
-    """A directory's entries as they stream in from the store, in the store's order."""
+    """A directory's entries as they stream in from the store, in the store's order: their
+    names, and what the store said of each packed by position (pffs.fs.packed)."""
 
-    entries: dict[str, ObjectInfo] = field(default_factory=dict)
     names: list[str] = field(default_factory=list)
     complete: bool = False
     expires: float = 0.0
@@ -41,15 +44,52 @@ class DirListing:
     lock: trio.Lock = field(default_factory=trio.Lock)
     # Set once the first chunk has arrived, or the listing has failed or finished.
     first_chunk: trio.Event = field(default_factory=trio.Event)
+    infos: PackedInfos = field(default_factory=PackedInfos)
+    # The inode number of each entry last seen by the inode table, 0 for none (a hint it
+    # checks): a lookup answered by the listing then needs no digest of the path.
+    inos: array[int] = field(default_factory=lambda: array("q"))
+    # Positions by name, made only once names arrive out of order: stores list in order,
+    # and a name is then found by bisection (a dict would cost 70 bytes an entry).
+    index: dict[str, int] | None = None
 
     def add(self, info: ObjectInfo) -> None:
-        known = self.entries.get(info.name)
-        if known is None:
-            self.names.append(info.name)
-            self.entries[info.name] = info
-        elif info.is_dir and not known.is_dir:
+        names = self.names
+        position = None
+        if self.index is not None:
+            position = self.index.get(info.name)
+        elif names and info.name <= names[-1]:  # in order, a name is new when it sorts last
+            position = self.position(info.name)
+            if position is None:
+                self.index = {name: at for at, name in enumerate(names)}
+        if position is None:
+            if self.index is not None:
+                self.index[info.name] = len(names)
+            names.append(info.name)
+            self.infos.append(info)
+            self.inos.append(0)
+        elif info.is_dir and not self.infos.is_dir(position):
             # A key that is both an object and a prefix: the directory wins.
-            self.entries[info.name] = info
+            self.infos.set(position, info)
+
+    def position(self, name: str) -> int | None:
+        """Where `name` is in the listing, if it is."""
+        if self.index is not None:
+            return self.index.get(name)
+        at = bisect.bisect_left(self.names, name)
+        return at if at < len(self.names) and self.names[at] == name else None
+
+    def get(self, name: str) -> ObjectInfo | None:
+        """What the store said of `name`, if it is in the listing."""
+        position = self.position(name)
+        return None if position is None else self.infos.get(position, self.names[position])
+
+    def info_at(self, position: int) -> ObjectInfo:
+        return self.infos.get(position, self.names[position])
+
+    def take_entries(self, other: DirListing) -> None:
+        """The entries of `other`, a complete listing (shared with it: neither changes)."""
+        self.names, self.infos, self.index = other.names, other.infos, other.index
+        self.inos = other.inos
 
 
 class Listings:
@@ -126,7 +166,7 @@ class Listings:
         stale = self._by_path.get(path)
         if listing.names or stale is None or stale is listing or not stale.complete:
             return False
-        listing.entries, listing.names = dict(stale.entries), list(stale.names)
+        listing.take_entries(stale)
         listing.complete = True
         stale.expires = self._now() + self.ttl  # ask the store again after a TTL
         log.info("store unreachable, listing /%s as last seen: %s", path, exc)

@@ -23,7 +23,7 @@ from pffs.config import MetaConfig
 from pffs.errors import NotADirectory, NotFound, Transient
 from pffs.fs.blocking import run_blocking
 from pffs.fs.handles import DirHandle, Handles
-from pffs.fs.inodes import ROOT_INODE, Inode, InodeTable
+from pffs.fs.inodes import ROOT_INODE, Inode, InodeTable, TableInode
 from pffs.fs.listings import MAX_LISTINGS, DirListing, Listings
 from pffs.fs.staging import Staged
 from pffs.routing.table import Mounted, MountTable
@@ -53,6 +53,7 @@ class Namespace:
         self.mount_time = time.time()
         root_info = ObjectInfo(name="", size=0, mtime=self.mount_time, etag=None, is_dir=True)
         self.inodes = InodeTable(root_info)
+        self.root = self.inodes.get(ROOT_INODE)
         self.listings = Listings(table, meta.dir_ttl, self.mount_time, self.now)
         self.negative: dict[str, float] = {}
         self._nursery: trio.Nursery | None = None
@@ -66,9 +67,7 @@ class Namespace:
         """A nursery for background listings."""
         self._nursery = nursery
 
-    @staticmethod
-    def now() -> float:
-        return time.monotonic()
+    now = staticmethod(time.monotonic)  # the clock of every TTL (no Python frame per call)
 
     def route(self, path: str) -> tuple[Mounted, str]:
         routed = self.table.route(path)
@@ -76,8 +75,8 @@ class Namespace:
             raise NotFound(f"/{path} is in no source of the mount table")
         return routed
 
-    def inode(self, ino: int) -> Inode:
-        return self.inodes.get(ino)
+    def inode(self, ino: int) -> TableInode:
+        return self.root if ino == ROOT_INODE else self.inodes.get(ino)
 
     async def stat(self, path: str) -> ObjectInfo:
         """What the tree holds at `path`: the source's entry, or a directory leading to one."""
@@ -98,7 +97,7 @@ class Namespace:
             raise NotFound(f"/{path} does not exist")
         return ObjectInfo(path.rpartition("/")[2], 0, self.mount_time, None, is_dir=True)
 
-    def remember(self, path: str, info: ObjectInfo) -> Inode:
+    def remember(self, path: str, info: ObjectInfo) -> TableInode:
         """The inode for `path`, created or refreshed with what the store just said."""
         if info.is_dir and info.mtime == 0.0:
             info = ObjectInfo(info.name, 0, self.mount_time, None, True)
@@ -106,36 +105,53 @@ class Namespace:
         self.negative.pop(path, None)
         return inode
 
-    # --- lookups and attributes --------------------------------------------------------------
-
-    async def lookup(self, parent_ino: int, name: str) -> Inode:
-        """Resolve `name` in a directory and count one kernel reference to the result."""
-        inode = await self.resolve(parent_ino, name)
-        inode.lookups += 1
+    def remember_listed(
+        self, path: str, listing: DirListing, position: int, parent: int
+    ) -> TableInode:
+        """As remember, with the entry at `position` of the listing of directory `parent` (a
+        number): the table takes it without an ObjectInfo made (the common case)."""
+        infos = listing.infos
+        if infos.mtime(position) == 0.0 and infos.is_dir(position):
+            return self.remember(path, listing.info_at(position))
+        expires = self.now() + self.meta.attr_ttl
+        inode = self.inodes.remember_listed(path, listing, position, expires, parent)
+        self.negative.pop(path, None)
         return inode
 
-    async def resolve(self, parent_ino: int, name: str) -> Inode:
+    # --- lookups and attributes --------------------------------------------------------------
+
+    async def lookup(self, parent_ino: int, name: str) -> TableInode:
+        """Resolve `name` in a directory and count one kernel reference to the result."""
+        inode = await self.resolve(parent_ino, name)
+        self.inodes.lookups[inode.slot()] += 1
+        return inode
+
+    async def resolve(self, parent_ino: int, name: str) -> TableInode:
         """Resolve `name` in a directory, without counting a kernel reference."""
-        parent = self.inode(parent_ino)
-        if not parent.is_dir:
-            raise NotADirectory(f"{parent.path} is not a directory")
+        # The table's columns are read directly here: this is every lookup's path.
+        table = self.inodes
+        parent_slot = table.slot(parent_ino)
+        parent_path = table.path_of(parent_slot)
+        if not table.infos.is_dir(parent_slot):
+            raise NotADirectory(f"{parent_path} is not a directory")
         if name == ".":
-            return parent
+            return table.get(parent_ino)
         if name == "..":
-            grandparent = parent.path.rpartition("/")[0]
+            grandparent = parent_path.rpartition("/")[0]
             above = self.inodes.known(grandparent)  # the kernel holds a directory's parent
             return above or self.remember(grandparent, await self.stat(grandparent))
-        path = join(parent.path, name)
-        known = self.inodes.ino_by_path.get(path)
-        if known is not None and known in self.staged:  # not in the store (or its listing) yet
-            return self.inodes.get(known)
+        path = join(parent_path, name)
+        if self.staged:  # files being written are not in the store (or its listing) yet
+            known = self.inodes.ino_of(path)
+            if known is not None and known in self.staged:
+                return self.inodes.get(known)
 
-        listing = self.listings.fresh(parent.path)
+        listing = self.listings.fresh(parent_path)
         if listing is not None:
-            info = listing.entries.get(name)
-            if info is None:
+            position = listing.position(name)
+            if position is None:
                 raise NotFound(f"{path} does not exist")
-            return self.remember(path, info)
+            return self.remember_listed(path, listing, position, parent_ino)
 
         expiry = self.negative.get(path)
         if expiry is not None:
@@ -146,15 +162,15 @@ class Namespace:
         inode = self.inodes.known(path)
         if inode is not None and inode.expires > self.now():
             return inode
-        running = self._listing_for(parent)
+        running = self._listing_for(parent_path)
         if running is not None and not running.first_chunk.is_set():
             # Its first page costs one round trip, as our own HEAD would: wait for it and ask
             # the store once, not twice (the lookups of a job starting on a directory of up to a
             # page then ask nothing but the listing).
             await running.first_chunk.wait()
-        seen = running.entries.get(name) if running is not None else None
-        if seen is not None:  # already streamed in
-            return self.remember(path, seen)
+        seen = running.position(name) if running is not None else None
+        if running is not None and seen is not None:  # already streamed in
+            return self.remember_listed(path, running, seen, parent_ino)
         try:
             info = await self.stat(path)
         except NotFound:
@@ -167,14 +183,14 @@ class Namespace:
             return stale
         return self.remember(path, info)
 
-    def _known_while_offline(self, path: str, exc: Transient) -> Inode | None:
+    def _known_while_offline(self, path: str, exc: Transient) -> TableInode | None:
         """What is known of `path` when the store cannot be asked: the inode, else the entry of
         an expired listing, trusted for one more TTL (None when nothing is known)."""
         inode = self.inodes.known(path)
         if inode is None:
             parent_path, _, name = path.rpartition("/")
             stale_listing = self.listings.last_seen(parent_path)
-            info = stale_listing.entries.get(name) if stale_listing is not None else None
+            info = stale_listing.get(name) if stale_listing is not None else None
             if info is None:
                 return None
             inode = self.remember(path, info)
@@ -188,7 +204,7 @@ class Namespace:
         Readers of one listing share its stream (Listings.pull takes its lock)."""
         return self.listings.fresh(path) or self._background.get(path) or DirListing()
 
-    def _listing_for(self, parent: Inode) -> DirListing | None:
+    def _listing_for(self, path: str) -> DirListing | None:
         """The parent's listing under way in the background, started here when it pays.
 
         A job opening many files of one directory by name (a data loader with an index file)
@@ -198,7 +214,6 @@ class Namespace:
         since have cost as many requests as the listing does: a lone `stat` now and then in a
         big directory stays one HEAD.
         """
-        path = parent.path
         running = self._background.get(path)
         if running is not None or self._nursery is None:
             return running
@@ -243,7 +258,7 @@ class Namespace:
             return inode
         parent_path, _, name = inode.path.rpartition("/")
         listing = None if ask_store else self.listings.fresh(parent_path)
-        info = listing.entries.get(name) if listing is not None else None
+        info = listing.get(name) if listing is not None else None
         if info is None:
             try:
                 info = await self.stat(inode.path)
@@ -256,13 +271,13 @@ class Namespace:
 
     def forget(self, ino: int, count: int) -> None:
         """The kernel dropped `count` references; an unreferenced inode is freed."""
-        inode = self.inodes.inodes.get(ino)
-        if inode is None or ino == ROOT_INODE:
+        if ino == ROOT_INODE or not self.inodes.live(ino):
             return
+        inode = self.inodes.get(ino)
         inode.lookups = max(0, inode.lookups - count)
         if inode.lookups == 0 and ino not in self.staged:
-            # Open handles keep their own reference to the Inode object; the table keeps the
-            # number so a later lookup of the same path gets the same inode number.
+            # The kernel holds no open file of it (it forgets only inodes it has evicted); a
+            # later lookup of the same path gets the same number, derived from the path.
             self.inodes.drop(inode)
 
     # --- directories -------------------------------------------------------------------------
@@ -281,20 +296,22 @@ class Namespace:
         reference is counted. Entries stream from the store as they are needed.
         """
         handle = self.handles.directory(fh)
-        listing = handle.listing
+        listing, directory = handle.listing, handle.inode.ino
+        path = handle.inode.path
         position = start
         while True:
             if position >= len(listing.names):
                 if listing.complete:
                     return
                 # Another reader of a shared listing may pull the entries in meanwhile.
-                await self.listings.pull(handle.inode.path, listing)
+                await self.listings.pull(path, listing)
+                path = handle.inode.path  # renamed meanwhile?
                 continue
             name = listing.names[position]
-            inode = self.remember(join(handle.inode.path, name), listing.entries[name])
+            inode = self.remember_listed(join(path, name), listing, position, directory)
             if not emit(name, inode, position + 1):
                 return
-            inode.lookups += 1
+            self.inodes.lookups[inode.slot()] += 1
             position += 1
 
     def releasedir(self, fh: int) -> None:

@@ -17,7 +17,7 @@ import time
 from pffs import metrics
 from pffs.backends.base import ObjectInfo
 from pffs.errors import Exists, IsADirectory, NotADirectory, NotFound, ReadOnly
-from pffs.fs.inodes import ROOT_INODE, Inode
+from pffs.fs.inodes import ROOT_INODE, FixedInode, Inode
 
 STATS_DIR = ".pffs"
 STATS_FILE = "stats"
@@ -37,16 +37,16 @@ class SpecialFiles:
     """`.pffs` and `.pffs/stats`: their inodes, open stats handles and directory handles."""
 
     def __init__(self, mount_time: float) -> None:
-        self.dir = Inode(
+        self.dir = FixedInode(
             STATS_DIR_INO, STATS_DIR, ObjectInfo(STATS_DIR, 0, mount_time, None, True), float("inf")
         )
-        self.file = Inode(
+        self.file = FixedInode(
             STATS_FILE_INO,
             f"{STATS_DIR}/{STATS_FILE}",
             ObjectInfo(STATS_FILE, 0, mount_time, None, False),
             float("inf"),
         )
-        self.control = Inode(
+        self.control = FixedInode(
             PREFETCH_FILE_INO,
             f"{STATS_DIR}/{PREFETCH_FILE}",
             ObjectInfo(PREFETCH_FILE, 0, mount_time, None, False),

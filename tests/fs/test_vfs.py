@@ -104,7 +104,7 @@ def test_lookup_caches_attributes_and_misses(tree: Path) -> None:
     async def main() -> None:
         a1 = await vfs.lookup(ROOT_INODE, "a.txt")
         a2 = await vfs.lookup(ROOT_INODE, "a.txt")
-        assert a1 is a2 and a1.lookups == 2 and a1.info.size == 5
+        assert a1.ino == a2.ino and a1.lookups == 2 and a1.info.size == 5
         assert backend.calls["stat"] == 1
         for _ in range(3):
             with pytest.raises(NotFound):
@@ -151,12 +151,15 @@ def test_inode_numbers_are_stable_across_forget(tree: Path) -> None:
     vfs, _ = make_vfs(tree)
 
     async def main() -> None:
-        sub = await vfs.lookup((await vfs.lookup(ROOT_INODE, "dir")).ino, "sub")
+        table = vfs.namespace.inodes
+        directory = await vfs.lookup(ROOT_INODE, "dir")
+        records = len(table)
+        sub = await vfs.lookup(directory.ino, "sub")
         first = sub.ino
         vfs.forget(first, 1)
-        assert first not in vfs.namespace.inodes.inodes  # freed once the kernel has no reference
-        assert "dir/sub" not in vfs.namespace.inodes.ino_by_path  # nothing of it is kept
-        again = await vfs.lookup(vfs.namespace.inodes.ino_by_path["dir"], "sub")
+        assert not table.live(first)  # freed once the kernel has no reference
+        assert table.ino_of("dir/sub") is None and len(table) == records  # nothing of it kept
+        again = await vfs.lookup(directory.ino, "sub")
         assert again.ino == first  # the number comes from the path
 
     run(main)
@@ -171,7 +174,7 @@ def test_a_path_deleted_while_the_kernel_holds_it_comes_back_with_a_new_number(
         held = await vfs.lookup(ROOT_INODE, "a.txt")
         vfs.namespace.gone("a.txt")  # deleted through the mount, then made again at the source
         again = await vfs.lookup(ROOT_INODE, "a.txt")
-        assert again.ino != held.ino and held.ino in vfs.namespace.inodes.inodes
+        assert again.ino != held.ino and vfs.namespace.inodes.live(held.ino)
         vfs.forget(held.ino, 1)
         assert (await vfs.getattr(again.ino)).path == "a.txt"
 
@@ -273,7 +276,7 @@ def test_listing_outlives_the_kernel_forgetting_the_directory(tree: Path) -> Non
         await list_all(vfs, ROOT_INODE)
         d = await vfs.lookup(ROOT_INODE, "dir")
         await list_all(vfs, d.ino)
-        for ino in [i for i in vfs.namespace.inodes.inodes if i != ROOT_INODE]:
+        for ino in [i for i in vfs.namespace.inodes.numbers() if i != ROOT_INODE]:
             vfs.forget(ino, 10)  # as after drop_caches: the kernel lets go of everything
         stats = backend.calls["stat"]
         d = await vfs.lookup(ROOT_INODE, "dir")
