@@ -81,27 +81,27 @@ class PffsOperations(pyfuse3.Operations):
 
     def _entry(self, inode: Inode) -> pyfuse3.EntryAttributes:
         fuse, meta = self.config.fuse, self.config.meta
-        info = inode.info
+        is_dir, size, mtime = inode.stat_fields()
         attr = pyfuse3.EntryAttributes()
         attr.st_ino = pyfuse3.InodeT(inode.ino)
         attr.generation = 0
         attr.entry_timeout = meta.entry_ttl
         attr.attr_timeout = meta.attr_ttl
-        if info.is_dir:
+        if is_dir:
             attr.st_mode = pyfuse3.ModeT(stat.S_IFDIR | fuse.dir_mode)
             attr.st_nlink = 2
         else:
-            read_only = self.vfs.is_read_only(inode.path)
+            read_only = self.vfs.file_is_read_only(inode)
             mode = fuse.file_mode & ~0o222 if read_only else fuse.file_mode
             attr.st_mode = pyfuse3.ModeT(stat.S_IFREG | mode)
             attr.st_nlink = 1
         attr.st_uid = fuse.uid
         attr.st_gid = fuse.gid
         attr.st_rdev = 0
-        attr.st_size = info.size
+        attr.st_size = size
         attr.st_blksize = 1 << 20  # large I/O hint: tools like cp then read in big chunks
-        attr.st_blocks = (info.size + 511) // 512
-        mtime_ns = int(info.mtime * 1e9)
+        attr.st_blocks = (size + 511) // 512
+        mtime_ns = int(mtime * 1e9)
         attr.st_atime_ns = mtime_ns
         attr.st_mtime_ns = mtime_ns
         attr.st_ctime_ns = mtime_ns

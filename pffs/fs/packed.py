@@ -107,6 +107,10 @@ class PackedInfos:
     def mtime(self, index: int) -> float:
         return self._mtimes[index]
 
+    def stat_fields(self, index: int) -> tuple[bool, int, float]:
+        """(is_dir, size, mtime) of the entry at `index`, without making an ObjectInfo."""
+        return bool(self._flags[index] & _IS_DIR), self._sizes[index], self._mtimes[index]
+
     def is_dir(self, index: int) -> bool:
         return bool(self._flags[index] & _IS_DIR)
 

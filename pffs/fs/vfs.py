@@ -54,6 +54,10 @@ class Vfs:
         self.reader = Reader(self.namespace, self.handles, self.cache)
         self.writer = Writer(self.namespace, self.handles, fuse, staging_dir, self.staged)
         self.special = SpecialFiles(self.namespace.mount_time)
+        # Whether writes are refused in every source alike (a file is in one: Writer.is_read_only),
+        # None when the sources differ.
+        flags = {fuse.read_only or mounted.read_only for mounted in table.mounted}
+        self._sources_read_only = flags.pop() if len(flags) == 1 else None
         self.datasets = DatasetPrefetch(self.namespace, self.cache, dataset or DatasetConfig())
 
     def attach(self, nursery: trio.Nursery) -> None:
@@ -66,6 +70,13 @@ class Vfs:
     async def drain(self) -> None:
         """Finish background work (disk cache writes) before shutting down."""
         await self.cache.flush()
+
+    def file_is_read_only(self, inode: Inode) -> bool:
+        """is_read_only for a file's inode; without rebuilding its path (every lookup asks)
+        when it is not one of ours and every source says the same."""
+        if self._sources_read_only is not None and inode.ino not in self.special.inodes:
+            return self._sources_read_only
+        return self.is_read_only(inode.path)
 
     def is_read_only(self, path: str) -> bool:
         """Whether writes under tree path `path` are refused."""
