@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -13,6 +14,9 @@ from pffs.config import FuseConfig, MetaConfig, MountConfig, SourceConfig
 from pffs.fs.vfs import Vfs
 from pffs.fuse_ops import PffsOperations
 from pffs.routing.table import Mounted, MountTable
+
+
+NO_CONTEXT: Any = None  # the handlers tested never read the request context
 
 
 def operations(table: MountTable, read_only_mount: bool = False) -> PffsOperations:
@@ -30,8 +34,8 @@ def source(root: Path, name: str) -> LocalBackend:
 async def file_mode(ops: PffsOperations, *path: str) -> int:
     ino = 1
     for name in path:
-        ino = (await ops.lookup(ino, name.encode(), None)).st_ino
-    return (await ops.getattr(ino, None)).st_mode & 0o777
+        ino = (await ops.lookup(ino, name.encode(), NO_CONTEXT)).st_ino
+    return (await ops.getattr(ino, NO_CONTEXT)).st_mode & 0o777
 
 
 def test_write_bits_follow_each_source_and_the_mount(tmp_path: Path) -> None:
