@@ -15,7 +15,6 @@ from pffs.fs.vfs import Vfs
 from pffs.fuse_ops import PffsOperations
 from pffs.routing.table import Mounted, MountTable
 
-
 NO_CONTEXT: Any = None  # the handlers tested never read the request context
 
 
