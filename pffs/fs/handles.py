@@ -27,6 +27,8 @@ class FileHandle:
     path_in_source: str
     # Set while the file is open for writing anywhere: reads then come from the staging file.
     staged: Staged | None = None
+    # Bytes pushed into the kernel's page cache around the last random read (pffs.fs.pagecache).
+    push_window: int = 0
 
 
 @dataclass(eq=False)
