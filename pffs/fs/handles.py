@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pffs.cache.readahead import Readahead
 from pffs.errors import NotFound
@@ -29,6 +29,7 @@ class FileHandle:
     staged: Staged | None = None
     # Bytes pushed into the kernel's page cache around the last random read (pffs.fs.pagecache).
     push_window: int = 0
+    pushed: set[tuple[int, int]] = field(default_factory=set)  # (start, size) of each window
 
 
 @dataclass(eq=False)

@@ -44,6 +44,9 @@ CHUNK = 64 * KIB
 # Pushes waiting for the thread at most; a full queue drops the newest (readers never wait).
 QUEUE_LIMIT = 8
 
+# Windows remembered per handle as pushed (a few MiB of sets at most); then forgotten.
+PUSHED_LIMIT = 1 << 16
+
 # Stores `data` into the kernel's page cache of inode `ino` at `offset` (pyfuse3.notify_store).
 Store = Callable[[int, int, bytes | memoryview], None]
 # Reads cached bytes in the pusher's thread; None when they are gone or damaged.
@@ -118,18 +121,27 @@ class PagePusher:
         window = min(limit, handle.push_window * 2 if handle.push_window else CHUNK)
         handle.push_window = window
         start = offset - offset % window
+        if (start, window) in handle.pushed:
+            # Queued already (reads land in it before it is stored: pushing it again would
+            # read and copy the same bytes twice), or stored and since evicted by the kernel.
+            return None
         # Never past the block (one cache entry holds the bytes) nor the end of the file.
         block_end = start - start % block_size + block_size
         return start, min(start + window, block_end, handle.size)
 
     def push(self, handle: FileHandle, offset: int, read: PartReader) -> None:
-        """Queue the bytes `read` returns for the kernel's page cache at `offset`; never waits."""
+        """Queue the bytes `read` returns for the kernel's page cache at `offset` (the start of
+        the window `window` just gave); never waits."""
         if self._store is None:
             return
         try:
             self._queue.put_nowait(_Push(handle, offset, read))
         except queue.Full:
             self.stats.page_push_dropped += 1
+            return
+        if len(handle.pushed) >= PUSHED_LIMIT:
+            handle.pushed.clear()
+        handle.pushed.add((offset, handle.push_window))
 
     async def settle(self) -> None:
         """Wait until no push that checked an older `kernel_version` is still storing.
