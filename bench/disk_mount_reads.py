@@ -62,6 +62,7 @@ class Run:
     iops: float
     cpu_us_per_read: float | None = None  # the pffs process's CPU per fio read
     reached: float | None = None  # share of fio's reads that reached pffs
+    kib_per_read: float | None = None  # the mean size of the reads that reached it
 
 
 def _make_object(path: Path, size: int) -> str:
@@ -88,9 +89,11 @@ def _mounted(
     contender: Contender, server: Server, mountpoint: str, extra: list[str]
 ) -> Iterator[int | None]:
     system = contender.system
-    saved_path, saved_options = os.environ.get("PYTHONPATH"), None
+    saved_path, saved_options, saved_cwd = os.environ.get("PYTHONPATH"), None, os.getcwd()
     if contender.pythonpath is not None:
         os.environ["PYTHONPATH"] = contender.pythonpath  # server.env() copies os.environ
+        # `python -m pffs` looks in its working directory first: a worktree's pffs would win.
+        os.chdir(contender.pythonpath)
     if isinstance(system, Pffs):
         saved_options = system.options
         system.options = [*saved_options, *extra]
@@ -98,6 +101,7 @@ def _mounted(
         pid = system.mount(server, BUCKET, mountpoint, contender.cache_dir)
     finally:
         if contender.pythonpath is not None:
+            os.chdir(saved_cwd)
             if saved_path is None:
                 os.environ.pop("PYTHONPATH", None)
             else:
@@ -110,11 +114,13 @@ def _mounted(
         unmount(mountpoint)
 
 
-def _fuse_reads(mountpoint: str) -> float:
-    """pffs's count of FUSE reads served so far (its `.pffs/stats` file)."""
-    stats = json.loads(Path(mountpoint, ".pffs", "stats").read_text())
-    samples = stats["metrics"]["pffs_fuse_operations_total"]["samples"]
-    return float(sum(s["value"] for s in samples if s["labels"].get("op") == "read"))
+def _fuse_reads(mountpoint: str) -> tuple[float, float]:
+    """pffs's count of FUSE reads so far, and the bytes its reader served (`.pffs/stats`)."""
+    metrics = json.loads(Path(mountpoint, ".pffs", "stats").read_text())["metrics"]
+    samples = metrics["pffs_fuse_operations_total"]["samples"]
+    reads = sum(s["value"] for s in samples if s["labels"].get("op") == "read")
+    served = sum(s["value"] for s in metrics["pffs_cache_served_bytes_total"]["samples"])
+    return float(reads), float(served)
 
 
 def _measure(
@@ -132,7 +138,7 @@ def _measure(
             _read_whole(Path(mountpoint, KEY))
         drop_caches()
         is_pffs = isinstance(contender.system, Pffs)
-        reads_before = _fuse_reads(mountpoint) if is_pffs else 0.0
+        reads_before = _fuse_reads(mountpoint) if is_pffs else (0.0, 0.0)
         cpu_before = cpu_seconds(pid)
         report = fio(
             "randread.fio",
@@ -146,7 +152,11 @@ def _measure(
         run = Run(float(report["iops"]))
         ios = int(report["total_ios"])
         if is_pffs and ios:
-            run.reached = (_fuse_reads(mountpoint) - reads_before) / ios
+            reads, served = (
+                a - b for a, b in zip(_fuse_reads(mountpoint), reads_before, strict=True)
+            )
+            run.reached = reads / ios
+            run.kib_per_read = served / reads / 1024 if reads else 0.0
             if cpu_before is not None and cpu_after is not None:
                 run.cpu_us_per_read = (cpu_after - cpu_before) / ios * 1e6
         return run
@@ -175,6 +185,8 @@ def _summary(runs: list[Run]) -> str:
     if cpu and reached:
         text += f"  CPU {statistics.median(cpu):.1f} us/read"
         text += f", {statistics.median(reached):.1%} reached pffs"
+        sizes = [r.kib_per_read for r in runs if r.kib_per_read is not None]
+        text += f" ({statistics.median(sizes):.0f} KiB each)" if sizes else ""
     return text
 
 
