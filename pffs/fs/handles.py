@@ -4,6 +4,7 @@ or a directory (its listing), numbered for the kernel."""
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -29,7 +30,8 @@ class FileHandle:
     staged: Staged | None = None
     # Bytes pushed into the kernel's page cache around the last random read (pffs.fs.pagecache).
     push_window: int = 0
-    pushed: set[tuple[int, int]] = field(default_factory=set)  # (start, size) of each window
+    # Its windows queued or pushed, by (start, size), each set once stored or given up.
+    pushing: dict[tuple[int, int], threading.Event] = field(default_factory=dict)
 
 
 @dataclass(eq=False)

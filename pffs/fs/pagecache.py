@@ -29,7 +29,7 @@ import logging
 import queue
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import trio
 
@@ -44,8 +44,8 @@ CHUNK = 64 * KIB
 # Pushes waiting for the thread at most; a full queue drops the newest (readers never wait).
 QUEUE_LIMIT = 8
 
-# Windows remembered per handle as pushed (a few MiB of sets at most); then forgotten.
-PUSHED_LIMIT = 1 << 16
+# Windows remembered per handle (a few MiB at most); then forgotten.
+PUSHING_LIMIT = 1 << 16
 
 # Stores `data` into the kernel's page cache of inode `ino` at `offset` (pyfuse3.notify_store).
 Store = Callable[[int, int, bytes | memoryview], None]
@@ -58,6 +58,9 @@ class _Push:
     handle: FileHandle
     offset: int
     read: PartReader
+    # Set by the pusher thread once the window is stored or given up (threading.Event: the
+    # one thing both sides touch).
+    done: threading.Event = field(default_factory=threading.Event)
 
 
 class PagePusher:
@@ -121,9 +124,10 @@ class PagePusher:
         window = min(limit, handle.push_window * 2 if handle.push_window else CHUNK)
         handle.push_window = window
         start = offset - offset % window
-        if (start, window) in handle.pushed:
-            # Queued already (reads land in it before it is stored: pushing it again would
-            # read and copy the same bytes twice), or stored and since evicted by the kernel.
+        done = handle.pushing.get((start, window))
+        if done is not None and not done.is_set():
+            # Reads land in a window before it is stored: pushing it again would read and copy
+            # the same bytes twice. One already stored is pushed again: the kernel evicted it.
             return None
         # Never past the block (one cache entry holds the bytes) nor the end of the file.
         block_end = start - start % block_size + block_size
@@ -134,14 +138,15 @@ class PagePusher:
         the window `window` just gave); never waits."""
         if self._store is None:
             return
+        job = _Push(handle, offset, read)
         try:
-            self._queue.put_nowait(_Push(handle, offset, read))
+            self._queue.put_nowait(job)
         except queue.Full:
             self.stats.page_push_dropped += 1
             return
-        if len(handle.pushed) >= PUSHED_LIMIT:
-            handle.pushed.clear()
-        handle.pushed.add((offset, handle.push_window))
+        if len(handle.pushing) >= PUSHING_LIMIT:
+            handle.pushing.clear()
+        handle.pushing[(offset, handle.push_window)] = job.done
 
     async def settle(self) -> None:
         """Wait until no push that checked an older `kernel_version` is still storing.
@@ -169,6 +174,8 @@ class PagePusher:
             except Exception:  # a push is an optimisation: it never takes the mount down
                 self.stats.page_push_skipped += 1
                 log.exception("pushing pages into the kernel's page cache failed")
+            finally:
+                job.done.set()
 
     def _push_now(self, job: _Push) -> None:
         handle = job.handle

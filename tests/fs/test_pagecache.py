@@ -298,3 +298,37 @@ def test_nothing_is_pushed_once_pushing_stopped() -> None:
 
     trio.run(main)
     assert kernel.pushes == []
+
+
+def test_a_window_is_pushed_once_while_queued_and_again_once_the_kernel_lost_it() -> None:
+    """Reads landing in a window before it is stored do not queue it twice; a read in a window
+    already stored means the kernel evicted it (memory pressure, drop_caches): pushed again."""
+    vfs = one_mib_blocks(None)
+    vfs.reader.pages.max_window = CHUNK  # every window the same 64 KiB one
+    gate = threading.Event()
+    kernel = KernelPages(gate)
+    at = 20 * MIB
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            vfs.attach(nursery)
+            await warm(vfs)
+            vfs.push_pages(kernel)
+            _, fh = await open_file(vfs)
+            await vfs.read(fh, at + 8192, 4096)  # queued, held in the store by the gate
+            await vfs.read(fh, at + 4096, 4096)  # lands in it before it is stored
+            # Far away (so the reader's readahead still sees random reads): another window.
+            await vfs.read(fh, 5 * MIB, 4096)
+            gate.set()
+            await settled(vfs, 2)
+            await trio.sleep(0.05)
+            assert len(kernel.pushes) == 2
+            await vfs.read(fh, at + 12288, 4096)  # it was stored: the kernel must have lost it
+            await settled(vfs, 3)
+            await vfs.release(fh)
+            vfs.push_pages(None)
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    windows = [(offset, len(data)) for _, offset, data in kernel.pushes]
+    assert windows == [(at, CHUNK), (5 * MIB, CHUNK), (at, CHUNK)]
