@@ -308,11 +308,22 @@ async def _serve_until_done(
             nursery.start_soon(_after_init, ops, after_init)
         if on_ready is not None:
             on_ready()
-        await pyfuse3.main(min_tasks=4, max_tasks=ops.config.fuse.max_tasks)
+        # Cached bytes around random reads go to the kernel's page cache (pffs.fs.pagecache);
+        # stopped before the session closes, since notify_store writes to it.
+        ops.vfs.push_pages(_store_pages)
+        try:
+            await pyfuse3.main(min_tasks=4, max_tasks=ops.config.fuse.max_tasks)
+        finally:
+            ops.vfs.push_pages(None)
         log.info("file system unmounted, exiting")
         with trio.move_on_after(30):  # blocks already fetched are worth keeping on disk
             await ops.vfs.drain()
         nursery.cancel_scope.cancel()
+
+
+def _store_pages(ino: int, offset: int, data: bytes | memoryview) -> None:
+    # pyfuse3 takes any contiguous buffer (its stub says bytes): a view of a block saves a copy.
+    pyfuse3.notify_store(ino, offset, data)  # type: ignore[arg-type]
 
 
 async def _after_init(ops: PffsOperations, action: Callable[[], object]) -> None:

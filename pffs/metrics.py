@@ -213,6 +213,26 @@ _CACHE_COUNTERS: dict[str, tuple[str, str, dict[str, str]]] = {
         "Prefetches not issued because the global prefetch budget was spent",
         {},
     ),
+    "page_pushes": (
+        "pffs_page_cache_pushes",
+        "Windows of cached bytes pushed into the kernel's page cache around random reads",
+        {},
+    ),
+    "page_pushed_bytes": (
+        "pffs_page_cache_pushed_bytes",
+        "Bytes pushed into the kernel's page cache around random reads",
+        {},
+    ),
+    "page_push_skipped": (
+        "pffs_page_cache_push_skipped",
+        "Pushes not made: the version changed, the bytes were gone, or the kernel refused",
+        {},
+    ),
+    "page_push_dropped": (
+        "pffs_page_cache_push_dropped",
+        "Pushes dropped because the pusher's queue was full",
+        {},
+    ),
     # Dataset prefetch (pffs.cache.preload through pffs.fs.datasets): whole files loaded ahead.
     "dataset_files_queued": (
         "pffs_prefetch_files_queued",

@@ -10,7 +10,7 @@ all follow is in pffs/cache/__init__.py.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import trio
 
@@ -144,6 +144,34 @@ class BlockCache:
                 return data
         block = await self.read(key, fetch, served=length)
         return block[start : start + length]
+
+    def part_reader(
+        self, key: BlockKey, start: int, length: int
+    ) -> Callable[[], bytes | memoryview | None] | None:
+        """A function for a worker thread returning bytes [start, start+length) of a block this
+        cache holds, or None when neither tier may hold it.
+
+        For pushing cached bytes into the kernel's page cache (pffs.fs.pagecache): it never asks
+        the store and counts nothing as served. The function touches bytes, or the disk tier's
+        files (checksums verified; None when the entry is gone or damaged), never the cache's
+        state, so it may run in any thread.
+        """
+        block = self.memory.get(key)
+        if block is not None:
+            view = memoryview(block)[start : start + length]
+            return lambda: view
+        disk = self.disk
+        if disk is None or not self._disk.holds(key):
+            return None
+        name = self._disk.name(key)
+
+        def read_disk() -> bytes | None:
+            found = disk.get_range(name, start, length)
+            if found.data is None or not found.whole:
+                return found.data
+            return found.data[start : start + length]  # a compressed entry, read whole
+
+        return read_disk
 
     def _start_cold(self, key: BlockKey, cold_start: ColdStart) -> bool:
         """Load a block no one holds in the background; False when it could not start (no

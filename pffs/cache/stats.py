@@ -30,6 +30,13 @@ class CacheStats:
     disk_bytes_served: int = 0
     store_bytes_served: int = 0
     prefetch_wasted: int = 0
+    # Cached bytes pushed into the kernel's page cache around random reads (pffs.fs.pagecache):
+    # windows stored, their bytes, windows not stored (the version changed, the bytes were gone,
+    # the kernel refused) and windows dropped because the pusher's queue was full.
+    page_pushes: int = 0
+    page_pushed_bytes: int = 0
+    page_push_skipped: int = 0
+    page_push_dropped: int = 0
 
     def count_fetched(self, data: bytes) -> None:
         """A block came from the store (for a reader, a prefetch or warmup)."""

@@ -4,8 +4,9 @@ or a directory (its listing), numbered for the kernel."""
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pffs.cache.readahead import Readahead
 from pffs.errors import NotFound
@@ -27,6 +28,10 @@ class FileHandle:
     path_in_source: str
     # Set while the file is open for writing anywhere: reads then come from the staging file.
     staged: Staged | None = None
+    # Bytes pushed into the kernel's page cache around the last random read (pffs.fs.pagecache).
+    push_window: int = 0
+    # Its windows queued or pushed, by (start, size), each set once stored or given up.
+    pushing: dict[tuple[int, int], threading.Event] = field(default_factory=dict)
 
 
 @dataclass(eq=False)

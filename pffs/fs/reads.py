@@ -18,6 +18,7 @@ from pffs.errors import Changed, IsADirectory
 from pffs.fs.fetching import fetch_blocks, fetch_range
 from pffs.fs.handles import FileHandle, Handles
 from pffs.fs.namespace import Namespace
+from pffs.fs.pagecache import PagePusher
 
 # A file this small is fetched whole from its open on: the kernel's first read (up to the
 # mount's max_read) will want all of it, and the GET then overlaps the open's reply.
@@ -25,6 +26,9 @@ FETCH_AT_OPEN = 1 << 20
 # A read wanting at most this share of a block nobody holds gets its bytes with a request of
 # its own while the block loads behind it (the first byte of a file, a random 4 KiB read).
 COLD_START_SHARE = 4
+# The largest window of cached bytes pushed into the kernel's page cache around a random read
+# (pffs.fs.pagecache): chosen by the cost of notify_store per size, docs/BENCHMARKS.md.
+PUSH_MAX = 1 << 20
 
 
 class Reader:
@@ -35,6 +39,7 @@ class Reader:
         self.handles = handles
         self.cache = cache
         self.block_size = cache.block_size
+        self.pages = PagePusher(PUSH_MAX, cache.stats)
 
     async def open(self, ino: int) -> tuple[int, bool]:
         """Open for reading. Returns (handle, keep_cache).
@@ -48,6 +53,8 @@ class Reader:
         version = inode.info.version
         keep_cache = inode.kernel_version == version
         inode.kernel_version = version
+        if not keep_cache:  # the kernel drops its pages at the reply: no old push may follow
+            await self.pages.settle()
         size = inode.info.size
         readahead = Readahead(self.block_size, self.cache.readahead_limit, size)
         mounted, inside = self.namespace.route(inode.path)
@@ -74,12 +81,28 @@ class Reader:
                 at_end=ahead.stop > handle.readahead.last_block,
             )
         try:
-            return await self._read_blocks(handle, offset, end)
+            data = await self._read_blocks(handle, offset, end)
         except Changed:
             # The store holds a newer version: this open keeps failing (never mixing versions),
             # the next open must not trust the listing or attributes that named the old one.
             self.namespace.outdated(handle.inode.path)
             raise
+        if self.pages.enabled:
+            self._push_around(handle, offset)
+        return data
+
+    def _push_around(self, handle: FileHandle, offset: int) -> None:
+        """After a random read reached pffs, hand the kernel the cached bytes around it, so the
+        next reads nearby are answered by its page cache (pffs.fs.pagecache)."""
+        window = self.pages.window(handle, offset, self.block_size)
+        if window is None:
+            return
+        start, stop = window
+        index = start // self.block_size
+        key = self._block_key(handle, index)
+        read = self.cache.part_reader(key, start - index * self.block_size, stop - start)
+        if read is not None:
+            self.pages.push(handle, start, read)
 
     async def _read_blocks(self, handle: FileHandle, offset: int, end: int) -> bytes | memoryview:
         first, last = offset // self.block_size, (end - 1) // self.block_size

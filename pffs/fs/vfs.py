@@ -22,6 +22,7 @@ from pffs.fs.datasets import DatasetPrefetch
 from pffs.fs.handles import FileHandle, Handles
 from pffs.fs.inodes import ROOT_INODE, Inode
 from pffs.fs.namespace import Namespace
+from pffs.fs.pagecache import Store
 from pffs.fs.reads import Reader
 from pffs.fs.special import STATS_DIR, SpecialFiles
 from pffs.fs.staging import Staged
@@ -66,6 +67,14 @@ class Vfs:
         self.writer.attach(nursery)
         self.cache.attach(nursery)
         self.datasets.attach(nursery)
+
+    def push_pages(self, store: Store | None) -> None:
+        """Fill the kernel's page cache around random reads through `store` (the kernel edge's
+        notify_store, pffs.fs.pagecache); None stops it, once the push under way is done."""
+        if store is None:
+            self.reader.pages.close()
+        else:
+            self.reader.pages.enable(store)
 
     async def drain(self) -> None:
         """Finish background work (disk cache writes) before shutting down."""
@@ -143,6 +152,7 @@ class Vfs:
         staged = self.staged.get(ino)
         if for_writing:
             fh, keep_cache = await self.writer.open(ino, flags), False
+            await self.reader.pages.settle()  # no page of the version read may land after this
         elif staged is not None:
             fh, keep_cache = self.writer.open_staged(self.namespace.inode(ino), staged), False
         else:
@@ -224,6 +234,9 @@ class Vfs:
             raise self.special.refuse("truncate")
         if size is None:
             return await self.namespace.getattr(ino)
+        # A truncate changes the bytes: pages of the version read are no longer the file's.
+        self.namespace.inode(ino).kernel_version = None
+        await self.reader.pages.settle()
         return await self.writer.setattr(ino, size)
 
     async def unlink(self, parent_ino: int, name: str) -> None:
