@@ -86,7 +86,7 @@ def test_ls_recursive_and_stat_after_listing_through_a_mount(
         assert stat_after_listing(str(directory), paths, 0.1, lambda: forgotten.append(1)) > 0
         assert forgotten == [1]
         with pytest.raises(RuntimeError, match="ls listed 3 of 4"):
-            stat_after_listing(str(directory), paths + ["missing"], wait=0)
+            stat_after_listing(str(directory), [*paths, "missing"], wait=0)
     finally:
         unmount(str(mnt))
 
