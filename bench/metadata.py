@@ -23,12 +23,16 @@ from bench.dataset import Dataset, client
 from bench.servers import Server
 
 TREE_DIRS = 100
+# One object directly in tree/: s3rver 3 leaves a prefix that holds only sub-prefixes out of a
+# delimiter listing of its parent (its walk never descends below a common prefix), so without
+# it tree/ would not show at the top of the bucket. `ls -lR` lists it as one more file.
+TREE_MARKER = "tree/about"
 PUT_CLIENTS = 32  # the servers here answer a PUT in about a millisecond; keep them all busy
 
 
 def tree_names(count: int, dirs: int = TREE_DIRS) -> list[str]:
-    """`count` keys spread evenly over `dirs` directories of tree/."""
-    return [f"tree/d{index % dirs:03d}/o{index:06d}" for index in range(count)]
+    """`count` keys spread evenly over `dirs` directories of tree/, and `TREE_MARKER`."""
+    return [f"tree/d{index % dirs:03d}/o{index:06d}" for index in range(count)] + [TREE_MARKER]
 
 
 def put_tiny_objects(server: Server, bucket: str, keys: list[str], body: bytes = b"t") -> None:
@@ -74,9 +78,9 @@ def put_tiny_objects(server: Server, bucket: str, keys: list[str], body: bytes =
 
 def create_tree(server: Server, dataset: Dataset) -> None:
     """Put the tree's objects in the store and check that a listing shows every one."""
-    keys = tree_names(dataset.sizes.tree_files)
-    if not keys:
+    if not dataset.sizes.tree_files:
         return
+    keys = tree_names(dataset.sizes.tree_files)
     put_tiny_objects(server, dataset.bucket, keys)
     pages = client(server).get_paginator("list_objects_v2")
     listed = sum(

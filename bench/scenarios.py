@@ -235,7 +235,7 @@ class Scenarios:
 
     def ls_tree(self, results: dict[str, float | str]) -> float:
         """`ls -lR` of the tree, cold, and the mount's RSS growth per entry over it."""
-        files = self.data.sizes.tree_files
+        files = self.data.sizes.tree_files + 1  # and TREE_MARKER
         seconds, per_entry = ls_recursive(self.path("tree"), files, TREE_DIRS, self.pid)
         if per_entry is not None:
             results["lsr_rss_bytes_per_entry"] = round(per_entry, 1)

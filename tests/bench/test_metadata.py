@@ -12,6 +12,7 @@ import pytest
 
 from bench.dataset import Dataset, Sizes, epoch_names
 from bench.metadata import (
+    TREE_MARKER,
     create_tree,
     ls_recursive,
     put_tiny_objects,
@@ -44,8 +45,8 @@ def dataset_of(bucket: str, tree_files: int = 0, epoch_keys: list[str] | None = 
 
 def test_the_tree_spreads_its_objects_evenly_over_its_directories() -> None:
     names = tree_names(1000, dirs=100)
-    assert len(set(names)) == 1000
-    per_dir = Counter(name.rsplit("/", 1)[0] for name in names)
+    assert len(set(names)) == 1001 and names[-1] == TREE_MARKER
+    per_dir = Counter(name.rsplit("/", 1)[0] for name in names[:-1])
     assert len(per_dir) == 100 and set(per_dir.values()) == {10}
 
 
@@ -73,10 +74,10 @@ def test_ls_recursive_and_stat_after_listing_through_a_mount(
     pid = Pffs([]).mount(near_moto, bucket, str(mnt), str(cache))
     try:
         assert rss_bytes(pid) is not None
-        seconds, per_entry = ls_recursive(str(mnt / "tree"), TREE_FILES, 100, pid)
+        seconds, per_entry = ls_recursive(str(mnt / "tree"), TREE_FILES + 1, 100, pid)
         assert seconds > 0 and per_entry is not None
-        with pytest.raises(RuntimeError, match=f"listed {TREE_FILES} files of {TREE_FILES + 1}"):
-            ls_recursive(str(mnt / "tree"), TREE_FILES + 1, 100, pid)
+        with pytest.raises(RuntimeError, match=f"listed {TREE_FILES + 1} files of {TREE_FILES}"):
+            ls_recursive(str(mnt / "tree"), TREE_FILES, 100, pid)
         with pytest.raises(RuntimeError, match="ls -lR failed"):
             ls_recursive(str(mnt / "no-such-dir"), 1, 1, pid)
         directory = mnt / "tree" / "d007"
