@@ -27,6 +27,9 @@ TREE_DIRS = 100
 # delimiter listing of its parent (its walk never descends below a common prefix), so without
 # it tree/ would not show at the top of the bucket. `ls -lR` lists it as one more file.
 TREE_MARKER = "tree/about"
+# A peer that asks the store once per entry, in turn, takes a round trip per file (rclone at
+# 20 ms: about 50 minutes for 100,000); past this limit the figure says so instead.
+LS_RECURSIVE_LIMIT_S = 900.0
 PUT_CLIENTS = 32  # the servers here answer a PUT in about a millisecond; keep them all busy
 
 
@@ -111,7 +114,16 @@ def ls_recursive(
     """`ls -lR` of `directory`: seconds, and the mount's RSS growth per entry listed (bytes)."""
     before = rss_bytes(pid)
     started = time.perf_counter()
-    result = subprocess.run(["ls", "-lR", directory], capture_output=True, text=True, check=False)
+    try:
+        result = subprocess.run(
+            ["ls", "-lR", directory],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=LS_RECURSIVE_LIMIT_S,
+        )
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"ls -lR took over {LS_RECURSIVE_LIMIT_S:g} s") from None
     elapsed = time.perf_counter() - started
     after = rss_bytes(pid)
     if result.returncode != 0:
