@@ -75,6 +75,8 @@ def test_s3_traffic_through_the_proxy_is_counted_and_answered(
             aws_secret_access_key=near.secret_key,
             region_name="us-east-1",
         )
+        through.get_object(Bucket=bucket, Key="d/o0")["Body"].read()
+        before_restart = proxy.restart_count()
         bodies = [through.get_object(Bucket=bucket, Key=f"d/o{i}")["Body"].read() for i in range(3)]
         through.head_object(Bucket=bucket, Key="d/o4")
         pages = through.get_paginator("list_objects_v2").paginate(
@@ -86,4 +88,5 @@ def test_s3_traffic_through_the_proxy_is_counted_and_answered(
         counts = proxy.stop()
     assert bodies == [bytes([i]) * 1000 for i in range(3)]
     assert listed == [f"d/o{i}" for i in range(5)]
+    assert before_restart == {"GET": 1, "HEAD": 0, "LIST": 0, "OTHER": 0}
     assert counts == {"GET": 3, "HEAD": 1, "LIST": 3, "OTHER": 1}
