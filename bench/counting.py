@@ -139,12 +139,17 @@ class _Proxy:
     def __init__(self, host: str, port: int) -> None:
         self.upstream = (host, port)
         self.parsers: list[RequestParser] = []
+        self.open: set[asyncio.Task[object]] = set()  # connections being served
 
     async def handle(
         self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter
     ) -> None:
         parser = RequestParser()
         self.parsers.append(parser)
+        task = asyncio.current_task()
+        if task is not None:
+            self.open.add(task)
+            task.add_done_callback(self.open.discard)
         try:
             store_reader, store_writer = await asyncio.open_connection(*self.upstream)
         except OSError:
@@ -184,6 +189,10 @@ async def _serve(proxy: _Proxy) -> None:
     loop.add_signal_handler(signal.SIGUSR1, proxy.report)
     await stopped.wait()
     server.close()
+    # Connections a client keeps alive end here, before the loop closes under them.
+    for task in list(proxy.open):
+        task.cancel()
+    await asyncio.gather(*proxy.open, return_exceptions=True)
     proxy.report()
 
 

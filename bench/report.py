@@ -31,7 +31,8 @@ def ratio_to_best_peer(metric: Metric, pffs: float, peers: list[float]) -> float
     if not peers:
         return None
     best = max(peers) if metric.higher_is_better else min(peers)
-    if best == 0 or pffs == 0:
+    # A ratio of a figure at or below 0 (an RSS that shrank over a scenario) means nothing.
+    if best <= 0 or pffs <= 0:
         return None
     return pffs / best if metric.higher_is_better else best / pffs
 
