@@ -42,9 +42,11 @@ def _fmt(value: float | str | None) -> str:
         return "-"
     if isinstance(value, str):
         return value if len(value) < 40 else value[:37] + "..."
-    if value >= 100:
+    if isinstance(value, int):  # counts (requests)
+        return f"{value:,}"
+    if abs(value) >= 100:
         return f"{value:,.0f}"
-    return f"{value:.2f}" if value < 10 else f"{value:.1f}"
+    return f"{value:.2f}" if abs(value) < 10 else f"{value:.1f}"
 
 
 def markdown(summary: dict[str, Any]) -> str:
