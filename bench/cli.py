@@ -21,6 +21,8 @@ from typing import Any
 from bench import dataset as ds
 from bench import report
 from bench.epoch import store_files_per_s
+from bench.metadata import create_tree
+from bench.remount import remount_epoch
 from bench.scenarios import (
     METRICS,
     TAKEN_WITH,
@@ -45,6 +47,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--large", help="large file size, e.g. 1G (1G; 32M with --quick)")
     p.add_argument("--small-files", type=int, help="number of 64 KiB files (1000; 40)")
     p.add_argument("--wide-files", type=int, help="objects in the wide directory (10000; 300)")
+    p.add_argument(
+        "--tree-files", type=int, help="objects of the ls -lR tree, in 100 dirs (100000; 10000)"
+    )
     p.add_argument("--pffs-options", default="", help="extra `pffs mount` options, quoted")
     p.add_argument(
         "--latency",
@@ -71,6 +76,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error(str(exc))
     if args.epoch_files is not None and args.epoch_files < 1:
         p.error(f"--epoch-files: {args.epoch_files} must be 1 or more")
+    if args.tree_files is not None and args.tree_files < 100:
+        p.error(f"--tree-files: {args.tree_files} must be 100 or more (one per directory)")
     try:
         if args.epoch_size is not None and parse_size(args.epoch_size) < 1:
             p.error(f"--epoch-size: {args.epoch_size!r} must be 1 byte or more")
@@ -105,6 +112,7 @@ def sizes_from(args: argparse.Namespace) -> ds.Sizes:
         write=parse_size(args.write) if args.write else base.write,
         epoch_files=args.epoch_files or base.epoch_files,
         epoch_size=parse_size(args.epoch_size) if args.epoch_size else base.epoch_size,
+        tree_files=args.tree_files or base.tree_files,
     )
 
 
@@ -157,10 +165,22 @@ def run_on_server(
             print(f"[{server.name}] rep {rep + 1}/{reps}: {system.name}", file=sys.stderr)
             try:
                 only = measured_steps(args.only)
-                scenarios = Scenarios(mountpoint, data, server, args.quick, only, pid)
-                results = scenarios.run_all(system.name)
-                rss = peak_rss_mib(pid)
-                results["peak_rss_mib"] = round(rss, 1) if rss else "error: pid not found"
+                scenarios = Scenarios(
+                    mountpoint, data, server, args.quick, only, pid, system.kernel_ttl()
+                )
+                try:
+                    results = scenarios.run_all(system.name)
+                    rss = peak_rss_mib(pid)
+                    results["peak_rss_mib"] = round(rss, 1) if rss else "error: pid not found"
+                finally:
+                    unmount(mountpoint)
+                peaks = [scenarios.peak_rss_before_reset, rss]
+                if only is None or "epoch2_remount_files_per_s" in only:
+                    peaks += remount(system, server, data, workdir, results)
+                known = [peak for peak in peaks if peak is not None]
+                results["session_peak_rss_mib"] = (
+                    round(max(known), 1) if known else "error: pid not found"
+                )
             finally:
                 unmount(mountpoint)
                 shutil.rmtree(base, ignore_errors=True)
@@ -168,6 +188,22 @@ def run_on_server(
                 {"server": server.name, "system": system.name, "rep": rep, "results": results}
             )
     return runs, ceilings, unavailable
+
+
+def remount(
+    system: System, server: Server, data: ds.Dataset, workdir: str, results: dict[str, float | str]
+) -> list[float]:
+    """The remounted epoch 2 into `results` (an error there is its figure); the peak RSS of
+    each of its mount processes."""
+    drop_caches()
+    try:
+        figures, peaks = remount_epoch(system, server, data, workdir)
+    except Exception as exc:  # reported as the scenario's figure; the run goes on
+        error = f"error: {str(exc).splitlines()[0][:160]}"
+        results["epoch2_remount_files_per_s"] = results["epoch2_remount_requests"] = error
+        return []
+    results.update(figures)
+    return peaks
 
 
 def at_latency(server: Server, latency_ms: float, workdir: str) -> Server:
@@ -227,6 +263,11 @@ def main(argv: list[str] | None = None) -> int:
             server_dir = tempfile.mkdtemp(prefix=f"{server.name.split()[0]}-", dir=workdir)
             print(f"[{server.name}] uploading the dataset ...", file=sys.stderr)
             data = ds.upload(server, sizes_from(args), server_dir)  # near: uploads are no figure
+            print(
+                f"[{server.name}] creating the tree of {data.sizes.tree_files:,} objects ...",
+                file=sys.stderr,
+            )
+            create_tree(server, data)
             for latency in args.latencies:
                 name = f"{server.name}, {latency:g} ms"
                 try:

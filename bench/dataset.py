@@ -2,7 +2,8 @@
 
 One large file (sequential and random reads), a second large file (parallel readers), a file
 for time to first byte, many small files, a wide directory for metadata, and a training set
-(one directory of `epoch_files` files of `epoch_size` bytes, read whole by the epochs). A
+(one directory of `epoch_files` files of `epoch_size` bytes, read whole by the epochs); the
+tree of tiny objects for metadata at scale is bench.metadata's (`create_tree`). A
 local copy of the large file is kept for the local-disk ceiling and for verifying bytes read
 through mounts.
 """
@@ -32,17 +33,20 @@ class Sizes:
     write: int
     epoch_files: int
     epoch_size: int
+    tree_files: int = 0  # tiny objects of the metadata-at-scale tree (bench.metadata)
 
     @staticmethod
     def full() -> Sizes:
         # 100 KiB: ImageNet's mean file size.
         return Sizes(large=1 << 30, parallel=512 * MIB, small_files=1000, wide_files=10_000,
-                     write=1 << 30, epoch_files=2000, epoch_size=100 * 1024)  # fmt: skip
+                     write=1 << 30, epoch_files=2000, epoch_size=100 * 1024,
+                     tree_files=100_000)  # fmt: skip
 
     @staticmethod
     def quick() -> Sizes:
         return Sizes(large=32 * MIB, parallel=16 * MIB, small_files=40, wide_files=300,
-                     write=8 * MIB, epoch_files=400, epoch_size=100 * 1024)  # fmt: skip
+                     write=8 * MIB, epoch_files=400, epoch_size=100 * 1024,
+                     tree_files=10_000)  # fmt: skip
 
 
 @dataclass

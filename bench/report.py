@@ -31,7 +31,8 @@ def ratio_to_best_peer(metric: Metric, pffs: float, peers: list[float]) -> float
     if not peers:
         return None
     best = max(peers) if metric.higher_is_better else min(peers)
-    if best == 0 or pffs == 0:
+    # A ratio of a figure at or below 0 (an RSS that shrank over a scenario) means nothing.
+    if best <= 0 or pffs <= 0:
         return None
     return pffs / best if metric.higher_is_better else best / pffs
 
@@ -41,9 +42,11 @@ def _fmt(value: float | str | None) -> str:
         return "-"
     if isinstance(value, str):
         return value if len(value) < 40 else value[:37] + "..."
-    if value >= 100:
+    if isinstance(value, int):  # counts (requests)
+        return f"{value:,}"
+    if abs(value) >= 100:
         return f"{value:,.0f}"
-    return f"{value:.2f}" if value < 10 else f"{value:.1f}"
+    return f"{value:.2f}" if abs(value) < 10 else f"{value:.1f}"
 
 
 def markdown(summary: dict[str, Any]) -> str:
@@ -68,6 +71,10 @@ def markdown(summary: dict[str, Any]) -> str:
             ratio = server["ratios"].get(metric.key)
             row.append(f"{ratio:.2f}x" if ratio else "-")
             lines.append("| " + " | ".join(row) + " |")
+        kinds = server.get("remount_requests", {})
+        if kinds:
+            listed = "; ".join(f"{system} {text}" for system, text in kinds.items())
+            lines.append(f"\nStore requests during epoch 2 after a remount (first rep): {listed}.")
         against_store = epoch_against_store(server)
         if against_store:
             shares = ", ".join(f"{system} {share:.0%}" for system, share in against_store.items())
@@ -113,8 +120,23 @@ def summarize(runs: Runs, servers: list[dict[str, Any]]) -> dict[str, Any]:
             key: statistics.median([c[key] for c in ceilings])
             for key in (ceilings[0] if ceilings else {})
         }
-        out.append({**server, "medians": med, "ratios": ratios, "ceilings": ceiling_medians})
+        out.append({
+            **server, "medians": med, "ratios": ratios, "ceilings": ceiling_medians,
+            "remount_requests": remount_requests(runs, name, systems),
+        })  # fmt: skip
     return {"servers": out}
+
+
+def remount_requests(runs: Runs, server: str, systems: list[str]) -> dict[str, str]:
+    """Each system's store requests by kind during its first remounted epoch."""
+    out = {}
+    for system in systems:
+        for run in runs:
+            text = run["results"].get("epoch2_remount_requests_by_kind")
+            if run["server"] == server and run["system"] == system and isinstance(text, str):
+                out[system] = text
+                break
+    return out
 
 
 def _number(server: dict[str, Any], system: str, metric: Metric) -> float | None:

@@ -19,6 +19,7 @@ from typing import Any
 
 from bench.dataset import MIB, SMALL_SIZE, Dataset, client
 from bench.epoch import read_epoch
+from bench.metadata import TREE_DIRS, list_long, ls_recursive, stat_after_listing, stat_all
 from bench.servers import Server
 from bench.systems import cpu_seconds, peak_rss_mib, reset_peak_rss
 
@@ -36,6 +37,8 @@ class Metric:
 METRICS = [
     Metric("epoch1_files_per_s", "training epoch 1, cold (8 readers)", "files/s", True),
     Metric("epoch2_files_per_s", "training epoch 2 (page cache dropped)", "files/s", True),
+    Metric("epoch2_remount_files_per_s", "training epoch 2 after a remount", "files/s", True),
+    Metric("epoch2_remount_requests", "store requests during it", "requests", False),
     Metric("epoch_peak_rss_mib", "peak RSS of the mount during the epochs", "MiB", False),
     Metric("ttfb_ms", "time to first byte, cold file", "ms", False),
     Metric("seq_cold_mbs", "sequential read, cold", "MB/s", True),
@@ -46,19 +49,33 @@ METRICS = [
     Metric("small_files_per_s", "small files (64 KiB), cold", "files/s", True),
     Metric("ls_wide_s", "ls -l of the wide directory, cold", "s", False),
     Metric("stat_wide_per_s", "stat of every file in it", "stats/s", True),
+    Metric("stat_listed_per_s", "stat of every file right after ls -l", "stats/s", True),
+    Metric("stat_expired_per_s", "stat of every file after ls -l, TTL passed", "stats/s", True),
+    Metric("lsr_100k_s", "ls -lR of the tree (100 directories), cold", "s", False),
+    Metric("lsr_rss_bytes_per_entry", "mount RSS growth over it, per entry", "bytes", False),
     Metric("parallel_mbs", "4 parallel readers, cold", "MB/s", True),
     Metric("write_mbs", "sequential write + close, verified", "MB/s", True),
     Metric("peak_rss_mib", "peak RSS of the mount process", "MiB", False),
+    Metric("session_peak_rss_mib", "peak RSS of the whole session (no reset)", "MiB", False),
 ]
 # Figures taken while another scenario runs, measured when that one is.
-TAKEN_WITH = {"seq_cold_cpu_s_per_gib": "seq_cold_mbs", "epoch_peak_rss_mib": "epoch1_files_per_s"}
+TAKEN_WITH = {
+    "seq_cold_cpu_s_per_gib": "seq_cold_mbs",
+    "epoch_peak_rss_mib": "epoch1_files_per_s",
+    "epoch2_remount_requests": "epoch2_remount_files_per_s",
+    "lsr_rss_bytes_per_entry": "lsr_100k_s",
+}
+# Past this kernel TTL, stat_expired_per_s drops the kernel's dentries and inodes instead of
+# waiting for them to expire (a mount that trusts its metadata indefinitely).
+LONGEST_TTL_WAITED = 60.0
 
 
-def drop_caches() -> bool:
+def drop_caches(what: str = "3") -> bool:
+    """Drop the page cache and the dentries and inodes ("3"), or only the latter two ("2")."""
     try:
         os.sync()
         with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3")
+            f.write(what)
         return True
     except OSError:
         return False
@@ -97,9 +114,12 @@ class Scenarios:
         quick: bool,
         only: set[str] | None = None,
         pid: int | None = None,
+        kernel_ttl: float = 1.0,
     ) -> None:
         self.only = only  # metric keys to measure; None: all of them
         self.pid = pid  # the mount process, for its CPU time and RSS
+        self.kernel_ttl = kernel_ttl  # the system's entry/attribute timeout, for stat_expired
+        self.peak_rss_before_reset: float | None = None  # VmHWM before epoch 1 reset it
         self.mnt = mountpoint
         self.data = dataset
         self.server = server
@@ -122,6 +142,9 @@ class Scenarios:
             ("small_files_per_s", self.small_files),
             ("ls_wide_s", self.ls_wide),
             ("stat_wide_per_s", self.stat_wide),
+            ("stat_listed_per_s", self.stat_listed),
+            ("stat_expired_per_s", self.stat_expired),
+            ("lsr_100k_s", lambda: self.ls_tree(results)),
             ("parallel_mbs", self.parallel),
             ("write_mbs", lambda: self.write_verify(system)),
         ]
@@ -140,6 +163,7 @@ class Scenarios:
         """One pass over the training set, in an order of its own; epoch 1 also resets the
         mount's peak RSS first, and epoch 2 reads it after, so the peak is the epochs' own."""
         if number == 1:
+            self.peak_rss_before_reset = peak_rss_mib(self.pid)
             reset_peak_rss(self.pid)
         files_per_s = read_epoch(
             self.mnt, self.data.epoch_keys, self.data.sizes.epoch_size, seed=number
@@ -191,19 +215,31 @@ class Scenarios:
         return len(self.data.small_keys) / _timed(read_all)
 
     def ls_wide(self) -> float:
-        def ls() -> None:
-            result = subprocess.run(
-                ["ls", "-l", self.path("wide")], capture_output=True, text=True, check=True
-            )
-            listed = len(result.stdout.splitlines()) - 1  # the "total" line
-            if listed != len(self.data.wide_keys):
-                raise RuntimeError(f"ls listed {listed} of {len(self.data.wide_keys)}")
-
-        return _timed(ls)
+        return _timed(lambda: list_long(self.path("wide"), len(self.data.wide_keys)))
 
     def stat_wide(self) -> float:
+        return stat_all([self.path(key) for key in self.data.wide_keys])
+
+    def stat_listed(self) -> float:
+        """`ls -l` of the wide directory, then stat of each file at once."""
         paths = [self.path(key) for key in self.data.wide_keys]
-        return len(paths) / _timed(lambda: [os.stat(p) for p in paths])
+        return stat_after_listing(self.path("wide"), paths, wait=0)
+
+    def stat_expired(self) -> float:
+        """`ls -l`, then stat of each file once the kernel's TTL has passed: the listing's
+        entries and attributes are stale in the kernel, only the system's own caches hold."""
+        paths = [self.path(key) for key in self.data.wide_keys]
+        if self.kernel_ttl <= LONGEST_TTL_WAITED:
+            return stat_after_listing(self.path("wide"), paths, wait=self.kernel_ttl + 1)
+        return stat_after_listing(self.path("wide"), paths, 0, forget=lambda: drop_caches("2"))
+
+    def ls_tree(self, results: dict[str, float | str]) -> float:
+        """`ls -lR` of the tree, cold, and the mount's RSS growth per entry over it."""
+        files = self.data.sizes.tree_files + 1  # and TREE_MARKER
+        seconds, per_entry = ls_recursive(self.path("tree"), files, TREE_DIRS, self.pid)
+        if per_entry is not None:
+            results["lsr_rss_bytes_per_entry"] = round(per_entry, 1)
+        return seconds
 
     def parallel(self) -> float:
         quarter = self.data.sizes.parallel // 4

@@ -15,7 +15,11 @@ import sys
 import time
 
 from bench.servers import Server, Unavailable
+from pffs.cli.options import build_parser, metadata_config
 from pffs.mounting.kernel import find_mount
+
+# libfuse's entry and attribute timeouts when a file system sets none (s3fs sets none).
+LIBFUSE_DEFAULT_TTL = 1.0
 
 
 def _apt_install(package: str) -> None:
@@ -122,12 +126,22 @@ class System:
         """Mount; return the serving process's pid when known."""
         raise NotImplementedError
 
+    def kernel_ttl(self) -> float:
+        """How long the kernel trusts this mount's entries and attributes, in seconds."""
+        return LIBFUSE_DEFAULT_TTL
+
 
 class Pffs(System):
     name = "pffs"
 
     def __init__(self, options: list[str]) -> None:
         self.options = options
+
+    def kernel_ttl(self) -> float:
+        # pffs's own parser reads the options, so the figure follows its defaults and flags.
+        args = build_parser().parse_args(["mount", "s3://bucket", "/mnt", *self.options])
+        meta = metadata_config(args)
+        return max(meta.attr_ttl, meta.entry_ttl)
 
     def mount(self, server: Server, bucket: str, mountpoint: str, cache_dir: str) -> int | None:
         argv = [sys.executable, "-m", "pffs", "mount", f"s3://{bucket}", mountpoint]
@@ -188,3 +202,6 @@ class Rclone(System):
             raise Unavailable(f"rclone mount failed: {result.stderr.strip()[-300:]}")
         _wait_mounted(mountpoint, None, "rclone")
         return None
+
+    def kernel_ttl(self) -> float:
+        return 1.0  # rclone mount's --attr-timeout default (its own directory cache: 5 min)

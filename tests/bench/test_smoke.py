@@ -17,12 +17,15 @@ import pytest
 from bench.scenarios import METRICS
 
 pytestmark = [pytest.mark.mount, pytest.mark.slow]
+QUICK = [sys.executable, "-m", "bench", "--quick"]
 
 
 @pytest.mark.skipif(shutil.which("fio") is None, reason="fio is missing (apt-get install fio)")
 def test_quick_bench_produces_every_figure(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "bench", "--quick", "--out", str(tmp_path)],
+        # A smaller training set and tree than --quick's: every figure is still produced, and
+        # the remounted epoch and ls -lR of peers at 20 ms (a round trip per file) stay short.
+        [*QUICK, "--out", str(tmp_path), "--epoch-files", "200", "--tree-files", "1000"],
         capture_output=True,
         text=True,
         timeout=1800,  # two servers, each at 0 and 20 ms
@@ -53,3 +56,10 @@ def test_quick_bench_produces_every_figure(tmp_path: Path) -> None:
     assert "| sequential read, cold |" in result.stdout
     assert "| training epoch 1, cold (8 readers) |" in result.stdout
     assert "Epoch 1 against the store's own files/s: pffs " in result.stdout
+    assert "| training epoch 2 after a remount |" in result.stdout
+    assert "| ls -lR of the tree (100 directories), cold |" in result.stdout
+    assert "Store requests during epoch 2 after a remount (first rep): pffs GET " in result.stdout
+    for run in payload["runs"]:
+        kinds = run["results"]["epoch2_remount_requests_by_kind"]
+        counted = sum(int(part.split(" ")[1]) for part in kinds.split(", "))
+        assert counted == run["results"]["epoch2_remount_requests"], run
