@@ -25,7 +25,12 @@ def test_quick_bench_produces_every_figure(tmp_path: Path) -> None:
     result = subprocess.run(
         # A smaller training set and tree than --quick's: every figure is still produced, and
         # the remounted epoch and ls -lR of peers at 20 ms (a round trip per file) stay short.
-        [*QUICK, "--out", str(tmp_path), "--epoch-files", "200", "--tree-files", "1000"],
+        # pffs's TTLs at 1 s: the stat past the TTL then waits 2 s, not a minute per server.
+        [
+            *QUICK,
+            *("--out", str(tmp_path), "--epoch-files", "200", "--tree-files", "1000"),
+            *("--pffs-options", "--metadata-ttl 1"),
+        ],
         capture_output=True,
         text=True,
         timeout=1800,  # two servers, each at 0 and 20 ms
