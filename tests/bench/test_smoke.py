@@ -25,7 +25,7 @@ def test_quick_bench_produces_every_figure(tmp_path: Path) -> None:
     result = subprocess.run(
         # A smaller training set and tree than --quick's: every figure is still produced, and
         # the remounted epoch and ls -lR of peers at 20 ms (a round trip per file) stay short.
-        [*QUICK, "--out", str(tmp_path), "--epoch-files", "200", "--tree-files", "1000"],
+        [*QUICK, "--out", str(tmp_path), "--epoch-files", "100", "--tree-files", "100"],
         capture_output=True,
         text=True,
         timeout=1800,  # two servers, each at 0 and 20 ms
