@@ -28,7 +28,7 @@ def test_quick_bench_produces_every_figure(tmp_path: Path) -> None:
         # pffs's TTLs at 1 s: the stat past the TTL then waits 2 s, not a minute per server.
         [
             *QUICK,
-            *("--out", str(tmp_path), "--epoch-files", "200", "--tree-files", "1000"),
+            *("--out", str(tmp_path), "--epoch-files", "100", "--tree-files", "100"),
             *("--pffs-options", "--metadata-ttl 1"),
         ],
         capture_output=True,
