@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from bench.dataset import Dataset, client
 from bench.servers import Server
+from bench.systems import rss_bytes
 
 TREE_DIRS = 100
 # One object directly in tree/: s3rver 3 leaves a prefix that holds only sub-prefixes out of a
@@ -92,20 +93,6 @@ def create_tree(server: Server, dataset: Dataset) -> None:
     )
     if listed != len(keys):
         raise RuntimeError(f"{server.name}: {listed} objects under tree/, expected {len(keys)}")
-
-
-def rss_bytes(pid: int | None) -> int | None:
-    """The process's resident set now (VmRSS), in bytes."""
-    if pid is None:
-        return None
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
 
 
 def ls_recursive(

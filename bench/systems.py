@@ -78,17 +78,30 @@ def mount_pid(mountpoint: str) -> int | None:
     return None
 
 
-def peak_rss_mib(pid: int | None) -> float | None:
+def status_kib(pid: int | None, field: str) -> int | None:
+    """A figure of /proc/PID/status in KiB (`VmRSS`, `VmHWM`), or None."""
     if pid is None:
         return None
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
+                if line.startswith(f"{field}:"):
+                    return int(line.split()[1])
     except OSError:
         return None
     return None
+
+
+def peak_rss_mib(pid: int | None) -> float | None:
+    """The process's peak resident set (VmHWM), in MiB."""
+    kib = status_kib(pid, "VmHWM")
+    return None if kib is None else kib / 1024
+
+
+def rss_bytes(pid: int | None) -> int | None:
+    """The process's resident set now (VmRSS), in bytes."""
+    kib = status_kib(pid, "VmRSS")
+    return None if kib is None else kib * 1024
 
 
 def reset_peak_rss(pid: int | None) -> bool:

@@ -297,19 +297,12 @@ def test_a_connection_the_store_closed_while_idle_is_not_used(
     assert backend.retries == 0  # the closed connection was dropped, not tried and retried
 
 
-class _ClosesSecondRequests(http.server.BaseHTTPRequestHandler):
-    """Answers the first request of each connection; a second one on the same connection is
-    read and met by a close without a word, as when a store's idle timer ends a keep-alive
-    connection just as a request goes out on it."""
+class _Ranges(http.server.BaseHTTPRequestHandler):
+    """Serves DATA's bytes of any "bytes=a-b" range, whatever the key (an HTTPS store)."""
 
     protocol_version = "HTTP/1.1"
-    requests = 0
 
     def do_GET(self) -> None:
-        self.requests += 1
-        if self.requests > 1:
-            self.close_connection = True
-            return
         first, last = self.headers["Range"].removeprefix("bytes=").split("-")
         body = DATA[int(first) : int(last) + 1]
         self.send_response(206)
@@ -319,6 +312,21 @@ class _ClosesSecondRequests(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, *args: Any) -> None:
         pass
+
+
+class _ClosesSecondRequests(_Ranges):
+    """Answers the first request of each connection; a second one on the same connection is
+    read and met by a close without a word, as when a store's idle timer ends a keep-alive
+    connection just as a request goes out on it."""
+
+    requests = 0
+
+    def do_GET(self) -> None:
+        self.requests += 1
+        if self.requests > 1:
+            self.close_connection = True
+            return
+        super().do_GET()
 
 
 def test_a_keep_alive_connection_closed_as_the_request_goes_out_is_not_a_failure(
@@ -336,23 +344,6 @@ def test_a_keep_alive_connection_closed_as_the_request_goes_out_is_not_a_failure
     finally:
         server.shutdown()
         server.server_close()
-
-
-class _Ranges(http.server.BaseHTTPRequestHandler):
-    """Serves DATA's bytes of any "bytes=a-b" range, whatever the key (an HTTPS store)."""
-
-    protocol_version = "HTTP/1.1"
-
-    def do_GET(self) -> None:
-        first, last = self.headers["Range"].removeprefix("bytes=").split("-")
-        body = DATA[int(first) : int(last) + 1]
-        self.send_response(206)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: Any) -> None:
-        pass
 
 
 @pytest.fixture

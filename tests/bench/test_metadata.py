@@ -16,13 +16,12 @@ from bench.metadata import (
     create_tree,
     ls_recursive,
     put_tiny_objects,
-    rss_bytes,
     stat_after_listing,
     tree_names,
 )
 from bench.remount import remount_epoch
 from bench.servers import Server
-from bench.systems import Pffs, unmount
+from bench.systems import Pffs, rss_bytes, unmount
 from pffs.testing.servers import MotoServer
 
 TREE_FILES = 300
