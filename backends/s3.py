@@ -7,8 +7,9 @@ prefix ("a" and "a/b"), the directory wins and the object is hidden, as in mount
 Retries are ours (pffs.retry), not botocore's, so every backend behaves alike; botocore's own are
 switched off. Credentials come only from boto3's default chain.
 
-Object reads (read_range, read_blocks) and directory listings (list) go through the lean GET
-engine of s3get.py, which costs far less CPU per request than boto3 (listing pages are parsed
+Object reads (read_range, read_blocks) and listings (of a directory, of the keys under a
+renamed one, and the check that a prefix is a directory) go through the lean GET engine of
+s3get.py, which costs far less CPU per request than boto3 (listing pages are parsed
 by s3listing.py); it raises the exceptions boto3 would, so one
 mapping here (codes to pffs errors, what is transient) and one retry loop serve every call.
 """
@@ -180,13 +181,8 @@ class S3Backend:
             raise self._translate(exc, path) from exc
         # Not an object: a directory if anything lives under "key/" (marker object or not).
         try:
-            page = self._call(
-                lambda: self.client.list_objects_v2(
-                    Bucket=self.bucket, Prefix=key + "/", Delimiter="/", MaxKeys=1
-                ),
-                "LIST",
-                path=path,
-            )
+            first = functools.partial(self._list_page, key + "/", None, max_keys=1)
+            page = self._call(first, "LIST", path=path)
         except Exception as exc:
             raise self._translate(exc, path) from exc
         if page.get("KeyCount", 0) > 0 or page.get("Contents") or page.get("CommonPrefixes"):
@@ -386,10 +382,8 @@ class S3Backend:
     def _keys_under(self, prefix: str) -> Iterator[tuple[str, int]]:
         token: str | None = None
         while True:
-            kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix}
-            if token:
-                kwargs["ContinuationToken"] = token
-            page = self._do(functools.partial(self.client.list_objects_v2, **kwargs), "LIST", "")
+            every_key = functools.partial(self._list_page, prefix, token, delimiter=None)
+            page = self._do(every_key, "LIST", "")
             for obj in page.get("Contents", ()):
                 yield obj["Key"], obj["Size"]
             if not page.get("IsTruncated"):
@@ -408,8 +402,10 @@ class S3Backend:
 
     # --- helpers -----------------------------------------------------------------------------
 
-    def _list_page(self, prefix: str, token: str | None) -> dict[str, Any]:
-        return parse_page(self._reads.list_page(prefix, token))
+    def _list_page(
+        self, prefix: str, token: str | None, delimiter: str | None = "/", max_keys: int = 1000
+    ) -> dict[str, Any]:
+        return parse_page(self._reads.list_page(prefix, token, delimiter, max_keys))
 
     def _page_entries(self, page: dict[str, Any], prefix: str) -> Iterator[ObjectInfo]:
         """One page's directories and objects, merged back into key order."""

@@ -265,11 +265,18 @@ class LeanGetEngine:
                 )
             yield Body(response, url)
 
-    def list_page(self, prefix: str, token: str | None) -> bytes:
-        """The body of one ListObjectsV2 page of the keys under `prefix`, delimited by "/",
-        from the continuation `token` on (None: the first page); keys come URL-encoded, as
-        boto3 asks for them (a key may hold characters XML cannot carry)."""
-        params = {"list-type": "2", "prefix": prefix, "delimiter": "/", "encoding-type": "url"}
+    def list_page(
+        self, prefix: str, token: str | None, delimiter: str | None = "/", max_keys: int = 1000
+    ) -> bytes:
+        """The body of one ListObjectsV2 page of up to `max_keys` keys under `prefix`, grouped
+        by `delimiter` (None: every key below), from the continuation `token` on (None: the
+        first page); keys come URL-encoded, as boto3 asks for them (a key may hold characters
+        XML cannot carry)."""
+        params = {"list-type": "2", "prefix": prefix, "encoding-type": "url"}
+        if delimiter is not None:
+            params["delimiter"] = delimiter
+        if max_keys != 1000:  # S3's default page
+            params["max-keys"] = str(max_keys)
         if token is not None:
             params["continuation-token"] = token
         # Encoded as SigV4's canonical query wants it, so the signature covers it as sent.

@@ -4,7 +4,7 @@ botocore walks a response's whole shape model and parses each field through its 
 35-60 ms of CPU for a 1,000-key page, where ElementTree and a loop take about 11
 (docs/BENCHMARKS.md, "Listing pages"). The result has the shape boto3 gives (`Contents` with
 `Key`, `Size`, `LastModified` as a datetime and `ETag`; `CommonPrefixes` with `Prefix`;
-`IsTruncated`; `NextContinuationToken`), so S3Backend reads either the same way. Keys and
+`IsTruncated`; `KeyCount`; `NextContinuationToken`), the fields S3Backend reads. Keys and
 prefixes are URL-decoded when the store says it encoded them (`EncodingType` url), as boto3
 does; a store that ignores the request for encoding sends them plain.
 """
@@ -34,6 +34,8 @@ def parse_page(body: bytes) -> dict[str, Any]:
             page[tag] = element.text
     decode = unquote_plus if page.get("EncodingType") == "url" else _plain
     page["IsTruncated"] = page.get("IsTruncated") == "true"
+    if "KeyCount" in page:
+        page["KeyCount"] = int(page["KeyCount"] or 0)
     page["Contents"] = [
         {
             "Key": decode(entry["Key"]),

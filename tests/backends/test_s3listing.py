@@ -50,3 +50,4 @@ def test_a_store_that_sends_keys_plain_and_no_namespace() -> None:
 def test_an_empty_page() -> None:
     page = parse_page(body("", extra="<KeyCount>0</KeyCount><IsTruncated>false</IsTruncated>"))
     assert page["Contents"] == [] and page["CommonPrefixes"] == [] and not page["IsTruncated"]
+    assert page["KeyCount"] == 0
