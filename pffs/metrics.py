@@ -167,6 +167,11 @@ _CACHE_COUNTERS: dict[str, tuple[str, str, dict[str, str]]] = {
         {"tier": "memory"},
     ),
     "disk_misses": ("pffs_cache_misses", "", {"tier": "disk"}),
+    "disk_misses_known": (
+        "pffs_cache_disk_filter_misses",
+        "Disk tier lookups its key filter answered (absent) without asking the index",
+        {},
+    ),
     "memory_bytes_served": (
         "pffs_cache_served_bytes",
         "Bytes handed to readers, by the tier that held them (store: fetched for the reader)",

@@ -34,7 +34,8 @@ prefetch.py     Prefetcher: readahead windows loaded in the background within a 
                 object, awaited. It also counts prefetched blocks used and wasted.
 diskio.py       DiskIO: the disk tier as trio tasks use it, each call in a worker thread under
                 one limiter and counted, and write-behind with a capped number of write slots,
-                in batches (one worker-thread hop and one index transaction per batch).
+                in batches (one worker-thread hop and one index transaction per batch); asks
+                the key filter before the index, and keeps it in step with the index.
 background.py   Background: the tasks the cache starts in the nursery it is given (write-behind,
                 prefetch) and waiting until none is left (flush before an unmount).
 memory.py       MemoryTier: an LRU of blocks bounded in bytes.
@@ -43,7 +44,10 @@ disk.py         DiskTier: blocks in a diskcache directory, a corrupt entry dropp
                 entries kept open, checked on each read (still linked, CRC); writes in
                 batches (files first, then their index rows in one transaction).
 diskindex.py    BatchIndex: a batch's rows into diskcache's SQLite index by its SQL, in one
-                transaction, evicting past the bound; replaced files removed after the commit.
+                transaction, evicting past the bound; replaced files removed after the commit;
+                the index's keys by rowid (for the filter).
+diskkeys.py     DiskKeys: a Bloom filter of the disk tier's keys, so a block known to be absent
+                (every block of a cold read) costs no worker-thread hop to look up.
 openentries.py  OpenEntries: a bounded LRU of open entry descriptors with their parsed
                 headers, sized from RLIMIT_NOFILE, shrinking when descriptors run out.
 entries.py      A block's entry on disk: header, a CRC32C per 64 KiB, lz4 when it pays, key

@@ -46,6 +46,7 @@ from typing import NamedTuple
 import diskcache
 
 from pffs.cache.diskindex import BatchIndex, IndexRow
+from pffs.cache.diskkeys import DiskKeys
 from pffs.cache.entries import encode, read_block, read_layout, read_range, write_entry
 from pffs.cache.openentries import OpenEntries, OpenEntry, descriptor_share
 
@@ -272,6 +273,16 @@ class DiskTier:
     def present(self, keys: list[str]) -> list[bool]:
         """Which of the keys have an entry (one worker-thread hop for a readahead window)."""
         return [key in self for key in keys]
+
+    def load_keys(self) -> DiskKeys:
+        """A filter of every key in the index (pffs.cache.diskkeys)."""
+        keys = DiskKeys(2 * self._index.entry_count())  # room to grow before a rebuild
+        keys.add_rows(self._index.keys_after(0))
+        return keys
+
+    def keys_after(self, rowid: int) -> list[tuple[int, str]]:
+        """(rowid, key) of the index rows added since `rowid`, by any process."""
+        return list(self._index.keys_after(rowid))
 
     def put(self, key: str, data: bytes, source: str) -> bool:
         """Store a block; False when skipped (free-space floor, full disk, any I/O error)."""

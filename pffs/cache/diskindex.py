@@ -22,7 +22,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import diskcache
@@ -103,6 +103,18 @@ class BatchIndex:
                 sql("ROLLBACK")
             raise
         return [name for name in released if name is not None]
+
+    def entry_count(self) -> int:
+        """Rows in the index (diskcache's own count in `Settings`, kept by its triggers)."""
+        rows = self._connection().execute("SELECT value FROM Settings WHERE key = 'count'")
+        ((count,),) = rows.fetchall()
+        return int(count)
+
+    def keys_after(self, rowid: int) -> Iterator[tuple[int, str]]:
+        """(rowid, key) of every row above `rowid`, streamed in rowid order."""
+        yield from self._connection().execute(
+            "SELECT rowid, key FROM Cache WHERE rowid > ? ORDER BY rowid", (rowid,)
+        )
 
     def _cull(self, sql: _Execute, added: int) -> list[str]:
         """Delete the oldest rows until the index is within its size limit (as diskcache

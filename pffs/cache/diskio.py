@@ -15,12 +15,19 @@ A random read of a compressed entry gets the whole block from the tier; it is ha
 `keep_block` (the block cache puts it in the memory tier), so the next reads of that block do
 not decompress it again.
 
+Whether a block has an entry is first asked of a filter of the tier's keys held here
+(diskkeys.py): a block it knows is absent, as every block of a cold read is, costs no thread
+hop. The filter is read from the index again every second while blocks are looked up, since
+other processes (mounts, `pffs warmup`) sharing the directory write to it too.
+
 Blocks of the sources in `memory_only` (a mount table entry's `cache = "memory"`) are never
 looked up or written here; without a tier (`--cache-dir none`) no block is.
 """
 
 from __future__ import annotations
 
+import logging
+import math
 from collections.abc import Callable
 from typing import TypeVarTuple
 
@@ -28,10 +35,12 @@ import trio
 
 from pffs.cache.background import Background
 from pffs.cache.disk import DiskRead, DiskTier, entry_key
+from pffs.cache.diskkeys import DiskKeys
 from pffs.cache.keys import BlockKey
 from pffs.cache.stats import CacheStats
 
 Ts = TypeVarTuple("Ts")
+log = logging.getLogger(__name__)
 
 # A write-behind batch: up to this many blocks or bytes, whichever comes first, in one worker
 # thread hop and one index transaction (bench/disk_writes.py: a hop costs 130-160 us of CPU, a
@@ -43,6 +52,10 @@ _LINGER = 0.02
 # Writers at once: two, so that one batch's index transaction or fsync-free O_DIRECT write
 # overlaps the other's, and a large block never holds the whole queue behind it alone.
 _WRITERS = 2
+# How often the key filter reads the rows other processes added to the index: a block another
+# process cached is fetched from the store for at most about this long (one thread hop and an
+# indexed SQLite read per period, against the hop per block the filter saves).
+_FOLLOW_PERIOD = 1.0
 
 
 class DiskIO:
@@ -71,6 +84,11 @@ class DiskIO:
         self.memory_only: set[str] = set()
         # Where a whole block read for a part of it goes (the memory tier), if anywhere.
         self.keep_block: Callable[[BlockKey, bytes], None] | None = None
+        # The tier's keys, read from its index by _read_keys at most every _FOLLOW_PERIOD
+        # while blocks are looked up, and when (trio clock) the last read began.
+        self.keys = DiskKeys(0)
+        self._keys_read_at = -math.inf
+        self._keys_reading = False
 
     def holds(self, key: BlockKey) -> bool:
         """Whether the block belongs in the disk tier (there is one, and its source uses it)."""
@@ -82,11 +100,51 @@ class DiskIO:
 
     # --- reading -----------------------------------------------------------------------------
 
+    def _known_absent(self, name: str) -> bool:
+        """The key filter knows the tier holds no entry of this name (a disk miss, no hop).
+
+        Only a filter read from the index within the last two periods answers; an older one
+        (an idle mount: other processes may have written since) answers nothing until the
+        refresh it starts here lands, so the index is asked as if there were no filter.
+        """
+        now = trio.current_time()
+        stale = now - self._keys_read_at > _FOLLOW_PERIOD
+        if stale and not self._keys_reading and self._background.attached:
+            self._keys_reading = True
+            self._background.spawn(self._read_keys)
+        if now - self._keys_read_at > 2 * _FOLLOW_PERIOD or self.keys.might_hold(name):
+            return False
+        self.stats.disk_misses_known += 1
+        return True
+
+    async def _read_keys(self) -> None:
+        """Bring the key filter up to the index: the rows added since the last read (by any
+        process), or every key when there is no filter yet or it is full."""
+        assert self.tier is not None
+        started = trio.current_time()
+        try:
+            if self._keys_read_at == -math.inf or self.keys.full:
+                self.keys = await trio.to_thread.run_sync(self.tier.load_keys, limiter=self.limiter)
+            else:
+                rows = await trio.to_thread.run_sync(
+                    self.tier.keys_after, self.keys.last_rowid, limiter=self.limiter
+                )
+                self.keys.add_rows(rows)
+            self._keys_read_at = started  # rows committed after the query began are not in it
+        except Exception as exc:  # a locked or damaged index: the index is asked meanwhile
+            log.debug("disk tier key filter not refreshed: %s", exc)
+        finally:
+            self._keys_reading = False
+
     async def get(self, key: BlockKey) -> bytes | None:
         """The whole block from the tier, or None (a miss is counted)."""
         if self.tier is None or not self.holds(key):
             return None
-        found = await self._read(self.tier.get, self.name(key))
+        name = self.name(key)
+        if self._known_absent(name):
+            self.stats.disk_misses += 1
+            return None
+        found = await self._read(self.tier.get, name)
         if found.data is None:
             self.stats.disk_misses += 1
         return found.data
@@ -103,6 +161,8 @@ class DiskIO:
         if data is not None:
             self.stats.disk_hits += 1
             return data
+        if self._known_absent(name):
+            return None
         found = await self._read(self.tier.get_range, name, start, length)
         if found.data is None or not found.whole:
             return found.data
@@ -123,7 +183,12 @@ class DiskIO:
         """Which of the blocks have an entry (one worker-thread hop for them all)."""
         assert self.tier is not None
         names = [self.name(key) for key in keys]
-        return await trio.to_thread.run_sync(self.tier.present, names, limiter=self.limiter)
+        asked = [name for name in names if not self._known_absent(name)]
+        if not asked:
+            return [False] * len(names)
+        found = await trio.to_thread.run_sync(self.tier.present, asked, limiter=self.limiter)
+        held = {name for name, here in zip(asked, found, strict=True) if here}
+        return [name in held for name in names]
 
     # --- writing -----------------------------------------------------------------------------
 
@@ -186,6 +251,9 @@ class DiskIO:
                 finally:
                     for _ in batch:
                         self._write_slots.release()
+                for (name, _data, _source), here in zip(names, stored, strict=True):
+                    if here:
+                        self.keys.add(name)
                 written = sum(stored)
                 self.stats.disk_writes += written
                 self.stats.disk_write_skips += len(batch) - written

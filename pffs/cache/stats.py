@@ -26,6 +26,7 @@ class CacheStats:
     # prefetched blocks evicted before any reader asked for them.
     memory_misses: int = 0
     disk_misses: int = 0
+    disk_misses_known: int = 0  # of those lookups, answered by the key filter without the index
     memory_bytes_served: int = 0
     disk_bytes_served: int = 0
     store_bytes_served: int = 0
