@@ -28,6 +28,7 @@ class Server:
     access_key: str
     secret_key: str
     stop: Callable[[], None] = field(repr=False, default=lambda: None)
+    pid: int | None = None  # the server process (the proxy's, for a far one), when we run it
 
     def env(self) -> dict[str, str]:
         """Environment giving a client this server's credentials."""
@@ -57,7 +58,7 @@ def _stopper(proc: subprocess.Popen[bytes]) -> Callable[[], None]:
 
 def _spawn(
     argv: list[str], env: dict[str, str], host: str, port: int, log: str
-) -> Callable[[], None]:
+) -> subprocess.Popen[bytes]:
     with open(log, "ab") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=out, env=env, start_new_session=True)
     try:
@@ -65,7 +66,7 @@ def _spawn(
     except TimeoutError:
         proc.kill()
         raise Unavailable(f"{argv[0]} did not listen on {host}:{port} (log: {log})") from None
-    return _stopper(proc)
+    return proc
 
 
 def far(server: Server, rtt_ms: float, log: str) -> Server:
@@ -92,6 +93,7 @@ def far(server: Server, rtt_ms: float, log: str) -> Server:
         server.access_key,
         server.secret_key,
         _stopper(proc),
+        proc.pid,
     )
 
 
@@ -140,8 +142,9 @@ class Launcher:
     def moto(self) -> Server:
         port = free_port()
         argv = [sys.executable, "-m", "moto.server", "-H", self.host, "-p", str(port)]
-        stop = _spawn(argv, dict(os.environ), self.host, port, self._log("moto"))
-        return Server("moto", f"http://{self.host}:{port}", "bench", "bench-secret", stop)
+        proc = _spawn(argv, dict(os.environ), self.host, port, self._log("moto"))
+        url = f"http://{self.host}:{port}"
+        return Server("moto", url, "bench", "bench-secret", _stopper(proc), proc.pid)
 
     def s3rver(self) -> Server:
         binary = s3rver_binary(self.cache_dir)
@@ -151,8 +154,9 @@ class Launcher:
         # s3rver 3 makes continuation tokens with a cipher OpenSSL 3 only has in its legacy
         # provider; without it every truncated listing is a 500.
         env = {**os.environ, "NODE_OPTIONS": "--openssl-legacy-provider"}
-        stop = _spawn(argv, env, self.host, port, self._log("s3rver"))
-        return Server("s3rver", f"http://{self.host}:{port}", "S3RVER", "S3RVER", stop)
+        proc = _spawn(argv, env, self.host, port, self._log("s3rver"))
+        url = f"http://{self.host}:{port}"
+        return Server("s3rver", url, "S3RVER", "S3RVER", _stopper(proc), proc.pid)
 
     def minio(self, binary: str) -> Server:
         if not os.path.exists(binary) and shutil.which(binary) is None:
@@ -165,8 +169,9 @@ class Launcher:
             "MINIO_ROOT_PASSWORD": "pffsbench-secret",
         }
         argv = [binary, "server", data, "--address", f"{self.host}:{port}", "--quiet"]
-        stop = _spawn(argv, env, self.host, port, self._log("minio"))
-        return Server("minio", f"http://{self.host}:{port}", "pffsbench", "pffsbench-secret", stop)
+        proc = _spawn(argv, env, self.host, port, self._log("minio"))
+        url = f"http://{self.host}:{port}"
+        return Server("minio", url, "pffsbench", "pffsbench-secret", _stopper(proc), proc.pid)
 
 
 def external(endpoint_url: str) -> Server:
