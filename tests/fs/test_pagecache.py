@@ -22,19 +22,25 @@ MIB = 1 << 20
 
 
 class KernelPages:
-    """What notify_store was handed, in order; `gate` (when set) holds every store until
-    opened, as a kernel page locked by a read in progress would."""
+    """What notify_store was handed, in order, and which inodes were invalidated; `gate` (when
+    set) holds every store until opened, as a kernel page locked by a read in progress would."""
 
     def __init__(self, gate: threading.Event | None = None) -> None:
         self.pushes: list[tuple[int, int, bytes]] = []
         self.gate = gate
         self.storing = threading.Event()  # set once a store has started
+        # ("store", ino) and ("invalidate", ino), in the order the kernel saw them
+        self.calls: list[tuple[str, int]] = []
 
-    def __call__(self, ino: int, offset: int, data: bytes | memoryview) -> None:
+    def store(self, ino: int, offset: int, data: bytes | memoryview) -> None:
         self.storing.set()
         if self.gate is not None:
             assert self.gate.wait(10), "the test never opened the gate"
         self.pushes.append((ino, offset, bytes(data)))
+        self.calls.append(("store", ino))
+
+    def invalidate(self, ino: int) -> None:
+        self.calls.append(("invalidate", ino))
 
 
 async def settled(vfs: Vfs, expected: int) -> None:
@@ -249,6 +255,45 @@ def test_an_open_of_a_new_version_waits_for_a_push_under_way() -> None:
 
     trio.run(main)
     assert len(kernel.pushes) == 1
+
+
+def test_an_open_answers_once_a_held_push_outlasts_the_bound_and_its_pages_are_dropped() -> None:
+    """A push of the old version held in the store (a page locked by a read nobody answers):
+    the open answers after `settle_timeout`, and once the push ends the inode's pages are
+    invalidated, so the kernel keeps none of the old version."""
+    data = random.Random(7).randbytes(8 * MIB)
+    store = FakeStore({"h": data})
+    vfs = make_vfs(store, cache_config(None, block=MIB, memory_bytes=64 * MIB))
+    vfs.reader.pages.settle_timeout = 0.2
+    gate = threading.Event()
+    kernel = KernelPages(gate)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            vfs.attach(nursery)
+            await warm(vfs, "h")
+            vfs.push_pages(kernel)
+            inode = await vfs.lookup(ROOT_INODE, "h")
+            fh, _ = await vfs.open(inode.ino, os.O_RDONLY)
+            await vfs.read(fh, 5 * MIB, 4096)
+            while not kernel.storing.is_set():  # the pusher is inside the store now
+                await trio.sleep(0.005)
+            store.overwrite("h", data[::-1])
+            with trio.fail_after(5):
+                new_fh, keep_cache = await vfs.open(inode.ino, os.O_RDONLY)
+            assert not keep_cache
+            assert not gate.is_set() and kernel.calls == []  # answered with the push still held
+            gate.set()
+            with trio.fail_after(5):
+                while len(kernel.calls) < 2:
+                    await trio.sleep(0.005)
+            assert kernel.calls == [("store", inode.ino), ("invalidate", inode.ino)]
+            await vfs.release(new_fh)
+            await vfs.release(fh)
+            vfs.push_pages(None)
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
 
 
 def test_a_full_queue_drops_pushes_and_never_holds_a_read() -> None:
