@@ -15,7 +15,8 @@ import pytest
 
 from pffs.cache.orphans import GRACE, sweep_orphans
 from pffs.cli.warmup import cache_admin
-from tests.cache.test_disk_batch import _check_every_row, _entry_files, _rows, _tier, _writer
+from tests.cache.test_disk_batch import _check_every_row, _rows, _tier, _writer
+from tests.cache.test_disk_batch import _entry_files as entry_files
 
 BLOCKS = 8
 SIZE = 16 << 10
@@ -47,7 +48,7 @@ tier.put_batch(batch("orphaned"))
 """
 
 
-def _kill_a_writer_before_its_commit(directory: Path) -> None:
+def kill_a_writer_before_its_commit(directory: Path) -> None:
     command = [sys.executable, "-c", _KILLED_WRITER, str(directory), str(BLOCKS), str(SIZE)]
     writer = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     assert writer.stdout is not None
@@ -56,11 +57,11 @@ def _kill_a_writer_before_its_commit(directory: Path) -> None:
     writer.wait(timeout=10)
 
 
-def _orphans(directory: Path) -> set[str]:
-    return _entry_files(directory) - set(_rows(directory).values())
+def orphans_of(directory: Path) -> set[str]:
+    return entry_files(directory) - set(_rows(directory).values())
 
 
-def _age(directory: Path, files: set[str], seconds: float) -> None:
+def age(directory: Path, files: set[str], seconds: float) -> None:
     when = time.time() - seconds
     for name in files:
         os.utime(directory / name, (when, when))
@@ -69,18 +70,18 @@ def _age(directory: Path, files: set[str], seconds: float) -> None:
 def test_orphans_of_a_killed_writer_are_removed_and_indexed_and_fresh_files_kept(
     tmp_path: Path,
 ) -> None:
-    _kill_a_writer_before_its_commit(tmp_path)
+    kill_a_writer_before_its_commit(tmp_path)
     indexed = set(_rows(tmp_path).values())
-    orphans = _orphans(tmp_path)
+    orphans = orphans_of(tmp_path)
     assert len(indexed) == BLOCKS and len(orphans) == BLOCKS
     old, fresh = set(sorted(orphans)[: BLOCKS // 2]), set(sorted(orphans)[BLOCKS // 2 :])
-    _age(tmp_path, old | indexed, GRACE + 60)  # indexed files as old: their rows keep them
+    age(tmp_path, old | indexed, GRACE + 60)  # indexed files as old: their rows keep them
     old_bytes = sum(os.path.getsize(tmp_path / name) for name in old)
 
     swept = sweep_orphans(str(tmp_path))
 
     assert (swept.files, swept.bytes) == (len(old), old_bytes)
-    assert _entry_files(tmp_path) == indexed | fresh
+    assert entry_files(tmp_path) == indexed | fresh
     _check_every_row(tmp_path, SIZE)
     assert sweep_orphans(str(tmp_path)).files == 0  # nothing left to sweep
 
@@ -88,9 +89,9 @@ def test_orphans_of_a_killed_writer_are_removed_and_indexed_and_fresh_files_kept
 def test_a_second_process_writing_during_sweeps_loses_nothing(tmp_path: Path) -> None:
     """Sweeps with a grace of one second run back to back while another process writes
     batches: every block it stored reads back, and only the old orphans are gone."""
-    _kill_a_writer_before_its_commit(tmp_path)
-    old = _orphans(tmp_path)
-    _age(tmp_path, old, 60)
+    kill_a_writer_before_its_commit(tmp_path)
+    old = orphans_of(tmp_path)
+    age(tmp_path, old, 60)
     writer = _writer(tmp_path, "busy", 300, 1 << 30, SIZE)
     swept = 0
     while writer.poll() is None:
@@ -100,30 +101,30 @@ def test_a_second_process_writing_during_sweeps_loses_nothing(tmp_path: Path) ->
     assert swept == len(old)
     rows = _check_every_row(tmp_path, SIZE)
     assert len(rows) == BLOCKS + 300 * 16
-    assert _entry_files(tmp_path) == set(rows.values())  # no orphan left, no entry lost
+    assert entry_files(tmp_path) == set(rows.values())  # no orphan left, no entry lost
 
 
 def test_a_tier_sweeps_in_the_background_and_stops_at_close(tmp_path: Path) -> None:
-    _kill_a_writer_before_its_commit(tmp_path)
-    orphans = _orphans(tmp_path)
-    _age(tmp_path, orphans, GRACE + 60)
+    kill_a_writer_before_its_commit(tmp_path)
+    orphans = orphans_of(tmp_path)
+    age(tmp_path, orphans, GRACE + 60)
     tier = _tier(tmp_path)
     tier.sweep_in_background()
     deadline = time.monotonic() + 10
-    while _entry_files(tmp_path) & orphans and time.monotonic() < deadline:
+    while entry_files(tmp_path) & orphans and time.monotonic() < deadline:
         time.sleep(0.01)
     tier.close()
-    assert not _entry_files(tmp_path) & orphans
-    assert len(_entry_files(tmp_path)) == BLOCKS
+    assert not entry_files(tmp_path) & orphans
+    assert len(entry_files(tmp_path)) == BLOCKS
 
 
 def test_cache_clear_also_removes_orphans(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _kill_a_writer_before_its_commit(tmp_path)
-    _age(tmp_path, _orphans(tmp_path), GRACE + 60)
+    kill_a_writer_before_its_commit(tmp_path)
+    age(tmp_path, orphans_of(tmp_path), GRACE + 60)
     assert cache_admin(str(tmp_path), "clear") == 0
     out = capsys.readouterr().out
     assert f"removed {BLOCKS} blocks" in out
     assert f"removed {BLOCKS} orphaned files" in out
-    assert _entry_files(tmp_path) == set()
+    assert entry_files(tmp_path) == set()
