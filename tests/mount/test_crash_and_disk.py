@@ -25,7 +25,8 @@ from pffs.mounting.kernel import wait_unmounted
 from pffs.mounting.recovery import recover_staged
 from pffs.routing.table import Mounted
 from pffs.testing.faults import FaultProxy
-from tests.cache.test_orphans import age, entry_files, kill_a_writer_before_its_commit, orphans_of
+from tests.cache.test_disk_batch import _entry_files as entry_files
+from tests.cache.test_orphans import age, kill_a_writer_before_its_commit, orphans_of
 from tests.conftest import mounted, run_pffs, unmount_quietly
 
 MIB = 1 << 20
