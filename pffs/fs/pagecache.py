@@ -23,12 +23,13 @@ in flight lands after the kernel dropped the old pages. The pusher makes up for 
 store it looks at the inode's `kernel_version` again and, when it changed during the store,
 invalidates the inode's pages (`KernelCache.invalidate`, pyfuse3.invalidate_inode), from its
 own thread, since an invalidation too waits for locked pages. Pushes still queued check the
-version before they store, and are skipped. So the kernel never keeps a page of an old
-version; what is left is the moment between a late store and its invalidation, when a read of
-the new open could be answered from the old pages, and only after an open has waited the
-whole bound for a stalled push (that is, when the mount would otherwise have stalled). The
-invalidation also follows a store that an open did wait for (the version changed during it):
-it is rare, and it costs the kernel only pages the open's reply drops anyway.
+version before they store, and are skipped. So no page of an old version stays in the
+kernel: what a late store puts there is invalidated as soon as that store ends. What is left
+is the time in between (the rest of that one store, then one call), when a read could be
+answered from those pages, and only after an open has waited the whole bound for a stalled
+push, that is, only where the mount would otherwise have hung. The invalidation also follows
+a store that an open did wait for (the version changed during it): that is rare, and it costs
+the kernel only pages the open's reply drops anyway.
 
 Never blocking a read: the kernel locks the pages of a read in progress, and storing into a
 locked page waits until its read is answered. So pushes run in one thread of their own, fed
