@@ -310,7 +310,7 @@ async def _serve_until_done(
             on_ready()
         # Cached bytes around random reads go to the kernel's page cache (pffs.fs.pagecache);
         # stopped before the session closes, since notify_store writes to it.
-        ops.vfs.push_pages(_store_pages)
+        ops.vfs.push_pages(_KernelPages())
         try:
             await pyfuse3.main(min_tasks=4, max_tasks=ops.config.fuse.max_tasks)
         finally:
@@ -321,9 +321,16 @@ async def _serve_until_done(
         nursery.cancel_scope.cancel()
 
 
-def _store_pages(ino: int, offset: int, data: bytes | memoryview) -> None:
-    # pyfuse3 takes any contiguous buffer (its stub says bytes): a view of a block saves a copy.
-    pyfuse3.notify_store(ino, offset, data)  # type: ignore[arg-type]
+class _KernelPages:
+    """The kernel's page cache for pffs.fs.pagecache (its KernelCache), called from its thread."""
+
+    def store(self, ino: int, offset: int, data: bytes | memoryview) -> None:
+        # pyfuse3 takes any contiguous buffer (its stub says bytes): a view of a block saves a
+        # copy.
+        pyfuse3.notify_store(ino, offset, data)  # type: ignore[arg-type]
+
+    def invalidate(self, ino: int) -> None:
+        pyfuse3.invalidate_inode(pyfuse3.InodeT(ino))
 
 
 async def _after_init(ops: PffsOperations, action: Callable[[], object]) -> None:

@@ -9,7 +9,8 @@ reuses what is there.
 Writes come in batches (`put_batch`): the entry files first, then their rows in diskcache's
 index in one transaction (diskindex.py). Nothing is fsynced; what a crash or a power loss can
 leave (files no row names, an entry short or zeroed) is never served, because every read
-verifies the entry.
+verifies the entry; files no row names are removed by the orphan sweep (orphans.py), at
+mount start and by `pffs cache clear`.
 
 diskcache is the index (rows, eviction, `pffs cache info`); reads go through entries kept
 open (openentries.py): after the first read of an entry, a read is an fstat, a pread and the
@@ -49,6 +50,7 @@ from pffs.cache.diskindex import BatchIndex, IndexRow
 from pffs.cache.diskkeys import DiskKeys
 from pffs.cache.entries import encode, read_block, read_layout, read_range, write_entry
 from pffs.cache.openentries import OpenEntries, OpenEntry, descriptor_share
+from pffs.cache.orphans import Swept, sweep_in_background, sweep_orphans
 
 log = logging.getLogger("pffs.cache.disk")
 
@@ -150,6 +152,7 @@ class DiskTier:
         self._cache.disk.on_remove = self.open_entries.drop_path
         self._index = BatchIndex(directory, capacity, float(self._cache.timeout))
         self._nowait = hasattr(os, "RWF_NOWAIT")  # off once the file system refuses it
+        self._stop_sweep: Callable[[], None] | None = None
 
     def get(self, key: str) -> DiskRead:
         """The whole block on a valid hit (verified); a miss otherwise."""
@@ -384,7 +387,17 @@ class DiskTier:
             return int(self._cache.clear())
         return int(self._cache.evict(source))
 
+    def sweep(self) -> Swept:
+        """Remove the entry files no row names that a crash left (orphans.py)."""
+        return sweep_orphans(self.directory)
+
+    def sweep_in_background(self) -> None:
+        """Start that sweep in a thread of its own (a mount starting); `close` stops it."""
+        self._stop_sweep = sweep_in_background(self.directory)
+
     def close(self) -> None:
+        if self._stop_sweep is not None:
+            self._stop_sweep()
         self.open_entries.close_all()
         self._index.close()
         self._cache.close()

@@ -20,7 +20,12 @@ observed files/s x the lowest latency, what the store sustains without queueing.
 error (503 SlowDown, a timeout) halves it. A failed item is dropped (debug log, counter): its
 reader fetches the file itself and sees exactly what it would without preload.
 
-Priority: `urgent` puts an item ahead of every job. Jobs end when their stream ends, when
+Priority: the engine has none to give readers, because it never serves them. A reader's open
+of a file still queued here tells the engine (`used`), which then never loads it; the reader's
+reads fetch it themselves, at once, under the source's own limiter (a first GET at the open,
+a cold read's own request: pffs.fs.reads), and a file the engine is loading already is joined
+through its blocks' flights. So a file a reader asks for is always ahead of this queue, and
+moving it to the queue's front would only load it twice. Jobs end when their stream ends, when
 cancelled, or when no reader has touched them for `idle_after` seconds.
 """
 
@@ -46,8 +51,8 @@ OPENS_KEPT_WITHOUT_JOBS = 4096
 
 @dataclass(frozen=True, eq=False)
 class PreloadItem:
-    """One file to load: `ident` names it for `used` and `urgent` (the same file, the same
-    ident), `keys` and `sizes` its blocks, `fetch_run` loads consecutive blocks of them."""
+    """One file to load: `ident` names it for `used` (the same file, the same ident), `keys`
+    and `sizes` its blocks, `fetch_run` loads consecutive blocks of them."""
 
     ident: Hashable
     keys: Sequence[BlockKey]
@@ -63,7 +68,7 @@ class PreloadItem:
 class PreloadStats:
     """Counters of the engine (pffs.metrics reads them as `pffs_prefetch_files_*`)."""
 
-    files_queued: int = 0  # items taken from a job (or urgent) to be loaded
+    files_queued: int = 0  # items taken from a job to be loaded
     files_fetched: int = 0  # loaded, with at least one block from the store
     files_cached: int = 0  # nothing to load: every block was cached or on its way
     files_failed: int = 0
@@ -89,7 +94,6 @@ class _Job:
     # Loads wait for readers (dataset prefetch); a fill of the disk tier (warmup) does not.
     for_readers: bool = True
     loaded: set[Hashable] = field(default_factory=set)  # loaded, not yet used by a reader
-    held: PreloadItem | None = None  # taken from the stream, put back behind an urgent item
     # Its stream is finished; it stays (its loads counted as unread) until its readers go idle.
     exhausted: bool = False
 
@@ -119,7 +123,6 @@ class Preloader:
         self._handled: set[Hashable] = set()  # loaded, being loaded or taken by a reader
         self._loading: set[Hashable] = set()  # being loaded, no reader has opened it yet
         self._jobs: deque[_Job] = deque()
-        self._urgent: deque[PreloadItem] = deque()
         self._changed = trio.Event()
         self._nursery: trio.Nursery | None = None
         self._latency = _Latency()
@@ -167,12 +170,6 @@ class Preloader:
             self._end(job)
         self._wake()
 
-    def urgent(self, item: PreloadItem) -> None:
-        """Load `item` before anything queued (a reader asked for it)."""
-        if item.ident not in self._handled:
-            self._urgent.appendleft(item)
-            self._wake()
-
     def used(self, ident: Hashable) -> None:
         """A reader opened the file: what it loaded ahead is used; if not loaded, never load it
         (the reader fetches it itself)."""
@@ -187,7 +184,7 @@ class Preloader:
     def idle(self) -> bool:
         """Whether nothing is queued or loading."""
         streaming = any(not job.exhausted for job in self._jobs)
-        return not streaming and not self._urgent and self.files_in_flight == 0
+        return not streaming and self.files_in_flight == 0
 
     async def wait_idle(self) -> None:
         """Wait until every job's stream has ended and every load has finished."""
@@ -218,15 +215,11 @@ class Preloader:
             self.bytes_in_flight += item.size
             self._nursery.start_soon(self._load, item, job)
 
-    async def _wait_for_room(self, item: PreloadItem, job: _Job | None) -> bool:
-        """Wait until `item` may start (True), or until its job ended or an urgent item must
-        go first (False; the item is then dropped, or put back in its job)."""
+    async def _wait_for_room(self, item: PreloadItem, job: _Job) -> bool:
+        """Wait until `item` may start (True), or until its job ended (False: it is dropped)."""
         while True:
             self._end_idle_jobs()  # readers that went away give back the room they held
-            if job is not None and job not in self._jobs:
-                return False
-            if job is not None and self._urgent:
-                job.held = item
+            if job not in self._jobs:
                 return False
             if self._room_for(item):
                 return True
@@ -244,23 +237,15 @@ class Preloader:
             and self.cache.prefetch_in_flight + item.size <= self.cache.prefetch_budget
         )
 
-    async def _next(self) -> tuple[PreloadItem, _Job | None]:
-        """The next item to load: urgent ones first, then the oldest live job's next one."""
+    async def _next(self) -> tuple[PreloadItem, _Job]:
+        """The next item to load: the oldest live job's next one."""
         while True:
             self._end_idle_jobs()
-            if self._urgent:
-                item = self._urgent.popleft()
-                if item.ident not in self._handled:
-                    return item, None
-                continue
             streaming = [job for job in self._jobs if not job.exhausted]
             if not streaming:
                 await self._wait_change()
                 continue
             job = streaming[0]
-            if job.held is not None:
-                item, job.held = job.held, None
-                return item, job
             try:
                 item = await anext(job.items)
             except StopAsyncIteration:
@@ -294,9 +279,9 @@ class Preloader:
 
     # --- one item ----------------------------------------------------------------------------
 
-    async def _load(self, item: PreloadItem, job: _Job | None) -> None:
+    async def _load(self, item: PreloadItem, job: _Job) -> None:
         started = trio.current_time()
-        for_readers = job is None or job.for_readers
+        for_readers = job.for_readers
         try:
             fetched = await self.cache.load(
                 item.keys, item.sizes, item.fetch_run, read_disk=for_readers
@@ -307,7 +292,7 @@ class Preloader:
         except Exception as exc:
             self._failed(item, exc, job)
         else:
-            if job is not None and job.report is not None:
+            if job.report is not None:
                 job.report(item, fetched)
             if fetched:
                 self.stats.files_fetched += 1
@@ -319,8 +304,7 @@ class Preloader:
             if fetched and for_readers and item.ident in self._loading:  # not opened yet
                 self._unread[item.ident] = item.size
                 self._unread_bytes += item.size
-                if job is not None:
-                    job.loaded.add(item.ident)
+                job.loaded.add(item.ident)
         finally:
             self._loading.discard(item.ident)
             self.files_in_flight -= 1
@@ -334,10 +318,10 @@ class Preloader:
         self._unread_bytes -= size
         return True
 
-    def _failed(self, item: PreloadItem, exc: Exception, job: _Job | None) -> None:
+    def _failed(self, item: PreloadItem, exc: Exception, job: _Job) -> None:
         self.stats.files_failed += 1
         log.debug("preload of %s failed: %s", item.ident, exc)
-        if job is not None and job.report is not None:
+        if job.report is not None:
             job.report(item, exc)
 
     # --- concurrency -------------------------------------------------------------------------

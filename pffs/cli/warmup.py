@@ -236,7 +236,8 @@ def run_warmup(targets: list[Target], jobs: int, quiet: bool) -> int:
 
 
 def cache_admin(cache_dir: str, action: str, source: str | None = None) -> int:
-    """`pffs cache info|clear`: show the disk tier's usage per source, or empty it."""
+    """`pffs cache info|clear`: show the disk tier's usage per source, or empty it (and remove
+    the files a crashed writer left that no entry names)."""
     directory = os.path.abspath(cache_dir)
     if not os.path.isdir(directory):
         print(f"no cache at {directory}")
@@ -247,6 +248,9 @@ def cache_admin(cache_dir: str, action: str, source: str | None = None) -> int:
             removed = tier.clear(source)
             what = f"{source}'s blocks" if source else "blocks"
             print(f"removed {removed} {what} from {directory}")
+            orphans = tier.sweep()  # files a crashed writer left unindexed (pffs.cache.orphans)
+            if orphans.files:
+                print(f"removed {orphans.files} orphaned files ({_size(orphans.bytes)})")
             return 0
         usage = list(tier.usage_by_source())
         blocks = sum(u.blocks for u in usage)

@@ -13,7 +13,23 @@ Never stale: a push carries the version its handle opened and is made only while
 may keep that version's pages (the handle's version is the inode's `kernel_version`, which
 open sets and writes clear). Whoever changes `kernel_version` calls `settle()` before
 replying, which waits for a push that checked the old version to finish, so the open's page
-cache invalidation (keep_cache false) always comes after it.
+cache invalidation (keep_cache false) comes after it.
+
+Never stalled: that wait is bounded (`SETTLE_TIMEOUT`). A store into a page the kernel has
+locked for a read in progress waits until that read is answered, and reads are answered by
+FUSE tasks: were every FUSE task waiting in `settle` for such a store, nobody would answer the
+read and the mount would hang. So once the bound passes the open answers anyway, and the push
+in flight lands after the kernel dropped the old pages. The pusher makes up for it: after each
+store it looks at the inode's `kernel_version` again and, when it changed during the store,
+invalidates the inode's pages (`KernelCache.invalidate`, pyfuse3.invalidate_inode), from its
+own thread, since an invalidation too waits for locked pages. Pushes still queued check the
+version before they store, and are skipped. So no page of an old version stays in the
+kernel: what a late store puts there is invalidated as soon as that store ends. What is left
+is the time in between (the rest of that one store, then one call), when a read could be
+answered from those pages, and only after an open has waited the whole bound for a stalled
+push, that is, only where the mount would otherwise have hung. The invalidation also follows
+a store that an open did wait for (the version changed during it): that is rare, and it costs
+the kernel only pages the open's reply drops anyway.
 
 Never blocking a read: the kernel locks the pages of a read in progress, and storing into a
 locked page waits until its read is answered. So pushes run in one thread of their own, fed
@@ -30,6 +46,7 @@ import queue
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import trio
 
@@ -47,10 +64,20 @@ QUEUE_LIMIT = 8
 # Windows remembered per handle (a few MiB at most); then forgotten.
 PUSHING_LIMIT = 1 << 16
 
-# Stores `data` into the kernel's page cache of inode `ino` at `offset` (pyfuse3.notify_store).
-Store = Callable[[int, int, bytes | memoryview], None]
+# The longest an open waits in `settle` for a push of the old version (see the module doc).
+SETTLE_TIMEOUT = 2.0
 # Reads cached bytes in the pusher's thread; None when they are gone or damaged.
 PartReader = Callable[[], bytes | memoryview | None]
+
+
+class KernelCache(Protocol):
+    """The kernel's page cache as the pusher uses it (the kernel edge's pyfuse3 calls)."""
+
+    def store(self, ino: int, offset: int, data: bytes | memoryview) -> None:
+        """Put `data` into inode `ino`'s pages at `offset` (notify_store)."""
+
+    def invalidate(self, ino: int) -> None:
+        """Drop inode `ino`'s pages (invalidate_inode)."""
 
 
 @dataclass(frozen=True)
@@ -66,7 +93,7 @@ class _Push:
 class PagePusher:
     """Pushes cached bytes around random reads into the kernel's page cache (see module doc).
 
-    Off until `enable(store)` is called: without a kernel (tests of the VFS) there is nothing to
+    Off until `enable(kernel)` is called: without a kernel (tests of the VFS) there is nothing to
     push into.
     """
 
@@ -75,7 +102,9 @@ class PagePusher:
         # The cache's counters (so the metrics show them); the page_push* fields are bumped by
         # the pusher thread only, but page_push_dropped by trio tasks only.
         self.stats = stats
-        self._store: Store | None = None
+        self._kernel: KernelCache | None = None
+        # How long `settle` waits (tests shorten it).
+        self.settle_timeout = SETTLE_TIMEOUT
         self._queue: queue.Queue[_Push | None] = queue.Queue(QUEUE_LIMIT)
         self._thread: threading.Thread | None = None
         # Held by the thread from the version check to the end of the store (see settle).
@@ -83,18 +112,18 @@ class PagePusher:
 
     @property
     def enabled(self) -> bool:
-        return self._store is not None
+        return self._kernel is not None
 
-    def enable(self, store: Store) -> None:
-        """Start pushing through `store` (the kernel edge's notify_store)."""
-        self._store = store
+    def enable(self, kernel: KernelCache) -> None:
+        """Start pushing into `kernel` (the kernel edge's notify_store and invalidate_inode)."""
+        self._kernel = kernel
         self._thread = threading.Thread(target=self._run, name="pffs-pagecache", daemon=True)
         self._thread.start()
 
     def close(self) -> None:
-        """Stop pushing and wait for the thread: after this, `store` is never called again (the
-        kernel session it writes to may then be closed)."""
-        thread, self._thread, self._store = self._thread, None, None
+        """Stop pushing and wait for the thread: after this, the kernel is never called again
+        (the session it writes to may then be closed)."""
+        thread, self._thread, self._kernel = self._thread, None, None
         if thread is None:
             return
         while True:  # make room for the stop sign: what is queued is not worth pushing now
@@ -115,7 +144,7 @@ class PagePusher:
         here, and reads stay random), up to `max_window` and the block; windows are aligned,
         so a larger one holds the smaller ones before it.
         """
-        if self._store is None or handle.readahead.sequential:
+        if self._kernel is None or handle.readahead.sequential:
             handle.push_window = 0
             return None
         if handle.inode.kernel_version != handle.version:
@@ -136,7 +165,7 @@ class PagePusher:
     def push(self, handle: FileHandle, offset: int, read: PartReader) -> None:
         """Queue the bytes `read` returns for the kernel's page cache at `offset` (the start of
         the window `window` just gave); never waits."""
-        if self._store is None:
+        if self._kernel is None:
             return
         job = _Push(handle, offset, read)
         try:
@@ -149,18 +178,28 @@ class PagePusher:
         handle.pushing[(offset, handle.push_window)] = job.done
 
     async def settle(self) -> None:
-        """Wait until no push that checked an older `kernel_version` is still storing.
+        """Wait until no push that checked an older `kernel_version` is still storing, for
+        `settle_timeout` seconds at most.
 
         Call it after changing an inode's `kernel_version` and before the open's reply, so the
         kernel's invalidation of old pages (an open without keep_cache) comes after every push
-        of the old version. Costs nothing while no push is storing.
+        of the old version. Costs nothing while no push is storing. A push still storing when
+        the time is up has its pages invalidated once it ends (see the module doc).
         """
         if self._storing.locked():
-            await trio.to_thread.run_sync(self._wait_for_store)
+            settled = await trio.to_thread.run_sync(self._wait_for_store, self.settle_timeout)
+            if not settled:
+                log.info(
+                    "a page cache push held for %.1f s: the open answers, and the pages of the"
+                    " old version are invalidated once the push ends",
+                    self.settle_timeout,
+                )
 
-    def _wait_for_store(self) -> None:
-        with self._storing:
-            pass
+    def _wait_for_store(self, timeout: float) -> bool:
+        if not self._storing.acquire(timeout=timeout):
+            return False
+        self._storing.release()
+        return True
 
     # --- the pusher thread -------------------------------------------------------------------
 
@@ -183,20 +222,32 @@ class PagePusher:
         if not data:
             self.stats.page_push_skipped += 1
             return
+        ino = handle.inode.ino
         with self._storing:
-            store = self._store
+            kernel = self._kernel
             # Checked under the lock: settle() waits for it, so no push of an old version can
             # land after an open's reply has told the kernel to drop that version's pages.
-            if store is None or handle.inode.kernel_version != handle.version:
+            if kernel is None or handle.inode.kernel_version != handle.version:
                 self.stats.page_push_skipped += 1
                 return
             try:
-                store(handle.inode.ino, job.offset, data)
+                kernel.store(ino, job.offset, data)
             except OSError as exc:
-                # ENOENT: the kernel has forgotten the inode (closed and evicted): nothing to do.
-                if exc.errno != errno.ENOENT:
-                    log.debug("notify_store of inode %d refused: %s", handle.inode.ino, exc)
+                self._refused("notify_store", ino, exc)
                 self.stats.page_push_skipped += 1
                 return
+            # Changed while the store waited: an open may have answered before it ended.
+            late = handle.inode.kernel_version != handle.version
         self.stats.page_pushes += 1
         self.stats.page_pushed_bytes += len(data)
+        if late:
+            try:
+                kernel.invalidate(ino)
+            except OSError as exc:
+                self._refused("invalidate_inode", ino, exc)
+
+    @staticmethod
+    def _refused(call: str, ino: int, exc: OSError) -> None:
+        # ENOENT: the kernel has forgotten the inode (closed and evicted): nothing to do.
+        if exc.errno != errno.ENOENT:
+            log.debug("%s of inode %d refused: %s", call, ino, exc)

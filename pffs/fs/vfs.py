@@ -22,7 +22,7 @@ from pffs.fs.datasets import DatasetPrefetch
 from pffs.fs.handles import FileHandle, Handles
 from pffs.fs.inodes import ROOT_INODE, Inode
 from pffs.fs.namespace import Namespace
-from pffs.fs.pagecache import Store
+from pffs.fs.pagecache import KernelCache
 from pffs.fs.reads import Reader
 from pffs.fs.special import STATS_DIR, SpecialFiles
 from pffs.fs.staging import Staged
@@ -68,13 +68,14 @@ class Vfs:
         self.cache.attach(nursery)
         self.datasets.attach(nursery)
 
-    def push_pages(self, store: Store | None) -> None:
-        """Fill the kernel's page cache around random reads through `store` (the kernel edge's
-        notify_store, pffs.fs.pagecache); None stops it, once the push under way is done."""
-        if store is None:
+    def push_pages(self, kernel: KernelCache | None) -> None:
+        """Fill the kernel's page cache around random reads through `kernel` (the kernel edge's
+        notify_store and invalidate_inode, pffs.fs.pagecache); None stops it, once the push
+        under way is done."""
+        if kernel is None:
             self.reader.pages.close()
         else:
-            self.reader.pages.enable(store)
+            self.reader.pages.enable(kernel)
 
     async def drain(self) -> None:
         """Finish background work (disk cache writes) before shutting down."""

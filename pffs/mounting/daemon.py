@@ -80,6 +80,8 @@ def serve_here(config: MountConfig, on_ready: Callable[[], None] | None = None) 
         log.info("mounting %s at %s/%s", mounted.backend.source_id, mountpoint, mounted.path)
     record = register_mount(mountpoint, config)
     try:
+        if cache.disk is not None:  # files a crash left unindexed: swept while the mount serves
+            cache.disk.sweep_in_background()
         serve(
             PffsOperations(vfs, config),
             mountpoint,

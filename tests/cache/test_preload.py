@@ -169,25 +169,6 @@ async def test_room_for_unread_files_stops_loading_until_readers_use_them() -> N
 
 
 @in_trio
-async def test_urgent_item_jumps_the_queue() -> None:
-    store = Store(files(40, BLOCK))
-    cache = BlockCache(cache_config(None, memory_bytes=256 * BLOCK))
-    engine = Preloader(cache, budget=64 * BLOCK, concurrency=1)
-    store.gate = trio.Event()
-    async with trio.open_nursery() as nursery:
-        cache.attach(nursery)
-        engine.attach(nursery)
-        engine.add("job", stream(store.item(n) for n in store.files))
-        await trio.testing.wait_all_tasks_blocked()
-        engine.urgent(store.item("f0030"))
-        store.gate.set()
-        await engine.wait_idle()
-        nursery.cancel_scope.cancel()
-    assert store.requests[:2] == ["f0000", "f0030"]
-    assert store.requests.count("f0030") == 1
-
-
-@in_trio
 async def test_a_file_opened_before_its_turn_is_left_to_the_reader() -> None:
     store = Store(files(10, BLOCK))
     cache = BlockCache(cache_config(None))

@@ -229,6 +229,9 @@ def test_reader_is_not_starved_while_prefetch_is_saturated(tmp_path: Path) -> No
         await vfs.datasets.engine.wait_idle()
 
     with_vfs(vfs, body)
+    # Still queued when its reader opened it: the reader fetched it alone, first (no engine
+    # priority is needed, pffs.cache.preload), and the engine never loaded it again.
+    assert backend.reads[paths[-1]] == 1
 
 
 def test_order_list_through_the_control_file(tmp_path: Path) -> None:

@@ -8,8 +8,11 @@ import os
 import random
 import threading
 import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 import trio
 
 from pffs.fs.inodes import ROOT_INODE
@@ -22,19 +25,31 @@ MIB = 1 << 20
 
 
 class KernelPages:
-    """What notify_store was handed, in order; `gate` (when set) holds every store until
-    opened, as a kernel page locked by a read in progress would."""
+    """What notify_store was handed, in order, and which inodes were invalidated; `gate` (when
+    set) holds every store until opened, as a kernel page locked by a read in progress would."""
 
     def __init__(self, gate: threading.Event | None = None) -> None:
         self.pushes: list[tuple[int, int, bytes]] = []
         self.gate = gate
         self.storing = threading.Event()  # set once a store has started
+        # ("store", ino) and ("invalidate", ino), in the order the kernel saw them
+        self.calls: list[tuple[str, int]] = []
 
-    def __call__(self, ino: int, offset: int, data: bytes | memoryview) -> None:
+    def store(self, ino: int, offset: int, data: bytes | memoryview) -> None:
         self.storing.set()
         if self.gate is not None:
             assert self.gate.wait(10), "the test never opened the gate"
         self.pushes.append((ino, offset, bytes(data)))
+        self.calls.append(("store", ino))
+
+    def invalidate(self, ino: int) -> None:
+        self.calls.append(("invalidate", ino))
+
+    async def wait_storing(self) -> None:
+        """Until the pusher is inside a store (held there by the gate)."""
+        with trio.fail_after(10):
+            while not self.storing.is_set():
+                await trio.sleep(0.005)
 
 
 async def settled(vfs: Vfs, expected: int) -> None:
@@ -67,32 +82,97 @@ async def warm(vfs: Vfs, name: str = "f") -> None:
     await vfs.drain()
 
 
-async def open_file(vfs: Vfs) -> tuple[int, int]:
-    inode = await vfs.lookup(ROOT_INODE, "f")
+async def open_file(vfs: Vfs, name: str = "f") -> tuple[int, int]:
+    """(inode number, handle) of a file opened for reading."""
+    inode = await vfs.lookup(ROOT_INODE, name)
     fh, _ = await vfs.open(inode.ino, os.O_RDONLY)
     return inode.ino, fh
 
 
-def test_random_reads_push_the_cached_bytes_around_them_in_growing_windows() -> None:
-    vfs = one_mib_blocks(None)
-    kernel = KernelPages()
-    opened: list[int] = []
+def run_pushing(
+    vfs: Vfs,
+    kernel: KernelPages | None,
+    body: Callable[[], Awaitable[None]],
+    warmed: str | None = None,
+) -> None:
+    """Run `body` with `vfs` attached to a nursery, the file `warmed` read whole first (so the
+    cache holds it), and pushes into `kernel` on; pushing stops after it, as at an unmount."""
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             vfs.attach(nursery)
-            await warm(vfs)
-            vfs.push_pages(kernel)
-            ino, fh = await open_file(vfs)
-            opened.append(ino)
-            for offset in RANDOM_OFFSETS:
-                assert await vfs.read(fh, offset, 4096) == DATA[offset : offset + 4096]
-                await settled(vfs, len(kernel.pushes) + 1)
-            await vfs.release(fh)
+            if warmed is not None:
+                await warm(vfs, warmed)
+            if kernel is not None:
+                vfs.push_pages(kernel)
+            await body()
             vfs.push_pages(None)
             nursery.cancel_scope.cancel()
 
     trio.run(main)
+
+
+@pytest.fixture
+def vfs() -> Vfs:
+    """1 MiB blocks over STORE, in memory only."""
+    return one_mib_blocks(None)
+
+
+@pytest.fixture
+def kernel() -> KernelPages:
+    return KernelPages()
+
+
+@pytest.fixture
+def gate() -> threading.Event:
+    """Opened by a test to let stores through (see KernelPages)."""
+    return threading.Event()
+
+
+@pytest.fixture
+def held_kernel(gate: threading.Event) -> KernelPages:
+    """A kernel whose every store waits for `gate`."""
+    return KernelPages(gate)
+
+
+@dataclass
+class Replaced:
+    """An 8 MiB file "g" whose object a test replaces by `new` (in memory, 1 MiB blocks)."""
+
+    vfs: Vfs
+    store: FakeStore
+    data: bytes
+    new: bytes = b""
+
+    def __post_init__(self) -> None:
+        self.new = bytes(reversed(self.data))
+
+    def replace(self) -> None:
+        self.store.overwrite("g", self.new)
+
+
+@pytest.fixture
+def replaced() -> Replaced:
+    data = random.Random(5).randbytes(8 * MIB)
+    store = FakeStore({"g": data})
+    vfs = make_vfs(store, cache_config(None, block=MIB, memory_bytes=64 * MIB))
+    return Replaced(vfs, store, data)
+
+
+def test_random_reads_push_the_cached_bytes_around_them_in_growing_windows(
+    vfs: Vfs, kernel: KernelPages
+) -> None:
+    opened: list[int] = []
+
+    async def body() -> None:
+        ino, fh = await open_file(vfs)
+        opened.append(ino)
+        for offset in RANDOM_OFFSETS:
+            assert await vfs.read(fh, offset, 4096) == DATA[offset : offset + 4096]
+            await settled(vfs, len(kernel.pushes) + 1)
+        await vfs.release(fh)
+
+    run_pushing(vfs, kernel, body, warmed="f")
     sizes = [len(data) for _, _, data in kernel.pushes]
     # 64 KiB, then doubling with each read that reached pffs, up to 1 MiB; the last window is
     # cut at the end of the file.
@@ -104,39 +184,32 @@ def test_random_reads_push_the_cached_bytes_around_them_in_growing_windows() -> 
         assert data == DATA[offset : offset + len(data)]  # the version's bytes, exactly
 
 
-def test_pushes_from_the_disk_tier_carry_verified_bytes(tmp_path: Path) -> None:
+def test_pushes_from_the_disk_tier_carry_verified_bytes(
+    tmp_path: Path, kernel: KernelPages
+) -> None:
     """A remount's reads come from the disk tier (memory holds two blocks): so do the pushes."""
     first = one_mib_blocks(tmp_path)
 
     async def fill() -> None:
-        async with trio.open_nursery() as nursery:
-            first.attach(nursery)
-            _, fh = await open_file(first)
-            for offset in range(0, len(DATA), MIB):
-                await first.read(fh, offset, MIB)
-            await first.release(fh)
-            await first.drain()
-            nursery.cancel_scope.cancel()
+        _, fh = await open_file(first)
+        for offset in range(0, len(DATA), MIB):
+            await first.read(fh, offset, MIB)
+        await first.release(fh)
+        await first.drain()
 
-    trio.run(fill)
+    run_pushing(first, None, fill)
     first.cache.close()
     remounted = one_mib_blocks(tmp_path, memory_blocks=2)
-    kernel = KernelPages()
     reads_before = STORE.reads
 
-    async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            remounted.attach(nursery)
-            remounted.push_pages(kernel)
-            _, fh = await open_file(remounted)
-            for offset in RANDOM_OFFSETS[:4]:
-                assert await remounted.read(fh, offset, 4096) == DATA[offset : offset + 4096]
-                await settled(remounted, len(kernel.pushes) + 1)
-            await remounted.release(fh)
-            remounted.push_pages(None)
-            nursery.cancel_scope.cancel()
+    async def body() -> None:
+        _, fh = await open_file(remounted)
+        for offset in RANDOM_OFFSETS[:4]:
+            assert await remounted.read(fh, offset, 4096) == DATA[offset : offset + 4096]
+            await settled(remounted, len(kernel.pushes) + 1)
+        await remounted.release(fh)
 
-    trio.run(main)
+    run_pushing(remounted, kernel, body)
     remounted.cache.close()
     assert STORE.reads == reads_before  # nothing from the store
     assert remounted.cache.stats.memory_hits == 0
@@ -145,190 +218,174 @@ def test_pushes_from_the_disk_tier_carry_verified_bytes(tmp_path: Path) -> None:
         assert data == DATA[offset : offset + len(data)]
 
 
-def test_sequential_reads_push_nothing() -> None:
+def test_sequential_reads_push_nothing(vfs: Vfs, kernel: KernelPages) -> None:
     """The kernel's readahead already asks for what comes next: pushing would copy twice."""
-    vfs = one_mib_blocks(None)
-    kernel = KernelPages()
 
-    async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            vfs.attach(nursery)
-            vfs.push_pages(kernel)
-            _, fh = await open_file(vfs)
-            for offset in range(0, 8 * MIB, 128 * 1024):
-                assert await vfs.read(fh, offset, 128 * 1024) == DATA[offset : offset + 128 * 1024]
-            await trio.sleep(0.05)
-            await vfs.release(fh)
-            vfs.push_pages(None)
-            nursery.cancel_scope.cancel()
+    async def body() -> None:
+        _, fh = await open_file(vfs)
+        for offset in range(0, 8 * MIB, 128 * 1024):
+            assert await vfs.read(fh, offset, 128 * 1024) == DATA[offset : offset + 128 * 1024]
+        await trio.sleep(0.05)
+        await vfs.release(fh)
 
-    trio.run(main)
+    run_pushing(vfs, kernel, body)
     # The first read, at offset 0, starts a sequential run: not one window was pushed.
     assert kernel.pushes == []
     assert vfs.cache.stats.page_pushes == 0
 
 
-def test_a_handle_of_a_replaced_version_never_pushes_after_the_new_open() -> None:
-    data = random.Random(5).randbytes(8 * MIB)
-    store = FakeStore({"g": data})
-    vfs = make_vfs(store, cache_config(None, block=MIB, memory_bytes=64 * MIB))
-    kernel = KernelPages()
-    new = bytes(reversed(data))
+def test_a_handle_of_a_replaced_version_never_pushes_after_the_new_open(
+    replaced: Replaced, kernel: KernelPages
+) -> None:
+    vfs, data, new = replaced.vfs, replaced.data, replaced.new
 
-    async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            vfs.attach(nursery)
-            await warm(vfs, "g")
-            vfs.push_pages(kernel)
-            inode = await vfs.lookup(ROOT_INODE, "g")
-            old_fh, _ = await vfs.open(inode.ino, os.O_RDONLY)
-            await vfs.read(old_fh, 5 * MIB, 4096)
-            await settled(vfs, 1)
-            store.overwrite("g", new)
-            new_fh, keep_cache = await vfs.open(inode.ino, os.O_RDONLY)
-            assert not keep_cache  # the kernel drops the old version's pages
-            pushed = len(kernel.pushes)
-            # The old handle still reads its own version (from the cache), but pushes no more:
-            # the kernel now keeps the new version's pages only.
-            assert await vfs.read(old_fh, 1 * MIB, 4096) == data[MIB : MIB + 4096]
-            await trio.sleep(0.05)
-            assert len(kernel.pushes) == pushed
-            # The new version's block is not cached yet: its first read loads it, the second
-            # (its bytes now cached) pushes.
-            for offset in (3 * MIB, 3 * MIB + MIB // 2):
-                assert await vfs.read(new_fh, offset, 4096) == new[offset : offset + 4096]
-                await vfs.drain()
-            await settled(vfs, pushed + 1)
-            await vfs.release(old_fh)
-            await vfs.release(new_fh)
-            vfs.push_pages(None)
-            nursery.cancel_scope.cancel()
+    async def body() -> None:
+        ino, old_fh = await open_file(vfs, "g")
+        await vfs.read(old_fh, 5 * MIB, 4096)
+        await settled(vfs, 1)
+        replaced.replace()
+        new_fh, keep_cache = await vfs.open(ino, os.O_RDONLY)
+        assert not keep_cache  # the kernel drops the old version's pages
+        pushed = len(kernel.pushes)
+        # The old handle still reads its own version (from the cache), but pushes no more:
+        # the kernel now keeps the new version's pages only.
+        assert await vfs.read(old_fh, 1 * MIB, 4096) == data[MIB : MIB + 4096]
+        await trio.sleep(0.05)
+        assert len(kernel.pushes) == pushed
+        # The new version's block is not cached yet: its first read loads it, the second
+        # (its bytes now cached) pushes.
+        for offset in (3 * MIB, 3 * MIB + MIB // 2):
+            assert await vfs.read(new_fh, offset, 4096) == new[offset : offset + 4096]
+            await vfs.drain()
+        await settled(vfs, pushed + 1)
+        await vfs.release(old_fh)
+        await vfs.release(new_fh)
 
-    trio.run(main)
+    run_pushing(vfs, kernel, body, warmed="g")
     first, *rest = kernel.pushes
     assert first[2] == data[first[1] : first[1] + len(first[2])]
     assert rest and all(pushed == new[o : o + len(pushed)] for _, o, pushed in rest)
 
 
-def test_an_open_of_a_new_version_waits_for_a_push_under_way() -> None:
+def test_an_open_of_a_new_version_waits_for_a_push_under_way(
+    replaced: Replaced, held_kernel: KernelPages, gate: threading.Event
+) -> None:
     """A push that checked the old version is still storing: the open must not reply (and
     the kernel must not drop the old pages) before it is done, or old pages would stay."""
-    data = random.Random(6).randbytes(8 * MIB)
-    store = FakeStore({"h": data})
-    vfs = make_vfs(store, cache_config(None, block=MIB, memory_bytes=64 * MIB))
-    gate = threading.Event()
-    kernel = KernelPages(gate)
+    vfs = replaced.vfs
     opened = trio.Event()
 
-    async def main() -> None:
+    async def body() -> None:
+        ino, fh = await open_file(vfs, "g")
+        await vfs.read(fh, 5 * MIB, 4096)
+        await held_kernel.wait_storing()
+        replaced.replace()
+
+        async def open_new() -> None:
+            new_fh, _ = await vfs.open(ino, os.O_RDONLY)
+            opened.set()
+            await vfs.release(new_fh)
+
         async with trio.open_nursery() as nursery:
-            vfs.attach(nursery)
-            await warm(vfs, "h")
-            vfs.push_pages(kernel)
-            inode = await vfs.lookup(ROOT_INODE, "h")
-            fh, _ = await vfs.open(inode.ino, os.O_RDONLY)
-            await vfs.read(fh, 5 * MIB, 4096)
-            while not kernel.storing.is_set():  # the pusher is inside the store now
-                await trio.sleep(0.005)
-            store.overwrite("h", data[::-1])
-
-            async def open_new() -> None:
-                new_fh, _ = await vfs.open(inode.ino, os.O_RDONLY)
-                opened.set()
-                await vfs.release(new_fh)
-
             nursery.start_soon(open_new)
             await trio.sleep(0.2)
             assert not opened.is_set()  # held behind the push of the old version
             gate.set()
             with trio.fail_after(5):
                 await opened.wait()
-            await vfs.release(fh)
-            vfs.push_pages(None)
-            nursery.cancel_scope.cancel()
+        await vfs.release(fh)
 
-    trio.run(main)
-    assert len(kernel.pushes) == 1
+    run_pushing(vfs, held_kernel, body, warmed="g")
+    assert len(held_kernel.pushes) == 1
 
 
-def test_a_full_queue_drops_pushes_and_never_holds_a_read() -> None:
-    vfs = one_mib_blocks(None)
-    gate = threading.Event()
-    kernel = KernelPages(gate)
+def test_an_open_answers_once_a_held_push_outlasts_the_bound_and_its_pages_are_dropped(
+    replaced: Replaced, held_kernel: KernelPages, gate: threading.Event
+) -> None:
+    """A push of the old version held in the store (a page locked by a read nobody answers):
+    the open answers after `settle_timeout`, and once the push ends the inode's pages are
+    invalidated, so the kernel keeps none of the old version."""
+    vfs = replaced.vfs
+    vfs.reader.pages.settle_timeout = 0.2
+
+    async def body() -> None:
+        ino, fh = await open_file(vfs, "g")
+        await vfs.read(fh, 5 * MIB, 4096)
+        await held_kernel.wait_storing()
+        replaced.replace()
+        with trio.fail_after(5):
+            new_fh, keep_cache = await vfs.open(ino, os.O_RDONLY)
+        assert not keep_cache
+        # answered with the push still held
+        assert not gate.is_set() and held_kernel.calls == []
+        gate.set()
+        with trio.fail_after(5):
+            while len(held_kernel.calls) < 2:
+                await trio.sleep(0.005)
+        assert held_kernel.calls == [("store", ino), ("invalidate", ino)]
+        await vfs.release(new_fh)
+        await vfs.release(fh)
+
+    run_pushing(vfs, held_kernel, body, warmed="g")
+
+
+def test_a_full_queue_drops_pushes_and_never_holds_a_read(
+    vfs: Vfs, held_kernel: KernelPages, gate: threading.Event
+) -> None:
     reads = QUEUE_LIMIT + 6
     offsets = [(i * 7 % 31) * MIB + 4096 for i in range(1, reads + 1)]
 
-    async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            vfs.attach(nursery)
-            await warm(vfs)
-            vfs.push_pages(kernel)
-            _, fh = await open_file(vfs)
-            started = time.monotonic()
-            for offset in offsets:
-                assert await vfs.read(fh, offset, 4096) == DATA[offset : offset + 4096]
-            assert time.monotonic() - started < 5  # no read waited for the held store
-            await vfs.release(fh)
-            gate.set()
-            vfs.push_pages(None)
-            nursery.cancel_scope.cancel()
+    async def body() -> None:
+        _, fh = await open_file(vfs)
+        started = time.monotonic()
+        for offset in offsets:
+            assert await vfs.read(fh, offset, 4096) == DATA[offset : offset + 4096]
+        assert time.monotonic() - started < 5  # no read waited for the held store
+        await vfs.release(fh)
+        gate.set()
 
-    trio.run(main)
+    run_pushing(vfs, held_kernel, body, warmed="f")
     stats = vfs.cache.stats
     assert stats.page_push_dropped >= reads - QUEUE_LIMIT - 1  # one is in the store, 8 queued
-    for _, offset, data in kernel.pushes:
+    for _, offset, data in held_kernel.pushes:
         assert data == DATA[offset : offset + len(data)]
 
 
-def test_nothing_is_pushed_once_pushing_stopped() -> None:
-    vfs = one_mib_blocks(None)
-    kernel = KernelPages()
+def test_nothing_is_pushed_once_pushing_stopped(vfs: Vfs, kernel: KernelPages) -> None:
+    async def body() -> None:
+        vfs.push_pages(None)  # as at unmount: the kernel session is about to close
+        _, fh = await open_file(vfs)
+        for offset in RANDOM_OFFSETS:
+            await vfs.read(fh, offset, 4096)
+        await trio.sleep(0.05)
+        await vfs.release(fh)
 
-    async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            vfs.attach(nursery)
-            vfs.push_pages(kernel)
-            vfs.push_pages(None)  # as at unmount: the kernel session is about to close
-            _, fh = await open_file(vfs)
-            for offset in RANDOM_OFFSETS:
-                await vfs.read(fh, offset, 4096)
-            await trio.sleep(0.05)
-            await vfs.release(fh)
-            nursery.cancel_scope.cancel()
-
-    trio.run(main)
+    run_pushing(vfs, kernel, body)
     assert kernel.pushes == []
 
 
-def test_a_window_is_pushed_once_while_queued_and_again_once_the_kernel_lost_it() -> None:
+def test_a_window_is_pushed_once_while_queued_and_again_once_the_kernel_lost_it(
+    vfs: Vfs, held_kernel: KernelPages, gate: threading.Event
+) -> None:
     """Reads landing in a window before it is stored do not queue it twice; a read in a window
     already stored means the kernel evicted it (memory pressure, drop_caches): pushed again."""
-    vfs = one_mib_blocks(None)
     vfs.reader.pages.max_window = CHUNK  # every window the same 64 KiB one
-    gate = threading.Event()
-    kernel = KernelPages(gate)
     at = 20 * MIB
 
-    async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            vfs.attach(nursery)
-            await warm(vfs)
-            vfs.push_pages(kernel)
-            _, fh = await open_file(vfs)
-            await vfs.read(fh, at + 8192, 4096)  # queued, held in the store by the gate
-            await vfs.read(fh, at + 4096, 4096)  # lands in it before it is stored
-            # Far away (so the reader's readahead still sees random reads): another window.
-            await vfs.read(fh, 5 * MIB, 4096)
-            gate.set()
-            await settled(vfs, 2)
-            await trio.sleep(0.05)
-            assert len(kernel.pushes) == 2
-            await vfs.read(fh, at + 12288, 4096)  # it was stored: the kernel must have lost it
-            await settled(vfs, 3)
-            await vfs.release(fh)
-            vfs.push_pages(None)
-            nursery.cancel_scope.cancel()
+    async def body() -> None:
+        _, fh = await open_file(vfs)
+        await vfs.read(fh, at + 8192, 4096)  # queued, held in the store by the gate
+        await vfs.read(fh, at + 4096, 4096)  # lands in it before it is stored
+        # Far away (so the reader's readahead still sees random reads): another window.
+        await vfs.read(fh, 5 * MIB, 4096)
+        gate.set()
+        await settled(vfs, 2)
+        await trio.sleep(0.05)
+        assert len(held_kernel.pushes) == 2
+        await vfs.read(fh, at + 12288, 4096)  # it was stored: the kernel must have lost it
+        await settled(vfs, 3)
+        await vfs.release(fh)
 
-    trio.run(main)
-    windows = [(offset, len(data)) for _, offset, data in kernel.pushes]
+    run_pushing(vfs, held_kernel, body, warmed="f")
+    windows = [(offset, len(data)) for _, offset, data in held_kernel.pushes]
     assert windows == [(at, CHUNK), (5 * MIB, CHUNK), (at, CHUNK)]

@@ -18,12 +18,15 @@ from typing import Any
 import pytest
 
 from pffs.backends import open_backend
+from pffs.cache.orphans import GRACE
 from pffs.config import SourceConfig
 from pffs.fs.staging import manifest_path
 from pffs.mounting.kernel import wait_unmounted
 from pffs.mounting.recovery import recover_staged
 from pffs.routing.table import Mounted
 from pffs.testing.faults import FaultProxy
+from tests.cache.test_disk_batch import _entry_files as entry_files
+from tests.cache.test_orphans import age, kill_a_writer_before_its_commit, orphans_of
 from tests.conftest import mounted, run_pffs, unmount_quietly
 
 MIB = 1 << 20
@@ -232,3 +235,24 @@ def test_full_cache_disk_is_read_around(
         assert (mnt / "other.bin").read_bytes() == b"readers are fine"
         assert (mnt / "big.bin").read_bytes() == data
         assert stored(s3, bucket, "new.bin") is None
+
+
+@pytest.mark.mount
+def test_a_mount_sweeps_the_files_a_killed_cache_writer_left(tmp_path: Path) -> None:
+    """Entry files a writer killed before its commit left, old enough, are removed by the
+    mount in the background (pffs.cache.orphans); the indexed entries stay."""
+    cache, source = tmp_path / "cache", tmp_path / "source"
+    source.mkdir()
+    (source / "a.txt").write_bytes(b"a")
+    kill_a_writer_before_its_commit(cache)
+    orphans = orphans_of(cache)
+    indexed = entry_files(cache) - orphans
+    assert orphans and indexed
+    age(cache, orphans, GRACE + 60)
+    with mounted(f"file://{source}", tmp_path / "mnt", "--cache-dir", str(cache)) as mnt:
+        assert (mnt / "a.txt").read_bytes() == b"a"  # the mount serves while it sweeps
+        deadline = time.monotonic() + 10
+        while entry_files(cache) & orphans and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not entry_files(cache) & orphans
+        assert indexed <= entry_files(cache)
