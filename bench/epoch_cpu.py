@@ -1,4 +1,4 @@
-"""The mount's CPU over a cold training epoch, with the disk tier on and off (a quick check).
+"""The mount's CPU over a training epoch: cold with the disk tier on and off, or remounted.
 
 Not part of the bench suite (no peers): s3rver on loopback holds `--files` objects of
 `--size` bytes; each round mounts pffs at its defaults over a fresh cache directory (or with
@@ -7,8 +7,14 @@ order with 8 threads (bench/epoch.py, the suite's epoch 1), and reads the mount'
 /proc/PID/stat before and after: files/s and CPU milliseconds per file. The disk tier's
 writes behind the epoch are waited for (unmount waits for them) and counted in its CPU.
 
+With `--remount`, the suite's "epoch 2 after a remount" instead: one mount fills a cache
+directory with an epoch (untimed) and is unmounted; then each round mounts pffs again over
+that directory, drops the page cache and reads the set in another order (bench/remount.py's
+seed), so every block comes from the disk tier.
+
     .venv/bin/python -m bench.epoch_cpu --files 2000 --rounds 2
     .venv/bin/python -m bench.epoch_cpu --files 1 --size 268435456   # a cold sequential read
+    .venv/bin/python -m bench.epoch_cpu --remount --rounds 3         # from the disk tier
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from pathlib import Path
 
 from bench.dataset import client
 from bench.epoch import read_epoch
+from bench.remount import FILL_SEED, REMOUNT_SEED
 from bench.servers import Launcher, Server
 
 KIB = 1024
@@ -66,12 +73,17 @@ def _round(
     root: str,
     cache: str,
     profile: str | None = None,
+    seed: int = 1,
+    source_tree: str | None = None,
 ) -> str:
     mountpoint = tempfile.mkdtemp(dir=root, prefix="mnt-")
     argv = [sys.executable, "-m", "pffs", "mount", f"s3://{bucket}", mountpoint]
     argv += ["--endpoint-url", server.endpoint_url, "--cache-dir", cache]
     argv += ["--log-file", os.path.join(root, "pffs.log")]
-    mounted = subprocess.run(argv, env=server.env(), capture_output=True, text=True, check=False)
+    env = server.env()
+    if source_tree is not None:  # its pffs package is found before the installed one
+        env["PYTHONPATH"] = source_tree
+    mounted = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
     if mounted.returncode != 0:
         sys.exit(f"epoch_cpu: pffs mount failed: {mounted.stderr.strip()}")
     match = re.search(r"\(pid (\d+),", mounted.stdout)
@@ -89,7 +101,7 @@ def _round(
             )
             time.sleep(1)
         cpu, system = _cpu_seconds(pid), _cpu_seconds(pid, system_only=True)
-        rate = read_epoch(mountpoint, keys, size, seed=1)
+        rate = read_epoch(mountpoint, keys, size, seed=seed)
         cpu_epoch = _cpu_seconds(pid) - cpu
         system = _cpu_seconds(pid, system_only=True) - system
         if spy is not None:
@@ -123,12 +135,26 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="of each setting, alternated")
     parser.add_argument("--profile", help="py-spy's collapsed stacks of the disk tier's epoch")
     parser.add_argument("--tier-only", action="store_true", help="no round without the tier")
+    parser.add_argument(
+        "--remount", action="store_true", help="epochs remounted over one filled cache directory"
+    )
+    parser.add_argument(
+        "--baseline",
+        metavar="DIR",
+        help="with --remount: a source tree whose pffs (DIR/pffs, its backends in"
+        " DIR/pffs/backends) runs every other round, to compare two commits interleaved",
+    )
     args = parser.parse_args()
+    if args.baseline is not None and not os.path.isdir(os.path.join(args.baseline, "pffs")):
+        sys.exit(f"epoch_cpu: --baseline {args.baseline}: no pffs package in it")
     cache_dir = os.path.join(os.path.expanduser("~/.cache"), "pffs-bench")
     with tempfile.TemporaryDirectory(dir="/var/tmp", prefix="pffs-epoch-cpu-") as root:
         server = Launcher(root, cache_dir).s3rver()
         try:
             keys = _upload(server, "epoch", args.files, args.size)
+            if args.remount:
+                _remounted(server, keys, args, root)
+                return
             for round_ in range(args.rounds):
                 for label in ("disk tier", "--cache-dir none")[: 1 if args.tier_only else 2]:
                     tier = label == "disk tier"
@@ -138,6 +164,30 @@ def main() -> None:
                     print(f"{label:17} round {round_ + 1}: {figures}", flush=True)
         finally:
             server.stop()
+
+
+def _remounted(server: Server, keys: list[str], args: argparse.Namespace, root: str) -> None:
+    """Fill one cache directory with an epoch, then time remounted epochs over it."""
+    cache = f"{root}/cache"
+    figures = _round(server, "epoch", keys, args.size, root, cache, seed=FILL_SEED)
+    print(f"{'fill (cold)':17}        : {figures}", flush=True)
+    trees: list[tuple[str, str | None]] = [("remounted", None)]
+    if args.baseline is not None:
+        trees.append(("baseline", os.path.abspath(args.baseline)))
+    for round_ in range(args.rounds):
+        for label, tree in trees:
+            figures = _round(
+                server,
+                "epoch",
+                keys,
+                args.size,
+                root,
+                cache,
+                args.profile if tree is None else None,
+                seed=REMOUNT_SEED,
+                source_tree=tree,
+            )
+            print(f"{label:17} round {round_ + 1}: {figures}", flush=True)
 
 
 if __name__ == "__main__":
