@@ -41,12 +41,19 @@ import shutil
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import diskcache
 
 from pffs.cache.diskindex import BatchIndex, IndexRow
-from pffs.cache.entries import encode, read_block, read_layout, read_range, write_entry
+from pffs.cache.entries import (
+    encode,
+    read_block,
+    read_entry,
+    read_layout,
+    read_range,
+    write_entry,
+)
 from pffs.cache.openentries import OpenEntries, OpenEntry, descriptor_share
 
 log = logging.getLogger("pffs.cache.disk")
@@ -108,6 +115,14 @@ _CORRUPT = DiskRead(None, corrupt=True)
 # process may have replaced it with a fresh copy.
 _ATTEMPTS = 2
 _OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE)
+# What a read knows of a key's row before it opens the entry: (file, size) from a batch's
+# lookup, None when the index has none, or _LOOK_UP when it was not asked yet.
+_LOOK_UP: Literal["look up"] = "look up"
+IndexEntry = tuple[str, int] | None | Literal["look up"]
+
+
+def _read_whole(entry: OpenEntry) -> bytes | None:
+    return read_block(entry.layout, entry.fd)
 
 
 @dataclass(frozen=True)
@@ -152,7 +167,18 @@ class DiskTier:
 
     def get(self, key: str) -> DiskRead:
         """The whole block on a valid hit (verified); a miss otherwise."""
-        return self._read(key, lambda entry: read_block(entry.layout, entry.fd), True)
+        return self.get_many([key])[0]
+
+    def get_many(self, keys: Sequence[str]) -> list[DiskRead]:
+        """The whole blocks of several keys, each as `get` gives it, for one worker-thread hop:
+        the keys are looked up in the index in one SELECT, and an entry not yet open is opened
+        and read whole, header and payload, in one call (entries.read_entry)."""
+        try:
+            rows = self._index.lookup(keys)
+        except Exception as exc:  # a database hiccup is a miss
+            log.warning("disk cache lookup of %d blocks failed: %s", len(keys), exc)
+            return [_MISS] * len(keys)
+        return [self._read(key, _read_whole, True, rows.get(key)) for key in keys]
 
     def get_range(self, key: str, start: int, length: int) -> DiskRead:
         """Bytes [start, start+length) of a block (random reads), reading only the chunks they
@@ -189,19 +215,30 @@ class DiskTier:
         finally:
             self.open_entries.release(entry)
 
-    def _read(self, key: str, reader: Callable[[OpenEntry], bytes | None], whole: bool) -> DiskRead:
+    def _read(
+        self,
+        key: str,
+        reader: Callable[[OpenEntry], bytes | None],
+        whole: bool,
+        row: IndexEntry = _LOOK_UP,
+    ) -> DiskRead:
+        """Read the key's entry with `reader` (`whole`: it gives the whole block), through its
+        open entry, else opening it: at `row` when the caller looked the key up already."""
         for _attempt in range(_ATTEMPTS):
-            held = self.open_entries.acquire(key)
-            opened = self._open(key) if held is None else held
-            if not isinstance(opened, OpenEntry):
-                return opened  # a miss, or a damaged entry dropped
-            entry = opened
+            entry = self.open_entries.acquire(key)
+            block = None
+            if entry is None:
+                opened = self._open(key, row, whole)
+                row = _LOOK_UP  # a second attempt asks the index again
+                if isinstance(opened, DiskRead):
+                    return opened  # a miss, or a damaged entry dropped
+                entry, block = opened
             try:
                 if os.fstat(entry.fd).st_nlink == 0:
                     # Evicted, deleted or replaced by another process: not ours to serve.
                     self.open_entries.drop(key)
                     continue
-                data = reader(entry)
+                data = reader(entry) if block is None else block
             except OSError as exc:  # an unreadable entry is a miss
                 log.warning("disk cache read of %s failed: %s", key, exc)
                 self.open_entries.drop(key)
@@ -213,28 +250,38 @@ class DiskTier:
             return DiskRead(data, whole=whole or entry.layout.compressed)
         return _MISS
 
-    def _open(self, key: str) -> OpenEntry | DiskRead:
-        """Open the key's entry through the index and parse its header (held for a read)."""
-        try:
-            path = self._cache.get(key, read=True)
-        except Exception as exc:  # a database hiccup is a miss
-            log.warning("disk cache lookup of %s failed: %s", key, exc)
+    def _open(
+        self, key: str, row: IndexEntry, whole: bool
+    ) -> tuple[OpenEntry, bytes | None] | DiskRead:
+        """Open the key's entry and parse its header (held for a read, to release): the entry,
+        and its whole block when `whole` and the index gave its size (read with the header in
+        one call); a miss or a damaged entry dropped otherwise."""
+        if isinstance(row, str):  # not looked up yet
+            try:
+                row = self._index.lookup([key]).get(key)
+            except Exception as exc:  # a database hiccup is a miss
+                log.warning("disk cache lookup of %s failed: %s", key, exc)
+                return _MISS
+        if row is None:
             return _MISS
-        if not isinstance(path, str):
-            return _MISS
+        path, size = os.path.join(self.directory, row[0]), row[1]
         fd = self._open_file(path)
         if fd is None:
             return _MISS
+        block = None
         try:
-            layout = read_layout(key, fd)
+            if whole:
+                layout, block = read_entry(key, fd, size)
+            else:
+                layout = read_layout(key, fd)
         except OSError as exc:  # unreadable now (EIO...): a miss, the entry left to decide later
             log.warning("disk cache read of %s failed: %s", key, exc)
             os.close(fd)
             return _MISS
-        if layout is None:
+        if layout is None or (whole and block is None):
             os.close(fd)
             return self._drop_corrupt(key)
-        return self.open_entries.add(key, OpenEntry(fd, path, layout))
+        return self.open_entries.add(key, OpenEntry(fd, path, layout)), block
 
     def _open_file(self, path: str) -> int | None:
         """A descriptor of the entry's file; None when it is gone or none can be had.

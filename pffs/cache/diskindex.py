@@ -1,4 +1,4 @@
-"""A batch of disk-tier entries into diskcache's index in one SQLite transaction, by its SQL.
+"""Batches of disk-tier entries into and out of diskcache's index, by its SQL.
 
 diskcache's `Cache.set` costs seven statements and a transaction per entry (a lookup, the row,
 an expiry scan, the page count and the size for its eviction check, BEGIN and COMMIT), and it
@@ -6,7 +6,7 @@ removes the files of rows it replaces or evicts before its caller's transaction 
 write-behind batch instead costs a handful of statements in all: the keys it replaces, one
 DELETE and one INSERT of every row (executemany), one eviction check, and its files removed
 once the transaction has committed (a rollback or a crash then leaves no row naming a removed
-file).
+file). A batch of reads looks its keys up in one SELECT (`lookup`).
 
 The rows are diskcache's own (its schema 5.x: `Cache` with its triggers keeping the count and
 size in `Settings`, the tag index, least-recently-stored eviction by `store_time`), so
@@ -68,6 +68,20 @@ class BatchIndex:
             with self._lock:
                 self._connections.append(connection)
         return connection
+
+    def lookup(self, keys: Sequence[str]) -> dict[str, tuple[str, int]]:
+        """The entries of those keys the index holds: key -> (file, size), in one SELECT (a
+        batch of reads pays one SQLite round trip, not one `Cache.get` per key). Rows read
+        as diskcache's `get` reads them: raw keys, not expired. Raises sqlite3.Error."""
+        if not keys:
+            return {}
+        marks = ",".join("?" * len(keys))
+        rows = self._connection().execute(
+            f"SELECT key, filename, size FROM Cache WHERE key IN ({marks}) AND raw = 1"
+            " AND (expire_time IS NULL OR expire_time > ?)",
+            [*keys, time.time()],
+        )
+        return {key: (filename, int(size)) for key, filename, size in rows if filename}
 
     def add(self, rows: Sequence[IndexRow]) -> list[str]:
         """Index the rows (replacing rows of the same keys), evicting the least recently

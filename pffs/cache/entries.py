@@ -4,6 +4,7 @@ Every entry carries a header: magic, flags, raw length, a CRC32C of each 64 KiB 
 bytes and a digest of its key. Reads go through a descriptor: `read_layout` checks and parses
 the header once per open (the disk tier keeps the result with the descriptor), then
 `read_block` and `read_range` verify the chunks they read against its CRC table on every read.
+`read_entry` reads a whole entry not yet open, header and payload, in one call.
 Each gives None for an entry that fails (bit rot, a truncated file after a crash, a file from
 another key); the disk tier (disk.py) then deletes it and reports a miss.
 
@@ -112,7 +113,7 @@ class Layout:
         return bool(self.flags & _COMPRESSED)
 
 
-def _parse_layout(key: str, region: bytes) -> Layout | None:
+def _parse_layout(key: str, region: bytes | bytearray) -> Layout | None:
     """The layout from an entry's first bytes (header and CRC table), or None if they fail."""
     if len(region) < _HEADER.size:
         return None
@@ -183,6 +184,28 @@ def read_block(layout: Layout, fd: int) -> bytes | None:
     """The whole block of the entry open at `fd`, or None when it is damaged."""
     payload = _pread_exactly(fd, layout.stored, layout.payload_offset)
     return None if payload is None else _block_from_payload(layout, payload)
+
+
+def read_entry(key: str, fd: int, size: int) -> tuple[Layout | None, bytes | None]:
+    """(layout, block) of the entry open at `fd`, its file `size` bytes long (the index's
+    figure), with one preadv for header and payload where it can: the header region into one
+    buffer, the rest straight into the block's. The layout is None when the header fails (a
+    damaged entry, another key's); the block is None when the payload does.
+
+    A header region longer than ALIGN (blocks over 64 MiB), or a size that does not match the
+    file, costs the two reads of `read_layout` and `read_block` instead.
+    """
+    head = bytearray(ALIGN)
+    body = bytearray(max(0, size - ALIGN))
+    count = os.preadv(fd, [head, body], 0)
+    layout = _parse_layout(key, head) if count >= _HEADER.size else None
+    if layout is None or layout.payload_offset != ALIGN or count != size:
+        layout = read_layout(key, fd)
+        return layout, None if layout is None else read_block(layout, fd)
+    if layout.stored > len(body):
+        return layout, None  # the file is shorter than its header says: truncated
+    del body[layout.stored :]  # the zero padding after the payload
+    return layout, _block_from_payload(layout, body)
 
 
 def read_range(
