@@ -178,7 +178,28 @@ class DiskTier:
         except Exception as exc:  # a database hiccup is a miss
             log.warning("disk cache lookup of %d blocks failed: %s", len(keys), exc)
             return [_MISS] * len(keys)
-        return [self._read(key, _read_whole, True, rows.get(key)) for key in keys]
+        opened = self._open_ahead(rows) if len(keys) > 1 else {}
+        try:
+            return [self._read(key, _read_whole, True, rows.get(key), opened) for key in keys]
+        finally:
+            for fd in opened.values():  # not used: the entry was held open meanwhile
+                os.close(fd)
+
+    def _open_ahead(self, rows: dict[str, tuple[str, int]]) -> dict[str, int]:
+        """Open the entries of a batch not open yet and ask the kernel to read them ahead
+        (POSIX_FADV_WILLNEED), so that their reads from the disk, one after another in this
+        thread, find them under way together rather than wait for each in turn."""
+        opened: dict[str, int] = {}
+        for key, (filename, size) in rows.items():
+            if key in self.open_entries:
+                continue
+            fd = self._open_file(os.path.join(self.directory, filename))
+            if fd is None:
+                continue
+            with contextlib.suppress(OSError):
+                os.posix_fadvise(fd, 0, size, os.POSIX_FADV_WILLNEED)
+            opened[key] = fd
+        return opened
 
     def get_range(self, key: str, start: int, length: int) -> DiskRead:
         """Bytes [start, start+length) of a block (random reads), reading only the chunks they
@@ -221,14 +242,17 @@ class DiskTier:
         reader: Callable[[OpenEntry], bytes | None],
         whole: bool,
         row: IndexEntry = _LOOK_UP,
+        opened_ahead: dict[str, int] | None = None,
     ) -> DiskRead:
         """Read the key's entry with `reader` (`whole`: it gives the whole block), through its
-        open entry, else opening it: at `row` when the caller looked the key up already."""
+        open entry, else opening it: at `row` when the caller looked the key up already,
+        through its descriptor in `opened_ahead` (taken from it) when it was opened ahead."""
         for _attempt in range(_ATTEMPTS):
             entry = self.open_entries.acquire(key)
             block = None
             if entry is None:
-                opened = self._open(key, row, whole)
+                fd = None if opened_ahead is None else opened_ahead.pop(key, None)
+                opened = self._open(key, row, whole, fd)
                 row = _LOOK_UP  # a second attempt asks the index again
                 if isinstance(opened, DiskRead):
                     return opened  # a miss, or a damaged entry dropped
@@ -251,21 +275,27 @@ class DiskTier:
         return _MISS
 
     def _open(
-        self, key: str, row: IndexEntry, whole: bool
+        self, key: str, row: IndexEntry, whole: bool, fd: int | None = None
     ) -> tuple[OpenEntry, bytes | None] | DiskRead:
-        """Open the key's entry and parse its header (held for a read, to release): the entry,
-        and its whole block when `whole` and the index gave its size (read with the header in
-        one call); a miss or a damaged entry dropped otherwise."""
+        """Open the key's entry (unless `fd` is it, opened at `row`) and parse its header (held
+        for a read, to release): the entry, and its whole block when `whole` and the index gave
+        its size (read with the header in one call); a miss or a damaged entry dropped
+        otherwise."""
         if isinstance(row, str):  # not looked up yet
             try:
                 row = self._index.lookup([key]).get(key)
             except Exception as exc:  # a database hiccup is a miss
+                if fd is not None:
+                    os.close(fd)
                 log.warning("disk cache lookup of %s failed: %s", key, exc)
                 return _MISS
         if row is None:
+            if fd is not None:
+                os.close(fd)
             return _MISS
         path, size = os.path.join(self.directory, row[0]), row[1]
-        fd = self._open_file(path)
+        if fd is None:
+            fd = self._open_file(path)
         if fd is None:
             return _MISS
         block = None
