@@ -172,15 +172,22 @@ class DiskTier:
     def get_many(self, keys: Sequence[str]) -> list[DiskRead]:
         """The whole blocks of several keys, each as `get` gives it, for one worker-thread hop:
         the keys are looked up in the index in one SELECT, and an entry not yet open is opened
-        and read whole, header and payload, in one call (entries.read_entry)."""
+        and read whole, header and payload, in one call (entries.read_entry). Entries held open
+        need no lookup (one dropped meanwhile is looked up alone)."""
+        unopened = {key for key in keys if key not in self.open_entries}
         try:
-            rows = self._index.lookup(keys)
+            rows = self._index.lookup(list(unopened)) if unopened else {}
         except Exception as exc:  # a database hiccup is a miss
-            log.warning("disk cache lookup of %d blocks failed: %s", len(keys), exc)
+            log.warning("disk cache lookup of %d blocks failed: %s", len(unopened), exc)
             return [_MISS] * len(keys)
-        opened = self._open_ahead(rows) if len(keys) > 1 else {}
+        opened = self._open_ahead(rows) if len(rows) > 1 else {}
         try:
-            return [self._read(key, _read_whole, True, rows.get(key), opened) for key in keys]
+            return [
+                self._read(
+                    key, _read_whole, True, rows.get(key) if key in unopened else _LOOK_UP, opened
+                )
+                for key in keys
+            ]
         finally:
             for fd in opened.values():  # not used: the entry was held open meanwhile
                 os.close(fd)

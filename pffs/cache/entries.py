@@ -192,18 +192,19 @@ def read_entry(key: str, fd: int, size: int) -> tuple[Layout | None, bytes | Non
     buffer, the rest straight into the block's. The layout is None when the header fails (a
     damaged entry, another key's); the block is None when the payload does.
 
-    A header region longer than ALIGN (blocks over 64 MiB), or a size that does not match the
-    file, costs the two reads of `read_layout` and `read_block` instead.
+    A header region longer than ALIGN (blocks over 64 MiB) costs the two reads of
+    `read_layout` and `read_block` instead, and a payload the first read did not get whole (a
+    size short of the file's, or a file shorter than its header says) a second read.
     """
     head = bytearray(ALIGN)
     body = bytearray(max(0, size - ALIGN))
     count = os.preadv(fd, [head, body], 0)
     layout = _parse_layout(key, head) if count >= _HEADER.size else None
-    if layout is None or layout.payload_offset != ALIGN or count != size:
+    if layout is None or layout.payload_offset != ALIGN:
         layout = read_layout(key, fd)
         return layout, None if layout is None else read_block(layout, fd)
-    if layout.stored > len(body):
-        return layout, None  # the file is shorter than its header says: truncated
+    if min(count - ALIGN, len(body)) < layout.stored:
+        return layout, read_block(layout, fd)  # which finds a truncated file short
     del body[layout.stored :]  # the zero padding after the payload
     return layout, _block_from_payload(layout, body)
 
