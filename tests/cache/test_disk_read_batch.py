@@ -58,7 +58,7 @@ def _entry_path(directory: Path, key: str) -> Path:
         ((filename,),) = connection.execute(
             "SELECT filename FROM Cache WHERE key = ?", (key,)
         ).fetchall()
-    return directory / filename
+    return directory / str(filename)
 
 
 def _open_cache_files(directory: Path) -> set[str]:
