@@ -46,14 +46,7 @@ from typing import Literal, NamedTuple
 import diskcache
 
 from pffs.cache.diskindex import BatchIndex, IndexRow
-from pffs.cache.entries import (
-    encode,
-    read_block,
-    read_entry,
-    read_layout,
-    read_range,
-    write_entry,
-)
+from pffs.cache.entries import encode, read_block, read_layout, read_range, write_entry
 from pffs.cache.openentries import OpenEntries, OpenEntry, descriptor_share
 
 log = logging.getLogger("pffs.cache.disk")
@@ -171,9 +164,9 @@ class DiskTier:
 
     def get_many(self, keys: Sequence[str]) -> list[DiskRead]:
         """The whole blocks of several keys, each as `get` gives it, for one worker-thread hop:
-        the keys are looked up in the index in one SELECT, and an entry not yet open is opened
-        and read whole, header and payload, in one call (entries.read_entry). Entries held open
-        need no lookup (one dropped meanwhile is looked up alone)."""
+        the keys are looked up in the index in one SELECT, and the entries not yet open are
+        opened ahead of their reads. Entries held open need no lookup (one dropped meanwhile is
+        looked up alone)."""
         unopened = {key for key in keys if key not in self.open_entries}
         try:
             rows = self._index.lookup(list(unopened)) if unopened else {}
@@ -256,20 +249,19 @@ class DiskTier:
         through its descriptor in `opened_ahead` (taken from it) when it was opened ahead."""
         for _attempt in range(_ATTEMPTS):
             entry = self.open_entries.acquire(key)
-            block = None
             if entry is None:
                 fd = None if opened_ahead is None else opened_ahead.pop(key, None)
-                opened = self._open(key, row, whole, fd)
+                opened = self._open(key, row, fd)
                 row = _LOOK_UP  # a second attempt asks the index again
-                if isinstance(opened, DiskRead):
+                if not isinstance(opened, OpenEntry):
                     return opened  # a miss, or a damaged entry dropped
-                entry, block = opened
+                entry = opened
             try:
                 if os.fstat(entry.fd).st_nlink == 0:
                     # Evicted, deleted or replaced by another process: not ours to serve.
                     self.open_entries.drop(key)
                     continue
-                data = reader(entry) if block is None else block
+                data = reader(entry)
             except OSError as exc:  # an unreadable entry is a miss
                 log.warning("disk cache read of %s failed: %s", key, exc)
                 self.open_entries.drop(key)
@@ -281,44 +273,34 @@ class DiskTier:
             return DiskRead(data, whole=whole or entry.layout.compressed)
         return _MISS
 
-    def _open(
-        self, key: str, row: IndexEntry, whole: bool, fd: int | None = None
-    ) -> tuple[OpenEntry, bytes | None] | DiskRead:
+    def _open(self, key: str, row: IndexEntry, fd: int | None = None) -> OpenEntry | DiskRead:
         """Open the key's entry (unless `fd` is it, opened at `row`) and parse its header (held
-        for a read, to release): the entry, and its whole block when `whole` and the index gave
-        its size (read with the header in one call); a miss or a damaged entry dropped
-        otherwise."""
+        for a read); a miss, or a damaged entry dropped."""
         if isinstance(row, str):  # not looked up yet
             try:
                 row = self._index.lookup([key]).get(key)
             except Exception as exc:  # a database hiccup is a miss
-                if fd is not None:
-                    os.close(fd)
                 log.warning("disk cache lookup of %s failed: %s", key, exc)
-                return _MISS
+                row = None
         if row is None:
             if fd is not None:
                 os.close(fd)
             return _MISS
-        path, size = os.path.join(self.directory, row[0]), row[1]
+        path = os.path.join(self.directory, row[0])
         if fd is None:
             fd = self._open_file(path)
         if fd is None:
             return _MISS
-        block = None
         try:
-            if whole:
-                layout, block = read_entry(key, fd, size)
-            else:
-                layout = read_layout(key, fd)
+            layout = read_layout(key, fd)
         except OSError as exc:  # unreadable now (EIO...): a miss, the entry left to decide later
             log.warning("disk cache read of %s failed: %s", key, exc)
             os.close(fd)
             return _MISS
-        if layout is None or (whole and block is None):
+        if layout is None:
             os.close(fd)
             return self._drop_corrupt(key)
-        return self.open_entries.add(key, OpenEntry(fd, path, layout)), block
+        return self.open_entries.add(key, OpenEntry(fd, path, layout))
 
     def _open_file(self, path: str) -> int | None:
         """A descriptor of the entry's file; None when it is gone or none can be had.

@@ -4,7 +4,6 @@ Every entry carries a header: magic, flags, raw length, a CRC32C of each 64 KiB 
 bytes and a digest of its key. Reads go through a descriptor: `read_layout` checks and parses
 the header once per open (the disk tier keeps the result with the descriptor), then
 `read_block` and `read_range` verify the chunks they read against its CRC table on every read.
-`read_entry` reads a whole entry not yet open, header and payload, in one call.
 Each gives None for an entry that fails (bit rot, a truncated file after a crash, a file from
 another key); the disk tier (disk.py) then deletes it and reports a miss.
 
@@ -181,32 +180,17 @@ def _pread_exactly(fd: int, size: int, offset: int) -> bytearray | None:
 
 
 def read_block(layout: Layout, fd: int) -> bytes | None:
-    """The whole block of the entry open at `fd`, or None when it is damaged."""
-    payload = _pread_exactly(fd, layout.stored, layout.payload_offset)
-    return None if payload is None else _block_from_payload(layout, payload)
+    """The whole block of the entry open at `fd`, or None when it is damaged.
 
-
-def read_entry(key: str, fd: int, size: int) -> tuple[Layout | None, bytes | None]:
-    """(layout, block) of the entry open at `fd`, its file `size` bytes long (the index's
-    figure), with one preadv for header and payload where it can: the header region into one
-    buffer, the rest straight into the block's. The layout is None when the header fails (a
-    damaged entry, another key's); the block is None when the payload does.
-
-    A header region longer than ALIGN (blocks over 64 MiB) costs the two reads of
-    `read_layout` and `read_block` instead, and a payload the first read did not get whole (a
-    size short of the file's, or a file shorter than its header says) a second read.
+    Read into a bytes object of its own: not zeroed first, its pages touched while the read
+    runs without the GIL (a zeroed buffer costs the GIL holder a page fault per 4 KiB, most of
+    a small block's read; bench/epoch_cpu.py --remount). A short read, rare, is done again
+    into one buffer.
     """
-    head = bytearray(ALIGN)
-    body = bytearray(max(0, size - ALIGN))
-    count = os.preadv(fd, [head, body], 0)
-    layout = _parse_layout(key, head) if count >= _HEADER.size else None
-    if layout is None or layout.payload_offset != ALIGN:
-        layout = read_layout(key, fd)
-        return layout, None if layout is None else read_block(layout, fd)
-    if min(count - ALIGN, len(body)) < layout.stored:
-        return layout, read_block(layout, fd)  # which finds a truncated file short
-    del body[layout.stored :]  # the zero padding after the payload
-    return layout, _block_from_payload(layout, body)
+    payload: bytes | bytearray | None = os.pread(fd, layout.stored, layout.payload_offset)
+    if payload is not None and len(payload) < layout.stored:
+        payload = _pread_exactly(fd, layout.stored, layout.payload_offset)
+    return None if payload is None else _block_from_payload(layout, payload)
 
 
 def read_range(
