@@ -12,17 +12,18 @@ The rows are diskcache's own (its schema 5.x: `Cache` with its triggers keeping 
 size in `Settings`, the tag index, least-recently-stored eviction by `store_time`), so
 diskcache reads, evicts and deletes them as its own, `pffs cache info` counts them, and several
 processes share the directory through SQLite's locking (BEGIN IMMEDIATE, as diskcache does).
-Each thread has its own connection, set like diskcache's (WAL, synchronous NORMAL, its busy
-timeout).
+Connections come from a small pool (one per call running at once, whatever its thread), each
+set like diskcache's (WAL, synchronous NORMAL, its busy timeout).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import diskcache
@@ -49,25 +50,36 @@ class BatchIndex:
         self._database = os.path.join(directory, diskcache.core.DBNAME)
         self._size_limit = size_limit
         self._timeout = timeout
-        self._local = threading.local()
-        self._connections: list[sqlite3.Connection] = []
+        self._connections: list[sqlite3.Connection] = []  # all made, for `close`
+        self._idle: list[sqlite3.Connection] = []
+        self._pid = os.getpid()
         self._lock = threading.Lock()
 
-    def _connection(self) -> sqlite3.Connection:
-        connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
-        if connection is None or getattr(self._local, "pid", None) != os.getpid():
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[sqlite3.Connection]:
+        """A connection for one call, from a pool: as many are made as calls ever ran at once,
+        whichever threads ran them (trio's worker threads come and go; one connection per
+        thread would leave one open behind each thread gone)."""
+        with self._lock:
+            if self._pid != os.getpid():  # a forked child: the parent's are not its to use
+                self._connections, self._idle, self._pid = [], [], os.getpid()
+            connection = self._idle.pop() if self._idle else None
+        if connection is None:
             # autocommit mode: the transaction is ours (BEGIN IMMEDIATE ... COMMIT)
             connection = sqlite3.connect(
                 self._database,
                 timeout=self._timeout,
                 isolation_level=None,
-                check_same_thread=False,  # used by its thread only; `close` may run elsewhere
+                check_same_thread=False,  # one call at a time, from any thread
             )
             connection.execute("PRAGMA synchronous = NORMAL")  # diskcache's setting
-            self._local.connection, self._local.pid = connection, os.getpid()
             with self._lock:
                 self._connections.append(connection)
-        return connection
+        try:
+            yield connection
+        finally:
+            with self._lock:
+                self._idle.append(connection)
 
     def lookup(self, keys: Sequence[str]) -> dict[str, tuple[str, int]]:
         """The entries of those keys the index holds: key -> (file, size), in one SELECT (a
@@ -76,11 +88,12 @@ class BatchIndex:
         if not keys:
             return {}
         marks = ",".join("?" * len(keys))
-        rows = self._connection().execute(
-            f"SELECT key, filename, size FROM Cache WHERE key IN ({marks}) AND raw = 1"
-            " AND (expire_time IS NULL OR expire_time > ?)",
-            [*keys, time.time()],
-        )
+        with self._connection() as connection:
+            rows = connection.execute(
+                f"SELECT key, filename, size FROM Cache WHERE key IN ({marks}) AND raw = 1"
+                " AND (expire_time IS NULL OR expire_time > ?)",
+                [*keys, time.time()],
+            ).fetchall()
         return {key: (filename, int(size)) for key, filename, size in rows if filename}
 
     def add(self, rows: Sequence[IndexRow]) -> list[str]:
@@ -88,7 +101,10 @@ class BatchIndex:
         stored entries beyond the size limit, in one transaction; the files of the rows it
         replaced or evicted, for the caller to remove (they are unreferenced once this returns).
         Raises sqlite3.Error when the transaction fails; then nothing changed."""
-        connection = self._connection()
+        with self._connection() as connection:
+            return self._add(connection, rows)
+
+    def _add(self, connection: sqlite3.Connection, rows: Sequence[IndexRow]) -> list[str]:
         sql = connection.execute
         latest = {row.key: row for row in rows}  # a key twice in a batch: its last row stays
         released = [row.filename for row in rows if latest[row.key] is not row]
@@ -145,6 +161,6 @@ class BatchIndex:
 
     def close(self) -> None:
         with self._lock:
-            connections, self._connections = self._connections, []
+            connections, self._connections, self._idle = self._connections, [], []
         for connection in connections:
             connection.close()

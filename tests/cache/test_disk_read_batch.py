@@ -15,6 +15,7 @@ import random
 import sqlite3
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -217,6 +218,18 @@ def test_a_short_read_of_a_payload_is_finished_not_served_short(
 
     monkeypatch.setattr(os, "pread", short_pread)
     assert [read.data for read in tier.get_many([_key(0), _key(1)])] == [_block(0), _block(1)]
+    tier.close()
+
+
+def test_index_connections_do_not_pile_up_as_worker_threads_come_and_go(tmp_path: Path) -> None:
+    """trio's worker threads end when idle and new ones start: a connection per thread would
+    leave one open behind each; the pool holds as many as ran at once."""
+    tier = _filled(tmp_path, 2)
+    for _ in range(20):
+        thread = threading.Thread(target=tier.get_many, args=([_key(0), _key(1)],))
+        thread.start()
+        thread.join()
+    assert len(tier._index._connections) == 1
     tier.close()
 
 
