@@ -13,11 +13,11 @@ less than a batch waits a few milliseconds for more.
 
 Whole-block reads are batched the same way: a read queues its key, and a reader task takes
 what is queued (up to `_READ_BATCH_BLOCKS` blocks or `_READ_BATCH_BYTES`) into one
-worker-thread hop and one index lookup (DiskTier.get_many). Reads arriving together (the
-preload engine's files, the opens of a data loader's workers) then share a hop, which costs
-more CPU than reading a small block; a large block is a batch of its own, and a reader task
-starts beside the busy ones (up to `disk_threads`) while more is queued, so large blocks are
-still read several at once.
+worker-thread hop and one index lookup (DiskTier.get_many, which also has the kernel read the
+batch's entries ahead together). Reads arriving together (the preload engine's files, the
+opens of a data loader's workers) then share a hop and a SELECT instead of paying one each; a
+large block is a batch of its own, and a reader task starts beside the busy ones (up to
+`disk_threads`) while a whole batch is queued, so large blocks are still read several at once.
 
 A random read of a compressed entry gets the whole block from the tier; it is handed to
 `keep_block` (the block cache puts it in the memory tier), so the next reads of that block do
@@ -55,9 +55,8 @@ _LINGER = 0.02
 # overlaps the other's, and a large block never holds the whole queue behind it alone.
 _WRITERS = 2
 # A batch of whole-block reads: up to this many blocks or bytes (a block of unknown size counts
-# as a whole block), whichever comes first. bench/epoch_cpu.py --remount: a hop costs more
-# CPU than reading and verifying a 100 KiB entry; a 4 MiB block is read alone, so warm
-# sequential reads keep several blocks in flight.
+# as a whole block), whichever comes first: 16 training files of 100 KiB share a hop, a 4 MiB
+# block is read alone, so warm sequential reads keep several blocks in flight.
 _READ_BATCH_BLOCKS = 16
 _READ_BATCH_BYTES = 2 * 1024 * 1024
 # Before taking a batch short of full, a reader task yields this many times: the tasks its
@@ -183,8 +182,8 @@ class DiskIO:
     def _start_reader(self) -> None:
         """Start a reader task for what is queued: when none runs, or a whole batch waits
         (large blocks, a burst) and fewer than `disk_threads` run. Less than a batch waits for
-        a running task to come back from its hop and take it with the rest then queued: one
-        hop for many small blocks is what saves the CPU."""
+        a running task to come back from its hop and take it with the rest then queued, rather
+        than pay a hop of its own."""
         if self._collecting or self._readers >= self.limiter.total_tokens:
             return
         if self._readers and not self._batch_waiting():
