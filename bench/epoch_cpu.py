@@ -88,9 +88,13 @@ def _round(
     argv += ["--endpoint-url", server.endpoint_url, "--cache-dir", cache]
     argv += ["--log-file", os.path.join(root, "pffs.log")]
     env = server.env()
-    if source_tree is not None:  # its pffs package is found before the installed one
+    if source_tree is not None:
+        # Its pffs package found before the installed one: `python -m` puts the working
+        # directory first on the path, then PYTHONPATH.
         env["PYTHONPATH"] = source_tree
-    mounted = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+    mounted = subprocess.run(
+        argv, env=env, cwd=source_tree, capture_output=True, text=True, check=False
+    )
     if mounted.returncode != 0:
         sys.exit(f"epoch_cpu: pffs mount failed: {mounted.stderr.strip()}")
     match = re.search(r"\(pid (\d+),", mounted.stdout)
