@@ -15,6 +15,10 @@ seed), so every block comes from the disk tier.
     .venv/bin/python -m bench.epoch_cpu --files 2000 --rounds 2
     .venv/bin/python -m bench.epoch_cpu --files 1 --size 268435456   # a cold sequential read
     .venv/bin/python -m bench.epoch_cpu --remount --rounds 3         # from the disk tier
+    .venv/bin/python -m bench.epoch_cpu --remount --baseline /tmp/base  # against a commit
+
+(/tmp/base: `git archive COMMIT pffs backends | tar -x -C /tmp/base`, then its backends moved
+to /tmp/base/pffs/backends; docs/BENCHMARKS.md, "The remounted second epoch".)
 """
 
 from __future__ import annotations
