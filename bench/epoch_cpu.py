@@ -1,4 +1,4 @@
-"""The mount's CPU over a cold training epoch, with the disk tier on and off (a quick check).
+"""The mount's CPU over a training epoch: cold with the disk tier on and off, or remounted.
 
 Not part of the bench suite (no peers): s3rver on loopback holds `--files` objects of
 `--size` bytes; each round mounts pffs at its defaults over a fresh cache directory (or with
@@ -7,8 +7,18 @@ order with 8 threads (bench/epoch.py, the suite's epoch 1), and reads the mount'
 /proc/PID/stat before and after: files/s and CPU milliseconds per file. The disk tier's
 writes behind the epoch are waited for (unmount waits for them) and counted in its CPU.
 
+With `--remount`, the suite's "epoch 2 after a remount" instead: one mount fills a cache
+directory with an epoch (untimed) and is unmounted; then each round mounts pffs again over
+that directory, drops the page cache and reads the set in another order (bench/remount.py's
+seed), so every block comes from the disk tier.
+
     .venv/bin/python -m bench.epoch_cpu --files 2000 --rounds 2
     .venv/bin/python -m bench.epoch_cpu --files 1 --size 268435456   # a cold sequential read
+    .venv/bin/python -m bench.epoch_cpu --remount --rounds 3         # from the disk tier
+    .venv/bin/python -m bench.epoch_cpu --remount --baseline /tmp/base  # against a commit
+
+(/tmp/base: `git archive COMMIT pffs backends | tar -x -C /tmp/base`, then its backends moved
+to /tmp/base/pffs/backends; docs/BENCHMARKS.md, "The remounted second epoch".)
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ from pathlib import Path
 
 from bench.dataset import client
 from bench.epoch import read_epoch
+from bench.remount import FILL_SEED, REMOUNT_SEED
 from bench.servers import Launcher, Server
 
 KIB = 1024
@@ -36,6 +47,12 @@ def _cpu_seconds(pid: int, system_only: bool = False) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     user = 0 if system_only else int(fields[11])
     return (user + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _main_thread_cpu(pid: int) -> float:
+    """User + system CPU of the process's main thread (trio's, in a mount) so far."""
+    fields = Path(f"/proc/{pid}/task/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _drop_page_cache() -> None:
@@ -66,12 +83,22 @@ def _round(
     root: str,
     cache: str,
     profile: str | None = None,
+    seed: int = 1,
+    source_tree: str | None = None,
+    again: bool = False,
 ) -> str:
     mountpoint = tempfile.mkdtemp(dir=root, prefix="mnt-")
     argv = [sys.executable, "-m", "pffs", "mount", f"s3://{bucket}", mountpoint]
     argv += ["--endpoint-url", server.endpoint_url, "--cache-dir", cache]
     argv += ["--log-file", os.path.join(root, "pffs.log")]
-    mounted = subprocess.run(argv, env=server.env(), capture_output=True, text=True, check=False)
+    env = server.env()
+    if source_tree is not None:
+        # Its pffs package found before the installed one: `python -m` puts the working
+        # directory first on the path, then PYTHONPATH.
+        env["PYTHONPATH"] = source_tree
+    mounted = subprocess.run(
+        argv, env=env, cwd=source_tree, capture_output=True, text=True, check=False
+    )
     if mounted.returncode != 0:
         sys.exit(f"epoch_cpu: pffs mount failed: {mounted.stderr.strip()}")
     match = re.search(r"\(pid (\d+),", mounted.stdout)
@@ -82,19 +109,31 @@ def _round(
         _drop_page_cache()
         spy = None
         if profile is not None:  # py-spy's collapsed stacks of the thread holding the GIL
+            # 250 samples a second: enough for an epoch of a few seconds.
+            spy_argv = ["py-spy", "record", "-p", str(pid), "-o", profile, "-f", "raw", "--gil"]
             spy = subprocess.Popen(
-                ["py-spy", "record", "-p", str(pid), "-o", profile, "-f", "raw", "--gil"],
+                [*spy_argv, "--rate", "250"],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )
             time.sleep(1)
         cpu, system = _cpu_seconds(pid), _cpu_seconds(pid, system_only=True)
-        rate = read_epoch(mountpoint, keys, size, seed=1)
+        main_thread = _main_thread_cpu(pid)
+        rate = read_epoch(mountpoint, keys, size, seed=seed)
         cpu_epoch = _cpu_seconds(pid) - cpu
+        main_thread = _main_thread_cpu(pid) - main_thread
         system = _cpu_seconds(pid, system_only=True) - system
         if spy is not None:
             spy.send_signal(signal.SIGINT)
             spy.wait()
+        memory, again_cpu = "", 0.0
+        if again:  # the same set once more, now from the memory tier: the floor to compare with
+            _drop_page_cache()
+            before = _cpu_seconds(pid)
+            rate_again = read_epoch(mountpoint, keys, size, seed=seed + 1)
+            again_cpu = _cpu_seconds(pid) - before
+            per_file_again = again_cpu / len(keys) * 1e3
+            memory = f"; again from memory {rate_again:5.0f} files/s {per_file_again:5.2f} ms"
     finally:
         # The unmount waits for the writes behind the epoch; their CPU is read just before the
         # process exits, so take it while it winds down.
@@ -107,12 +146,13 @@ def _round(
                 break
             time.sleep(0.01)
     per_file = cpu_epoch / len(keys) * 1e3
-    with_writes = cpu_total / len(keys) * 1e3
+    with_writes = (cpu_total - again_cpu) / len(keys) * 1e3
     return (
         f"{rate:7.0f} files/s  {per_file:5.2f} ms CPU/file in the epoch"
-        f" ({system / len(keys) * 1e3:4.2f} system),"
+        f" ({system / len(keys) * 1e3:4.2f} system,"
+        f" {main_thread / len(keys) * 1e3:4.2f} in the main thread),"
         f" {cpu_epoch / (len(keys) * size / (1 << 30)):5.2f} CPU-s/GiB"
-        f"  ({with_writes:5.2f} with the writes left at its end)"
+        f"  ({with_writes:5.2f} with the writes left at its end){memory}"
     )
 
 
@@ -123,12 +163,26 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="of each setting, alternated")
     parser.add_argument("--profile", help="py-spy's collapsed stacks of the disk tier's epoch")
     parser.add_argument("--tier-only", action="store_true", help="no round without the tier")
+    parser.add_argument(
+        "--remount", action="store_true", help="epochs remounted over one filled cache directory"
+    )
+    parser.add_argument(
+        "--baseline",
+        metavar="DIR",
+        help="with --remount: a source tree whose pffs (DIR/pffs, its backends in"
+        " DIR/pffs/backends) runs every other round, to compare two commits interleaved",
+    )
     args = parser.parse_args()
+    if args.baseline is not None and not os.path.isdir(os.path.join(args.baseline, "pffs")):
+        sys.exit(f"epoch_cpu: --baseline {args.baseline}: no pffs package in it")
     cache_dir = os.path.join(os.path.expanduser("~/.cache"), "pffs-bench")
     with tempfile.TemporaryDirectory(dir="/var/tmp", prefix="pffs-epoch-cpu-") as root:
         server = Launcher(root, cache_dir).s3rver()
         try:
             keys = _upload(server, "epoch", args.files, args.size)
+            if args.remount:
+                _remounted(server, keys, args, root)
+                return
             for round_ in range(args.rounds):
                 for label in ("disk tier", "--cache-dir none")[: 1 if args.tier_only else 2]:
                     tier = label == "disk tier"
@@ -138,6 +192,31 @@ def main() -> None:
                     print(f"{label:17} round {round_ + 1}: {figures}", flush=True)
         finally:
             server.stop()
+
+
+def _remounted(server: Server, keys: list[str], args: argparse.Namespace, root: str) -> None:
+    """Fill one cache directory with an epoch, then time remounted epochs over it."""
+    cache = f"{root}/cache"
+    figures = _round(server, "epoch", keys, args.size, root, cache, seed=FILL_SEED)
+    print(f"{'fill (cold)':17}        : {figures}", flush=True)
+    trees: list[tuple[str, str | None]] = [("remounted", None)]
+    if args.baseline is not None:
+        trees.append(("baseline", os.path.abspath(args.baseline)))
+    for round_ in range(args.rounds):
+        for label, tree in trees:
+            figures = _round(
+                server,
+                "epoch",
+                keys,
+                args.size,
+                root,
+                cache,
+                args.profile if tree is None else None,
+                seed=REMOUNT_SEED,
+                source_tree=tree,
+                again=True,
+            )
+            print(f"{label:17} round {round_ + 1}: {figures}", flush=True)
 
 
 if __name__ == "__main__":

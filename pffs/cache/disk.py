@@ -37,17 +37,14 @@ import errno
 import hashlib
 import logging
 import os
-import pathlib
 import shutil
-import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import diskcache
 
-from pffs.cache.diskindex import BatchIndex, IndexRow
-from pffs.cache.diskkeys import DiskKeys
+from pffs.cache.diskindex import BatchIndex, IndexRow, usage_by_tag
 from pffs.cache.entries import encode, read_block, read_layout, read_range, write_entry
 from pffs.cache.openentries import OpenEntries, OpenEntry, descriptor_share
 from pffs.cache.orphans import Swept, sweep_in_background, sweep_orphans
@@ -111,6 +108,14 @@ _CORRUPT = DiskRead(None, corrupt=True)
 # process may have replaced it with a fresh copy.
 _ATTEMPTS = 2
 _OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE)
+# What a read knows of a key's row before it opens the entry: (file, size) from a batch's
+# lookup, None when the index has none, or _LOOK_UP when it was not asked yet.
+_LOOK_UP: Literal["look up"] = "look up"
+IndexEntry = tuple[str, int] | None | Literal["look up"]
+
+
+def _read_whole(entry: OpenEntry) -> bytes | None:
+    return read_block(entry.layout, entry.fd)
 
 
 @dataclass(frozen=True)
@@ -150,13 +155,52 @@ class DiskTier:
             descriptor_share() if open_entries is None else open_entries
         )
         self._cache.disk.on_remove = self.open_entries.drop_path
-        self._index = BatchIndex(directory, capacity, float(self._cache.timeout))
+        self.index = BatchIndex(directory, capacity, float(self._cache.timeout))
         self._nowait = hasattr(os, "RWF_NOWAIT")  # off once the file system refuses it
         self._stop_sweep: Callable[[], None] | None = None
 
     def get(self, key: str) -> DiskRead:
         """The whole block on a valid hit (verified); a miss otherwise."""
-        return self._read(key, lambda entry: read_block(entry.layout, entry.fd), True)
+        return self.get_many([key])[0]
+
+    def get_many(self, keys: Sequence[str]) -> list[DiskRead]:
+        """The whole blocks of several keys, each as `get` gives it, for one worker-thread hop:
+        the keys are looked up in the index in one SELECT, and the entries not yet open are
+        opened ahead of their reads. Entries held open need no lookup (one dropped meanwhile is
+        looked up alone)."""
+        unopened = {key for key in keys if key not in self.open_entries}
+        try:
+            rows = self.index.lookup(list(unopened)) if unopened else {}
+        except Exception as exc:  # a database hiccup is a miss
+            log.warning("disk cache lookup of %d blocks failed: %s", len(unopened), exc)
+            return [_MISS] * len(keys)
+        opened = self._open_ahead(rows) if len(rows) > 1 else {}
+        try:
+            return [
+                self._read(
+                    key, _read_whole, True, rows.get(key) if key in unopened else _LOOK_UP, opened
+                )
+                for key in keys
+            ]
+        finally:
+            for fd in opened.values():  # not used: the entry was held open meanwhile
+                os.close(fd)
+
+    def _open_ahead(self, rows: dict[str, tuple[str, int]]) -> dict[str, int]:
+        """Open the entries of a batch not open yet and ask the kernel to read them ahead
+        (POSIX_FADV_WILLNEED), so that their reads from the disk, one after another in this
+        thread, find them under way together rather than wait for each in turn."""
+        opened: dict[str, int] = {}
+        for key, (filename, size) in rows.items():
+            if key in self.open_entries:
+                continue
+            fd = self._open_file(os.path.join(self.directory, filename))
+            if fd is None:
+                continue
+            with contextlib.suppress(OSError):
+                os.posix_fadvise(fd, 0, size, os.POSIX_FADV_WILLNEED)
+            opened[key] = fd
+        return opened
 
     def get_range(self, key: str, start: int, length: int) -> DiskRead:
         """Bytes [start, start+length) of a block (random reads), reading only the chunks they
@@ -193,13 +237,26 @@ class DiskTier:
         finally:
             self.open_entries.release(entry)
 
-    def _read(self, key: str, reader: Callable[[OpenEntry], bytes | None], whole: bool) -> DiskRead:
+    def _read(
+        self,
+        key: str,
+        reader: Callable[[OpenEntry], bytes | None],
+        whole: bool,
+        row: IndexEntry = _LOOK_UP,
+        opened_ahead: dict[str, int] | None = None,
+    ) -> DiskRead:
+        """Read the key's entry with `reader` (`whole`: it gives the whole block), through its
+        open entry, else opening it: at `row` when the caller looked the key up already,
+        through its descriptor in `opened_ahead` (taken from it) when it was opened ahead."""
         for _attempt in range(_ATTEMPTS):
-            held = self.open_entries.acquire(key)
-            opened = self._open(key) if held is None else held
-            if not isinstance(opened, OpenEntry):
-                return opened  # a miss, or a damaged entry dropped
-            entry = opened
+            entry = self.open_entries.acquire(key)
+            if entry is None:
+                fd = None if opened_ahead is None else opened_ahead.pop(key, None)
+                opened = self._open(key, row, fd)
+                row = _LOOK_UP  # a second attempt asks the index again
+                if not isinstance(opened, OpenEntry):
+                    return opened  # a miss, or a damaged entry dropped
+                entry = opened
             try:
                 if os.fstat(entry.fd).st_nlink == 0:
                     # Evicted, deleted or replaced by another process: not ours to serve.
@@ -217,16 +274,22 @@ class DiskTier:
             return DiskRead(data, whole=whole or entry.layout.compressed)
         return _MISS
 
-    def _open(self, key: str) -> OpenEntry | DiskRead:
-        """Open the key's entry through the index and parse its header (held for a read)."""
-        try:
-            path = self._cache.get(key, read=True)
-        except Exception as exc:  # a database hiccup is a miss
-            log.warning("disk cache lookup of %s failed: %s", key, exc)
+    def _open(self, key: str, row: IndexEntry, fd: int | None = None) -> OpenEntry | DiskRead:
+        """Open the key's entry (unless `fd` is it, opened at `row`) and parse its header (held
+        for a read); a miss, or a damaged entry dropped."""
+        if isinstance(row, str):  # not looked up yet
+            try:
+                row = self.index.lookup([key]).get(key)
+            except Exception as exc:  # a database hiccup is a miss
+                log.warning("disk cache lookup of %s failed: %s", key, exc)
+                row = None
+        if row is None:
+            if fd is not None:
+                os.close(fd)
             return _MISS
-        if not isinstance(path, str):
-            return _MISS
-        fd = self._open_file(path)
+        path = os.path.join(self.directory, row[0])
+        if fd is None:
+            fd = self._open_file(path)
         if fd is None:
             return _MISS
         try:
@@ -277,16 +340,6 @@ class DiskTier:
         """Which of the keys have an entry (one worker-thread hop for a readahead window)."""
         return [key in self for key in keys]
 
-    def load_keys(self) -> DiskKeys:
-        """A filter of every key in the index (pffs.cache.diskkeys)."""
-        keys = DiskKeys(2 * self._index.entry_count())  # room to grow before a rebuild
-        keys.add_rows(self._index.keys_after(0))
-        return keys
-
-    def keys_after(self, rowid: int) -> list[tuple[int, str]]:
-        """(rowid, key) of the index rows added since `rowid`, by any process."""
-        return list(self._index.keys_after(rowid))
-
     def put(self, key: str, data: bytes, source: str) -> bool:
         """Store a block; False when skipped (free-space floor, full disk, any I/O error)."""
         return self.put_batch([(key, data, source)])[0]
@@ -317,7 +370,7 @@ class DiskTier:
         if not written:
             return stored
         try:
-            released = self._index.add([row for _position, row in written])
+            released = self.index.add([row for _position, row in written])
         except Exception as exc:  # the database is locked past its timeout, or failed
             log.warning("disk cache index update of %d blocks skipped: %s", len(written), exc)
             released = [row.filename for _position, row in written]
@@ -362,23 +415,9 @@ class DiskTier:
         return int(self._cache.volume())
 
     def usage_by_source(self) -> Iterator[SourceUsage]:
-        """Blocks and bytes per source (the entries' tag), largest first.
-
-        diskcache has no API for totals per tag, so they are read from its SQLite index in the
-        directory (`diskcache.core.DBNAME`), over a read-only connection of our own: the rows
-        diskcache wrote, committed (it commits every change). A second diskcache.Cache is no
-        way in: opening one writes its settings into the database.
-        """
-        database = os.path.join(str(self._cache.directory), diskcache.core.DBNAME)
-        uri = f"{pathlib.Path(database).absolute().as_uri()}?mode=ro"
-        with contextlib.closing(
-            sqlite3.connect(uri, uri=True, timeout=float(self._cache.timeout))
-        ) as connection:
-            rows = connection.execute(
-                "SELECT tag, COUNT(*), SUM(size) FROM Cache GROUP BY tag ORDER BY SUM(size) DESC"
-            ).fetchall()
-        for tag, blocks, size in rows:
-            yield SourceUsage(str(tag), int(blocks), int(size or 0))
+        """Blocks and bytes per source (the entries' tag), largest first (diskindex.py)."""
+        for tag, blocks, size in usage_by_tag(self.directory, float(self._cache.timeout)):
+            yield SourceUsage(tag, blocks, size)
 
     def clear(self, source: str | None = None) -> int:
         """Remove every block (or one source's); returns how many were removed."""
@@ -399,5 +438,5 @@ class DiskTier:
         if self._stop_sweep is not None:
             self._stop_sweep()
         self.open_entries.close_all()
-        self._index.close()
+        self.index.close()
         self._cache.close()

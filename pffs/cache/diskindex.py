@@ -1,4 +1,4 @@
-"""A batch of disk-tier entries into diskcache's index in one SQLite transaction, by its SQL.
+"""Batches of disk-tier entries into and out of diskcache's index, by its SQL.
 
 diskcache's `Cache.set` costs seven statements and a transaction per entry (a lookup, the row,
 an expiry scan, the page count and the size for its eviction check, BEGIN and COMMIT), and it
@@ -6,19 +6,21 @@ removes the files of rows it replaces or evicts before its caller's transaction 
 write-behind batch instead costs a handful of statements in all: the keys it replaces, one
 DELETE and one INSERT of every row (executemany), one eviction check, and its files removed
 once the transaction has committed (a rollback or a crash then leaves no row naming a removed
-file).
+file). A batch of reads looks its keys up in one SELECT (`lookup`).
 
 The rows are diskcache's own (its schema 5.x: `Cache` with its triggers keeping the count and
 size in `Settings`, the tag index, least-recently-stored eviction by `store_time`), so
 diskcache reads, evicts and deletes them as its own, `pffs cache info` counts them, and several
 processes share the directory through SQLite's locking (BEGIN IMMEDIATE, as diskcache does).
-Each thread has its own connection, set like diskcache's (WAL, synchronous NORMAL, its busy
-timeout).
+Connections come from a small pool (one per call running at once, whatever its thread), each
+set like diskcache's (WAL, synchronous NORMAL, its busy timeout).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import pathlib
 import sqlite3
 import threading
 import time
@@ -49,32 +51,61 @@ class BatchIndex:
         self._database = os.path.join(directory, diskcache.core.DBNAME)
         self._size_limit = size_limit
         self._timeout = timeout
-        self._local = threading.local()
-        self._connections: list[sqlite3.Connection] = []
+        self._connections: list[sqlite3.Connection] = []  # all made, for `close`
+        self._idle: list[sqlite3.Connection] = []
+        self._pid = os.getpid()
         self._lock = threading.Lock()
 
-    def _connection(self) -> sqlite3.Connection:
-        connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
-        if connection is None or getattr(self._local, "pid", None) != os.getpid():
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[sqlite3.Connection]:
+        """A connection for one call, from a pool: as many are made as calls ever ran at once,
+        whichever threads ran them (trio's worker threads come and go; one connection per
+        thread would leave one open behind each thread gone)."""
+        with self._lock:
+            if self._pid != os.getpid():  # a forked child: the parent's are not its to use
+                self._connections, self._idle, self._pid = [], [], os.getpid()
+            connection = self._idle.pop() if self._idle else None
+        if connection is None:
             # autocommit mode: the transaction is ours (BEGIN IMMEDIATE ... COMMIT)
             connection = sqlite3.connect(
                 self._database,
                 timeout=self._timeout,
                 isolation_level=None,
-                check_same_thread=False,  # used by its thread only; `close` may run elsewhere
+                check_same_thread=False,  # one call at a time, from any thread
             )
             connection.execute("PRAGMA synchronous = NORMAL")  # diskcache's setting
-            self._local.connection, self._local.pid = connection, os.getpid()
             with self._lock:
                 self._connections.append(connection)
-        return connection
+        try:
+            yield connection
+        finally:
+            with self._lock:
+                self._idle.append(connection)
+
+    def lookup(self, keys: Sequence[str]) -> dict[str, tuple[str, int]]:
+        """The entries of those keys the index holds: key -> (file, size), in one SELECT (a
+        batch of reads pays one SQLite round trip, not one `Cache.get` per key). Rows read
+        as diskcache's `get` reads them: raw keys, not expired. Raises sqlite3.Error."""
+        if not keys:
+            return {}
+        marks = ",".join("?" * len(keys))
+        with self._connection() as connection:
+            rows = connection.execute(
+                f"SELECT key, filename, size FROM Cache WHERE key IN ({marks}) AND raw = 1"
+                " AND (expire_time IS NULL OR expire_time > ?)",
+                [*keys, time.time()],
+            ).fetchall()
+        return {key: (filename, int(size)) for key, filename, size in rows if filename}
 
     def add(self, rows: Sequence[IndexRow]) -> list[str]:
         """Index the rows (replacing rows of the same keys), evicting the least recently
         stored entries beyond the size limit, in one transaction; the files of the rows it
         replaced or evicted, for the caller to remove (they are unreferenced once this returns).
         Raises sqlite3.Error when the transaction fails; then nothing changed."""
-        connection = self._connection()
+        with self._connection() as connection:
+            return self._add(connection, rows)
+
+    def _add(self, connection: sqlite3.Connection, rows: Sequence[IndexRow]) -> list[str]:
         sql = connection.execute
         latest = {row.key: row for row in rows}  # a key twice in a batch: its last row stays
         released = [row.filename for row in rows if latest[row.key] is not row]
@@ -106,15 +137,18 @@ class BatchIndex:
 
     def entry_count(self) -> int:
         """Rows in the index (diskcache's own count in `Settings`, kept by its triggers)."""
-        rows = self._connection().execute("SELECT value FROM Settings WHERE key = 'count'")
-        ((count,),) = rows.fetchall()
+        with self._connection() as connection:
+            rows = connection.execute("SELECT value FROM Settings WHERE key = 'count'")
+            ((count,),) = rows.fetchall()
         return int(count)
 
     def keys_after(self, rowid: int) -> Iterator[tuple[int, str]]:
-        """(rowid, key) of every row above `rowid`, streamed in rowid order."""
-        yield from self._connection().execute(
-            "SELECT rowid, key FROM Cache WHERE rowid > ? ORDER BY rowid", (rowid,)
-        )
+        """(rowid, key) of every row above `rowid`, streamed in rowid order (the connection is
+        held until the iteration ends: consume it whole)."""
+        with self._connection() as connection:
+            yield from connection.execute(
+                "SELECT rowid, key FROM Cache WHERE rowid > ? ORDER BY rowid", (rowid,)
+            )
 
     def _cull(self, sql: _Execute, added: int) -> list[str]:
         """Delete the oldest rows until the index is within its size limit (as diskcache
@@ -143,6 +177,23 @@ class BatchIndex:
 
     def close(self) -> None:
         with self._lock:
-            connections, self._connections = self._connections, []
+            connections, self._connections, self._idle = self._connections, [], []
         for connection in connections:
             connection.close()
+
+
+def usage_by_tag(directory: str, timeout: float) -> list[tuple[str, int, int]]:
+    """(tag, entries, bytes) of the index in `directory`, largest first.
+
+    diskcache has no API for totals per tag, so they are read from its SQLite index over a
+    read-only connection of our own: the rows diskcache wrote, committed (it commits every
+    change). A second diskcache.Cache is no way in: opening one writes its settings into the
+    database.
+    """
+    database = os.path.join(directory, diskcache.core.DBNAME)
+    uri = f"{pathlib.Path(database).absolute().as_uri()}?mode=ro"
+    with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=timeout)) as connection:
+        rows = connection.execute(
+            "SELECT tag, COUNT(*), SUM(size) FROM Cache GROUP BY tag ORDER BY SUM(size) DESC"
+        ).fetchall()
+    return [(str(tag), int(count), int(size or 0)) for tag, count, size in rows]

@@ -11,6 +11,14 @@ see. Queued blocks are written in batches by at most two writer tasks: one worke
 and one index transaction per batch (DiskTier.put_batch), not per block; a writer finding
 less than a batch waits a few milliseconds for more.
 
+Whole-block reads are batched the same way: a read queues its key, and a reader task takes
+what is queued (up to `_READ_BATCH_BLOCKS` blocks or `_READ_BATCH_BYTES`) into one
+worker-thread hop and one index lookup (DiskTier.get_many, which also has the kernel read the
+batch's entries ahead together). Reads arriving together (the preload engine's files, the
+opens of a data loader's workers) then share a hop and a SELECT instead of paying one each; a
+large block is a batch of its own, and a reader task starts beside the busy ones (up to
+`disk_threads`) while a whole batch is queued, so large blocks are still read several at once.
+
 A random read of a compressed entry gets the whole block from the tier; it is handed to
 `keep_block` (the block cache puts it in the memory tier), so the next reads of that block do
 not decompress it again.
@@ -29,18 +37,19 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TypeVarTuple
 
 import trio
 
 from pffs.cache.background import Background
 from pffs.cache.disk import DiskRead, DiskTier, entry_key
-from pffs.cache.diskkeys import DiskKeys
+from pffs.cache.diskkeys import DiskKeys, keys_after, load_keys
 from pffs.cache.keys import BlockKey
 from pffs.cache.stats import CacheStats
 
 Ts = TypeVarTuple("Ts")
-log = logging.getLogger(__name__)
+log = logging.getLogger("pffs.cache")
 
 # A write-behind batch: up to this many blocks or bytes, whichever comes first, in one worker
 # thread hop and one index transaction (bench/disk_writes.py: a hop costs 130-160 us of CPU, a
@@ -56,6 +65,27 @@ _WRITERS = 2
 # process cached is fetched from the store for at most about this long (one thread hop and an
 # indexed SQLite read per period, against the hop per block the filter saves).
 _FOLLOW_PERIOD = 1.0
+# A batch of whole-block reads: up to this many blocks or bytes (a block of unknown size counts
+# as a whole block), whichever comes first: 16 training files of 100 KiB share a hop, a 4 MiB
+# block is read alone, so warm sequential reads keep several blocks in flight.
+_READ_BATCH_BLOCKS = 16
+_READ_BATCH_BYTES = 2 * 1024 * 1024
+# Before taking a batch short of full, a reader task yields this many times: the tasks its
+# last batch woke land their blocks and start the next loads (a preload item landing frees
+# the room for the next one a few scheduler passes later), whose reads then join this batch.
+# Each pass costs microseconds, and nothing when no other task is runnable.
+_READ_GATHER = 4
+_MISS = DiskRead(None)
+
+
+@dataclass(eq=False)
+class _QueuedRead:
+    """A whole-block read waiting for a batch: its entry key, its size, and what was found."""
+
+    name: str
+    size: int
+    done: trio.Event = field(default_factory=trio.Event)
+    found: DiskRead = _MISS
 
 
 class DiskIO:
@@ -81,6 +111,12 @@ class DiskIO:
         self._pending_bytes = 0
         self._batch_ready = trio.Event()  # set once a whole batch is pending
         self._writers = 0
+        # Whole-block reads waiting for a reader task, the tasks running, and whether one of
+        # them has not taken its first batch yet (it will take what queues meanwhile).
+        self._reads: list[_QueuedRead] = []
+        self._queued_bytes = 0
+        self._readers = 0
+        self._collecting = False
         self.memory_only: set[str] = set()
         # Where a whole block read for a part of it goes (the memory tier), if anywhere.
         self.keep_block: Callable[[BlockKey, bytes], None] | None = None
@@ -124,10 +160,12 @@ class DiskIO:
         started = trio.current_time()
         try:
             if self._keys_read_at == -math.inf or self.keys.full:
-                self.keys = await trio.to_thread.run_sync(self.tier.load_keys, limiter=self.limiter)
+                self.keys = await trio.to_thread.run_sync(
+                    load_keys, self.tier.index, limiter=self.limiter
+                )
             else:
                 rows = await trio.to_thread.run_sync(
-                    self.tier.keys_after, self.keys.last_rowid, limiter=self.limiter
+                    keys_after, self.tier.index, self.keys.last_rowid, limiter=self.limiter
                 )
                 self.keys.add_rows(rows)
             self._keys_read_at = started  # rows committed after the query began are not in it
@@ -136,15 +174,19 @@ class DiskIO:
         finally:
             self._keys_reading = False
 
-    async def get(self, key: BlockKey) -> bytes | None:
-        """The whole block from the tier, or None (a miss is counted)."""
+    async def get(self, key: BlockKey, size: int | None = None) -> bytes | None:
+        """The whole block from the tier, or None (a miss is counted). `size` is the block's
+        length when the caller knows it (small blocks are read in batches)."""
         if self.tier is None or not self.holds(key):
             return None
         name = self.name(key)
         if self._known_absent(name):
             self.stats.disk_misses += 1
             return None
-        found = await self._read(self.tier.get, name)
+        if self._background.attached:
+            found = self._count(await self._read_batched(name, size or self.block_size))
+        else:
+            found = await self._read(self.tier.get, name)
         if found.data is None:
             self.stats.disk_misses += 1
         return found.data
@@ -172,12 +214,92 @@ class DiskIO:
 
     async def _read(self, reader: Callable[[*Ts], DiskRead], *args: *Ts) -> DiskRead:
         """Run a tier read in a worker thread and count what it found."""
-        found = await trio.to_thread.run_sync(reader, *args, limiter=self.limiter)
+        return self._count(await trio.to_thread.run_sync(reader, *args, limiter=self.limiter))
+
+    def _count(self, found: DiskRead) -> DiskRead:
         if found.corrupt:
             self.stats.disk_corrupt += 1
         if found.data is not None:
             self.stats.disk_hits += 1
         return found
+
+    async def _read_batched(self, name: str, size: int) -> DiskRead:
+        """Queue a whole-block read for a reader task and wait for what it found."""
+        queued = _QueuedRead(name, size)
+        self._reads.append(queued)
+        self._queued_bytes += size
+        self._start_reader()
+        try:
+            await queued.done.wait()
+        except BaseException:  # cancelled: a batch not yet taken leaves it out
+            if queued in self._reads:
+                self._reads.remove(queued)
+                self._queued_bytes -= size
+            raise
+        return queued.found
+
+    def _start_reader(self) -> None:
+        """Start a reader task for what is queued: when none runs, or a whole batch waits
+        (large blocks, a burst) and fewer than `disk_threads` run. Less than a batch waits for
+        a running task to come back from its hop and take it with the rest then queued, rather
+        than pay a hop of its own."""
+        if self._collecting or self._readers >= self.limiter.total_tokens:
+            return
+        if self._readers and not self._batch_waiting():
+            return
+        self._readers += 1
+        self._collecting = True
+        self._background.spawn(self._read_batches)
+
+    async def _read_batches(self) -> None:
+        """Read queued blocks in batches until none is left, one worker-thread hop each."""
+        assert self.tier is not None
+        collecting, batch = True, []
+        try:
+            while self._reads:
+                for _ in range(_READ_GATHER):
+                    if self._batch_waiting():
+                        break
+                    await trio.lowlevel.checkpoint()
+                if not self._reads:
+                    break  # another task took them meanwhile
+                batch = self._take_reads()
+                if collecting:
+                    self._collecting = collecting = False
+                if self._batch_waiting():  # another task reads beside this one
+                    self._start_reader()
+                try:
+                    found = await trio.to_thread.run_sync(
+                        self.tier.get_many, [read.name for read in batch], limiter=self.limiter
+                    )
+                except Exception as exc:  # not expected (the tier reports misses): all missed
+                    log.warning("disk cache reads of %d blocks failed: %s", len(batch), exc)
+                    found = [_MISS] * len(batch)
+                for read, result in zip(batch, found, strict=True):
+                    read.found = result
+                    read.done.set()
+                batch = []
+        finally:
+            if collecting:
+                self._collecting = False
+            self._readers -= 1
+            for read in batch:  # cancelled during its hop: its readers see misses
+                read.done.set()
+
+    def _batch_waiting(self) -> bool:
+        return len(self._reads) >= _READ_BATCH_BLOCKS or self._queued_bytes >= _READ_BATCH_BYTES
+
+    def _take_reads(self) -> list[_QueuedRead]:
+        """The oldest queued reads, up to a batch's worth (at least one)."""
+        count, size = 0, 0
+        while count < len(self._reads) and count < _READ_BATCH_BLOCKS:
+            if count and size + self._reads[count].size > _READ_BATCH_BYTES:
+                break
+            size += self._reads[count].size
+            count += 1
+        batch, self._reads = self._reads[:count], self._reads[count:]
+        self._queued_bytes -= size
+        return batch
 
     async def present(self, keys: list[BlockKey]) -> list[bool]:
         """Which of the blocks have an entry (one worker-thread hop for them all)."""

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from pffs.cache.diskindex import BatchIndex
+
 # 10 bits and 7 probes per key: about 1% of absent keys answer "maybe" at full capacity.
 _BITS_PER_KEY = 10
 _PROBES = 7
@@ -67,3 +69,15 @@ class DiskKeys:
     def full(self) -> bool:
         """More keys than it was sized for: its "maybe" answers grow; rebuild it larger."""
         return self.count > self.capacity
+
+
+def load_keys(index: BatchIndex) -> DiskKeys:
+    """A filter of every key in the index, with room to grow before it is rebuilt (blocks)."""
+    keys = DiskKeys(2 * index.entry_count())
+    keys.add_rows(index.keys_after(0))
+    return keys
+
+
+def keys_after(index: BatchIndex, rowid: int) -> list[tuple[int, str]]:
+    """(rowid, key) of the index rows added since `rowid`, by any process (blocks)."""
+    return list(index.keys_after(rowid))

@@ -112,7 +112,7 @@ class Layout:
         return bool(self.flags & _COMPRESSED)
 
 
-def _parse_layout(key: str, region: bytes) -> Layout | None:
+def _parse_layout(key: str, region: bytes | bytearray) -> Layout | None:
     """The layout from an entry's first bytes (header and CRC table), or None if they fail."""
     if len(region) < _HEADER.size:
         return None
@@ -180,8 +180,16 @@ def _pread_exactly(fd: int, size: int, offset: int) -> bytearray | None:
 
 
 def read_block(layout: Layout, fd: int) -> bytes | None:
-    """The whole block of the entry open at `fd`, or None when it is damaged."""
-    payload = _pread_exactly(fd, layout.stored, layout.payload_offset)
+    """The whole block of the entry open at `fd`, or None when it is damaged.
+
+    Read into a bytes object of its own: not zeroed first, its pages touched while the read
+    runs without the GIL (a zeroed buffer costs the GIL holder a page fault per 4 KiB, most of
+    a small block's read; bench/epoch_cpu.py --remount). A short read, rare, is done again
+    into one buffer.
+    """
+    payload: bytes | bytearray | None = os.pread(fd, layout.stored, layout.payload_offset)
+    if payload is not None and len(payload) < layout.stored:
+        payload = _pread_exactly(fd, layout.stored, layout.payload_offset)
     return None if payload is None else _block_from_payload(layout, payload)
 
 

@@ -144,6 +144,9 @@ class OpenEntries:
                 closing += self._retire(key, entry)
         self._close(closing)
 
+    def __contains__(self, key: str) -> bool:
+        return key in self._entries
+
     def __len__(self) -> int:
         return len(self._entries)
 

@@ -125,9 +125,18 @@ class Prefetcher:
             self.background.spawn(self._fetch_span, run, first, count)
 
     async def _find_on_disk(self, run: _Run) -> None:
-        """Start a disk read of each block of the run the disk tier holds (in parallel)."""
+        """Start a disk read of each block of the run the disk tier holds (in parallel).
+
+        A lone block is read at once (a miss then costs what asking costs, and a small file's
+        block rides in a batch of reads); for several, the tier is asked which it holds first,
+        so the missing ones are fetched from the store in runs.
+        """
         wanted = [p for p, (key, _, _) in run.blocks.items() if self.disk.holds(key)]
         if not wanted:
+            return
+        if len(wanted) == 1:  # read here: this task has nothing else to do meanwhile
+            run.on_disk.add(wanted[0])
+            await self._disk_block(run, wanted[0])
             return
         present = await self.disk.present([run.blocks[p][0] for p in wanted])
         for position, here in zip(wanted, present, strict=True):
@@ -138,9 +147,9 @@ class Prefetcher:
                 self.stats.disk_misses += 1
 
     async def _disk_block(self, run: _Run, position: int) -> None:
-        key, _, flight = run.blocks[position]
+        key, size, flight = run.blocks[position]
         try:
-            data = await self.disk.get(key)
+            data = await self.disk.get(key, size)
         except BaseException:
             self._release(run, [position])
             raise
@@ -213,11 +222,15 @@ class Prefetcher:
 
     async def _take_from_disk(self, run: _Run, read: bool) -> None:
         """Land the blocks of the run the disk tier holds (one after another); without `read`,
-        only give up their flights (they are there: nothing to fetch)."""
+        only give up their flights (they are there: nothing to fetch). A lone block to read is
+        read at once, as in `_find_on_disk`."""
         wanted = [p for p, (key, _, _) in run.blocks.items() if self.disk.holds(key)]
         if not wanted:
             return
-        present = await self.disk.present([run.blocks[p][0] for p in wanted])
+        if read and len(wanted) == 1:
+            present = [True]
+        else:
+            present = await self.disk.present([run.blocks[p][0] for p in wanted])
         for position, here in zip(wanted, present, strict=True):
             if not here:
                 self.stats.disk_misses += 1
@@ -225,8 +238,8 @@ class Prefetcher:
             if not read:
                 self._release(run, [position])
                 continue
-            key, _, flight = run.blocks[position]
-            data = await self.disk.get(key)
+            key, size, flight = run.blocks[position]
+            data = await self.disk.get(key, size)
             if data is not None:  # else gone or damaged since: fetched from the store
                 self._land(key, flight, data, "disk")
                 self._release(run, [position])

@@ -123,7 +123,7 @@ def test_a_batch_whose_index_update_fails_half_way_stores_nothing_and_leaves_no_
         # Every row of the batch is in, the replaced row deleted: then the transaction fails.
         raise sqlite3.OperationalError("disk I/O error")
 
-    monkeypatch.setattr(tier._index, "_cull", failing_after_the_rows)
+    monkeypatch.setattr(tier.index, "_cull", failing_after_the_rows)
     # The batch replaces an entry first: its old file must outlive the rollback.
     batch = [_key(index) for index in range(5)]
     blocks = [(before[0], _block(before[0]), "src")] + [(key, _block(key), "src") for key in batch]

@@ -8,7 +8,7 @@ only when a test moves it, so "a second later" is exact however slow the worker 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import trio
@@ -131,16 +131,16 @@ def test_an_old_filter_answers_nothing_until_it_is_read_again(tmp_path: Path) ->
     """An idle mount's filter may have missed what others wrote meanwhile: the index decides."""
     tier, other = _tier(tmp_path), _tier(tmp_path)
     hold_reads = trio.Event()
-    real_keys_after = tier.keys_after
+    real_keys_after = tier.index.keys_after
 
-    def held_keys_after(rowid: int) -> list[tuple[int, str]]:
+    def held_keys_after(rowid: int) -> Iterator[tuple[int, str]]:
         trio.from_thread.run(hold_reads.wait)
         return real_keys_after(rowid)
 
     async def body(disk: DiskIO, clock: trio.testing.MockClock) -> None:
         assert await disk.get(_key(7)) is None
         await _wait_for_keys(disk)
-        tier.keys_after = held_keys_after  # type: ignore[method-assign]
+        tier.index.keys_after = held_keys_after  # type: ignore[method-assign]
         other.put_batch([(disk.name(_key(7)), _data(7), "src")])
         clock.jump(60)  # idle
         # Its refresh is held back, yet the block is found: the old filter is not trusted.

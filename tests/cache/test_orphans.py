@@ -43,7 +43,7 @@ def never_commits(rows):
     print("written", flush=True)
     time.sleep(60)
 
-tier._index.add = never_commits
+tier.index.add = never_commits
 tier.put_batch(batch("orphaned"))
 """
 
