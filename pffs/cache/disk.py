@@ -102,7 +102,7 @@ class DiskRead(NamedTuple):
     whole: bool = False  # data is the whole block (a compressed entry is read whole)
 
 
-_MISS = DiskRead(None)
+MISS = DiskRead(None)  # what a read finds of a block the tier does not hold
 _CORRUPT = DiskRead(None, corrupt=True)
 # An entry that vanished between the index and the read is looked up once more: another
 # process may have replaced it with a fresh copy.
@@ -173,7 +173,7 @@ class DiskTier:
             rows = self.index.lookup(list(unopened)) if unopened else {}
         except Exception as exc:  # a database hiccup is a miss
             log.warning("disk cache lookup of %d blocks failed: %s", len(unopened), exc)
-            return [_MISS] * len(keys)
+            return [MISS] * len(keys)
         opened = self._open_ahead(rows) if len(rows) > 1 else {}
         try:
             return [
@@ -266,13 +266,13 @@ class DiskTier:
             except OSError as exc:  # an unreadable entry is a miss
                 log.warning("disk cache read of %s failed: %s", key, exc)
                 self.open_entries.drop(key)
-                return _MISS
+                return MISS
             finally:
                 self.open_entries.release(entry)
             if data is None:
                 return self._drop_corrupt(key)
             return DiskRead(data, whole=whole or entry.layout.compressed)
-        return _MISS
+        return MISS
 
     def _open(self, key: str, row: IndexEntry, fd: int | None = None) -> OpenEntry | DiskRead:
         """Open the key's entry (unless `fd` is it, opened at `row`) and parse its header (held
@@ -286,18 +286,18 @@ class DiskTier:
         if row is None:
             if fd is not None:
                 os.close(fd)
-            return _MISS
+            return MISS
         path = os.path.join(self.directory, row[0])
         if fd is None:
             fd = self._open_file(path)
         if fd is None:
-            return _MISS
+            return MISS
         try:
             layout = read_layout(key, fd)
         except OSError as exc:  # unreadable now (EIO...): a miss, the entry left to decide later
             log.warning("disk cache read of %s failed: %s", key, exc)
             os.close(fd)
-            return _MISS
+            return MISS
         if layout is None:
             os.close(fd)
             return self._drop_corrupt(key)

@@ -43,7 +43,7 @@ from typing import TypeVarTuple
 import trio
 
 from pffs.cache.background import Background
-from pffs.cache.disk import DiskRead, DiskTier, entry_key
+from pffs.cache.disk import MISS, DiskRead, DiskTier, entry_key
 from pffs.cache.diskkeys import DiskKeys, keys_after, load_keys
 from pffs.cache.keys import BlockKey
 from pffs.cache.stats import CacheStats
@@ -75,7 +75,6 @@ _READ_BATCH_BYTES = 2 * 1024 * 1024
 # the room for the next one a few scheduler passes later), whose reads then join this batch.
 # Each pass costs microseconds, and nothing when no other task is runnable.
 _READ_GATHER = 4
-_MISS = DiskRead(None)
 
 
 @dataclass(eq=False)
@@ -85,7 +84,7 @@ class _QueuedRead:
     name: str
     size: int
     done: trio.Event = field(default_factory=trio.Event)
-    found: DiskRead = _MISS
+    found: DiskRead = MISS
 
 
 class DiskIO:
@@ -274,7 +273,7 @@ class DiskIO:
                     )
                 except Exception as exc:  # not expected (the tier reports misses): all missed
                     log.warning("disk cache reads of %d blocks failed: %s", len(batch), exc)
-                    found = [_MISS] * len(batch)
+                    found = [MISS] * len(batch)
                 for read, result in zip(batch, found, strict=True):
                     read.found = result
                     read.done.set()

@@ -257,26 +257,34 @@ def _counting_batches(monkeypatch: pytest.MonkeyPatch, tier: DiskTier) -> list[i
     return sizes
 
 
+def _read_at_once(
+    disk: DiskIO, background: Background, indexes: range, size: int
+) -> dict[int, bytes | None]:
+    """Read those blocks whole, each in a task of its own, all started together."""
+    got: dict[int, bytes | None] = {}
+
+    async def read(index: int) -> None:
+        got[index] = await disk.get(_block_key(index), size)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            background.attach(nursery)
+            async with trio.open_nursery() as readers:
+                for index in indexes:
+                    readers.start_soon(read, index)
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    return got
+
+
 def test_small_blocks_read_together_share_worker_thread_hops(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     tier = _filled(tmp_path, 40)
     disk, background = _disk_io(tier)
     batches = _counting_batches(monkeypatch, tier)
-    got: dict[int, bytes | None] = {}
-
-    async def read(index: int) -> None:
-        got[index] = await disk.get(_block_key(index), SMALL)
-
-    async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            background.attach(nursery)
-            async with trio.open_nursery() as readers:
-                for index in range(41):  # the last one is not on disk
-                    readers.start_soon(read, index)
-            nursery.cancel_scope.cancel()
-
-    trio.run(main)
+    got = _read_at_once(disk, background, range(41), SMALL)  # the last one is not on disk
     assert got == {**{n: _block(n) for n in range(40)}, 40: None}
     assert sum(batches) == 41 and len(batches) <= 41 // 16 + 2
     assert disk.stats.disk_hits == 40 and disk.stats.disk_misses == 1
@@ -346,20 +354,7 @@ def test_large_blocks_are_read_one_per_hop_several_at_once(
             running -= 1
 
     monkeypatch.setattr(tier, "get_many", overlapping)
-    got: dict[int, bytes | None] = {}
-
-    async def read(index: int) -> None:
-        got[index] = await disk.get(_block_key(index), large)
-
-    async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            background.attach(nursery)
-            async with trio.open_nursery() as readers:
-                for index in range(4):
-                    readers.start_soon(read, index)
-            nursery.cancel_scope.cancel()
-
-    trio.run(main)
+    got = _read_at_once(disk, background, range(4), large)
     assert got == {n: _block(n, large) for n in range(4)}
     assert batches == [1, 1, 1, 1] and most >= 2
     tier.close()
