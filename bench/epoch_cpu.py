@@ -32,33 +32,27 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 from bench.dataset import client
 from bench.epoch import read_epoch
 from bench.remount import FILL_SEED, REMOUNT_SEED
+from bench.scenarios import drop_caches
 from bench.servers import Launcher, Server
+from bench.systems import cpu_seconds
 
 KIB = 1024
 
 
-def _cpu_seconds(pid: int, system_only: bool = False) -> float:
-    """User + system CPU of a process so far, or its system CPU only (/proc/PID/stat)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    user = 0 if system_only else int(fields[11])
-    return (user + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _main_thread_cpu(pid: int) -> float:
-    """User + system CPU of the process's main thread (trio's, in a mount) so far."""
-    fields = Path(f"/proc/{pid}/task/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def _cpu(pid: int, thread: int | None = None, system_only: bool = False) -> float:
+    """The mount's CPU so far (bench.systems.cpu_seconds); it must still be running."""
+    seconds = cpu_seconds(pid, thread, system_only)
+    if seconds is None:
+        raise ProcessLookupError(f"epoch_cpu: the mount (pid {pid}) is gone")
+    return seconds
 
 
 def _drop_page_cache() -> None:
-    try:
-        Path("/proc/sys/vm/drop_caches").write_text("3")
-    except OSError:
+    if not drop_caches():
         print("epoch_cpu: not root, the page cache was not dropped", file=sys.stderr)
 
 
@@ -117,21 +111,21 @@ def _round(
                 stderr=subprocess.DEVNULL,
             )
             time.sleep(1)
-        cpu, system = _cpu_seconds(pid), _cpu_seconds(pid, system_only=True)
-        main_thread = _main_thread_cpu(pid)
+        cpu, system = _cpu(pid), _cpu(pid, system_only=True)
+        main_thread = _cpu(pid, thread=pid)
         rate = read_epoch(mountpoint, keys, size, seed=seed)
-        cpu_epoch = _cpu_seconds(pid) - cpu
-        main_thread = _main_thread_cpu(pid) - main_thread
-        system = _cpu_seconds(pid, system_only=True) - system
+        cpu_epoch = _cpu(pid) - cpu
+        main_thread = _cpu(pid, thread=pid) - main_thread
+        system = _cpu(pid, system_only=True) - system
         if spy is not None:
             spy.send_signal(signal.SIGINT)
             spy.wait()
         memory, again_cpu = "", 0.0
         if again:  # the same set once more, now from the memory tier: the floor to compare with
             _drop_page_cache()
-            before = _cpu_seconds(pid)
+            before = _cpu(pid)
             rate_again = read_epoch(mountpoint, keys, size, seed=seed + 1)
-            again_cpu = _cpu_seconds(pid) - before
+            again_cpu = _cpu(pid) - before
             per_file_again = again_cpu / len(keys) * 1e3
             memory = f"; again from memory {rate_again:5.0f} files/s {per_file_again:5.2f} ms"
     finally:
@@ -140,10 +134,10 @@ def _round(
         umount = subprocess.Popen([sys.executable, "-m", "pffs", "umount", mountpoint])
         cpu_total = cpu_epoch
         while umount.poll() is None:
-            try:
-                cpu_total = _cpu_seconds(pid) - cpu
-            except FileNotFoundError:
-                break
+            used = cpu_seconds(pid)
+            if used is None:
+                break  # exited
+            cpu_total = used - cpu
             time.sleep(0.01)
     per_file = cpu_epoch / len(keys) * 1e3
     with_writes = (cpu_total - again_cpu) / len(keys) * 1e3

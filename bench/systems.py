@@ -116,17 +116,22 @@ def reset_peak_rss(pid: int | None) -> bool:
         return False
 
 
-def cpu_seconds(pid: int | None) -> float | None:
-    """User + system CPU time a process has used so far (/proc/PID/stat, its threads included)."""
+def cpu_seconds(
+    pid: int | None, thread: int | None = None, system_only: bool = False
+) -> float | None:
+    """CPU time a process has used so far (/proc/PID/stat, its threads included), or one of its
+    threads (/proc/PID/task/TID/stat): user + system, or system only. None once it is gone."""
     if pid is None:
         return None
+    path = f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat"
     try:
-        with open(f"/proc/{pid}/stat") as f:
+        with open(path) as f:
             # Fields after the command name (which may hold spaces): utime, stime are 14, 15.
             fields = f.read().rsplit(")", 1)[1].split()
     except OSError:
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    user = 0 if system_only else int(fields[11])
+    return (user + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class System:
