@@ -182,17 +182,19 @@ class BatchIndex:
             connection.close()
 
 
-def usage_by_tag(directory: str, timeout: float) -> list[tuple[str, int, int]]:
-    """(tag, entries, bytes) of the index in `directory`, largest first.
-
-    diskcache has no API for totals per tag, so they are read from its SQLite index over a
-    read-only connection of our own: the rows diskcache wrote, committed (it commits every
-    change). A second diskcache.Cache is no way in: opening one writes its settings into the
-    database.
-    """
+def read_only(directory: str, timeout: float) -> contextlib.closing[sqlite3.Connection]:
+    """A read-only connection of our own to the diskcache index in `directory`, closed on
+    exit: it sees the rows diskcache and the batches committed (both commit every change) and
+    writes nothing. A second diskcache.Cache is no way in: opening one writes its settings."""
     database = os.path.join(directory, diskcache.core.DBNAME)
     uri = f"{pathlib.Path(database).absolute().as_uri()}?mode=ro"
-    with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=timeout)) as connection:
+    return contextlib.closing(sqlite3.connect(uri, uri=True, timeout=timeout))
+
+
+def usage_by_tag(directory: str, timeout: float) -> list[tuple[str, int, int]]:
+    """(tag, entries, bytes) of the index in `directory`, largest first (diskcache has no API
+    for totals per tag)."""
+    with read_only(directory, timeout) as connection:
         rows = connection.execute(
             "SELECT tag, COUNT(*), SUM(size) FROM Cache GROUP BY tag ORDER BY SUM(size) DESC"
         ).fetchall()

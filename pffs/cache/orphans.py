@@ -21,10 +21,8 @@ files are removed, never rows; the index is only read.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import pathlib
 import re
 import sqlite3
 import threading
@@ -33,6 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import diskcache
+
+from pffs.cache.diskindex import read_only
 
 log = logging.getLogger("pffs.cache.orphans")
 
@@ -60,11 +60,9 @@ def sweep_orphans(
 ) -> Swept:
     """Remove the orphaned entry files of the disk tier in `directory`. Stops early, having
     removed what it found so far, once `stop` is set."""
-    database = os.path.join(directory, diskcache.core.DBNAME)
-    if not os.path.exists(database):
+    if not os.path.exists(os.path.join(directory, diskcache.core.DBNAME)):
         return Swept()  # no index: nothing can be told an orphan
-    uri = f"{pathlib.Path(database).absolute().as_uri()}?mode=ro"
-    with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=_TIMEOUT)) as connection:
+    with read_only(directory, _TIMEOUT) as connection:
         connection.execute("CREATE TEMP TABLE candidates(filename TEXT, size INTEGER)")
         cutoff = time.time() - grace
         for name in sorted(os.listdir(directory)):
