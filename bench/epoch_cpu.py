@@ -16,6 +16,7 @@ seed), so every block comes from the disk tier.
     .venv/bin/python -m bench.epoch_cpu --files 1 --size 268435456   # a cold sequential read
     .venv/bin/python -m bench.epoch_cpu --remount --rounds 3         # from the disk tier
     .venv/bin/python -m bench.epoch_cpu --remount --baseline /tmp/base  # against a commit
+    .venv/bin/python -m bench.epoch_cpu --baseline /tmp/base --rounds 3  # cold, against a commit
 
 (/tmp/base: `git archive COMMIT pffs backends | tar -x -C /tmp/base`, then its backends moved
 to /tmp/base/pffs/backends; docs/BENCHMARKS.md, "The remounted second epoch".)
@@ -80,11 +81,13 @@ def _round(
     seed: int = 1,
     source_tree: str | None = None,
     again: bool = False,
+    options: tuple[str, ...] = (),
+    every_thread: bool = False,
 ) -> str:
     mountpoint = tempfile.mkdtemp(dir=root, prefix="mnt-")
     argv = [sys.executable, "-m", "pffs", "mount", f"s3://{bucket}", mountpoint]
     argv += ["--endpoint-url", server.endpoint_url, "--cache-dir", cache]
-    argv += ["--log-file", os.path.join(root, "pffs.log")]
+    argv += ["--log-file", os.path.join(root, "pffs.log"), *options]
     env = server.env()
     if source_tree is not None:
         # Its pffs package found before the installed one: `python -m` puts the working
@@ -99,12 +102,14 @@ def _round(
     if match is None:
         sys.exit(f"epoch_cpu: no pid in {mounted.stdout!r}")
     pid = int(match.group(1))
+    cpu_epoch = 0.0
     try:
         _drop_page_cache()
         spy = None
         if profile is not None:  # py-spy's collapsed stacks of the thread holding the GIL
             # 250 samples a second: enough for an epoch of a few seconds.
-            spy_argv = ["py-spy", "record", "-p", str(pid), "-o", profile, "-f", "raw", "--gil"]
+            spy_argv = ["py-spy", "record", "-p", str(pid), "-o", profile, "-f", "raw"]
+            spy_argv += ["--threads"] if every_thread else ["--gil"]
             spy = subprocess.Popen(
                 [*spy_argv, "--rate", "250"],
                 stdout=subprocess.DEVNULL,
@@ -156,6 +161,11 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=100 * KIB)
     parser.add_argument("--rounds", type=int, default=2, help="of each setting, alternated")
     parser.add_argument("--profile", help="py-spy's collapsed stacks of the disk tier's epoch")
+    parser.add_argument(
+        "--profile-threads",
+        action="store_true",
+        help="profile every busy thread (stacks named by thread), not only the GIL's holder",
+    )
     parser.add_argument("--tier-only", action="store_true", help="no round without the tier")
     parser.add_argument(
         "--remount", action="store_true", help="epochs remounted over one filled cache directory"
@@ -163,8 +173,13 @@ def main() -> None:
     parser.add_argument(
         "--baseline",
         metavar="DIR",
-        help="with --remount: a source tree whose pffs (DIR/pffs, its backends in"
-        " DIR/pffs/backends) runs every other round, to compare two commits interleaved",
+        help="a source tree whose pffs (DIR/pffs, its backends in DIR/pffs/backends) runs"
+        " every other round, to compare two commits interleaved (cold rounds: disk tier only)",
+    )
+    parser.add_argument(
+        "--options",
+        default="",
+        help="more `pffs mount` options for every round, one string (\"--dataset-prefetch off\")",
     )
     args = parser.parse_args()
     if args.baseline is not None and not os.path.isdir(os.path.join(args.baseline, "pffs")):
@@ -177,12 +192,29 @@ def main() -> None:
             if args.remount:
                 _remounted(server, keys, args, root)
                 return
+            options = tuple(args.options.split())
+            settings: list[tuple[str, str | None]] = [("disk tier", None)]
+            if args.baseline is not None:
+                settings.append(("baseline", os.path.abspath(args.baseline)))
+            elif not args.tier_only:
+                settings.append(("--cache-dir none", None))
             for round_ in range(args.rounds):
-                for label in ("disk tier", "--cache-dir none")[: 1 if args.tier_only else 2]:
-                    tier = label == "disk tier"
-                    cache = f"{root}/cache{round_}" if tier else "none"
-                    profile = args.profile if tier else None
-                    figures = _round(server, "epoch", keys, args.size, root, cache, profile)
+                for number, (label, tree) in enumerate(settings):
+                    tier = label != "--cache-dir none"
+                    cache = f"{root}/cache{round_}-{number}" if tier else "none"
+                    profile = args.profile if label == "disk tier" else None
+                    figures = _round(
+                        server,
+                        "epoch",
+                        keys,
+                        args.size,
+                        root,
+                        cache,
+                        profile,
+                        source_tree=tree,
+                        options=options,
+                        every_thread=args.profile_threads,
+                    )
                     print(f"{label:17} round {round_ + 1}: {figures}", flush=True)
         finally:
             server.stop()
@@ -209,6 +241,7 @@ def _remounted(server: Server, keys: list[str], args: argparse.Namespace, root: 
                 seed=REMOUNT_SEED,
                 source_tree=tree,
                 again=True,
+                options=tuple(args.options.split()),
             )
             print(f"{label:17} round {round_ + 1}: {figures}", flush=True)
 
