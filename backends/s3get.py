@@ -42,6 +42,7 @@ import botocore.exceptions
 from botocore.credentials import Credentials
 from botocore.httpsession import get_cert_path
 
+from pffs.backends.s3response import LeanResponse
 from pffs.backends.sigv4 import SigV4Signer
 from pffs.errors import UsageError
 
@@ -145,6 +146,7 @@ class _Connections:
                 connection.set_tunnel(self._netloc, headers=self._proxy[1])
         else:
             connection = http.client.HTTPConnection(host, timeout=self._connect_timeout)
+        connection.response_class = LeanResponse  # headers parsed without the email package
         connection.connect()
         assert connection.sock is not None
         connection.sock.settimeout(self._read_timeout)  # from here on, each read's limit
