@@ -38,6 +38,8 @@ class _Run:
 
     def spans(self, most: int) -> list[tuple[int, int]]:
         """(first, count) of consecutive positions not on disk, at most `most` long each."""
+        if len(self.blocks) == 1 and not self.on_disk:  # a small file: most runs are this
+            return [(next(iter(self.blocks)), 1)]
         spans: list[tuple[int, int]] = []
         for position in sorted(p for p in self.blocks if p not in self.on_disk):
             first, count = spans[-1] if spans else (-2, 0)
@@ -121,7 +123,11 @@ class Prefetcher:
             except BaseException:  # cancelled: what no task took over is given back
                 self._release(run, [p for p in run.blocks if p not in run.on_disk])
                 raise
-        for first, count in run.spans(run_blocks):
+        spans = run.spans(run_blocks)
+        if len(spans) == 1:  # fetched in this task: a task of its own costs a spawn per file
+            await self._fetch_span(run, *spans[0])
+            return
+        for first, count in spans:
             self.background.spawn(self._fetch_span, run, first, count)
 
     async def _find_on_disk(self, run: _Run) -> None:

@@ -133,6 +133,7 @@ class Preloader:
         """Start the engine's dispatcher in `nursery` (cancelling it stops the engine)."""
         self._nursery = nursery
         nursery.start_soon(self._dispatch)
+        nursery.start_soon(self._tick)
 
     @property
     def unread_bytes(self) -> int:
@@ -198,9 +199,14 @@ class Preloader:
         self._changed = trio.Event()
 
     async def _wait_change(self) -> None:
-        # Woken by any change; at least once a second to end idle jobs.
-        with trio.move_on_after(1.0):
-            await self._changed.wait()
+        # Woken by any change, and by `_tick` at least once a second to end idle jobs (one
+        # task's sleep, not a cancel scope around every wait: the dispatcher waits per file).
+        await self._changed.wait()
+
+    async def _tick(self) -> None:
+        while True:
+            await trio.sleep(1.0)
+            self._wake()
 
     async def _dispatch(self) -> None:
         assert self._nursery is not None
