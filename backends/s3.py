@@ -48,7 +48,7 @@ from pffs.backends.s3errors import (
 from pffs.backends.s3get import LeanGetEngine
 from pffs.backends.s3listing import parse_page
 from pffs.backends.s3timestamps import use_fast_timestamps
-from pffs.config import RetryConfig, SourceConfig
+from pffs.config import DatasetConfig, RetryConfig, SourceConfig
 from pffs.errors import (
     Changed,
     NotFound,
@@ -121,7 +121,10 @@ class S3Backend:
             session.get_credentials(),
             self.bucket,
             path_style,
-            config.max_pool_connections,
+            # Idle connections kept: as many as GETs may be in flight, the source's own and
+            # dataset prefetch's (its own limiter). A smaller pool closes the extra ones after
+            # each burst and connects anew (86 connects per 1,000 GETs of a cold epoch).
+            config.max_pool_connections + DatasetConfig.max_concurrency,
             source.connect_timeout,
             source.read_timeout,
             # On AWS itself a bucket of another region is followed there, as boto3 does.

@@ -179,7 +179,7 @@ def main() -> None:
     parser.add_argument(
         "--options",
         default="",
-        help="more `pffs mount` options for every round, one string (\"--dataset-prefetch off\")",
+        help='more `pffs mount` options for every round, one string ("--dataset-prefetch off")',
     )
     args = parser.parse_args()
     if args.baseline is not None and not os.path.isdir(os.path.join(args.baseline, "pffs")):
