@@ -1,0 +1,78 @@
+"""`python -m bench.preload_cpu`: the trio thread's CPU per file of the preload engine.
+
+Not part of the bench suite, and no store: `--files` items of one 100 KiB block each go
+through pffs.cache.preload's engine into a memory-only BlockCache, each fetched in a worker
+thread (pffs.fs.blocking.run_blocking, as a GET is) that returns the bytes at once. What is
+left is the engine's own cost per file: dispatch, flights, the thread hop, landing in memory.
+Run it under another tree's code to compare two commits (see bench.get_cpu).
+
+    .venv/bin/python -m bench.preload_cpu --files 4000
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections.abc import AsyncIterator
+
+import trio
+
+from pffs.cache.blocks import BlockCache
+from pffs.cache.keys import BlockKey, Deliver
+from pffs.cache.preload import Preloader, PreloadItem
+from pffs.config import CacheConfig
+from pffs.fs.blocking import run_blocking
+
+MIB = 1 << 20
+SIZE = 100 * 1024
+
+
+def _item(limiter: trio.CapacityLimiter, number: int, data: bytes) -> PreloadItem:
+    keys = [BlockKey("bench", f"f{number}", "v1", 0)]
+
+    async def fetch_run(first: int, count: int, deliver: Deliver) -> None:
+        await deliver(0, await run_blocking(limiter, bytes, data))  # a copy, as a GET's
+
+    return PreloadItem(("bench", f"f{number}"), keys, [SIZE], fetch_run)
+
+
+async def _run(files: int) -> None:
+    config = CacheConfig(
+        block_size=4 * MIB,
+        memory_bytes=max(64 * MIB, 2 * files * SIZE),
+        disk_dir=None,
+        prefetch_max=32 * MIB,
+        prefetch_budget=256 * MIB,
+    )
+    cache = BlockCache(config)
+    engine = Preloader(cache, budget=64 * MIB, room=1 << 40)
+    limiter = trio.CapacityLimiter(64)
+    data = os.urandom(SIZE)
+
+    async def items() -> AsyncIterator[PreloadItem]:
+        for number in range(files):
+            yield _item(limiter, number, data)
+
+    async with trio.open_nursery() as nursery:
+        cache.attach(nursery)
+        engine.attach(nursery)
+        cpu, wall = time.process_time(), time.perf_counter()
+        engine.add("bench", items(), for_readers=False)
+        await engine.wait_idle()
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+        print(f"{cpu / files * 1e6:6.1f} us of CPU per file, {files / wall:7.0f} files/s")
+        nursery.cancel_scope.cancel()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--files", type=int, default=4000)
+    args = parser.parse_args()
+    if args.files <= 0:
+        parser.error("--files must be above 0")
+    trio.run(_run, args.files)
+
+
+if __name__ == "__main__":
+    main()
