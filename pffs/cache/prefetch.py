@@ -177,10 +177,10 @@ class Prefetcher:
             fetched += len(data)
             self._land(key, flight, data, "store")
             self._release(run, [position])
-            # Waiting for a write slot holds the fetch back: prefetch runs at the disk's pace.
-            await self.disk.write_behind(key, data, wait=True)
+            self.disk.write_behind(key, data)
 
         try:
+            await self.disk.wait_for_room()  # before the request: prefetch at the disk's pace
             await run.fetch(first, count, deliver)
         finally:
             self._release(run, [p for p in range(first, first + count) if p in run.blocks])
