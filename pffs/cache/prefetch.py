@@ -7,8 +7,9 @@ are read from it, in parallel; the others are asked of the store in runs of cons
 one request per run (up to `run_blocks` blocks), and each is handed over as soon as it arrives:
 into memory, to its waiters, and written behind. Before each request a prefetch waits until the
 disk has taken what was handed to it before (DiskIO.wait_for_room), so it runs at the disk's
-pace without ever holding up a request's stream. A block's budget comes back when it lands, or when its flight is given up:
-the store failed (its reader will fetch it and see the error) or the task was cancelled.
+pace without ever holding up a request's stream. A block's budget comes back when it lands, or
+when its flight is given up: the store failed (its reader will fetch it and see the error) or
+the task was cancelled.
 
 The engine also counts what prefetching was worth: blocks used by a reader, and blocks evicted
 from memory before any reader asked for them.
