@@ -339,8 +339,8 @@ class DiskIO:
         fills), which on a far store costs the bandwidth of a round trip. The blocks waiting
         for the disk stay bounded: the slots plus the prefetch budget in flight.
         """
-        if self.tier is None or not self._background.attached:
-            return
+        if self.tier is None or self._write_slots.value > 0:
+            return  # a free slot means nobody waits for one (no schedule point: every file asks)
         async with self._write_slots:  # FIFO: behind every block already waiting for a slot
             pass
 
