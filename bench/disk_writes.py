@@ -199,7 +199,8 @@ def _whole(root: str, blocks: list[bytes], compress: bool) -> dict[str, float]:
 
                 async def writer(first: int) -> None:
                     for n in range(first, count, tasks):
-                        await disk.write_behind(keys_io[n], blocks[n], wait=True)
+                        await disk.wait_for_room()
+                        disk.write_behind(keys_io[n], blocks[n])
 
                 async with trio.open_nursery() as inner:
                     for first in range(tasks):

@@ -205,7 +205,7 @@ class BlockCache:
             self._flights.abandon(key, flight, exc if isinstance(exc, Exception) else None)
             raise
         if fetched:
-            await self._disk.write_behind(key, data, wait=False)
+            self._disk.write_behind(key, data)
         return data
 
     def is_cached_or_coming(self, key: BlockKey) -> bool:

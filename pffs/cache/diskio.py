@@ -4,10 +4,11 @@ DiskTier (disk.py) blocks; here each of its calls runs through `trio.to_thread.r
 under one limiter (`disk_threads` at once), and what it found is counted in CacheStats. The
 one exception is a random read the tier can serve without waiting (an open entry, its chunks
 in the page cache): it is tried first, in the trio task, since a thread hop costs more CPU
-than the read. A block fetched from the store is written behind: a reader's block queues for
-a write slot in the background, a prefetch waits for one (prefetching then runs at the disk's
-pace). The slots cap the blocks waiting for the disk, memory the memory tier's bound does not
-see. Queued blocks are written in batches by at most two writer tasks: one worker-thread hop
+than the read. A block fetched from the store is written behind: it queues for a write slot in
+the background, and a prefetch waits for the disk's backlog before its request
+(`wait_for_room`: prefetching then runs at the disk's pace). The slots, with the prefetch
+budget, cap the blocks waiting for the disk, memory the memory tier's bound does not see.
+Queued blocks are written in batches by at most two writer tasks: one worker-thread hop
 and one index transaction per batch (DiskTier.put_batch), not per block; a writer finding
 less than a batch waits a few milliseconds for more.
 
@@ -313,18 +314,14 @@ class DiskIO:
 
     # --- writing -----------------------------------------------------------------------------
 
-    async def write_behind(self, key: BlockKey, data: bytes, wait: bool) -> None:
-        """Store a fetched block on disk; a reader never waits for it, a prefetch may.
+    def write_behind(self, key: BlockKey, data: bytes) -> None:
+        """Store a fetched block on disk, behind: nobody waits for it.
 
-        Blocks waiting for the disk are memory the bound does not see, so their number is
-        capped: a prefetch waits for a free slot (prefetching then runs at the disk's pace),
-        a reader's block queues for one in the background.
+        It takes a write slot at once when one is free, else a background task waits for one.
+        Blocks waiting for the disk are memory the memory tier's bound does not see: prefetches
+        bound them by asking `wait_for_room` before each request (see there).
         """
         if not self.holds(key) or not self._background.attached:
-            return
-        if wait:
-            await self._write_slots.acquire()
-            self._queue(key, data)
             return
         try:  # a free slot: queued at once, without a background task to wait for one
             self._write_slots.acquire_nowait()
@@ -332,6 +329,20 @@ class DiskIO:
             self._background.spawn(self._queue_when_free, key, data)
         else:
             self._queue(key, data)
+
+    async def wait_for_room(self) -> None:
+        """Wait until every block handed to `write_behind` so far has a write slot and one is
+        free: prefetching then runs at the disk's pace.
+
+        A prefetch asks before its request, not while the request's body streams in: a
+        stream stalled on the disk stalls the store's connection too (its receive window
+        fills), which on a far store costs the bandwidth of a round trip. The blocks waiting
+        for the disk stay bounded: the slots plus the prefetch budget in flight.
+        """
+        if self.tier is None or self._write_slots.value > 0:
+            return  # a free slot means nobody waits for one (no schedule point: every file asks)
+        async with self._write_slots:  # FIFO: behind every block already waiting for a slot
+            pass
 
     async def _queue_when_free(self, key: BlockKey, data: bytes) -> None:
         await self._write_slots.acquire()

@@ -5,9 +5,11 @@ reader arriving first waits for it), as long as the global budget of prefetch by
 allows; the rest of the window is skipped. Then, in the background: blocks the disk tier holds
 are read from it, in parallel; the others are asked of the store in runs of consecutive blocks,
 one request per run (up to `run_blocks` blocks), and each is handed over as soon as it arrives:
-into memory, to its waiters, and written behind (a prefetch waits for a write slot, so it runs
-at the disk's pace). A block's budget comes back when it lands, or when its flight is given up:
-the store failed (its reader will fetch it and see the error) or the task was cancelled.
+into memory, to its waiters, and written behind. Before each request a prefetch waits until the
+disk has taken what was handed to it before (DiskIO.wait_for_room), so it runs at the disk's
+pace without ever holding up a request's stream. A block's budget comes back when it lands, or
+when its flight is given up: the store failed (its reader will fetch it and see the error) or
+the task was cancelled.
 
 The engine also counts what prefetching was worth: blocks used by a reader, and blocks evicted
 from memory before any reader asked for them.
@@ -183,10 +185,10 @@ class Prefetcher:
             fetched += len(data)
             self._land(key, flight, data, "store")
             self._release(run, [position])
-            # Waiting for a write slot holds the fetch back: prefetch runs at the disk's pace.
-            await self.disk.write_behind(key, data, wait=True)
+            self.disk.write_behind(key, data)
 
         try:
+            await self.disk.wait_for_room()  # before the request: prefetch at the disk's pace
             await run.fetch(first, count, deliver)
         finally:
             self._release(run, [p for p in range(first, first + count) if p in run.blocks])

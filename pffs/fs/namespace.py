@@ -162,6 +162,8 @@ class Namespace:
         inode = self.inodes.known(path)
         if inode is not None and inode.expires > self.now():
             return inode
+        if self._listed_lately(path):
+            return self.remember(path, ObjectInfo(name, 0, self.mount_time, None, is_dir=True))
         running = self._listing_for(parent_path)
         if running is not None and not running.first_chunk.is_set():
             # Its first page costs one round trip, as our own HEAD would: wait for it and ask
@@ -182,6 +184,19 @@ class Namespace:
                 raise
             return stale
         return self.remember(path, info)
+
+    def _listed_lately(self, path: str) -> bool:
+        """Whether `path` was a directory within the TTL by its own listing, taken then.
+
+        A lookup after the kernel forgot a directory (`ls -l dir` then `stat dir/*` a while
+        later, or a job reopening files of a class directory) would otherwise ask the store
+        about it (a HEAD and a LIST) when its parent's listing has expired or was never taken.
+        But a directory is listed only once resolved as one, and its listing, fresh and holding
+        entries, says the prefix has objects under it: it is a directory as surely as an inode
+        whose attributes have not expired.
+        """
+        listing = self.listings.fresh(path)
+        return listing is not None and bool(listing.names)
 
     def _known_while_offline(self, path: str, exc: Transient) -> TableInode | None:
         """What is known of `path` when the store cannot be asked: the inode, else the entry of

@@ -281,10 +281,11 @@ def test_write_behind_writes_blocks_in_batches(tmp_path: Path) -> None:
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             disk._background.attach(nursery)
-            for key in keys[:20]:  # prefetched blocks: each waits for a write slot
-                await disk.write_behind(key, _block(disk.name(key)), wait=True)
+            for key in keys[:20]:  # prefetched blocks: each waits for the disk's backlog
+                await disk.wait_for_room()
+                disk.write_behind(key, _block(disk.name(key)))
             for key in keys[20:]:  # a reader's blocks: queued in the background
-                await disk.write_behind(key, _block(disk.name(key)), wait=False)
+                disk.write_behind(key, _block(disk.name(key)))
             await disk._background.idle()
             nursery.cancel_scope.cancel()
 
@@ -310,7 +311,8 @@ def test_write_behind_counts_a_skipped_block_and_frees_its_slot(tmp_path: Path) 
             for index in range(10):
                 key = BlockKey("src", "p", "v", index)
                 with trio.fail_after(10):
-                    await disk.write_behind(key, b"x" * 100, wait=True)
+                    await disk.wait_for_room()
+                disk.write_behind(key, b"x" * 100)
             await disk._background.idle()
             nursery.cancel_scope.cancel()
 

@@ -159,7 +159,7 @@ def test_this_process_writes_are_known_at_once(tmp_path: Path) -> None:
     async def body(disk: DiskIO, clock: trio.testing.MockClock) -> None:
         assert await disk.get(_key(1)) is None
         await _wait_for_keys(disk)
-        await disk.write_behind(_key(1), _data(1), wait=True)
+        disk.write_behind(_key(1), _data(1))
         while disk._pending:  # a writer waits a little for more blocks: let that time pass
             clock.jump(0.01)
             await trio.sleep(0)

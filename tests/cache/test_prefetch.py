@@ -3,6 +3,8 @@ disk-tier lookups, failures and cancellation."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 import trio
@@ -268,3 +270,71 @@ def test_memory_only_sources_never_look_at_the_disk(tmp_path: Path) -> None:
     assert sorted(runs.requests) == [(0, 4), (4, 2)]
     stats = cache.stats
     assert stats.disk_hits == 0 and stats.disk_misses == 0 and stats.disk_writes == 0
+
+
+def _held_disk(cache: BlockCache) -> threading.Event:
+    """Make the cache's disk tier hold every batch write until the returned event is set."""
+    assert cache.disk is not None
+    free = threading.Event()
+    real_put_batch = cache.disk.put_batch
+
+    def held(blocks: Sequence[tuple[str, bytes, str]]) -> list[bool]:
+        free.wait(30)
+        return real_put_batch(blocks)
+
+    cache.disk.put_batch = held  # type: ignore[method-assign]
+    return free
+
+
+def test_a_slow_disk_never_stalls_a_request_in_the_middle(tmp_path: Path) -> None:
+    # Two write slots (disk_threads=1), a run of six blocks, a disk that takes none of them
+    # yet: every block of the run still lands, since the run's stream is never held up by the
+    # disk (on a far store that would stall the connection too); all are written afterwards.
+    cache = BlockCache(cache_config(tmp_path, fetch_size=6 * BLOCK, disk_threads=1))
+    free = _held_disk(cache)
+    runs = Runs()
+    calls: list[int] = []
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            cache.attach(nursery)
+            try:
+                assert cache.prefetch(keys(6), [BLOCK] * 6, runs, coalesce=True) == 6
+                with trio.fail_after(10):
+                    for index, key in enumerate(keys(6)):
+                        assert await cache.read(key, fetcher(index, calls)) == block_of(index)
+            finally:
+                free.set()
+            await cache.flush()
+
+    trio.run(main)
+    cache.close()
+    assert runs.requests == [(0, 6)] and calls == []
+    assert cache.stats.disk_writes == 6
+
+
+def test_a_prefetch_waits_for_the_disks_backlog_before_its_request(tmp_path: Path) -> None:
+    cache = BlockCache(cache_config(tmp_path, fetch_size=4 * BLOCK, disk_threads=1))
+    free = _held_disk(cache)
+    first, second = Runs(), Runs(base=4)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            cache.attach(nursery)
+            try:
+                assert cache.prefetch(keys(4), [BLOCK] * 4, first, coalesce=True) == 4
+                with trio.fail_after(10):
+                    while len(cache.memory) < 4:  # the first window lands
+                        await trio.sleep(0.01)
+                # Its four blocks wait for a disk with two slots: the next window waits its turn.
+                assert cache.prefetch(keys(4, 4), [BLOCK] * 4, second, coalesce=True) == 4
+                await trio.sleep(0.2)
+                assert second.requests == []
+            finally:
+                free.set()
+            await cache.flush()
+
+    trio.run(main)
+    cache.close()
+    assert first.requests == [(0, 4)] and second.requests == [(0, 4)]
+    assert cache.stats.disk_writes == 8
