@@ -14,6 +14,10 @@ parent directory, its name, its attributes packed by pffs.fs.packed, when they e
 kernel's references); a path is the parent's path and the name, the paths of the directories
 with inodes under them being kept. So a child is found from its path's digest, the one way to
 its number, with no index by path. An `Inode` handed out is a view of the record by number.
+
+A record is found by number through an open-addressing index (pffs.fs.slotindex): an array
+of slots keyed by the number's low bits, 4 to 8 bytes an inode, where a dict from number to
+slot cost about 100 (the dict's entry and an int object for the number and for the slot).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from pffs.backends.base import ObjectInfo
 from pffs.errors import NotFound
 from pffs.fs.inodeviews import FixedInode, Inode, TableInode
 from pffs.fs.packed import PackedInfos
+from pffs.fs.slotindex import SlotIndex
 
 # The views are pffs.fs.inodeviews's; they are named here too, where callers look for inodes.
 __all__ = ["ROOT_INODE", "FixedInode", "Inode", "InodeTable", "TableInode", "path_number"]
@@ -66,8 +71,9 @@ class InodeTable:
     """
 
     def __init__(self, root_info: ObjectInfo) -> None:
-        self._slot_of: dict[int, int] = {}
         self.inos: array[int] = array("q")
+        # Slots by number: the numbers are the `inos` column, which the index reads.
+        self._slot_of = SlotIndex(self.inos)
         self._parents: array[int] = array("q")
         self._children: array[int] = array("I")
         self.names: list[str] = []
@@ -98,20 +104,22 @@ class InodeTable:
     def slot(self, ino: int) -> int:
         """The slot of live inode `ino`."""
         slot = self._slot_of.get(ino)
-        if slot is None or self.flags[slot] & _RELEASED:
+        if slot < 0 or self.flags[slot] & _RELEASED:
             raise NotFound(f"inode {ino} is not known")
         return slot
 
     def live(self, ino: int) -> bool:
         slot = self._slot_of.get(ino)
-        return slot is not None and not self.flags[slot] & _RELEASED
+        return slot >= 0 and not self.flags[slot] & _RELEASED
 
     def get(self, ino: int) -> TableInode:
         return TableInode(self, ino, self.slot(ino))
 
     def numbers(self) -> list[int]:
         """The numbers of the live inodes."""
-        return [ino for ino, slot in self._slot_of.items() if not self.flags[slot] & _RELEASED]
+        return [
+            self.inos[slot] for slot in self._slot_of.slots() if not self.flags[slot] & _RELEASED
+        ]
 
     def path_of(self, slot: int) -> str:
         if slot == _ROOT_SLOT:
@@ -146,12 +154,12 @@ class InodeTable:
         if ino is None:
             ino = path_number(path) if number is None else number
         slot = self._slot_of.get(ino)
-        if slot is None or not self.flags[slot] & _BOUND:
+        if slot < 0 or not self.flags[slot] & _BOUND:
             return None
         if slot == _ROOT_SLOT:
             return slot if path == "" else None
         parent_path, _, name = path.rpartition("/")
-        parent_slot = self._slot_of[self._parents[slot]]
+        parent_slot = self._slot_of.get(self._parents[slot])
         if (
             self.names[slot] != name
             or not self.flags[parent_slot] & _BOUND
@@ -193,7 +201,7 @@ class InodeTable:
         name, hints, flags = listing.names[index], listing.inos, self.flags
         slot = self._slot_of.get(hints[index])
         if (
-            slot is None
+            slot < 0
             or self._parents[slot] != parent
             or self.names[slot] != name
             or not flags[slot] & _BOUND
@@ -220,7 +228,7 @@ class InodeTable:
         if name != last:
             name = last
         parent = self._parent_of(parent_path) if parent is None else self._count_child(parent)
-        ino = next(self._spare_numbers) if number in self._slot_of else number
+        ino = next(self._spare_numbers) if self._slot_of.get(number) >= 0 else number
         slot = self._new_record(ino, parent, name)
         if ino != number:
             self._renumbered[path] = ino
@@ -241,7 +249,7 @@ class InodeTable:
 
     def _count_child(self, parent: int) -> int:
         """Count one more record under `parent` (a number), whose path is kept while any is."""
-        slot = self._slot_of[parent]
+        slot = self._slot_of.get(parent)
         self._children[slot] += 1
         if self._children[slot] == 1:
             self._parent_paths[parent] = self.path_of(slot)
@@ -254,7 +262,7 @@ class InodeTable:
         self.inos[slot], self._parents[slot], self._children[slot] = ino, parent, 0
         self.names[slot] = name
         self.expiries[slot], self.lookups[slot], self.flags[slot] = 0.0, 0, _BOUND
-        self._slot_of[ino] = slot
+        self._slot_of.add(slot)
         return slot
 
     def _grow(self) -> None:
@@ -276,7 +284,7 @@ class InodeTable:
         """Nothing holds `inode` any more: it is freed, or kept released while inodes under it
         are (its path is needed for theirs)."""
         slot = self._slot_of.get(inode.ino)
-        if slot is None or slot == _ROOT_SLOT:
+        if slot < 0 or slot == _ROOT_SLOT:
             return
         self.flags[slot] |= _RELEASED
         if self._children[slot] == 0:
@@ -290,14 +298,14 @@ class InodeTable:
                 path = self.path_of(slot)
                 if self._renumbered.get(path) == ino:
                     del self._renumbered[path]
-            del self._slot_of[ino]
+            self._slot_of.remove(slot)
             self._parent_paths.pop(ino, None)
             self.names[slot] = ""
             self.infos.clear(slot)
             self.flags[slot] = _RELEASED  # views of it see it freed
             self._free.append(slot)
             self.frees += 1
-            slot = self._slot_of[parent]
+            slot = self._slot_of.get(parent)
             self._children[slot] -= 1
             if self._children[slot] > 0:
                 break
@@ -310,7 +318,7 @@ class InodeTable:
     def _compact(self) -> None:
         """Move the records to the lowest slots and shrink the columns: what the kernel forgot
         costs nothing afterwards (numbers, not slots, are what other records refer to)."""
-        live = sorted(self._slot_of.values())
+        live = sorted(self._slot_of.slots())
         for target, source in enumerate(live):
             if source != target:
                 self.inos[target] = self.inos[source]
@@ -321,13 +329,13 @@ class InodeTable:
                 self.expiries[target] = self.expiries[source]
                 self.lookups[target] = self.lookups[source]
                 self.flags[target] = self.flags[source]
-                self._slot_of[self.inos[target]] = target
         length = len(live)
         for column in (self.inos, self._parents, self._children, self.expiries, self.lookups):
             del column[length:]
         del self.names[length:], self.flags[length:]
         self.infos.truncate(length)
         self._free = array("q")
+        self._slot_of.rebuild(length)
         self.frees += 1
 
     def forget_path(self, path: str) -> TableInode | None:
@@ -364,7 +372,7 @@ class InodeTable:
         new_parent = self._parent_of(new_parent_path)  # counted before the old one lets go
         old_parent = self._parents[slot]
         self._parents[slot], self.names[slot] = new_parent, new_name
-        old_parent_slot = self._slot_of[old_parent]
+        old_parent_slot = self._slot_of.get(old_parent)
         self._children[old_parent_slot] -= 1
         if self._children[old_parent_slot] == 0:
             del self._parent_paths[old_parent]
@@ -372,7 +380,7 @@ class InodeTable:
                 self._free_record(old_parent_slot)
         for path, ino in moved:
             renamed = new_path + path[len(old_path) :]
-            record = self._slot_of[ino]
+            record = self._slot_of.get(ino)
             if ino in self._parent_paths:
                 self._parent_paths[ino] = renamed
             if self.flags[record] & _RENUMBERED:
