@@ -8,9 +8,9 @@ see one file. When that number is taken by another inode of the table (a digest 
 the path's earlier file, deleted while the kernel still holds it), a number from a counter is
 used instead, never a digest's; so is the old number of an entry renamed.
 
-The table is built for a million inodes (issue 18): no Python object per inode but its number
-and its name. An inode is a record in columns addressed by a slot number (the number of its
-parent directory, its name, its attributes packed by pffs.fs.packed, when they expire, the
+The table is built for a million inodes (issue 18): no Python object per inode. An inode is
+a record in columns addressed by a slot number (the number of its parent directory, its name
+packed by pffs.fs.names, its attributes packed by pffs.fs.packed, when they expire, the
 kernel's references); a path is the parent's path and the name, the paths of the directories
 with inodes under them being kept. So a child is found from its path's digest, the one way to
 its number, with no index by path. An `Inode` handed out is a view of the record by number.
@@ -30,6 +30,7 @@ from typing import Protocol
 from pffs.backends.base import ObjectInfo
 from pffs.errors import NotFound
 from pffs.fs.inodeviews import FixedInode, Inode, TableInode
+from pffs.fs.names import PackedNames, encode
 from pffs.fs.packed import PackedInfos
 from pffs.fs.slotindex import SlotIndex
 
@@ -56,7 +57,7 @@ def path_number(path: str) -> int:
 class Listed(Protocol):
     """What remember_listed reads of a directory listing (pffs.fs.listings.DirListing)."""
 
-    names: list[str]
+    names: PackedNames
     infos: PackedInfos
     # The inode number last seen for each entry, 0 for none: a hint, checked before use.
     inos: array[int]
@@ -76,7 +77,7 @@ class InodeTable:
         self._slot_of = SlotIndex(self.inos)
         self._parents: array[int] = array("q")
         self._children: array[int] = array("I")
-        self.names: list[str] = []
+        self.names = PackedNames()
         self.infos = PackedInfos()
         self.expiries: array[float] = array("d")
         self.lookups: array[int] = array("q")
@@ -161,7 +162,7 @@ class InodeTable:
         parent_path, _, name = path.rpartition("/")
         parent_slot = self._slot_of.get(self._parents[slot])
         if (
-            self.names[slot] != name
+            not self.names.equals(slot, encode(name))
             or not self.flags[parent_slot] & _BOUND
             or self._parent_paths[self._parents[slot]] != parent_path
         ):
@@ -182,7 +183,7 @@ class InodeTable:
 
     def remember(self, path: str, info: ObjectInfo, expires: float) -> TableInode:
         """The inode for `path`, created or refreshed with `info`."""
-        slot = self._bound_slot(path, info.name, None)
+        slot = self._bound_slot(path, None)
         self.set_info(slot, info)
         self.expiries[slot] = expires
         return TableInode(self, self.inos[slot], slot)
@@ -198,15 +199,15 @@ class InodeTable:
         """As remember, with entry `index` of a listing of directory `parent` (a number): no
         ObjectInfo is made, and the inode number the listing noted for the entry spares the
         path's digest. Lookups and readdir answered from a listing are the common case."""
-        name, hints, flags = listing.names[index], listing.inos, self.flags
+        hints, flags = listing.inos, self.flags
         slot = self._slot_of.get(hints[index])
         if (
             slot < 0
             or self._parents[slot] != parent
-            or self.names[slot] != name
+            or not self.names.same(slot, listing.names, index)
             or not flags[slot] & _BOUND
         ):
-            slot = self._bound_slot(path, name, parent)
+            slot = self._bound_slot(path, parent)
             hints[index] = self.inos[slot]
         flags[slot] &= ~_RELEASED
         if flags[slot] & _KERNEL_PAGES and not self.infos.same_as(slot, listing.infos, index):
@@ -215,18 +216,16 @@ class InodeTable:
         self.expiries[slot] = expires
         return TableInode(self, self.inos[slot], slot)
 
-    def _bound_slot(self, path: str, name: str, parent: int | None) -> int:
+    def _bound_slot(self, path: str, parent: int | None) -> int:
         """The slot of the record `path` is bound to, taken back if released; a new record,
-        its attributes yet to be set, when there is none. `name` is the last component (its
-        string is kept when equal), `parent` the directory's number when the caller has it."""
+        its attributes yet to be set, when there is none. `parent` is the directory's number
+        when the caller has it."""
         number = path_number(path)
         slot = self._find(path, number)
         if slot is not None:
             self.flags[slot] &= ~_RELEASED
             return slot
-        parent_path, _, last = path.rpartition("/")
-        if name != last:
-            name = last
+        parent_path, _, name = path.rpartition("/")
         parent = self._parent_of(parent_path) if parent is None else self._count_child(parent)
         ino = next(self._spare_numbers) if self._slot_of.get(number) >= 0 else number
         slot = self._new_record(ino, parent, name)
@@ -260,7 +259,7 @@ class InodeTable:
             self._grow()
         slot = self._free.pop()
         self.inos[slot], self._parents[slot], self._children[slot] = ino, parent, 0
-        self.names[slot] = name
+        self.names.set(slot, name)
         self.expiries[slot], self.lookups[slot], self.flags[slot] = 0.0, 0, _BOUND
         self._slot_of.add(slot)
         return slot
@@ -273,7 +272,7 @@ class InodeTable:
         for column in (self.inos, self._parents, self._children, self.lookups):
             column.frombytes(bytes(count * column.itemsize))  # zeros
         self.expiries.frombytes(bytes(count * self.expiries.itemsize))
-        self.names.extend([""] * count)
+        self.names.extend_blank(count)
         self.flags.extend(bytes([_RELEASED]) * count)  # free, as _free_record leaves them
         self.infos.extend_blank(count)
         self._free.extend(range(start + count - 1, start - 1, -1))  # the lowest first
@@ -300,7 +299,7 @@ class InodeTable:
                     del self._renumbered[path]
             self._slot_of.remove(slot)
             self._parent_paths.pop(ino, None)
-            self.names[slot] = ""
+            self.names.set(slot, "")
             self.infos.clear(slot)
             self.flags[slot] = _RELEASED  # views of it see it freed
             self._free.append(slot)
@@ -324,7 +323,7 @@ class InodeTable:
                 self.inos[target] = self.inos[source]
                 self._parents[target] = self._parents[source]
                 self._children[target] = self._children[source]
-                self.names[target] = self.names[source]
+                self.names.move(source, target)
                 self.infos.move(source, target)
                 self.expiries[target] = self.expiries[source]
                 self.lookups[target] = self.lookups[source]
@@ -332,7 +331,8 @@ class InodeTable:
         length = len(live)
         for column in (self.inos, self._parents, self._children, self.expiries, self.lookups):
             del column[length:]
-        del self.names[length:], self.flags[length:]
+        del self.flags[length:]
+        self.names.truncate(length)
         self.infos.truncate(length)
         self._free = array("q")
         self._slot_of.rebuild(length)
@@ -371,7 +371,8 @@ class InodeTable:
         new_parent_path, _, new_name = new_path.rpartition("/")
         new_parent = self._parent_of(new_parent_path)  # counted before the old one lets go
         old_parent = self._parents[slot]
-        self._parents[slot], self.names[slot] = new_parent, new_name
+        self._parents[slot] = new_parent
+        self.names.set(slot, new_name)
         old_parent_slot = self._slot_of.get(old_parent)
         self._children[old_parent_slot] -= 1
         if self._children[old_parent_slot] == 0:

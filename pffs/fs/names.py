@@ -1,0 +1,134 @@
+"""Names packed in one byte string: no Python object per name.
+
+A name kept as a Python str costs 49 bytes and its length, and 8 more for each list holding
+it; a million-entry tree walked once keeps one per inode (issue 18). Here a name is its UTF-8
+bytes in a shared `bytearray` and 6 bytes of position (start and length): a 7-character name
+costs 13 bytes instead of 64. Names that are not valid UTF-8 (a local file named with other
+bytes reaches Python with surrogate escapes) go through the same escapes both ways, and the
+bytes' order is the names' order (UTF-8 keeps code point order), which is the order S3 lists
+in. The directory listings (pffs.fs.listings) and the inode table's `names` column
+(pffs.fs.inodes) are each one `PackedNames`; a name is made a str again only when asked.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterator
+
+_MAX_LENGTH = 0xFFFF  # a name's length is kept in 2 bytes; stores allow 1,024 for a key
+# Rewrite the bytes once more than half are names since overwritten, and at least this many.
+_REPACK_GARBAGE = 1 << 16
+
+
+def encode(name: str) -> bytes:
+    """A name as kept: UTF-8, with surrogate escapes for what was not UTF-8 to begin with."""
+    return name.encode("utf-8", "surrogateescape")
+
+
+class PackedNames:
+    """Names by index: appended, overwritten, compared and found without making a str."""
+
+    __slots__ = ("_bytes", "_garbage", "_lengths", "_starts")
+
+    def __init__(self) -> None:
+        self._bytes = bytearray()
+        self._starts: array[int] = array("I")
+        self._lengths: array[int] = array("H")
+        self._garbage = 0  # bytes of names since overwritten
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+    def __iter__(self) -> Iterator[str]:
+        return (self[index] for index in range(len(self._starts)))
+
+    def __getitem__(self, index: int) -> str:
+        start = self._starts[index]
+        return self._bytes[start : start + self._lengths[index]].decode("utf-8", "surrogateescape")
+
+    def encoded(self, index: int) -> bytes:
+        start = self._starts[index]
+        return bytes(self._bytes[start : start + self._lengths[index]])
+
+    def equals(self, index: int, encoded: bytes) -> bool:
+        """Whether the name at `index` is `encoded` (as `encode` gives it)."""
+        length = self._lengths[index]
+        if length != len(encoded):
+            return False
+        start = self._starts[index]
+        return self._bytes[start : start + length] == encoded
+
+    def same(self, index: int, other: PackedNames, other_index: int) -> bool:
+        """Whether the name at `index` is the one at `other_index` of `other`."""
+        length = self._lengths[index]
+        if length != other._lengths[other_index]:
+            return False
+        start, other_start = self._starts[index], other._starts[other_index]
+        return (
+            self._bytes[start : start + length] == other._bytes[other_start : other_start + length]
+        )
+
+    def append(self, name: str | bytes) -> None:
+        """Add a name (a str, or bytes as `encode` gives) at the end."""
+        self._starts.append(0)
+        self._lengths.append(0)
+        self.set(len(self._starts) - 1, name)
+
+    def extend_blank(self, count: int) -> None:
+        """Add `count` empty names at the end, to be set."""
+        self._starts.frombytes(bytes(count * self._starts.itemsize))
+        self._lengths.frombytes(bytes(count * self._lengths.itemsize))
+
+    def set(self, index: int, name: str | bytes) -> None:
+        """Overwrite the name at `index`."""
+        encoded = encode(name) if isinstance(name, str) else name
+        if len(encoded) > _MAX_LENGTH:
+            raise ValueError(f"a name of {len(encoded):,} bytes is too long (at most 65,535)")
+        self._garbage += self._lengths[index]
+        self._starts[index] = len(self._bytes)
+        self._lengths[index] = len(encoded)
+        self._bytes += encoded
+        if self._garbage > _REPACK_GARBAGE and 2 * self._garbage > len(self._bytes):
+            self._repack()
+
+    def move(self, source: int, target: int) -> None:
+        """Give `target` the name at `source`, for a compaction: both hold the same bytes
+        until `truncate` ends it and rewrites them."""
+        self._starts[target] = self._starts[source]
+        self._lengths[target] = self._lengths[source]
+
+    def truncate(self, length: int) -> None:
+        """Keep the first `length` names only, their bytes rewritten without the rest."""
+        del self._starts[length:], self._lengths[length:]
+        self._repack()
+
+    def find(self, encoded: bytes) -> int | None:
+        """Where the name `encoded` is, for names appended in order (by `encode`'s bytes)."""
+        data, starts, lengths = self._bytes, self._starts, self._lengths
+        low, high = 0, len(starts)
+        while low < high:
+            middle = (low + high) // 2
+            start = starts[middle]
+            if data[start : start + lengths[middle]] < encoded:
+                low = middle + 1
+            else:
+                high = middle
+        if low < len(starts) and self.equals(low, encoded):
+            return low
+        return None
+
+    def sorts_after_last(self, encoded: bytes) -> bool:
+        """Whether the name `encoded` sorts after every name so far, appended in order."""
+        if not self._starts:
+            return True
+        start = self._starts[-1]
+        return encoded > self._bytes[start : start + self._lengths[-1]]
+
+    def _repack(self) -> None:
+        """Rewrite the bytes with only the names held."""
+        data, starts, lengths = self._bytes, self._starts, self._lengths
+        packed = bytearray()
+        for index, start in enumerate(starts):
+            starts[index] = len(packed)
+            packed += data[start : start + lengths[index]]
+        self._bytes, self._garbage = packed, 0
