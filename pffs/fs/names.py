@@ -68,11 +68,13 @@ class PackedNames:
             self._bytes[start : start + length] == other._bytes[other_start : other_start + length]
         )
 
-    def append(self, name: str | bytes) -> None:
-        """Add a name (a str, or bytes as `encode` gives) at the end."""
-        self._starts.append(0)
-        self._lengths.append(0)
-        self.set(len(self._starts) - 1, name)
+    def append(self, encoded: bytes) -> None:
+        """Add a name, as `encode` gives it, at the end."""
+        if len(encoded) > _MAX_LENGTH:
+            raise ValueError(f"a name of {len(encoded):,} bytes is too long (at most 65,535)")
+        self._starts.append(len(self._bytes))
+        self._lengths.append(len(encoded))
+        self._bytes += encoded
 
     def extend_blank(self, count: int) -> None:
         """Add `count` empty names at the end, to be set."""
@@ -81,7 +83,7 @@ class PackedNames:
 
     def set(self, index: int, name: str | bytes) -> None:
         """Overwrite the name at `index`."""
-        encoded = encode(name) if isinstance(name, str) else name
+        encoded = name.encode("utf-8", "surrogateescape") if isinstance(name, str) else name
         if len(encoded) > _MAX_LENGTH:
             raise ValueError(f"a name of {len(encoded):,} bytes is too long (at most 65,535)")
         self._garbage += self._lengths[index]

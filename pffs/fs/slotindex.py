@@ -52,7 +52,11 @@ class SlotIndex:
         """Index `slot` by the number it now holds (a number not indexed yet)."""
         if 2 * (self._count + 1) > len(self._places):
             self._resize(2 * len(self._places), self.slots())
-        self._place(slot)
+        places, mask = self._places, self._mask
+        at = self._inos[slot] & mask
+        while places[at]:
+            at = (at + 1) & mask
+        places[at] = slot + 1
         self._count += 1
 
     def remove(self, slot: int) -> None:
@@ -84,16 +88,13 @@ class SlotIndex:
         self._resize(capacity, range(length))
 
     def _resize(self, capacity: int, slots: Iterable[int]) -> None:
-        self._places = array("I", bytes(4 * capacity))
-        self._mask = capacity - 1
-        self._count = 0
+        places = self._places = array("I", bytes(4 * capacity))
+        mask = self._mask = capacity - 1
+        inos, count = self._inos, 0
         for slot in slots:
-            self._place(slot)
-            self._count += 1
-
-    def _place(self, slot: int) -> None:
-        places, mask = self._places, self._mask
-        at = self._inos[slot] & mask
-        while places[at]:
-            at = (at + 1) & mask
-        places[at] = slot + 1
+            at = inos[slot] & mask
+            while places[at]:
+                at = (at + 1) & mask
+            places[at] = slot + 1
+            count += 1
+        self._count = count
