@@ -149,13 +149,13 @@ class InodeTable:
 
     # --- by path -----------------------------------------------------------------------------
 
-    def _find(self, path: str, number: int | None = None) -> int | None:
-        """The slot of the record `path` is bound to (released or not); `number` is the
-        path's digest when the caller has it."""
+    def _find(self, path: str) -> int | None:
+        """The slot of the record `path` is bound to (released or not)."""
         ino = self._renumbered.get(path)
-        if ino is None:
-            ino = path_number(path) if number is None else number
-        slot = self._slot_of.get(ino)
+        return self._bound_at(path, self._slot_of.get(path_number(path) if ino is None else ino))
+
+    def _bound_at(self, path: str, slot: int) -> int | None:
+        """`slot` (-1 for none) if it holds the record `path` is bound to, else None."""
         if slot < 0 or not self.flags[slot] & _BOUND:
             return None
         if slot == _ROOT_SLOT:
@@ -223,13 +223,15 @@ class InodeTable:
         its attributes yet to be set, when there is none. `parent` is the directory's number
         when the caller has it."""
         number = path_number(path)
-        slot = self._find(path, number)
+        taken = self._slot_of.get(number)  # the record holding the digest, if any
+        renumbered = self._renumbered.get(path)
+        slot = self._bound_at(path, taken if renumbered is None else self._slot_of.get(renumbered))
         if slot is not None:
             self.flags[slot] &= ~_RELEASED
             return slot
         parent_path, _, name = path.rpartition("/")
         parent = self._parent_of(parent_path) if parent is None else self._count_child(parent)
-        ino = next(self._spare_numbers) if self._slot_of.get(number) >= 0 else number
+        ino = next(self._spare_numbers) if taken >= 0 else number
         slot = self._new_record(ino, parent, name)
         if ino != number:
             self._renumbered[path] = ino

@@ -54,16 +54,16 @@ class DirListing:
 
     def add(self, info: ObjectInfo) -> None:
         names, encoded = self.names, encode(info.name)
-        position = None
-        if self.index is not None:
-            position = self.index.get(info.name)
-        elif not names.sorts_after_last(encoded):  # in order, a name is new when it sorts last
-            position = names.find(encoded)
-            if position is None:
-                self.index = {name: at for at, name in enumerate(names)}
+        # Stores list in order: a name that sorts last is new (the common case).
+        if self.index is None and names.append_in_order(encoded):
+            self.infos.append(info)
+            self.inos.append(0)
+            return
+        position = self.index.get(info.name) if self.index is not None else names.find(encoded)
         if position is None:
-            if self.index is not None:
-                self.index[info.name] = len(names)
+            if self.index is None:
+                self.index = {name: at for at, name in enumerate(names)}
+            self.index[info.name] = len(names)
             names.append(encoded)
             self.infos.append(info)
             self.inos.append(0)

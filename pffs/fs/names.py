@@ -119,12 +119,16 @@ class PackedNames:
             return low
         return None
 
-    def sorts_after_last(self, encoded: bytes) -> bool:
-        """Whether the name `encoded` sorts after every name so far, appended in order."""
-        if not self._starts:
-            return True
-        start = self._starts[-1]
-        return encoded > self._bytes[start : start + self._lengths[-1]]
+    def append_in_order(self, encoded: bytes) -> bool:
+        """Append the name `encoded` if it sorts after every name so far (the names are then
+        in order for `find`); False, and nothing appended, if not."""
+        starts = self._starts
+        if starts:
+            start = starts[-1]
+            if encoded <= self._bytes[start : start + self._lengths[-1]]:
+                return False
+        self.append(encoded)
+        return True
 
     def _repack(self) -> None:
         """Rewrite the bytes with only the names held."""

@@ -21,12 +21,11 @@ def test_names_come_back_as_given_and_are_found_in_order() -> None:
     names = PackedNames()
     ordered = sorted(ODD_NAMES + [f"o{n:06d}" for n in range(500)], key=encode)
     for name in ordered:
-        assert names.sorts_after_last(encode(name))
-        names.append(encode(name))
+        assert names.append_in_order(encode(name))
     assert list(names) == ordered
     assert [names.find(encode(name)) for name in ordered] == list(range(len(ordered)))
     assert names.find(encode("o000000x")) is None and names.find(b"") is None
-    assert not names.sorts_after_last(encode("o000001"))
+    assert not names.append_in_order(encode("o000001")) and len(names) == len(ordered)
 
 
 def test_names_overwritten_many_times_stay_right_and_the_bytes_stay_small() -> None:
