@@ -19,7 +19,7 @@ import trio
 from pffs.backends.base import ObjectInfo
 from pffs.errors import Transient
 from pffs.fs.blocking import run_blocking
-from pffs.fs.names import PackedNames, encode
+from pffs.fs.names import NameIndex, PackedNames, encode
 from pffs.fs.packed import PackedInfos
 from pffs.routing.table import MountTable
 
@@ -48,23 +48,18 @@ class DirListing:
     # The inode number of each entry last seen by the inode table, 0 for none (a hint it
     # checks): a lookup answered by the listing then needs no digest of the path.
     inos: array[int] = field(default_factory=lambda: array("q"))
-    # Positions by name, made only once names arrive out of order: stores list in order,
-    # and a name is then found by bisection (a dict would cost 100 bytes an entry).
-    index: dict[str, int] | None = None
+    # Positions by name (pffs.fs.names), in whatever order the store listed.
+    lookup: NameIndex = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.lookup = NameIndex(self.names)
 
     def add(self, info: ObjectInfo) -> None:
-        names, encoded = self.names, encode(info.name)
-        # Stores list in order: a name that sorts last is new (the common case).
-        if self.index is None and names.append_in_order(encoded):
-            self.infos.append(info)
-            self.inos.append(0)
-            return
-        position = self.index.get(info.name) if self.index is not None else names.find(encoded)
+        encoded = encode(info.name)
+        position = self.lookup.get(encoded)
         if position is None:
-            if self.index is None:
-                self.index = {name: at for at, name in enumerate(names)}
-            self.index[info.name] = len(names)
-            names.append(encoded)
+            self.names.append(encoded)
+            self.lookup.add(len(self.names) - 1, encoded)
             self.infos.append(info)
             self.inos.append(0)
         elif info.is_dir and not self.infos.is_dir(position):
@@ -73,9 +68,7 @@ class DirListing:
 
     def position(self, name: str) -> int | None:
         """Where `name` is in the listing, if it is."""
-        if self.index is not None:
-            return self.index.get(name)
-        return self.names.find(encode(name))
+        return self.lookup.get(encode(name))
 
     def get(self, name: str) -> ObjectInfo | None:
         """What the store said of `name`, if it is in the listing."""
@@ -87,7 +80,7 @@ class DirListing:
 
     def take_entries(self, other: DirListing) -> None:
         """The entries of `other`, a complete listing (shared with it: neither changes)."""
-        self.names, self.infos, self.index = other.names, other.infos, other.index
+        self.names, self.infos, self.lookup = other.names, other.infos, other.lookup
         self.inos = other.inos
 
 

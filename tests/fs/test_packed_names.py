@@ -10,22 +10,24 @@ import pytest
 
 from pffs.fs.inodes import InodeTable
 from pffs.fs.listings import DirListing
-from pffs.fs.names import PackedNames, encode
+from pffs.fs.names import NameIndex, PackedNames, encode
 from tests.fs.test_inode_table import dir_info, file_info
 
 # A name as os.listdir gives a file whose name is not UTF-8, and others that are.
 ODD_NAMES = [os.fsdecode(b"caf\xe9.bin"), "é", "日本語.txt", "a b", "z" * 300, "x"]
 
 
-def test_names_come_back_as_given_and_are_found_in_order() -> None:
+def test_names_come_back_as_given_and_are_found_by_name() -> None:
     names = PackedNames()
-    ordered = sorted(ODD_NAMES + [f"o{n:06d}" for n in range(500)], key=encode)
-    for name in ordered:
-        assert names.append_in_order(encode(name))
-    assert list(names) == ordered
-    assert [names.find(encode(name)) for name in ordered] == list(range(len(ordered)))
-    assert names.find(encode("o000000x")) is None and names.find(b"") is None
-    assert not names.append_in_order(encode("o000001")) and len(names) == len(ordered)
+    index = NameIndex(names)
+    shuffled = ODD_NAMES + [f"o{n:06d}" for n in range(500)]
+    random.Random(1).shuffle(shuffled)
+    for name in shuffled:  # through several growths of the index
+        names.append(encode(name))
+        index.add(len(names) - 1, encode(name))
+    assert list(names) == shuffled
+    assert [index.get(encode(name)) for name in shuffled] == list(range(len(shuffled)))
+    assert index.get(encode("o000000x")) is None and index.get(b"") is None
 
 
 def test_names_overwritten_many_times_stay_right_and_the_bytes_stay_small() -> None:
