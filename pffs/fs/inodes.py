@@ -126,6 +126,11 @@ class InodeTable:
     def path_of(self, slot: int) -> str:
         if slot == _ROOT_SLOT:
             return ""
+        # A directory with records under it has its path kept: no name to unpack (lookups in
+        # it ask for it every time).
+        own = self._parent_paths.get(self.inos[slot])
+        if own is not None:
+            return own
         parent = self._parent_paths[self._parents[slot]]
         return f"{parent}/{self.names[slot]}" if parent else self.names[slot]
 
