@@ -14,6 +14,10 @@ FILES empty files each (built once, with os.mknod, and kept where it was built):
     .venv/bin/python -m bench.metadata_memory mount --dirs 200 --files 1000
     .venv/bin/python -m bench.metadata_memory trace --dirs 200 --files 1000
     .venv/bin/python -m bench.metadata_memory trace --s3 s3rver --dirs 20 --files 1000
+    .venv/bin/python -m bench.metadata_memory cpu --dirs 100 --files 1000
+
+`cpu` is the trace's walk without tracemalloc, its CPU time per entry, then a lookup of every
+file through the walked listings (Namespace.resolve): the Python cost of each, no kernel.
 
 With `--s3 s3rver` (or moto) the trace walks an S3 tree instead: DIRS x FILES objects of one
 byte named as the bench's tree (`dNNN/oNNNNNN`), put into a fresh server started for the run.
@@ -158,9 +162,40 @@ def measure_trace(backend: Backend, top: int) -> None:
         print(f"  {stat.size / entries:7.1f} B/entry  {stat.count:>9,} blocks  {where}")
 
 
+async def walk_then_resolve(vfs: Vfs) -> tuple[int, float, int, float]:
+    """CPU seconds of the walk, then of resolving every entry again by name."""
+    began = time.process_time()
+    entries = await walk_without_kernel(vfs)
+    walk = time.process_time() - began
+    namespace, resolved = vfs.namespace, 0
+    pending = [ROOT_INODE]
+    began = time.process_time()
+    while pending:
+        directory = pending.pop()
+        listing = namespace.listings.fresh(namespace.inodes.get(directory).path)
+        assert listing is not None, "the walk keeps every listing for the directory TTL"
+        for name in list(listing.names):
+            inode = await namespace.resolve(directory, name)
+            resolved += 1
+            if inode.is_dir:
+                pending.append(inode.ino)
+    return entries, walk, resolved, time.process_time() - began
+
+
+def measure_cpu(tree: Path) -> None:
+    backend = open_backend(SourceConfig(url=f"file://{tree}"))
+    meta = MetaConfig(attr_ttl=3600.0, entry_ttl=3600.0, dir_ttl=3600.0, negative_ttl=3600.0)
+    with tempfile.TemporaryDirectory(prefix="pffs-meta-staging-") as staging:
+        fuse = FuseConfig(mountpoint="/unused")
+        vfs = Vfs(MountTable.single(backend), meta, fuse, staging_dir=staging)
+        entries, walk, resolved, resolving = trio.run(walk_then_resolve, vfs)
+    print(f"walk               {walk / entries * 1e6:.1f} CPU us/entry ({entries:,} entries)")
+    print(f"resolve            {resolving / resolved * 1e6:.2f} CPU us/lookup ({resolved:,})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("mode", choices=["mount", "trace"])
+    parser.add_argument("mode", choices=["mount", "trace", "cpu"])
     parser.add_argument("--dirs", type=int, default=200)
     parser.add_argument("--files", type=int, default=1000, help="files per directory")
     parser.add_argument("--tree", help="where the tree is built (default: /tmp/pffs-meta-DxF)")
@@ -179,6 +214,8 @@ def main() -> None:
     if args.mode == "mount":
         pffs = str(Path(sys.executable).with_name("pffs"))
         measure_mount(tree, entries, pffs)
+    elif args.mode == "cpu":
+        measure_cpu(tree)
     else:
         measure_trace(open_backend(SourceConfig(url=f"file://{tree}")), args.top)
 
