@@ -13,6 +13,14 @@ FILES empty files each (built once, with os.mknod, and kept where it was built):
 
     .venv/bin/python -m bench.metadata_memory mount --dirs 200 --files 1000
     .venv/bin/python -m bench.metadata_memory trace --dirs 200 --files 1000
+    .venv/bin/python -m bench.metadata_memory trace --s3 s3rver --dirs 20 --files 1000
+    .venv/bin/python -m bench.metadata_memory cpu --dirs 100 --files 1000
+
+`cpu` is the trace's walk without tracemalloc, its CPU time per entry, then a lookup of every
+file through the walked listings (Namespace.resolve): the Python cost of each, no kernel.
+
+With `--s3 s3rver` (or moto) the trace walks an S3 tree instead: DIRS x FILES objects of one
+byte named as the bench's tree (`dNNN/oNNNNNN`), put into a fresh server started for the run.
 """
 
 from __future__ import annotations
@@ -30,7 +38,10 @@ from pathlib import Path
 
 import trio
 
+from bench.metadata import put_tiny_objects
+from bench.servers import Launcher, Server
 from pffs.backends import open_backend
+from pffs.backends.base import Backend
 from pffs.config import FuseConfig, MetaConfig, SourceConfig
 from pffs.fs.inodes import ROOT_INODE, Inode
 from pffs.fs.vfs import Vfs
@@ -131,8 +142,7 @@ async def walk_without_kernel(vfs: Vfs) -> int:
     return seen
 
 
-def measure_trace(tree: Path, top: int) -> None:
-    backend = open_backend(SourceConfig(url=f"file://{tree}"))
+def measure_trace(backend: Backend, top: int) -> None:
     meta = MetaConfig(attr_ttl=3600.0, entry_ttl=3600.0, dir_ttl=3600.0, negative_ttl=3600.0)
     fuse = FuseConfig(mountpoint="/unused")
     with tempfile.TemporaryDirectory(prefix="pffs-meta-staging-") as staging:
@@ -152,23 +162,82 @@ def measure_trace(tree: Path, top: int) -> None:
         print(f"  {stat.size / entries:7.1f} B/entry  {stat.count:>9,} blocks  {where}")
 
 
+async def walk_then_resolve(vfs: Vfs) -> tuple[int, float, int, float]:
+    """CPU seconds of the walk, then of resolving every entry again by name."""
+    began = time.process_time()
+    entries = await walk_without_kernel(vfs)
+    walk = time.process_time() - began
+    namespace, resolved = vfs.namespace, 0
+    pending = [ROOT_INODE]
+    began = time.process_time()
+    while pending:
+        directory = pending.pop()
+        listing = namespace.listings.fresh(namespace.inodes.get(directory).path)
+        assert listing is not None, "the walk keeps every listing for the directory TTL"
+        for name in list(listing.names):
+            inode = await namespace.resolve(directory, name)
+            resolved += 1
+            if inode.is_dir:
+                pending.append(inode.ino)
+    return entries, walk, resolved, time.process_time() - began
+
+
+def measure_cpu(tree: Path) -> None:
+    backend = open_backend(SourceConfig(url=f"file://{tree}"))
+    meta = MetaConfig(attr_ttl=3600.0, entry_ttl=3600.0, dir_ttl=3600.0, negative_ttl=3600.0)
+    with tempfile.TemporaryDirectory(prefix="pffs-meta-staging-") as staging:
+        fuse = FuseConfig(mountpoint="/unused")
+        vfs = Vfs(MountTable.single(backend), meta, fuse, staging_dir=staging)
+        entries, walk, resolved, resolving = trio.run(walk_then_resolve, vfs)
+    print(f"walk               {walk / entries * 1e6:.1f} CPU us/entry ({entries:,} entries)")
+    print(f"resolve            {resolving / resolved * 1e6:.2f} CPU us/lookup ({resolved:,})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("mode", choices=["mount", "trace"])
+    parser.add_argument("mode", choices=["mount", "trace", "cpu"])
     parser.add_argument("--dirs", type=int, default=200)
     parser.add_argument("--files", type=int, default=1000, help="files per directory")
     parser.add_argument("--tree", help="where the tree is built (default: /tmp/pffs-meta-DxF)")
     parser.add_argument("--top", type=int, default=12, help="allocation sites shown (trace)")
+    parser.add_argument("--s3", choices=["s3rver", "moto"], help="trace: an S3 tree instead")
     args = parser.parse_args()
     if args.dirs < 1 or args.files < 0:
         parser.error("--dirs must be at least 1 and --files at least 0")
+    if args.s3:
+        if args.mode != "trace":
+            parser.error("--s3 goes with trace only")
+        trace_s3(args.s3, args.dirs, args.files, args.top)
+        return
     tree = Path(args.tree or f"/tmp/pffs-meta-{args.dirs}x{args.files}")
     entries = build_tree(tree, args.dirs, args.files)
     if args.mode == "mount":
         pffs = str(Path(sys.executable).with_name("pffs"))
         measure_mount(tree, entries, pffs)
+    elif args.mode == "cpu":
+        measure_cpu(tree)
     else:
-        measure_trace(tree, args.top)
+        measure_trace(open_backend(SourceConfig(url=f"file://{tree}")), args.top)
+
+
+def trace_s3(server_kind: str, dirs: int, files: int, top: int) -> None:
+    """The trace over an S3 tree of `dirs` x `files` objects in a fresh server."""
+    bucket = "meta"
+    keys = [f"d{index % dirs:03d}/o{index:06d}" for index in range(dirs * files)]
+    with tempfile.TemporaryDirectory(prefix="pffs-meta-s3-", dir="/var/tmp") as workdir:
+        launcher = Launcher(workdir, os.path.expanduser("~/.cache/pffs-bench"))
+        server: Server = launcher.s3rver() if server_kind == "s3rver" else launcher.moto()
+        try:
+            for key, value in server.env().items():
+                os.environ[key] = value
+            import boto3  # only this mode needs it
+
+            boto3.client("s3", endpoint_url=server.endpoint_url).create_bucket(Bucket=bucket)
+            put_tiny_objects(server, bucket, keys)
+            source = SourceConfig(url=f"s3://{bucket}", endpoint_url=server.endpoint_url)
+            measure_trace(open_backend(source), top)
+        finally:
+            server.stop()
 
 
 if __name__ == "__main__":

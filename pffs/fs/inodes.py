@@ -8,12 +8,16 @@ see one file. When that number is taken by another inode of the table (a digest 
 the path's earlier file, deleted while the kernel still holds it), a number from a counter is
 used instead, never a digest's; so is the old number of an entry renamed.
 
-The table is built for a million inodes (issue 18): no Python object per inode but its number
-and its name. An inode is a record in columns addressed by a slot number (the number of its
-parent directory, its name, its attributes packed by pffs.fs.packed, when they expire, the
+The table is built for a million inodes (issue 18): no Python object per inode. An inode is
+a record in columns addressed by a slot number (the number of its parent directory, its name
+packed by pffs.fs.names, its attributes packed by pffs.fs.packed, when they expire, the
 kernel's references); a path is the parent's path and the name, the paths of the directories
 with inodes under them being kept. So a child is found from its path's digest, the one way to
 its number, with no index by path. An `Inode` handed out is a view of the record by number.
+
+A record is found by number through an open-addressing index (pffs.fs.slotindex): an array
+of slots keyed by the number's low bits, 4 to 8 bytes an inode, where a dict from number to
+slot cost about 100 (the dict's entry and an int object for the number and for the slot).
 """
 
 from __future__ import annotations
@@ -26,7 +30,9 @@ from typing import Protocol
 from pffs.backends.base import ObjectInfo
 from pffs.errors import NotFound
 from pffs.fs.inodeviews import FixedInode, Inode, TableInode
+from pffs.fs.names import PackedNames, encode
 from pffs.fs.packed import PackedInfos
+from pffs.fs.slotindex import SlotIndex
 
 # The views are pffs.fs.inodeviews's; they are named here too, where callers look for inodes.
 __all__ = ["ROOT_INODE", "FixedInode", "Inode", "InodeTable", "TableInode", "path_number"]
@@ -43,15 +49,16 @@ _RENUMBERED = 8  # its number is not its path's digest: it is in `_renumbered`
 
 
 def path_number(path: str) -> int:
-    """The inode number a path has unless taken: a digest in [2**62, 2**63)."""
-    digest = hashlib.blake2b(path.encode(), digest_size=8).digest()
+    """The inode number a path has unless taken: a digest in [2**62, 2**63) (of its UTF-8,
+    with surrogate escapes for a local name that is not UTF-8)."""
+    digest = hashlib.blake2b(path.encode("utf-8", "surrogateescape"), digest_size=8).digest()
     return (int.from_bytes(digest, "little") >> 2) | _DIGEST_BIT
 
 
 class Listed(Protocol):
     """What remember_listed reads of a directory listing (pffs.fs.listings.DirListing)."""
 
-    names: list[str]
+    names: PackedNames
     infos: PackedInfos
     # The inode number last seen for each entry, 0 for none: a hint, checked before use.
     inos: array[int]
@@ -66,11 +73,12 @@ class InodeTable:
     """
 
     def __init__(self, root_info: ObjectInfo) -> None:
-        self._slot_of: dict[int, int] = {}
         self.inos: array[int] = array("q")
+        # Slots by number: the numbers are the `inos` column, which the index reads.
+        self._slot_of = SlotIndex(self.inos)
         self._parents: array[int] = array("q")
         self._children: array[int] = array("I")
-        self.names: list[str] = []
+        self.names = PackedNames()
         self.infos = PackedInfos()
         self.expiries: array[float] = array("d")
         self.lookups: array[int] = array("q")
@@ -98,24 +106,31 @@ class InodeTable:
     def slot(self, ino: int) -> int:
         """The slot of live inode `ino`."""
         slot = self._slot_of.get(ino)
-        if slot is None or self.flags[slot] & _RELEASED:
+        if slot < 0 or self.flags[slot] & _RELEASED:
             raise NotFound(f"inode {ino} is not known")
         return slot
 
     def live(self, ino: int) -> bool:
         slot = self._slot_of.get(ino)
-        return slot is not None and not self.flags[slot] & _RELEASED
+        return slot >= 0 and not self.flags[slot] & _RELEASED
 
     def get(self, ino: int) -> TableInode:
         return TableInode(self, ino, self.slot(ino))
 
     def numbers(self) -> list[int]:
         """The numbers of the live inodes."""
-        return [ino for ino, slot in self._slot_of.items() if not self.flags[slot] & _RELEASED]
+        return [
+            self.inos[slot] for slot in self._slot_of.slots() if not self.flags[slot] & _RELEASED
+        ]
 
     def path_of(self, slot: int) -> str:
         if slot == _ROOT_SLOT:
             return ""
+        # A directory with records under it has its path kept: no name to unpack (lookups in
+        # it ask for it every time).
+        own = self._parent_paths.get(self.inos[slot])
+        if own is not None:
+            return own
         parent = self._parent_paths[self._parents[slot]]
         return f"{parent}/{self.names[slot]}" if parent else self.names[slot]
 
@@ -139,21 +154,21 @@ class InodeTable:
 
     # --- by path -----------------------------------------------------------------------------
 
-    def _find(self, path: str, number: int | None = None) -> int | None:
-        """The slot of the record `path` is bound to (released or not); `number` is the
-        path's digest when the caller has it."""
+    def _find(self, path: str) -> int | None:
+        """The slot of the record `path` is bound to (released or not)."""
         ino = self._renumbered.get(path)
-        if ino is None:
-            ino = path_number(path) if number is None else number
-        slot = self._slot_of.get(ino)
-        if slot is None or not self.flags[slot] & _BOUND:
+        return self._bound_at(path, self._slot_of.get(path_number(path) if ino is None else ino))
+
+    def _bound_at(self, path: str, slot: int) -> int | None:
+        """`slot` (-1 for none) if it holds the record `path` is bound to, else None."""
+        if slot < 0 or not self.flags[slot] & _BOUND:
             return None
         if slot == _ROOT_SLOT:
             return slot if path == "" else None
         parent_path, _, name = path.rpartition("/")
-        parent_slot = self._slot_of[self._parents[slot]]
+        parent_slot = self._slot_of.get(self._parents[slot])
         if (
-            self.names[slot] != name
+            not self.names.equals(slot, encode(name))
             or not self.flags[parent_slot] & _BOUND
             or self._parent_paths[self._parents[slot]] != parent_path
         ):
@@ -174,7 +189,7 @@ class InodeTable:
 
     def remember(self, path: str, info: ObjectInfo, expires: float) -> TableInode:
         """The inode for `path`, created or refreshed with `info`."""
-        slot = self._bound_slot(path, info.name, None)
+        slot = self._bound_slot(path, None)
         self.set_info(slot, info)
         self.expiries[slot] = expires
         return TableInode(self, self.inos[slot], slot)
@@ -190,15 +205,16 @@ class InodeTable:
         """As remember, with entry `index` of a listing of directory `parent` (a number): no
         ObjectInfo is made, and the inode number the listing noted for the entry spares the
         path's digest. Lookups and readdir answered from a listing are the common case."""
-        name, hints, flags = listing.names[index], listing.inos, self.flags
-        slot = self._slot_of.get(hints[index])
+        hints, flags = listing.inos, self.flags
+        hint = hints[index]
+        slot = self._slot_of.get(hint) if hint else -1
         if (
-            slot is None
+            slot < 0
             or self._parents[slot] != parent
-            or self.names[slot] != name
+            or not self.names.same(slot, listing.names, index)
             or not flags[slot] & _BOUND
         ):
-            slot = self._bound_slot(path, name, parent)
+            slot = self._bound_slot(path, parent)
             hints[index] = self.inos[slot]
         flags[slot] &= ~_RELEASED
         if flags[slot] & _KERNEL_PAGES and not self.infos.same_as(slot, listing.infos, index):
@@ -207,20 +223,20 @@ class InodeTable:
         self.expiries[slot] = expires
         return TableInode(self, self.inos[slot], slot)
 
-    def _bound_slot(self, path: str, name: str, parent: int | None) -> int:
+    def _bound_slot(self, path: str, parent: int | None) -> int:
         """The slot of the record `path` is bound to, taken back if released; a new record,
-        its attributes yet to be set, when there is none. `name` is the last component (its
-        string is kept when equal), `parent` the directory's number when the caller has it."""
+        its attributes yet to be set, when there is none. `parent` is the directory's number
+        when the caller has it."""
         number = path_number(path)
-        slot = self._find(path, number)
+        taken = self._slot_of.get(number)  # the record holding the digest, if any
+        renumbered = self._renumbered.get(path)
+        slot = self._bound_at(path, taken if renumbered is None else self._slot_of.get(renumbered))
         if slot is not None:
             self.flags[slot] &= ~_RELEASED
             return slot
-        parent_path, _, last = path.rpartition("/")
-        if name != last:
-            name = last
+        parent_path, _, name = path.rpartition("/")
         parent = self._parent_of(parent_path) if parent is None else self._count_child(parent)
-        ino = next(self._spare_numbers) if number in self._slot_of else number
+        ino = next(self._spare_numbers) if taken >= 0 else number
         slot = self._new_record(ino, parent, name)
         if ino != number:
             self._renumbered[path] = ino
@@ -241,7 +257,7 @@ class InodeTable:
 
     def _count_child(self, parent: int) -> int:
         """Count one more record under `parent` (a number), whose path is kept while any is."""
-        slot = self._slot_of[parent]
+        slot = self._slot_of.get(parent)
         self._children[slot] += 1
         if self._children[slot] == 1:
             self._parent_paths[parent] = self.path_of(slot)
@@ -252,9 +268,9 @@ class InodeTable:
             self._grow()
         slot = self._free.pop()
         self.inos[slot], self._parents[slot], self._children[slot] = ino, parent, 0
-        self.names[slot] = name
+        self.names.set(slot, name)
         self.expiries[slot], self.lookups[slot], self.flags[slot] = 0.0, 0, _BOUND
-        self._slot_of[ino] = slot
+        self._slot_of.add(slot)
         return slot
 
     def _grow(self) -> None:
@@ -265,7 +281,7 @@ class InodeTable:
         for column in (self.inos, self._parents, self._children, self.lookups):
             column.frombytes(bytes(count * column.itemsize))  # zeros
         self.expiries.frombytes(bytes(count * self.expiries.itemsize))
-        self.names.extend([""] * count)
+        self.names.extend_blank(count)
         self.flags.extend(bytes([_RELEASED]) * count)  # free, as _free_record leaves them
         self.infos.extend_blank(count)
         self._free.extend(range(start + count - 1, start - 1, -1))  # the lowest first
@@ -276,7 +292,7 @@ class InodeTable:
         """Nothing holds `inode` any more: it is freed, or kept released while inodes under it
         are (its path is needed for theirs)."""
         slot = self._slot_of.get(inode.ino)
-        if slot is None or slot == _ROOT_SLOT:
+        if slot < 0 or slot == _ROOT_SLOT:
             return
         self.flags[slot] |= _RELEASED
         if self._children[slot] == 0:
@@ -290,14 +306,14 @@ class InodeTable:
                 path = self.path_of(slot)
                 if self._renumbered.get(path) == ino:
                     del self._renumbered[path]
-            del self._slot_of[ino]
+            self._slot_of.remove(slot)
             self._parent_paths.pop(ino, None)
-            self.names[slot] = ""
+            self.names.set(slot, "")
             self.infos.clear(slot)
             self.flags[slot] = _RELEASED  # views of it see it freed
             self._free.append(slot)
             self.frees += 1
-            slot = self._slot_of[parent]
+            slot = self._slot_of.get(parent)
             self._children[slot] -= 1
             if self._children[slot] > 0:
                 break
@@ -310,24 +326,25 @@ class InodeTable:
     def _compact(self) -> None:
         """Move the records to the lowest slots and shrink the columns: what the kernel forgot
         costs nothing afterwards (numbers, not slots, are what other records refer to)."""
-        live = sorted(self._slot_of.values())
+        live = sorted(self._slot_of.slots())
         for target, source in enumerate(live):
             if source != target:
                 self.inos[target] = self.inos[source]
                 self._parents[target] = self._parents[source]
                 self._children[target] = self._children[source]
-                self.names[target] = self.names[source]
+                self.names.move(source, target)
                 self.infos.move(source, target)
                 self.expiries[target] = self.expiries[source]
                 self.lookups[target] = self.lookups[source]
                 self.flags[target] = self.flags[source]
-                self._slot_of[self.inos[target]] = target
         length = len(live)
         for column in (self.inos, self._parents, self._children, self.expiries, self.lookups):
             del column[length:]
-        del self.names[length:], self.flags[length:]
+        del self.flags[length:]
+        self.names.truncate(length)
         self.infos.truncate(length)
         self._free = array("q")
+        self._slot_of.rebuild(length)
         self.frees += 1
 
     def forget_path(self, path: str) -> TableInode | None:
@@ -363,8 +380,9 @@ class InodeTable:
         new_parent_path, _, new_name = new_path.rpartition("/")
         new_parent = self._parent_of(new_parent_path)  # counted before the old one lets go
         old_parent = self._parents[slot]
-        self._parents[slot], self.names[slot] = new_parent, new_name
-        old_parent_slot = self._slot_of[old_parent]
+        self._parents[slot] = new_parent
+        self.names.set(slot, new_name)
+        old_parent_slot = self._slot_of.get(old_parent)
         self._children[old_parent_slot] -= 1
         if self._children[old_parent_slot] == 0:
             del self._parent_paths[old_parent]
@@ -372,7 +390,7 @@ class InodeTable:
                 self._free_record(old_parent_slot)
         for path, ino in moved:
             renamed = new_path + path[len(old_path) :]
-            record = self._slot_of[ino]
+            record = self._slot_of.get(ino)
             if ino in self._parent_paths:
                 self._parent_paths[ino] = renamed
             if self.flags[record] & _RENUMBERED:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from pffs.backends.base import ObjectInfo
+from pffs.fs.names import PackedNames
 from pffs.fs.packed import PackedInfos
 
 
@@ -17,7 +18,7 @@ class Records(Protocol):
     """What a view reads and writes of the inode table (pffs.fs.inodes.InodeTable)."""
 
     frees: int
-    names: list[str]
+    names: PackedNames
     infos: PackedInfos
     expiries: array[float]
     lookups: array[int]

@@ -8,7 +8,6 @@ listing is kept until swept, to answer while the store is offline.
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import logging
 from array import array
@@ -20,6 +19,7 @@ import trio
 from pffs.backends.base import ObjectInfo
 from pffs.errors import Transient
 from pffs.fs.blocking import run_blocking
+from pffs.fs.names import NameIndex, PackedNames, encode
 from pffs.fs.packed import PackedInfos
 from pffs.routing.table import MountTable
 
@@ -35,9 +35,9 @@ MAX_LISTINGS = 1024
 @dataclass(eq=False)
 class DirListing:
     """A directory's entries as they stream in from the store, in the store's order: their
-    names, and what the store said of each packed by position (pffs.fs.packed)."""
+    names (pffs.fs.names), and what the store said of each (pffs.fs.packed), by position."""
 
-    names: list[str] = field(default_factory=list)
+    names: PackedNames = field(default_factory=PackedNames)
     complete: bool = False
     expires: float = 0.0
     source: Iterator[ObjectInfo] | None = None
@@ -48,23 +48,18 @@ class DirListing:
     # The inode number of each entry last seen by the inode table, 0 for none (a hint it
     # checks): a lookup answered by the listing then needs no digest of the path.
     inos: array[int] = field(default_factory=lambda: array("q"))
-    # Positions by name, made only once names arrive out of order: stores list in order,
-    # and a name is then found by bisection (a dict would cost 70 bytes an entry).
-    index: dict[str, int] | None = None
+    # Positions by name (pffs.fs.names), in whatever order the store listed.
+    lookup: NameIndex = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.lookup = NameIndex(self.names)
 
     def add(self, info: ObjectInfo) -> None:
-        names = self.names
-        position = None
-        if self.index is not None:
-            position = self.index.get(info.name)
-        elif names and info.name <= names[-1]:  # in order, a name is new when it sorts last
-            position = self.position(info.name)
-            if position is None:
-                self.index = {name: at for at, name in enumerate(names)}
+        encoded = encode(info.name)
+        position = self.lookup.get(encoded)
         if position is None:
-            if self.index is not None:
-                self.index[info.name] = len(names)
-            names.append(info.name)
+            self.names.append(encoded)
+            self.lookup.add(len(self.names) - 1, encoded)
             self.infos.append(info)
             self.inos.append(0)
         elif info.is_dir and not self.infos.is_dir(position):
@@ -73,10 +68,7 @@ class DirListing:
 
     def position(self, name: str) -> int | None:
         """Where `name` is in the listing, if it is."""
-        if self.index is not None:
-            return self.index.get(name)
-        at = bisect.bisect_left(self.names, name)
-        return at if at < len(self.names) and self.names[at] == name else None
+        return self.lookup.get(encode(name))
 
     def get(self, name: str) -> ObjectInfo | None:
         """What the store said of `name`, if it is in the listing."""
@@ -88,7 +80,7 @@ class DirListing:
 
     def take_entries(self, other: DirListing) -> None:
         """The entries of `other`, a complete listing (shared with it: neither changes)."""
-        self.names, self.infos, self.index = other.names, other.infos, other.index
+        self.names, self.infos, self.lookup = other.names, other.infos, other.lookup
         self.inos = other.inos
 
 

@@ -5,7 +5,7 @@ mount that has walked a million files keeps one per listed entry and one per ino
 entry costs 17 bytes (size, mtime, a flag byte), plus 16 when its etag is an MD5 in lowercase
 hex, bare or in double quotes (S3 gives `"<md5>"` for every object not uploaded in parts), kept
 as raw bytes. Any other etag is kept aside as its string. Names are not kept here: the inode
-table and the listings keep them, one string per name shared by both. An ObjectInfo is made on
+table and the listings keep them (pffs.fs.names). An ObjectInfo is made on
 demand for who needs one.
 """
 

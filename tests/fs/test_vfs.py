@@ -165,6 +165,25 @@ def test_inode_numbers_are_stable_across_forget(tree: Path) -> None:
     run(main)
 
 
+def test_inode_numbers_are_the_same_after_a_remount(tree: Path) -> None:
+    """Two mounts of one tree, each walked in its own order, number every path alike (a
+    remount: the numbers are the paths' digests, whatever slot each record landed in)."""
+
+    async def numbers(vfs: Vfs, reverse: bool) -> dict[str, int]:
+        found: dict[str, int] = {}
+        pending = [ROOT_INODE]
+        while pending:
+            entries = await list_all(vfs, pending.pop())
+            for _name, inode in sorted(entries, key=lambda entry: entry[0], reverse=reverse):
+                found[inode.path] = inode.ino
+                if inode.is_dir:
+                    pending.append(inode.ino)
+        return found
+
+    first = trio.run(numbers, make_vfs(tree)[0], False)
+    assert trio.run(numbers, make_vfs(tree)[0], True) == first and len(first) == 5
+
+
 def test_a_path_deleted_while_the_kernel_holds_it_comes_back_with_a_new_number(
     tree: Path,
 ) -> None:
