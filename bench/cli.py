@@ -232,7 +232,6 @@ def main(argv: list[str] | None = None) -> int:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out_dir = os.path.abspath(os.path.join(args.out, stamp))
     os.makedirs(out_dir, exist_ok=True)
-    cache_dir = os.path.join(os.path.expanduser("~/.cache"), "pffs-bench")
     workdir = tempfile.mkdtemp(prefix="pffs-bench-")
     pffs_options = args.pffs_options.split()
     systems, unavailable = make_systems(args.systems.split(","), pffs_options)
@@ -240,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     servers: list[dict[str, Any]] = []
     page_cache_dropped = drop_caches()
     with contextlib.ExitStack() as stack:
-        launcher = Launcher(workdir, cache_dir)
+        launcher = Launcher(workdir)
         if not os.environ.get("PFFS_BENCH_KEEP"):
             stack.callback(shutil.rmtree, workdir, True)
         wanted: list[tuple[str, Any]] = [

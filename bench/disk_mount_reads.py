@@ -36,7 +36,7 @@ from pathlib import Path
 import boto3
 
 from bench.scenarios import drop_caches, fio
-from bench.servers import Launcher, Server, Unavailable
+from bench.servers import TOOLS_DIR, Launcher, Server, Unavailable
 from bench.systems import Pffs, Rclone, S3fs, System, cpu_seconds, unmount
 
 MIB = 1 << 20
@@ -197,7 +197,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=2, help="interleaved repetitions (2)")
     parser.add_argument("--server", choices=("s3rver", "moto"), default="s3rver")
     parser.add_argument("--before", help="a pffs source tree to run as pffs-before")
-    parser.add_argument("--cache", default=os.path.expanduser("~/.cache/pffs-bench"))
+    parser.add_argument("--cache", default=TOOLS_DIR)
     parser.add_argument("--only", help="comma-separated systems to run (default: all)")
     args = parser.parse_args()
     size = args.size_mib * MIB

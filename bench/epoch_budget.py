@@ -88,10 +88,9 @@ def main() -> None:
     args = parser.parse_args()
     if not drop_caches():
         print("epoch_budget: not root, the page cache is not dropped before an epoch")
-    cache_dir = os.path.join(os.path.expanduser("~/.cache"), "pffs-bench")
     sizes = dataclasses.replace(Sizes.quick(), epoch_files=args.files, epoch_size=args.size)
     with tempfile.TemporaryDirectory(dir="/var/tmp", prefix="pffs-epoch-budget-") as root:
-        store = Launcher(root, cache_dir).s3rver()
+        store = Launcher(root).s3rver()
         try:
             data = upload(store, sizes, root)
             far_store = far(store, args.rtt_ms, os.path.join(root, "proxy.log"))

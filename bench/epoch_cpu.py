@@ -184,9 +184,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.baseline is not None and not os.path.isdir(os.path.join(args.baseline, "pffs")):
         sys.exit(f"epoch_cpu: --baseline {args.baseline}: no pffs package in it")
-    cache_dir = os.path.join(os.path.expanduser("~/.cache"), "pffs-bench")
     with tempfile.TemporaryDirectory(dir="/var/tmp", prefix="pffs-epoch-cpu-") as root:
-        server = Launcher(root, cache_dir).s3rver()
+        server = Launcher(root).s3rver()
         try:
             keys = _upload(server, "epoch", args.files, args.size)
             if args.remount:

@@ -33,9 +33,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.gets <= 0 or args.size <= 0:
         parser.error("--gets and --size must be above 0")
-    cache_dir = os.path.join(os.path.expanduser("~/.cache"), "pffs-bench")
     with tempfile.TemporaryDirectory(dir="/var/tmp", prefix="pffs-get-cpu-") as root:
-        server = Launcher(root, cache_dir).s3rver()
+        server = Launcher(root).s3rver()
         try:
             s3 = client(server)
             s3.create_bucket(Bucket=BUCKET)

@@ -27,7 +27,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="pffs-list-cost-") as workdir:
-        server = Launcher(workdir, os.path.expanduser("~/.cache/pffs-bench")).s3rver()
+        server = Launcher(workdir).s3rver()
         try:
             os.environ.update(server.env())
             s3 = boto3.client("s3", endpoint_url=server.endpoint_url)

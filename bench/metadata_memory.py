@@ -225,7 +225,7 @@ def trace_s3(server_kind: str, dirs: int, files: int, top: int) -> None:
     bucket = "meta"
     keys = [f"d{index % dirs:03d}/o{index:06d}" for index in range(dirs * files)]
     with tempfile.TemporaryDirectory(prefix="pffs-meta-s3-", dir="/var/tmp") as workdir:
-        launcher = Launcher(workdir, os.path.expanduser("~/.cache/pffs-bench"))
+        launcher = Launcher(workdir)
         server: Server = launcher.s3rver() if server_kind == "s3rver" else launcher.moto()
         try:
             for key, value in server.env().items():

@@ -97,6 +97,10 @@ def far(server: Server, rtt_ms: float, log: str) -> Server:
     )
 
 
+# Where the bench keeps what it installs between runs (s3rver's npm package).
+TOOLS_DIR = os.path.join(os.path.expanduser("~/.cache"), "pffs-bench")
+
+
 def s3rver_binary(cache_dir: str) -> str:
     """The s3rver command, installed with npm into the bench's cache when missing."""
     found = shutil.which("s3rver")
@@ -131,7 +135,7 @@ def s3rver_binary(cache_dir: str) -> str:
 class Launcher:
     """Starts servers on loopback (`far` then puts one far away)."""
 
-    def __init__(self, workdir: str, cache_dir: str) -> None:
+    def __init__(self, workdir: str, cache_dir: str = TOOLS_DIR) -> None:
         self.workdir = workdir
         self.cache_dir = cache_dir
         self.host = "127.0.0.1"

@@ -51,7 +51,7 @@ _RENUMBERED = 8  # its number is not its path's digest: it is in `_renumbered`
 def path_number(path: str) -> int:
     """The inode number a path has unless taken: a digest in [2**62, 2**63) (of its UTF-8,
     with surrogate escapes for a local name that is not UTF-8)."""
-    digest = hashlib.blake2b(path.encode("utf-8", "surrogateescape"), digest_size=8).digest()
+    digest = hashlib.blake2b(encode(path), digest_size=8).digest()
     return (int.from_bytes(digest, "little") >> 2) | _DIGEST_BIT
 
 

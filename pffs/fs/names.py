@@ -25,6 +25,11 @@ def encode(name: str) -> bytes:
     return name.encode("utf-8", "surrogateescape")
 
 
+def _check_length(encoded: bytes) -> None:
+    if len(encoded) > _MAX_LENGTH:  # its length is kept in 2 bytes
+        raise ValueError(f"a name of {len(encoded):,} bytes is too long (at most 65,535)")
+
+
 class PackedNames:
     """Names by index: appended, overwritten, compared and found without making a str."""
 
@@ -70,8 +75,7 @@ class PackedNames:
 
     def append(self, encoded: bytes) -> None:
         """Add a name, as `encode` gives it, at the end."""
-        if len(encoded) > _MAX_LENGTH:
-            raise ValueError(f"a name of {len(encoded):,} bytes is too long (at most 65,535)")
+        _check_length(encoded)
         self._starts.append(len(self._bytes))
         self._lengths.append(len(encoded))
         self._bytes += encoded
@@ -83,9 +87,8 @@ class PackedNames:
 
     def set(self, index: int, name: str | bytes) -> None:
         """Overwrite the name at `index`."""
-        encoded = name.encode("utf-8", "surrogateescape") if isinstance(name, str) else name
-        if len(encoded) > _MAX_LENGTH:
-            raise ValueError(f"a name of {len(encoded):,} bytes is too long (at most 65,535)")
+        encoded = encode(name) if isinstance(name, str) else name
+        _check_length(encoded)
         self._garbage += self._lengths[index]
         self._starts[index] = len(self._bytes)
         self._lengths[index] = len(encoded)
