@@ -12,7 +12,8 @@ images and tensors), it prints the CPU each part of a write costs, measured alon
 - index: the diskcache index alone: `Cache.set`, one transaction per block (the tier before
   batches); the same inside one transaction per batch; BatchIndex.add per batch (the tier's
   batch path, diskindex.py);
-- hop: one `trio.to_thread.run_sync` of a no-op;
+- hop: one worker-thread hop of a no-op, as the tier makes them (`pffs.workers.run_blocking`),
+  and one through `trio.to_thread.run_sync` for comparison;
 
 A run against the code before the batches (a checkout of pffs/cache from main) skips what it
 lacks. Then the whole path: `DiskTier.put` one block at a time, `DiskTier.put_batch` in batches, and
@@ -43,6 +44,7 @@ from pffs.cache.diskio import DiskIO
 from pffs.cache.entries import _crc_table, encode, write_entry
 from pffs.cache.keys import BlockKey
 from pffs.cache.stats import CacheStats
+from pffs.workers import run_blocking
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -107,10 +109,17 @@ def _parts(root: str, blocks: list[bytes]) -> dict[str, float]:
     ) = _index_only(root, count)
 
     async def hops() -> None:
+        limiter = trio.CapacityLimiter(1)
         for _ in range(count):
-            await trio.to_thread.run_sync(lambda: None)
+            await run_blocking(limiter, lambda: None)
+
+    async def trio_hops() -> None:
+        limiter = trio.CapacityLimiter(1)
+        for _ in range(count):
+            await trio.to_thread.run_sync(lambda: None, limiter=limiter)
 
     figures["hop"] = _per_block(count, lambda: trio.run(hops))
+    figures["hop: trio.to_thread"] = _per_block(count, lambda: trio.run(trio_hops))
     return figures
 
 

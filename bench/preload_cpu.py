@@ -2,7 +2,7 @@
 
 Not part of the bench suite, and no store: `--files` items of one 100 KiB block each go
 through pffs.cache.preload's engine into a memory-only BlockCache, each fetched in a worker
-thread (pffs.fs.blocking.run_blocking, as a GET is) that returns the bytes at once. What is
+thread (pffs.workers.run_blocking, as a GET is) that returns the bytes at once. What is
 left is the engine's own cost per file: dispatch, flights, the thread hop, landing in memory.
 Run it under another tree's code to compare two commits (see bench.get_cpu).
 
@@ -22,7 +22,7 @@ from pffs.cache.blocks import BlockCache
 from pffs.cache.keys import BlockKey, Deliver
 from pffs.cache.preload import Preloader, PreloadItem
 from pffs.config import CacheConfig
-from pffs.fs.blocking import run_blocking
+from pffs.workers import run_blocking
 
 MIB = 1 << 20
 SIZE = 100 * 1024

@@ -3,7 +3,7 @@
 It holds blocks, never files or paths of the tree, and never sees a backend: callers hand it a
 fetch function per call (docs/ARCHITECTURE.md).
 
-Threading rule: worker threads, entered through `trio.to_thread.run_sync`, only move bytes and
+Threading rule: worker threads, entered through `pffs.workers.run_blocking`, only move bytes and
 use file descriptors (disk tier reads and writes, CRC and lz4, the fetch function's store
 call). The cache's shared state (the memory tier, the in-flight table, the prefetch budget and
 its bookkeeping, the background task count, the counters) is touched only from trio tasks, so

@@ -1,16 +1,16 @@
 """The disk tier as trio tasks use it: every call in a worker thread, counted, written behind.
 
-DiskTier (disk.py) blocks; here each of its calls runs through `trio.to_thread.run_sync`
-under one limiter (`disk_threads` at once), and what it found is counted in CacheStats. The
-one exception is a random read the tier can serve without waiting (an open entry, its chunks
-in the page cache): it is tried first, in the trio task, since a thread hop costs more CPU
-than the read. A block fetched from the store is written behind: it queues for a write slot in
-the background, and a prefetch waits for the disk's backlog before its request
-(`wait_for_room`: prefetching then runs at the disk's pace). The slots, with the prefetch
-budget, cap the blocks waiting for the disk, memory the memory tier's bound does not see.
-Queued blocks are written in batches by at most two writer tasks: one worker-thread hop
-and one index transaction per batch (DiskTier.put_batch), not per block; a writer finding
-less than a batch waits a few milliseconds for more.
+DiskTier (disk.py) blocks; here each of its calls runs in a worker thread
+(`pffs.workers.run_blocking`) under one limiter (`disk_threads` at once), and what it found is
+counted in CacheStats. The one exception is a random read the tier can serve without waiting (an
+open entry, its chunks in the page cache): it is tried first, in the trio task, since a thread
+hop costs more CPU than the read. A block fetched from the store is written behind: it queues
+for a write slot in the background, and a prefetch waits for the disk's backlog before its
+request (`wait_for_room`: prefetching then runs at the disk's pace). The slots, with the
+prefetch budget, cap the blocks waiting for the disk, memory the memory tier's bound does not
+see. Queued blocks are written in batches by at most two writer tasks: one worker-thread hop and
+one index transaction per batch (DiskTier.put_batch), not per block; a writer finding less than
+a batch waits a few milliseconds for more.
 
 Whole-block reads are batched the same way: a read queues its key, and a reader task takes
 what is queued (up to `_READ_BATCH_BLOCKS` blocks or `_READ_BATCH_BYTES`) into one
@@ -48,6 +48,7 @@ from pffs.cache.disk import MISS, DiskRead, DiskTier, entry_key
 from pffs.cache.diskkeys import DiskKeys, keys_after, load_keys
 from pffs.cache.keys import BlockKey
 from pffs.cache.stats import CacheStats
+from pffs.workers import run_blocking
 
 Ts = TypeVarTuple("Ts")
 log = logging.getLogger("pffs.cache")
@@ -160,12 +161,10 @@ class DiskIO:
         started = trio.current_time()
         try:
             if self._keys_read_at == -math.inf or self.keys.full:
-                self.keys = await trio.to_thread.run_sync(
-                    load_keys, self.tier.index, limiter=self.limiter
-                )
+                self.keys = await run_blocking(self.limiter, load_keys, self.tier.index)
             else:
-                rows = await trio.to_thread.run_sync(
-                    keys_after, self.tier.index, self.keys.last_rowid, limiter=self.limiter
+                rows = await run_blocking(
+                    self.limiter, keys_after, self.tier.index, self.keys.last_rowid
                 )
                 self.keys.add_rows(rows)
             self._keys_read_at = started  # rows committed after the query began are not in it
@@ -214,7 +213,7 @@ class DiskIO:
 
     async def _read(self, reader: Callable[[*Ts], DiskRead], *args: *Ts) -> DiskRead:
         """Run a tier read in a worker thread and count what it found."""
-        return self._count(await trio.to_thread.run_sync(reader, *args, limiter=self.limiter))
+        return self._count(await run_blocking(self.limiter, reader, *args))
 
     def _count(self, found: DiskRead) -> DiskRead:
         if found.corrupt:
@@ -269,8 +268,8 @@ class DiskIO:
                 if self._batch_waiting():  # another task reads beside this one
                     self._start_reader()
                 try:
-                    found = await trio.to_thread.run_sync(
-                        self.tier.get_many, [read.name for read in batch], limiter=self.limiter
+                    found = await run_blocking(
+                        self.limiter, self.tier.get_many, [read.name for read in batch]
                     )
                 except Exception as exc:  # not expected (the tier reports misses): all missed
                     log.warning("disk cache reads of %d blocks failed: %s", len(batch), exc)
@@ -308,7 +307,7 @@ class DiskIO:
         asked = [name for name in names if not self._known_absent(name)]
         if not asked:
             return [False] * len(names)
-        found = await trio.to_thread.run_sync(self.tier.present, asked, limiter=self.limiter)
+        found = await run_blocking(self.limiter, self.tier.present, asked)
         held = {name for name, here in zip(asked, found, strict=True) if here}
         return [name in held for name in names]
 
@@ -377,9 +376,7 @@ class DiskIO:
                 batch = self._take_batch()
                 names = [(self.name(key), data, key.source) for key, data in batch]
                 try:
-                    stored = await trio.to_thread.run_sync(
-                        self.tier.put_batch, names, limiter=self.limiter
-                    )
+                    stored = await run_blocking(self.limiter, self.tier.put_batch, names)
                 finally:
                     for _ in batch:
                         self._write_slots.release()

@@ -29,6 +29,7 @@ from pffs.fs.datasets import file_item
 from pffs.mounting.daemon import open_cache, registered_config
 from pffs.mounting.kernel import FSTYPE, mount_table
 from pffs.routing.table import is_under, longest_prefix, relative
+from pffs.workers import run_blocking
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -146,11 +147,11 @@ async def _collect(
     backend: Backend, limiter: trio.CapacityLimiter, path: str, out: list[tuple[str, ObjectInfo]]
 ) -> None:
     """Every file under `path` (or `path` itself), depth first."""
-    info = await trio.to_thread.run_sync(backend.stat, path, limiter=limiter)
+    info = await run_blocking(limiter, backend.stat, path)
     if not info.is_dir:
         out.append((path, info))
         return
-    entries = await trio.to_thread.run_sync(lambda: list(backend.list(path)), limiter=limiter)
+    entries = await run_blocking(limiter, lambda: list(backend.list(path)))
     for entry in entries:
         child = join(path, entry.name)
         if entry.is_dir:
@@ -163,9 +164,9 @@ async def warm(target: Target, jobs: int, progress: Progress, show: bool) -> Non
     """Fill the disk tier with the target's files through the preload engine (the one way
     pffs fills its cache), `jobs` files at a time at most."""
     backend = open_backend(target.source)
-    await trio.to_thread.run_sync(backend.check)
-    cache = open_cache(target.cache)
     limiter = trio.CapacityLimiter(backend.max_concurrency)
+    await run_blocking(limiter, backend.check)
+    cache = open_cache(target.cache)
     files: list[tuple[str, ObjectInfo]] = []
     for path in target.paths:
         await _collect(backend, limiter, path, files)

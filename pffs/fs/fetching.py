@@ -1,7 +1,7 @@
 """Loading an object's bytes from its store: the one fetch path of readers, dataset prefetch
 and warmup.
 
-Both run under a limiter (pffs.fs.blocking): a reader's under its source's, prefetch under its
+Both run under a limiter (pffs.workers): a reader's under its source's, prefetch under its
 own. A short answer is `Corrupted`, never a short block in the cache; `version` pins every
 request to the object version the caller opened, so a changed object raises `Changed`.
 """
@@ -15,7 +15,7 @@ import trio
 from pffs.backends.base import Backend, block_runs
 from pffs.cache.keys import Deliver
 from pffs.errors import Corrupted
-from pffs.fs.blocking import run_blocking
+from pffs.workers import run_blocking
 
 
 async def fetch_range(
@@ -55,8 +55,10 @@ async def fetch_blocks(
             await deliver(first_position + i, data)
         return
 
+    token = trio.lowlevel.current_trio_token()
+
     def hand_over(i: int, data: bytes) -> None:  # in the worker thread
-        trio.from_thread.run(deliver, first_position + i, data)
+        trio.from_thread.run(deliver, first_position + i, data, trio_token=token)
 
     await run_blocking(
         limiter,

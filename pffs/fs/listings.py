@@ -18,10 +18,10 @@ import trio
 
 from pffs.backends.base import ObjectInfo
 from pffs.errors import Transient
-from pffs.fs.blocking import run_blocking
 from pffs.fs.names import NameIndex, PackedNames, encode
 from pffs.fs.packed import PackedInfos
 from pffs.routing.table import MountTable
+from pffs.workers import run_blocking
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 It answers from what it knows while that is fresh (an inode's attributes for the attribute TTL,
 a complete directory listing for the directory TTL, "no such name" for the negative TTL) and
-asks the store otherwise. Blocking backend calls run in worker threads (pffs.fs.blocking).
+asks the store otherwise. Blocking backend calls run in worker threads (pffs.workers).
 
 Offline: when the store cannot be reached (a Transient error after the retry policy gave up),
 what the mount already knows is served stale rather than failed: attributes of known entries
@@ -21,12 +21,12 @@ import trio
 from pffs.backends.base import ObjectInfo, join
 from pffs.config import MetaConfig
 from pffs.errors import NotADirectory, NotFound, Transient
-from pffs.fs.blocking import run_blocking
 from pffs.fs.handles import DirHandle, Handles
 from pffs.fs.inodes import ROOT_INODE, Inode, InodeTable, TableInode
 from pffs.fs.listings import MAX_LISTINGS, DirListing, Listings
 from pffs.fs.staging import Staged
 from pffs.routing.table import Mounted, MountTable
+from pffs.workers import run_blocking
 
 log = logging.getLogger(__name__)
 

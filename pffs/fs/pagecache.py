@@ -52,6 +52,7 @@ import trio
 
 from pffs.cache.stats import CacheStats
 from pffs.fs.handles import FileHandle
+from pffs.workers import run_blocking
 
 log = logging.getLogger("pffs.fs.pagecache")
 
@@ -109,6 +110,8 @@ class PagePusher:
         self._thread: threading.Thread | None = None
         # Held by the thread from the version check to the end of the store (see settle).
         self._storing = threading.Lock()
+        # `settle` waits for that lock in a worker thread, one open at a time.
+        self._settling = trio.CapacityLimiter(1)
 
     @property
     def enabled(self) -> bool:
@@ -187,7 +190,7 @@ class PagePusher:
         the time is up has its pages invalidated once it ends (see the module doc).
         """
         if self._storing.locked():
-            settled = await trio.to_thread.run_sync(self._wait_for_store, self.settle_timeout)
+            settled = await run_blocking(self._settling, self._wait_for_store, self.settle_timeout)
             if not settled:
                 log.info(
                     "a page cache push held for %.1f s: the open answers, and the pages of the"

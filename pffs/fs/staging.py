@@ -184,7 +184,7 @@ async def fill_from_store(staged: Staged, size: int, version: str, run: Run) -> 
             length,
             version,
         )
-        await trio.to_thread.run_sync(write_at, staged, start, data)
+        await run(mounted.limiter, write_at, staged, start, data)  # one request, then its write
     staged.size = size
 
 

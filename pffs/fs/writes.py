@@ -52,7 +52,6 @@ from pffs.errors import (
     Unsupported,
     UsageError,
 )
-from pffs.fs.blocking import run_blocking
 from pffs.fs.handles import FileHandle, Handles
 from pffs.fs.inodes import Inode
 from pffs.fs.namespace import Namespace
@@ -68,6 +67,7 @@ from pffs.fs.staging import (
     write_manifest,
 )
 from pffs.routing.table import Mounted, MountTable
+from pffs.workers import run_blocking
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)

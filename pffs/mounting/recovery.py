@@ -34,6 +34,7 @@ import trio
 from pffs.errors import PffsError
 from pffs.fs.staging import Staged, manifest_path, upload
 from pffs.routing.table import Mounted
+from pffs.workers import run_blocking
 
 log = logging.getLogger("pffs.mounting.recovery")
 
@@ -184,13 +185,9 @@ async def _upload(item: Leftover, mounted: Mounted) -> None:
         raise PffsError("another pffs is uploading it") from None
     staged = Staged(mounted, item.path, item.data, fd, size=item.size)
     try:
-        await upload(staged, _run)
+        await upload(staged, run_blocking)
     finally:
         os.close(fd)
-
-
-async def _run(limiter: trio.CapacityLimiter, fn: Callable[..., object], *args: object) -> object:
-    return await trio.to_thread.run_sync(lambda: fn(*args), limiter=limiter)
 
 
 def _remove(data: str) -> None:

@@ -133,11 +133,13 @@ def test_an_old_filter_answers_nothing_until_it_is_read_again(tmp_path: Path) ->
     hold_reads = trio.Event()
     real_keys_after = tier.index.keys_after
 
-    def held_keys_after(rowid: int) -> Iterator[tuple[int, str]]:
-        trio.from_thread.run(hold_reads.wait)
-        return real_keys_after(rowid)
-
     async def body(disk: DiskIO, clock: trio.testing.MockClock) -> None:
+        token = trio.lowlevel.current_trio_token()
+
+        def held_keys_after(rowid: int) -> Iterator[tuple[int, str]]:
+            trio.from_thread.run(hold_reads.wait, trio_token=token)
+            return real_keys_after(rowid)
+
         assert await disk.get(_key(7)) is None
         await _wait_for_keys(disk)
         tier.index.keys_after = held_keys_after  # type: ignore[method-assign]

@@ -11,7 +11,15 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {"pffs": "pffs", "backends": "pffs.backends", "csi": "pffs.csi", "bench": "bench"}
 GENERATED = {"pffs.csi.proto.csi_pb2", "pffs.csi.proto.csi_pb2_grpc"}
 
-CORE = ("pffs.version", "pffs.config", "pffs.errors", "pffs.sizes", "pffs.retry", "pffs.logs")
+CORE = (
+    "pffs.version",
+    "pffs.config",
+    "pffs.errors",
+    "pffs.sizes",
+    "pffs.retry",
+    "pffs.logs",
+    "pffs.workers",
+)
 # Layer of a module: the longest matching prefix wins.
 LAYERS = {
     **dict.fromkeys(CORE, "core"),

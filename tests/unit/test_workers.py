@@ -1,0 +1,160 @@
+"""pffs.workers: blocking calls in worker threads, with trio.to_thread's semantics."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import trio
+
+from pffs import workers
+
+
+def test_a_call_returns_its_value_from_another_thread() -> None:
+    async def main() -> tuple[int, int]:
+        limiter = trio.CapacityLimiter(1)
+        return await workers.run_blocking(
+            limiter, lambda a, b: (a + b, threading.get_ident()), 2, 3
+        )
+
+    value, ident = trio.run(main)
+    assert value == 5
+    assert ident != threading.get_ident()
+
+
+def test_a_calls_exception_is_raised_in_the_task() -> None:
+    def fails(text: str) -> None:
+        raise FileNotFoundError(text)
+
+    async def main() -> None:
+        await workers.run_blocking(trio.CapacityLimiter(1), fails, "gone")
+
+    with pytest.raises(FileNotFoundError, match="gone"):
+        trio.run(main)
+
+
+def test_the_limiter_bounds_the_calls_running_at_once() -> None:
+    running = 0
+    most = 0
+    lock = threading.Lock()
+
+    def call() -> None:
+        nonlocal running, most
+        with lock:
+            running += 1
+            most = max(most, running)
+        time.sleep(0.02)
+        with lock:
+            running -= 1
+
+    async def main() -> None:
+        limiter = trio.CapacityLimiter(2)
+        async with trio.open_nursery() as nursery:
+            for _ in range(8):
+                nursery.start_soon(workers.run_blocking, limiter, call)
+
+    trio.run(main)
+    assert most == 2
+
+
+def test_a_cancelled_task_waits_for_its_call_then_sees_the_cancellation() -> None:
+    started = threading.Event()
+    finished = threading.Event()
+
+    def call() -> None:
+        started.set()
+        time.sleep(0.2)
+        finished.set()
+
+    async def main() -> tuple[bool, bool, int]:
+        limiter = trio.CapacityLimiter(1)
+        finished_first = False
+        with trio.move_on_after(0.05) as scope:
+            await workers.run_blocking(limiter, call)
+            finished_first = finished.is_set()
+            await trio.lowlevel.checkpoint()  # where the cancellation is delivered
+        # The call ran to its end before the task moved on, and its place is free again.
+        return scope.cancelled_caught, finished_first, limiter.borrowed_tokens
+
+    cancelled, finished_first, borrowed = trio.run(main)
+    assert started.is_set()
+    assert finished_first
+    assert cancelled
+    assert borrowed == 0
+
+
+def test_a_task_cancelled_while_waiting_for_the_limiter_runs_nothing() -> None:
+    calls: list[int] = []
+
+    async def main() -> None:
+        limiter = trio.CapacityLimiter(1)
+        release = trio.Event()
+
+        async def hold() -> None:
+            async with limiter:  # the only place
+                await release.wait()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(hold)
+            await trio.sleep(0.01)
+            with trio.move_on_after(0.05):
+                await workers.run_blocking(limiter, calls.append, 1)
+            release.set()
+
+    trio.run(main)
+    assert calls == []
+
+
+def test_idle_threads_are_reused_then_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(workers, "_pool", workers._Pool())  # no threads of other tests
+    monkeypatch.setattr(workers, "_IDLE_SECONDS", 0.2)
+
+    async def main() -> tuple[int, int]:
+        limiter = trio.CapacityLimiter(1)
+        first = await workers.run_blocking(limiter, threading.get_ident)
+        while not workers.idle_threads():  # the thread counts itself idle after handing back
+            await trio.sleep(0.001)
+        second = await workers.run_blocking(limiter, threading.get_ident)
+        return first, second
+
+    first, second = trio.run(main)
+    assert first == second  # the idle thread took the second call
+    deadline = time.monotonic() + 5
+    while workers.idle_threads() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert workers.idle_threads() == 0
+
+
+def test_many_calls_at_once_each_get_their_own_result() -> None:
+    results: dict[int, int] = {}
+
+    async def one(limiter: trio.CapacityLimiter, n: int) -> None:
+        results[n] = await workers.run_blocking(limiter, lambda: n * n)
+
+    async def main() -> None:
+        limiter = trio.CapacityLimiter(16)
+        async with trio.open_nursery() as nursery:
+            for n in range(500):
+                nursery.start_soon(one, limiter, n)
+
+    trio.run(main)
+    assert results == {n: n * n for n in range(500)}
+
+
+def test_a_call_can_run_trio_code_with_the_runs_token() -> None:
+    async def main() -> list[int]:
+        seen: list[int] = []
+        token = trio.lowlevel.current_trio_token()
+
+        async def note(value: int) -> None:
+            seen.append(value)
+
+        def call() -> None:
+            for value in range(3):
+                trio.from_thread.run(note, value, trio_token=token)
+
+        await workers.run_blocking(trio.CapacityLimiter(1), call)
+        return seen
+
+    assert trio.run(main) == [0, 1, 2]
