@@ -201,3 +201,23 @@ def test_absent_names_are_answered_by_the_kernel_for_the_negative_ttl(tmp_path: 
         (mnt / "absent").write_bytes(b"made through the mount")  # replaces the negative entry
         assert (mnt / "absent").read_bytes() == b"made through the mount"
         assert (source / "absent").read_bytes() == b"made through the mount"
+
+
+def test_a_read_only_mount_is_sent_one_flush_in_all(tmp_path: Path) -> None:
+    """Closing a file costs a FLUSH request on a writable mount; a read-only one answers the
+    first with ENOSYS, and the kernel sends no more."""
+    source = tmp_path / "source"
+    source.mkdir()
+    files = {f"f{n}": os.urandom(1000 + n) for n in range(5)}
+    for name, data in files.items():
+        (source / name).write_bytes(data)
+    flushes: dict[bool, float] = {}
+    for read_only in (False, True):
+        options = ["--cache-dir", "none"] + (["--read-only"] if read_only else [])
+        with mounted(f"file://{source}", tmp_path / "mnt", *options) as mnt:
+            for name, data in files.items():
+                assert (mnt / name).read_bytes() == data
+            snapshot = stats_snapshot(mnt)
+            flushes[read_only] = metric_value(snapshot, "pffs_fuse_operations_total", op="flush")
+    assert flushes[False] >= len(files)
+    assert flushes[True] == 1
