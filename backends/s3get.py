@@ -1,7 +1,8 @@
 """The lean GET engine behind S3Backend's object reads and listings: one ranged GET or one
 ListObjectsV2 page, signed by pffs.backends.sigv4 (as botocore's SigV4 signer signs, at a
-seventh of its CPU) and sent on pooled http.client connections, without boto3's client call
-machinery.
+seventh of its CPU), written whole on a pooled keep-alive connection and its answer framed by
+http.client's response code (pffs.backends.s3connections, s3response), without boto3's client
+call machinery.
 
 Why: on a small machine the client's CPU per request limits a cold read. boto3's get_object
 spends about 1.5 ms of CPU per GET in its event hooks, parameter validation, serialisation and
@@ -29,7 +30,6 @@ from __future__ import annotations
 
 import http.client
 import re
-import select
 import ssl
 import threading
 from collections.abc import Callable, Iterator
@@ -40,10 +40,10 @@ from urllib.parse import quote, urlsplit
 
 import botocore.exceptions
 from botocore.credentials import Credentials
-from botocore.httpsession import get_cert_path
 
+from pffs.backends.s3connections import Connection, Connections
 from pffs.backends.s3response import LeanResponse
-from pffs.backends.sigv4 import SigV4Signer
+from pffs.backends.sigv4 import SigV4Signer, host_header
 from pffs.errors import UsageError
 
 # The S3 error code and message in an XML error body; a regex, as error bodies are small and
@@ -84,96 +84,15 @@ class Body:
             raise botocore.exceptions.ResponseStreamingError(error=exc) from exc
 
 
-class _Connections:
-    """Idle keep-alive connections to one host, shared by threads (a LIFO under a lock).
-
-    http.client rather than urllib3: urllib3's pool and response wrapper cost 0.1 ms of CPU
-    per GET more (measured, docs/BENCHMARKS.md), and this path needs none of their features.
-    """
-
-    def __init__(
-        self,
-        scheme: str,
-        netloc: str,
-        connect_timeout: float,
-        read_timeout: float,
-        verify: bool | str,
-        max_idle: int,
-        proxy: tuple[str, dict[str, str]] | None = None,
-    ) -> None:
-        """`proxy`: (URL, headers) of the HTTP proxy boto3 would use for this host, if any."""
-        self._netloc = netloc
-        self._scheme = scheme
-        self._proxy = proxy
-        # Through a proxy a plain-HTTP request names the whole URL and carries the proxy's
-        # headers; an HTTPS one goes through a CONNECT tunnel and carries nothing extra.
-        self.absolute_form = proxy is not None and scheme == "http"
-        self.request_headers = proxy[1] if proxy is not None and scheme == "http" else {}
-        self._connect_timeout = connect_timeout
-        self._read_timeout = read_timeout
-        self._max_idle = max_idle
-        self._idle: list[http.client.HTTPConnection] = []
-        self._lock = threading.Lock()
-        self._tls: ssl.SSLContext | None = None
-        if scheme == "https":
-            # The CA bundle botocore itself would load (the given one, else its default).
-            cafile = get_cert_path(verify) if verify is not False else None
-            self._tls = ssl.create_default_context(cafile=cafile)
-            if verify is False:
-                self._tls.check_hostname = False
-                self._tls.verify_mode = ssl.CERT_NONE
-
-    def take(self) -> tuple[http.client.HTTPConnection, bool]:
-        """An idle connection the server has not closed meanwhile (and True), or a new
-        connected one (and False)."""
-        while True:
-            with self._lock:
-                if not self._idle:
-                    break
-                connection = self._idle.pop()
-            # A keep-alive connection the server closed (or wrote on) reads as ready: sending
-            # on it would fail, and the failure would be counted and retried as the store's.
-            if connection.sock is not None and not _readable(connection.sock):
-                return connection, True
-            connection.close()
-        host = self._netloc if self._proxy is None else urlsplit(self._proxy[0]).netloc
-        host = host.rsplit("@", 1)[-1]  # the proxy's credentials are in its headers
-        if self._tls is not None:
-            connection = http.client.HTTPSConnection(
-                host, timeout=self._connect_timeout, context=self._tls
-            )
-            if self._proxy is not None:
-                connection.set_tunnel(self._netloc, headers=self._proxy[1])
-        else:
-            connection = http.client.HTTPConnection(host, timeout=self._connect_timeout)
-        connection.response_class = LeanResponse  # headers parsed without the email package
-        connection.connect()
-        assert connection.sock is not None
-        connection.sock.settimeout(self._read_timeout)  # from here on, each read's limit
-        return connection, False
-
-    def give(self, connection: http.client.HTTPConnection) -> None:
-        with self._lock:
-            if len(self._idle) < self._max_idle:
-                self._idle.append(connection)
-                return
-        connection.close()
-
-    def close(self) -> None:
-        with self._lock:
-            idle, self._idle = self._idle, []
-        for connection in idle:
-            connection.close()
-
-
 @dataclass(frozen=True)
 class _Target:
     """Where the bucket's GETs go and how they are signed; swapped whole, never changed."""
 
     region: str
     base: str  # scheme://host[:port]
+    host: str  # the Host header, as signed
     key_prefix: str  # "/bucket/" (path style) or "/" (virtual-hosted)
-    connections: _Connections
+    connections: Connections
 
     @property
     def bucket_path(self) -> str:
@@ -222,7 +141,7 @@ class LeanGetEngine:
         else:
             netloc, key_prefix = f"{self._bucket}.{endpoint.netloc}", "/"
         base = f"{endpoint.scheme}://{netloc}"
-        connections = _Connections(
+        connections = Connections(
             endpoint.scheme,
             netloc,
             *self._timeouts,
@@ -230,7 +149,7 @@ class LeanGetEngine:
             self._max_connections,
             self._proxy_for(base),
         )
-        return _Target(region, base, key_prefix, connections)
+        return _Target(region, base, host_header(base), key_prefix, connections)
 
     def _proxy_for(self, base: str) -> tuple[str, dict[str, str]] | None:
         """The proxy boto3 would go through to `base` (HTTP(S)_PROXY, NO_PROXY, the client's
@@ -312,12 +231,17 @@ class LeanGetEngine:
 
     def _send(
         self, target: _Target, path: str, headers: dict[str, str]
-    ) -> tuple[str, http.client.HTTPConnection, http.client.HTTPResponse]:
+    ) -> tuple[str, Connection, http.client.HTTPResponse]:
         url = target.base + path
-        signed = self._signed(target.region, url, headers)
+        signed = self._signed(target, path, headers)
+        connections = target.connections
+        if connections.absolute_form:
+            request = _request_head(url, target.host, signed | connections.request_headers)
+        else:
+            request = _request_head(path, target.host, signed)
         while True:
             try:
-                connection, reused = target.connections.take()
+                connection, reused = connections.take()
             except TimeoutError as exc:
                 raise botocore.exceptions.ConnectTimeoutError(endpoint_url=url, error=exc) from exc
             except ssl.SSLError as exc:
@@ -327,12 +251,10 @@ class LeanGetEngine:
                     endpoint_url=url, error=exc
                 ) from exc
             try:
-                if target.connections.absolute_form:
-                    extra = target.connections.request_headers
-                    connection.request("GET", url, headers=signed | extra)
-                else:
-                    connection.request("GET", path, headers=signed)
-                return url, connection, connection.getresponse()
+                connection.send(request)
+                response = LeanResponse(connection, method="GET")  # type: ignore[arg-type]
+                response.begin()
+                return url, connection, response
             except TimeoutError as exc:
                 connection.close()
                 raise botocore.exceptions.ReadTimeoutError(endpoint_url=url, error=exc) from exc
@@ -349,7 +271,7 @@ class LeanGetEngine:
 
     @staticmethod
     def _release(
-        target: _Target, connection: http.client.HTTPConnection, response: http.client.HTTPResponse
+        target: _Target, connection: Connection, response: http.client.HTTPResponse
     ) -> None:
         if response.isclosed() and not response.will_close:
             target.connections.give(connection)
@@ -367,13 +289,13 @@ class LeanGetEngine:
                 target.connections.close()
         return True
 
-    def _signed(self, region: str, url: str, headers: dict[str, str]) -> dict[str, str]:
+    def _signed(self, target: _Target, path: str, headers: dict[str, str]) -> dict[str, str]:
         if self._credentials is None:
             raise botocore.exceptions.NoCredentialsError()
         # Frozen per request as botocore does: a refresh between reading the key and the
         # secret must not mix two credentials.
         frozen = self._credentials.get_frozen_credentials()
-        return self._signer.sign(frozen, region, url, headers)
+        return self._signer.sign(frozen, target.region, target.host, path, headers)
 
 
 def _error(response: http.client.HTTPResponse, operation: str) -> botocore.exceptions.ClientError:
@@ -392,12 +314,16 @@ def _error(response: http.client.HTTPResponse, operation: str) -> botocore.excep
     )
 
 
-def _readable(sock: Any) -> bool:
-    """Whether a socket has something to read now (poll, not select: a mount's descriptors
-    may number past select's 1024)."""
-    poller = select.poll()
-    poller.register(sock, select.POLLIN)
-    return bool(poller.poll(0))
+def _request_head(target: str, host: str, headers: dict[str, str]) -> bytes:
+    """A GET's request line and headers, as http.client would send them (Host and
+    Accept-Encoding first), in one piece for one send."""
+    lines = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+    text = f"GET {target} HTTP/1.1\r\nHost: {host}\r\nAccept-Encoding: identity\r\n{lines}\r\n"
+    # A line break inside a value (an ETag or token from elsewhere) would split a header:
+    # refused, as http.client refuses it.
+    if text.count("\n") != len(headers) + 4 or text.count("\r") != len(headers) + 4:
+        raise ValueError(f"a header of the GET of {target!r} holds a line break")
+    return text.encode("latin-1")
 
 
 def _drain(response: http.client.HTTPResponse) -> bytes:

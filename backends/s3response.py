@@ -66,7 +66,12 @@ def read_headers(fp: Any) -> Headers:
 
 
 class LeanResponse(http.client.HTTPResponse):
-    """http.client's response with `read_headers` in place of the email package."""
+    """http.client's response with `read_headers` in place of the email package, read
+    through its socket's `makefile` reader, which it never closes: the connection owns it
+    (pffs.backends.s3connections keeps one per connection, for every answer on it)."""
+
+    def _close_conn(self) -> None:
+        self.fp = None  # the answer is over; the reader stays with its connection
 
     def begin(self) -> None:
         if self.headers is not None:
