@@ -61,9 +61,11 @@ class Connection:
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
-        self.reader = io.BufferedReader(SocketReader(sock), READ_BUFFER)
+        self.reader: io.BufferedReader[SocketReader] = io.BufferedReader(
+            SocketReader(sock), READ_BUFFER
+        )
 
-    def makefile(self, mode: str) -> io.BufferedReader:
+    def makefile(self, mode: str) -> io.BufferedReader[SocketReader]:
         """The reader an answer is read through (what http.client's response asks of a
         socket); the same one for every answer, so that bytes read ahead are never lost."""
         return self.reader

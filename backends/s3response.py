@@ -71,7 +71,7 @@ class LeanResponse(http.client.HTTPResponse):
     (pffs.backends.s3connections keeps one per connection, for every answer on it)."""
 
     def _close_conn(self) -> None:
-        self.fp = None  # the answer is over; the reader stays with its connection
+        self.fp = None  # type: ignore[assignment]  # over; the reader stays with its connection
 
     def begin(self) -> None:
         if self.headers is not None:
