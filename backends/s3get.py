@@ -32,8 +32,7 @@ import http.client
 import re
 import ssl
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -53,14 +52,40 @@ _MESSAGE_RE = re.compile(rb"<Message>([^<]*)</Message>")
 
 
 class Body:
-    """The bytes of one successful GET, read in pieces of exact sizes."""
+    """The bytes of one successful GET, read in pieces of exact sizes. A context manager: at
+    its end the connection goes back to the pool when the body was read to its end, and is
+    closed otherwise (a caller that stops early must not leave bytes on it)."""
 
-    __slots__ = ("_response", "_url", "content_length")
+    __slots__ = ("_connection", "_connections", "_response", "_url", "content_length")
 
-    def __init__(self, response: http.client.HTTPResponse, url: str) -> None:
+    def __init__(
+        self,
+        response: http.client.HTTPResponse,
+        url: str,
+        connection: Connection,
+        connections: Connections,
+    ) -> None:
         self._response = response
         self._url = url
+        self._connection: Connection | None = connection
+        self._connections = connections
         self.content_length: int | None = response.length
+
+    def __enter__(self) -> Body:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Hand the connection back (a whole answer read) or close it; once."""
+        connection, self._connection = self._connection, None
+        if connection is None:
+            return
+        if self._response.isclosed() and not self._response.will_close:
+            self._connections.give(connection)
+        else:
+            connection.close()
 
     def read(self, size: int) -> bytes:
         """`size` bytes, or fewer where the body ends early (the caller compares lengths)."""
@@ -165,26 +190,20 @@ class LeanGetEngine:
     def close(self) -> None:
         self._target.connections.close()
 
-    @contextmanager
-    def get(self, key: str, start: int, length: int, if_match: str | None) -> Iterator[Body]:
+    def get(self, key: str, start: int, length: int, if_match: str | None) -> Body:
         """GET bytes [start, start+length) of `key`, only while its ETag is `if_match` (when
-        given). The connection goes back to the pool when the body was read to its end, and
-        is closed otherwise (a caller that stops early must not leave bytes on it)."""
+        given); its Body is to be used in a `with` (which hands its connection back)."""
         headers = {"Range": f"bytes={start}-{start + length - 1}"}
         if if_match is not None:
             headers["If-Match"] = if_match
         encoded = quote(key, safe="/~")
-
-        def object_path(target: _Target) -> str:
-            return target.key_prefix + encoded
-
-        with self._request(object_path, headers, "GetObject") as (url, response):
-            if response.status == 200 and start > 0:  # a store that ignored the Range header
-                raise botocore.exceptions.ClientError(
-                    _answer(200, "RangeIgnored", "the store ignored the Range header"),
-                    "GetObject",
-                )
-            yield Body(response, url)
+        body = self._request(lambda target: target.key_prefix + encoded, headers, "GetObject")
+        if body._response.status == 200 and start > 0:  # a store that ignored the Range header
+            body.close()
+            raise botocore.exceptions.ClientError(
+                _answer(200, "RangeIgnored", "the store ignored the Range header"), "GetObject"
+            )
+        return body
 
     def list_page(
         self, prefix: str, token: str | None, delimiter: str | None = "/", max_keys: int = 1000
@@ -202,36 +221,32 @@ class LeanGetEngine:
             params["continuation-token"] = token
         # Encoded as SigV4's canonical query wants it, so the signature covers it as sent.
         query = "&".join(f"{name}={quote(params[name], safe='-_.~')}" for name in sorted(params))
+        listing = self._request(lambda target: f"{target.bucket_path}?{query}", {}, "ListObjectsV2")
+        with listing:
+            return listing.read_all()
 
-        def listing_path(target: _Target) -> str:
-            return f"{target.bucket_path}?{query}"
-
-        with self._request(listing_path, {}, "ListObjectsV2") as (url, response):
-            return Body(response, url).read_all()
-
-    @contextmanager
     def _request(
         self, path_of: Callable[[_Target], str], headers: dict[str, str], operation: str
-    ) -> Iterator[tuple[str, http.client.HTTPResponse]]:
+    ) -> Body:
         """One signed GET of `path_of(target)` (a path and query), followed once to the
-        bucket's own region when the store names another; an error status raises."""
+        bucket's own region when the store names another; an error status raises. (Not a
+        generator context manager: two of them cost 10 us a GET.)"""
         target = self._target
-        url, connection, response = self._send(target, path_of(target), headers)
+        body = self._send(target, path_of(target), headers)
+        response = body._response
         if response.status in (301, 307, 400) and self._follow(target, response):
             _drain(response)
-            self._release(target, connection, response)
-            target = self._target
-            url, connection, response = self._send(target, path_of(target), headers)
-        try:
-            if response.status >= 300:
+            body.close()
+            body = self._send(self._target, path_of(self._target), headers)
+            response = body._response
+        if response.status >= 300:
+            try:
                 raise _error(response, operation)
-            yield url, response
-        finally:
-            self._release(target, connection, response)
+            finally:
+                body.close()
+        return body
 
-    def _send(
-        self, target: _Target, path: str, headers: dict[str, str]
-    ) -> tuple[str, Connection, http.client.HTTPResponse]:
+    def _send(self, target: _Target, path: str, headers: dict[str, str]) -> Body:
         url = target.base + path
         signed = self._signed(target, path, headers)
         connections = target.connections
@@ -254,7 +269,7 @@ class LeanGetEngine:
                 connection.send(request)
                 response = LeanResponse(connection, method="GET")  # type: ignore[arg-type]
                 response.begin()
-                return url, connection, response
+                return Body(response, url, connection, connections)
             except TimeoutError as exc:
                 connection.close()
                 raise botocore.exceptions.ReadTimeoutError(endpoint_url=url, error=exc) from exc
@@ -268,15 +283,6 @@ class LeanGetEngine:
             except (http.client.HTTPException, OSError) as exc:
                 connection.close()  # resets, closes and malformed answers before the body
                 raise botocore.exceptions.ConnectionClosedError(endpoint_url=url) from exc
-
-    @staticmethod
-    def _release(
-        target: _Target, connection: Connection, response: http.client.HTTPResponse
-    ) -> None:
-        if response.isclosed() and not response.will_close:
-            target.connections.give(connection)
-        else:
-            connection.close()
 
     def _follow(self, target: _Target, response: http.client.HTTPResponse) -> bool:
         """Aim at the bucket's own region when the store names another one; True if so."""

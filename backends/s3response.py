@@ -38,26 +38,29 @@ class Headers:
         self._lower = text.lower()
 
     def get(self, name: str, default: Any = None) -> Any:
-        values = self.get_all(name)
-        return values[0] if values else default
+        key = f"\n{name.lower()}:"
+        at = self._lower.find(key)
+        return default if at < 0 else self._value(at + len(key))
 
     def get_all(self, name: str, default: Any = None) -> Any:
         key = f"\n{name.lower()}:"
         at = self._lower.find(key)
-        if at < 0:
-            return default
-        text = self._text
         values = []
         while at >= 0:
-            end = text.find("\n", at + len(key))
-            value = text[at + len(key) : end if end >= 0 else None].strip()
-            while end >= 0 and text[end + 1 : end + 2] in (" ", "\t"):  # folded lines
-                after = text.find("\n", end + 1)
-                value = f"{value} {text[end + 1 : after if after >= 0 else None].strip()}"
-                end = after
-            values.append(value)
+            values.append(self._value(at + len(key)))
             at = self._lower.find(key, at + 1)
-        return values
+        return values or default
+
+    def _value(self, start: int) -> str:
+        """The value that starts at `start`, its folded continuation lines joined to it."""
+        text = self._text
+        end = text.find("\n", start)
+        value = text[start : end if end >= 0 else None].strip()
+        while end >= 0 and text[end + 1 : end + 2] in (" ", "\t"):
+            after = text.find("\n", end + 1)
+            value = f"{value} {text[end + 1 : after if after >= 0 else None].strip()}"
+            end = after
+        return value
 
     def items(self) -> list[tuple[str, str]]:
         names = dict.fromkeys(
