@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import calendar
+import hmac
 import time
 from urllib.parse import urlsplit
 
@@ -11,7 +12,7 @@ from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import ReadOnlyCredentials
 
-from pffs.backends.sigv4 import SigV4Signer, host_header
+from pffs.backends.sigv4 import SigV4Signer, _Hmac, host_header
 
 SECRET = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"
 CASES = [
@@ -65,3 +66,10 @@ def test_the_signing_key_follows_the_day_region_and_secret() -> None:
     assert authorization(SECRET, "us-east-1", 86_400) != first
     assert authorization(SECRET, "us-west-2", 0) != first
     assert authorization(SECRET + "x", "us-east-1", 0) != first
+
+
+@pytest.mark.parametrize("message", [b"", b"AWS4-HMAC-SHA256\n20261123T000000Z", b"x" * 200])
+@pytest.mark.parametrize("key_size", [32, 64, 100])
+def test_the_kept_hmac_is_hmac_sha256(message: bytes, key_size: int) -> None:
+    key = bytes(range(key_size))
+    assert _Hmac(key).hexdigest(message) == hmac.new(key, message, "sha256").hexdigest()
