@@ -1,7 +1,8 @@
 """The lean GET engine behind S3Backend's object reads and listings: one ranged GET or one
 ListObjectsV2 page, signed by pffs.backends.sigv4 (as botocore's SigV4 signer signs, at a
-seventh of its CPU) and sent on pooled http.client connections, without boto3's client call
-machinery.
+seventh of its CPU), written whole on a pooled keep-alive connection and its answer framed by
+http.client's response code (pffs.backends.s3connections, s3response), without boto3's client
+call machinery.
 
 Why: on a small machine the client's CPU per request limits a cold read. boto3's get_object
 spends about 1.5 ms of CPU per GET in its event hooks, parameter validation, serialisation and
@@ -29,21 +30,19 @@ from __future__ import annotations
 
 import http.client
 import re
-import select
 import ssl
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlsplit
 
 import botocore.exceptions
 from botocore.credentials import Credentials
-from botocore.httpsession import get_cert_path
 
+from pffs.backends.s3connections import Connection, Connections
 from pffs.backends.s3response import LeanResponse
-from pffs.backends.sigv4 import SigV4Signer
+from pffs.backends.sigv4 import SigV4Signer, host_header
 from pffs.errors import UsageError
 
 # The S3 error code and message in an XML error body; a regex, as error bodies are small and
@@ -53,14 +52,40 @@ _MESSAGE_RE = re.compile(rb"<Message>([^<]*)</Message>")
 
 
 class Body:
-    """The bytes of one successful GET, read in pieces of exact sizes."""
+    """The bytes of one successful GET, read in pieces of exact sizes. A context manager: at
+    its end the connection goes back to the pool when the body was read to its end, and is
+    closed otherwise (a caller that stops early must not leave bytes on it)."""
 
-    __slots__ = ("_response", "_url", "content_length")
+    __slots__ = ("_connection", "_connections", "_response", "_url", "content_length")
 
-    def __init__(self, response: http.client.HTTPResponse, url: str) -> None:
+    def __init__(
+        self,
+        response: http.client.HTTPResponse,
+        url: str,
+        connection: Connection,
+        connections: Connections,
+    ) -> None:
         self._response = response
         self._url = url
+        self._connection: Connection | None = connection
+        self._connections = connections
         self.content_length: int | None = response.length
+
+    def __enter__(self) -> Body:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Hand the connection back (a whole answer read) or close it; once."""
+        connection, self._connection = self._connection, None
+        if connection is None:
+            return
+        if self._response.isclosed() and not self._response.will_close:
+            self._connections.give(connection)
+        else:
+            connection.close()
 
     def read(self, size: int) -> bytes:
         """`size` bytes, or fewer where the body ends early (the caller compares lengths)."""
@@ -84,96 +109,15 @@ class Body:
             raise botocore.exceptions.ResponseStreamingError(error=exc) from exc
 
 
-class _Connections:
-    """Idle keep-alive connections to one host, shared by threads (a LIFO under a lock).
-
-    http.client rather than urllib3: urllib3's pool and response wrapper cost 0.1 ms of CPU
-    per GET more (measured, docs/BENCHMARKS.md), and this path needs none of their features.
-    """
-
-    def __init__(
-        self,
-        scheme: str,
-        netloc: str,
-        connect_timeout: float,
-        read_timeout: float,
-        verify: bool | str,
-        max_idle: int,
-        proxy: tuple[str, dict[str, str]] | None = None,
-    ) -> None:
-        """`proxy`: (URL, headers) of the HTTP proxy boto3 would use for this host, if any."""
-        self._netloc = netloc
-        self._scheme = scheme
-        self._proxy = proxy
-        # Through a proxy a plain-HTTP request names the whole URL and carries the proxy's
-        # headers; an HTTPS one goes through a CONNECT tunnel and carries nothing extra.
-        self.absolute_form = proxy is not None and scheme == "http"
-        self.request_headers = proxy[1] if proxy is not None and scheme == "http" else {}
-        self._connect_timeout = connect_timeout
-        self._read_timeout = read_timeout
-        self._max_idle = max_idle
-        self._idle: list[http.client.HTTPConnection] = []
-        self._lock = threading.Lock()
-        self._tls: ssl.SSLContext | None = None
-        if scheme == "https":
-            # The CA bundle botocore itself would load (the given one, else its default).
-            cafile = get_cert_path(verify) if verify is not False else None
-            self._tls = ssl.create_default_context(cafile=cafile)
-            if verify is False:
-                self._tls.check_hostname = False
-                self._tls.verify_mode = ssl.CERT_NONE
-
-    def take(self) -> tuple[http.client.HTTPConnection, bool]:
-        """An idle connection the server has not closed meanwhile (and True), or a new
-        connected one (and False)."""
-        while True:
-            with self._lock:
-                if not self._idle:
-                    break
-                connection = self._idle.pop()
-            # A keep-alive connection the server closed (or wrote on) reads as ready: sending
-            # on it would fail, and the failure would be counted and retried as the store's.
-            if connection.sock is not None and not _readable(connection.sock):
-                return connection, True
-            connection.close()
-        host = self._netloc if self._proxy is None else urlsplit(self._proxy[0]).netloc
-        host = host.rsplit("@", 1)[-1]  # the proxy's credentials are in its headers
-        if self._tls is not None:
-            connection = http.client.HTTPSConnection(
-                host, timeout=self._connect_timeout, context=self._tls
-            )
-            if self._proxy is not None:
-                connection.set_tunnel(self._netloc, headers=self._proxy[1])
-        else:
-            connection = http.client.HTTPConnection(host, timeout=self._connect_timeout)
-        connection.response_class = LeanResponse  # headers parsed without the email package
-        connection.connect()
-        assert connection.sock is not None
-        connection.sock.settimeout(self._read_timeout)  # from here on, each read's limit
-        return connection, False
-
-    def give(self, connection: http.client.HTTPConnection) -> None:
-        with self._lock:
-            if len(self._idle) < self._max_idle:
-                self._idle.append(connection)
-                return
-        connection.close()
-
-    def close(self) -> None:
-        with self._lock:
-            idle, self._idle = self._idle, []
-        for connection in idle:
-            connection.close()
-
-
 @dataclass(frozen=True)
 class _Target:
     """Where the bucket's GETs go and how they are signed; swapped whole, never changed."""
 
     region: str
     base: str  # scheme://host[:port]
+    host: str  # the Host header, as signed
     key_prefix: str  # "/bucket/" (path style) or "/" (virtual-hosted)
-    connections: _Connections
+    connections: Connections
 
     @property
     def bucket_path(self) -> str:
@@ -222,7 +166,7 @@ class LeanGetEngine:
         else:
             netloc, key_prefix = f"{self._bucket}.{endpoint.netloc}", "/"
         base = f"{endpoint.scheme}://{netloc}"
-        connections = _Connections(
+        connections = Connections(
             endpoint.scheme,
             netloc,
             *self._timeouts,
@@ -230,7 +174,7 @@ class LeanGetEngine:
             self._max_connections,
             self._proxy_for(base),
         )
-        return _Target(region, base, key_prefix, connections)
+        return _Target(region, base, host_header(base), key_prefix, connections)
 
     def _proxy_for(self, base: str) -> tuple[str, dict[str, str]] | None:
         """The proxy boto3 would go through to `base` (HTTP(S)_PROXY, NO_PROXY, the client's
@@ -246,26 +190,20 @@ class LeanGetEngine:
     def close(self) -> None:
         self._target.connections.close()
 
-    @contextmanager
-    def get(self, key: str, start: int, length: int, if_match: str | None) -> Iterator[Body]:
+    def get(self, key: str, start: int, length: int, if_match: str | None) -> Body:
         """GET bytes [start, start+length) of `key`, only while its ETag is `if_match` (when
-        given). The connection goes back to the pool when the body was read to its end, and
-        is closed otherwise (a caller that stops early must not leave bytes on it)."""
+        given); its Body is to be used in a `with` (which hands its connection back)."""
         headers = {"Range": f"bytes={start}-{start + length - 1}"}
         if if_match is not None:
             headers["If-Match"] = if_match
         encoded = quote(key, safe="/~")
-
-        def object_path(target: _Target) -> str:
-            return target.key_prefix + encoded
-
-        with self._request(object_path, headers, "GetObject") as (url, response):
-            if response.status == 200 and start > 0:  # a store that ignored the Range header
-                raise botocore.exceptions.ClientError(
-                    _answer(200, "RangeIgnored", "the store ignored the Range header"),
-                    "GetObject",
-                )
-            yield Body(response, url)
+        body = self._request(lambda target: target.key_prefix + encoded, headers, "GetObject")
+        if body._response.status == 200 and start > 0:  # a store that ignored the Range header
+            body.close()
+            raise botocore.exceptions.ClientError(
+                _answer(200, "RangeIgnored", "the store ignored the Range header"), "GetObject"
+            )
+        return body
 
     def list_page(
         self, prefix: str, token: str | None, delimiter: str | None = "/", max_keys: int = 1000
@@ -283,41 +221,42 @@ class LeanGetEngine:
             params["continuation-token"] = token
         # Encoded as SigV4's canonical query wants it, so the signature covers it as sent.
         query = "&".join(f"{name}={quote(params[name], safe='-_.~')}" for name in sorted(params))
+        listing = self._request(lambda target: f"{target.bucket_path}?{query}", {}, "ListObjectsV2")
+        with listing:
+            return listing.read_all()
 
-        def listing_path(target: _Target) -> str:
-            return f"{target.bucket_path}?{query}"
-
-        with self._request(listing_path, {}, "ListObjectsV2") as (url, response):
-            return Body(response, url).read_all()
-
-    @contextmanager
     def _request(
         self, path_of: Callable[[_Target], str], headers: dict[str, str], operation: str
-    ) -> Iterator[tuple[str, http.client.HTTPResponse]]:
+    ) -> Body:
         """One signed GET of `path_of(target)` (a path and query), followed once to the
-        bucket's own region when the store names another; an error status raises."""
+        bucket's own region when the store names another; an error status raises. (Not a
+        generator context manager: two of them cost 10 us a GET.)"""
         target = self._target
-        url, connection, response = self._send(target, path_of(target), headers)
+        body = self._send(target, path_of(target), headers)
+        response = body._response
         if response.status in (301, 307, 400) and self._follow(target, response):
             _drain(response)
-            self._release(target, connection, response)
-            target = self._target
-            url, connection, response = self._send(target, path_of(target), headers)
-        try:
-            if response.status >= 300:
+            body.close()
+            body = self._send(self._target, path_of(self._target), headers)
+            response = body._response
+        if response.status >= 300:
+            try:
                 raise _error(response, operation)
-            yield url, response
-        finally:
-            self._release(target, connection, response)
+            finally:
+                body.close()
+        return body
 
-    def _send(
-        self, target: _Target, path: str, headers: dict[str, str]
-    ) -> tuple[str, http.client.HTTPConnection, http.client.HTTPResponse]:
+    def _send(self, target: _Target, path: str, headers: dict[str, str]) -> Body:
         url = target.base + path
-        signed = self._signed(target.region, url, headers)
+        signed = self._signed(target, path, headers)
+        connections = target.connections
+        if connections.absolute_form:
+            request = _request_head(url, target.host, signed | connections.request_headers)
+        else:
+            request = _request_head(path, target.host, signed)
         while True:
             try:
-                connection, reused = target.connections.take()
+                connection, reused = connections.take()
             except TimeoutError as exc:
                 raise botocore.exceptions.ConnectTimeoutError(endpoint_url=url, error=exc) from exc
             except ssl.SSLError as exc:
@@ -327,12 +266,10 @@ class LeanGetEngine:
                     endpoint_url=url, error=exc
                 ) from exc
             try:
-                if target.connections.absolute_form:
-                    extra = target.connections.request_headers
-                    connection.request("GET", url, headers=signed | extra)
-                else:
-                    connection.request("GET", path, headers=signed)
-                return url, connection, connection.getresponse()
+                connection.send(request)
+                response = LeanResponse(connection, method="GET")  # type: ignore[arg-type]
+                response.begin()
+                return Body(response, url, connection, connections)
             except TimeoutError as exc:
                 connection.close()
                 raise botocore.exceptions.ReadTimeoutError(endpoint_url=url, error=exc) from exc
@@ -347,15 +284,6 @@ class LeanGetEngine:
                 connection.close()  # resets, closes and malformed answers before the body
                 raise botocore.exceptions.ConnectionClosedError(endpoint_url=url) from exc
 
-    @staticmethod
-    def _release(
-        target: _Target, connection: http.client.HTTPConnection, response: http.client.HTTPResponse
-    ) -> None:
-        if response.isclosed() and not response.will_close:
-            target.connections.give(connection)
-        else:
-            connection.close()
-
     def _follow(self, target: _Target, response: http.client.HTTPResponse) -> bool:
         """Aim at the bucket's own region when the store names another one; True if so."""
         region = response.getheader("x-amz-bucket-region")
@@ -367,13 +295,13 @@ class LeanGetEngine:
                 target.connections.close()
         return True
 
-    def _signed(self, region: str, url: str, headers: dict[str, str]) -> dict[str, str]:
+    def _signed(self, target: _Target, path: str, headers: dict[str, str]) -> dict[str, str]:
         if self._credentials is None:
             raise botocore.exceptions.NoCredentialsError()
         # Frozen per request as botocore does: a refresh between reading the key and the
         # secret must not mix two credentials.
         frozen = self._credentials.get_frozen_credentials()
-        return self._signer.sign(frozen, region, url, headers)
+        return self._signer.sign(frozen, target.region, target.host, path, headers)
 
 
 def _error(response: http.client.HTTPResponse, operation: str) -> botocore.exceptions.ClientError:
@@ -392,12 +320,16 @@ def _error(response: http.client.HTTPResponse, operation: str) -> botocore.excep
     )
 
 
-def _readable(sock: Any) -> bool:
-    """Whether a socket has something to read now (poll, not select: a mount's descriptors
-    may number past select's 1024)."""
-    poller = select.poll()
-    poller.register(sock, select.POLLIN)
-    return bool(poller.poll(0))
+def _request_head(target: str, host: str, headers: dict[str, str]) -> bytes:
+    """A GET's request line and headers, as http.client would send them (Host and
+    Accept-Encoding first), in one piece for one send."""
+    lines = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+    text = f"GET {target} HTTP/1.1\r\nHost: {host}\r\nAccept-Encoding: identity\r\n{lines}\r\n"
+    # A line break inside a value (an ETag or token from elsewhere) would split a header:
+    # refused, as http.client refuses it.
+    if text.count("\n") != len(headers) + 4 or text.count("\r") != len(headers) + 4:
+        raise ValueError(f"a header of the GET of {target!r} holds a line break")
+    return text.encode("latin-1")
 
 
 def _drain(response: http.client.HTTPResponse) -> bytes:

@@ -2,8 +2,8 @@
 
 Not part of the bench suite: s3rver on loopback holds 50 objects of `--size` bytes; one thread
 reads them in turn through the backend a mount uses (the lean GET engine, retries, metrics),
-`--gets` times after a warm-up, and prints this process's CPU per GET (time.process_time: the
-server runs apart). Run it under another tree's code to compare two commits:
+`--gets` times after a warm-up, and prints this process's CPU per GET, user and system
+(getrusage: the server runs apart). Run it under another tree's code to compare two commits:
 
     .venv/bin/python -m bench.get_cpu --gets 2000
     cd /tmp && PYTHONPATH=/tmp/base /work/wt/.venv/bin/python -m bench.get_cpu  # /tmp/base as
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import tempfile
-import time
 
 from bench.dataset import client
 from bench.servers import Launcher
@@ -51,10 +51,15 @@ def main() -> None:
                     backend.read_range(names[n % OBJECTS], 0, args.size, versions[n % OBJECTS])
 
             read(100)  # connections open, code warm
-            started = time.process_time()
+            before = resource.getrusage(resource.RUSAGE_SELF)
             read(args.gets)
-            used = time.process_time() - started
-            print(f"{used / args.gets * 1e6:.0f} us of CPU per GET of {args.size} bytes")
+            after = resource.getrusage(resource.RUSAGE_SELF)
+            user = (after.ru_utime - before.ru_utime) / args.gets * 1e6
+            system = (after.ru_stime - before.ru_stime) / args.gets * 1e6
+            print(
+                f"{user + system:.0f} us of CPU per GET of {args.size} bytes"
+                f" (user {user:.0f}, system {system:.0f})"
+            )
         finally:
             server.stop()
 

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
@@ -346,29 +347,44 @@ def test_a_keep_alive_connection_closed_as_the_request_goes_out_is_not_a_failure
         server.server_close()
 
 
-@pytest.fixture
-def https_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    """(endpoint URL, CA bundle) of an HTTPS store on 127.0.0.1 with its own certificate."""
+def _certificate(folder: str) -> tuple[str, str]:
+    """(certificate, key) files of a self-signed certificate for 127.0.0.1."""
     if shutil.which("openssl") is None:
         pytest.skip("needs the openssl command")
-    folder = tmp_path_factory.mktemp("tls")
-    cert, key = str(folder / "cert.pem"), str(folder / "key.pem")
+    cert, key = f"{folder}/cert.pem", f"{folder}/key.pem"
     subprocess.run(
         ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
          "-keyout", key, "-out", cert, "-subj", "/CN=127.0.0.1",
          "-addext", "subjectAltName=IP:127.0.0.1"],
         check=True, capture_output=True,
     )  # fmt: skip
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Ranges)
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(cert, key)
-    server.socket = context.wrap_socket(server.socket, server_side=True)
+    return cert, key
+
+
+@contextmanager
+def _serving(
+    handler: type[http.server.BaseHTTPRequestHandler], cert: tuple[str, str] | None = None
+) -> Iterator[str]:
+    """The endpoint URL of a threaded HTTP server on 127.0.0.1 (HTTPS with `cert`)."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    if cert is not None:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(*cert)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        yield f"https://127.0.0.1:{server.server_address[1]}", cert
+        yield f"{'https' if cert else 'http'}://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture
+def https_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """(endpoint URL, CA bundle) of an HTTPS store on 127.0.0.1 with its own certificate."""
+    cert = _certificate(str(tmp_path_factory.mktemp("tls")))
+    with _serving(_Ranges, cert) as endpoint:
+        yield endpoint, cert[0]
 
 
 def test_tls_uses_the_ca_bundle_of_boto3s_chain(
@@ -430,3 +446,70 @@ def test_reads_go_through_the_proxy_boto3_would_use(
     finally:
         server.shutdown()
         server.server_close()
+
+
+class _Stalls(_Ranges):
+    """Answers nothing (`where` "before the answer"), or the status, the headers and half the
+    body ("mid-body"), then holds the connection open without a word until the test ends, as
+    a store that stops answering does."""
+
+    where: ClassVar[str] = ""
+    released: ClassVar[threading.Event] = threading.Event()
+
+    def do_GET(self) -> None:
+        first, last = self.headers["Range"].removeprefix("bytes=").split("-")
+        body = DATA[int(first) : int(last) + 1]
+        if self.where == "mid-body":
+            self.send_response(206)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body[: len(body) // 2])
+            self.wfile.flush()
+        self.released.wait(30)
+        self.close_connection = True
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
+@pytest.mark.parametrize("where", ["before the answer", "mid-body"])
+def test_a_store_that_stops_answering_times_out_as_a_read_timeout(
+    tls: bool,
+    where: str,
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Plain sockets time out in the kernel (SO_RCVTIMEO), TLS ones in Python: the same error
+    # either way, retried as one, and never a hang.
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "key")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    cert = _certificate(str(tmp_path)) if tls else None
+    if cert is not None:
+        monkeypatch.setenv("AWS_CA_BUNDLE", cert[0])
+    handler: type[_Stalls] = type(
+        "Stalls", (_Stalls,), {"where": where, "released": threading.Event()}
+    )
+    with _serving(handler, cert) as endpoint:
+        try:
+            backend = _backend(endpoint, "stalls", read_timeout=0.3)
+            with (
+                pytest.raises(botocore.exceptions.ReadTimeoutError),
+                _engine(backend).get("data", 0, 100_000, None) as body,
+            ):
+                body.read(100_000)
+            started = time.monotonic()
+            with pytest.raises(Transient, match="ReadTimeoutError"):
+                backend.read_range("data", 0, 100_000, None)
+            assert backend.retries == QUICK_RETRIES.attempts - 1
+            # Each attempt waited its read timeout, not the server's 30 s.
+            assert time.monotonic() - started < 10
+        finally:
+            handler.released.set()
+
+
+def test_a_line_break_in_a_header_value_is_refused(
+    moto: MotoServer, stored: tuple[str, str]
+) -> None:
+    bucket, etag = stored
+    backend = _backend(moto.endpoint_url, bucket)
+    with pytest.raises(BackendError, match="holds a line break"):
+        backend.read_range("data", 0, 10, '"e"\r\nX-Injected: 1')
+    assert backend.read_range("data", 0, 10, etag) == DATA[:10]  # nothing left on the wire

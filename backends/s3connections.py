@@ -1,0 +1,182 @@
+"""The lean GET engine's connections: a pool of idle keep-alive connections to one host, each
+connection its socket and the one buffered reader every answer on it is read through, and
+read and send timeouts kept by the kernel on plain sockets.
+
+Why not http.client's connection for the requests: building a request through `putrequest`
+and `putheader` (each header checked by regexes), a new `socket.makefile` reader per answer and
+a Python timeout that polls before each recv and send cost about 60 us of CPU per 100 KiB GET,
+a quarter of the engine's (docs/BENCHMARKS.md, "GET engine: CPU per request, sixth session").
+Here a request is one string written with one `sendall`, and answers are read through a reader
+made once per connection. http.client still connects (TCP_NODELAY, TLS, CONNECT tunnels through
+a proxy) and still frames the answer (pffs.backends.s3response's LeanResponse).
+
+Timeouts: a plain socket is left in blocking mode with SO_RCVTIMEO / SO_SNDTIMEO set, so that
+no poll precedes each recv and send; a recv or send the kernel timed out fails with EAGAIN,
+which `SocketReader` and `send` raise as TimeoutError, the very error a Python-side timeout
+raises. A TLS socket keeps Python's timeout: under a blocking Python socket, OpenSSL reads an
+EAGAIN as "try again" and the ssl module would retry the read forever.
+"""
+
+from __future__ import annotations
+
+import http.client
+import io
+import select
+import socket
+import ssl
+import struct
+import threading
+from urllib.parse import urlsplit
+
+from botocore.httpsession import get_cert_path
+
+# Room for an answer's status and headers and the start of its body in one recv; a larger
+# body is read straight into the bytes object it ends in (BufferedReader reads past its buffer).
+READ_BUFFER = 64 * 1024
+
+
+class SocketReader(io.RawIOBase):
+    """A socket's bytes as a raw file, a recv the kernel timed out raised as TimeoutError
+    (socket.SocketIO would answer None, which a buffered reader takes for a short read)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        super().__init__()
+        self._sock = sock
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        try:
+            return self._sock.recv_into(buffer)
+        except BlockingIOError as exc:  # SO_RCVTIMEO ran out
+            raise TimeoutError("timed out reading from the store") from exc
+
+
+class Connection:
+    """One keep-alive connection: its socket, the reader its answers are read through (whole
+    answers only: a half-read one closes the connection), and the host it speaks to."""
+
+    __slots__ = ("reader", "sock")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.reader: io.BufferedReader[SocketReader] = io.BufferedReader(
+            SocketReader(sock), READ_BUFFER
+        )
+
+    def makefile(self, mode: str) -> io.BufferedReader[SocketReader]:
+        """The reader an answer is read through (what http.client's response asks of a
+        socket); the same one for every answer, so that bytes read ahead are never lost."""
+        return self.reader
+
+    def send(self, request: bytes) -> None:
+        try:
+            self.sock.sendall(request)
+        except BlockingIOError as exc:  # SO_SNDTIMEO ran out
+            raise TimeoutError("timed out sending to the store") from exc
+
+    def idle_and_open(self) -> bool:
+        """Whether the connection can carry a request: nothing to read on it (a keep-alive
+        connection the server closed, or wrote on, reads as ready). poll, not select: a
+        mount's descriptors may number past select's 1024."""
+        poller = select.poll()
+        poller.register(self.sock, select.POLLIN)
+        return not poller.poll(0)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class Connections:
+    """Idle keep-alive connections to one host, shared by threads (a LIFO under a lock).
+
+    Not urllib3: its pool and response wrapper cost 0.1 ms of CPU per GET more (measured,
+    docs/BENCHMARKS.md), and this path needs none of their features.
+    """
+
+    def __init__(
+        self,
+        scheme: str,
+        netloc: str,
+        connect_timeout: float,
+        read_timeout: float,
+        verify: bool | str,
+        max_idle: int,
+        proxy: tuple[str, dict[str, str]] | None = None,
+    ) -> None:
+        """`proxy`: (URL, headers) of the HTTP proxy boto3 would use for this host, if any."""
+        self._netloc = netloc
+        self._proxy = proxy
+        # Through a proxy a plain-HTTP request names the whole URL and carries the proxy's
+        # headers; an HTTPS one goes through a CONNECT tunnel and carries nothing extra.
+        self.absolute_form = proxy is not None and scheme == "http"
+        self.request_headers = proxy[1] if proxy is not None and scheme == "http" else {}
+        self._connect_timeout = connect_timeout
+        self._read_timeout = read_timeout
+        # struct timeval, as SO_RCVTIMEO and SO_SNDTIMEO take it.
+        # At least 1 us: a zero timeval would mean no timeout at all.
+        self._timeval = struct.pack("ll", *divmod(max(1, round(read_timeout * 1e6)), 10**6))
+        self._max_idle = max_idle
+        self._idle: list[Connection] = []
+        self._lock = threading.Lock()
+        self._tls: ssl.SSLContext | None = None
+        if scheme == "https":
+            # The CA bundle botocore itself would load (the given one, else its default).
+            cafile = get_cert_path(verify) if verify is not False else None
+            self._tls = ssl.create_default_context(cafile=cafile)
+            if verify is False:
+                self._tls.check_hostname = False
+                self._tls.verify_mode = ssl.CERT_NONE
+
+    def take(self) -> tuple[Connection, bool]:
+        """An idle connection the server has not closed meanwhile (and True), or a new
+        connected one (and False)."""
+        while True:
+            with self._lock:
+                if not self._idle:
+                    break
+                connection = self._idle.pop()
+            # Sending on a connection the server closed would fail, and the failure would be
+            # counted and retried as the store's.
+            if connection.idle_and_open():
+                return connection, True
+            connection.close()
+        return Connection(self._connect()), False
+
+    def _connect(self) -> socket.socket:
+        """A connected socket (through the proxy's tunnel for HTTPS), its timeouts set."""
+        host = self._netloc if self._proxy is None else urlsplit(self._proxy[0]).netloc
+        host = host.rsplit("@", 1)[-1]  # the proxy's credentials are in its headers
+        opener: http.client.HTTPConnection
+        if self._tls is not None:
+            opener = http.client.HTTPSConnection(
+                host, timeout=self._connect_timeout, context=self._tls
+            )
+            if self._proxy is not None:
+                opener.set_tunnel(self._netloc, headers=self._proxy[1])
+        else:
+            opener = http.client.HTTPConnection(host, timeout=self._connect_timeout)
+        opener.connect()  # TCP_NODELAY, TLS and the tunnel, as http.client does them
+        sock = opener.sock
+        assert sock is not None
+        if isinstance(sock, ssl.SSLSocket):
+            sock.settimeout(self._read_timeout)  # see the module's docstring
+        else:
+            sock.settimeout(None)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, self._timeval)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, self._timeval)
+        return sock
+
+    def give(self, connection: Connection) -> None:
+        with self._lock:
+            if len(self._idle) < self._max_idle:
+                self._idle.append(connection)
+                return
+        connection.close()
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for connection in idle:
+            connection.close()
