@@ -6,12 +6,12 @@ must not. Every such call goes through `run_blocking` with a limiter: the backen
 (one per source, so a slow store cannot starve the others' threads), dataset prefetch's, the
 disk tier's or the staging area's. Threads touch bytes and file descriptors only; shared state
 of the file system is touched only from trio tasks. The cold epoch makes two or three such hops
-per file. `trio.to_thread` costs 88-91 us of CPU per hop here (`python -m bench.disk_writes`,
-"hop"): it copies the context, names the OS thread (a prctl per call), and sets up a cancel
-scope and a thread-cache job. `run_blocking` below does what pffs needs and no more, 43-68 us a
-hop (eight tasks hopping at once, or one): the trio task takes a place in its limiter, puts the
-call on a queue that idle workers wait on, and parks; the worker hands the outcome back with one
-`run_sync_soon` on the run's token.
+per file. `trio.to_thread` costs 88-93 us of CPU per hop here (docs/BENCHMARKS.md, "Thread hops
+and a read-only mount's closes"): it copies the context, names the OS thread (a prctl per call),
+and sets up a cancel scope and a thread-cache job. `run_blocking` below does what pffs needs and
+no more, 43-69 us a hop (eight tasks hopping at once, or one): the trio task takes a place in
+its limiter, puts the call on a queue that idle workers wait on, and parks; the worker hands the
+outcome back with one `run_sync_soon` on the run's token.
 
 Semantics are `trio.to_thread.run_sync`'s defaults: the call always runs to its end, and a
 task cancelled meanwhile sees the cancellation at its next checkpoint after the call returns,
