@@ -12,16 +12,15 @@ renamed one, and the check that a prefix is a directory) go through the lean GET
 s3get.py, which costs far less CPU per request than boto3 (listing pages are parsed
 by s3listing.py); it raises the exceptions boto3 would, so one
 mapping here (codes to pffs errors, what is transient) and one retry loop serve every call.
+Writes (PUTs, multipart uploads, deletes, renames) are s3writes.py's, through the same loop.
 """
 
 from __future__ import annotations
 
-import builtins
 import functools
 import logging
 import os
 import re
-import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -48,6 +47,7 @@ from pffs.backends.s3errors import (
 from pffs.backends.s3get import LeanGetEngine
 from pffs.backends.s3listing import parse_page
 from pffs.backends.s3timestamps import use_fast_timestamps
+from pffs.backends.s3writes import S3Writes
 from pffs.config import DatasetConfig, RetryConfig, SourceConfig
 from pffs.errors import (
     Changed,
@@ -64,8 +64,6 @@ log = logging.getLogger("pffs.s3")
 
 # Bucket names per the S3 rules (3-63 characters, lowercase letters, digits, dots, hyphens).
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
-# The largest object one CopyObject request may copy (S3's limit).
-COPY_LIMIT = 5 << 30
 
 
 def parse_s3_url(url: str) -> tuple[str, str]:
@@ -129,6 +127,9 @@ class S3Backend:
             source.read_timeout,
             # On AWS itself a bucket of another region is followed there, as boto3 does.
             regional_endpoint=None if self.endpoint_url else _aws_endpoint,
+        )
+        self._writes = S3Writes(
+            self.client, self.bucket, self.prefix, self._do, self.stat, self._list_page
         )
 
     # --- the protocol ------------------------------------------------------------------------
@@ -275,126 +276,38 @@ class S3Backend:
         except Exception as exc:
             raise self._translate(exc, path) from exc
 
-    # --- writing -----------------------------------------------------------------------------
-    # The VFS stages data in a local file and drives uploads: small objects in one PUT, large
-    # ones in parts it sends in parallel under the backend's limiter.
+    # --- writing (s3writes.py) ----------------------------------------------------------------
 
     def put(self, path: str, local_path: str) -> ObjectInfo:
-        def send() -> dict[str, Any]:
-            with open(local_path, "rb") as body:  # reopened per attempt: a retry resends it all
-                answer: dict[str, Any] = self.client.put_object(
-                    Bucket=self.bucket, Key=self.prefix + path, Body=body
-                )
-                return answer
-
-        response = self._do(send, "PUT", path)
-        return self._written(path, os.path.getsize(local_path), response["ETag"])
+        return self._writes.put(path, local_path)
 
     def begin_upload(self, path: str) -> str:
-        response = self._do(
-            lambda: self.client.create_multipart_upload(Bucket=self.bucket, Key=self.prefix + path),
-            "CreateMultipartUpload",
-            path,
-        )
-        return str(response["UploadId"])
+        return self._writes.begin_upload(path)
 
     def upload_part(
         self, path: str, upload_id: str, number: int, local_path: str, offset: int, length: int
     ) -> str:
-        with open(local_path, "rb") as f:
-            data = os.pread(f.fileno(), length, offset)
-        response = self._do(
-            lambda: self.client.upload_part(
-                Bucket=self.bucket,
-                Key=self.prefix + path,
-                UploadId=upload_id,
-                PartNumber=number,
-                Body=data,
-            ),
-            f"UploadPart {number}",
-            path,
-        )
-        return str(response["ETag"])
+        return self._writes.upload_part(path, upload_id, number, local_path, offset, length)
 
     def finish_upload(
         self, path: str, upload_id: str, etags: Sequence[str], size: int
     ) -> ObjectInfo:
-        parts = [{"PartNumber": n, "ETag": etag} for n, etag in enumerate(etags, 1)]
-        response = self._do(
-            lambda: self.client.complete_multipart_upload(
-                Bucket=self.bucket,
-                Key=self.prefix + path,
-                UploadId=upload_id,
-                MultipartUpload={"Parts": parts},
-            ),
-            "CompleteMultipartUpload",
-            path,
-        )
-        return self._written(path, size, response["ETag"])
+        return self._writes.finish_upload(path, upload_id, etags, size)
 
     def abort_upload(self, path: str, upload_id: str) -> None:
-        self._do(
-            lambda: self.client.abort_multipart_upload(
-                Bucket=self.bucket, Key=self.prefix + path, UploadId=upload_id
-            ),
-            "AbortMultipartUpload",
-            path,
-        )
+        self._writes.abort_upload(path, upload_id)
 
     def delete(self, path: str) -> None:
-        key = self.prefix + path
-        self._do(lambda: self.client.delete_object(Bucket=self.bucket, Key=key), "DELETE", path)
+        self._writes.delete(path)
 
     def make_dir(self, path: str) -> ObjectInfo:
-        # A "dir/" marker object: the directory exists, empty, as S3 consoles make it.
-        key = self.prefix + path + "/"
-        self._do(lambda: self.client.put_object(Bucket=self.bucket, Key=key, Body=b""), "PUT", path)
-        return ObjectInfo(path.rsplit("/", 1)[-1], 0, time.time(), None, is_dir=True)
+        return self._writes.make_dir(path)
 
     def remove_dir(self, path: str) -> None:
-        self.delete(path + "/")  # its marker, if any; the VFS checked it is empty
+        self._writes.remove_dir(path)
 
     def rename(self, old: str, new: str) -> None:
-        """Copy then delete: not atomic; a directory is every object under it, one by one."""
-        info = self.stat(old)
-        if not info.is_dir:
-            self._copy(old, new, info.size)
-            self.delete(old)
-            return
-        moved: builtins.list[str] = []
-        for key, size in self._keys_under(self.prefix + old + "/"):
-            target = new + "/" + key[len(self.prefix + old) + 1 :]
-            self._copy(key[len(self.prefix) :], target, size)
-            moved.append(key)
-        for key in moved:  # deleted only once every copy exists: a failure loses nothing
-            self.delete(key[len(self.prefix) :])
-
-    def _copy(self, old: str, new: str, size: int) -> None:
-        source = {"Bucket": self.bucket, "Key": self.prefix + old}
-        if size <= COPY_LIMIT:
-            self._do(
-                lambda: self.client.copy_object(
-                    Bucket=self.bucket, Key=self.prefix + new, CopySource=source
-                ),
-                "COPY",
-                old,
-            )
-        else:  # beyond one CopyObject's 5 GiB: boto3's managed copy in parts
-            self._do(lambda: self.client.copy(source, self.bucket, self.prefix + new), "COPY", old)
-
-    def _keys_under(self, prefix: str) -> Iterator[tuple[str, int]]:
-        token: str | None = None
-        while True:
-            every_key = functools.partial(self._list_page, prefix, token, delimiter=None)
-            page = self._do(every_key, "LIST", "")
-            for obj in page.get("Contents", ()):
-                yield obj["Key"], obj["Size"]
-            if not page.get("IsTruncated"):
-                return
-            token = page.get("NextContinuationToken")
-
-    def _written(self, path: str, size: int, etag: str) -> ObjectInfo:
-        return ObjectInfo(path.rsplit("/", 1)[-1], size, time.time(), etag, is_dir=False)
+        self._writes.rename(old, new)
 
     def _do(self, fn: Callable[[], T], what: str, path: str) -> T:
         """A call with retries whose failure is translated into a pffs error."""
