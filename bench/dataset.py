@@ -86,6 +86,17 @@ def make_local_file(path: str, size: int) -> str:
     return digest.hexdigest()
 
 
+# The first byte is timed on this many cold files (the median is the figure), each in a
+# directory of its own under ttfb/: pffs's dataset prefetch may then take ttfb/ for a dataset,
+# never the bucket's root, so the scenarios after it stay cold.
+TTFB_SAMPLES = 3
+
+
+def ttfb_directories() -> list[str]:
+    """The directories of the first byte's samples, each holding one 1 MiB `f.bin`."""
+    return [f"ttfb/{n}" for n in range(TTFB_SAMPLES)]
+
+
 def upload(server: Server, sizes: Sizes, workdir: str, bucket: str = "pffs-bench") -> Dataset:
     s3 = client(server)
     s3.create_bucket(Bucket=bucket)
@@ -96,7 +107,11 @@ def upload(server: Server, sizes: Sizes, workdir: str, bucket: str = "pffs-bench
     transfer = TransferConfig(multipart_chunksize=64 * MIB, max_concurrency=4)
     s3.upload_file(local_large, bucket, "large.bin", Config=transfer)
     s3.upload_file(local_parallel, bucket, "parallel.bin", Config=transfer)
-    s3.put_object(Bucket=bucket, Key="ttfb.bin", Body=os.urandom(MIB))
+    for directory in ttfb_directories():
+        s3.put_object(Bucket=bucket, Key=f"{directory}/f.bin", Body=os.urandom(MIB))
+    # s3rver 3 leaves a prefix holding only sub-prefixes out of a delimited listing: one object
+    # directly in ttfb/ makes it show at the top of the bucket (as tree/'s marker does).
+    s3.put_object(Bucket=bucket, Key="ttfb/about", Body=b"first byte samples")
     small_keys = [f"small/f{i:05d}.bin" for i in range(sizes.small_files)]
     wide_keys = [f"wide/o{i:05d}" for i in range(sizes.wide_files)]
     epoch_keys = epoch_names(sizes.epoch_files)
