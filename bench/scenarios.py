@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from bench.dataset import MIB, SMALL_SIZE, Dataset, client, ttfb_directories
+from bench.dataset import MIB, SMALL_SIZE, TTFB_SAMPLES, Dataset, client, ttfb_directories
 from bench.epoch import read_epoch
 from bench.metadata import TREE_DIRS, list_long, ls_recursive, stat_after_listing, stat_all
 from bench.servers import Server
@@ -41,7 +41,7 @@ METRICS = [
     Metric("epoch2_remount_files_per_s", "training epoch 2 after a remount", "files/s", True),
     Metric("epoch2_remount_requests", "store requests during it", "requests", False),
     Metric("epoch_peak_rss_mib", "peak RSS of the mount during the epochs", "MiB", False),
-    Metric("ttfb_ms", "time to first byte, cold file (median of 3)", "ms", False),
+    Metric("ttfb_ms", f"time to first byte, cold file (median of {TTFB_SAMPLES})", "ms", False),
     Metric("seq_cold_mbs", "sequential read, cold", "MB/s", True),
     Metric("seq_cold_cpu_s_per_gib", "mount CPU over the cold read", "CPU-s/GiB", False),
     Metric("seq_warm_mbs", "sequential read, warm (page cache dropped)", "MB/s", True),
