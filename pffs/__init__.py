@@ -6,7 +6,8 @@ from pffs.version import __version__
 
 def mount(config: MountConfig, foreground: bool = False) -> int:
     """Mount `config`; in the background (default) return the daemon's pid once live."""
-    from pffs.mounting.daemon import serve_here, start_daemon
+    from pffs.mounting.daemon import start_daemon
+    from pffs.mounting.serving import serve_here
 
     if foreground:
         serve_here(config)

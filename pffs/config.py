@@ -195,7 +195,7 @@ class ObserveConfig:
 
 @dataclass(frozen=True)
 class MountConfig:
-    """Everything `pffs.mounting.daemon` needs.
+    """Everything a mount needs (`pffs.mounting.serving.serve_here`).
 
     `table` lists the sources and where each appears in the tree; `pffs mount SOURCE` makes a
     table of one entry at the root. `name` is what `mount` shows as the file system's device.

@@ -39,7 +39,8 @@ def setup_logging(debug: bool, log_file: str | None = None, level: str | None = 
 
 
 def cmd_mount(args: argparse.Namespace) -> int:
-    from pffs.mounting.daemon import serve_here, start_daemon
+    from pffs.mounting.daemon import start_daemon
+    from pffs.mounting.serving import serve_here
 
     config = mount_config(args)
     if args.foreground:
@@ -53,7 +54,8 @@ def cmd_mount(args: argparse.Namespace) -> int:
 
 def cmd_daemon() -> int:
     """The background half of `pffs mount`: config on stdin, readiness on PFFS_READY_FD."""
-    from pffs.mounting.daemon import report_to_parent, serve_here
+    from pffs.mounting.daemon import report_to_parent
+    from pffs.mounting.serving import serve_here
 
     config = from_json(sys.stdin.read())
     setup_logging(config.debug, level=config.observe.log_level)  # stderr is the log file
@@ -75,7 +77,7 @@ def cmd_warmup(args: argparse.Namespace) -> int:
 
     os.umask(
         0o077
-    )  # cache blocks are the user's data, as in a mount (pffs.mounting.daemon.serve_here)
+    )  # cache blocks are the user's data, as in a mount (pffs.mounting.serving.serve_here)
     items = list(args.paths)
     if args.list_file:
         try:

@@ -13,7 +13,7 @@ import pytest
 from pffs.backends import open_backend
 from pffs.config import SourceConfig
 from pffs.errors import PermissionDenied
-from pffs.mounting.daemon import registry_path
+from pffs.mounting.registry import registry_path
 from tests.conftest import mounted
 
 SECRET = "pffs-secret-Zq81xV0"

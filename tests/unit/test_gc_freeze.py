@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 
-from pffs.mounting.daemon import freeze_startup_objects
+from pffs.mounting.process import freeze_startup_objects
 
 
 class _Startup:

@@ -11,10 +11,10 @@ FILES empty files each (built once, with os.mknod, and kept where it was built):
   each entry counted as the kernel's readdirplus counts it, then getattr of each), under
   tracemalloc: bytes per entry and the allocation sites holding them.
 
-    .venv/bin/python -m bench.metadata_memory mount --dirs 200 --files 1000
-    .venv/bin/python -m bench.metadata_memory trace --dirs 200 --files 1000
-    .venv/bin/python -m bench.metadata_memory trace --s3 s3rver --dirs 20 --files 1000
-    .venv/bin/python -m bench.metadata_memory cpu --dirs 100 --files 1000
+    python -m bench.probes.metadata_memory mount --dirs 200 --files 1000
+    python -m bench.probes.metadata_memory trace --dirs 200 --files 1000
+    python -m bench.probes.metadata_memory trace --s3 s3rver --dirs 20 --files 1000
+    python -m bench.probes.metadata_memory cpu --dirs 100 --files 1000
 
 `cpu` is the trace's walk without tracemalloc, its CPU time per entry, then a lookup of every
 file through the walked listings (Namespace.resolve): the Python cost of each, no kernel.

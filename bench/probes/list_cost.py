@@ -1,4 +1,4 @@
-"""`python -m bench.list_cost`: the client CPU of listing a prefix through S3Backend.list.
+"""`python -m bench.probes.list_cost`: the client CPU of listing a prefix through S3Backend.list.
 
 Starts s3rver (as the bench does) on 127.0.0.1, puts `--keys` empty objects under one prefix,
 then lists the prefix `--reps` times through pffs's S3 backend and reports the CPU of this

@@ -1,13 +1,13 @@
-"""`python -m bench.get_cpu`: the client CPU of one 100 KiB GET through S3Backend.read_range.
+"""`python -m bench.probes.get_cpu`: the client CPU of one 100 KiB GET through S3Backend.read_range.
 
 Not part of the bench suite: s3rver on loopback holds 50 objects of `--size` bytes; one thread
 reads them in turn through the backend a mount uses (the lean GET engine, retries, metrics),
 `--gets` times after a warm-up, and prints this process's CPU per GET, user and system
 (getrusage: the server runs apart). Run it under another tree's code to compare two commits:
 
-    .venv/bin/python -m bench.get_cpu --gets 2000
-    cd /tmp && PYTHONPATH=/tmp/base /work/wt/.venv/bin/python -m bench.get_cpu  # /tmp/base as
-    # bench.epoch_cpu's --baseline builds it, with bench/ copied in too
+    python -m bench.probes.get_cpu --gets 2000
+    cd /tmp && PYTHONPATH=/tmp/base /work/wt/python -m bench.probes.get_cpu  # /tmp/base as
+    # bench.probes.epoch_cpu's --baseline builds it, with bench/ copied in too
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`python -m bench.epoch_budget`: where the machine's CPU goes in a cold epoch via a far store.
+"""`python -m bench.probes.epoch_budget`: where the CPU goes in a cold epoch via a far store.
 
 On this machine the store (s3rver), the delay proxy that stands for the distance, the readers
 and the file system share the same cores. For the store's own files/s (the bench's ceiling,
@@ -8,7 +8,7 @@ the CPU milliseconds per file of every process in the path: s3rver, the proxy, t
 (the ceiling's GETs or the epoch's 8 readers) and the mount. Their sum bounds the files/s the
 machine can give: cores / sum. Rows alternate, `--rounds` of each.
 
-    .venv/bin/python -m bench.epoch_budget --files 2000 --rtt-ms 20 --rounds 3
+    python -m bench.probes.epoch_budget --files 2000 --rtt-ms 20 --rounds 3
 """
 
 from __future__ import annotations

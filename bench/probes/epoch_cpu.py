@@ -12,14 +12,14 @@ directory with an epoch (untimed) and is unmounted; then each round mounts pffs 
 that directory, drops the page cache and reads the set in another order (bench/remount.py's
 seed), so every block comes from the disk tier.
 
-    .venv/bin/python -m bench.epoch_cpu --files 2000 --rounds 2
-    .venv/bin/python -m bench.epoch_cpu --files 1 --size 268435456   # a cold sequential read
-    .venv/bin/python -m bench.epoch_cpu --remount --rounds 3         # from the disk tier
-    .venv/bin/python -m bench.epoch_cpu --remount --baseline /tmp/base  # against a commit
-    .venv/bin/python -m bench.epoch_cpu --baseline /tmp/base --rounds 3  # cold, against a commit
+    python -m bench.probes.epoch_cpu --files 2000 --rounds 2
+    python -m bench.probes.epoch_cpu --files 1 --size 268435456   # a cold sequential read
+    python -m bench.probes.epoch_cpu --remount --rounds 3         # from the disk tier
+    python -m bench.probes.epoch_cpu --remount --baseline /tmp/base  # against a commit
+    python -m bench.probes.epoch_cpu --baseline /tmp/base --rounds 3  # cold, against a commit
 
 (/tmp/base: `git archive COMMIT pffs backends | tar -x -C /tmp/base`, then its backends moved
-to /tmp/base/pffs/backends; docs/BENCHMARKS.md, "The remounted second epoch".)
+to /tmp/base/pffs/backends.)
 """
 
 from __future__ import annotations

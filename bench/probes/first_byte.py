@@ -1,4 +1,4 @@
-"""`python -m bench.first_byte`: the first byte of a cold file, several samples per system.
+"""`python -m bench.probes.first_byte`: the first byte of a cold file, several samples per system.
 
 The suite's "time to first byte" is the median of three samples, taken on one system after
 the other. Here the samples interleave the systems, and more can be taken. s3rver (0 ms, no
@@ -10,7 +10,7 @@ start 11 s apart, so that pffs's dataset prefetch (3 files of a directory tree o
 and each sample's steps (`bench.scenarios.first_byte_steps`): the directory's lookup, the
 file's lookup, open, and the first `read(1)` of a buffered reader.
 
-    .venv/bin/python -m bench.first_byte --samples 8
+    python -m bench.probes.first_byte --samples 8
 """
 
 from __future__ import annotations

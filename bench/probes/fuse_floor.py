@@ -1,4 +1,4 @@
-"""`python -m bench.fuse_floor`: the CPU of one FUSE lookup through pyfuse3 and trio alone.
+"""`python -m bench.probes.fuse_floor`: the CPU of one FUSE lookup through pyfuse3 and trio alone.
 
 Every request the kernel sends pffs goes through pyfuse3's session loop on trio before pffs's
 own code runs. This measures that floor with a minimal pyfuse3 file system (not pffs): a
@@ -9,7 +9,7 @@ and the kernel work done on its behalf) is divided by the stats. Then the same o
 of a `file://` tree of the same names (defaults but `--cache-dir none`), listed once first so
 that its lookups are answered from its listing, as after `ls -l`.
 
-    .venv/bin/python -m bench.fuse_floor --files 10000 --reps 3
+    python -m bench.probes.fuse_floor --files 10000 --reps 3
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="pffs-fuse-floor-") as work:
         mountpoint = os.path.join(work, "mnt")
         os.mkdir(mountpoint)
-        argv = [sys.executable, "-m", "bench.fuse_floor", "--serve", mountpoint]
+        argv = [sys.executable, "-m", "bench.probes.fuse_floor", "--serve", mountpoint]
         child = subprocess.Popen([*argv, "--files", str(args.files)])
         try:
             deadline = time.monotonic() + 10

@@ -1,8 +1,10 @@
-"""Micro-benchmark of GET engines against s3rver: GETs/s and client CPU per GET (100 KiB
-objects), MB/s and CPU-seconds per GiB (4 MiB ranged GETs). Not a test (pytest does not
-collect it); the figures went into docs/BENCHMARKS.md, "GET engine".
+"""`python -m bench.probes.get_engines`: GET engines side by side against s3rver.
 
-    .venv/bin/python tests/backends/get_engine_bench.py [--seconds 4] [--reps 3]
+GETs/s and client CPU per GET (100 KiB objects), MB/s and CPU-seconds per GiB (4 MiB ranged
+GETs), for boto3, pyarrow, obstore and pffs's lean engine (pffs.backends.s3get): the measure
+behind the choice of the lean engine, to take again when the engine or its peers change.
+
+    python -m bench.probes.get_engines [--seconds 4] [--reps 3]
 
 Each run is its own process (the client's CPU is getrusage(RUSAGE_SELF) over the timed
 window, every thread of the client included; the server runs apart); runs are interleaved
@@ -26,6 +28,8 @@ from typing import Any
 
 import boto3
 from botocore.config import Config
+
+from bench.servers import Launcher
 
 SMALL_SIZE = 100 * 1024
 SMALL_COUNT = 200
@@ -196,9 +200,6 @@ def main() -> None:
         print(json.dumps(run_one(engine, endpoint, scenario, args.seconds, int(threads))))
         return
 
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
-    from bench.servers import Launcher
-
     engines = args.engines.split(",")
     try:
         import obstore  # noqa: F401
@@ -216,7 +217,8 @@ def main() -> None:
                     out = subprocess.run(
                         [
                             sys.executable,
-                            __file__,
+                            "-m",
+                            "bench.probes.get_engines",
                             "--seconds",
                             str(args.seconds),
                             "--child",

@@ -1,12 +1,12 @@
-"""`python -m bench.preload_cpu`: the trio thread's CPU per file of the preload engine.
+"""`python -m bench.probes.preload_cpu`: the trio thread's CPU per file of the preload engine.
 
 Not part of the bench suite, and no store: `--files` items of one 100 KiB block each go
 through pffs.cache.preload's engine into a memory-only BlockCache, each fetched in a worker
 thread (pffs.workers.run_blocking, as a GET is) that returns the bytes at once. What is
 left is the engine's own cost per file: dispatch, flights, the thread hop, landing in memory.
-Run it under another tree's code to compare two commits (see bench.get_cpu).
+Run it under another tree's code to compare two commits (see bench.probes.get_cpu).
 
-    .venv/bin/python -m bench.preload_cpu --files 4000
+    python -m bench.probes.preload_cpu --files 4000
 """
 
 from __future__ import annotations
