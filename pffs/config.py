@@ -78,8 +78,8 @@ class MetaConfig:
 
     # 60 s, as mountpoint-s3 with a cache (`--cache` makes its `--metadata-ttl` 60 s) and
     # gcsfuse's stat cache: a dataset is read many times and rarely changes under a job, and
-    # every expired name costs a FUSE lookup in Python (about 95 us of CPU, 60 of it pyfuse3
-    # and trio alone) where the kernel answers in microseconds. The price, documented in the
+    # every expired name costs a FUSE lookup in Python, mostly pyfuse3 and trio alone, where
+    # the kernel answers in microseconds. The price, documented in the
     # README: a change made elsewhere is seen within a minute; until then reads serve the old
     # version whole or fail with ESTALE, never a mix. Changes made through the mount show at once.
     attr_ttl: float = 60.0
@@ -111,7 +111,7 @@ class FuseConfig:
     # Concurrent FUSE requests served; reads wait on the network, so many are useful.
     max_tasks: int = 64
     # Kernel readahead for the mount (set through sysfs, needs root). 4 MiB lets the kernel send
-    # 1 MiB requests several at a time instead of 128 KiB ones in turn: 2-3x faster reads.
+    # 1 MiB requests several at a time instead of 128 KiB ones in turn: much faster reads.
     kernel_readahead: int = 4 << 20
 
 
@@ -145,8 +145,8 @@ class CacheConfig:
     prefetch_max: int = 32 * MIB
     # Largest store request of a prefetch: consecutive blocks are fetched together, one GET for
     # up to this many bytes. Per request, boto3 and the server spend as much CPU as on megabytes
-    # of data: 16 MiB blocks instead of 4 MiB took a cold read from ~260 to ~370 MB/s here
-    # (docs/BENCHMARKS.md), and runs give that without making random reads fetch 16 MiB.
+    # of data: 16 MiB requests instead of 4 MiB ones made cold reads markedly faster, and runs
+    # of blocks give that without making random reads fetch 16 MiB.
     fetch_size: int = 16 * MIB
     # Bytes of prefetch in flight across all files: bounds memory and the store's load.
     prefetch_budget: int = 128 * MIB
@@ -170,7 +170,7 @@ class DatasetConfig:
     # budget, so readahead keeps the other half).
     budget: int = 64 * MIB
     # Files fetched at once to start with, and at most: Little's law (files/s x latency) moves it
-    # between; 64 in flight hid a 20 ms round trip in the measurements of issue 17.
+    # between; at its ceiling of 64 in flight, a 20 ms round trip to the store is hidden.
     concurrency: int = 16
     max_concurrency: int = 64
     # A dataset no reader touched for this long stops being loaded (the job ended or moved on).

@@ -77,8 +77,8 @@ _LATENCY_BUCKETS = (
 # --- the kernel edge -------------------------------------------------------------------------
 
 # Counts and latencies of FUSE requests are kept by FuseOp in plain numbers and reported by
-# _FuseCollector below: a prometheus_client counter and histogram cost about 3 us a request
-# under their locks, a fifth of pffs's own share of a cached lookup.
+# _FuseCollector below: a prometheus_client counter and histogram take their locks on every
+# request, a sizable share of pffs's own CPU for a cached lookup.
 FUSE_ERRORS = Counter(
     "pffs_fuse_errors_total",
     "FUSE requests answered with an error, by operation and errno name",

@@ -1,4 +1,4 @@
-"""Worker threads for blocking calls, entered from trio at about half the CPU of
+"""Worker threads for blocking calls, entered from trio for less CPU than
 `trio.to_thread.run_sync`.
 
 Backends (boto3, pyarrow, the GET engine), the disk tier and staging files block; trio tasks
@@ -6,11 +6,10 @@ must not. Every such call goes through `run_blocking` with a limiter: the backen
 (one per source, so a slow store cannot starve the others' threads), dataset prefetch's, the
 disk tier's or the staging area's. Threads touch bytes and file descriptors only; shared state
 of the file system is touched only from trio tasks. The cold epoch makes two or three such hops
-per file. `trio.to_thread` costs 88-93 us of CPU per hop here (docs/BENCHMARKS.md, "Thread hops
-and a read-only mount's closes"): it copies the context, names the OS thread (a prctl per call),
-and sets up a cancel scope and a thread-cache job. `run_blocking` below does what pffs needs and
-no more, 43-69 us a hop (eight tasks hopping at once, or one): the trio task takes a place in
-its limiter, puts the call on a queue that idle workers wait on, and parks; the worker hands the
+per file, so their CPU counts (docs/BENCHMARKS.md measures both). `trio.to_thread` copies the
+context, names the OS thread (a prctl per call), and sets up a cancel scope and a thread-cache
+job. `run_blocking` below does what pffs needs and no more: the trio task takes a place in its
+limiter, puts the call on a queue that idle workers wait on, and parks; the worker hands the
 outcome back with one `run_sync_soon` on the run's token.
 
 Semantics are `trio.to_thread.run_sync`'s defaults: the call always runs to its end, and a

@@ -21,12 +21,12 @@ deletes is closed (diskcache removes its file through `_BlockDisk.remove`); one 
 (st_nlink 0 at the per-read fstat) and is dropped; a truncated entry gives a short read and a
 damaged one a CRC mismatch, both dropped and deleted. The CRC runs on every read, not once per
 open: bytes verified once can still rot on disk and be read again once the page cache lets them
-go, and another process can write the file; the check costs about 3 us per 64 KiB here.
+go, and another process can write the file; CRC32C in hardware is cheap beside the read.
 
 All methods but `get_range_nowait` block (SQLite, file I/O, CRC, lz4); callers run them in
 worker threads. `get_range_nowait` serves a part of an entry already open whose bytes the page
-cache holds, and gives up on anything else: it costs less than a worker-thread hop (about
-100 us of CPU here), so trio tasks call it first. diskcache is thread- and process-safe, so
+cache holds, and gives up on anything else: it costs less than a worker-thread hop, so trio
+tasks call it first. diskcache is thread- and process-safe, so
 several mounts and `pffs warmup` can share one directory.
 """
 
@@ -74,7 +74,7 @@ class _BlockDisk(diskcache.Disk):  # type: ignore[misc]  # diskcache has no type
     ) -> tuple[str, str]:
         # One level of 256 directories, made with the tier and never removed. diskcache's own
         # two levels (65,536 directories, each removed once empty) cost a mkdir for most of the
-        # first tens of thousands of writes: 0.2 ms each on ext4, a third of a small block's.
+        # first tens of thousands of writes, a third of a small block's write on ext4.
         name = os.urandom(16).hex()
         filename = os.path.join(name[:2], name[2:] + ".val")
         return filename, os.path.join(self._directory, filename)
@@ -205,7 +205,8 @@ class DiskTier:
     def get_range(self, key: str, start: int, length: int) -> DiskRead:
         """Bytes [start, start+length) of a block (random reads), reading only the chunks they
         touch. A compressed entry is read whole: `whole` is set and `data` is the block, for the
-        caller to keep (decompressing 4 MiB for each 4 KiB read would cost 20x a plain read)."""
+        caller to keep (decompressing 4 MiB for each 4 KiB read would cost far more than the
+        read)."""
 
         def reader(entry: OpenEntry) -> bytes | None:
             if entry.layout.compressed:

@@ -54,8 +54,8 @@ Ts = TypeVarTuple("Ts")
 log = logging.getLogger("pffs.cache")
 
 # A write-behind batch: up to this many blocks or bytes, whichever comes first, in one worker
-# thread hop and one index transaction (bench/disk_writes.py: a hop costs 130-160 us of CPU, a
-# transaction's BEGIN/COMMIT about 35 us, against 250 us for all of a 100 KiB block's write).
+# thread hop and one index transaction: paid per block, a hop and a transaction's BEGIN/COMMIT
+# would be most of the CPU of a 100 KiB block's write.
 _BATCH_BLOCKS = 16
 _BATCH_BYTES = 32 * 1024 * 1024
 # How long a writer waits for a batch to fill before writing what it has.

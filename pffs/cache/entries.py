@@ -10,8 +10,7 @@ another key); the disk tier (disk.py) then deletes it and reports a miss.
 Entries are written with O_DIRECT where the file system allows it: the header and the payload
 each start on a 4 KiB boundary and the file is padded to one, so the block goes from an aligned
 buffer straight to the disk. A buffered write costs a copy into the page cache plus its
-bookkeeping, several milliseconds of CPU per 4 MiB block on a small VM, which a cold read pays
-for every block it caches (docs/BENCHMARKS.md).
+bookkeeping, which a cold read would pay for every block it caches.
 
 Everything here blocks (file I/O, CRC, lz4); callers run it in worker threads, except
 `read_range(..., nowait=True)`, which only takes what the page cache holds.
@@ -66,8 +65,8 @@ def worth_trying(data: bytes) -> bool:
     """Whether lz4 may pay for the block: samples of it spread over its length compress.
 
     Samples from four places rather than one run at the start: a block may open with a
-    header unlike the rest, and 16 KiB of samples cost a quarter of a 64 KiB probe (about
-    10 us instead of 40 for random bytes, which most training data is).
+    header unlike the rest, and 16 KiB of samples cost a quarter of a 64 KiB probe on random
+    bytes, which most training data is.
     """
     if len(data) <= _PROBES * _PROBE:
         samples = [data]
@@ -184,7 +183,7 @@ def read_block(layout: Layout, fd: int) -> bytes | None:
 
     Read into a bytes object of its own: not zeroed first, its pages touched while the read
     runs without the GIL (a zeroed buffer costs the GIL holder a page fault per 4 KiB, most of
-    a small block's read; bench/epoch_cpu.py --remount). A short read, rare, is done again
+    a small block's read). A short read, rare, is done again
     into one buffer.
     """
     payload: bytes | bytearray | None = os.pread(fd, layout.stored, layout.payload_offset)

@@ -1,8 +1,8 @@
 """Disk-tier entries kept open: a bounded LRU of file descriptors with their parsed headers.
 
 A random read of a cached block then costs one pread and one CRC of the 64 KiB chunks it
-touches, instead of a diskcache (SQLite) lookup, an open and a header parse (docs/BENCHMARKS.md,
-"Disk tier random reads"). The disk tier (disk.py) decides what is valid; this module only
+touches, instead of a diskcache (SQLite) lookup, an open and a header parse. The disk tier
+(disk.py) decides what is valid; this module only
 holds descriptors and closes them safely:
 
 - Worker threads read through a descriptor while another thread may evict it, so each entry
@@ -31,8 +31,8 @@ from pffs.cache.entries import Layout
 # The share of the process's descriptor limit the disk tier may keep open: the rest is for
 # FUSE, sockets to the store, staging files and the kernel's own needs.
 _SHARE = 4
-# 64 GiB of 4 MiB blocks. Each open entry costs about 0.8 KiB in the process (its CRC table,
-# path and bookkeeping; tracemalloc) and pins an inode and a file in the kernel: ~13 MiB at most.
+# 64 GiB of 4 MiB blocks. Each open entry holds its CRC table, path and bookkeeping in the
+# process and pins an inode and a file in the kernel: about 13 MiB at most in all.
 _MAX_OPEN = 16384
 _REGROW = 16
 

@@ -26,9 +26,9 @@ from pffs.cache.preload import Preloader, PreloadItem
 from pffs.config import CacheConfig, SourceConfig, TableEntry
 from pffs.errors import UsageError
 from pffs.fs.datasets import file_item
+from pffs.mounting.kernel import FSTYPE, mount_table
 from pffs.mounting.registry import registered_config
 from pffs.mounting.serving import open_cache
-from pffs.mounting.kernel import FSTYPE, mount_table
 from pffs.routing.table import is_under, longest_prefix, relative
 from pffs.workers import run_blocking
 

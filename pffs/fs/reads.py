@@ -27,7 +27,8 @@ FETCH_AT_OPEN = 1 << 20
 # its own while the block loads behind it (the first byte of a file, a random 4 KiB read).
 COLD_START_SHARE = 4
 # The largest window of cached bytes pushed into the kernel's page cache around a random read
-# (pffs.fs.pagecache): chosen by the cost of notify_store per size, docs/BENCHMARKS.md.
+# (pffs.fs.pagecache): per byte a larger push costs little less, while the pusher's time per
+# push and the page cache taken by bytes never read grow with it.
 PUSH_MAX = 1 << 20
 
 
