@@ -189,7 +189,7 @@ def setup_store(endpoint: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--engines", default="boto3,pyarrow,obstore,lean")

@@ -1,9 +1,9 @@
 """Which entries the disk tier may hold, answered in the trio thread: a Bloom filter of its keys.
 
 A block nobody has cached yet has no entry, and asking the tier's SQLite index whether it does
-costs a worker-thread hop, once for every file of a cold epoch. The filter answers "absent" without the hop. It holds the keys of the index rows it
-was given (DiskIO fills it from the index and keeps it in step: diskio.py) and of the entries
-this process wrote.
+costs a worker-thread hop, once for every file of a cold epoch. The filter answers "absent"
+without the hop. It holds the keys of the index rows it was given (DiskIO fills it from the
+index and keeps it in step: diskio.py) and of the entries this process wrote.
 
 "Absent" is a hint, never a reason to serve other bytes: a key the filter has not been given
 yet answers absent, and its block is then fetched from the store as if it were not cached.
