@@ -79,9 +79,9 @@ class MetaConfig:
     # 60 s, as mountpoint-s3 with a cache (`--cache` makes its `--metadata-ttl` 60 s) and
     # gcsfuse's stat cache: a dataset is read many times and rarely changes under a job, and
     # every expired name costs a FUSE lookup in Python, mostly pyfuse3 and trio alone, where
-    # the kernel answers in microseconds. The price, documented in the
-    # README: a change made elsewhere is seen within a minute; until then reads serve the old
-    # version whole or fail with ESTALE, never a mix. Changes made through the mount show at once.
+    # the kernel answers in microseconds. The price, documented in the README: a change made
+    # elsewhere is seen within a minute; until then reads serve the old version whole or fail
+    # with ESTALE, never a mix. Changes made through the mount show at once.
     attr_ttl: float = 60.0
     entry_ttl: float = 60.0
     # A directory listing is reused this long (its entries answer lookups and opens).
@@ -145,8 +145,8 @@ class CacheConfig:
     prefetch_max: int = 32 * MIB
     # Largest store request of a prefetch: consecutive blocks are fetched together, one GET for
     # up to this many bytes. Per request, boto3 and the server spend as much CPU as on megabytes
-    # of data: 16 MiB requests instead of 4 MiB ones made cold reads markedly faster, and runs
-    # of blocks give that without making random reads fetch 16 MiB.
+    # of data: 16 MiB blocks instead of 4 MiB made a cold read markedly faster, and runs give
+    # that without making random reads fetch 16 MiB.
     fetch_size: int = 16 * MIB
     # Bytes of prefetch in flight across all files: bounds memory and the store's load.
     prefetch_budget: int = 128 * MIB

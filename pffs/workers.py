@@ -1,4 +1,4 @@
-"""Worker threads for blocking calls, entered from trio for less CPU than
+"""Worker threads for blocking calls, entered from trio at about half the CPU of
 `trio.to_thread.run_sync`.
 
 Backends (boto3, pyarrow, the GET engine), the disk tier and staging files block; trio tasks

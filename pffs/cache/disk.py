@@ -26,8 +26,8 @@ go, and another process can write the file; CRC32C in hardware is cheap beside t
 All methods but `get_range_nowait` block (SQLite, file I/O, CRC, lz4); callers run them in
 worker threads. `get_range_nowait` serves a part of an entry already open whose bytes the page
 cache holds, and gives up on anything else: it costs less than a worker-thread hop, so trio
-tasks call it first. diskcache is thread- and process-safe, so
-several mounts and `pffs warmup` can share one directory.
+tasks call it first. diskcache is thread- and process-safe, so several mounts and `pffs warmup`
+can share one directory.
 """
 
 from __future__ import annotations

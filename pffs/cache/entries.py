@@ -183,8 +183,7 @@ def read_block(layout: Layout, fd: int) -> bytes | None:
 
     Read into a bytes object of its own: not zeroed first, its pages touched while the read
     runs without the GIL (a zeroed buffer costs the GIL holder a page fault per 4 KiB, most of
-    a small block's read). A short read, rare, is done again
-    into one buffer.
+    a small block's read). A short read, rare, is done again into one buffer.
     """
     payload: bytes | bytearray | None = os.pread(fd, layout.stored, layout.payload_offset)
     if payload is not None and len(payload) < layout.stored:

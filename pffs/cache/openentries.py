@@ -2,8 +2,7 @@
 
 A random read of a cached block then costs one pread and one CRC of the 64 KiB chunks it
 touches, instead of a diskcache (SQLite) lookup, an open and a header parse. The disk tier
-(disk.py) decides what is valid; this module only
-holds descriptors and closes them safely:
+(disk.py) decides what is valid; this module only holds descriptors and closes them safely:
 
 - Worker threads read through a descriptor while another thread may evict it, so each entry
   counts its readers: evicting or dropping an entry retires it, and the last reader closes it.

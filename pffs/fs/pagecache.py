@@ -2,8 +2,8 @@
 of the same neighbourhood are answered by the kernel and never reach Python.
 
 A random read the kernel could not answer costs a FUSE round trip, most of its CPU the request
-itself. After such a read of cached bytes, the pusher hands the
-kernel a window of verified bytes around it: the 64 KiB chunk at first, a window that doubles
+itself. After such a read of cached bytes, the pusher hands the kernel a window of verified
+bytes around it: the 64 KiB chunk at first, a window that doubles
 with each further miss of the handle while its reads stay random, up to `max_window`. Only
 bytes the cache already holds are pushed (memory, else the disk tier, checksums verified);
 the store is never asked. Sequential reads push nothing: the kernel's readahead already asks
