@@ -8,7 +8,7 @@ see one file. When that number is taken by another inode of the table (a digest 
 the path's earlier file, deleted while the kernel still holds it), a number from a counter is
 used instead, never a digest's; so is the old number of an entry renamed.
 
-The table is built for a million inodes (issue 18): no Python object per inode. An inode is
+The table is built for a million inodes: no Python object per inode. An inode is
 a record in columns addressed by a slot number (the number of its parent directory, its name
 packed by pffs.fs.names, its attributes packed by pffs.fs.packed, when they expire, the
 kernel's references); a path is the parent's path and the name, the paths of the directories

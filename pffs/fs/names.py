@@ -1,7 +1,7 @@
 """Names packed in one byte string: no Python object per name.
 
 A name kept as a Python str costs 49 bytes and its length, and 8 more for each list holding
-it; a million-entry tree walked once keeps one per inode (issue 18). Here a name is its UTF-8
+it; a million-entry tree walked once keeps one per inode. Here a name is its UTF-8
 bytes in a shared `bytearray` and 6 bytes of position (start and length): a 7-character name
 costs 13 bytes instead of 64. Names that are not valid UTF-8 (a local file named with other
 bytes reaches Python with surrogate escapes) go through the same escapes both ways. The
