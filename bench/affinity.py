@@ -23,8 +23,8 @@ read as a sequential scan that LRU cannot keep: it gets no hits and leaves its t
 Start-up read time = bytes from the store / `--store-mbs` + cached bytes / `--disk-mbs`; a slot is
 busy for start-up plus compute. Metrics skip the first `--warmup` fraction of jobs (cold caches).
 
-Writes a Markdown table (stdout and a section of docs/BENCHMARKS.md) and a chart of the metrics
-against cache capacity (docs/bench/affinity.png).
+Writes a Markdown table (stdout and a section of docs/notes/affinity-simulation.md) and a chart
+of the metrics against cache capacity (docs/bench/affinity.png).
 """
 
 from __future__ import annotations
@@ -392,7 +392,9 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Params, argparse.Namespace]:
         default="0.25,0.5,1,2,4",
         help="capacities for the chart, as multiples of --capacity",
     )
-    p.add_argument("--markdown", default="docs/BENCHMARKS.md", help="file to put the section in")
+    p.add_argument(
+        "--markdown", default="docs/notes/affinity-simulation.md", help="file to put the section in"
+    )
     p.add_argument("--chart", default="docs/bench/affinity.png")
     p.add_argument("--no-write", action="store_true", help="print only")
     args = p.parse_args(argv)
