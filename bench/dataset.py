@@ -44,9 +44,11 @@ class Sizes:
 
     @staticmethod
     def quick() -> Sizes:
+        # A smoke test a user can wait for: the peers pay a round trip or two per file at
+        # 20 ms, so the file counts set its length.
         return Sizes(large=32 * MIB, parallel=16 * MIB, small_files=40, wide_files=300,
-                     write=8 * MIB, epoch_files=400, epoch_size=100 * 1024,
-                     tree_files=10_000)  # fmt: skip
+                     write=8 * MIB, epoch_files=200, epoch_size=100 * 1024,
+                     tree_files=1000)  # fmt: skip
 
 
 @dataclass
