@@ -86,7 +86,8 @@ def headline_table(summary: dict[str, Any], chart: str | None = None) -> str:
         made += f" at {summary['commit']}"
     lines = [
         f"{made}, {summary.get('machine', {}).get('cpus', '?')} CPUs, "
-        f"{'/'.join(str(r) for r in sorted(reps))} repetition(s): "
+        f"{'/'.join(str(r) for r in sorted(reps))} "
+        f"{'repetition' if reps == {1} else 'repetitions'}: "
         f"`{summary.get('command', 'python -m bench')}`. Each cell is pffs's median and, in "
         f"brackets, pffs against the best of {' and '.join(peers) or 'no peer'} "
         "(above 1x: pffs ahead; below: behind).",

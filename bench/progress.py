@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 
 from bench.dataset import Sizes
+from bench.metadata import LS_RECURSIVE_LIMIT_S
 
 MOUNT_S = 2.0  # one mount or unmount of a peer, waited for
 MOUNTS_PER_RUN = 3  # the run's own and the remounted epoch's two
@@ -46,9 +47,10 @@ def expected_seconds(
     for latency in latencies:
         trip = latency / 1000 + LOCAL_TRIP_S
         files = EPOCHS_PER_RUN * sizes.epoch_files / EPOCH_READERS
-        files += sizes.small_files + sizes.wide_files + sizes.tree_files
+        files += sizes.small_files + sizes.wide_files
+        tree = min(sizes.tree_files * ROUND_TRIPS_PER_FILE * trip, LS_RECURSIVE_LIMIT_S)
         moved = 3 * sizes.large + sizes.parallel + 2 * sizes.write
-        runs += files * ROUND_TRIPS_PER_FILE * trip + moved / BYTES_PER_S
+        runs += files * ROUND_TRIPS_PER_FILE * trip + tree + moved / BYTES_PER_S
         runs += MOUNTS_PER_RUN * MOUNT_S + per_run
     return servers * (upload + reps * systems * runs)
 
