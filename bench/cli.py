@@ -341,6 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         print("bench: fio is missing (apt-get install fio)", file=sys.stderr)
         return 2
     started = time.time()
+    measured = commit()  # before the run: the code it measures
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out_dir = os.path.abspath(os.path.join(args.out, stamp))
     os.makedirs(out_dir, exist_ok=True)
@@ -367,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
         "latency_ms": args.latencies,
     }
     summary["command"] = "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])
-    summary["commit"] = commit()
+    summary["commit"] = measured
     summary["date"] = time.strftime("%Y-%m-%d", time.gmtime(started))
     summary["seconds"] = round(time.time() - started, 1)
     summary["sizes"] = sizes_from(args).__dict__

@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from bench.dataset import MIB
 from bench.scenarios import METRICS
 
 START = "<!-- bench-headline:start -->"
@@ -88,7 +89,8 @@ def headline_table(summary: dict[str, Any], chart: str | None = None) -> str:
         f"{made}, {summary.get('machine', {}).get('cpus', '?')} CPUs, "
         f"{'/'.join(str(r) for r in sorted(reps))} "
         f"{'repetition' if reps == {1} else 'repetitions'}: "
-        f"`{summary.get('command', 'python -m bench')}`. Each cell is pffs's median and, in "
+        f"`{summary.get('command', 'python -m bench')}`{sizes_text(summary)}. "
+        "Each cell is pffs's median and, in "
         f"brackets, pffs against the best of {' and '.join(peers) or 'no peer'} "
         "(above 1x: pffs ahead; below: behind).",
         "",
@@ -112,6 +114,20 @@ def headline_table(summary: dict[str, Any], chart: str | None = None) -> str:
     if chart:
         lines += ["", f"![pffs, s3fs and rclone against the best of the three]({chart})"]
     return "\n".join(lines)
+
+
+def sizes_text(summary: dict[str, Any]) -> str:
+    """ " (a 32 MiB file, 200 training files of 100 KiB, a tree of 1,000 objects)", or ""."""
+    sizes = summary.get("sizes")
+    if not isinstance(sizes, dict):
+        return ""
+    try:
+        return (
+            f" ({sizes['large'] / MIB:,.0f} MiB file, {sizes['epoch_files']:,} training files "
+            f"of {sizes['epoch_size'] / 1024:,.0f} KiB, a tree of {sizes['tree_files']:,} objects)"
+        )
+    except (KeyError, TypeError):
+        return ""
 
 
 def run_reps(entry: dict[str, Any]) -> int:

@@ -99,7 +99,8 @@ def test_the_headline_of_a_small_results_file() -> None:
     table = headline_table(load_summary(str(DATA)), "docs/bench/bench-summary.png")
     lines = table.splitlines()
     assert lines[0].startswith(
-        "Quick run of 2026-11-25 at abc1234, 2 CPUs, 1 repetition: `python -m bench --quick`."
+        "Quick run of 2026-11-25 at abc1234, 2 CPUs, 1 repetition: `python -m bench --quick` "
+        "(32 MiB file, 200 training files of 100 KiB, a tree of 1,000 objects)."
     )
     assert "pffs against the best of rclone and s3fs" in lines[0]
     assert lines[2:4] == [
