@@ -11,6 +11,7 @@ temporary directory is left.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -102,6 +103,12 @@ def test_a_stopped_bench_leaves_no_process_and_no_mount(
     deadline = time.monotonic() + 10
     while marked_processes(token) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert fuse_mounts_under(scratch) == [], log.read_text()[-3000:]
-    assert marked_processes(token) == {}, (started, log.read_text()[-3000:])
+    left_mounts, left_processes = fuse_mounts_under(scratch), marked_processes(token)
+    for mountpoint in left_mounts:  # so that a failure here leaves nothing behind either
+        subprocess.run(["fusermount3", "-u", "-z", mountpoint], check=False)
+    for pid in left_processes:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    assert left_mounts == [], log.read_text()[-3000:]
+    assert left_processes == {}, (started, log.read_text()[-3000:])
     assert "stopped by" in log.read_text()
