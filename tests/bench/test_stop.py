@@ -79,36 +79,42 @@ def test_a_stopped_bench_leaves_no_process_and_no_mount(
     with open(log, "wb") as out:
         bench = subprocess.Popen(argv, env=env, stdout=out, stderr=out, start_new_session=True)
     try:
-        deadline = time.monotonic() + 300
-        while True:
-            assert bench.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, "the bench never got its mounts up"
-            commands = " ".join(marked_processes(token).values())
-            mounts = fuse_mounts_under(scratch)
-            if mounts and "s3rver" in commands and "pffs.testing.delay" in commands:
-                break
-            time.sleep(0.2)
-        time.sleep(1.0)  # into the scenarios
-        started = marked_processes(token)
-        if signum == signal.SIGINT:
-            os.killpg(bench.pid, signum)  # a terminal's Ctrl-C reaches the whole group
-        else:
-            bench.send_signal(signum)
+        started = stop_partway(bench, signum, token, scratch, log)
         assert bench.wait(timeout=180) == exit_code, log.read_text()[-3000:]
-    finally:
+        # Mount daemons end on their own once unmounted: give them a moment.
+        deadline = time.monotonic() + 10
+        while marked_processes(token) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert fuse_mounts_under(scratch) == [], log.read_text()[-3000:]
+        assert marked_processes(token) == {}, (started, log.read_text()[-3000:])
+        assert "stopped by" in log.read_text()
+    finally:  # a failing bench leaves nothing behind either
         if bench.poll() is None:
             bench.kill()
             bench.wait()
-    # Mount daemons end on their own once unmounted: give them a moment.
-    deadline = time.monotonic() + 10
-    while marked_processes(token) and time.monotonic() < deadline:
+        for mountpoint in fuse_mounts_under(scratch):
+            subprocess.run(["fusermount3", "-u", "-z", mountpoint], check=False)
+        for pid in marked_processes(token):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def stop_partway(
+    bench: subprocess.Popen[bytes], signum: signal.Signals, token: str, scratch: Path, log: Path
+) -> dict[int, str]:
+    """Once the server, the delay proxy and a mount are up, send `signum`; what was running."""
+    deadline = time.monotonic() + 300
+    while True:
+        assert bench.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, "the bench never got its mounts up"
+        commands = " ".join(marked_processes(token).values())
+        if fuse_mounts_under(scratch) and "s3rver" in commands and "testing.delay" in commands:
+            break
         time.sleep(0.2)
-    left_mounts, left_processes = fuse_mounts_under(scratch), marked_processes(token)
-    for mountpoint in left_mounts:  # so that a failure here leaves nothing behind either
-        subprocess.run(["fusermount3", "-u", "-z", mountpoint], check=False)
-    for pid in left_processes:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    assert left_mounts == [], log.read_text()[-3000:]
-    assert left_processes == {}, (started, log.read_text()[-3000:])
-    assert "stopped by" in log.read_text()
+    time.sleep(1.0)  # into the scenarios
+    started = marked_processes(token)
+    if signum == signal.SIGINT:
+        os.killpg(bench.pid, signum)  # a terminal's Ctrl-C reaches the whole group
+    else:
+        bench.send_signal(signum)
+    return started
