@@ -342,6 +342,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     started = time.time()
     measured = commit()  # before the run: the code it measures
+    load_average = os.getloadavg()[0]
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out_dir = os.path.abspath(os.path.join(args.out, stamp))
     os.makedirs(out_dir, exist_ok=True)
@@ -366,6 +367,7 @@ def main(argv: list[str] | None = None) -> int:
         "python": platform.python_version(),
         "page_cache_dropped": page_cache_dropped,
         "latency_ms": args.latencies,
+        "load_average": round(load_average, 2),  # over the minute before the run
     }
     summary["command"] = "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])
     summary["commit"] = measured

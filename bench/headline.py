@@ -65,12 +65,12 @@ def behind(summary: dict[str, Any]) -> list[str]:
     out = []
     for metric in METRICS:
         where = [
-            f"{entry['name']} {ratio:.2f}x"
+            f"{ratio:.2f}x ({entry['name']})"
             for entry in summary["servers"]
             if (ratio := entry["ratios"].get(metric.key)) is not None and ratio < 1
         ]
         if where:
-            out.append(f"{metric.label} ({', '.join(where)})")
+            out.append(f"{metric.label}: {', '.join(where)}")
     return out
 
 
@@ -85,8 +85,11 @@ def headline_table(summary: dict[str, Any], chart: str | None = None) -> str:
     made = f"{kind} of {summary.get('date', 'an unknown date')}"
     if summary.get("commit"):
         made += f" at {summary['commit']}"
+    machine = summary.get("machine", {})
+    if "load_average" in machine:  # other work on the machine slows the systems unevenly
+        made += f", load average {machine['load_average']:.1f} at its start"
     lines = [
-        f"{made}, {summary.get('machine', {}).get('cpus', '?')} CPUs, "
+        f"{made}, {machine.get('cpus', '?')} CPUs, "
         f"{'/'.join(str(r) for r in sorted(reps))} "
         f"{'repetition' if reps == {1} else 'repetitions'}: "
         f"`{summary.get('command', 'python -m bench')}`{sizes_text(summary)}. "
@@ -102,11 +105,11 @@ def headline_table(summary: dict[str, Any], chart: str | None = None) -> str:
         cells = [_cell(entry, row.key) for entry in entries]
         lines.append(f"| {row.short} | {metric.unit} | " + " | ".join(cells) + " |")
     weak = behind(summary)
-    lines.append("")
     if weak:
-        lines.append("Behind the best peer: " + "; ".join(weak) + ".")
+        lines += ["", "Where pffs is behind the best peer in this run:"]
+        lines += [f"- {line}" for line in weak]
     else:
-        lines.append("Behind the best peer: nowhere in this run.")
+        lines += ["", "pffs is behind the best peer nowhere in this run."]
     lines.append("")
     lines.append(
         f"Every scenario, what it measures and the known gaps: [{BENCHMARKS}]({BENCHMARKS})."
