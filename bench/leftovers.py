@@ -70,7 +70,7 @@ def clean_up() -> list[str]:
     for proc in reversed(_processes):
         if proc.poll() is None:
             stop_process(proc)
-            cleaned.append(f"stopped {proc.args[0] if isinstance(proc.args, list) else proc.args}")
+            cleaned.append(f"stopped {proc.args!r}")
     _processes.clear()
     return cleaned
 
