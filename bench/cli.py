@@ -250,8 +250,8 @@ def plan(args: argparse.Namespace, systems: list[System]) -> Progress:
     """The session's progress, which starts by saying how many runs and about how long."""
     servers = len(args.servers.split(",")) + bool(args.endpoint_url)
     reps = repetitions(args)
-    # A run's fixed part: the rest after the epochs, the random reads' timed runs, the wait past
-    # the kernel's TTL and the first byte's samples.
+    # A run's fixed part: the rest after the epochs, the random reads' timed runs and the wait
+    # past the kernel's TTL.
     longest_wait = LONGEST_TTL_WAITED_QUICK if args.quick else LONGEST_TTL_WAITED
     fixed = [
         system.rest_after_epochs()
