@@ -16,7 +16,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 from pffs.mounting.kernel import find_mount
 
@@ -73,6 +75,22 @@ def clean_up() -> list[str]:
             cleaned.append(f"stopped {proc.args!r}")
     _processes.clear()
     return cleaned
+
+
+Item = TypeVar("Item")
+
+
+def in_threads(workers: int, work: Callable[[Item], object], items: Iterable[Item]) -> None:
+    """`work(item)` for every item on `workers` threads, re-raising the first failure. Stopped
+    (Ctrl-C, SIGTERM, a failure), it drops the items not started instead of running them all
+    first, as a plain executor's exit would (100,000 PUTs of the full tree)."""
+    with ThreadPoolExecutor(workers) as pool:
+        try:
+            for _ in pool.map(work, items):
+                pass
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
 
 
 class Stopped(BaseException):
