@@ -2,7 +2,7 @@
 
 Repetitions are interleaved across systems (A B C A B C ...) so drift on a shared machine hits
 every system alike; each repetition mounts with empty caches. Everything started is stopped
-on the way out, failures included.
+on the way out, failures, Ctrl-C and SIGTERM included (bench.leftovers).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import contextlib
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -19,11 +20,15 @@ from dataclasses import replace
 from typing import Any
 
 from bench import dataset as ds
-from bench import report
+from bench import leftovers, report
+from bench.charts import draw_charts
 from bench.epoch import store_files_per_s
 from bench.metadata import create_tree
+from bench.progress import Progress, Run, expected_seconds
 from bench.remount import remount_epoch
 from bench.scenarios import (
+    LONGEST_TTL_WAITED,
+    LONGEST_TTL_WAITED_QUICK,
     METRICS,
     TAKEN_WITH,
     Scenarios,
@@ -32,14 +37,18 @@ from bench.scenarios import (
     server_ceiling,
 )
 from bench.servers import Launcher, Server, Unavailable, external, far
-from bench.systems import Pffs, Rclone, S3fs, System, mount_pid, peak_rss_mib, unmount
+from bench.systems import Pffs, Rclone, S3fs, System, mount_system, peak_rss_mib, unmount
 from pffs.sizes import SizeError, parse_size
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    p.add_argument("--quick", action="store_true", help="tiny sizes, one repetition (< 3 min)")
-    p.add_argument("--servers", default="moto,s3rver", help="moto,s3rver[,minio] (moto,s3rver)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="a smoke test of every scenario: tiny sizes, one repetition, s3rver (< 5 min)",
+    )
+    p.add_argument("--servers", help="moto,s3rver[,minio] (moto,s3rver; s3rver with --quick)")
     p.add_argument("--endpoint-url", help="also benchmark this endpoint (credentials from env)")
     p.add_argument("--minio-bin", default=shutil.which("minio"), help="MinIO binary (from PATH)")
     p.add_argument("--systems", default="pffs,s3fs,rclone", help="pffs,s3fs,rclone")
@@ -48,7 +57,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--small-files", type=int, help="number of 64 KiB files (1000; 40)")
     p.add_argument("--wide-files", type=int, help="objects in the wide directory (10000; 300)")
     p.add_argument(
-        "--tree-files", type=int, help="objects of the ls -lR tree, in 100 dirs (100000; 10000)"
+        "--tree-files", type=int, help="objects of the ls -lR tree, in 100 dirs (100000; 1000)"
     )
     p.add_argument("--pffs-options", default="", help="extra `pffs mount` options, quoted")
     p.add_argument(
@@ -56,7 +65,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default="0,20ms",
         help="round trips to add in front of each server, each run in turn (0,20ms)",
     )
-    p.add_argument("--epoch-files", type=int, help="files in the training set (2000; 400)")
+    p.add_argument("--epoch-files", type=int, help="files in the training set (2000; 200)")
     p.add_argument("--epoch-size", help="size of each training file (100K)")
     p.add_argument("--write", help="size of the sequential write, e.g. 256M (1G; 8M with --quick)")
     p.add_argument(
@@ -66,6 +75,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--out", default="results", help="results directory (results/)")
     args = p.parse_args(argv)
+    if args.servers is None:
+        # moto reads a whole object for each ranged GET: the quick run keeps to s3rver.
+        args.servers = "s3rver" if args.quick else "moto,s3rver"
     keys = [m.key for m in METRICS]
     unknown = set(args.only.split(",")) - set(keys) if args.only else set()
     if unknown:
@@ -138,9 +150,11 @@ def run_on_server(
     args: argparse.Namespace,
     systems: list[System],
     workdir: str,
+    progress: Progress,
+    latency: float,
 ) -> tuple[list[dict[str, Any]], list[dict[str, float]], dict[str, str]]:
     """Every repetition of every system against `server` (already far, when it should be)."""
-    reps = args.reps or (1 if args.quick else 3)
+    reps = repetitions(args)
     runs: list[dict[str, Any]] = []
     ceilings: list[dict[str, float]] = []
     unavailable: dict[str, str] = {}
@@ -151,23 +165,26 @@ def run_on_server(
             "local_disk_mbs": round(local_disk_ceiling(data), 1),
         })  # fmt: skip
         for system in systems:  # interleaved: A B C, then A B C again
+            progress.run(Run(server.name.split(",")[0], latency, rep, system.name), reps)
             if system.name in unavailable:
+                progress.run_done()
                 continue
             base = tempfile.mkdtemp(prefix=f"{system.name}-", dir=workdir)
             mountpoint, cache = os.path.join(base, "mnt"), os.path.join(base, "cache")
             os.makedirs(mountpoint)
             os.makedirs(cache)
             try:
-                pid = system.mount(server, data.bucket, mountpoint, cache) or mount_pid(mountpoint)
+                pid = mount_system(system, server, data.bucket, mountpoint, cache)
             except Unavailable as exc:
                 unavailable[system.name] = str(exc)
+                progress.run_done()
                 continue
-            print(f"[{server.name}] rep {rep + 1}/{reps}: {system.name}", file=sys.stderr)
             try:
                 only = measured_steps(args.only)
                 scenarios = Scenarios(
-                    mountpoint, data, server, args.quick, only, pid, system.kernel_ttl()
-                )
+                    mountpoint, data, server, args.quick, only, pid, system.kernel_ttl(),
+                    system.rest_after_epochs(), progress.scenario,
+                )  # fmt: skip
                 try:
                     results = scenarios.run_all(system.name)
                     rss = peak_rss_mib(pid)
@@ -176,6 +193,7 @@ def run_on_server(
                     unmount(mountpoint)
                 peaks = [scenarios.peak_rss_before_reset, rss]
                 if only is None or "epoch2_remount_files_per_s" in only:
+                    progress.step("epoch2_remount_files_per_s (its own two mounts)")
                     peaks += remount(system, server, data, workdir, results)
                 known = [peak for peak in peaks if peak is not None]
                 results["session_peak_rss_mib"] = (
@@ -187,6 +205,7 @@ def run_on_server(
             runs.append(
                 {"server": server.name, "system": system.name, "rep": rep, "results": results}
             )
+            progress.run_done()
     return runs, ceilings, unavailable
 
 
@@ -206,6 +225,10 @@ def remount(
     return peaks
 
 
+def repetitions(args: argparse.Namespace) -> int:
+    return int(args.reps or (1 if args.quick else 3))
+
+
 def at_latency(server: Server, latency_ms: float, workdir: str) -> Server:
     """`server` as the systems see it at this round trip: itself at 0, else behind a proxy.
 
@@ -223,25 +246,35 @@ def measured_steps(only: str | None) -> set[str] | None:
     return {TAKEN_WITH.get(key, key) for key in only.split(",")}
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if shutil.which("fio") is None:
-        print("bench: fio is missing (apt-get install fio)", file=sys.stderr)
-        return 2
-    started = time.time()
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    out_dir = os.path.abspath(os.path.join(args.out, stamp))
-    os.makedirs(out_dir, exist_ok=True)
-    workdir = tempfile.mkdtemp(prefix="pffs-bench-")
-    pffs_options = args.pffs_options.split()
-    systems, unavailable = make_systems(args.systems.split(","), pffs_options)
+def plan(args: argparse.Namespace, systems: list[System]) -> Progress:
+    """The session's progress, which starts by saying how many runs and about how long."""
+    servers = len(args.servers.split(",")) + bool(args.endpoint_url)
+    reps = repetitions(args)
+    # A run's fixed part: the rest after the epochs, the random reads' timed runs and the wait
+    # past the kernel's TTL.
+    longest_wait = LONGEST_TTL_WAITED_QUICK if args.quick else LONGEST_TTL_WAITED
+    fixed = [
+        system.rest_after_epochs()
+        + 2 * (1 if args.quick else 10)
+        + (system.kernel_ttl() + 1 if system.kernel_ttl() <= longest_wait else 0)
+        for system in systems
+    ]
+    per_run = sum(fixed) / len(fixed) if fixed else 0.0
+    expected = expected_seconds(
+        sizes_from(args), servers, args.latencies, len(systems), reps, per_run
+    )
+    return Progress(servers * len(args.latencies) * reps * len(systems), expected)
+
+
+def run_session(
+    args: argparse.Namespace, workdir: str, systems: list[System], unavailable: dict[str, str]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every server, latency, repetition and system: the runs, and each server's entry."""
+    progress = plan(args, systems)
     all_runs: list[dict[str, Any]] = []
     servers: list[dict[str, Any]] = []
-    page_cache_dropped = drop_caches()
     with contextlib.ExitStack() as stack:
         launcher = Launcher(workdir)
-        if not os.environ.get("PFFS_BENCH_KEEP"):
-            stack.callback(shutil.rmtree, workdir, True)
         wanted: list[tuple[str, Any]] = [
             (n, getattr(launcher, n)) for n in args.servers.split(",") if n in ("moto", "s3rver")
         ]
@@ -260,12 +293,9 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             stack.callback(server.stop)
             server_dir = tempfile.mkdtemp(prefix=f"{server.name.split()[0]}-", dir=workdir)
-            print(f"[{server.name}] uploading the dataset ...", file=sys.stderr)
+            progress.note(f"{server.name}: uploading the dataset")
             data = ds.upload(server, sizes_from(args), server_dir)  # near: uploads are no figure
-            print(
-                f"[{server.name}] creating the tree of {data.sizes.tree_files:,} objects ...",
-                file=sys.stderr,
-            )
+            progress.note(f"{server.name}: creating the tree of {data.sizes.tree_files:,} objects")
             create_tree(server, data)
             for latency in args.latencies:
                 name = f"{server.name}, {latency:g} ms"
@@ -275,7 +305,9 @@ def main(argv: list[str] | None = None) -> int:
                     servers.append({**entry, "name": name, "error": str(exc)})
                     continue
                 try:
-                    runs, ceilings, failed = run_on_server(target, data, args, systems, server_dir)
+                    runs, ceilings, failed = run_on_server(
+                        target, data, args, systems, server_dir, progress, latency
+                    )
                 finally:
                     target.stop()
                 servers.append({
@@ -283,6 +315,50 @@ def main(argv: list[str] | None = None) -> int:
                     "ceiling_runs": ceilings, "unavailable": {**unavailable, **failed},
                 })  # fmt: skip
                 all_runs += runs
+    return all_runs, servers
+
+
+def commit() -> str | None:
+    """The commit of the code measured, "+dirty" when it has changes; None outside git."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        head = subprocess.run(
+            ["git", "-C", here, "rev-parse", "--short", "HEAD"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+        changed = subprocess.run(
+            ["git", "-C", here, "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return f"{head}+dirty" if changed else head
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if shutil.which("fio") is None:
+        print("bench: fio is missing (apt-get install fio)", file=sys.stderr)
+        return 2
+    started = time.time()
+    measured = commit()  # before the run: the code it measures
+    load_average = os.getloadavg()[0]
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out_dir = os.path.abspath(os.path.join(args.out, stamp))
+    os.makedirs(out_dir, exist_ok=True)
+    workdir = tempfile.mkdtemp(prefix="pffs-bench-")
+    systems, unavailable = make_systems(args.systems.split(","), args.pffs_options.split())
+    page_cache_dropped = drop_caches()
+    try:
+        with leftovers.stopped_cleanly():
+            all_runs, servers = run_session(args, workdir, systems, unavailable)
+    except (KeyboardInterrupt, leftovers.Stopped) as exc:
+        why = "Ctrl-C" if isinstance(exc, KeyboardInterrupt) else str(exc)
+        print(f"bench: stopped by {why}; its mounts and servers are gone", file=sys.stderr)
+        return 130 if isinstance(exc, KeyboardInterrupt) else 143
+    finally:
+        if not os.environ.get("PFFS_BENCH_KEEP"):
+            shutil.rmtree(workdir, ignore_errors=True)
     summary = report.summarize(all_runs, [s for s in servers if "error" not in s])
     summary["skipped_servers"] = {s["name"]: s["error"] for s in servers if "error" in s}
     summary["machine"] = {
@@ -291,15 +367,18 @@ def main(argv: list[str] | None = None) -> int:
         "python": platform.python_version(),
         "page_cache_dropped": page_cache_dropped,
         "latency_ms": args.latencies,
+        "load_average": round(load_average, 2),  # over the minute before the run
     }
     summary["command"] = "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])
+    summary["commit"] = measured
+    summary["date"] = time.strftime("%Y-%m-%d", time.gmtime(started))
     summary["seconds"] = round(time.time() - started, 1)
     summary["sizes"] = sizes_from(args).__dict__
     table = report.markdown(summary)
     report.write_json(os.path.join(out_dir, "results.json"), {"summary": summary, "runs": all_runs})
     with open(os.path.join(out_dir, "results.md"), "w", encoding="utf-8") as f:
         f.write(table)
-    charts = report.charts(summary, out_dir)
+    charts = draw_charts(summary, out_dir)
     print(table)
     for name, reason in summary["skipped_servers"].items():
         print(f"server {name}: not run ({reason})")

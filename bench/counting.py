@@ -24,6 +24,7 @@ import urllib.parse
 from collections import Counter
 from dataclasses import replace
 
+from bench.leftovers import track_process
 from bench.servers import Server, Unavailable
 
 KINDS = ("GET", "HEAD", "LIST", "OTHER")
@@ -217,6 +218,7 @@ class CountingProxy:
         self._proc = subprocess.Popen(
             argv, stdout=subprocess.PIPE, text=True, start_new_session=True
         )
+        track_process(self._proc)
         assert self._proc.stdout is not None
         line = self._proc.stdout.readline().strip()
         if not line.isdigit():

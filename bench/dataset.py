@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import boto3
 from boto3.s3.transfer import TransferConfig
 
+from bench.leftovers import in_threads
 from bench.servers import Server
 
 MIB = 1 << 20
@@ -44,9 +44,11 @@ class Sizes:
 
     @staticmethod
     def quick() -> Sizes:
+        # A smoke test a user can wait for: the peers pay a round trip or two per file at
+        # 20 ms, so the file counts set its length.
         return Sizes(large=32 * MIB, parallel=16 * MIB, small_files=40, wide_files=300,
-                     write=8 * MIB, epoch_files=400, epoch_size=100 * 1024,
-                     tree_files=10_000)  # fmt: skip
+                     write=8 * MIB, epoch_files=200, epoch_size=100 * 1024,
+                     tree_files=1000)  # fmt: skip
 
 
 @dataclass
@@ -118,8 +120,7 @@ def upload(server: Server, sizes: Sizes, workdir: str, bucket: str = "pffs-bench
     objects = [(k, lambda: os.urandom(SMALL_SIZE)) for k in small_keys]
     objects += [(k, lambda: b"w" * 16) for k in wide_keys]
     objects += [(k, lambda: os.urandom(sizes.epoch_size)) for k in epoch_keys]
-    with ThreadPoolExecutor(16) as pool:
-        list(pool.map(lambda kv: s3.put_object(Bucket=bucket, Key=kv[0], Body=kv[1]()), objects))
+    in_threads(16, lambda kv: s3.put_object(Bucket=bucket, Key=kv[0], Body=kv[1]()), objects)
     dataset = Dataset(bucket, sizes, local_large, sha, small_keys, wide_keys, epoch_keys)
     verify(server, dataset)
     return dataset

@@ -15,9 +15,9 @@ import random
 import threading
 import time
 import urllib.parse
-from concurrent.futures import ThreadPoolExecutor
 
 from bench.dataset import Dataset, client
+from bench.leftovers import in_threads
 from bench.servers import Server
 
 WORKERS = 8  # a typical DataLoader num_workers
@@ -44,9 +44,7 @@ def read_epoch(mountpoint: str, keys: list[str], size: int, seed: int) -> float:
             raise RuntimeError(f"{path}: read {got} bytes of {size}")
 
     started = time.perf_counter()
-    with ThreadPoolExecutor(WORKERS) as pool:
-        for _ in pool.map(read_whole, order):  # re-raises a worker's failure
-            pass
+    in_threads(WORKERS, read_whole, order)
     return len(order) / (time.perf_counter() - started)
 
 
@@ -82,9 +80,7 @@ def store_files_per_s(server: Server, dataset: Dataset, clients: int = STORE_CLI
             raise RuntimeError(f"GET {target.path}: {response.status}, {len(body)} bytes")
 
     started = time.perf_counter()
-    with ThreadPoolExecutor(clients) as pool:
-        for _ in pool.map(get, targets):
-            pass
+    in_threads(clients, get, targets)
     elapsed = time.perf_counter() - started
     for connection in opened:
         connection.close()

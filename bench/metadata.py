@@ -17,9 +17,9 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 from bench.dataset import Dataset, client
+from bench.leftovers import in_threads
 from bench.servers import Server
 from bench.systems import rss_bytes
 
@@ -75,9 +75,7 @@ def put_tiny_objects(server: Server, bucket: str, keys: list[str], body: bytes =
         if status != 200:
             raise RuntimeError(f"{server.name}: PUT {key}: HTTP {status}")
 
-    with ThreadPoolExecutor(PUT_CLIENTS) as pool:
-        for _ in pool.map(put_one, keys[1:]):
-            pass
+    in_threads(PUT_CLIENTS, put_one, keys[1:])
 
 
 def create_tree(server: Server, dataset: Dataset) -> None:

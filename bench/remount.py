@@ -24,7 +24,7 @@ from bench.dataset import Dataset
 from bench.epoch import read_epoch
 from bench.scenarios import drop_caches
 from bench.servers import Server
-from bench.systems import System, mount_pid, peak_rss_mib, unmount
+from bench.systems import System, mount_system, peak_rss_mib, unmount
 
 FILL_SEED, REMOUNT_SEED = 1, 3  # the remounted epoch reads in an order of its own
 
@@ -43,7 +43,7 @@ def remount_epoch(
     peaks: list[float] = []
     keys, size = data.epoch_keys, data.sizes.epoch_size
     try:
-        pid = system.mount(proxy.server, data.bucket, mountpoint, cache) or mount_pid(mountpoint)
+        pid = mount_system(system, proxy.server, data.bucket, mountpoint, cache)
         try:
             read_epoch(mountpoint, keys, size, seed=FILL_SEED)
             if (peak := peak_rss_mib(pid)) is not None:
@@ -52,7 +52,7 @@ def remount_epoch(
             unmount(mountpoint)
         proxy.restart_count()
         drop_caches()
-        pid = system.mount(proxy.server, data.bucket, mountpoint, cache) or mount_pid(mountpoint)
+        pid = mount_system(system, proxy.server, data.bucket, mountpoint, cache)
         try:
             drop_caches()
             files_per_s = read_epoch(mountpoint, keys, size, seed=REMOUNT_SEED)

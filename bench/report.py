@@ -1,12 +1,22 @@
-"""Results: medians, ratios to the best peer, a Markdown table, JSON and PNG charts."""
+"""Results: medians, ratios to the best peer, a Markdown table and JSON; the command that
+redraws a run's charts and the README's headline from its JSON.
+
+`python -m bench.report results/<time>/results.json --out docs/bench --readme README.md`
+writes the charts (bench.charts) into --out and the headline table (bench.headline) into the
+README between its marker comments.
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
+import sys
 from typing import Any
 
+from bench.charts import draw_charts
+from bench.headline import HeadlineError, update_readme
 from bench.scenarios import METRICS, Metric
 
 Runs = list[dict[str, Any]]  # one dict per (server, system, repetition)
@@ -139,53 +149,51 @@ def remount_requests(runs: Runs, server: str, systems: list[str]) -> dict[str, s
     return out
 
 
-def _number(server: dict[str, Any], system: str, metric: Metric) -> float | None:
-    value = server["medians"].get(system, {}).get(metric.key)
-    return float(value) if isinstance(value, int | float) else None
-
-
-def charts(summary: dict[str, Any], directory: str) -> list[str]:
-    """One PNG per server: each scenario's median, relative to the best system (1.0 = best)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return []
-    written = []
-    for server in summary["servers"]:
-        systems = server["systems"]
-        metrics = [m for m in METRICS if any(_number(server, s, m) is not None for s in systems)]
-        if not metrics:
-            continue
-        fig, ax = plt.subplots(figsize=(11, 5))
-        width = 0.8 / max(1, len(systems))
-        for i, system in enumerate(systems):
-            scores = []
-            for metric in metrics:
-                values = [v for s in systems if (v := _number(server, s, metric)) is not None]
-                mine = _number(server, system, metric)
-                best = max(values) if metric.higher_is_better else min(values)
-                if mine is None or mine == 0 or best == 0:
-                    scores.append(0.0)
-                else:
-                    scores.append(mine / best if metric.higher_is_better else best / mine)
-            ax.bar([x + i * width for x in range(len(metrics))], scores, width, label=system)
-        ax.set_xticks([x + width * (len(systems) - 1) / 2 for x in range(len(metrics))])
-        ax.set_xticklabels([m.label for m in metrics], rotation=30, ha="right", fontsize=8)
-        ax.set_ylabel("relative to the best system (1.0 = best)")
-        ax.set_title(f"pffs bench on {server['name']}")
-        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
-        fig.tight_layout()
-        slug = "".join(c if c.isalnum() else "-" for c in server["name"]).strip("-")
-        path = os.path.join(directory, f"bench-{slug}.png")
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        written.append(path)
-    return written
-
-
 def write_json(path: str, payload: dict[str, Any]) -> None:
     with open(path, "w", encoding="utf-8") as f:
         json.dump(payload, f, indent=2, default=str)
+
+
+def load_summary(path: str) -> dict[str, Any]:
+    """The "summary" of a bench results.json."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            payload = json.load(f)
+    except OSError as exc:
+        raise HeadlineError(f"{path}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise HeadlineError(f"{path}: not JSON ({exc.msg}, line {exc.lineno})") from None
+    summary = payload.get("summary") if isinstance(payload, dict) else None
+    if not isinstance(summary, dict) or not isinstance(summary.get("servers"), list):
+        raise HeadlineError(f"{path}: not a bench results file (no summary.servers)")
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m bench.report",
+        description="Draw a bench run's charts and write the README's headline from its JSON.",
+    )
+    p.add_argument("results", help="a results.json written by python -m bench")
+    p.add_argument("--out", help="directory of the charts (the results file's own)")
+    p.add_argument("--readme", help="README to write the headline into, between its markers")
+    args = p.parse_args(argv)
+    try:
+        summary = load_summary(args.results)
+        charts = draw_charts(summary, args.out or os.path.dirname(os.path.abspath(args.results)))
+        if not charts:
+            raise HeadlineError("no charts drawn (matplotlib missing, or no server in the run)")
+        if args.readme:
+            update_readme(args.readme, summary, charts[-1])  # the summary chart is the last
+    except HeadlineError as exc:
+        print(f"bench.report: {exc}", file=sys.stderr)
+        return 1
+    for path in charts:
+        print(path)
+    if args.readme:
+        print(f"{args.readme}: headline updated")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -67,13 +67,10 @@ TAKEN_WITH = {
     "lsr_rss_bytes_per_entry": "lsr_100k_s",
 }
 # Past this kernel TTL, stat_expired_per_s drops the kernel's dentries and inodes instead of
-# waiting for them to expire (a mount that trusts its metadata indefinitely).
+# waiting for them to expire (a mount that trusts its metadata indefinitely); --quick waits
+# for none longer than a peer's (pffs's 60 s would be a quarter of its run).
 LONGEST_TTL_WAITED = 60.0
-# After the training epochs, every system rests this long before the next scenario, so that no
-# system's access-pattern heuristics link the epochs' directory to the next scenario's (pffs's
-# dataset prefetch takes opens in sibling directories within 10 s for one dataset, and would
-# then load the whole bucket behind the scenarios that follow).
-REST_AFTER_EPOCHS = 11.0
+LONGEST_TTL_WAITED_QUICK = 2.0
 
 
 def drop_caches(what: str = "3") -> bool:
@@ -141,15 +138,20 @@ class Scenarios:
         only: set[str] | None = None,
         pid: int | None = None,
         kernel_ttl: float = 1.0,
+        rest_after_epochs: float = 0.0,
+        progress: Callable[[str, int, int], None] | None = None,
     ) -> None:
         self.only = only  # metric keys to measure; None: all of them
         self.pid = pid  # the mount process, for its CPU time and RSS
         self.kernel_ttl = kernel_ttl  # the system's entry/attribute timeout, for stat_expired
+        self.longest_ttl_waited = LONGEST_TTL_WAITED_QUICK if quick else LONGEST_TTL_WAITED
+        self.rest_after_epochs = rest_after_epochs  # see System.rest_after_epochs
+        self.progress = progress  # told of each scenario as it starts: key, n, of how many
         self.peak_rss_before_reset: float | None = None  # VmHWM before epoch 1 reset it
         self.mnt = mountpoint
         self.data = dataset
         self.server = server
-        self.runtime = "2" if quick else "10"
+        self.runtime = "1" if quick else "10"  # seconds of each random-read run
 
     def path(self, key: str) -> str:
         return os.path.join(self.mnt, key)
@@ -174,11 +176,12 @@ class Scenarios:
             ("parallel_mbs", self.parallel),
             ("write_mbs", lambda: self.write_verify(system)),
         ]
-        for key, step in steps:
-            if self.only is not None and key not in self.only:
-                continue
+        steps = [(key, step) for key, step in steps if self.only is None or key in self.only]
+        for index, (key, step) in enumerate(steps, 1):
+            if self.progress is not None:
+                self.progress(key, index, len(steps))
             if key == "ttfb_ms" and "epoch1_files_per_s" in results:
-                time.sleep(REST_AFTER_EPOCHS)
+                time.sleep(self.rest_after_epochs)
             drop_caches()
             try:
                 results[key] = round(step(), 3)
@@ -257,7 +260,7 @@ class Scenarios:
         """`ls -l`, then stat of each file once the kernel's TTL has passed: the listing's
         entries and attributes are stale in the kernel, only the system's own caches hold."""
         paths = [self.path(key) for key in self.data.wide_keys]
-        if self.kernel_ttl <= LONGEST_TTL_WAITED:
+        if self.kernel_ttl <= self.longest_ttl_waited:
             return stat_after_listing(self.path("wide"), paths, wait=self.kernel_ttl + 1)
         return stat_after_listing(self.path("wide"), paths, 0, forget=lambda: drop_caches("2"))
 

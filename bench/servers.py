@@ -1,8 +1,8 @@
 """S3 servers for the benchmark: moto, s3rver, MinIO, or any endpoint, each on its own port.
 
-Every server started here is stopped by `stop()`; the bench runs them all inside one
-ExitStack so nothing outlives it. With `--latency`, `far` puts a userspace delay proxy in front
-of a server (this kernel has no netem), to mimic a cloud store.
+Every server started here is stopped by `stop()`, and recorded with bench.leftovers, so
+nothing outlives a bench however it ends. With `--latency`, `far` puts a userspace delay proxy
+in front of a server (this kernel has no netem), to mimic a cloud store.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from bench.leftovers import stop_process, track_process
 from pffs.testing.servers import free_port, wait_for_port
 
 S3RVER_VERSION = "3"
@@ -45,15 +46,7 @@ class Unavailable(Exception):
 
 
 def _stopper(proc: subprocess.Popen[bytes]) -> Callable[[], None]:
-    def stop() -> None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-    return stop
+    return lambda: stop_process(proc)
 
 
 def _spawn(
@@ -61,6 +54,7 @@ def _spawn(
 ) -> subprocess.Popen[bytes]:
     with open(log, "ab") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=out, env=env, start_new_session=True)
+    track_process(proc)
     try:
         wait_for_port(port)
     except TimeoutError:
@@ -80,6 +74,7 @@ def far(server: Server, rtt_ms: float, log: str) -> Server:
     argv += ["--upstream", f"{upstream.hostname}:{upstream.port}"]
     with open(log, "ab") as err:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, start_new_session=True)
+    track_process(proc)
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()  # the proxy prints its port once it listens
     proc.stdout.close()

@@ -7,6 +7,7 @@ reason, never dropped silently.
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import shutil
@@ -14,8 +15,10 @@ import subprocess
 import sys
 import time
 
+from bench.leftovers import track_mount
+from bench.leftovers import unmount as unmount  # where the bench's scripts have imported it
 from bench.servers import Server, Unavailable
-from pffs.cli.options import build_parser, metadata_config
+from pffs.cli.options import build_parser, dataset_config, metadata_config
 from pffs.mounting.kernel import find_mount
 
 # libfuse's entry and attribute timeouts when a file system sets none (s3fs sets none).
@@ -54,13 +57,13 @@ def _wait_mounted(mountpoint: str, proc: subprocess.Popen[bytes] | None, what: s
     raise Unavailable(f"{what} did not come up at {mountpoint}")
 
 
-def unmount(mountpoint: str) -> None:
-    for _ in range(50):
-        if find_mount(mountpoint) is None:
-            return
-        subprocess.run(["fusermount3", "-u", mountpoint], capture_output=True, check=False)
-        time.sleep(0.1)
-    subprocess.run(["fusermount3", "-u", "-z", mountpoint], capture_output=True, check=False)
+def mount_system(
+    system: System, server: Server, bucket: str, mountpoint: str, cache_dir: str
+) -> int | None:
+    """Mount `system`, recorded first so that a stopped bench unmounts it; the pid of the
+    process serving it, when known."""
+    track_mount(mountpoint)
+    return system.mount(server, bucket, mountpoint, cache_dir) or mount_pid(mountpoint)
 
 
 def mount_pid(mountpoint: str) -> int | None:
@@ -148,6 +151,12 @@ class System:
         """How long the kernel trusts this mount's entries and attributes, in seconds."""
         return LIBFUSE_DEFAULT_TTL
 
+    def rest_after_epochs(self) -> float:
+        """Seconds to rest after the training epochs, so that the system's access-pattern
+        heuristics do not link the epochs' directory to the next scenario's (none: no such
+        heuristics)."""
+        return 0.0
+
 
 class Pffs(System):
     name = "pffs"
@@ -155,11 +164,19 @@ class Pffs(System):
     def __init__(self, options: list[str]) -> None:
         self.options = options
 
+    def _parsed(self) -> argparse.Namespace:
+        # pffs's own parser reads the options, so the figures follow its defaults and flags.
+        return build_parser().parse_args(["mount", "s3://bucket", "/mnt", *self.options])
+
     def kernel_ttl(self) -> float:
-        # pffs's own parser reads the options, so the figure follows its defaults and flags.
-        args = build_parser().parse_args(["mount", "s3://bucket", "/mnt", *self.options])
-        meta = metadata_config(args)
+        meta = metadata_config(self._parsed())
         return max(meta.attr_ttl, meta.entry_ttl)
+
+    def rest_after_epochs(self) -> float:
+        # Dataset prefetch takes opens in sibling directories within its trigger window for
+        # one dataset, and would then load the whole bucket behind the scenarios that follow.
+        datasets = dataset_config(self._parsed())
+        return datasets.trigger_window + 1 if datasets.enabled else 0.0
 
     def mount(self, server: Server, bucket: str, mountpoint: str, cache_dir: str) -> int | None:
         argv = [sys.executable, "-m", "pffs", "mount", f"s3://{bucket}", mountpoint]

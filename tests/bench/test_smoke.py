@@ -25,15 +25,10 @@ def test_quick_bench_produces_every_figure(tmp_path: Path) -> None:
     result = subprocess.run(
         # A smaller training set and tree than --quick's: every figure is still produced, and
         # the remounted epoch and ls -lR of peers at 20 ms (a round trip per file) stay short.
-        # pffs's TTLs at 1 s: the stat past the TTL then waits 2 s, not a minute per server.
-        [
-            *QUICK,
-            *("--out", str(tmp_path), "--epoch-files", "100", "--tree-files", "100"),
-            *("--pffs-options", "--metadata-ttl 1"),
-        ],
+        [*QUICK, "--out", str(tmp_path), "--epoch-files", "100", "--tree-files", "100"],
         capture_output=True,
         text=True,
-        timeout=1800,  # two servers, each at 0 and 20 ms
+        timeout=900,  # s3rver at 0 and 20 ms: a few minutes on a busy 2-core machine
         check=False,
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -42,8 +37,8 @@ def test_quick_bench_produces_every_figure(tmp_path: Path) -> None:
     summary = payload["summary"]
     assert not summary["skipped_servers"], summary["skipped_servers"]
     names = [server["name"] for server in summary["servers"]]
-    # --quick runs at 0 ms and, behind the delay proxy, at 20 ms.
-    assert names == ["moto, 0 ms", "moto, 20 ms", "s3rver, 0 ms", "s3rver, 20 ms"]
+    # --quick runs s3rver alone, at 0 ms and, behind the delay proxy, at 20 ms.
+    assert names == ["s3rver, 0 ms", "s3rver, 20 ms"]
     for server in summary["servers"]:
         assert server["systems"] == ["pffs", "s3fs", "rclone"]
         assert not server["unavailable"], server["unavailable"]
@@ -57,7 +52,10 @@ def test_quick_bench_produces_every_figure(tmp_path: Path) -> None:
                 assert isinstance(value, int | float), (server["name"], system, metric.key, value)
     for run in payload["runs"]:
         assert run["results"]["verified"] == "yes", run
-    assert len(list(run_dir.glob("*.png"))) == 4
+    assert sorted(p.name for p in run_dir.glob("*.png")) == [
+        "bench-s3rver.png",
+        "bench-summary.png",
+    ]
     assert "| sequential read, cold |" in result.stdout
     assert "| training epoch 1, cold (8 readers) |" in result.stdout
     assert "Epoch 1 against the store's own files/s: pffs " in result.stdout

@@ -1,0 +1,120 @@
+"""A bench stopped partway leaves nothing behind: SIGTERM (what `timeout` and `kill` send) and
+SIGINT to its process group (what Ctrl-C in a terminal sends).
+
+A real quick bench runs against s3rver behind the delay proxy, with real rclone and pffs
+mounts. Every process it starts inherits a marker in its environment, so the test finds them
+in /proc whatever session they put themselves in (servers and proxies run in sessions of their
+own, mount daemons detach): it waits until the server, the proxy and a FUSE mount are up,
+stops the bench, then checks that no marked process and no FUSE mount under the bench's
+temporary directory is left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+pytestmark = [
+    pytest.mark.mount,
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("fio") is None, reason="fio is missing (apt-get install fio)"),
+    pytest.mark.skipif(shutil.which("rclone") is None, reason="rclone is missing"),
+]
+MARK = "PFFS_BENCH_STOP_TEST"
+
+
+def marked_processes(token: str) -> dict[int, str]:
+    """Every live process whose environment carries MARK=token: pid -> command line."""
+    found = {}
+    needle = f"{MARK}={token}".encode()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                if needle not in f.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                found[int(name)] = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # gone meanwhile, or a zombie
+            continue
+    return found
+
+
+def fuse_mounts_under(directory: Path) -> list[str]:
+    """FUSE mountpoints under `directory`, from this mount namespace's mountinfo."""
+    out = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            fstype = fields[fields.index("-") + 1]
+            if fstype.startswith("fuse") and fields[4].startswith(str(directory)):
+                out.append(fields[4])
+    return out
+
+
+@pytest.mark.parametrize(
+    ("signum", "exit_code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["term", "int"]
+)
+def test_a_stopped_bench_leaves_no_process_and_no_mount(
+    tmp_path: Path, signum: signal.Signals, exit_code: int
+) -> None:
+    token = uuid.uuid4().hex
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch), MARK: token}
+    argv = [sys.executable, "-m", "bench", "--quick", "--latency", "20ms"]
+    argv += ["--systems", "rclone,pffs", "--epoch-files", "20", "--tree-files", "100"]
+    argv += ["--out", str(tmp_path / "results")]
+    log = tmp_path / "bench.log"
+    with open(log, "wb") as out:
+        bench = subprocess.Popen(argv, env=env, stdout=out, stderr=out, start_new_session=True)
+    try:
+        started = stop_partway(bench, signum, token, scratch, log)
+        assert bench.wait(timeout=180) == exit_code, log.read_text()[-3000:]
+        # Mount daemons end on their own once unmounted: give them a moment.
+        deadline = time.monotonic() + 10
+        while marked_processes(token) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert fuse_mounts_under(scratch) == [], log.read_text()[-3000:]
+        assert marked_processes(token) == {}, (started, log.read_text()[-3000:])
+        assert "stopped by" in log.read_text()
+    finally:  # a failing bench leaves nothing behind either
+        if bench.poll() is None:
+            bench.kill()
+            bench.wait()
+        for mountpoint in fuse_mounts_under(scratch):
+            subprocess.run(["fusermount3", "-u", "-z", mountpoint], check=False)
+        for pid in marked_processes(token):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def stop_partway(
+    bench: subprocess.Popen[bytes], signum: signal.Signals, token: str, scratch: Path, log: Path
+) -> dict[int, str]:
+    """Once the server, the delay proxy and a mount are up, send `signum`; what was running."""
+    deadline = time.monotonic() + 300
+    while True:
+        assert bench.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, "the bench never got its mounts up"
+        commands = " ".join(marked_processes(token).values())
+        if fuse_mounts_under(scratch) and "s3rver" in commands and "testing.delay" in commands:
+            break
+        time.sleep(0.2)
+    time.sleep(1.0)  # into the scenarios
+    started = marked_processes(token)
+    if signum == signal.SIGINT:
+        os.killpg(bench.pid, signum)  # a terminal's Ctrl-C reaches the whole group
+    else:
+        bench.send_signal(signum)
+    return started
