@@ -125,6 +125,9 @@ def sizes_from(args: argparse.Namespace) -> ds.Sizes:
         epoch_files=args.epoch_files or base.epoch_files,
         epoch_size=parse_size(args.epoch_size) if args.epoch_size else base.epoch_size,
         tree_files=args.tree_files or base.tree_files,
+        checkpoint=base.checkpoint,
+        shard_files=base.shard_files,
+        shard_size=base.shard_size,
     )
 
 

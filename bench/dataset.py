@@ -1,22 +1,24 @@
 """The benchmark's dataset: generated, uploaded, and verified in the store before any run.
 
-One large file (sequential and random reads), a second large file (parallel readers), a file
-for time to first byte, many small files, a wide directory for metadata, and a training set
-(one directory of `epoch_files` files of `epoch_size` bytes, read whole by the epochs); the
-tree of tiny objects for metadata at scale is bench.metadata's (`create_tree`). A
-local copy of the large file is kept for the local-disk ceiling and for verifying bytes read
-through mounts.
+One large file (sequential and random reads), a second large file (parallel readers), a
+checkpoint (one large file read in 8 MiB reads), shards (large files read whole by several
+readers, bench.largeobjects), a file for time to first byte, many small files, a wide
+directory for metadata, and a training set (one directory of `epoch_files` files of
+`epoch_size` bytes, read whole by the epochs); the tree of tiny objects for metadata at scale
+is bench.metadata's (`create_tree`). A local copy of the large file is kept for the local-disk
+ceiling and for verifying bytes read through mounts.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import boto3
 from boto3.s3.transfer import TransferConfig
 
+from bench.largeobjects import shard_keys
 from bench.leftovers import in_threads
 from bench.servers import Server
 
@@ -34,13 +36,17 @@ class Sizes:
     epoch_files: int
     epoch_size: int
     tree_files: int = 0  # tiny objects of the metadata-at-scale tree (bench.metadata)
+    checkpoint: int = 0  # the checkpoint's size (bench.largeobjects)
+    shard_files: int = 0
+    shard_size: int = 0
 
     @staticmethod
     def full() -> Sizes:
         # 100 KiB: ImageNet's mean file size.
         return Sizes(large=1 << 30, parallel=512 * MIB, small_files=1000, wide_files=10_000,
                      write=1 << 30, epoch_files=2000, epoch_size=100 * 1024,
-                     tree_files=100_000)  # fmt: skip
+                     tree_files=100_000, checkpoint=1 << 30, shard_files=16,
+                     shard_size=64 * MIB)  # fmt: skip
 
     @staticmethod
     def quick() -> Sizes:
@@ -48,7 +54,8 @@ class Sizes:
         # 20 ms, so the file counts set its length.
         return Sizes(large=32 * MIB, parallel=16 * MIB, small_files=40, wide_files=300,
                      write=8 * MIB, epoch_files=200, epoch_size=100 * 1024,
-                     tree_files=1000)  # fmt: skip
+                     tree_files=1000, checkpoint=32 * MIB, shard_files=4,
+                     shard_size=4 * MIB)  # fmt: skip
 
 
 @dataclass
@@ -60,6 +67,8 @@ class Dataset:
     small_keys: list[str]
     wide_keys: list[str]
     epoch_keys: list[str]
+    checkpoint_sha256: str = ""
+    shard_sha256: dict[str, str] = field(default_factory=dict)  # by file name
 
 
 def client(server: Server):
@@ -109,6 +118,14 @@ def upload(server: Server, sizes: Sizes, workdir: str, bucket: str = "pffs-bench
     transfer = TransferConfig(multipart_chunksize=64 * MIB, max_concurrency=4)
     s3.upload_file(local_large, bucket, "large.bin", Config=transfer)
     s3.upload_file(local_parallel, bucket, "parallel.bin", Config=transfer)
+    large_objects = [("checkpoint.bin", sizes.checkpoint)]
+    large_objects += [(key, sizes.shard_size) for key in shard_keys(sizes.shard_files)]
+    digests = {}
+    for key, size in large_objects:  # one at a time: one local copy on disk at once
+        local = os.path.join(workdir, "object.bin")
+        digests[key] = make_local_file(local, size)
+        s3.upload_file(local, bucket, key, Config=transfer)
+        os.remove(local)
     for directory in ttfb_directories():
         s3.put_object(Bucket=bucket, Key=f"{directory}/f.bin", Body=os.urandom(MIB))
     # s3rver 3 leaves a prefix holding only sub-prefixes out of a delimited listing: one object
@@ -122,6 +139,8 @@ def upload(server: Server, sizes: Sizes, workdir: str, bucket: str = "pffs-bench
     objects += [(k, lambda: os.urandom(sizes.epoch_size)) for k in epoch_keys]
     in_threads(16, lambda kv: s3.put_object(Bucket=bucket, Key=kv[0], Body=kv[1]()), objects)
     dataset = Dataset(bucket, sizes, local_large, sha, small_keys, wide_keys, epoch_keys)
+    dataset.checkpoint_sha256 = digests.pop("checkpoint.bin")
+    dataset.shard_sha256 = {os.path.basename(key): digest for key, digest in digests.items()}
     verify(server, dataset)
     return dataset
 

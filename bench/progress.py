@@ -42,14 +42,15 @@ def expected_seconds(
     """The session's rough length: uploads per server, then every run. `per_run` is the fixed
     part of one run (its rests, timed scenarios and waits past TTLs)."""
     objects = sizes.small_files + sizes.wide_files + sizes.epoch_files + sizes.tree_files
-    upload = (sizes.large + sizes.parallel) / BYTES_PER_S + objects / PUTS_PER_S
+    large_objects = sizes.checkpoint + sizes.shard_files * sizes.shard_size
+    upload = (sizes.large + sizes.parallel + large_objects) / BYTES_PER_S + objects / PUTS_PER_S
     runs = 0.0
     for latency in latencies:
         trip = latency / 1000 + LOCAL_TRIP_S
         files = EPOCHS_PER_RUN * sizes.epoch_files / EPOCH_READERS
         files += sizes.small_files + sizes.wide_files
         tree = min(sizes.tree_files * ROUND_TRIPS_PER_FILE * trip, LS_RECURSIVE_LIMIT_S)
-        moved = 3 * sizes.large + sizes.parallel + 2 * sizes.write
+        moved = 3 * sizes.large + sizes.parallel + 2 * sizes.write + large_objects
         runs += files * ROUND_TRIPS_PER_FILE * trip + tree + moved / BYTES_PER_S
         runs += MOUNTS_PER_RUN * MOUNT_S + per_run
     return servers * (upload + reps * systems * runs)

@@ -20,6 +20,7 @@ from typing import Any
 
 from bench.dataset import MIB, SMALL_SIZE, TTFB_SAMPLES, Dataset, client, ttfb_directories
 from bench.epoch import read_epoch
+from bench.largeobjects import checkpoint_load, read_shards, shard_keys
 from bench.metadata import TREE_DIRS, list_long, ls_recursive, stat_after_listing, stat_all
 from bench.servers import Server
 from bench.systems import cpu_seconds, peak_rss_mib, reset_peak_rss
@@ -55,6 +56,10 @@ METRICS = [
     Metric("lsr_100k_s", "ls -lR of the tree (100 directories), cold", "s", False),
     Metric("lsr_rss_bytes_per_entry", "mount RSS growth over it, per entry", "bytes", False),
     Metric("parallel_mbs", "4 parallel readers, cold", "MB/s", True),
+    Metric("checkpoint_mbs", "checkpoint load: one large file, 8 MiB reads, cold", "MB/s", True),
+    Metric("checkpoint_cpu_s_per_gib", "mount CPU over the checkpoint load", "CPU-s/GiB", False),
+    Metric("shards_mbs", "shards read whole, 4 readers, shuffled, cold", "MB/s", True),
+    Metric("shards_cpu_s_per_gib", "mount CPU over the shards", "CPU-s/GiB", False),
     Metric("write_mbs", "sequential write + close, verified", "MB/s", True),
     Metric("peak_rss_mib", "peak RSS of the mount process", "MiB", False),
     Metric("session_peak_rss_mib", "peak RSS of the whole session (no reset)", "MiB", False),
@@ -62,6 +67,8 @@ METRICS = [
 # Figures taken while another scenario runs, measured when that one is.
 TAKEN_WITH = {
     "seq_cold_cpu_s_per_gib": "seq_cold_mbs",
+    "checkpoint_cpu_s_per_gib": "checkpoint_mbs",
+    "shards_cpu_s_per_gib": "shards_mbs",
     "epoch_peak_rss_mib": "epoch1_files_per_s",
     "epoch2_remount_requests": "epoch2_remount_files_per_s",
     "lsr_rss_bytes_per_entry": "lsr_100k_s",
@@ -109,10 +116,11 @@ def _timed(fn: Callable[[], object]) -> float:
 FIRST_BYTE_STEPS = ("directory", "file", "open", "read")
 
 
-def first_byte_steps(mountpoint: str, directory: str) -> list[float]:
+def first_byte_steps(mountpoint: str, directory: str, offset: int | None = None) -> list[float]:
     """Milliseconds of each step of a first byte of `directory`/f.bin, cold: the directory's
     lookup, the file's, its open and the first `read(1)` of a buffered reader (Python's, whose
-    buffer is the file's st_blksize)."""
+    buffer is the file's st_blksize), or with `offset` a 4 KiB pread there (a lazy loader's
+    first touch of a checkpoint, as mmap makes it)."""
     folder = os.path.join(mountpoint, directory)
     path = os.path.join(folder, "f.bin")
     steps = [_timed(lambda: os.stat(folder)), _timed(lambda: os.stat(path))]
@@ -120,7 +128,8 @@ def first_byte_steps(mountpoint: str, directory: str) -> list[float]:
     with open(path, "rb") as handle:
         steps.append(time.perf_counter() - started)
         started = time.perf_counter()
-        if len(handle.read(1)) != 1:
+        data = handle.read(1) if offset is None else os.pread(handle.fileno(), 4096, offset)
+        if not data:
             raise RuntimeError(f"{path}: empty read")
         steps.append(time.perf_counter() - started)
     return [step * 1000 for step in steps]
@@ -174,6 +183,8 @@ class Scenarios:
             ("stat_expired_per_s", self.stat_expired),
             ("lsr_100k_s", lambda: self.ls_tree(results)),
             ("parallel_mbs", self.parallel),
+            ("checkpoint_mbs", lambda: self.checkpoint(results)),
+            ("shards_mbs", lambda: self.shards(results)),
             ("write_mbs", lambda: self.write_verify(system)),
         ]
         steps = [(key, step) for key, step in steps if self.only is None or key in self.only]
@@ -205,13 +216,41 @@ class Scenarios:
 
     def seq_cold(self, results: dict[str, float | str]) -> float:
         """The cold sequential read, and the mount's CPU-seconds per GiB over it."""
+        return self._with_cpu(results, "seq_cold", self.data.sizes.large, self.seq_read)
+
+    def checkpoint(self, results: dict[str, float | str]) -> float:
+        """The checkpoint load, and the mount's CPU-seconds per GiB over it."""
+        sizes = self.data.sizes
+        path, digest = self.path("checkpoint.bin"), self.data.checkpoint_sha256
+        return self._with_cpu(
+            results,
+            "checkpoint",
+            sizes.checkpoint,
+            lambda: checkpoint_load(path, sizes.checkpoint, digest),
+        )
+
+    def shards(self, results: dict[str, float | str]) -> float:
+        """The shards, read whole by four readers, and the mount's CPU-seconds per GiB."""
+        sizes = self.data.sizes
+        paths = [self.path(key) for key in shard_keys(sizes.shard_files)]
+        return self._with_cpu(
+            results,
+            "shards",
+            sizes.shard_files * sizes.shard_size,
+            lambda: read_shards(paths, self.data.shard_sha256, seed=1),
+        )
+
+    def _with_cpu(
+        self, results: dict[str, float | str], name: str, size: int, read: Callable[[], float]
+    ) -> float:
+        """`read()`'s figure; the mount's CPU-seconds per GiB over it (/proc/PID/stat: every
+        thread of the process) into results[name + "_cpu_s_per_gib"]."""
         before = cpu_seconds(self.pid)
-        mbs = self.seq_read()
+        figure = read()
         after = cpu_seconds(self.pid)
         if before is not None and after is not None:
-            gib = self.data.sizes.large / (1 << 30)
-            results["seq_cold_cpu_s_per_gib"] = round((after - before) / gib, 3)
-        return mbs
+            results[f"{name}_cpu_s_per_gib"] = round((after - before) / (size / (1 << 30)), 3)
+        return figure
 
     def ttfb(self) -> float:
         """The median first byte of the cold samples (one sample is too few on this machine)."""

@@ -1,48 +1,57 @@
 """`python -m bench.probes.first_byte`: the first byte of a cold file, several samples per system.
 
 The suite's "time to first byte" is the median of three samples, taken on one system after
-the other. Here the samples interleave the systems, and more can be taken. s3rver (0 ms, no
-proxy) holds `--samples` objects of 1 MiB, each in a directory of its own; pffs, s3fs and
-rclone are mounted at their defaults, and each sample opens one object on every system in
-turn (the order alternating), with the page cache and dentries dropped before each. Samples
-start 11 s apart, so that pffs's dataset prefetch (3 files of a directory tree opened within
-10 s) never starts and every file is cold. For each system it prints the median, the spread,
-and each sample's steps (`bench.scenarios.first_byte_steps`): the directory's lookup, the
-file's lookup, open, and the first `read(1)` of a buffered reader.
+the other. Here the samples interleave the systems, and more can be taken. s3rver (behind the
+delay proxy with `--latency`) holds `--samples` objects of `--size` (1 MiB), each in a
+directory of its own; pffs, s3fs and rclone are mounted at their defaults, and each sample
+opens one object on every system in turn (the order alternating), with the page cache and
+dentries dropped before each. Samples start 11 s apart, so that pffs's dataset prefetch (3
+files of a directory tree opened within 10 s) never starts and every file is cold. For each
+system it prints the median, the spread, and each sample's steps
+(`bench.scenarios.first_byte_steps`): the directory's lookup, the file's lookup, open, and the
+first `read(1)` of a buffered reader, or with `--random` a 4 KiB pread at a random offset
+(the same offset on every system).
 
-    python -m bench.probes.first_byte --samples 8
+    python -m bench.probes.first_byte --samples 8 --latency 20 --size 64M --random
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import random
 import statistics
 import tempfile
 import time
 
 from bench.dataset import client
 from bench.scenarios import FIRST_BYTE_STEPS, drop_caches, first_byte_steps
-from bench.servers import Launcher, Unavailable
+from bench.servers import Launcher, Unavailable, far
 from bench.systems import Pffs, Rclone, S3fs, System, unmount
+from pffs.sizes import parse_size
 
-MIB = 1 << 20
 SPACING = 11.0  # seconds between samples: longer than dataset prefetch's 10 s window
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=8)
+    parser.add_argument("--latency", type=float, default=0.0, help="round trip to add, ms")
+    parser.add_argument("--size", default="1M", help="size of each object (1M)")
+    parser.add_argument("--random", action="store_true", help="4 KiB at a random offset")
     args = parser.parse_args()
+    size = parse_size(args.size)
+    offsets = random.Random(31).choices(range(0, max(1, size - 4096), 4096), k=args.samples)
     root = tempfile.mkdtemp(dir="/var/tmp", prefix="pffs-first-byte-")
-    server = Launcher(root).s3rver()
+    near = Launcher(root).s3rver()
+    server = far(near, args.latency, os.path.join(root, "delay.log")) if args.latency else near
     systems: dict[str, System] = {"pffs": Pffs([]), "s3fs": S3fs(), "rclone": Rclone()}
     mounts: dict[str, str] = {}
     try:
-        s3 = client(server)
+        s3 = client(near)
         s3.create_bucket(Bucket="first-byte")
         for n in range(args.samples):
-            s3.put_object(Bucket="first-byte", Key=f"d{n:02d}/f.bin", Body=os.urandom(MIB))
+            s3.put_object(Bucket="first-byte", Key=f"d{n:02d}/f.bin", Body=os.urandom(size))
         for name, system in systems.items():
             base = tempfile.mkdtemp(dir=root)
             mountpoint, cache = os.path.join(base, "mnt"), os.path.join(base, "cache")
@@ -61,7 +70,8 @@ def main() -> None:
             names = list(mounts) if n % 2 == 0 else list(mounts)[::-1]
             for name in names:
                 drop_caches()
-                results[name].append(first_byte_steps(mounts[name], f"d{n:02d}"))
+                offset = offsets[n] if args.random else None
+                results[name].append(first_byte_steps(mounts[name], f"d{n:02d}", offset))
             time.sleep(max(0.0, SPACING - (time.monotonic() - started)))
         for name, samples in results.items():
             totals = [sum(steps) for steps in samples]
@@ -78,6 +88,7 @@ def main() -> None:
         for mountpoint in mounts.values():
             unmount(mountpoint)
         server.stop()
+        near.stop()
 
 
 if __name__ == "__main__":
