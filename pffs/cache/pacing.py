@@ -1,0 +1,142 @@
+"""Pacing sequential readers: how far ahead of each one to load, and in how many requests.
+
+A reader streaming a large object is served by several ranged GETs at once, each on its own
+connection (each GET is one worker thread's call, on a connection of the source's pool), as
+mountpoint-s3's and s3fs's parallel downloads do: one stream's pace (one TCP connection, one
+server thread) is not the store's. How many bytes to keep ahead follows Little's law, bytes in
+flight = rate x the time a request takes, measured per reader:
+
+- its read rate: the bytes it consumed per second, a moving average over periods of its reads;
+- its requests' time: how long its prefetch GETs took from the ask to the last byte, a moving
+  average (the store's latency, plus one part's transfer at one connection's pace).
+
+Its window is HEADROOM x rate x time. While the store does not keep up, the reader consumes
+blocks as fast as they come, so each new estimate makes the window HEADROOM times larger, until
+the reader itself sets the pace (the window then stays at what its rate needs) or the window
+meets its ceiling. Before both figures are known the window is its ceiling, as a fixed window
+would be. The window is carried by parts of whole blocks, about STREAMS of them at once.
+
+Fairness: the global prefetch budget is shared by the readers that streamed in the last
+ACTIVE_SECONDS. Each one's ceiling is the largest window configured and its share of the budget
+(the budget over those readers), so a reader starting while others stream gets its share at
+once rather than the budget's leftovers, and a slow reader takes only what its rate asks.
+
+Pure bookkeeping with an injected clock, no I/O; trio tasks only (the cache's threading rule).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+# The window over rate x request time: room for the rate to double before the next estimate.
+HEADROOM = 2.0
+# GETs that carry one reader's window at once, when its window holds that many blocks.
+STREAMS = 4
+# A reader that asked for no window for this long no longer takes a share of the budget.
+ACTIVE_SECONDS = 1.0
+# A rate sample spans at least this long (one 1 MiB read takes a millisecond or two).
+RATE_PERIOD = 0.05
+# Weight of the newest sample in the moving averages.
+SMOOTHING = 0.3
+
+
+def _average(old: float | None, sample: float) -> float:
+    return sample if old is None else old + SMOOTHING * (sample - old)
+
+
+class Pacing:
+    """The readers streaming from one cache and the budget they share."""
+
+    def __init__(
+        self,
+        budget: int,
+        max_window: int,
+        block_size: int,
+        max_part: int,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.budget = budget  # bytes of prefetch in flight, all readers together
+        self.max_window = max_window  # the largest window of one reader, in bytes
+        self.block_size = block_size
+        self.max_part = max(block_size, max_part)  # the largest GET of a prefetch, in bytes
+        self.clock = clock
+        self._last_asked: dict[ReaderPace, float] = {}
+        self._swept_at = clock()
+
+    def reader(self) -> ReaderPace:
+        """The pace of a new reader (one per open file)."""
+        return ReaderPace(self)
+
+    def streaming(self) -> int:
+        """Readers that asked for a window in the last ACTIVE_SECONDS."""
+        return len(self._last_asked)
+
+    def share(self, reader: ReaderPace) -> int:
+        """`reader`'s share of the budget, in bytes; counts it as streaming from now."""
+        now = self.clock()
+        self._last_asked[reader] = now
+        if now - self._swept_at > ACTIVE_SECONDS / 4:  # a sweep per period, not per read
+            self._swept_at = now
+            for other, asked in list(self._last_asked.items()):
+                if now - asked > ACTIVE_SECONDS:
+                    del self._last_asked[other]
+        return self.budget // len(self._last_asked)
+
+    def forget(self, reader: ReaderPace) -> None:
+        """The reader is closed: its share goes back to the others at once."""
+        self._last_asked.pop(reader, None)
+
+
+class ReaderPace:
+    """One reader's rate and request time, and the window and parts they call for."""
+
+    __slots__ = ("_pacing", "_period_bytes", "_period_start", "rate", "request_time")
+
+    def __init__(self, pacing: Pacing) -> None:
+        self._pacing = pacing
+        self.rate: float | None = None  # bytes per second the reader consumes
+        self.request_time: float | None = None  # seconds one of its prefetch GETs takes
+        self._period_start: float | None = None
+        self._period_bytes = 0
+
+    def read(self, count: int) -> None:
+        """The reader consumed `count` bytes of a sequential run."""
+        now = self._pacing.clock()
+        if self._period_start is None:
+            self._period_start = now
+            return  # the first read of a run starts the clock; its bytes came before it
+        self._period_bytes += count
+        elapsed = now - self._period_start
+        if elapsed >= RATE_PERIOD:
+            self.rate = _average(self.rate, self._period_bytes / elapsed)
+            self._period_start, self._period_bytes = now, 0
+
+    def paused(self) -> None:
+        """The reader left its sequential run (a seek): the time until it resumes is not part
+        of its rate."""
+        self._period_start = None
+        self._period_bytes = 0
+
+    def fetched(self, seconds: float) -> None:
+        """One of the reader's prefetch GETs took `seconds` from the ask to its last byte."""
+        self.request_time = _average(self.request_time, seconds)
+
+    def window(self) -> int:
+        """Bytes to keep loaded or on their way ahead of the reader: at least one block."""
+        pacing = self._pacing
+        ceiling = max(pacing.block_size, min(pacing.max_window, pacing.share(self)))
+        if self.rate is None or self.request_time is None:
+            return ceiling
+        wanted = int(HEADROOM * self.rate * self.request_time)
+        return max(pacing.block_size, min(ceiling, wanted))
+
+    def part_blocks(self, window: int) -> int:
+        """Blocks per GET for a window of `window` bytes: about STREAMS GETs carry it, each of
+        one block at least and of the largest prefetch request at most."""
+        pacing = self._pacing
+        part = min(pacing.max_part, window // STREAMS)
+        return max(1, part // pacing.block_size)
+
+    def close(self) -> None:
+        self._pacing.forget(self)

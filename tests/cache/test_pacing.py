@@ -1,0 +1,128 @@
+"""Pacing of sequential readers alone (pffs.cache.pacing): Little's law windows, the parts that
+carry them, and the budget shared fairly among the readers streaming at once."""
+
+from __future__ import annotations
+
+import pytest
+
+from pffs.cache.pacing import ACTIVE_SECONDS, HEADROOM, RATE_PERIOD, STREAMS, Pacing, ReaderPace
+
+MIB = 1 << 20
+BLOCK = 4 * MIB
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def pacing(clock: Clock, budget: int = 128 * MIB, max_window: int = 64 * MIB) -> Pacing:
+    return Pacing(budget, max_window, BLOCK, max_part=16 * MIB, clock=clock)
+
+
+def stream(pace: ReaderPace, clock: Clock, rate: float, seconds: float, read: int = MIB) -> None:
+    """The reader consumes `read`-byte reads at `rate` bytes/s for `seconds`."""
+    for _ in range(round(seconds * rate / read)):
+        clock.now += read / rate
+        pace.read(read)
+
+
+def test_before_anything_is_measured_the_window_is_the_ceiling() -> None:
+    clock = Clock()
+    pace = pacing(clock, budget=128 * MIB, max_window=64 * MIB).reader()
+    assert pace.window() == 64 * MIB
+    alone_with_a_small_budget = pacing(clock, budget=16 * MIB).reader()
+    assert alone_with_a_small_budget.window() == 16 * MIB
+
+
+def test_the_window_is_headroom_times_rate_times_request_time() -> None:
+    clock = Clock()
+    pace = pacing(clock).reader()
+    stream(pace, clock, rate=100e6, seconds=1.0)
+    for _ in range(20):
+        pace.fetched(0.05)
+    assert pace.rate == pytest.approx(100e6, rel=0.01)
+    assert pace.window() == pytest.approx(HEADROOM * 100e6 * 0.05, rel=0.01)
+
+
+def test_a_slow_reader_takes_one_block_and_never_nothing() -> None:
+    clock = Clock()
+    pace = pacing(clock).reader()
+    stream(pace, clock, rate=1e6, seconds=1.0, read=64 * 1024)
+    pace.fetched(0.02)
+    assert pace.window() == BLOCK
+
+
+def test_a_reader_held_back_by_the_store_grows_its_window_to_the_ceiling() -> None:
+    """While the store sets the pace, the reader consumes what arrives: window / request time.
+    Each estimate then asks HEADROOM times more, until the ceiling."""
+    clock = Clock()
+    pace = pacing(clock, max_window=64 * MIB).reader()
+    pace.fetched(0.05)
+    stream(pace, clock, rate=8 * MIB / 0.05, seconds=0.2)  # delivery-bound at an 8 MiB window
+    windows = []
+    for _ in range(6):
+        window = pace.window()
+        windows.append(window)
+        stream(pace, clock, rate=window / 0.05, seconds=0.5)
+    assert windows[-1] == 64 * MIB
+    assert windows == sorted(windows)
+    assert windows[1] > windows[0] * 1.5
+
+
+def test_a_seek_does_not_count_as_a_slow_read() -> None:
+    clock = Clock()
+    pace = pacing(clock).reader()
+    stream(pace, clock, rate=200e6, seconds=0.5)
+    pace.paused()
+    clock.now += 5.0  # the reader did something else
+    stream(pace, clock, rate=200e6, seconds=0.2)
+    assert pace.rate == pytest.approx(200e6, rel=0.01)
+
+
+def test_the_budget_is_shared_by_the_readers_streaming_now() -> None:
+    clock = Clock()
+    shared = pacing(clock, budget=128 * MIB, max_window=64 * MIB)
+    readers = [shared.reader() for _ in range(4)]
+    windows = [reader.window() for reader in readers]
+    assert windows[0] == 64 * MIB  # alone then: the configured ceiling
+    assert windows[-1] == 32 * MIB  # four at once: a quarter of the budget each
+    assert [reader.window() for reader in readers] == [32 * MIB] * 4
+    assert shared.streaming() == 4
+
+
+def test_a_reader_gone_quiet_or_closed_gives_its_share_back() -> None:
+    clock = Clock()
+    shared = pacing(clock, budget=128 * MIB, max_window=128 * MIB)
+    first, second, third = shared.reader(), shared.reader(), shared.reader()
+    for reader in (first, second, third):
+        reader.window()
+    assert first.window() == 128 * MIB // 3
+    third.close()
+    assert first.window() == 64 * MIB
+    clock.now += ACTIVE_SECONDS + 0.5  # the second reader stopped asking
+    assert first.window() == 128 * MIB
+    assert shared.streaming() == 1
+
+
+def test_parts_split_a_window_over_several_requests_of_whole_blocks() -> None:
+    pace = pacing(Clock()).reader()
+    assert pace.part_blocks(64 * MIB) == 16 * MIB // BLOCK  # at most the largest request
+    assert pace.part_blocks(32 * MIB) == 32 * MIB // STREAMS // BLOCK
+    assert pace.part_blocks(8 * MIB) == 1  # at least one block
+    assert pace.part_blocks(BLOCK) == 1
+
+
+def test_a_rate_needs_a_whole_period_of_reads() -> None:
+    clock = Clock()
+    pace = pacing(clock).reader()
+    pace.read(MIB)
+    clock.now += RATE_PERIOD / 2
+    pace.read(MIB)
+    assert pace.rate is None
+    clock.now += RATE_PERIOD
+    pace.read(MIB)
+    assert pace.rate == pytest.approx(2 * MIB / (1.5 * RATE_PERIOD))
