@@ -14,7 +14,9 @@ path prefix of its files in that source:
 - A dataset whose size (its listing's, as far as it is listed) is at most its room *fits*:
   every block is admitted as before this rule existed.
 - One that does not fit keeps a subset of its files: a file is in it when a hash of its name
-  (`subset_point`, in [0, 1)) falls below room / size. Blocks of files outside it are served
+  (`subset_point`, in [0, 1)) falls below a threshold, placed where the files below it take
+  the room (counted in bins of the hash as the listing is read, so the subset fills its room
+  to a bin's worth, however few the files). Blocks of files outside it are served
   from the store and kept in memory, never written to disk, so they never push out the subset
   (CoorDL's rule: new blocks of the dataset do not replace other blocks of it). Blocks of
   other data are admitted as usual and evict the oldest, whatever they are.
@@ -35,7 +37,7 @@ figures of `describe` from their own thread (plain numbers, read whole under the
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import trio
 
@@ -43,6 +45,9 @@ from pffs.cache.keys import BlockKey
 
 # The share of the disk tier's bound the datasets being consumed may keep between them.
 KEEP_SHARE = 0.95
+# Bins of subset_point a dataset's bytes are counted in: the subset's bytes miss its room by at
+# most one bin (a 1/4096 of the dataset), whatever the spread of the hash over few files.
+BINS = 4096
 
 
 def subset_point(source: str, path: str) -> float:
@@ -59,23 +64,42 @@ class WatchedDataset:
     source: str
     prefix: str  # "" (the whole source) or a path ending in "/"
     seen: float  # trio time a reader last opened one of its files
-    size: int = 0  # bytes of its files listed so far
+    size: int = 0  # bytes of its files counted so far
     files: int = 0
-    listed: bool = False  # its listing is complete (size is the whole size)
+    listed: bool = False  # its counting ended (size is the whole size, unless listing failed)
+    files_placed: int = 0  # files counted when `threshold` was last placed
     cached: int = 0  # bytes of it the disk tier holds: found at detection, plus admitted since
     room: int = 0  # the bytes of the cache it may keep (set by DatasetRoom)
+    # The files whose subset_point is below it are kept (1.0: all of them; set with `room`).
+    threshold: float = 1.0
+    # Bytes of its files by subset_point, in BINS equal bins: where the subset ends.
+    bins: list[int] = field(default_factory=lambda: [0] * BINS)
 
     @property
     def fits(self) -> bool:
         return self.size <= self.room
 
-    @property
-    def kept_share(self) -> float:
-        """The share of its files the cache keeps: 1 when it fits."""
-        return 1.0 if self.fits else self.room / self.size
+    def count(self, path: str, size: int) -> None:
+        """One more file of it, `size` bytes, at `path` in its source."""
+        self.size += size
+        self.files += 1
+        self.bins[int(subset_point(self.source, path) * BINS)] += size
 
     def holds(self, source: str, path: str) -> bool:
         return source == self.source and path.startswith(self.prefix)
+
+    def place_threshold(self) -> None:
+        """Set `threshold` so the files below it take at most `room` bytes (all when it fits)."""
+        self.files_placed = self.files
+        if self.fits:
+            self.threshold = 1.0
+            return
+        total = 0
+        for position, size in enumerate(self.bins):
+            total += size
+            if total > self.room:
+                self.threshold = position / BINS
+                return
 
 
 class DatasetRoom:
@@ -103,9 +127,10 @@ class DatasetRoom:
         if watched is not None:
             watched.seen = trio.current_time()
 
-    def listed(self, watched: WatchedDataset, size: int, files: int, complete: bool) -> None:
-        """More of the dataset's listing was read: `size` bytes in `files` files so far."""
-        watched.size, watched.files, watched.listed = size, files, complete
+    def listed(self, watched: WatchedDataset, complete: bool) -> None:
+        """The files counted so far (`WatchedDataset.count`) are to be taken into account;
+        with `complete`, they are all of them."""
+        watched.listed = complete
         self._share()
 
     def keeps(self, key: BlockKey) -> bool:
@@ -114,7 +139,7 @@ class DatasetRoom:
         watched = self._dataset_of(key)
         if watched is None or watched.fits:
             return True
-        return subset_point(key.source, key.path) < watched.room / watched.size
+        return subset_point(key.source, key.path) < watched.threshold
 
     def admit(self, key: BlockKey, size: int) -> bool:
         """Whether a block fetched from the store may be written to the disk tier (`keeps`);
@@ -141,7 +166,7 @@ class DatasetRoom:
                 "cached_share": min(1.0, watched.cached / watched.size) if watched.size else 0.0,
                 "room": watched.room,
                 "fits": watched.fits,
-                "kept_share": watched.kept_share,
+                "threshold": watched.threshold,
             }
             for watched in list(self._datasets.values())
         ]
@@ -164,3 +189,4 @@ class DatasetRoom:
         for position, watched in enumerate(ordered):
             watched.room = left // (len(ordered) - position)
             left -= min(watched.size, watched.room)
+            watched.place_threshold()

@@ -130,36 +130,47 @@ class DatasetPrefetch:
         if root not in self._datasets and len(self._datasets) >= MAX_WATCHED:
             del self._datasets[next(iter(self._datasets))]
         self._datasets[root] = (depth, trio.current_time())
-        self.engine.add(_job(root), self._files_below(root, depth))
         routed = self.namespace.table.route(root)
-        if self._nursery is not None and routed is not None:
-            source = routed[0].backend.source_id
-            if self.cache.disk_holds(source):
-                prefix = f"{routed[1]}/" if routed[1] else ""
-                watched = self.cache.room.watch(f"/{root}", source, prefix)
-                self._nursery.start_soon(self._measure, watched, root, depth)
+        if self._nursery is None or routed is None or not self.cache.disk_holds(routed[0].backend.source_id):
+            self.engine.add(_job(root), self._files_below(root, depth))
+            return
+        prefix = f"{routed[1]}/" if routed[1] else ""
+        watched = self.cache.room.watch(f"/{root}", routed[0].backend.source_id, prefix)
+        self._nursery.start_soon(self._measure, watched, root, depth)
+        self.engine.add(_job(root), self._behind_measure(watched, root, depth))
+
+    async def _behind_measure(
+        self, watched: WatchedDataset, root: str, depth: int
+    ) -> AsyncIterator[PreloadItem]:
+        """The dataset's files, each once `_measure` has counted it: the room then knows
+        whether the dataset fits as far as the engine has come (it waits only at the start,
+        or while the measure looks up what the disk tier holds)."""
+        position = 0
+        async for item in self._files_below(root, depth):
+            position += 1
+            while watched.files_placed < position and not watched.listed:
+                await trio.sleep(0.01)
+            yield item
 
     async def _measure(self, watched: WatchedDataset, root: str, depth: int) -> None:
         """Tell the cache's room the dataset's size as its listing is read, and how many of
         its bytes the disk tier holds."""
         room = self.cache.room
-        size = files = 0
         keys: list[BlockKey] = []
         sizes: list[int] = []
         try:
             async for item in self._files_below(root, depth):
-                size, files = size + item.size, files + 1
-                room.listed(watched, size, files, complete=False)
+                watched.count(item.keys[0].path, item.size)
                 keys += item.keys
                 sizes += item.sizes
                 if len(keys) >= MEASURE_BATCH:
+                    room.listed(watched, complete=False)
                     watched.cached += await self.cache.cached_bytes(keys, sizes)
                     keys, sizes = [], []
             watched.cached += await self.cache.cached_bytes(keys, sizes)
-        except Exception as exc:  # a listing that failed: the room knows what was listed
+        except Exception as exc:  # a listing that failed: the room goes by what was listed
             log.debug("measuring dataset /%s stopped: %s", root, exc)
-            return
-        room.listed(watched, size, files, complete=True)
+        room.listed(watched, complete=True)
 
     # --- order lists -------------------------------------------------------------------------
 
