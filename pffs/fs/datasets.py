@@ -131,11 +131,12 @@ class DatasetPrefetch:
             del self._datasets[next(iter(self._datasets))]
         self._datasets[root] = (depth, trio.current_time())
         routed = self.namespace.table.route(root)
-        if self._nursery is None or routed is None or not self.cache.disk_holds(routed[0].backend.source_id):
+        source = routed[0].backend.source_id if routed is not None else ""
+        if self._nursery is None or routed is None or not self.cache.disk_holds(source):
             self.engine.add(_job(root), self._files_below(root, depth))
             return
         prefix = f"{routed[1]}/" if routed[1] else ""
-        watched = self.cache.room.watch(f"/{root}", routed[0].backend.source_id, prefix)
+        watched = self.cache.room.watch(f"/{root}", source, prefix)
         self._nursery.start_soon(self._measure, watched, root, depth)
         self.engine.add(_job(root), self._behind_measure(watched, root, depth))
 
