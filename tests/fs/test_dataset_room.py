@@ -103,7 +103,7 @@ def test_a_dataset_twice_the_disk_tier_keeps_a_stable_subset(tmp_path: Path) -> 
     # Dataset prefetch loaded no file outside the subset: each of those was fetched by its
     # reader, once per epoch, and never written to disk.
     source = vfs.table.mounted[0].backend.source_id
-    threshold = described["threshold"]
+    threshold = float(described["threshold"])
     kept = {path for path in files if subset_point(source, path) < threshold}
     for path in set(files) - kept:
         assert backend.reads[path] <= 2, path
