@@ -41,6 +41,7 @@ METRICS = [
     Metric("epoch2_remount_files_per_s", "training epoch 2 after a remount", "files/s", True),
     Metric("epoch2_remount_requests", "store requests during it", "requests", False),
     Metric("epoch_peak_rss_mib", "peak RSS of the mount during the epochs", "MiB", False),
+    Metric("epoch2_larger_cached_pct", "dataset twice the cache: epoch 2 from cache", "%", True),
     Metric("ttfb_ms", f"time to first byte, cold file (median of {TTFB_SAMPLES})", "ms", False),
     Metric("seq_cold_mbs", "sequential read, cold", "MB/s", True),
     Metric("seq_cold_cpu_s_per_gib", "mount CPU over the cold read", "CPU-s/GiB", False),
