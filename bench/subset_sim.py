@@ -10,8 +10,8 @@ bounded in files. It compares how the disk tier admits and evicts:
 - `first come`: CoorDL's rule: once the tier is full, new blocks of the dataset are not
   admitted (they are served from the store), so nothing of it is evicted by itself;
 - `hash subset`: pffs's rule (pffs.cache.datasetroom): a file is admitted when a hash of its
-  name falls in the share of the dataset the tier has room for (`--keep-share` of the tier,
-  over the dataset's size), so the subset is the same in every epoch, mount and process.
+  name falls below a threshold placed so the files below it fill `--keep-share` of the tier,
+  so the subset is the same in every epoch, mount and process.
 
 It prints epoch 2's share of bytes from the cache (memory or disk), the mean over seeds. The
 figures are in docs/notes/dataset-larger-than-cache.md.
@@ -35,12 +35,15 @@ def epoch_shares(
     """The share of each epoch's reads served from the cache, for one seed."""
     memory_tier: OrderedDict[int, None] = OrderedDict()
     disk_tier: OrderedDict[int, None] = OrderedDict()
-    share = keep * disk / files
+    # The threshold pffs places: the files below it fill the room (all files are one size).
+    points = [subset_point(f"seed {seed}", f"f{f}") for f in range(files)]
+    room = int(keep * disk)
+    threshold = 1.0 if room >= files else sorted(points)[room]
     admitted: Callable[[int], bool] = {
         "today": lambda _f: True,
         "lru": lambda _f: True,
         "first come": lambda _f: len(disk_tier) < disk,
-        "hash subset": lambda f: share >= 1 or subset_point(f"seed {seed}", f"f{f}") < share,
+        "hash subset": lambda f: points[f] < threshold,
     }[policy]
     shares = []
     for epoch in range(epochs):
