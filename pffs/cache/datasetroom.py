@@ -2,8 +2,8 @@
 
 Under shuffled epochs, a cache that admits every block and evicts the oldest (or the least
 recently used) cycles through a dataset larger than itself: each block admitted pushes out one
-the next epoch is about to read, and epoch 2 of a dataset twice the cache finds 13-15% of it
-cached (docs/notes/dataset-larger-than-cache.md). Keeping one subset for good finds the whole
+the next epoch is about to read, and epoch 2 of a dataset twice the cache finds about a fifth
+of it cached (docs/notes/dataset-larger-than-cache.md). Keeping one subset for good finds the whole
 subset: about the cache's share of the dataset.
 
 The rule, for each dataset dataset prefetch (pffs.fs.datasets) watches, by its source and the
@@ -136,40 +136,40 @@ class DatasetRoom:
     def keeps(self, key: BlockKey) -> bool:
         """Whether the block's file belongs in the cache: outside every dataset watched, in
         one that fits, or in the subset of one that does not."""
-        watched = self._dataset_of(key)
-        if watched is None or watched.fits:
-            return True
-        return subset_point(key.source, key.path) < watched.threshold
+        watched = self._dataset_of(key) if self._datasets else None
+        return watched is None or _kept(watched, key)
 
     def admit(self, key: BlockKey, size: int) -> bool:
         """Whether a block fetched from the store may be written to the disk tier (`keeps`);
         an admitted block of a watched dataset counts as cached."""
-        if not self._datasets:
+        watched = self._dataset_of(key) if self._datasets else None
+        if watched is None:
             return True
-        if not self.keeps(key):
+        if not _kept(watched, key):
             return False
-        watched = self._dataset_of(key)
-        if watched is not None:
-            watched.cached += size  # at most its size when shown (a block may come twice)
+        watched.cached += size  # at most its size when shown (a block may come twice)
         return True
 
     def describe(self) -> list[dict[str, float | int | str | bool]]:
         """Each dataset watched: its size, files, cached bytes and share, room, whether it
         fits and whether its listing is complete (for the metrics and `pffs stats`)."""
-        return [
-            {
+        described: list[dict[str, float | int | str | bool]] = []
+        for watched in list(self._datasets.values()):
+            # An estimate: a block evicted and admitted again counts twice; never more than
+            # the dataset or the tier.
+            cached = min(watched.cached, watched.size, self.capacity)
+            described.append({
                 "dataset": watched.name,
                 "size": watched.size,
                 "files": watched.files,
                 "listed": watched.listed,
-                "cached": min(watched.cached, watched.size),
-                "cached_share": min(1.0, watched.cached / watched.size) if watched.size else 0.0,
+                "cached": cached,
+                "cached_share": cached / watched.size if watched.size else 0.0,
                 "room": watched.room,
                 "fits": watched.fits,
                 "threshold": watched.threshold,
-            }
-            for watched in list(self._datasets.values())
-        ]
+            })  # fmt: skip
+        return described
 
     def _dataset_of(self, key: BlockKey) -> WatchedDataset | None:
         for watched in self._datasets.values():
@@ -190,3 +190,7 @@ class DatasetRoom:
             watched.room = left // (len(ordered) - position)
             left -= min(watched.size, watched.room)
             watched.place_threshold()
+
+
+def _kept(watched: WatchedDataset, key: BlockKey) -> bool:
+    return watched.fits or subset_point(key.source, key.path) < watched.threshold

@@ -10,10 +10,10 @@ disk tier through the cache's write-behind.
 Bounds: items in flight <= the concurrency; bytes in flight <= the budget, and with readahead's
 <= the cache's prefetch budget (the memory it reserves for blocks in flight); bytes loaded and
 not yet used by a reader <= the room the cache gives (`BlockCache.preload_room`), so loading
-ahead never pushes out what it loaded before the readers get to it. Files the cache would not
-keep (outside the stable subset of a dataset larger than the cache, `BlockCache.room`) are
-passed over. One item at least is always
-allowed, however large (a file larger than the budget is loaded alone).
+ahead never pushes out what it loaded before the readers get to it. One item at least is always
+allowed, however large (a file larger than the budget is loaded alone). Files the cache would
+not keep (outside the stable subset of a dataset larger than the cache, `BlockCache.room`) are
+passed over.
 
 Concurrency follows Little's law: requests in flight = files/s x latency. It starts moderate
 and grows while the latency stays near the lowest seen (the store keeps up, so more in flight
