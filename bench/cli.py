@@ -25,6 +25,7 @@ from bench.larger_than_cache import epoch2_cached_share
 from bench.metadata import create_tree
 from bench.remount import remount_epoch
 from bench.scenarios import (
+    LARGER_THAN_CACHE,
     METRICS,
     TAKEN_WITH,
     Scenarios,
@@ -178,7 +179,7 @@ def run_on_server(
                 peaks = [scenarios.peak_rss_before_reset, rss]
                 if only is None or "epoch2_remount_files_per_s" in only:
                     peaks += remount(system, server, data, workdir, results)
-                if only is None or "epoch2_larger_cached_pct" in only:
+                if only is None or LARGER_THAN_CACHE in only:
                     larger_than_cache(system, server, data, args, workdir, results)
                 known = [peak for peak in peaks if peak is not None]
                 results["session_peak_rss_mib"] = (
@@ -218,15 +219,15 @@ def larger_than_cache(
     results: dict[str, float | str],
 ) -> None:
     """Epoch 2's share from the cache of a dataset twice it (pffs only: bench.larger_than_cache)."""
-    key = "epoch2_larger_cached_pct"
     if not isinstance(system, Pffs):
-        results[key] = "n/a: pffs's counters only"
+        results[LARGER_THAN_CACHE] = "n/a: pffs's counters only"
         return
     drop_caches()
     try:
-        results[key] = round(epoch2_cached_share(system, server, data, workdir, args.quick), 1)
+        share = epoch2_cached_share(system, server, data, workdir, args.quick)
+        results[LARGER_THAN_CACHE] = round(share, 1)
     except Exception as exc:  # reported as the scenario's figure; the run goes on
-        results[key] = f"error: {str(exc).splitlines()[0][:160]}"
+        results[LARGER_THAN_CACHE] = f"error: {str(exc).splitlines()[0][:160]}"
 
 
 def at_latency(server: Server, latency_ms: float, workdir: str) -> Server:
