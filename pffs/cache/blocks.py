@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 import trio
 
 from pffs.cache.background import Background
+from pffs.cache.datasetroom import DatasetRoom
 from pffs.cache.disk import DiskTier
 from pffs.cache.diskio import DiskIO
 from pffs.cache.keys import BlockKey, ColdStart, Fetch, FetchRun
@@ -62,6 +63,9 @@ class BlockCache:
         self.memory.on_evict = self._prefetcher.evicted
         # A random read of a compressed disk entry decompresses the whole block: keep it.
         self._disk.keep_block = self.memory.put
+        # Datasets being consumed that do not fit keep a stable subset on disk (datasetroom.py).
+        self.room = DatasetRoom(config.disk_bytes if self.disk is not None else 0)
+        self._disk.admit = self.room.admit
 
     @property
     def memory_only(self) -> set[str]:
@@ -250,6 +254,13 @@ class BlockCache:
         `read_disk` (warmup), blocks the disk tier holds are only checked for, not read.
         """
         return await self._prefetcher.load(keys, sizes, fetch_run, self.run_blocks, read_disk)
+
+    async def cached_bytes(self, keys: Sequence[BlockKey], sizes: Sequence[int]) -> int:
+        """Bytes of these blocks the disk tier holds (one lookup for them all)."""
+        if self.disk is None or not keys:
+            return 0
+        present = await self._disk.present(list(keys))
+        return sum(size for size, here in zip(sizes, present, strict=True) if here)
 
     def disk_holds(self, source: str) -> bool:
         """Whether blocks of `source` go to the disk tier (it exists, and not memory only)."""
