@@ -169,8 +169,7 @@ def translated(
                 raise UsageError(f"{where}.options: give a profile or credentials, not both")
             entry["profile"] = f"fluid-{i}"
             profiles.append((entry["profile"], credentials))
-        label = f"{where} ({raw['name']})" if raw["name"] else where
-        labelled.append((label, entry))
+        labelled.append((where, entry))  # the table's checks add the path: mounts[0] (/a)
     with _credentials_file(profiles):
         table = parse_entries(labelled, defaults)
         yield table_mount_config(args, table, _device_name(env, path))
