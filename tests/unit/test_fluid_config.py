@@ -179,7 +179,7 @@ def test_the_config_file_of_each_release(tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setattr(os.path, "exists", lambda p: p == "/etc/fluid/config.json")
     assert find_config(None) == "/etc/fluid/config.json"
     monkeypatch.setattr(os.path, "exists", lambda p: False)
-    with pytest.raises(UsageError, match="no Fluid config at /etc/fluid/config/config.json"):
+    with pytest.raises(UsageError, match=r"no Fluid config at /etc/fluid/config/config\.json"):
         find_config(None)
 
 
@@ -191,7 +191,7 @@ BAD = {
     "malformed JSON": ('{"mounts": [', "is not valid JSON"),
     "not an object": ("[]", "expected a JSON object"),
     "no mounts": ('{"targetPath": "/t"}', "mounts is missing or empty"),
-    "no mountPoint": ('{"mounts": [{"name": "a"}], "targetPath": "/t"}', r"mounts\[0\]\.mountPoint"),
+    "no mountPoint": ('{"mounts": [{"name": "a"}], "targetPath": "/t"}', r"mounts\[0\]\.mountPo"),
     "no targetPath": ('{"mounts": [{"mountPoint": "s3://bucket-a"}]}', "targetPath is missing"),
     "readOnly": (
         '{"mounts": [{"mountPoint": "s3://bucket-a", "readOnly": "yes"}], "targetPath": "/t"}',
