@@ -74,6 +74,7 @@ NOT_OPTIONS = {"config", "foreground", "help"}
 # Access modes under which the dataset may be written (Fluid's default is ReadOnlyMany).
 WRITABLE_MODES = {"ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod"}
 CREDENTIALS_ENV = "AWS_SHARED_CREDENTIALS_FILE"
+FLUID_PREFIX = "fluid."
 # Fluid's own schemes for a directory of the node: local:///path is file:///path.
 LOCAL_SCHEME = "local://"
 
@@ -200,6 +201,9 @@ def _mount_object(raw: object, where: str) -> dict[str, Any]:
     if not isinstance(read_only, bool):
         raise UsageError(f"{where}.readOnly must be true or false, not {read_only!r}")
     options = _string_map(raw.get("options") or {}, f"{where}.options")
+    # Fluid's own options (fluid.fuse.hostvolume: a node directory mounted into the container)
+    # are for its controller, and stay in the config.
+    options = {k: v for k, v in options.items() if not k.startswith(FLUID_PREFIX)}
     for key in options:
         if key not in SOURCE_KEYS and key not in CREDENTIAL_KEYS:
             _option_action(key, f"{where}.options.{key}")  # unknown keys fail here

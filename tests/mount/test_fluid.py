@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import signal
 import subprocess
 import time
@@ -181,3 +182,27 @@ def test_a_changed_config_exits_9_and_a_broken_one_is_ignored(fluid: dict, start
     config.write_text(fluid_config(dataset, str(target), fluid["secrets"], {"cache-dir": "/c"}))
     assert proc.wait(timeout=30) == 9
     assert wait_unmounted(str(target), timeout=5)
+
+
+def test_warmup_through_a_bind_mount_fills_the_mounts_cache(fluid: dict, start, tmp_path) -> None:
+    """A DataProcess pod has the Dataset's volume as a bind mount of the FUSE container's
+    mount, without its record or cache: `pffs warmup` there reads through the mount."""
+    target, cache = fluid["target"], tmp_path / "cache"
+    proc = start(fluid["config"], target)
+    volume = tmp_path / "data"  # where the pod sees the Dataset
+    volume.mkdir()
+    subprocess.run(["mount", "--bind", str(target), str(volume)], check=True)
+    try:
+        before = run_pffs("cache", "info", "--cache-dir", str(cache))
+        assert "0 blocks" in before.stdout, before.stdout
+        result = run_pffs("warmup", str(volume / "imagenet"), str(volume / "labels"))
+        assert result.returncode == 0, result.stderr
+        assert "2 files" in result.stdout and "read through the mount" in result.stdout
+        after = run_pffs("cache", "info", "--cache-dir", str(cache))
+        assert re.search(r"s3://\S+/imagenet@\S+: 1 blocks", after.stdout), after.stdout
+        missing = run_pffs("warmup", str(volume / "nope"))
+        assert missing.returncode == 2 and "no such file" in missing.stderr
+    finally:
+        subprocess.run(["umount", "-l", str(volume)], check=False)
+    proc.terminate()
+    assert proc.wait(timeout=60) == 0

@@ -41,7 +41,13 @@ def two_mounts(local_dir: Path) -> dict[str, Any]:
                     encrypt("secret-access-key", "s3-keys", "secretAccessKey"),
                 ],
             },
-            {"mountPoint": f"local://{local_dir}", "name": "labels", "path": "/meta/labels"},
+            {
+                "mountPoint": f"local://{local_dir}",
+                "name": "labels",
+                "path": "/meta/labels",
+                # Fluid's: mount this node directory into the FUSE container
+                "options": {"fluid.fuse.hostvolume": str(local_dir)},
+            },
         ],
     }
 
