@@ -324,6 +324,9 @@ def mount_arguments(target: str, options: Mapping[str, tuple[str, str]]) -> argp
     """`pffs mount TARGET --foreground` with `options` ({key: (where, text)}) applied, each
     value checked by the option's own parser."""
     args = build_parser().parse_args(["mount", target, "--foreground"])
+    # Fluid hands the mount to other pods, whose processes run as any user (allow-other: false
+    # keeps it to root).
+    args.allow_other = True
     for key, (where, text) in options.items():
         action = _option_action(key, where)
         value = _boolean(text, where) if action.nargs == 0 else _converted(action, text, where)

@@ -91,6 +91,7 @@ def test_two_mounts_with_secrets_and_shared_options(tmp_path: Path, secrets: Pat
     assert c.fuse.mountpoint == TARGET
     assert c.name == "fluid:ml/imagenet"
     assert c.fuse.read_only, "Fluid's default access mode is ReadOnlyMany"
+    assert c.fuse.allow_other, "the mount serves other pods' users"
     assert c.cache.disk_dir == "/var/cache/pffs" and c.cache.disk_bytes == 20 << 30
     train, labels = entries(c)["train"], entries(c)["meta/labels"]
     assert train.source.url == "s3://datasets/imagenet/train"
@@ -132,11 +133,11 @@ def test_option_precedence(tmp_path: Path, secrets: Path) -> None:
         ],
     }
     env = {"MOUNT_OPTIONS": "ro,cache-memory=256M,region=eu-central-1,block-size=1M"}
-    runtime = {"cache-memory": "1G", "dataset-prefetch": "off", "allow-other": "true"}
+    runtime = {"cache-memory": "1G", "dataset-prefetch": "off", "allow-other": "false"}
     config = load(tmp_path, fluid_config(dataset, TARGET, secrets, runtime), env)
     assert config.fuse.read_only  # `ro`, as Fluid adds for a ReadOnlyMany dataset
     assert config.cache.memory_bytes == 1 << 30 and config.cache.block_size == 1 << 20
-    assert not config.dataset.enabled and config.fuse.allow_other
+    assert not config.dataset.enabled and not config.fuse.allow_other
     assert entries(config)["a"].source.region == "us-west-2"
     assert entries(config)["b"].source.region == "eu-central-1"
 
