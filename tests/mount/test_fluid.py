@@ -10,12 +10,13 @@ import re
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from pffs.mounting.kernel import FSTYPE, find_mount, wait_unmounted
+from pffs.mounting.kernel import FSTYPE, MountEntry, find_mount, mount_table, wait_unmounted
 from pffs.testing.servers import DUMMY_CREDENTIALS, MotoServer
 from tests.conftest import PFFS, run_pffs, unmount_quietly
 from tests.fluid_controller import fluid_config, write_secret
@@ -25,12 +26,12 @@ pytestmark = pytest.mark.mount
 PAYLOAD = bytes(range(256)) * 4096  # 1 MiB
 
 
-def encrypt(name: str, key: str) -> dict:
+def encrypt(name: str, key: str) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"secretKeyRef": {"name": "s3-keys", "key": key}}}
 
 
 @pytest.fixture
-def fluid(tmp_path: Path, moto: MotoServer, s3, bucket: str) -> dict:
+def fluid(tmp_path: Path, moto: MotoServer, s3, bucket: str) -> dict[str, Any]:
     """A Dataset of two mounts as Fluid's config file, and where things are."""
     s3.put_object(Bucket=bucket, Key="imagenet/train/shard-0.tar", Body=PAYLOAD)
     local = tmp_path / "labels"
@@ -74,7 +75,7 @@ def container_env() -> dict[str, str]:
 
 
 @pytest.fixture
-def start(tmp_path: Path) -> Iterator:
+def start(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
     """Start `pffs fluid` and wait for its mount; every process is stopped at the end."""
     started: list[tuple[subprocess.Popen[bytes], Path]] = []
 
@@ -126,7 +127,7 @@ def check(config: Path) -> subprocess.CompletedProcess[str]:
     return run_pffs("fluid", "--check", "--config", str(config), env=container_env())
 
 
-def test_serves_the_dataset_and_unmounts_on_sigterm(fluid: dict, start) -> None:
+def test_serves_the_dataset_and_unmounts_on_sigterm(fluid: dict[str, Any], start) -> None:
     target = fluid["target"]
     assert not target.exists()  # pffs fluid makes it
     proc = start(fluid["config"], target)
@@ -146,7 +147,7 @@ def test_serves_the_dataset_and_unmounts_on_sigterm(fluid: dict, start) -> None:
     assert result.returncode == 1 and "no pffs mount" in result.stdout
 
 
-def test_clears_a_dead_mount_left_by_a_killed_container(fluid: dict, start) -> None:
+def test_clears_a_dead_mount_left_by_a_killed_container(fluid: dict[str, Any], start) -> None:
     target = fluid["target"]
     start(fluid["config"], target).kill()  # kill -9: the kernel mount stays, dead
     deadline = time.monotonic() + 10
@@ -163,13 +164,11 @@ def test_clears_a_dead_mount_left_by_a_killed_container(fluid: dict, start) -> N
     assert proc.wait(timeout=60) == 0
 
 
-def _mounts_at(target: Path) -> list:
-    from pffs.mounting.kernel import mount_table
-
+def _mounts_at(target: Path) -> list[MountEntry]:
     return [e for e in mount_table() if e.mountpoint == str(target)]
 
 
-def test_a_changed_config_exits_9_and_a_broken_one_is_ignored(fluid: dict, start) -> None:
+def test_a_changed_config_exits_9_and_a_broken_one_is_ignored(fluid: dict[str, Any], start) -> None:
     config, target = fluid["config"], fluid["target"]
     proc = start(config, target, "--watch-interval", "0.2")
     text = config.read_text()
@@ -184,7 +183,9 @@ def test_a_changed_config_exits_9_and_a_broken_one_is_ignored(fluid: dict, start
     assert wait_unmounted(str(target), timeout=5)
 
 
-def test_warmup_through_a_bind_mount_fills_the_mounts_cache(fluid: dict, start, tmp_path) -> None:
+def test_warmup_through_a_bind_mount_fills_the_mounts_cache(
+    fluid: dict[str, Any], start, tmp_path
+) -> None:
     """A DataProcess pod has the Dataset's volume as a bind mount of the FUSE container's
     mount, without its record or cache: `pffs warmup` there reads through the mount."""
     target, cache = fluid["target"], tmp_path / "cache"

@@ -180,8 +180,7 @@ def test_shared_credentials_reach_s3_mounts_only(tmp_path: Path, secrets: Path) 
 
 def test_the_config_file_of_each_release(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert find_config(str(tmp_path / "given.json")) == str(tmp_path / "given.json")
-    seen = []
-    monkeypatch.setattr(os.path, "exists", lambda p: seen.append(p) or p.endswith("/config.json"))
+    monkeypatch.setattr(os.path, "exists", lambda p: p.endswith("/config.json"))
     assert find_config(None) == "/etc/fluid/config/config.json"
     monkeypatch.setattr(os.path, "exists", lambda p: p == "/etc/fluid/config.json")
     assert find_config(None) == "/etc/fluid/config.json"
@@ -288,7 +287,7 @@ BAD_DATASETS = {
 
 
 @pytest.mark.parametrize("dataset,message", BAD_DATASETS.values(), ids=BAD_DATASETS.keys())
-def test_bad_datasets(tmp_path: Path, secrets: Path, dataset: dict, message: str) -> None:
+def test_bad_datasets(tmp_path: Path, secrets: Path, dataset: dict[str, Any], message: str) -> None:
     with pytest.raises(UsageError, match=message):
         load(tmp_path, fluid_config(dataset, TARGET, secrets))
 
