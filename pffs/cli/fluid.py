@@ -23,14 +23,15 @@ import os
 import signal
 import threading
 from collections.abc import Callable
+from typing import Any
 
-from pffs.cli.fluidconfig import find_config, fluid_mount, read_document, target_path
+from pffs.cli.fluidconfig import find_config, read_document, target_path, translated
 from pffs.errors import MountpointError, UsageError
 
 log = logging.getLogger("pffs.fluid")
 # Exit code after a config change (distinct from every error's, pffs.errors): restart me.
 CONFIG_CHANGED = 9
-# How long the liveness check waits for the mount to answer a stat().
+# How long the liveness check waits for the mount to answer (a hung mount never does).
 CHECK_TIMEOUT = 10.0
 
 
@@ -49,8 +50,9 @@ def serve(
     """Mount what the config at `path` says and serve until SIGTERM, an unmount or a change."""
     from pffs.mounting.daemon import serve_here
 
-    watcher = ConfigWatcher(path, watch_interval)
-    with fluid_mount(path, os.environ) as config:
+    document = read_document(path)
+    watcher = ConfigWatcher(path, watch_interval, document)
+    with translated(document, os.environ, path) as config:
         setup_logging(config.debug, config.log_file, config.observe.log_level)
         target = config.fuse.mountpoint
         _make_target(target)
@@ -83,18 +85,18 @@ class ConfigWatcher:
     """Looks at the config file every `interval` seconds once the mount is up; when its
     content changes, sends this process SIGTERM (the mount's own clean shutdown) and says so."""
 
-    def __init__(self, path: str, interval: float) -> None:
+    def __init__(self, path: str, interval: float, first: dict[str, Any]) -> None:
         self.path = path
         self.interval = interval
         self.changed = False
         self._stop = threading.Event()
-        self._first = self._content()
+        self._first = first  # what is mounted
 
     def _content(self) -> object:
         try:
             return read_document(self.path)
         except UsageError as exc:
-            return exc  # unreadable now: compared as "not the same", logged below
+            return exc  # unusable now (a torn write, bad JSON): logged, not acted on
 
     def start(self) -> None:
         threading.Thread(target=self._watch, name="fluid-config", daemon=True).start()

@@ -25,7 +25,9 @@ pkg/utils/ufs_path_builder.go; `path: /` puts the only mount at the root). Optio
 - for the whole mount: every other option (cache-dir, cache-size, metadata-ttl, ...). Given
   in a Dataset mount's options (sharedOptions) they must agree across mounts.
 
-Precedence: MOUNT_OPTIONS < runtimeOptions < a mount's options. Credentials go to a private
+Precedence: MOUNT_OPTIONS < runtimeOptions < a mount's options. A dataset without a writable
+access mode (ReadOnlyMany is Fluid's default) is a read-only mount; the mount is allow_other,
+since other pods read it. Credentials go to a private
 AWS credentials file, one profile per mount, never argv or logs. Each problem is one
 UsageError naming the field: `mounts[1].options.cache-size: ...`.
 """
@@ -103,14 +105,6 @@ def read_document(path: str) -> dict[str, Any]:
     if not isinstance(document, dict):
         raise UsageError(f"{path}: expected a JSON object, not {type(document).__name__}")
     return document
-
-
-@contextlib.contextmanager
-def fluid_mount(path: str, env: Mapping[str, str]) -> Iterator[MountConfig]:
-    """Fluid's config at `path` (and MOUNT_OPTIONS etc. from `env`) as a pffs mount, with the
-    mounts' S3 credentials in place for as long as the context lasts."""
-    with translated(read_document(path), env, path) as config:
-        yield config
 
 
 def target_path(document: dict[str, Any], env: Mapping[str, str], path: str) -> str:

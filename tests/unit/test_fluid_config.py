@@ -10,12 +10,19 @@ import configparser
 import os
 import subprocess
 import sys
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pffs.cli.fluidconfig import CREDENTIALS_ENV, find_config, fluid_mount, parse_mount_options
+from pffs.cli.fluidconfig import (
+    CREDENTIALS_ENV,
+    find_config,
+    parse_mount_options,
+    read_document,
+    translated,
+)
 from pffs.config import MountConfig, TableEntry
 from pffs.errors import UsageError
 from tests.fluid_controller import fluid_config, write_secret
@@ -60,10 +67,15 @@ def secrets(tmp_path: Path) -> Path:
     return folder
 
 
+def fluid_mount(path: Path, env: dict[str, str]) -> AbstractContextManager[MountConfig]:
+    """What `pffs fluid` mounts for the config file at `path`, credentials in place."""
+    return translated(read_document(str(path)), env, str(path))
+
+
 def load(tmp_path: Path, text: str, env: dict[str, str] | None = None) -> MountConfig:
     path = tmp_path / "config.json"
     path.write_text(text)
-    with fluid_mount(str(path), env or {}) as config:
+    with fluid_mount(path, env or {}) as config:
         return config
 
 
@@ -78,7 +90,7 @@ def test_two_mounts_with_secrets_and_shared_options(tmp_path: Path, secrets: Pat
     assert text.count("\n") == 1 and text.endswith("}\n")  # one line, as Fluid writes it
     path = tmp_path / "config.json"
     path.write_text(text)
-    with fluid_mount(str(path), {"FLUID_RUNTIME_NS": "ml", "FLUID_RUNTIME_NAME": "imagenet"}) as c:
+    with fluid_mount(path, {"FLUID_RUNTIME_NS": "ml", "FLUID_RUNTIME_NAME": "imagenet"}) as c:
         credentials = configparser.ConfigParser()
         credentials.read(os.environ[CREDENTIALS_ENV])
         assert dict(credentials["fluid-0"]) == {
@@ -164,7 +176,7 @@ def test_secret_config_storage_gives_values(tmp_path: Path, secrets: Path) -> No
     }
     path = tmp_path / "config.json"
     path.write_text(fluid_config(dataset, TARGET, secrets))
-    with fluid_mount(str(path), {}):
+    with fluid_mount(path, {}):
         credentials = configparser.ConfigParser()
         credentials.read(os.environ[CREDENTIALS_ENV])
         assert credentials["fluid-0"]["aws_access_key_id"] == "AKIAPLAIN"

@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from pffs.cli import options
-from pffs.cli.fluidconfig import fluid_mount
+from pffs.cli.fluidconfig import read_document, translated
 from pffs.mounting.kernel import FSTYPE
 from pffs.version import __version__
 from tests.fluid_controller import fluid_config, write_secret
@@ -141,7 +141,7 @@ def test_dataset_and_runtime_make_a_config_pffs_fluid_mounts(tmp_path: Path) -> 
     # MOUNT_OPTIONS: the profile's and the runtime's fuse.options, as Fluid joins them.
     joined = {**profile["spec"]["fuse"]["options"], **fuse_options}
     env = {"MOUNT_OPTIONS": ",".join(f"{k}={v}" for k, v in joined.items())}
-    with fluid_mount(str(config), env) as mount:
+    with translated(read_document(str(config)), env, str(config)) as mount:
         tree = {entry.path: entry.source.url for entry in mount.table}
         assert tree == {
             "train": "s3://datasets/imagenet/train",
