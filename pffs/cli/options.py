@@ -303,7 +303,8 @@ def build_parser() -> argparse.ArgumentParser:
         "warmup",
         help="fill the disk cache ahead of a job",
         description="Fill the disk cache with PATHs: directories or files inside a pffs mount "
-        "(its own cache settings are used), or source URLs with the cache options given here.",
+        "(its own cache settings are used; a mount served elsewhere, such as a Fluid or CSI "
+        "pod's volume, is read through), or source URLs with the cache options given here.",
     )
     warmup.add_argument("paths", nargs="*", help="paths in a pffs mount, or s3://, file:// URLs")
     warmup.add_argument("--list", dest="list_file", help="read more paths from FILE, one a line")

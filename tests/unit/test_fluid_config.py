@@ -322,3 +322,19 @@ def test_bad_config_is_one_line_and_exit_2(tmp_path: Path, secrets: Path) -> Non
         )
         assert result.returncode == 2, result.stderr
         assert result.stderr.count("\n") == 1 and result.stderr.startswith("pffs: ")
+
+
+def test_hdfs_mount_options(tmp_path: Path, secrets: Path) -> None:
+    options = {"hdfs-user": "hadoop", "replication": "2", "buffer-size": "1M", "cache": "memory"}
+    dataset = {
+        "accessModes": ["ReadWriteMany"],
+        "mounts": [{"mountPoint": "hdfs://namenode:8020/logs", "name": "logs", "options": options}],
+    }
+    [entry] = load(tmp_path, fluid_config(dataset, TARGET, secrets)).table
+    assert (entry.path, entry.source.url, entry.cache) == (
+        "logs",
+        "hdfs://namenode:8020/logs",
+        "memory",
+    )
+    assert entry.source.hdfs_user == "hadoop" and entry.source.replication == 2
+    assert entry.source.buffer_size == 1 << 20 and not entry.source.read_only
