@@ -170,7 +170,9 @@ def _mounts_at(target: Path) -> list[MountEntry]:
     return [e for e in mount_table() if e.mountpoint == str(target)]
 
 
-def test_a_changed_config_exits_9_and_a_broken_one_is_ignored(fluid: dict[str, Any], start) -> None:
+def test_a_changed_config_exits_9_and_a_broken_one_is_ignored(
+    fluid: dict[str, Any], start, tmp_path: Path
+) -> None:
     config, target = fluid["config"], fluid["target"]
     proc = start(config, target, "--watch-interval", "0.2")
     text = config.read_text()
@@ -183,6 +185,10 @@ def test_a_changed_config_exits_9_and_a_broken_one_is_ignored(fluid: dict[str, A
     config.write_text(fluid_config(dataset, str(target), fluid["secrets"], {"cache-dir": "/c"}))
     assert proc.wait(timeout=30) == 9
     assert wait_unmounted(str(target), timeout=5)
+    log = _log(tmp_path, 0)
+    assert log.count("cannot be used, still serving") == 1  # once per broken content
+    assert "changed: unmounting to restart with the new mounts" in log
+    assert "exiting with 9" in log
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mount --bind needs root")
