@@ -285,18 +285,23 @@ def _secret(value: str, where: str) -> str:
 @contextlib.contextmanager
 def _credentials_file(profiles: list[tuple[str, dict[str, str]]]) -> Iterator[None]:
     """The profiles as boto3's shared credentials file (AWS_SHARED_CREDENTIALS_FILE), in a
-    private directory (in memory where /dev/shm is writable), removed on the way out."""
+    private directory (in memory where /dev/shm is writable), removed on the way out. The
+    profiles of the file boto3 would have read come first, for mounts that name one."""
     if not profiles:
         yield
         return
-    sections = []
+    before = os.environ.get(CREDENTIALS_ENV)
+    try:
+        with open(before or os.path.expanduser("~/.aws/credentials"), encoding="utf-8") as f:
+            sections = [f.read().rstrip("\n") + "\n"]
+    except OSError:
+        sections = []
     for profile, credentials in profiles:
         lines = [f"[{profile}]", *(f"{key} = {value}" for key, value in credentials.items())]
         sections.append("\n".join(lines) + "\n")
     parent = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
     directory = tempfile.mkdtemp(prefix="pffs-fluid-", dir=parent)  # mode 0700
     file = os.path.join(directory, "credentials")
-    before = os.environ.get(CREDENTIALS_ENV)
     try:
         fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:

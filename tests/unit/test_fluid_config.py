@@ -338,3 +338,27 @@ def test_hdfs_mount_options(tmp_path: Path, secrets: Path) -> None:
     )
     assert entry.source.hdfs_user == "hadoop" and entry.source.replication == 2
     assert entry.source.buffer_size == 1 << 20 and not entry.source.read_only
+
+
+def test_profiles_of_the_users_credentials_file_stay(
+    tmp_path: Path, secrets: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mount may name a profile of a credentials file given to the container while another
+    has keys of its own: the file pffs writes holds both."""
+    own = tmp_path / "aws-credentials"
+    own.write_text("[research]\naws_access_key_id = AKIARESEARCH\naws_secret_access_key = r\n")
+    monkeypatch.setenv(CREDENTIALS_ENV, str(own))
+    dataset = two_mounts(tmp_path)
+    dataset["mounts"][1] = {
+        "mountPoint": "s3://bucket-b",
+        "name": "b",
+        "options": {"profile": "research"},
+    }
+    path = tmp_path / "config.json"
+    path.write_text(fluid_config(dataset, TARGET, secrets))
+    with fluid_mount(path, {}) as config:
+        credentials = configparser.ConfigParser()
+        credentials.read(os.environ[CREDENTIALS_ENV])
+        assert set(credentials.sections()) == {"research", "fluid-0"}
+        assert entries(config)["b"].source.profile == "research"
+    assert os.environ[CREDENTIALS_ENV] == str(own)
