@@ -119,7 +119,7 @@ def test_the_profile_runs_pffs_fluid_from_the_image() -> None:
     assert f"{fuse['image']}:{fuse['imageTag']}" == f"ghcr.io/pffs/pffs:{__version__}"
     [entrypoint] = [w for w in _dockerfile() if w[0] == "ENTRYPOINT"]
     command = fuse["command"]
-    assert json.loads(" ".join(entrypoint[1:])) + ["fluid"] == command  # tini -- pffs fluid
+    assert [*json.loads(" ".join(entrypoint[1:])), "fluid"] == command  # tini -- pffs fluid
     probe = options.build_parser().parse_args(fuse["livenessProbe"]["exec"]["command"][1:])
     assert probe.command == "fluid" and probe.check
     # The probe's own timeout is above the check's wait for the mount (pffs.cli.fluid).
