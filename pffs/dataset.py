@@ -41,6 +41,10 @@ def prefetch_order(mountpoint: str, paths: Iterable[str]) -> list[str]:
     lines = [_inside(root, path) for path in paths]
     with open(control, "w", encoding="utf-8") as handed:
         handed.write("".join(f"{line}\n" for line in lines if line))
+        # fsync hands the list over before close returns, also where a read-only mount has
+        # the kernel's FLUSH turned off (a RELEASE is not waited for).
+        handed.flush()
+        os.fsync(handed.fileno())
     with open(control, encoding="utf-8") as report:
         # "queued N", then one line per bad entry.
         return report.read().splitlines()[1:]
