@@ -294,9 +294,10 @@ def serve(
     try:
         pyfuse3.init(ops, mountpoint, options)
     except RuntimeError as exc:
-        raise MountFailed(
-            f"cannot mount at {mountpoint} ({exc}): is /dev/fuse present and fuse3 installed?"
-        ) from None
+        hint = "is /dev/fuse present and fuse3 installed?"
+        if fuse.allow_other and os.getuid() != 0:  # fusermount3's own message is not shown
+            hint = "--allow-other needs user_allow_other in /etc/fuse.conf for a non-root user"
+        raise MountFailed(f"cannot mount at {mountpoint} ({exc}): {hint}") from None
     try:
         trio.run(_serve_until_done, ops, on_ready, after_init)
     finally:
