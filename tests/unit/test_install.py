@@ -85,8 +85,8 @@ def test_the_wheel_installs_into_a_fresh_venv_and_mounts(tmp_path: Path) -> None
     (tree / "sub" / "a.txt").write_bytes(b"from the wheel\n")
     mountpoint = tmp_path / "mnt"
     mountpoint.mkdir()
-    cache = tmp_path / "cache"
-    _run(bin_dir / "pffs", "mount", f"file://{tree}", mountpoint, "--cache-dir", cache, cwd=tmp_path)
+    options = ("--cache-dir", tmp_path / "cache")
+    _run(bin_dir / "pffs", "mount", f"file://{tree}", mountpoint, *options, cwd=tmp_path)
     try:
         entry = find_mount(str(mountpoint))
         assert entry is not None and entry.fstype == "fuse.pffs", entry
