@@ -4,14 +4,17 @@ with bad entries, on writable and read-only mounts."""
 
 from __future__ import annotations
 
+import errno
+import os
 import random
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pffs.dataset import PrefetchOrder
+from pffs.dataset import PrefetchOrder, prefetch_order
 from tests.conftest import metric_value, run_pffs, stats_snapshot
 
 FILES = 50
@@ -111,3 +114,27 @@ def test_sampler_wrapper_hands_each_epoch_over(
         assert sampler.bad == ["train/gone.jpg: no such file"]
         loaded = wait_for(mnt, "pffs_prefetch_files_fetched_total", 3)
         assert metric_value(loaded, "pffs_prefetch_files_fetched_total") == 3
+
+
+@pytest.mark.mount
+def test_a_read_only_bind_refuses_the_list_and_the_sampler_goes_on(
+    mount_s3, bucket: str, dataset: dict[str, bytes], tmp_path: Path, caplog
+) -> None:
+    """A pod's ReadOnlyMany volume is a read-only bind: the kernel refuses the write there
+    (docs/notes/readonly-order.md); the epoch still runs, with a warning."""
+    if os.geteuid() != 0:
+        pytest.skip("a bind mount needs root")
+    bind = tmp_path / "bind"
+    bind.mkdir()
+    with mount_s3(f"s3://{bucket}", "--cache-dir", "none", "--read-only") as mnt:
+        subprocess.run(["mount", "--bind", "-o", "ro", str(mnt), str(bind)], check=True)
+        try:
+            with pytest.raises(OSError) as refused:
+                prefetch_order(str(bind), ["train/001.jpg"])
+            assert refused.value.errno == errno.EROFS
+            sampler = PrefetchOrder([1, 2], list(dataset).__getitem__, str(bind))
+            assert list(sampler) == [1, 2] and sampler.bad == []
+            assert "the order was not handed over" in caplog.text
+            assert (bind / "train/001.jpg").read_bytes() == dataset["train/001.jpg"]
+        finally:
+            subprocess.run(["umount", str(bind)], check=True)
