@@ -294,7 +294,7 @@ def serve(
     try:
         pyfuse3.init(ops, mountpoint, options)
     except RuntimeError as exc:
-        hint = "is /dev/fuse present and fuse3 installed?"
+        hint = "is /dev/fuse present and open to this user, and fuse3 installed?"
         if fuse.allow_other and os.getuid() != 0:  # fusermount3's own message is not shown
             hint = "--allow-other needs user_allow_other in /etc/fuse.conf for a non-root user"
         raise MountFailed(f"cannot mount at {mountpoint} ({exc}): {hint}") from None
