@@ -233,8 +233,11 @@ class Vfs:
             if size is None or ours is self.special.control:  # `>` truncates it: nothing kept
                 return ours
             raise self.special.refuse("truncate")
-        if size is None:
-            return await self.namespace.getattr(ino)
+        if size is None:  # chmod, chown, touch: no effect, but refused where writes are
+            inode = await self.namespace.getattr(ino)
+            if self.file_is_read_only(inode):
+                raise self.writer.write_refused("setattr", inode.path)
+            return inode
         # A truncate changes the bytes: pages of the version read are no longer the file's.
         self.namespace.inode(ino).kernel_version = None
         await self.reader.pages.settle()
