@@ -187,5 +187,6 @@ def _message(exc: BaseException) -> str:
 
 def _no_answer(exc: BaseException) -> str:
     if isinstance(exc, S3RequestFailed) and exc.unanswered is not None:
-        return exc.unanswered.value
+        cause = str(exc.__cause__ or "").splitlines()
+        return exc.unanswered.value + (f" ({cause[0]})" if cause else "")
     return type(exc).__name__

@@ -33,6 +33,7 @@ from urllib.parse import quote, urlsplit
 
 from botocore.credentials import Credentials
 from botocore.httpsession import ProxyConfiguration
+from botocore.utils import get_environ_proxies
 
 from pffs.backends.s3connections import Connection, Connections
 from pffs.backends.s3errors import S3RequestFailed, Unanswered
@@ -145,8 +146,7 @@ class LeanGetEngine:
         self._max_connections = max_connections
         self._timeouts = (float(config.connect_timeout), float(config.read_timeout))
         self._verify = verify
-        # HTTP(S)_PROXY, NO_PROXY and the config's proxies, resolved as boto3 resolves them.
-        self._proxies = ProxyConfiguration(config.proxies, config.proxies_config)
+        self._config = config
         self._regional_endpoint = regional_endpoint
         self._lock = threading.Lock()
         self._target = self._aim(client.meta.region_name, client.meta.endpoint_url)
@@ -173,7 +173,11 @@ class LeanGetEngine:
     def _proxy_for(self, base: str) -> tuple[str, dict[str, str]] | None:
         """The proxy boto3 would go through to `base` (HTTP(S)_PROXY, NO_PROXY, the client's
         proxies setting), with its headers (Proxy-Authorization), or None."""
-        proxies = self._proxies
+        config = self._config
+        # As boto3's endpoint resolves them: the config's proxies, else HTTP(S)_PROXY/NO_PROXY.
+        proxies = ProxyConfiguration(
+            config.proxies or get_environ_proxies(base), config.proxies_config
+        )
         url: str | None = proxies.proxy_url_for(base + "/")
         if not url:
             return None
