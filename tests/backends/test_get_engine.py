@@ -193,7 +193,9 @@ def test_wrong_credentials_are_permission_denied(
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3rver.secret_key)
     backend = _backend(s3rver.endpoint_url, "creds")
     with pytest.raises(PermissionDenied, match="InvalidAccessKeyId"):
-        backend.read_range("data", 0, 10, None)
+        backend.read_range("data", 0, 10, None)  # the engine
+    with pytest.raises(PermissionDenied, match="403"):
+        backend.stat("data")  # boto3's HEAD, mapped in the same place
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3rver.access_key)
     assert _backend(s3rver.endpoint_url, "creds").read_range("data", 0, 10, None) == DATA[:10]
 
@@ -385,7 +387,7 @@ def test_tls_uses_the_ca_bundle_of_boto3s_chain(
     monkeypatch.setenv("AWS_CA_BUNDLE", bundle)
     assert _backend(endpoint, "tls").read_range("data", 7, 1000, None) == DATA[7:1007]
     monkeypatch.delenv("AWS_CA_BUNDLE")  # a certificate nobody vouches for: never trusted
-    with pytest.raises(Transient, match="TLS failed.*CERTIFICATE_VERIFY_FAILED"):
+    with pytest.raises(Transient, match=r"TLS failed.*CERTIFICATE_VERIFY_FAILED"):
         _backend(endpoint, "tls").read_range("data", 7, 1000, None)
 
 
