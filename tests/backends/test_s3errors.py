@@ -52,7 +52,7 @@ def _client_error(status: int, code: str) -> botocore.exceptions.ClientError:
         "Error": {"Code": code, "Message": "m"},
         "ResponseMetadata": {"HTTPStatusCode": status},
     }
-    return botocore.exceptions.ClientError(error, "Op")  # type: ignore[arg-type]
+    return botocore.exceptions.ClientError(error, "Op")
 
 
 @pytest.mark.parametrize(
