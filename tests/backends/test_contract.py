@@ -556,6 +556,18 @@ def test_every_capability_is_covered() -> None:
         Capabilities(multipart=PART_LIMITS)
 
 
+def test_part_limits_size_the_parts_of_an_upload() -> None:
+    """The part size staging asks for, grown where S3's rules require it, refused past them."""
+    preferred = 8 << 20
+    assert PART_LIMITS.part_size(0, preferred) == preferred  # a streamed upload: size unknown
+    assert PART_LIMITS.part_size(0, 1 << 20) == 5 << 20  # never below the store's minimum
+    big = 200 << 30  # 200 GiB: 10,000 parts of 8 MiB would not hold it
+    size = PART_LIMITS.part_size(big, preferred)
+    assert size * PART_LIMITS.max_count >= big > (size - 1) * PART_LIMITS.max_count
+    with pytest.raises(ValueError, match="larger than"):
+        PART_LIMITS.part_size(PART_LIMITS.max_size * PART_LIMITS.max_count + 1, preferred)
+
+
 def _implementer(backend_class: type, capability: str) -> type | None:
     """The class whose methods a capability promises: the backend's own, or for writes and
     parts its writer's (the class's annotation of `writer`; None where it has none)."""
