@@ -258,7 +258,7 @@ def test_a_bucket_of_another_region_is_followed(moto: MotoServer, stored: tuple[
 
         lean = LeanGetEngine(
             backend.client,
-            backend.client._request_signer._credentials,
+            boto3.session.Session().get_credentials(),  # the chain the backend's session uses
             bucket,
             True,
             4,
