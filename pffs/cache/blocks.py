@@ -56,6 +56,7 @@ class BlockCache:
             self.run_blocks,
             self.memory,
             self._flights,
+            self.is_cached_or_coming,
             self._disk,
             self._background,
             self.stats,
@@ -183,7 +184,10 @@ class BlockCache:
         if key in self._flights:  # arrived on its way while the disk was asked
             return False
         return (
-            self._prefetcher.start([key], [cold_start.size], cold_start.fetch_run, False, True) > 0
+            self._prefetcher.start(
+                [key], [cold_start.size], cold_start.fetch_run, coalesce=False, at_end=True
+            )
+            > 0
         )
 
     def _count_served(self, tier: str, count: int) -> None:
@@ -222,6 +226,7 @@ class BlockCache:
         keys: Sequence[BlockKey],
         sizes: Sequence[int],
         fetch_run: FetchRun,
+        *,
         coalesce: bool = False,
         at_end: bool = True,
     ) -> int:
@@ -235,13 +240,14 @@ class BlockCache:
         for before a run's worth of blocks is missing. The global prefetch budget bounds the
         bytes in flight.
         """
-        return self._prefetcher.start(keys, sizes, fetch_run, coalesce, at_end)
+        return self._prefetcher.start(keys, sizes, fetch_run, coalesce=coalesce, at_end=at_end)
 
     async def load(
         self,
         keys: Sequence[BlockKey],
         sizes: Sequence[int],
         fetch_run: FetchRun,
+        *,
         read_disk: bool = True,
     ) -> int:
         """Load one object's blocks (`keys`, `sizes`) into the cache and wait for them.
@@ -253,7 +259,7 @@ class BlockCache:
         raised (the blocks not loaded are given up, so a reader fetches them itself). Without
         `read_disk` (warmup), blocks the disk tier holds are only checked for, not read.
         """
-        return await self._prefetcher.load(keys, sizes, fetch_run, self.run_blocks, read_disk)
+        return await self._prefetcher.load(keys, sizes, fetch_run, read_disk=read_disk)
 
     async def cached_bytes(self, keys: Sequence[BlockKey], sizes: Sequence[int]) -> int:
         """Bytes of these blocks the disk tier holds (one lookup for them all)."""

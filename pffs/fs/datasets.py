@@ -31,15 +31,14 @@ import trio
 from pffs.backends.base import Backend, ObjectInfo, join
 from pffs.cache.blocks import BlockCache
 from pffs.cache.datasetroom import WatchedDataset
-from pffs.cache.keys import BlockKey, Deliver
+from pffs.cache.keys import BlockKey, ObjectBlocks
 from pffs.cache.preload import Preloader, PreloadItem
 from pffs.config import DatasetConfig
 from pffs.errors import PffsError
-from pffs.fs.fetching import fetch_blocks
-from pffs.fs.handles import FileHandle
+from pffs.fs.fetching import fetch_runs
+from pffs.fs.handles import ReadHandle
 from pffs.fs.listings import DirListing
 from pffs.fs.namespace import Namespace
-from pffs.routing.table import Mounted
 
 log = logging.getLogger(__name__)
 
@@ -86,11 +85,11 @@ class DatasetPrefetch:
 
     # --- detection ---------------------------------------------------------------------------
 
-    def opened(self, handle: FileHandle) -> None:
+    def opened(self, handle: ReadHandle) -> None:
         """A file of a source was opened read-only."""
         if not self.config.enabled:
             return
-        self.engine.used(_ident(handle.mounted, handle.path_in_source))
+        self.engine.used(handle.blocks.ident)
         self._orders = [name for name in self._orders if self.engine.has_job(name)]
         for name in self._orders:
             self.engine.touch(name)
@@ -265,34 +264,11 @@ def file_item(
     block_size: int,
     limiter: trio.CapacityLimiter,
 ) -> PreloadItem:
-    """One file of a source as the preload engine loads it (dataset prefetch and warmup): its
-    block keys (those a reader of the version `info` uses) and a fetch of runs of its blocks
-    under `limiter`: a file of one block is one GET, a longer run one request where the store
-    streams runs."""
-    count = -(-info.size // block_size)
-    sizes = [min(block_size, info.size - i * block_size) for i in range(count)]
-    version = info.version
-    keys = [BlockKey(backend.source_id, path, version, i) for i in range(count)]
-
-    async def fetch_run(first: int, run: int, deliver: Deliver) -> None:
-        await fetch_blocks(
-            limiter,
-            backend,
-            path,
-            version,
-            block_size,
-            first,
-            sizes[first : first + run],
-            deliver,
-            first,
-        )
-
-    return PreloadItem((backend.source_id, path), keys, sizes, fetch_run)
-
-
-def _ident(mounted: Mounted, inside: str) -> tuple[str, str]:
-    """What names a file for the engine: the same as `file_item` gives it."""
-    return (mounted.backend.source_id, inside)
+    """One file of a source as the preload engine loads it (dataset prefetch and warmup): the
+    blocks a reader of the version `info` uses, fetched in runs under `limiter`."""
+    blocks = ObjectBlocks(backend.source_id, path, info.version, info.size, block_size)
+    fetch_run = fetch_runs(limiter, backend, blocks)
+    return PreloadItem(blocks.ident, blocks.keys(), blocks.lengths(), fetch_run)
 
 
 def _job(root: str) -> str:
