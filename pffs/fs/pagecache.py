@@ -68,8 +68,8 @@ log = logging.getLogger("pffs.fs.pagecache")
 KIB = 1 << 10
 # The smallest push: the disk tier's checksum chunk, which a 4 KiB read has read and verified.
 CHUNK = 64 * KIB
-# The largest window pushed around a random read: chosen by the cost of notify_store per size,
-# docs/BENCHMARKS.md.
+# The largest window pushed around a random read: per byte a larger push costs little less,
+# while the pusher's time per push and the page cache taken by bytes never read grow with it.
 PUSH_MAX = 1 << 20
 # Pushes waiting for the thread at most; a full queue drops the newest (readers never wait).
 QUEUE_LIMIT = 8
