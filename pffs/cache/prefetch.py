@@ -3,7 +3,7 @@ budget (`start`: a reader's readahead window) or awaited (`load`: a whole file, 
 engine).
 
 Blocks that are neither in memory nor on their way get a flight each at once (a reader
-arriving first waits for it); a window's take only what the global budget of prefetch bytes
+arriving first waits for it); of a window, only as many as the global budget of prefetch bytes
 in flight allows, and the rest of the window is skipped. Then blocks the disk tier holds are
 read from it, in parallel; the others are asked of the store in runs of consecutive blocks,
 one request per run (up to `run_blocks` blocks; a window's runs at once, each in a task of its
