@@ -74,8 +74,10 @@ def test_a_failed_fsync_leaves_the_file_marked_as_being_written(
     marked as being written, not closed: its writer goes on, so a crash now must not upload it
     as complete. Its close, once the store is back, uploads all of it."""
     cache = tmp_path / "cache"
-    options = ("--endpoint-url", proxy.endpoint_url, "--cache-dir", str(cache))
-    options += ("--retries", "1", "--retry-timeout", "2", "--request-timeout", "1")
+    options = (
+        *("--endpoint-url", proxy.endpoint_url, "--cache-dir", str(cache)),
+        *("--retries", "1", "--retry-timeout", "2", "--request-timeout", "1"),
+    )
     with mounted(f"s3://{bucket}", tmp_path / "mnt", *options) as mnt:
         fd = os.open(mnt / "f.txt", os.O_CREAT | os.O_WRONLY, 0o644)
         try:
