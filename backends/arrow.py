@@ -63,6 +63,7 @@ class ArrowBackend:
     """The protocol over a pyarrow filesystem; subclasses provide `_connect`."""
 
     capabilities = Capabilities(writes=True)
+    writer: ArrowBackend  # it takes its writes itself
 
     def __init__(self, source: SourceConfig, root: str, source_id: str) -> None:
         self.source = source
@@ -71,6 +72,7 @@ class ArrowBackend:
         self.max_concurrency = source.max_concurrency
         self.retry_policy: RetryConfig = source.retry
         self.retries = 0
+        self.writer = self
         self._fs: pafs.FileSystem | None = None
 
     def _connect(self) -> pafs.FileSystem:

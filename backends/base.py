@@ -10,11 +10,13 @@ file never mixes two versions. Backends are synchronous and thread-safe: the VFS
 worker threads under a per-backend limiter. They raise only `pffs.errors` types.
 
 What a store can do beyond reading is declared, never probed: each backend class has a
-`capabilities` class attribute (a `Capabilities`), and for each declared capability the class
-implements the methods of its protocol: `writes` those of `WritableBackend`, `multipart` those
-of `MultipartBackend`, `block_runs` `read_blocks` of `BlockRunReader`. Callers get the typed
-view of a capability from `writable`, `multipart` or `block_runs`, which give the backend itself
-when its class declares the capability and None otherwise; they never look for methods.
+`capabilities` class attribute (a `Capabilities`), and for each declared capability it
+implements the methods of its protocol. `block_runs`: the class implements `read_blocks` of
+`BlockRunReader`. `writes`: the backend's `writer` attribute (the backend itself, or an object
+it owns, declared by the class's annotation of `writer`) implements those of `WritableBackend`,
+and `multipart` (the store's part limits) those of `MultipartBackend` too. Callers get the typed
+view of a capability from `writable`, `multipart` or `block_runs`, which give that object when
+the backend's class declares the capability and None otherwise; they never look for methods.
 tests/backends/test_contract.py holds every backend to the reads and to what it declares.
 """
 
@@ -47,18 +49,37 @@ class ObjectInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class PartLimits:
+    """What a store allows of an upload in parts."""
+
+    min_size: int  # of every part but the last
+    max_size: int
+    max_count: int
+
+    def part_size(self, total: int, preferred: int) -> int:
+        """The size of the parts of a `total`-byte upload (0: not known yet): `preferred`,
+        larger where the store's minimum or its part count require; ValueError where even the
+        largest parts cannot hold `total`."""
+        size = max(preferred, self.min_size, -(-total // self.max_count))
+        if size > self.max_size:
+            raise ValueError(f"{total} bytes need parts larger than the store's {self.max_size}")
+        return size
+
+
+@dataclass(frozen=True, slots=True)
 class Capabilities:
     """What a store does beyond the reads every backend has."""
 
-    # put, delete, make_dir, remove_dir, rename: the WritableBackend methods.
+    # put, delete, make_dir, remove_dir, rename: the WritableBackend methods of `writer`.
     writes: bool = False
-    # Large objects in parts sent in parallel: the MultipartBackend methods.
-    multipart: bool = False
+    # Large objects in parts sent in parallel, within these limits: the MultipartBackend
+    # methods of `writer`.
+    multipart: PartLimits | None = None
     # Consecutive blocks read with one request, each handed over as it arrives (read_blocks).
     block_runs: bool = False
 
     def __post_init__(self) -> None:
-        if self.multipart and not self.writes:
+        if self.multipart is not None and not self.writes:
             raise ValueError("a store with multipart uploads takes writes too (MultipartBackend)")
 
 
@@ -71,8 +92,10 @@ class Backend(Protocol):
     max_concurrency: int
     # What the store does beyond reads, declared by its class (see Capabilities).
     capabilities: Capabilities
-    # Transient failures retried so far (reported at unmount).
-    retries: int
+
+    @property
+    def retries(self) -> int:
+        """Transient failures retried so far (reported at unmount)."""
 
     def check(self) -> None:
         """Verify the source exists and is readable; raise a one-line pffs error otherwise."""
@@ -101,9 +124,9 @@ class BlockRunReader(Backend, Protocol):
         """Blocks of `lengths` from `start`, each given to `deliver(index, bytes)` on arrival."""
 
 
-class WritableBackend(Backend, Protocol):
-    """A store that takes writes (`writes`). The VFS stages data locally and calls these on
-    commit."""
+class WritableBackend(Protocol):
+    """What takes a store's writes (`writes`): the backend's `writer`. The VFS stages data
+    locally and calls these on commit."""
 
     def put(self, path: str, local_path: str) -> ObjectInfo:
         """Store the content of local file `local_path` as `path`; what the store now holds."""
@@ -122,8 +145,8 @@ class WritableBackend(Backend, Protocol):
 
 
 class MultipartBackend(WritableBackend, Protocol):
-    """A store that takes large objects in parts (`multipart`), which the VFS sends in
-    parallel; `put` still sends small ones whole."""
+    """What takes a store's writes where large objects go up in parts (`multipart`), which the
+    VFS sends in parallel within the store's PartLimits; `put` still sends small ones whole."""
 
     def begin_upload(self, path: str) -> str:
         """Start an upload of `path`; its id."""
@@ -142,15 +165,25 @@ class MultipartBackend(WritableBackend, Protocol):
         """Drop an unfinished upload and its parts."""
 
 
+class Writing(Backend, Protocol):
+    """A backend whose class declares `writes`."""
+
+    @property
+    def writer(self) -> WritableBackend:
+        """What takes its writes: the backend itself, or an object it owns."""
+
+
 # The declared capabilities are the one place a backend is seen as more than a Backend.
 
 
 def writable(backend: Backend) -> WritableBackend | None:
-    return cast(WritableBackend, backend) if backend.capabilities.writes else None
+    return cast(Writing, backend).writer if backend.capabilities.writes else None
 
 
 def multipart(backend: Backend) -> MultipartBackend | None:
-    return cast(MultipartBackend, backend) if backend.capabilities.multipart else None
+    if backend.capabilities.multipart is None:
+        return None
+    return cast(MultipartBackend, cast(Writing, backend).writer)
 
 
 def block_runs(backend: Backend) -> BlockRunReader | None:

@@ -37,6 +37,7 @@ class LocalBackend:
     """file:///absolute/dir"""
 
     capabilities = Capabilities(writes=True)
+    writer: LocalBackend  # it takes its writes itself
 
     def __init__(self, source: SourceConfig) -> None:
         parts = urlsplit(source.url)
@@ -49,6 +50,7 @@ class LocalBackend:
         self.source_id = f"file://{self.root}"
         self.max_concurrency = source.max_concurrency
         self.retries = 0  # local files are never retried
+        self.writer = self
 
     # --- the protocol ------------------------------------------------------------------------
 

@@ -9,10 +9,11 @@ switched off. Credentials come only from boto3's default chain.
 
 Object reads (read_range, read_blocks) and listings (of a directory, of the keys under a
 renamed one, and the check that a prefix is a directory) go through the lean GET engine of
-s3get.py, which costs far less CPU per request than boto3 (listing pages are parsed
-by s3listing.py); it raises the exceptions boto3 would, so one
-mapping here (codes to pffs errors, what is transient) and one retry loop serve every call.
-Writes (PUTs, multipart uploads, deletes, renames) are s3writes.py's, through the same loop.
+s3get.py, which costs far less CPU per request than boto3 (listing pages are parsed by
+s3listing.py); every other call goes through boto3. Both paths' calls are made by one S3Calls
+(s3calls.py: retries, metrics, and s3errors.py's one mapping of either stack's failures to
+pffs errors). Writes (PUTs, multipart uploads, deletes, renames) are the backend's `writer`, an
+S3Writes (s3writes.py) sharing the client, the engine and the S3Calls.
 """
 
 from __future__ import annotations
@@ -26,38 +27,25 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import boto3
-import botocore.exceptions
+import botocore.session
 from botocore.config import Config
 
 from pffs import metrics
 from pffs.backends.base import (
     BlockRunReader,
     Capabilities,
-    MultipartBackend,
     ObjectInfo,
+    Writing,
     is_valid_name,
 )
-from pffs.backends.s3errors import (
-    DENIED_CODES,
-    NOT_FOUND_CODES,
-    error_code,
-    is_transient,
-    translate,
-)
+from pffs.backends.s3calls import S3Calls
+from pffs.backends.s3errors import Kind, classify, error_code
 from pffs.backends.s3get import LeanGetEngine
 from pffs.backends.s3listing import parse_page
 from pffs.backends.s3timestamps import use_fast_timestamps
-from pffs.backends.s3writes import S3Writes
-from pffs.config import DatasetConfig, RetryConfig, SourceConfig
-from pffs.errors import (
-    Changed,
-    NotFound,
-    PermissionDenied,
-    PffsError,
-    Transient,
-    UsageError,
-)
-from pffs.retry import call_with_retry
+from pffs.backends.s3writes import PART_LIMITS, S3Writes
+from pffs.config import DatasetConfig, SourceConfig
+from pffs.errors import Changed, NotFound, PermissionDenied, Transient, UsageError
 
 T = TypeVar("T")
 log = logging.getLogger("pffs.s3")
@@ -83,7 +71,8 @@ def parse_s3_url(url: str) -> tuple[str, str]:
 class S3Backend:
     """A bucket, or a prefix inside one."""
 
-    capabilities = Capabilities(writes=True, multipart=True, block_runs=True)
+    capabilities = Capabilities(writes=True, multipart=PART_LIMITS, block_runs=True)
+    writer: S3Writes
 
     def __init__(self, source: SourceConfig) -> None:
         self.bucket, self.prefix = parse_s3_url(source.url)
@@ -92,13 +81,16 @@ class S3Backend:
         if self.endpoint_url:
             self.source_id += f"@{self.endpoint_url}"
         self.max_concurrency = source.max_concurrency
-        self.retry_policy: RetryConfig = source.retry
-        self.retries = 0  # transient failures retried, for stats
+        self.calls = S3Calls(self.source_id, f"s3://{self.bucket}/{self.prefix}", source.retry)
 
-        session = boto3.session.Session(profile_name=source.profile)
-        use_fast_timestamps(session._session)  # a listing page's CPU: a third of botocore's
+        botocore_session = botocore.session.Session(profile=source.profile)
+        use_fast_timestamps(botocore_session)  # every stat parses a HEAD's Last-Modified
+        session = boto3.session.Session(botocore_session=botocore_session)
         region = source.region or session.region_name or "us-east-1"
         path_style = source.path_style if source.path_style is not None else bool(self.endpoint_url)
+        # TLS verification as boto3 resolves it when not told (AWS_CA_BUNDLE, the profile's
+        # ca_bundle, else botocore's bundle), given to both HTTP stacks alike.
+        verify: bool | str = botocore_session.get_config_variable("ca_bundle") or True
         config = Config(
             region_name=region,
             connect_timeout=source.connect_timeout,
@@ -109,28 +101,31 @@ class S3Backend:
             s3={"addressing_style": "path" if path_style else "auto"},
         )
         try:
-            self.client = session.client("s3", endpoint_url=self.endpoint_url, config=config)
+            self.client = session.client(
+                "s3", endpoint_url=self.endpoint_url, config=config, verify=verify
+            )
         except ValueError as exc:  # botocore rejects a malformed endpoint URL here
             raise UsageError(f"bad endpoint URL {self.endpoint_url!r}: {exc}") from exc
-        # Object reads go through the lean engine (a third of boto3's CPU per GET), configured
-        # from the same session and client; every other call stays on boto3.
-        self._reads = LeanGetEngine(
+        # Object reads and listings go through the lean engine, configured from the same
+        # session and client; every other call stays on boto3.
+        self.engine = LeanGetEngine(
             self.client,
             session.get_credentials(),
             self.bucket,
-            path_style,
+            verify,
             # Idle connections kept: as many as GETs may be in flight, the source's own and
             # dataset prefetch's (its own limiter). A smaller pool closes the extra ones after
-            # each burst and connects anew (86 connects per 1,000 GETs of a cold epoch).
+            # each burst and connects anew.
             config.max_pool_connections + DatasetConfig.max_concurrency,
-            source.connect_timeout,
-            source.read_timeout,
             # On AWS itself a bucket of another region is followed there, as boto3 does.
             regional_endpoint=None if self.endpoint_url else _aws_endpoint,
         )
-        self._writes = S3Writes(
-            self.client, self.bucket, self.prefix, self._do, self.stat, self._list_page
-        )
+        self.writer = S3Writes(self.client, self.engine, self.calls, self.bucket, self.prefix)
+
+    @property
+    def retries(self) -> int:
+        """Transient failures retried, reads and writes alike, for stats."""
+        return self.calls.retries
 
     # --- the protocol ------------------------------------------------------------------------
 
@@ -139,38 +134,34 @@ class S3Backend:
             f" at {self.endpoint_url}" if self.endpoint_url else ""
         )
         try:
-            self._call(
+            self.calls.run(
                 lambda: self.client.head_bucket(Bucket=self.bucket), "HEAD bucket", quick=True
             )
-            self._call(
+            self.calls.run(
                 lambda: self.client.list_objects_v2(
                     Bucket=self.bucket, Prefix=self.prefix, Delimiter="/", MaxKeys=1
                 ),
                 "LIST",
                 quick=True,
             )
-        except botocore.exceptions.ClientError as exc:
-            code = error_code(exc)
-            if code in NOT_FOUND_CODES:
+        except Exception as exc:
+            kind = classify(exc)
+            if kind is Kind.NOT_FOUND:
                 raise NotFound(f"{where} does not exist") from exc
-            if code in DENIED_CODES:
+            if kind is Kind.DENIED:
                 raise PermissionDenied(
-                    f"access to {where} denied ({code}): check the credentials "
+                    f"access to {where} denied ({error_code(exc)}): check the credentials "
                     "(AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE or ~/.aws)"
                 ) from exc
-            raise self._translate(exc, "") from exc
-        except Exception as exc:
-            raise self._translate(exc, "") from exc
+            raise self.calls.translate(exc, "") from exc
 
     def stat(self, path: str) -> ObjectInfo:
         name = path.rsplit("/", 1)[-1]
         if not path:
-            return ObjectInfo(name="", size=0, mtime=0.0, etag=None, is_dir=True)
+            return _dir_info("")
         key = self.prefix + path
-        try:
-            head = self._call(
-                lambda: self.client.head_object(Bucket=self.bucket, Key=key), "HEAD", path=path
-            )
+        head = self.calls.head(self.client, self.bucket, key, path)
+        if head is not None:
             return ObjectInfo(
                 name=name,
                 size=head["ContentLength"],
@@ -178,32 +169,18 @@ class S3Backend:
                 etag=head.get("ETag"),
                 is_dir=False,
             )
-        except botocore.exceptions.ClientError as exc:
-            if error_code(exc) not in NOT_FOUND_CODES:
-                raise self._translate(exc, path) from exc
-        except Exception as exc:
-            raise self._translate(exc, path) from exc
         # Not an object: a directory if anything lives under "key/" (marker object or not).
-        try:
-            first = functools.partial(self._list_page, key + "/", None, max_keys=1)
-            page = self._call(first, "LIST", path=path)
-        except Exception as exc:
-            raise self._translate(exc, path) from exc
+        first = functools.partial(self._list_page, key + "/", None, max_keys=1)
+        page = self.calls.do(first, "LIST", path)
         if page.get("KeyCount", 0) > 0 or page.get("Contents") or page.get("CommonPrefixes"):
-            return ObjectInfo(name=name, size=0, mtime=0.0, etag=None, is_dir=True)
-        raise NotFound(f"{self._url(path)} does not exist")
+            return _dir_info(name)
+        raise NotFound(f"{self.calls.url(path)} does not exist")
 
     def list(self, path: str) -> Iterator[ObjectInfo]:
         prefix = self.prefix + (path + "/" if path else "")
         token: str | None = None
         while True:
-            try:
-                # Through the lean engine: botocore's parsing of a page costs 3-5x the CPU.
-                page = self._call(
-                    functools.partial(self._list_page, prefix, token), "LIST", path=path
-                )
-            except Exception as exc:
-                raise self._translate(exc, path) from exc
+            page = self.calls.do(functools.partial(self._list_page, prefix, token), "LIST", path)
             yield from self._page_entries(page, prefix)
             if not page.get("IsTruncated"):
                 return
@@ -214,7 +191,7 @@ class S3Backend:
             return b""
 
         def get() -> bytes:
-            with self._reads.get(self.prefix + path, start, length, _if_match(version)) as body:
+            with self.engine.get(self.prefix + path, start, length, _if_match(version)) as body:
                 data = body.read(length)
                 expected = body.content_length
             # min: a store that ignores Range sends a whole object (from 0), read in part.
@@ -248,7 +225,7 @@ class S3Backend:
             nonlocal done
             first = start + sum(lengths[:done])
             key, size = self.prefix + path, sum(lengths[done:])
-            with self._reads.get(key, first, size, _if_match(version)) as body:
+            with self.engine.get(key, first, size, _if_match(version)) as body:
                 while done < len(lengths):
                     data = body.read(lengths[done])
                     if len(data) != lengths[done]:
@@ -260,68 +237,24 @@ class S3Backend:
         try:
             self._get(get, path)
         except _RangeNotSatisfiable as exc:  # the object is shorter than when it was opened
-            raise Changed(f"{self._url(path)} changed at the source while open") from exc
+            raise Changed(f"{self.calls.url(path)} changed at the source while open") from exc
 
     def _get(self, get: Callable[[], T], path: str) -> T:
-        """A GET with retries and its errors translated (a changed object is Changed)."""
+        """A GET with retries and its errors translated (a range past the end raised as
+        _RangeNotSatisfiable)."""
         try:
-            return self._call(get, "GET", path=path)
-        except botocore.exceptions.ClientError as exc:
-            code = error_code(exc)
-            if code in ("InvalidRange", "416"):
+            return self.calls.run(get, "GET", path)
+        except Exception as exc:
+            if classify(exc) is Kind.BAD_RANGE:
                 raise _RangeNotSatisfiable from exc
-            if code in ("PreconditionFailed", "412"):
-                raise Changed(f"{self._url(path)} changed at the source while open") from exc
-            raise self._translate(exc, path) from exc
-        except Exception as exc:
-            raise self._translate(exc, path) from exc
-
-    # --- writing (s3writes.py) ----------------------------------------------------------------
-
-    def put(self, path: str, local_path: str) -> ObjectInfo:
-        return self._writes.put(path, local_path)
-
-    def begin_upload(self, path: str) -> str:
-        return self._writes.begin_upload(path)
-
-    def upload_part(
-        self, path: str, upload_id: str, number: int, local_path: str, offset: int, length: int
-    ) -> str:
-        return self._writes.upload_part(path, upload_id, number, local_path, offset, length)
-
-    def finish_upload(
-        self, path: str, upload_id: str, etags: Sequence[str], size: int
-    ) -> ObjectInfo:
-        return self._writes.finish_upload(path, upload_id, etags, size)
-
-    def abort_upload(self, path: str, upload_id: str) -> None:
-        self._writes.abort_upload(path, upload_id)
-
-    def delete(self, path: str) -> None:
-        self._writes.delete(path)
-
-    def make_dir(self, path: str) -> ObjectInfo:
-        return self._writes.make_dir(path)
-
-    def remove_dir(self, path: str) -> None:
-        self._writes.remove_dir(path)
-
-    def rename(self, old: str, new: str) -> None:
-        self._writes.rename(old, new)
-
-    def _do(self, fn: Callable[[], T], what: str, path: str) -> T:
-        """A call with retries whose failure is translated into a pffs error."""
-        try:
-            return self._call(fn, what, path=path)
-        except Exception as exc:
-            raise self._translate(exc, path) from exc
+            raise self.calls.translate(exc, path) from exc
 
     # --- helpers -----------------------------------------------------------------------------
 
     def _list_page(
         self, prefix: str, token: str | None, delimiter: str | None = "/", max_keys: int = 1000
     ) -> dict[str, Any]:
-        return parse_page(self._reads.list_page(prefix, token, delimiter, max_keys))
+        return parse_page(self.engine.list_page(prefix, token, delimiter, max_keys))
 
     def _page_entries(self, page: dict[str, Any], prefix: str) -> Iterator[ObjectInfo]:
         """One page's directories and objects, merged back into key order."""
@@ -347,32 +280,6 @@ class S3Backend:
         for _, info in entries:
             yield info
 
-    def _call(self, fn: Callable[[], T], what: str, quick: bool = False, path: str = "") -> T:
-        policy = self.retry_policy
-        if quick:  # the mount's preflight check must answer within seconds, not a minute
-            policy = RetryConfig(attempts=2, base_delay=0.1, max_delay=0.5, total_timeout=5.0)
-        # Counted, timed and logged when slow by pffs.metrics (one request, retries included).
-        with metrics.BackendRequest(self.source_id, what, path, self._count_retry) as request:
-            result: T = request.received(
-                call_with_retry(
-                    fn,
-                    is_transient=is_transient,
-                    policy=policy,
-                    what=f"{what} {self.source_id}",
-                    on_retry=request.retried,
-                )
-            )
-        return result
-
-    def _count_retry(self, _exc: BaseException) -> None:
-        self.retries += 1
-
-    def _translate(self, exc: BaseException, path: str) -> PffsError:
-        return translate(exc, self._url(path))
-
-    def _url(self, path: str) -> str:
-        return f"s3://{self.bucket}/{self.prefix}{path}"
-
 
 class _RangeNotSatisfiable(Exception):
     """A GET's range starts past the object's end (416)."""
@@ -393,5 +300,5 @@ def _dir_info(name: str) -> ObjectInfo:
 
 
 # What S3Backend declares, checked by mypy.
-_S3: type[MultipartBackend] = S3Backend
+_S3: type[Writing] = S3Backend
 _S3_RUNS: type[BlockRunReader] = S3Backend

@@ -4,9 +4,8 @@ read and send timeouts kept by the kernel on plain sockets.
 
 Why not http.client's connection for the requests: building a request through `putrequest`
 and `putheader` (each header checked by regexes), a new `socket.makefile` reader per answer and
-a Python timeout that polls before each recv and send cost about 60 us of CPU per 100 KiB GET,
-a quarter of the engine's (docs/BENCHMARKS.md, "GET engine: CPU per request, sixth session").
-Here a request is one string written with one `sendall`, and answers are read through a reader
+a Python timeout that polls before each recv and send cost a quarter of the engine's CPU per
+GET. Here a request is one string written with one `sendall`, and answers are read through a reader
 made once per connection. http.client still connects (TCP_NODELAY, TLS, CONNECT tunnels through
 a proxy) and still frames the answer (pffs.backends.s3response's LeanResponse).
 
@@ -91,8 +90,8 @@ class Connection:
 class Connections:
     """Idle keep-alive connections to one host, shared by threads (a LIFO under a lock).
 
-    Not urllib3: its pool and response wrapper cost 0.1 ms of CPU per GET more (measured,
-    docs/BENCHMARKS.md), and this path needs none of their features.
+    Not urllib3: its pool and response wrapper add CPU to every GET, and this path needs
+    none of their features.
     """
 
     def __init__(

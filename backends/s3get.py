@@ -1,29 +1,23 @@
 """The lean GET engine behind S3Backend's object reads and listings: one ranged GET or one
-ListObjectsV2 page, signed by pffs.backends.sigv4 (as botocore's SigV4 signer signs, at a
-seventh of its CPU), written whole on a pooled keep-alive connection and its answer framed by
-http.client's response code (pffs.backends.s3connections, s3response), without boto3's client
-call machinery.
+ListObjectsV2 page, signed by pffs.backends.sigv4, written whole on a pooled keep-alive
+connection and its answer framed by http.client's response code (pffs.backends.s3connections,
+s3response), without boto3's client call machinery.
 
-Why: on a small machine the client's CPU per request limits a cold read. boto3's get_object
-spends about 1.5 ms of CPU per GET in its event hooks, parameter validation, serialisation and
-response parsing; this path spends a fraction of that (figures and how they were taken:
-docs/BENCHMARKS.md, "GET engine"). Listing pages come here too: botocore's parsing of a
-1,000-key page costs 35-60 ms of CPU, pffs.backends.s3listing's 11 ("Listing pages"). Every
+Why: on a small machine the client's CPU per request limits a cold read, and boto3's event
+hooks, parameter validation, serialisation and response parsing cost several times this path's
+CPU per GET (docs/BENCHMARKS.md has the figures). Listing pages come here too, parsed by
+pffs.backends.s3listing, since botocore's parsing of a page costs several times as much. Every
 other S3 call stays on boto3.
 
-Configuration has one source: the boto3 client S3Backend already built. The engine takes its
-credentials object (so refreshable and session-token credentials work as they do for boto3),
-its region, endpoint URL, TLS settings and proxies, and the backend's addressing style.
+Configuration has one source: the boto3 client S3Backend built, through its public `meta`: its
+endpoint URL and region, and its botocore Config (timeouts, proxies, addressing style). The
+credentials are the session's object, so refreshable and session-token credentials work as they
+do for boto3; TLS verification is the value the backend gave boto3.
 
-The engine performs a GET and nothing else: no retries, no error mapping, no parsing. It hands
-back the body, or raises one of the exceptions a boto3 call raises for the same outcome, so that
-S3Backend's one mapping (codes -> pffs errors, what is transient) serves both paths:
-
-- the store answered an error status: `botocore.exceptions.ClientError`, with the S3 error code
-  of the XML body (or the status when there is none) and the HTTP status;
-- no connection: `EndpointConnectionError` / `ConnectTimeoutError`;
-- the connection failed mid-request, a read timed out, or the body was cut short:
-  `ConnectionClosedError`, `ReadTimeoutError` or `ResponseStreamingError` (HTTPClientErrors).
+The engine performs a request and nothing else: no retries, no error mapping. It hands back the
+body, or raises `S3RequestFailed` (pffs.backends.s3errors, which maps it and boto3's errors
+alike): with the status, S3 error code and message of an error answer, or with why there was
+no whole answer (no connection, a timeout, a connection closed or a body cut short).
 """
 
 from __future__ import annotations
@@ -37,10 +31,12 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-import botocore.exceptions
 from botocore.credentials import Credentials
+from botocore.httpsession import ProxyConfiguration
+from botocore.utils import get_environ_proxies
 
 from pffs.backends.s3connections import Connection, Connections
+from pffs.backends.s3errors import S3RequestFailed, Unanswered
 from pffs.backends.s3response import LeanResponse
 from pffs.backends.sigv4 import SigV4Signer, host_header
 from pffs.errors import UsageError
@@ -92,21 +88,19 @@ class Body:
         return self._read(size)
 
     def read_all(self) -> bytes:
-        """The whole body; one cut short raises as boto3 does."""
+        """The whole body; one cut short raises."""
         data = self._read(None)
         if self.content_length is not None and len(data) < self.content_length:
-            raise botocore.exceptions.ResponseStreamingError(
-                error=http.client.IncompleteRead(data, self.content_length - len(data))
-            )
+            raise S3RequestFailed(self._url, unanswered=Unanswered.CUT_SHORT)
         return data
 
     def _read(self, size: int | None) -> bytes:
         try:
             return self._response.read(size)
         except TimeoutError as exc:
-            raise botocore.exceptions.ReadTimeoutError(endpoint_url=self._url, error=exc) from exc
+            raise S3RequestFailed(self._url, unanswered=Unanswered.READ_TIMEOUT) from exc
         except (http.client.HTTPException, OSError) as exc:
-            raise botocore.exceptions.ResponseStreamingError(error=exc) from exc
+            raise S3RequestFailed(self._url, unanswered=Unanswered.CUT_SHORT) from exc
 
 
 @dataclass(frozen=True)
@@ -133,26 +127,26 @@ class LeanGetEngine:
         client: Any,
         credentials: Credentials | None,
         bucket: str,
-        path_style: bool,
+        verify: bool | str,
         max_connections: int,
-        connect_timeout: float,
-        read_timeout: float,
         regional_endpoint: Callable[[str], str] | None = None,
     ) -> None:
         """`client` is the backend's boto3 S3 client and `credentials` its session's (boto3's
-        chain; refreshable ones refresh here too): region, endpoint and TLS settings come from
-        the client, so both paths always agree. `regional_endpoint(region)`, where given, is
-        the endpoint URL of a region: a bucket found in another region (as AWS answers a GET
-        signed for the wrong one) is then followed there, as boto3's redirector does."""
+        chain; refreshable ones refresh here too): endpoint, region, timeouts, proxies and
+        addressing style come from the client's meta, so both paths always agree. `verify` is
+        what the client was given (True, False or a CA bundle's path); `max_connections` the
+        idle connections kept. `regional_endpoint(region)`, where given, is the endpoint URL of
+        a region: a bucket found in another region (as AWS answers a GET signed for the wrong
+        one) is then followed there, as boto3's redirector does."""
+        config = client.meta.config
         self._credentials = credentials
         self._signer = SigV4Signer()
         self._bucket = bucket
-        self._path_style = path_style
+        self._path_style = (config.s3 or {}).get("addressing_style") == "path"
         self._max_connections = max_connections
-        self._timeouts = (connect_timeout, read_timeout)
-        # True, False or a CA bundle path, as boto3 resolved it (verify=, AWS_CA_BUNDLE, profile).
-        self._verify: bool | str = client._endpoint.http_session._verify
-        self._proxy_config = client._endpoint.http_session._proxy_config
+        self._timeouts = (float(config.connect_timeout), float(config.read_timeout))
+        self._verify = verify
+        self._config = config
         self._regional_endpoint = regional_endpoint
         self._lock = threading.Lock()
         self._target = self._aim(client.meta.region_name, client.meta.endpoint_url)
@@ -179,7 +173,11 @@ class LeanGetEngine:
     def _proxy_for(self, base: str) -> tuple[str, dict[str, str]] | None:
         """The proxy boto3 would go through to `base` (HTTP(S)_PROXY, NO_PROXY, the client's
         proxies setting), with its headers (Proxy-Authorization), or None."""
-        proxies = self._proxy_config
+        config = self._config
+        # As boto3's endpoint resolves them: the config's proxies, else HTTP(S)_PROXY/NO_PROXY.
+        proxies = ProxyConfiguration(
+            config.proxies or get_environ_proxies(base), config.proxies_config
+        )
         url: str | None = proxies.proxy_url_for(base + "/")
         if not url:
             return None
@@ -197,12 +195,11 @@ class LeanGetEngine:
         if if_match is not None:
             headers["If-Match"] = if_match
         encoded = quote(key, safe="/~")
-        body = self._request(lambda target: target.key_prefix + encoded, headers, "GetObject")
+        body = self._request(lambda target: target.key_prefix + encoded, headers)
         if body._response.status == 200 and start > 0:  # a store that ignored the Range header
             body.close()
-            raise botocore.exceptions.ClientError(
-                _answer(200, "RangeIgnored", "the store ignored the Range header"), "GetObject"
-            )
+            message = "the store ignored the Range header"
+            raise S3RequestFailed(body._url, status=200, code="RangeIgnored", message=message)
         return body
 
     def list_page(
@@ -221,13 +218,11 @@ class LeanGetEngine:
             params["continuation-token"] = token
         # Encoded as SigV4's canonical query wants it, so the signature covers it as sent.
         query = "&".join(f"{name}={quote(params[name], safe='-_.~')}" for name in sorted(params))
-        listing = self._request(lambda target: f"{target.bucket_path}?{query}", {}, "ListObjectsV2")
+        listing = self._request(lambda target: f"{target.bucket_path}?{query}", {})
         with listing:
             return listing.read_all()
 
-    def _request(
-        self, path_of: Callable[[_Target], str], headers: dict[str, str], operation: str
-    ) -> Body:
+    def _request(self, path_of: Callable[[_Target], str], headers: dict[str, str]) -> Body:
         """One signed GET of `path_of(target)` (a path and query), followed once to the
         bucket's own region when the store names another; an error status raises. (Not a
         generator context manager: two of them cost 10 us a GET.)"""
@@ -241,14 +236,14 @@ class LeanGetEngine:
             response = body._response
         if response.status >= 300:
             try:
-                raise _error(response, operation)
+                raise _error(response, body._url)
             finally:
                 body.close()
         return body
 
     def _send(self, target: _Target, path: str, headers: dict[str, str]) -> Body:
         url = target.base + path
-        signed = self._signed(target, path, headers)
+        signed = self._signed(target, url, path, headers)
         connections = target.connections
         if connections.absolute_form:
             request = _request_head(url, target.host, signed | connections.request_headers)
@@ -258,13 +253,11 @@ class LeanGetEngine:
             try:
                 connection, reused = connections.take()
             except TimeoutError as exc:
-                raise botocore.exceptions.ConnectTimeoutError(endpoint_url=url, error=exc) from exc
+                raise S3RequestFailed(url, unanswered=Unanswered.CONNECT_TIMEOUT) from exc
             except ssl.SSLError as exc:
-                raise botocore.exceptions.SSLError(endpoint_url=url, error=exc) from exc
+                raise S3RequestFailed(url, unanswered=Unanswered.TLS) from exc
             except OSError as exc:
-                raise botocore.exceptions.EndpointConnectionError(
-                    endpoint_url=url, error=exc
-                ) from exc
+                raise S3RequestFailed(url, unanswered=Unanswered.UNREACHABLE) from exc
             try:
                 connection.send(request)
                 response = LeanResponse(connection, method="GET")  # type: ignore[arg-type]
@@ -272,17 +265,17 @@ class LeanGetEngine:
                 return Body(response, url, connection, connections)
             except TimeoutError as exc:
                 connection.close()
-                raise botocore.exceptions.ReadTimeoutError(endpoint_url=url, error=exc) from exc
+                raise S3RequestFailed(url, unanswered=Unanswered.READ_TIMEOUT) from exc
             except (http.client.RemoteDisconnected, BrokenPipeError) as exc:
                 connection.close()
                 if not reused:
-                    raise botocore.exceptions.ConnectionClosedError(endpoint_url=url) from exc
+                    raise S3RequestFailed(url, unanswered=Unanswered.CUT_SHORT) from exc
                 # Closed without a word as the request went out: the server ended an idle
                 # keep-alive connection (a race the check in `take` cannot close), which is not
                 # the store failing. Once more, on another connection. A reset stays a failure.
             except (http.client.HTTPException, OSError) as exc:
                 connection.close()  # resets, closes and malformed answers before the body
-                raise botocore.exceptions.ConnectionClosedError(endpoint_url=url) from exc
+                raise S3RequestFailed(url, unanswered=Unanswered.CUT_SHORT) from exc
 
     def _follow(self, target: _Target, response: http.client.HTTPResponse) -> bool:
         """Aim at the bucket's own region when the store names another one; True if so."""
@@ -295,28 +288,27 @@ class LeanGetEngine:
                 target.connections.close()
         return True
 
-    def _signed(self, target: _Target, path: str, headers: dict[str, str]) -> dict[str, str]:
+    def _signed(
+        self, target: _Target, url: str, path: str, headers: dict[str, str]
+    ) -> dict[str, str]:
         if self._credentials is None:
-            raise botocore.exceptions.NoCredentialsError()
+            raise S3RequestFailed(url, unanswered=Unanswered.NO_CREDENTIALS)
         # Frozen per request as botocore does: a refresh between reading the key and the
         # secret must not mix two credentials.
         frozen = self._credentials.get_frozen_credentials()
         return self._signer.sign(frozen, target.region, target.host, path, headers)
 
 
-def _error(response: http.client.HTTPResponse, operation: str) -> botocore.exceptions.ClientError:
-    """The store's error answer as boto3 would raise it (its body read, so the connection
-    can serve again)."""
+def _error(response: http.client.HTTPResponse, url: str) -> S3RequestFailed:
+    """The store's error answer (its body read, so the connection can serve again)."""
     text = _drain(response)
     code = _CODE_RE.search(text)
     message = _MESSAGE_RE.search(text)
-    return botocore.exceptions.ClientError(
-        _answer(
-            response.status,
-            code.group(1).decode(errors="replace") if code else str(response.status),
-            message.group(1).decode(errors="replace") if message else response.reason,
-        ),
-        operation,
+    return S3RequestFailed(
+        url,
+        status=response.status,
+        code=code.group(1).decode(errors="replace") if code else "",
+        message=message.group(1).decode(errors="replace") if message else response.reason,
     )
 
 
@@ -338,11 +330,3 @@ def _drain(response: http.client.HTTPResponse) -> bytes:
         return response.read(64 * 1024)
     except (http.client.HTTPException, OSError):
         return b""  # the status alone still says what happened
-
-
-def _answer(status: int, code: str, message: str) -> Any:
-    """An error response shaped as botocore parses one."""
-    return {
-        "Error": {"Code": code, "Message": message},
-        "ResponseMetadata": {"HTTPStatusCode": status},
-    }

@@ -1,11 +1,10 @@
 """ListObjectsV2 pages parsed from their XML, without botocore's parser.
 
-botocore walks a response's whole shape model and parses each field through its hooks: about
-35-60 ms of CPU for a 1,000-key page, where ElementTree and a loop take about 11
-(docs/BENCHMARKS.md, "Listing pages"). The result has the shape boto3 gives (`Contents` with
-`Key`, `Size`, `LastModified` as a datetime and `ETag`; `CommonPrefixes` with `Prefix`;
-`IsTruncated`; `KeyCount`; `NextContinuationToken`), the fields S3Backend reads. Keys and
-prefixes are URL-decoded when the store says it encoded them (`EncodingType` url), as boto3
+botocore walks a response's whole shape model and parses each field through its hooks, several
+times the CPU of ElementTree and a loop over a large page. The result has the shape boto3 gives
+(`Contents` with `Key`, `Size`, `LastModified` as a datetime and `ETag`; `CommonPrefixes` with
+`Prefix`; `IsTruncated`; `KeyCount`; `NextContinuationToken`), the fields S3Backend reads. Keys
+and prefixes are URL-decoded when the store says it encoded them (`EncodingType` url), as boto3
 does; a store that ignores the request for encoding sends them plain.
 """
 

@@ -1,11 +1,9 @@
 """The lean GET engine's HTTP response: http.client's, with its header block parsed by a few
 lines of our own instead of the email package.
 
-Why: http.client hands every response's headers to `email.parser`, which costs about 55 us of
-CPU per response on this project's 2-core machine (a tenth of a 100 KiB GET's client CPU, all of
-it holding the GIL that the mount's FUSE loop needs). S3 answers carry a dozen plain
-`Name: value` lines, taken here in one read and searched by name when asked
-(docs/BENCHMARKS.md, "Cold epoch at 0 ms" and "GET engine: CPU per request, sixth session").
+Why: http.client hands every response's headers to `email.parser`, about a tenth of a small
+GET's client CPU, all of it holding the GIL that the mount's FUSE loop needs. S3 answers carry a
+dozen plain `Name: value` lines, taken here in one read and searched by name when asked.
 Everything else (the status line, the body, chunked transfer, keep-alive) stays http.client's:
 `begin` sets the same attributes its own does.
 """
@@ -26,9 +24,9 @@ class Headers:
     its `headers`: `get` and `get_all`).
 
     Kept as their text and searched when asked: a GET asks for four or five of an answer's
-    dozen or more headers, and splitting every line into a dictionary cost 12 us a response
-    here, searching the text 2 us. A line that is not "Name: value" is passed over, as
-    http.client's parser passes it (checking every line by a regex cost 22 us)."""
+    dozen or more headers, fewer than splitting every line into a dictionary would cost. A
+    line that is not "Name: value" is passed over, as http.client's parser passes it (checking
+    every line by a regex would cost more than all the rest)."""
 
     __slots__ = ("_lower", "_text")
 
@@ -86,7 +84,7 @@ def _buffered_text(fp: io.BufferedReader[Any]) -> str | None:
         fp.read(2)
         return ""
     # The first blank line, unless a bare LF ends the block sooner (then: line by line).
-    # Searched from the start only: a miss would scan the body, which costs (60 us in 64 KiB).
+    # Searched from the start only: a miss would scan the body read ahead with it.
     end = buffered.find(b"\n\r\n")
     if end < 0 or buffered.find(b"\n\n", 0, end + 1) >= 0 or buffered[:1] == b"\n":
         return None

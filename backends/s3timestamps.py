@@ -1,11 +1,11 @@
-"""Timestamps of S3 responses parsed cheaply, for the boto3 session S3Backend uses.
+"""Timestamps of S3 responses parsed cheaply: for listing pages (pffs.backends.s3listing) and
+for the boto3 session S3Backend uses (a HEAD's Last-Modified, on every stat).
 
-botocore parses every timestamp with dateutil's general parser: about 90 us each, most of the
-CPU of a listing page (a 1,000-key ListObjectsV2 page took 126-141 ms of CPU to parse, 32-45
-ms with this parser; docs/BENCHMARKS.md, "Listing pages"). S3 sends two forms only: ISO 8601 in
-XML bodies (`2026-11-23T14:34:38.000Z`) and RFC 1123 in headers (`Mon, 23 Nov 2026 14:34:38
-GMT`). Both have fast parsers in the standard library; anything else, or a time without a zone,
-goes to botocore's own parser, so the answers are the same datetimes botocore would give.
+botocore parses every timestamp with dateutil's general parser, about a fifth of a HEAD's client
+CPU. S3 sends two forms only: ISO 8601 in XML bodies (`2026-11-23T14:34:38.000Z`) and RFC 1123
+in headers (`Mon, 23 Nov 2026 14:34:38 GMT`). Both have fast parsers in the standard library;
+anything else, or a time without a zone, goes to botocore's own parser, so the answers are the
+same datetimes botocore would give.
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ def botocore_parse(value: str) -> datetime.datetime:
 
 
 def use_fast_timestamps(botocore_session: Any) -> None:
-    """Make clients created from now on by `botocore_session` parse timestamps this way."""
+    """Make clients created from now on by `botocore_session` parse timestamps this way,
+    through botocore's public knob for it (its response parser factory's defaults, as the AWS
+    CLI sets them); other sessions in the process keep botocore's parser."""
     factory = botocore_session.get_component("response_parser_factory")
     factory.set_parser_defaults(timestamp_parser=parse_timestamp)

@@ -5,8 +5,9 @@ PUT, large ones in parts it sends in parallel under the backend's limiter. S3 ha
 a rename copies, then deletes the original once every copy exists, so a failure half-way loses
 nothing (a directory is every object under it, one by one; not atomic).
 
-Every call goes through the backend's `do` (its retries, metrics and error mapping), so a
-write fails the same way a read does.
+S3Backend owns one S3Writes, its `writer`: the two share the boto3 client, the GET engine (for
+the listings of a rename) and the S3Calls every call goes through (retries, metrics, error
+mapping), so a write fails the same way a read does.
 """
 
 from __future__ import annotations
@@ -14,40 +15,38 @@ from __future__ import annotations
 import functools
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Protocol, TypeVar
+from collections.abc import Iterator, Sequence
+from typing import Any
 
-from pffs.backends.base import ObjectInfo
+from pffs.backends.base import MultipartBackend, ObjectInfo, PartLimits
+from pffs.backends.s3calls import S3Calls
+from pffs.backends.s3get import LeanGetEngine
+from pffs.backends.s3listing import parse_page
+from pffs.errors import NotFound
 
-T = TypeVar("T")
 # The largest object one CopyObject request may copy (S3's limit).
 COPY_LIMIT = 5 << 30
-
-
-class Do(Protocol):
-    """A backend call with its retries, whose failure is translated into a pffs error."""
-
-    def __call__(self, fn: Callable[[], T], what: str, path: str) -> T: ...
+# S3's rules for the parts of an upload: at least 5 MiB but the last, at most 5 GiB, 10,000.
+PART_LIMITS = PartLimits(min_size=5 << 20, max_size=5 << 30, max_count=10_000)
 
 
 class S3Writes:
-    """The writing half of S3Backend, for one bucket and prefix (see the module doc)."""
+    """The writes to one bucket and prefix (see the module doc)."""
 
     def __init__(
         self,
         client: Any,  # boto3's S3 client (no type hints)
+        engine: LeanGetEngine,
+        calls: S3Calls,
         bucket: str,
         prefix: str,
-        do: Do,
-        stat: Callable[[str], ObjectInfo],
-        list_page: Callable[..., dict[str, Any]],
     ) -> None:
         self.client = client
         self.bucket = bucket
         self.prefix = prefix
-        self._do = do
-        self._stat = stat
-        self._list_page = list_page  # (prefix, token, delimiter=...) -> a parsed LIST page
+        self._engine = engine
+        self._calls = calls
+        self._do = calls.do
 
     def put(self, path: str, local_path: str) -> ObjectInfo:
         def send() -> dict[str, Any]:
@@ -125,10 +124,11 @@ class S3Writes:
         self.delete(path + "/")  # its marker, if any; the VFS checked it is empty
 
     def rename(self, old: str, new: str) -> None:
-        """Copy then delete: not atomic; a directory is every object under it, one by one."""
-        info = self._stat(old)
-        if not info.is_dir:
-            self._copy(old, new, info.size)
+        """Copy then delete: not atomic; a directory is every object under it, one by one.
+        An object at `old` is what moves, as stat sees it, even where keys live under it too."""
+        size = self._object_size(old)
+        if size is not None:
+            self._copy(old, new, size)
             self.delete(old)
             return
         moved: list[str] = []
@@ -136,8 +136,15 @@ class S3Writes:
             target = new + "/" + key[len(self.prefix + old) + 1 :]
             self._copy(key[len(self.prefix) :], target, size)
             moved.append(key)
+        if not moved:
+            raise NotFound(f"{self._calls.url(old)} does not exist")
         for key in moved:  # deleted only once every copy exists: a failure loses nothing
             self.delete(key[len(self.prefix) :])
+
+    def _object_size(self, path: str) -> int | None:
+        """The size of the object at `path`, or None where there is none."""
+        head = self._calls.head(self.client, self.bucket, self.prefix + path, path)
+        return None if head is None else int(head["ContentLength"])
 
     def _copy(self, old: str, new: str, size: int) -> None:
         source = {"Bucket": self.bucket, "Key": self.prefix + old}
@@ -155,7 +162,7 @@ class S3Writes:
     def _keys_under(self, prefix: str) -> Iterator[tuple[str, int]]:
         token: str | None = None
         while True:
-            every_key = functools.partial(self._list_page, prefix, token, delimiter=None)
+            every_key = functools.partial(_parsed_page, self._engine, prefix, token)
             page = self._do(every_key, "LIST", "")
             for obj in page.get("Contents", ()):
                 yield obj["Key"], obj["Size"]
@@ -164,5 +171,14 @@ class S3Writes:
             token = page.get("NextContinuationToken")
 
 
+def _parsed_page(engine: LeanGetEngine, prefix: str, token: str | None) -> dict[str, Any]:
+    """One page of every key under `prefix` (no delimiter), parsed."""
+    return parse_page(engine.list_page(prefix, token, None))
+
+
 def _written(path: str, size: int, etag: str) -> ObjectInfo:
     return ObjectInfo(path.rsplit("/", 1)[-1], size, time.time(), etag, is_dir=False)
+
+
+# What S3Writes takes, checked by mypy.
+_WRITES: type[MultipartBackend] = S3Writes

@@ -23,10 +23,12 @@ from bench import dataset as ds
 from bench import leftovers, report
 from bench.charts import draw_charts
 from bench.epoch import store_files_per_s
+from bench.larger_than_cache import epoch2_cached_share
 from bench.metadata import create_tree
 from bench.progress import Progress, Run, expected_seconds
 from bench.remount import remount_epoch
 from bench.scenarios import (
+    LARGER_THAN_CACHE,
     LONGEST_TTL_WAITED,
     LONGEST_TTL_WAITED_QUICK,
     METRICS,
@@ -198,6 +200,9 @@ def run_on_server(
                 if only is None or "epoch2_remount_files_per_s" in only:
                     progress.step("epoch2_remount_files_per_s (its own two mounts)")
                     peaks += remount(system, server, data, workdir, results)
+                if only is None or LARGER_THAN_CACHE in only:
+                    progress.step(f"{LARGER_THAN_CACHE} (a mount of its own)")
+                    larger_than_cache(system, server, data, args, workdir, results)
                 known = [peak for peak in peaks if peak is not None]
                 results["session_peak_rss_mib"] = (
                     round(max(known), 1) if known else "error: pid not found"
@@ -226,6 +231,26 @@ def remount(
         return []
     results.update(figures)
     return peaks
+
+
+def larger_than_cache(
+    system: System,
+    server: Server,
+    data: ds.Dataset,
+    args: argparse.Namespace,
+    workdir: str,
+    results: dict[str, float | str],
+) -> None:
+    """Epoch 2's share from the cache of a dataset twice it (pffs only: bench.larger_than_cache)."""
+    if not isinstance(system, Pffs):
+        results[LARGER_THAN_CACHE] = "n/a: pffs's counters only"
+        return
+    drop_caches()
+    try:
+        share = epoch2_cached_share(system, server, data, workdir, args.quick)
+        results[LARGER_THAN_CACHE] = round(share, 1)
+    except Exception as exc:  # reported as the scenario's figure; the run goes on
+        results[LARGER_THAN_CACHE] = f"error: {str(exc).splitlines()[0][:160]}"
 
 
 def repetitions(args: argparse.Namespace) -> int:

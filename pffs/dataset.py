@@ -41,6 +41,10 @@ def prefetch_order(mountpoint: str, paths: Iterable[str]) -> list[str]:
     lines = [_inside(root, path) for path in paths]
     with open(control, "w", encoding="utf-8") as handed:
         handed.write("".join(f"{line}\n" for line in lines if line))
+        # fsync hands the list over before close returns, also where a read-only mount has
+        # the kernel's FLUSH turned off (a RELEASE is not waited for).
+        handed.flush()
+        os.fsync(handed.fileno())
     with open(control, encoding="utf-8") as report:
         # "queued N", then one line per bad entry.
         return report.read().splitlines()[1:]
@@ -66,7 +70,11 @@ class PrefetchOrder:
 
     def __iter__(self) -> Iterator[int]:
         order: Sequence[int] = list(self.sampler)
-        self.bad = prefetch_order(self.mountpoint, (self.path_of(i) for i in order))
+        try:
+            self.bad = prefetch_order(self.mountpoint, (self.path_of(i) for i in order))
+        except OSError as exc:  # a hint lost, never an epoch: a read-only bind refuses the list
+            log.warning("pffs prefetch: the order was not handed over: %s", exc)
+            self.bad = []
         for line in self.bad[:10]:
             log.warning("pffs prefetch: %s", line)
         return iter(order)

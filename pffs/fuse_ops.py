@@ -199,10 +199,11 @@ class PffsOperations(pyfuse3.Operations):
     @_errno_boundary
     async def flush(self, fh: int) -> None:
         if self.config.fuse.read_only:
-            # A read-only mount has nothing to hand over at close: no file is written (the
-            # kernel refuses every write with EROFS) and no order list either. ENOSYS makes the
-            # kernel stop sending FLUSH for good, one request less per file a data loader
-            # reads (pyfuse3 has no FOPEN_NOFLUSH to say so per open).
+            # A read-only mount has nothing to hand over at close: no file is written (pffs
+            # refuses every write with EROFS), and an order list is taken at fsync or release
+            # instead (pffs.dataset fsyncs it). ENOSYS makes the kernel stop sending FLUSH for
+            # good, one request less per file a data loader reads (pyfuse3 has no
+            # FOPEN_NOFLUSH to say so per open).
             raise pyfuse3.FUSEError(errno.ENOSYS)
         await self.vfs.flush(fh)
 
@@ -286,16 +287,17 @@ def serve(
     options = set(pyfuse3.default_options)
     # fsname shows in `mount` and lets pffs recognise its own (dead) mounts by type fuse.pffs.
     options |= {f"fsname={ops.config.name.replace(',', '_')}", "subtype=pffs"}
-    if fuse.read_only:
-        options.add("ro")
+    # --read-only is pffs's to enforce, not the kernel's: a kernel `ro` mount would refuse the
+    # order list written to .pffs/prefetch too (docs/notes/readonly-order.md).
     if fuse.allow_other:
         options.add("allow_other")
     try:
         pyfuse3.init(ops, mountpoint, options)
     except RuntimeError as exc:
-        raise MountFailed(
-            f"cannot mount at {mountpoint} ({exc}): is /dev/fuse present and fuse3 installed?"
-        ) from None
+        hint = "is /dev/fuse present and open to this user, and fuse3 installed?"
+        if fuse.allow_other and os.getuid() != 0:  # fusermount3's own message is not shown
+            hint = "--allow-other needs user_allow_other in /etc/fuse.conf for a non-root user"
+        raise MountFailed(f"cannot mount at {mountpoint} ({exc}): {hint}") from None
     try:
         trio.run(_serve_until_done, ops, on_ready, after_init)
     finally:

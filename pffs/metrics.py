@@ -196,6 +196,12 @@ _CACHE_COUNTERS: dict[str, tuple[str, str, dict[str, str]]] = {
         "Blocks not written to the disk tier (full, below the free-space floor, error)",
         {},
     ),
+    "disk_writes_declined": (
+        "pffs_cache_disk_writes_declined",
+        "Blocks not written to the disk tier: outside the stable subset of a dataset larger "
+        "than the cache",
+        {},
+    ),
     "disk_corrupt": (
         "pffs_cache_disk_corrupt",
         "Disk tier entries dropped for a bad checksum, length or header",
@@ -348,6 +354,60 @@ def watch_cache(reader: CacheReader) -> None:
 def unwatch_cache(reader: CacheReader) -> None:
     if reader in _CACHE.readers:
         _CACHE.readers.remove(reader)
+
+
+# --- datasets being consumed ----------------------------------------------------------------
+# A field of pffs.cache.datasetroom's `describe` -> (gauge, help), one sample per dataset.
+
+_DATASET_GAUGES: dict[str, tuple[str, str]] = {
+    "size": ("pffs_dataset_size_bytes", "Bytes of a dataset being consumed (as far as listed)"),
+    "files": ("pffs_dataset_files", "Files of a dataset being consumed (as far as listed)"),
+    "cached": ("pffs_dataset_cached_bytes", "Bytes of a dataset the disk tier holds"),
+    "room": ("pffs_dataset_room_bytes", "Bytes of the disk tier a dataset may keep"),
+    "fits": (
+        "pffs_dataset_fits",
+        "1 when a dataset fits its room; 0 when the cache keeps a stable subset of it",
+    ),
+}
+
+DatasetReader = Callable[[], list[dict[str, Any]]]
+
+
+class _DatasetCollector(Collector):
+    """Reads the datasets a mount's cache watches at collection time, one sample each."""
+
+    def __init__(self) -> None:
+        self.readers: list[DatasetReader] = []
+
+    def collect(self) -> Iterator[Metric]:
+        watched = []
+        for reader in list(self.readers):
+            try:
+                watched += reader()
+            except RuntimeError:  # a dict resized under us by the trio thread: skip this once
+                continue
+        for field, (name, doc) in _DATASET_GAUGES.items():
+            family = GaugeMetricFamily(name, doc, labels=["dataset"])
+            for dataset in watched:
+                family.add_metric([str(dataset["dataset"])], float(dataset[field]))
+            yield family
+
+    def describe(self) -> Iterator[Metric]:
+        return self.collect()
+
+
+_DATASETS = _DatasetCollector()
+REGISTRY.register(_DATASETS)
+
+
+def watch_datasets(reader: DatasetReader) -> None:
+    """Report the datasets `reader()` describes (pffs.cache.datasetroom's `describe`)."""
+    _DATASETS.readers.append(reader)
+
+
+def unwatch_datasets(reader: DatasetReader) -> None:
+    if reader in _DATASETS.readers:
+        _DATASETS.readers.remove(reader)
 
 
 # --- hooks used by the layers ----------------------------------------------------------------

@@ -75,7 +75,7 @@ def reader(engine: str, endpoint: str, threads: int) -> Any:
         client = session.client(
             "s3", endpoint_url=endpoint, config=Config(s3={"addressing_style": "path"})
         )
-        lean = LeanGetEngine(client, session.get_credentials(), BUCKET, True, threads + 4, 10, 30)
+        lean = LeanGetEngine(client, session.get_credentials(), BUCKET, True, threads + 4)
 
         def lean_get(key: str, start: int, length: int) -> bytes:
             with lean.get(key, start, length, None) as body:

@@ -24,6 +24,9 @@ blocks.py       BlockCache, what callers use: reads from the nearest tier, singl
 preload.py      Preloader: whole files loaded ahead of readers (dataset prefetch, order lists,
                 warmup), lazily from jobs, concurrency by Little's law, halved on throttling,
                 within a budget of bytes in flight and the room the cache has for unread files.
+datasetroom.py  DatasetRoom: the datasets being consumed share most of the disk tier; one that
+                does not fit its share keeps a subset chosen by a hash of its names, the
+                blocks of its other files are not written to disk, nor preloaded.
 singleflight.py The flights under way, by block: concurrent readers of one block wait for one
                 load and share its bytes or its error; an abandoned flight sends them to load
                 it themselves.

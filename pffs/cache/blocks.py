@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 import trio
 
 from pffs.cache.background import Background
+from pffs.cache.datasetroom import DatasetRoom
 from pffs.cache.disk import DiskTier
 from pffs.cache.diskio import DiskIO
 from pffs.cache.keys import BlockKey, ColdStart, Fetch, FetchRun
@@ -55,6 +56,7 @@ class BlockCache:
             self.run_blocks,
             self.memory,
             self._flights,
+            self.is_cached_or_coming,
             self._disk,
             self._background,
             self.stats,
@@ -62,6 +64,9 @@ class BlockCache:
         self.memory.on_evict = self._prefetcher.evicted
         # A random read of a compressed disk entry decompresses the whole block: keep it.
         self._disk.keep_block = self.memory.put
+        # Datasets being consumed that do not fit keep a stable subset on disk (datasetroom.py).
+        self.room = DatasetRoom(config.disk_bytes if self.disk is not None else 0)
+        self._disk.admit = self.room.admit
 
     @property
     def memory_only(self) -> set[str]:
@@ -179,7 +184,10 @@ class BlockCache:
         if key in self._flights:  # arrived on its way while the disk was asked
             return False
         return (
-            self._prefetcher.start([key], [cold_start.size], cold_start.fetch_run, False, True) > 0
+            self._prefetcher.start(
+                [key], [cold_start.size], cold_start.fetch_run, coalesce=False, at_end=True
+            )
+            > 0
         )
 
     def _count_served(self, tier: str, count: int) -> None:
@@ -218,6 +226,7 @@ class BlockCache:
         keys: Sequence[BlockKey],
         sizes: Sequence[int],
         fetch_run: FetchRun,
+        *,
         coalesce: bool = False,
         at_end: bool = True,
     ) -> int:
@@ -231,13 +240,14 @@ class BlockCache:
         for before a run's worth of blocks is missing. The global prefetch budget bounds the
         bytes in flight.
         """
-        return self._prefetcher.start(keys, sizes, fetch_run, coalesce, at_end)
+        return self._prefetcher.start(keys, sizes, fetch_run, coalesce=coalesce, at_end=at_end)
 
     async def load(
         self,
         keys: Sequence[BlockKey],
         sizes: Sequence[int],
         fetch_run: FetchRun,
+        *,
         read_disk: bool = True,
     ) -> int:
         """Load one object's blocks (`keys`, `sizes`) into the cache and wait for them.
@@ -249,7 +259,14 @@ class BlockCache:
         raised (the blocks not loaded are given up, so a reader fetches them itself). Without
         `read_disk` (warmup), blocks the disk tier holds are only checked for, not read.
         """
-        return await self._prefetcher.load(keys, sizes, fetch_run, self.run_blocks, read_disk)
+        return await self._prefetcher.load(keys, sizes, fetch_run, read_disk=read_disk)
+
+    async def cached_bytes(self, keys: Sequence[BlockKey], sizes: Sequence[int]) -> int:
+        """Bytes of these blocks the disk tier holds (one lookup for them all)."""
+        if self.disk is None or not keys:
+            return 0
+        present = await self._disk.present(list(keys))
+        return sum(size for size, here in zip(sizes, present, strict=True) if here)
 
     def disk_holds(self, source: str) -> bool:
         """Whether blocks of `source` go to the disk tier (it exists, and not memory only)."""

@@ -338,8 +338,14 @@ class DiskTier:
             return False
 
     def present(self, keys: list[str]) -> list[bool]:
-        """Which of the keys have an entry (one worker-thread hop for a readahead window)."""
-        return [key in self for key in keys]
+        """Which of the keys have an entry (one worker-thread hop and one SELECT for a
+        readahead window, or a dataset's files)."""
+        try:
+            found = self.index.lookup(keys)
+        except Exception as exc:  # a database hiccup: nothing is known to be there
+            log.warning("disk cache lookup of %d blocks failed: %s", len(keys), exc)
+            return [False] * len(keys)
+        return [key in found for key in keys]
 
     def put(self, key: str, data: bytes, source: str) -> bool:
         """Store a block; False when skipped (free-space floor, full disk, any I/O error)."""

@@ -121,6 +121,8 @@ class DiskIO:
         self.memory_only: set[str] = set()
         # Where a whole block read for a part of it goes (the memory tier), if anywhere.
         self.keep_block: Callable[[BlockKey, bytes], None] | None = None
+        # Whether a fetched block may be written (a dataset's stable subset: datasetroom.py).
+        self.admit: Callable[[BlockKey, int], bool] | None = None
         # The tier's keys, read from its index by _read_keys at most every _FOLLOW_PERIOD
         # while blocks are looked up, and when (trio clock) the last read began.
         self.keys = DiskKeys(0)
@@ -321,6 +323,9 @@ class DiskIO:
         bound them by asking `wait_for_room` before each request (see there).
         """
         if not self.holds(key) or not self._background.attached:
+            return
+        if self.admit is not None and not self.admit(key, len(data)):
+            self.stats.disk_writes_declined += 1
             return
         try:  # a free slot: queued at once, without a background task to wait for one
             self._write_slots.acquire_nowait()

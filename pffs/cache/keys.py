@@ -1,14 +1,16 @@
 """What names a block, and the shapes of the fetch functions the cache is handed.
 
-Shared by every module of the cache and by its callers (the read path, warmup). A block is
-identified by (source, path, object version, index): a changed object has a new version, so its
-old blocks can never be served for it. The cache never sees a backend; the caller hands it a
-function that loads the bytes.
+Shared by every module of the cache and by its callers (the read path, dataset prefetch,
+warmup). A block is identified by (source, path, object version, index): a changed object has
+a new version, so its old blocks can never be served for it. `ObjectBlocks` is the one place a
+file becomes block keys and block lengths, so a block loaded ahead is the very block a reader
+asks for. The cache never sees a backend; the caller hands it a function that loads the bytes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import NamedTuple
 
 
@@ -17,6 +19,53 @@ class BlockKey(NamedTuple):
     path: str
     version: str
     block: int
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectBlocks:
+    """One version of one object (`size` bytes) cut into blocks of `block_size` bytes: each
+    block's key, length and place in the object."""
+
+    source: str
+    path: str
+    version: str
+    size: int
+    block_size: int
+
+    @property
+    def ident(self) -> tuple[str, str]:
+        """What names the file whatever its version (the preload engine's item ident)."""
+        return (self.source, self.path)
+
+    @property
+    def count(self) -> int:
+        return -(-self.size // self.block_size)
+
+    def key(self, index: int) -> BlockKey:
+        return BlockKey(self.source, self.path, self.version, index)
+
+    def length(self, index: int) -> int:
+        return min(self.block_size, self.size - index * self.block_size)
+
+    def start(self, index: int) -> int:
+        """Where block `index` starts in the object."""
+        return index * self.block_size
+
+    def keys(self, indices: range | None = None) -> list[BlockKey]:
+        """The keys of blocks `indices` (default: all of them)."""
+        return [self.key(index) for index in (range(self.count) if indices is None else indices)]
+
+    def lengths(self, indices: range | None = None) -> list[int]:
+        return [self.length(index) for index in (range(self.count) if indices is None else indices)]
+
+    def spans(self, offset: int, end: int) -> list[tuple[int, int, int]]:
+        """(index, start, stop) of each block bytes [offset, end) of the object touch, `start`
+        and `stop` counted from the block's first byte."""
+        size = self.block_size
+        return [
+            (index, max(offset - index * size, 0), min(end - index * size, self.length(index)))
+            for index in range(offset // size, (end - 1) // size + 1)
+        ]
 
 
 # Loads one block from the store (a reader's miss, or warmup).

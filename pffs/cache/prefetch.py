@@ -1,11 +1,14 @@
-"""The prefetch engine: readers' readahead windows loaded in the background, within a budget.
+"""The prefetch engine: blocks loaded ahead of their readers, in the background within a
+budget (`start`: a reader's readahead window) or awaited (`load`: a whole file, for the preload
+engine).
 
-A window's blocks that are neither in memory nor on their way get a flight each at once (a
-reader arriving first waits for it), as long as the global budget of prefetch bytes in flight
-allows; the rest of the window is skipped. Then, in the background: blocks the disk tier holds
-are read from it, in parallel; the others are asked of the store in runs of consecutive blocks,
-one request per run (up to `run_blocks` blocks), and each is handed over as soon as it arrives:
-into memory, to its waiters, and written behind. Before each request a prefetch waits until the
+Blocks that are neither in memory nor on their way get a flight each at once (a reader
+arriving first waits for it); of a window, only as many as the global budget of prefetch bytes
+in flight allows, and the rest of the window is skipped. Then blocks the disk tier holds are
+read from it, in parallel; the others are asked of the store in runs of consecutive blocks,
+one request per run (up to `run_blocks` blocks; a window's runs at once, each in a task of its
+own), and each is handed over as soon as it arrives: into memory, to its waiters, and written
+behind. Before each request a prefetch waits until the
 disk has taken what was handed to it before (DiskIO.wait_for_room), so it runs at the disk's
 pace without ever holding up a request's stream. A block's budget comes back when it lands, or
 when its flight is given up: the store failed (its reader will fetch it and see the error) or
@@ -18,7 +21,9 @@ from memory before any reader asked for them.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+
+import trio
 
 from pffs.cache.background import Background
 from pffs.cache.diskio import DiskIO
@@ -31,25 +36,28 @@ log = logging.getLogger("pffs.cache")
 
 
 class _Run:
-    """Blocks of one readahead window being prefetched: position -> (key, size, flight)."""
+    """Blocks of one object being loaded ahead: position -> (key, size, flight)."""
 
     def __init__(self, blocks: dict[int, tuple[BlockKey, int, Flight]], fetch: FetchRun) -> None:
         self.blocks = blocks
         self.fetch = fetch
-        self.on_disk: set[int] = set()  # found in the disk tier: not asked of the store
 
     def spans(self, most: int) -> list[tuple[int, int]]:
-        """(first, count) of consecutive positions not on disk, at most `most` long each."""
-        if len(self.blocks) == 1 and not self.on_disk:  # a small file: most runs are this
+        """(first, count) of consecutive positions left to load, at most `most` long each."""
+        if len(self.blocks) == 1:  # a small file: most runs are this
             return [(next(iter(self.blocks)), 1)]
         spans: list[tuple[int, int]] = []
-        for position in sorted(p for p in self.blocks if p not in self.on_disk):
+        for position in sorted(self.blocks):
             first, count = spans[-1] if spans else (-2, 0)
             if position == first + count and count < most:
                 spans[-1] = (first, count + 1)
             else:
                 spans.append((position, 1))
         return spans
+
+    def take(self, first: int, count: int) -> _Run:
+        """Positions first..first+count-1 (a span of this run) as a run of their own."""
+        return _Run({p: self.blocks.pop(p) for p in range(first, first + count)}, self.fetch)
 
 
 class Prefetcher:
@@ -59,6 +67,7 @@ class Prefetcher:
         run_blocks: int,
         memory: MemoryTier,
         flights: SingleFlight,
+        cached_or_coming: Callable[[BlockKey], bool],
         disk: DiskIO,
         background: Background,
         stats: CacheStats,
@@ -67,6 +76,7 @@ class Prefetcher:
         self.run_blocks = run_blocks  # blocks asked of the store in one request at most
         self.memory = memory
         self.flights = flights
+        self.cached_or_coming = cached_or_coming  # BlockCache.is_cached_or_coming
         self.disk = disk
         self.background = background
         self.stats = stats
@@ -83,57 +93,110 @@ class Prefetcher:
         keys: Sequence[BlockKey],
         sizes: Sequence[int],
         fetch_run: FetchRun,
+        *,
         coalesce: bool,
         at_end: bool,
     ) -> int:
-        """Start loading a window; how many blocks were started (see BlockCache.prefetch)."""
+        """Start loading a window in the background, within the budget; how many blocks were
+        started (see BlockCache.prefetch)."""
         if not self.background.attached:
             return 0
         run_blocks = self.run_blocks if coalesce else 1
-        missing = [i for i, key in enumerate(keys) if not self._cached_or_coming(key)]
+        missing = [i for i, key in enumerate(keys) if not self.cached_or_coming(key)]
         if not missing or (len(missing) < min(run_blocks, len(keys)) and not at_end):
             return 0
-        started: list[int] = []
+        run = self._claim(keys, sizes, missing, fetch_run, within_budget=True)
+        self.stats.prefetch_issued += len(run.blocks)
+        if run.blocks:
+            self.background.spawn(self._load_quietly, run, run_blocks)
+        return len(run.blocks)
+
+    async def load(
+        self,
+        keys: Sequence[BlockKey],
+        sizes: Sequence[int],
+        fetch_run: FetchRun,
+        *,
+        read_disk: bool,
+    ) -> int:
+        """Load every block of one object not cached or coming, and wait for them.
+
+        Returns the bytes fetched from the store (0: all were cached, on disk or on their way).
+        A store error is raised once the blocks not loaded are given up (their readers then
+        fetch them and see the error themselves). The bytes count against the same budget
+        gauge as readahead; the caller bounds them (see pffs.cache.preload).
+        """
+        missing = [i for i, key in enumerate(keys) if not self.cached_or_coming(key)]
+        if not missing:
+            return 0
+        run = self._claim(keys, sizes, missing, fetch_run, within_budget=False)
+        return await self._load(run, self.run_blocks, read_disk=read_disk, spread=False)
+
+    def _claim(
+        self,
+        keys: Sequence[BlockKey],
+        sizes: Sequence[int],
+        missing: Sequence[int],
+        fetch_run: FetchRun,
+        *,
+        within_budget: bool,
+    ) -> _Run:
+        """Register a flight for each missing position (a reader arriving first waits for it)
+        and count its bytes in flight; `within_budget`: only while the budget allows."""
+        blocks: dict[int, tuple[BlockKey, int, Flight]] = {}
         for position in missing:
-            if self._in_flight + sizes[position] > self.budget:
+            size = sizes[position]
+            if within_budget and self._in_flight + size > self.budget:
                 self.stats.prefetch_skipped_budget += 1
                 break
-            self._in_flight += sizes[position]
-            # Registered now: a reader arriving first waits for it.
-            self.flights.start(keys[position], prefetch=True)
-            started.append(position)
-        self.stats.prefetch_issued += len(started)
-        if started:
-            blocks = {p: (keys[p], sizes[p], self._flight(keys[p])) for p in started}
-            self.background.spawn(self._load, _Run(blocks, fetch_run), run_blocks)
-        return len(started)
+            self._in_flight += size
+            flight = self.flights.start(keys[position], prefetch=True)
+            blocks[position] = (keys[position], size, flight)
+        return _Run(blocks, fetch_run)
 
-    def _cached_or_coming(self, key: BlockKey) -> bool:
-        return key in self.memory or key in self.flights
+    # --- loading a run -----------------------------------------------------------------------
 
-    def _flight(self, key: BlockKey) -> Flight:
-        flight = self.flights.get(key)
-        assert flight is not None
-        return flight
+    async def _load_quietly(self, run: _Run, run_blocks: int) -> None:
+        count = len(run.blocks)
+        try:
+            await self._load(run, run_blocks, read_disk=True, spread=True)
+        except Exception as exc:  # a reader will fetch the block itself and see the error
+            log.debug("prefetch of %d blocks failed: %s", count, exc)
 
-    # --- loading a window --------------------------------------------------------------------
+    async def _fetch_quietly(self, run: _Run, first: int, count: int) -> None:
+        """A span of a window in a task of its own (see `_load`)."""
+        try:
+            await self._fetch(run, first, count)
+        except Exception as exc:  # a reader will fetch the block itself and see the error
+            log.debug("prefetch of %d blocks failed: %s", count, exc)
+        finally:
+            self._release(run, list(run.blocks))
 
-    async def _load(self, run: _Run, run_blocks: int) -> None:
-        if self.disk.tier is not None:
-            try:
-                await self._find_on_disk(run)
-            except BaseException:  # cancelled: what no task took over is given back
-                self._release(run, [p for p in run.blocks if p not in run.on_disk])
-                raise
-        spans = run.spans(run_blocks)
-        if len(spans) == 1:  # fetched in this task: a task of its own costs a spawn per file
-            await self._fetch_span(run, *spans[0])
-            return
-        for first, count in spans:
-            self.background.spawn(self._fetch_span, run, first, count)
+    async def _load(self, run: _Run, run_blocks: int, *, read_disk: bool, spread: bool) -> int:
+        """Load a run's blocks: those the disk tier holds from it, the others from the store in
+        spans of up to `run_blocks` blocks, one request each. With `spread`, several spans are
+        fetched at once, in tasks of their own (whose errors only their readers see). Returns
+        the bytes fetched (by this task); what is left at an error or a cancellation is given
+        back."""
+        try:
+            if self.disk.tier is not None:
+                await self._from_disk(run, read_disk)
+            spans = run.spans(run_blocks)
+            if spread and len(spans) > 1:
+                for first, count in spans:
+                    self.background.spawn(self._fetch_quietly, run.take(first, count), first, count)
+                return 0
+            fetched = 0
+            for first, count in spans:  # one span (the usual case) costs no task of its own
+                fetched += await self._fetch(run, first, count)
+            return fetched
+        finally:
+            self._release(run, list(run.blocks))
 
-    async def _find_on_disk(self, run: _Run) -> None:
-        """Start a disk read of each block of the run the disk tier holds (in parallel).
+    async def _from_disk(self, run: _Run, read: bool) -> None:
+        """Land the blocks of the run the disk tier holds (several read at once); without
+        `read`, only give up their flights (they are there: nothing to fetch). Blocks gone or
+        damaged since are left to the store.
 
         A lone block is read at once (a miss then costs what asking costs, and a small file's
         block rides in a batch of reads); for several, the tier is asked which it holds first,
@@ -142,37 +205,25 @@ class Prefetcher:
         wanted = [p for p, (key, _, _) in run.blocks.items() if self.disk.holds(key)]
         if not wanted:
             return
-        if len(wanted) == 1:  # read here: this task has nothing else to do meanwhile
-            run.on_disk.add(wanted[0])
+        if read and len(wanted) == 1:
             await self._disk_block(run, wanted[0])
             return
         present = await self.disk.present([run.blocks[p][0] for p in wanted])
-        for position, here in zip(wanted, present, strict=True):
-            if here:
-                run.on_disk.add(position)
-                self.background.spawn(self._disk_block, run, position)
-            else:
-                self.stats.disk_misses += 1
+        here = [p for p, there in zip(wanted, present, strict=True) if there]
+        self.stats.disk_misses += len(wanted) - len(here)
+        if not read:
+            self._release(run, here)
+            return
+        async with trio.open_nursery() as nursery:
+            for position in here:
+                nursery.start_soon(self._disk_block, run, position)
 
     async def _disk_block(self, run: _Run, position: int) -> None:
         key, size, flight = run.blocks[position]
-        try:
-            data = await self.disk.get(key, size)
-        except BaseException:
-            self._release(run, [position])
-            raise
-        if data is not None:
+        data = await self.disk.get(key, size)
+        if data is not None:  # else gone or damaged since it was seen: left to the store
             self._land(key, flight, data, "disk")
             self._release(run, [position])
-            return
-        # Gone or damaged since it was seen: one block from the store instead.
-        self.background.spawn(self._fetch_span, run, position, 1)
-
-    async def _fetch_span(self, run: _Run, first: int, count: int) -> None:
-        try:
-            await self._fetch(run, first, count)
-        except Exception as exc:  # a reader will fetch the block itself and see the error
-            log.debug("prefetch of %d blocks failed: %s", count, exc)
 
     async def _fetch(self, run: _Run, first: int, count: int) -> int:
         """Blocks first..first+count-1 of a run from the store; the bytes fetched."""
@@ -187,70 +238,9 @@ class Prefetcher:
             self._release(run, [position])
             self.disk.write_behind(key, data)
 
-        try:
-            await self.disk.wait_for_room()  # before the request: prefetch at the disk's pace
-            await run.fetch(first, count, deliver)
-        finally:
-            self._release(run, [p for p in range(first, first + count) if p in run.blocks])
+        await self.disk.wait_for_room()  # before the request: prefetch at the disk's pace
+        await run.fetch(first, count, deliver)
         return fetched
-
-    # --- loading a whole file, awaited (the preload engine) -------------------------------------
-
-    async def load(
-        self,
-        keys: Sequence[BlockKey],
-        sizes: Sequence[int],
-        fetch_run: FetchRun,
-        run_blocks: int,
-        read_disk: bool = True,
-    ) -> int:
-        """Load every block of one object not cached or coming, and wait for them.
-
-        Returns the bytes fetched from the store (0: all were cached, on disk or on their way).
-        A store error is raised once the blocks not loaded are given up (their readers then
-        fetch them and see the error themselves). The bytes count against the same budget
-        gauge as readahead; the caller bounds them (see pffs.cache.preload).
-        """
-        missing = [i for i, key in enumerate(keys) if not self._cached_or_coming(key)]
-        if not missing:
-            return 0
-        for position in missing:
-            self._in_flight += sizes[position]
-            self.flights.start(keys[position], prefetch=True)
-        run = _Run({p: (keys[p], sizes[p], self._flight(keys[p])) for p in missing}, fetch_run)
-        try:
-            if self.disk.tier is not None:
-                await self._take_from_disk(run, read_disk)
-            fetched = 0
-            for first, count in run.spans(run_blocks):
-                fetched += await self._fetch(run, first, count)
-            return fetched
-        finally:  # an error or a cancellation: what is left is given back
-            self._release(run, list(run.blocks))
-
-    async def _take_from_disk(self, run: _Run, read: bool) -> None:
-        """Land the blocks of the run the disk tier holds (one after another); without `read`,
-        only give up their flights (they are there: nothing to fetch). A lone block to read is
-        read at once, as in `_find_on_disk`."""
-        wanted = [p for p, (key, _, _) in run.blocks.items() if self.disk.holds(key)]
-        if not wanted:
-            return
-        if read and len(wanted) == 1:
-            present = [True]
-        else:
-            present = await self.disk.present([run.blocks[p][0] for p in wanted])
-        for position, here in zip(wanted, present, strict=True):
-            if not here:
-                self.stats.disk_misses += 1
-                continue
-            if not read:
-                self._release(run, [position])
-                continue
-            key, size, flight = run.blocks[position]
-            data = await self.disk.get(key, size)
-            if data is not None:  # else gone or damaged since: fetched from the store
-                self._land(key, flight, data, "disk")
-                self._release(run, [position])
 
     def _land(self, key: BlockKey, flight: Flight, data: bytes, tier: str) -> None:
         """A block arrived: into memory, and to everyone waiting on its flight."""

@@ -11,7 +11,9 @@ Bounds: items in flight <= the concurrency; bytes in flight <= the budget, and w
 <= the cache's prefetch budget (the memory it reserves for blocks in flight); bytes loaded and
 not yet used by a reader <= the room the cache gives (`BlockCache.preload_room`), so loading
 ahead never pushes out what it loaded before the readers get to it. One item at least is always
-allowed, however large (a file larger than the budget is loaded alone).
+allowed, however large (a file larger than the budget is loaded alone). Files the cache would
+not keep (outside the stable subset of a dataset larger than the cache, `BlockCache.room`) are
+passed over.
 
 Concurrency follows Little's law: requests in flight = files/s x latency. It starts moderate
 and grows while the latency stays near the lowest seen (the store keeps up, so more in flight
@@ -262,7 +264,9 @@ class Preloader:
                 log.debug("preload job %s stopped: %s", job.name, exc)
                 self._end(job)
                 continue
-            if item.ident not in self._handled:
+            # A file the cache would not keep (outside the stable subset of a dataset larger
+            # than the cache: datasetroom.py) would be fetched only to be dropped.
+            if item.ident not in self._handled and self.cache.room.keeps(item.keys[0]):
                 return item, job
 
     def _end_idle_jobs(self) -> None:

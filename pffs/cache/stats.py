@@ -17,6 +17,8 @@ class CacheStats:
     memory_evictions: int = 0
     disk_writes: int = 0
     disk_write_skips: int = 0  # not written: disk full, below the free-space floor, or an error
+    # Not written: outside the stable subset of a dataset larger than the cache (datasetroom.py).
+    disk_writes_declined: int = 0
     disk_corrupt: int = 0  # entries dropped for a bad checksum, length or header
     single_flight_waits: int = 0  # readers that joined a fetch already in flight
     prefetch_issued: int = 0

@@ -151,6 +151,10 @@ def run(argv: Sequence[str] | None = None) -> int:
             from pffs.cli.demo import run_demo
 
             return run_demo(files=args.files, large_mib=args.large_mib)
+        if args.command == "fluid":
+            from pffs.cli.fluid import run as run_fluid
+
+            return run_fluid(args, setup_logging)
         if args.command == "scheduler-extender":
             from pffs.csi.affinity.extender import run as run_extender
 

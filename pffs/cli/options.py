@@ -240,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="command",
         required=True,
         parser_class=_Parser,
-        metavar="{mount,umount,stats,warmup,prefetch,cache,demo,csi,scheduler-extender,affinity}",
+        metavar="{mount,umount,stats,warmup,prefetch,cache,demo,fluid,csi,scheduler-extender,affinity}",
     )
 
     mount = commands.add_parser(
@@ -303,7 +303,8 @@ def build_parser() -> argparse.ArgumentParser:
         "warmup",
         help="fill the disk cache ahead of a job",
         description="Fill the disk cache with PATHs: directories or files inside a pffs mount "
-        "(its own cache settings are used), or source URLs with the cache options given here.",
+        "(its own cache settings are used; a mount served elsewhere, such as a Fluid or CSI "
+        "pod's volume, is read through), or source URLs with the cache options given here.",
     )
     warmup.add_argument("paths", nargs="*", help="paths in a pffs mount, or s3://, file:// URLs")
     warmup.add_argument("--list", dest="list_file", help="read more paths from FILE, one a line")
@@ -332,6 +333,30 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="mount a generated dataset from an in-process S3")
     demo.add_argument("--files", type=_positive_int, default=200, help="small files (200)")
     demo.add_argument("--large-mib", type=_positive_int, default=16, help="large file MiB (16)")
+
+    fluid = commands.add_parser(
+        "fluid",
+        help="serve a Fluid ThinRuntime's mount (its FUSE container's command)",
+        description="Mount a Fluid Dataset's mounts as one tree at Fluid's target path, as "
+        "Fluid's config file describes them, and serve in the foreground until SIGTERM. Exits "
+        "with 9 when the config changes, so that the container restarts with the new mounts.",
+    )
+    fluid.add_argument(
+        "--config",
+        help="Fluid's config file (default: /etc/fluid/config/config.json, else "
+        "/etc/fluid/config.json)",
+    )
+    fluid.add_argument(
+        "--check",
+        action="store_true",
+        help="liveness probe: exit 0 when the mount at the target path is live, 1 if not",
+    )
+    fluid.add_argument(
+        "--watch-interval",
+        type=_positive_seconds,
+        default=5.0,  # Kubernetes takes up to a minute to update a mounted ConfigMap anyway
+        help="seconds between looks at the config file for changes (5)",
+    )
 
     _add_affinity_commands(commands)
     from pffs.csi.server import add_parser as add_csi_parser  # no grpc import until it runs
@@ -440,18 +465,6 @@ def cache_config(args: argparse.Namespace) -> CacheConfig:
 
 
 def mount_config(args: argparse.Namespace) -> MountConfig:
-    fuse = FuseConfig(
-        mountpoint=os.path.abspath(args.mountpoint),
-        read_only=args.read_only,
-        uid=args.uid,
-        gid=args.gid,
-        file_mode=args.file_mode,
-        dir_mode=args.dir_mode,
-        allow_other=args.allow_other,
-        kernel_readahead=args.kernel_readahead,
-    )
-    meta = metadata_config(args)
-    log_file = os.path.abspath(args.log_file) if args.log_file else None
     if args.config and args.source:
         raise UsageError("give a SOURCE or --config FILE, not both")
     if args.config:
@@ -468,6 +481,25 @@ def mount_config(args: argparse.Namespace) -> MountConfig:
         name = args.source
     else:
         raise UsageError("nothing to mount: give a SOURCE URL or --config FILE")
+    return table_mount_config(args, table, name)
+
+
+def table_mount_config(
+    args: argparse.Namespace, table: tuple[TableEntry, ...], name: str
+) -> MountConfig:
+    """The mount of `table` with the mount options in `args` (`pffs mount`, `pffs fluid`)."""
+    fuse = FuseConfig(
+        mountpoint=os.path.abspath(args.mountpoint),
+        read_only=args.read_only,
+        uid=args.uid,
+        gid=args.gid,
+        file_mode=args.file_mode,
+        dir_mode=args.dir_mode,
+        allow_other=args.allow_other,
+        kernel_readahead=args.kernel_readahead,
+    )
+    meta = metadata_config(args)
+    log_file = os.path.abspath(args.log_file) if args.log_file else None
     return MountConfig(
         table=table,
         fuse=fuse,

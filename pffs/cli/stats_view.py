@@ -167,6 +167,23 @@ def _duration(seconds: float) -> str:
     )
 
 
+def dataset_lines(now: Series) -> list[str]:
+    """A line per dataset being consumed: its size, its share the disk tier holds, whether
+    it fits its room (else the cache keeps a stable subset of it: pffs.cache.datasetroom)."""
+    lines = []
+    for name in label_values(now, "pffs_dataset_size_bytes", "dataset"):
+        size = total(now, "pffs_dataset_size_bytes", dataset=name)
+        room = total(now, "pffs_dataset_room_bytes", dataset=name)
+        fits = total(now, "pffs_dataset_fits", dataset=name) > 0
+        lines.append(
+            f"  dataset {name}: {size / MB:.1f} MB in "
+            f"{total(now, 'pffs_dataset_files', dataset=name):.0f} files, "
+            f"cached {_ratio(total(now, 'pffs_dataset_cached_bytes', dataset=name), size)}, "
+            + ("fits" if fits else f"does not fit: a stable subset of {_ratio(room, size)} kept")
+        )
+    return lines
+
+
 def render(previous: dict[str, Any] | None, current: dict[str, Any], mountpoint: str) -> str:
     """One frame: rates over the interval since `previous` (or since the mount started)."""
     now = series(current)
@@ -236,6 +253,7 @@ def render(previous: dict[str, Any] | None, current: dict[str, Any], mountpoint:
         f"wasted {total(now, 'pffs_prefetch_files_wasted_total'):.0f}  "
         f"failed {total(now, 'pffs_prefetch_files_failed_total'):.0f}"
     )
+    lines += dataset_lines(now)
 
     lines += [
         "",

@@ -5,7 +5,8 @@ mount over the same cache directory finds the blocks. It loads files through the
 (pffs.cache.preload), the one code path that fills the cache, as dataset prefetch does. For a path
 inside a live pffs mount the mount's own configuration (source, block size, cache directory) is
 used; for a source URL, the cache options on the command line. Blocks already on disk are skipped,
-so a second run costs one database lookup per block.
+so a second run costs one database lookup per block. A path in a mount that left no record here
+(a bind mount in a Fluid or CSI pod) is read through the mount instead (pffs.cli.warmthrough).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pffs.backends import Backend, ObjectInfo, open_backend
 from pffs.backends.base import join
 from pffs.cache.disk import DiskTier
 from pffs.cache.preload import Preloader, PreloadItem
+from pffs.cli.warmthrough import warm_through
 from pffs.config import CacheConfig, SourceConfig, TableEntry
 from pffs.errors import UsageError
 from pffs.fs.datasets import file_item
@@ -38,9 +40,10 @@ MIB = 1 << 20
 
 @dataclass
 class Target:
-    """What to warm: a source and paths inside it."""
+    """What to warm: a source and paths inside it, or (source None) paths inside a mount whose
+    record this process cannot see, read through the mount (pffs.cli.warmthrough)."""
 
-    source: SourceConfig
+    source: SourceConfig | None
     cache: CacheConfig
     paths: list[str] = field(default_factory=list)
 
@@ -53,6 +56,7 @@ class Progress:
     bytes_done: int = 0
     bytes_fetched: int = 0
     bytes_cached: int = 0
+    bytes_read_through: int = 0  # read through a mount, whose own cache keeps what it fetched
     blocks_skipped: int = 0
     failures: list[str] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
@@ -78,6 +82,11 @@ class Progress:
             f"{self.blocks_skipped} blocks not stored (disk full), in {elapsed:.1f}s "
             f"({rate:.0f} MiB/s)"
         )
+        if self.bytes_read_through:
+            text += (
+                f"; {_size(self.bytes_read_through)} read through the mount "
+                "(its cache keeps what it fetched)"
+            )
         if self.failures:
             text += f"; {len(self.failures)} failed: " + "; ".join(self.failures[:3])
         return text
@@ -119,8 +128,11 @@ def resolve_targets(
             raise UsageError(f"{item} is not inside a pffs mount (or give a source URL)")
         mountpoint, inside = found
         config = registered_config(mountpoint)
-        if config is None:
-            raise UsageError(f"the pffs mount at {mountpoint} left no record of its settings")
+        if config is None:  # a bind mount of a mount served elsewhere (Fluid, CSI pods)
+            if not os.path.exists(path):
+                raise UsageError(f"{item}: no such file or directory")
+            targets.setdefault(f"through:{mountpoint}", Target(None, url_cache)).paths.append(path)
+            continue
         found_any = False
         for entry, path_in_source in _entries_holding(config.table, inside):
             if entry.cache != "disk":
@@ -164,6 +176,9 @@ async def _collect(
 async def warm(target: Target, jobs: int, progress: Progress, show: bool) -> None:
     """Fill the disk tier with the target's files through the preload engine (the one way
     pffs fills its cache), `jobs` files at a time at most."""
+    if target.source is None:
+        await warm_through(target.paths, jobs, lambda *done: _read_through(progress, *done))
+        return
     backend = open_backend(target.source)
     limiter = trio.CapacityLimiter(backend.max_concurrency)
     await run_blocking(limiter, backend.check)
@@ -220,10 +235,20 @@ async def warm(target: Target, jobs: int, progress: Progress, show: bool) -> Non
             sys.stderr.write("\r" + progress.line() + "\n")
 
 
+def _read_through(progress: Progress, path: str, count: int, error: OSError | None) -> None:
+    progress.files_total += 1
+    progress.files_done += 1
+    progress.bytes_total += count
+    progress.bytes_done += count
+    progress.bytes_read_through += count
+    if error is not None:
+        progress.failures.append(f"{path}: {error.strerror}")
+
+
 def run_warmup(targets: list[Target], jobs: int, quiet: bool) -> int:
     """Warm every target; print the summary; non-zero when any file failed."""
     for target in targets:
-        if target.cache.disk_dir is None:
+        if target.source is not None and target.cache.disk_dir is None:
             raise UsageError(f"{target.source.url}: the disk cache is disabled, nothing to fill")
     progress = Progress()
     show = not quiet and sys.stderr.isatty()

@@ -9,6 +9,10 @@ of one parent (ImageNet keeps one directory per class), the parent and its subdi
 level down, are one dataset. An order list (`prefetch_paths`, the `.pffs/prefetch` control file)
 is a dataset in the job's own order.
 
+Each dataset is also measured (its size from its listing, and what of it the disk tier holds)
+for the cache's room for datasets (pffs.cache.datasetroom): one larger than its room keeps a
+stable subset in the cache, and only that subset is loaded ahead.
+
 Files are fetched under this part's own thread limiter, never the source's: a reader's request
 never waits behind a prefetch. Each open tells the engine the file is used (a file not loaded
 yet is left to its reader) and keeps its dataset alive; a dataset no reader touches for
@@ -26,20 +30,22 @@ import trio
 
 from pffs.backends.base import Backend, ObjectInfo, join
 from pffs.cache.blocks import BlockCache
-from pffs.cache.keys import BlockKey, Deliver
+from pffs.cache.datasetroom import WatchedDataset
+from pffs.cache.keys import BlockKey, ObjectBlocks
 from pffs.cache.preload import Preloader, PreloadItem
 from pffs.config import DatasetConfig
 from pffs.errors import PffsError
-from pffs.fs.fetching import fetch_blocks
-from pffs.fs.handles import FileHandle
+from pffs.fs.fetching import fetch_runs
+from pffs.fs.handles import ReadHandle
 from pffs.fs.listings import DirListing
 from pffs.fs.namespace import Namespace
-from pffs.routing.table import Mounted
 
 log = logging.getLogger(__name__)
 
 # Directories whose recent opens are remembered at once; beyond it the oldest are forgotten.
 MAX_WATCHED = 4096
+# Blocks of a dataset looked up in the disk tier at once while it is measured (one SELECT).
+MEASURE_BATCH = 512
 
 
 class DatasetPrefetch:
@@ -59,6 +65,8 @@ class DatasetPrefetch:
             idle_after=config.idle_after,
         )
         self.limiter = trio.CapacityLimiter(config.max_concurrency)
+        cache.room.idle_after = config.idle_after
+        self._nursery: trio.Nursery | None = None
         # directory -> recent opens (time, name); parent -> recent opens (time, child directory)
         self._opens: dict[str, deque[tuple[float, str]]] = {}
         self._children: dict[str, deque[tuple[float, str]]] = {}
@@ -73,14 +81,15 @@ class DatasetPrefetch:
     def attach(self, nursery: trio.Nursery) -> None:
         if self.config.enabled:
             self.engine.attach(nursery)
+            self._nursery = nursery
 
     # --- detection ---------------------------------------------------------------------------
 
-    def opened(self, handle: FileHandle) -> None:
+    def opened(self, handle: ReadHandle) -> None:
         """A file of a source was opened read-only."""
         if not self.config.enabled:
             return
-        self.engine.used(_ident(handle.mounted, handle.path_in_source))
+        self.engine.used(handle.blocks.ident)
         self._orders = [name for name in self._orders if self.engine.has_job(name)]
         for name in self._orders:
             self.engine.touch(name)
@@ -97,6 +106,7 @@ class DatasetPrefetch:
                 continue
             self._datasets[root] = (depth, now)
             self.engine.touch(_job(root))
+            self.cache.room.touch(f"/{root}")
             if root == directory or depth == 1:
                 return
         if _recent(self._opens, directory, now, name, self.config) >= self.config.trigger_files:
@@ -119,7 +129,48 @@ class DatasetPrefetch:
         if root not in self._datasets and len(self._datasets) >= MAX_WATCHED:
             del self._datasets[next(iter(self._datasets))]
         self._datasets[root] = (depth, trio.current_time())
-        self.engine.add(_job(root), self._files_below(root, depth))
+        routed = self.namespace.table.route(root)
+        source = routed[0].backend.source_id if routed is not None else ""
+        if self._nursery is None or routed is None or not self.cache.disk_holds(source):
+            self.engine.add(_job(root), self._files_below(root, depth))
+            return
+        prefix = f"{routed[1]}/" if routed[1] else ""
+        watched = self.cache.room.watch(f"/{root}", source, prefix)
+        self._nursery.start_soon(self._measure, watched, root, depth)
+        self.engine.add(_job(root), self._behind_measure(watched, root, depth))
+
+    async def _behind_measure(
+        self, watched: WatchedDataset, root: str, depth: int
+    ) -> AsyncIterator[PreloadItem]:
+        """The dataset's files, each once `_measure` has counted it: the room then knows
+        whether the dataset fits as far as the engine has come (it waits only at the start,
+        or while the measure looks up what the disk tier holds)."""
+        position = 0
+        async for item in self._files_below(root, depth):
+            position += 1
+            while watched.files_placed < position and not watched.listed:
+                await trio.sleep(0.01)
+            yield item
+
+    async def _measure(self, watched: WatchedDataset, root: str, depth: int) -> None:
+        """Tell the cache's room the dataset's size as its listing is read, and how many of
+        its bytes the disk tier holds."""
+        room = self.cache.room
+        keys: list[BlockKey] = []
+        sizes: list[int] = []
+        try:
+            async for item in self._files_below(root, depth):
+                watched.count(item.keys[0].path, item.size)
+                keys += item.keys
+                sizes += item.sizes
+                if len(keys) >= MEASURE_BATCH:
+                    room.listed(watched, complete=False)
+                    watched.cached += await self.cache.cached_bytes(keys, sizes)
+                    keys, sizes = [], []
+            watched.cached += await self.cache.cached_bytes(keys, sizes)
+        except Exception as exc:  # a listing that failed: the room goes by what was listed
+            log.debug("measuring dataset /%s stopped: %s", root, exc)
+        room.listed(watched, complete=True)
 
     # --- order lists -------------------------------------------------------------------------
 
@@ -213,34 +264,11 @@ def file_item(
     block_size: int,
     limiter: trio.CapacityLimiter,
 ) -> PreloadItem:
-    """One file of a source as the preload engine loads it (dataset prefetch and warmup): its
-    block keys (those a reader of the version `info` uses) and a fetch of runs of its blocks
-    under `limiter`: a file of one block is one GET, a longer run one request where the store
-    streams runs."""
-    count = -(-info.size // block_size)
-    sizes = [min(block_size, info.size - i * block_size) for i in range(count)]
-    version = info.version
-    keys = [BlockKey(backend.source_id, path, version, i) for i in range(count)]
-
-    async def fetch_run(first: int, run: int, deliver: Deliver) -> None:
-        await fetch_blocks(
-            limiter,
-            backend,
-            path,
-            version,
-            block_size,
-            first,
-            sizes[first : first + run],
-            deliver,
-            first,
-        )
-
-    return PreloadItem((backend.source_id, path), keys, sizes, fetch_run)
-
-
-def _ident(mounted: Mounted, inside: str) -> tuple[str, str]:
-    """What names a file for the engine: the same as `file_item` gives it."""
-    return (mounted.backend.source_id, inside)
+    """One file of a source as the preload engine loads it (dataset prefetch and warmup): the
+    blocks a reader of the version `info` uses, fetched in runs under `limiter`."""
+    blocks = ObjectBlocks(backend.source_id, path, info.version, info.size, block_size)
+    fetch_run = fetch_runs(limiter, backend, blocks)
+    return PreloadItem(blocks.ident, blocks.keys(), blocks.lengths(), fetch_run)
 
 
 def _job(root: str) -> str:

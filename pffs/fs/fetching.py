@@ -8,12 +8,10 @@ request to the object version the caller opened, so a changed object raises `Cha
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import trio
 
 from pffs.backends.base import Backend, block_runs
-from pffs.cache.keys import Deliver
+from pffs.cache.keys import Deliver, FetchRun, ObjectBlocks
 from pffs.errors import Corrupted
 from pffs.workers import run_blocking
 
@@ -33,39 +31,38 @@ async def fetch_range(
     return data
 
 
-async def fetch_blocks(
-    limiter: trio.CapacityLimiter,
-    backend: Backend,
-    path: str,
-    version: str,
-    block_size: int,
-    first_index: int,
-    sizes: Sequence[int],
-    deliver: Deliver,
-    first_position: int,
-) -> None:
-    """Consecutive blocks from `first_index` (their lengths `sizes`), each handed over as it
-    lands: `deliver(first_position + i, data)` for the i-th. One request for the whole run
-    where the store streams runs, else one per block."""
-    streaming = block_runs(backend)
-    if len(sizes) == 1 or streaming is None:
-        for i, size in enumerate(sizes):
-            offset = (first_index + i) * block_size
-            data = await fetch_range(limiter, backend, path, version, offset, size)
-            await deliver(first_position + i, data)
-        return
+def fetch_runs(
+    limiter: trio.CapacityLimiter, backend: Backend, blocks: ObjectBlocks, base: int = 0
+) -> FetchRun:
+    """The cache's fetch of runs of `blocks`, window position p being block `base` + p: each
+    block handed over as it lands. One request for a run where the store streams runs, else one
+    per block."""
 
-    token = trio.lowlevel.current_trio_token()
+    async def fetch_run(first: int, count: int, deliver: Deliver) -> None:
+        indices = range(base + first, base + first + count)
+        streaming = block_runs(backend)
+        if count == 1 or streaming is None:
+            for position, index in enumerate(indices, first):
+                offset, length = blocks.start(index), blocks.length(index)
+                data = await fetch_range(
+                    limiter, backend, blocks.path, blocks.version, offset, length
+                )
+                await deliver(position, data)
+            return
 
-    def hand_over(i: int, data: bytes) -> None:  # in the worker thread
-        trio.from_thread.run(deliver, first_position + i, data, trio_token=token)
+        token = trio.lowlevel.current_trio_token()
 
-    await run_blocking(
-        limiter,
-        streaming.read_blocks,
-        path,
-        first_index * block_size,
-        list(sizes),
-        version,
-        hand_over,
-    )
+        def hand_over(i: int, data: bytes) -> None:  # in the worker thread
+            trio.from_thread.run(deliver, first + i, data, trio_token=token)
+
+        await run_blocking(
+            limiter,
+            streaming.read_blocks,
+            blocks.path,
+            blocks.start(indices.start),
+            blocks.lengths(indices),
+            blocks.version,
+            hand_over,
+        )
+
+    return fetch_run

@@ -1,37 +1,42 @@
-"""Open handles: a file (the version opened, its readahead, or its staging file while written)
-or a directory (its listing), numbered for the kernel."""
+"""Open handles by role, numbered for the kernel: a file read through the block cache (the
+version opened, its readahead, its pages in the kernel's page cache), a file being written (its
+staging file), or a directory (its listing)."""
 
 from __future__ import annotations
 
 import itertools
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from pffs.cache.keys import ObjectBlocks
 from pffs.cache.readahead import Readahead
 from pffs.errors import NotFound
 from pffs.fs.inodes import Inode
 from pffs.fs.listings import DirListing
+from pffs.fs.pagecache import HandlePages
 from pffs.fs.staging import Staged
 from pffs.routing.table import Mounted
 
 
 @dataclass(eq=False)
-class FileHandle:
-    """An open file: the version and size seen at open, so one open never mixes versions."""
+class ReadHandle:
+    """A file open for reading through the block cache: pinned to the version and size seen at
+    open (`blocks`), so one open never mixes versions."""
 
     inode: Inode
-    version: str
-    size: int
+    blocks: ObjectBlocks
     readahead: Readahead
     mounted: Mounted
-    path_in_source: str
-    # Set while the file is open for writing anywhere: reads then come from the staging file.
-    staged: Staged | None = None
-    # Bytes pushed into the kernel's page cache around the last random read (pffs.fs.pagecache).
-    push_window: int = 0
-    # Its windows queued or pushed, by (start, size), each set once stored or given up.
-    pushing: dict[tuple[int, int], threading.Event] = field(default_factory=dict)
+    pages: HandlePages = field(default_factory=HandlePages)
+
+
+@dataclass(eq=False)
+class WriteHandle:
+    """A file being written (opened for writing, or opened while a writer has it open): its
+    reads and writes go to the staging file."""
+
+    inode: Inode
+    staged: Staged
 
 
 @dataclass(eq=False)
@@ -44,22 +49,28 @@ class Handles:
     """The open handles of a mount by number."""
 
     def __init__(self) -> None:
-        self._open: dict[int, FileHandle | DirHandle] = {}
+        self._open: dict[int, ReadHandle | WriteHandle | DirHandle] = {}
         self._numbers = itertools.count(1)
 
     def number(self) -> int:
         """A fresh handle number (also for handles kept elsewhere, like the stats file's)."""
         return next(self._numbers)
 
-    def add(self, handle: FileHandle | DirHandle) -> int:
+    def add(self, handle: ReadHandle | WriteHandle | DirHandle) -> int:
         fh = self.number()
         self._open[fh] = handle
         return fh
 
-    def file(self, fh: int) -> FileHandle:
+    def file(self, fh: int) -> ReadHandle | WriteHandle:
         handle = self._open.get(fh)
-        if not isinstance(handle, FileHandle):
+        if not isinstance(handle, (ReadHandle, WriteHandle)):
             raise NotFound(f"file handle {fh} is not open")
+        return handle
+
+    def reading(self, fh: int) -> ReadHandle:
+        handle = self._open.get(fh)
+        if not isinstance(handle, ReadHandle):
+            raise NotFound(f"file handle {fh} is not open for reading")
         return handle
 
     def directory(self, fh: int) -> DirHandle:
@@ -68,8 +79,8 @@ class Handles:
             raise NotFound(f"directory handle {fh} is not open")
         return handle
 
-    def pop(self, fh: int) -> FileHandle | DirHandle | None:
+    def pop(self, fh: int) -> ReadHandle | WriteHandle | DirHandle | None:
         return self._open.pop(fh, None)
 
-    def files(self) -> Iterator[FileHandle]:
-        return (h for h in self._open.values() if isinstance(h, FileHandle))
+    def readers(self) -> Iterator[ReadHandle]:
+        return (h for h in self._open.values() if isinstance(h, ReadHandle))

@@ -12,6 +12,7 @@ again. Only what was never seen fails, with EIO.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -366,7 +367,8 @@ class Namespace:
             if staged is not None:
                 staged.path_in_source = new_inside + path[len(old_path) :]
             self.listings.drop(path)
-        for handle in self.handles.files():  # open readers follow the file to its new name
+        for handle in self.handles.readers():  # open readers follow the file to its new name
             if handle.inode.path.startswith(new_path):
-                handle.path_in_source = new_inside + handle.inode.path[len(new_path) :]
+                inside = new_inside + handle.inode.path[len(new_path) :]
+                handle.blocks = dataclasses.replace(handle.blocks, path=inside)
         self.negative[old_path] = self.now() + self.meta.negative_ttl

@@ -1,5 +1,11 @@
-"""Filling the kernel's page cache around random reads (FUSE notify_store), so later reads
-of the same neighbourhood are answered by the kernel and never reach Python.
+"""The kernel's page cache of the mount's files: the one owner of what it may hold of each
+file, and of filling it around random reads (FUSE notify_store), so later reads of the same
+neighbourhood are answered by the kernel and never reach Python.
+
+`PageCache` is the part the facade (pffs.fs.vfs) composes; the read and write sides call it.
+An open for reading keeps the kernel's pages only when they are of the version it opens
+(`opened`: its keep_cache); a create, an open for writing and a truncate change the bytes
+(`changing`); after a random read, the pusher fills the pages around it (`after_read`).
 
 A random read the kernel could not answer costs a FUSE round trip, most of its CPU the request
 itself. After such a read of cached bytes, the pusher hands the kernel a window of verified
@@ -11,9 +17,9 @@ for what comes next, and pushing too would copy every byte twice.
 
 Never stale: a push carries the version its handle opened and is made only while the kernel
 may keep that version's pages (the handle's version is the inode's `kernel_version`, which
-open sets and writes clear). Whoever changes `kernel_version` calls `settle()` before
-replying, which waits for a push that checked the old version to finish, so the open's page
-cache invalidation (keep_cache false) comes after it.
+`opened` sets and `changing` clears). Each change of `kernel_version` is followed by
+`settle()` before the reply, which waits for a push that checked the old version to finish,
+so the open's page cache invalidation (keep_cache false) comes after it.
 
 Never stalled: that wait is bounded (`SETTLE_TIMEOUT`). A store into a page the kernel has
 locked for a read in progress waits until that read is answered, and reads are answered by
@@ -50,8 +56,11 @@ from typing import Protocol
 
 import trio
 
+from pffs.cache.blocks import BlockCache
+from pffs.cache.keys import ObjectBlocks
+from pffs.cache.readahead import Readahead
 from pffs.cache.stats import CacheStats
-from pffs.fs.handles import FileHandle
+from pffs.fs.inodeviews import Inode
 from pffs.workers import run_blocking
 
 log = logging.getLogger("pffs.fs.pagecache")
@@ -59,6 +68,9 @@ log = logging.getLogger("pffs.fs.pagecache")
 KIB = 1 << 10
 # The smallest push: the disk tier's checksum chunk, which a 4 KiB read has read and verified.
 CHUNK = 64 * KIB
+# The largest window pushed around a random read: per byte a larger push costs little less,
+# while the pusher's time per push and the page cache taken by bytes never read grow with it.
+PUSH_MAX = 1 << 20
 # Pushes waiting for the thread at most; a full queue drops the newest (readers never wait).
 QUEUE_LIMIT = 8
 
@@ -81,9 +93,84 @@ class KernelCache(Protocol):
         """Drop inode `ino`'s pages (invalidate_inode)."""
 
 
+@dataclass(eq=False)
+class HandlePages:
+    """The pusher's state of one read handle."""
+
+    # Bytes pushed around the last random read that reached pffs (0: none yet, or sequential).
+    window: int = 0
+    # Its windows queued or pushed, by (start, size), each set once stored or given up.
+    pushing: dict[tuple[int, int], threading.Event] = field(default_factory=dict)
+
+
+class OpenFile(Protocol):
+    """A file open for reading as the page cache sees it (pffs.fs.handles.ReadHandle)."""
+
+    @property
+    def inode(self) -> Inode: ...
+
+    @property
+    def blocks(self) -> ObjectBlocks: ...  # the version opened
+
+    @property
+    def readahead(self) -> Readahead: ...
+
+    @property
+    def pages(self) -> HandlePages: ...
+
+
+class PageCache:
+    """What the kernel's page cache may hold of each file (an inode's `kernel_version`), and
+    the pusher that fills it from the block cache (see the module doc)."""
+
+    def __init__(self, cache: BlockCache) -> None:
+        self.cache = cache
+        self.pusher = PagePusher(PUSH_MAX, cache.stats)
+
+    def connect(self, kernel: KernelCache | None) -> None:
+        """Push into `kernel` (the kernel edge's notify_store and invalidate_inode); None stops
+        pushing, once the push under way is done."""
+        if kernel is None:
+            self.pusher.close()
+        else:
+            self.pusher.enable(kernel)
+
+    async def opened(self, inode: Inode, version: str) -> bool:
+        """An open for reading of `version`: whether the kernel may keep the pages it holds
+        (keep_cache), true only when they came from that version. The kernel drops them at the
+        reply otherwise, so no push of the old version may land after it."""
+        keep_cache = inode.kernel_version == version
+        inode.kernel_version = version
+        if not keep_cache:
+            await self.pusher.settle()
+        return keep_cache
+
+    async def changing(self, inode: Inode) -> None:
+        """The file's bytes change (a create, an open for writing, a truncate): the kernel's
+        pages may no longer be the store's, and no page of the version read may land after
+        the reply."""
+        inode.kernel_version = None
+        await self.pusher.settle()
+
+    def after_read(self, handle: OpenFile, offset: int) -> None:
+        """After a read at `offset` reached pffs, hand the kernel the cached bytes around it
+        when reads are random, so the next reads nearby are answered by its page cache."""
+        if not self.pusher.enabled:
+            return
+        window = self.pusher.window(handle, offset)
+        if window is None:
+            return
+        start, stop = window
+        blocks = handle.blocks
+        [(index, first, last)] = blocks.spans(start, stop)  # a window never crosses a block
+        read = self.cache.part_reader(blocks.key(index), first, last - first)
+        if read is not None:
+            self.pusher.push(handle, start, read)
+
+
 @dataclass(frozen=True)
 class _Push:
-    handle: FileHandle
+    handle: OpenFile
     offset: int
     read: PartReader
     # Set by the pusher thread once the window is stored or given up (threading.Event: the
@@ -139,7 +226,7 @@ class PagePusher:
 
     # --- the trio side -----------------------------------------------------------------------
 
-    def window(self, handle: FileHandle, offset: int, block_size: int) -> tuple[int, int] | None:
+    def window(self, handle: OpenFile, offset: int) -> tuple[int, int] | None:
         """The range [start, stop) to push after a random read at `offset` reached pffs, or None
         (pushing off, a sequential reader, or a version the kernel may not keep).
 
@@ -147,25 +234,27 @@ class PagePusher:
         here, and reads stay random), up to `max_window` and the block; windows are aligned,
         so a larger one holds the smaller ones before it.
         """
+        pages, blocks = handle.pages, handle.blocks
         if self._kernel is None or handle.readahead.sequential:
-            handle.push_window = 0
+            pages.window = 0
             return None
-        if handle.inode.kernel_version != handle.version:
+        if handle.inode.kernel_version != blocks.version:
             return None
+        block_size = blocks.block_size
         limit = min(self.max_window, block_size)
-        window = min(limit, handle.push_window * 2 if handle.push_window else CHUNK)
-        handle.push_window = window
+        window = min(limit, pages.window * 2 if pages.window else CHUNK)
+        pages.window = window
         start = offset - offset % window
-        done = handle.pushing.get((start, window))
+        done = pages.pushing.get((start, window))
         if done is not None and not done.is_set():
             # Reads land in a window before it is stored: pushing it again would read and copy
             # the same bytes twice. One already stored is pushed again: the kernel evicted it.
             return None
         # Never past the block (one cache entry holds the bytes) nor the end of the file.
         block_end = start - start % block_size + block_size
-        return start, min(start + window, block_end, handle.size)
+        return start, min(start + window, block_end, blocks.size)
 
-    def push(self, handle: FileHandle, offset: int, read: PartReader) -> None:
+    def push(self, handle: OpenFile, offset: int, read: PartReader) -> None:
         """Queue the bytes `read` returns for the kernel's page cache at `offset` (the start of
         the window `window` just gave); never waits."""
         if self._kernel is None:
@@ -176,9 +265,10 @@ class PagePusher:
         except queue.Full:
             self.stats.page_push_dropped += 1
             return
-        if len(handle.pushing) >= PUSHING_LIMIT:
-            handle.pushing.clear()
-        handle.pushing[(offset, handle.push_window)] = job.done
+        pushing = handle.pages.pushing
+        if len(pushing) >= PUSHING_LIMIT:
+            pushing.clear()
+        pushing[(offset, handle.pages.window)] = job.done
 
     async def settle(self) -> None:
         """Wait until no push that checked an older `kernel_version` is still storing, for
@@ -230,7 +320,7 @@ class PagePusher:
             kernel = self._kernel
             # Checked under the lock: settle() waits for it, so no push of an old version can
             # land after an open's reply has told the kernel to drop that version's pages.
-            if kernel is None or handle.inode.kernel_version != handle.version:
+            if kernel is None or handle.inode.kernel_version != handle.blocks.version:
                 self.stats.page_push_skipped += 1
                 return
             try:
@@ -240,7 +330,7 @@ class PagePusher:
                 self.stats.page_push_skipped += 1
                 return
             # Changed while the store waited: an open may have answered before it ended.
-            late = handle.inode.kernel_version != handle.version
+            late = handle.inode.kernel_version != handle.blocks.version
         self.stats.page_pushes += 1
         self.stats.page_pushed_bytes += len(data)
         if late:

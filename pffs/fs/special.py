@@ -1,12 +1,13 @@
 """The hidden `.pffs` directory at the root of the tree, its `stats` and `prefetch` files.
 
 `.pffs/stats` is a read-only JSON snapshot of every metric (pffs.metrics.snapshot), fresh at each
-open. `.pffs/prefetch` is the one writable file: a job writes tree paths to it, one a line, and on
-close pffs prefetches them in that order (pffs.fs.datasets); reading it gives the report of the last
-list handed over: `queued N`, then one line per bad entry. `.pffs` is found by lookup but never
-listed by readdir, so `ls`, `find` and data loaders walking the tree do not see it; a store object
-of the same name at the root is shadowed. Everything else under `.pffs` refuses changes (EROFS). The
-facade (pffs.fs.vfs) asks `claims_*` before handing an operation to the rest of the file system.
+open. `.pffs/prefetch` is the one writable file, on read-only mounts too: a job writes tree paths
+to it, one a line, and on close or fsync pffs prefetches them in that order (pffs.fs.datasets);
+reading it gives the report of the last list handed over: `queued N`, then one line per bad
+entry. `.pffs` is found by lookup but never listed by readdir, so `ls`, `find` and data loaders
+walking the tree do not see it; a store object of the same name at the root is shadowed.
+Everything else under `.pffs` refuses changes (EROFS). The facade (pffs.fs.vfs) asks `claims_*`
+before handing an operation to the rest of the file system.
 """
 
 from __future__ import annotations

@@ -33,16 +33,22 @@ from typing import Any, TypeVar
 
 import trio
 
-from pffs.backends.base import MultipartBackend, ObjectInfo, WritableBackend, multipart, writable
+from pffs.backends.base import (
+    MultipartBackend,
+    ObjectInfo,
+    PartLimits,
+    WritableBackend,
+    multipart,
+    writable,
+)
 from pffs.errors import NoSpace, PffsError, Unsupported
 from pffs.routing.table import Mounted
 
 T = TypeVar("T")
 log = logging.getLogger("pffs.fs.staging")
 
-# S3 parts: at least 5 MiB but the last (S3's rule), at most 10,000 of them.
+# The size of parts, where the store's PartLimits allow it.
 PART_SIZE = 8 << 20
-MAX_PARTS = 10_000
 # Objects up to this size go up in one PUT: below it, parts only add requests.
 MULTIPART_THRESHOLD = 16 << 20
 # Parts of one file in flight at once; the backend's limiter bounds all calls together.
@@ -201,7 +207,7 @@ async def upload(staged: Staged, run: Run) -> ObjectInfo:
     if backend is None or staged.size <= MULTIPART_THRESHOLD:
         info: ObjectInfo = await run(mounted.limiter, _writable(mounted).put, path, staged.file)
         return info
-    part_size = max(PART_SIZE, -(-staged.size // MAX_PARTS))
+    part_size = _part_size(mounted, staged.size)
     count = -(-staged.size // part_size)
     upload_id: str = await run(mounted.limiter, backend.begin_upload, path)
     etags: dict[int, str] = {}
@@ -294,15 +300,17 @@ class StreamingUpload:
         self._idle.set()
         self._begin_lock = trio.Lock()
         self._slots = trio.Semaphore(PARTS_IN_FLIGHT)
+        self.part_size = _part_size(staged.mounted, 0)
+        self.max_parts = _part_limits(staged.mounted).max_count
 
     def wrote(self, offset: int) -> None:
         """After a write at `offset` (the staged size already updated): send completed parts."""
-        if offset < self.sent * PART_SIZE:
+        if offset < self.sent * self.part_size:
             self.usable = False  # bytes already sent changed
         if not self.usable or self.staged.size <= MULTIPART_THRESHOLD:
             return  # a small file goes up in one PUT at close
-        while (self.sent + 1) * PART_SIZE <= self.staged.size:
-            if self.sent >= MAX_PARTS - 1:  # too large for streamed parts: whole upload later
+        while (self.sent + 1) * self.part_size <= self.staged.size:
+            if self.sent >= self.max_parts - 1:  # too large for streamed parts: whole upload later
                 self.usable = False
                 return
             if self._running == 0:
@@ -327,7 +335,12 @@ class StreamingUpload:
                         path = staged.path_in_source
                         self.upload_id = await self.run(mounted.limiter, backend.begin_upload, path)
                 await _send_parts(
-                    staged, self.run, self.upload_id, PART_SIZE, range(index, index + 1), self.etags
+                    staged,
+                    self.run,
+                    self.upload_id,
+                    self.part_size,
+                    range(index, index + 1),
+                    self.etags,
                 )
         except Exception as exc:  # the commit uploads everything again and reports for real
             log.info(
@@ -343,11 +356,12 @@ class StreamingUpload:
         """Complete the upload with the remaining parts, or None (aborted) when it cannot be."""
         await self._idle.wait()
         staged = self.staged
-        if self.usable and self.upload_id is not None and self.sent * PART_SIZE <= staged.size:
-            count = -(-staged.size // PART_SIZE)
+        part_size = self.part_size
+        if self.usable and self.upload_id is not None and self.sent * part_size <= staged.size:
+            count = -(-staged.size // part_size)
             try:
                 rest = range(self.sent, count)
-                await _send_parts(staged, self.run, self.upload_id, PART_SIZE, rest, self.etags)
+                await _send_parts(staged, self.run, self.upload_id, part_size, rest, self.etags)
                 return await _complete(staged, self.run, self.upload_id, count, self.etags)
             except BaseException as failure:
                 with trio.CancelScope(shield=True):
@@ -378,3 +392,18 @@ def _multipart(mounted: Mounted) -> MultipartBackend:
     if backend is None:  # only reached through a store that declared it
         raise Unsupported(f"{mounted.backend.source_id} does not take uploads in parts")
     return backend
+
+
+def _part_limits(mounted: Mounted) -> PartLimits:
+    limits = mounted.backend.capabilities.multipart
+    if limits is None:  # only reached through a store that declared it
+        raise Unsupported(f"{mounted.backend.source_id} does not take uploads in parts")
+    return limits
+
+
+def _part_size(mounted: Mounted, total: int) -> int:
+    """The parts' size for an upload of `total` bytes (0: not known yet), in the store's limits."""
+    try:
+        return _part_limits(mounted).part_size(total, PART_SIZE)
+    except ValueError as exc:
+        raise NoSpace(f"{mounted.backend.source_id}: {exc}") from exc

@@ -2,7 +2,8 @@
 
 It composes the parts and routes each operation to the part that owns it: the hidden `.pffs` files
 first (pffs.fs.special), then names and directories (namespace), reads (reads) and writes (writes);
-open handles (handles) are shared. Read-only opens are told to dataset prefetch (datasets), which
+open handles (handles) and the kernel's page cache (pagecache) are shared by the last two.
+Read-only opens are told to dataset prefetch (datasets), which
 also takes the order lists written to `.pffs/prefetch`. It holds no behaviour of its own beyond that
 routing, the open-files gauge and statfs. It never imports pyfuse3: it speaks trio and pffs types,
 and is tested without a kernel.
@@ -19,10 +20,10 @@ from pffs import metrics
 from pffs.cache.blocks import BlockCache
 from pffs.config import CacheConfig, DatasetConfig, FuseConfig, MetaConfig
 from pffs.fs.datasets import DatasetPrefetch
-from pffs.fs.handles import FileHandle, Handles
+from pffs.fs.handles import Handles, ReadHandle, WriteHandle
 from pffs.fs.inodes import ROOT_INODE, Inode
 from pffs.fs.namespace import Namespace
-from pffs.fs.pagecache import KernelCache
+from pffs.fs.pagecache import KernelCache, PageCache
 from pffs.fs.reads import Reader
 from pffs.fs.special import STATS_DIR, SpecialFiles
 from pffs.fs.staging import Staged
@@ -52,8 +53,11 @@ class Vfs:
         # Files open for writing, by inode number: owned by the writer, seen by the namespace.
         self.staged: dict[int, Staged] = {}
         self.namespace = Namespace(table, meta, self.handles, self.staged)
-        self.reader = Reader(self.namespace, self.handles, self.cache)
-        self.writer = Writer(self.namespace, self.handles, fuse, staging_dir, self.staged)
+        self.pages = PageCache(self.cache)
+        self.reader = Reader(self.namespace, self.handles, self.cache, self.pages)
+        self.writer = Writer(
+            self.namespace, self.handles, fuse, staging_dir, self.staged, self.pages
+        )
         self.special = SpecialFiles(self.namespace.mount_time)
         # Whether writes are refused in every source alike (a file is in one: Writer.is_read_only),
         # None when the sources differ.
@@ -72,10 +76,7 @@ class Vfs:
         """Fill the kernel's page cache around random reads through `kernel` (the kernel edge's
         notify_store and invalidate_inode, pffs.fs.pagecache); None stops it, once the push
         under way is done."""
-        if kernel is None:
-            self.reader.pages.close()
-        else:
-            self.reader.pages.enable(kernel)
+        self.pages.connect(kernel)
 
     async def drain(self) -> None:
         """Finish background work (disk cache writes) before shutting down."""
@@ -153,12 +154,11 @@ class Vfs:
         staged = self.staged.get(ino)
         if for_writing:
             fh, keep_cache = await self.writer.open(ino, flags), False
-            await self.reader.pages.settle()  # no page of the version read may land after this
         elif staged is not None:
             fh, keep_cache = self.writer.open_staged(self.namespace.inode(ino), staged), False
         else:
             fh, keep_cache = await self.reader.open(ino)
-            self.datasets.opened(self.handles.file(fh))
+            self.datasets.opened(self.handles.reading(fh))
         metrics.OPEN_FILES.inc()
         return fh, keep_cache
 
@@ -167,7 +167,7 @@ class Vfs:
         if snapshot is not None:
             return snapshot[offset : offset + size]
         handle = self.handles.file(fh)
-        if handle.staged is not None:
+        if isinstance(handle, WriteHandle):
             return await self.writer.read(handle.staged, offset, size)
         return await self.reader.read(handle, offset, size)
 
@@ -179,11 +179,11 @@ class Vfs:
         if self.special.reads.pop(fh, None) is not None:
             return
         handle = self.handles.pop(fh)
-        if not isinstance(handle, FileHandle):
+        if not isinstance(handle, ReadHandle | WriteHandle):
             return
         metrics.OPEN_FILES.dec()
-        if handle.staged is not None:
-            await self.writer.release(handle, handle.staged)
+        if isinstance(handle, WriteHandle):
+            await self.writer.release(handle)
 
     def statfs(self) -> dict[str, int]:
         """Large, constant figures: object stores have no meaningful capacity."""
@@ -225,7 +225,10 @@ class Vfs:
             await self.writer.flush(fh)
 
     async def fsync(self, fh: int) -> None:
-        await self.flush(fh)
+        if fh in self.special.orders:
+            await self.flush(fh)  # an order list is handed over as at close
+        elif fh not in self.special.reads:
+            await self.writer.fsync(fh)
 
     async def setattr(self, ino: int, size: int | None) -> Inode:
         ours = self.special.inode(ino)
@@ -233,11 +236,11 @@ class Vfs:
             if size is None or ours is self.special.control:  # `>` truncates it: nothing kept
                 return ours
             raise self.special.refuse("truncate")
-        if size is None:
-            return await self.namespace.getattr(ino)
-        # A truncate changes the bytes: pages of the version read are no longer the file's.
-        self.namespace.inode(ino).kernel_version = None
-        await self.reader.pages.settle()
+        if size is None:  # chmod, chown, touch: no effect, but refused where writes are
+            inode = await self.namespace.getattr(ino)
+            if self.file_is_read_only(inode):
+                raise self.writer.write_refused("setattr", inode.path)
+            return inode
         return await self.writer.setattr(ino, size)
 
     async def unlink(self, parent_ino: int, name: str) -> None:

@@ -37,7 +37,6 @@ from pffs.backends.base import (
     multipart,
     writable,
 )
-from pffs.cache.readahead import Readahead
 from pffs.config import FuseConfig
 from pffs.errors import (
     Busy,
@@ -52,9 +51,10 @@ from pffs.errors import (
     Unsupported,
     UsageError,
 )
-from pffs.fs.handles import FileHandle, Handles
+from pffs.fs.handles import Handles, WriteHandle
 from pffs.fs.inodes import Inode
 from pffs.fs.namespace import Namespace
+from pffs.fs.pagecache import PageCache
 from pffs.fs.staging import (
     Staged,
     StagingArea,
@@ -78,7 +78,8 @@ STAGING_THREADS = 8
 
 class Writer:
     """Writes through the mount. `staging_dir` holds staged data (under the cache directory);
-    `staged` (shared with the namespace) holds the files being written, by inode number."""
+    `staged` (shared with the namespace) holds the files being written, by inode number;
+    `pages` is told of every change of a file's bytes."""
 
     def __init__(
         self,
@@ -87,9 +88,11 @@ class Writer:
         fuse: FuseConfig,
         staging_dir: str,
         staged: dict[int, Staged],
+        pages: PageCache,
     ) -> None:
         self.namespace = namespace
         self.handles = handles
+        self.pages = pages
         self.table: MountTable = namespace.table
         self.fuse = fuse
         self.staging = StagingArea(staging_dir)
@@ -182,7 +185,7 @@ class Writer:
         inode = self.namespace.remember(path, info)
         staged = await self._stage(inode, fill=False)
         inode.lookups += 1  # create counts as a lookup for the kernel
-        inode.kernel_version = None
+        await self.pages.changing(inode)
         self.namespace.changed(path)
         self._start_streaming(staged)
         return self.open_staged(inode, staged), inode
@@ -196,7 +199,7 @@ class Writer:
                 raise IsADirectory(f"{inode.path} is a directory")
             staged = await self._stage(inode, fill=not flags & os.O_TRUNC)
         inode = self.namespace.inode(ino)
-        inode.kernel_version = None  # the kernel's pages may not match the store after this
+        await self.pages.changing(inode)
         fh = self.open_staged(inode, staged)
         if flags & os.O_TRUNC:
             await self._truncate(inode, staged, 0)
@@ -205,10 +208,8 @@ class Writer:
 
     def open_staged(self, inode: Inode, staged: Staged) -> int:
         """A handle on a file being written: its reads and writes go to the staging file."""
-        readahead = Readahead(1, 0, 0)  # never consulted: reads go to the staging file
-        handle = FileHandle(inode, "", 0, readahead, staged.mounted, staged.path_in_source, staged)
         staged.handles += 1
-        return self.handles.add(handle)
+        return self.handles.add(WriteHandle(inode, staged))
 
     async def read(self, staged: Staged, offset: int, size: int) -> bytes:
         """Bytes of a file being written, from its staging file."""
@@ -217,9 +218,9 @@ class Writer:
 
     async def write(self, fh: int, offset: int, data: bytes) -> int:
         handle = self.handles.file(fh)
-        staged = handle.staged
-        if staged is None:
+        if not isinstance(handle, WriteHandle):
             raise PffsError(f"{handle.inode.path} is not open for writing")
+        staged = handle.staged
         await self._fill(staged)
         await self._mark_dirty(staged)
         written: int = await self._staging_call(write_at, staged, offset, data)
@@ -234,9 +235,9 @@ class Writer:
     async def flush(self, fh: int) -> None:
         """close(): upload what changed; the error, if any, is close's."""
         handle = self.handles.file(fh)
-        staged = handle.staged
-        if staged is None:
+        if not isinstance(handle, WriteHandle):
             return
+        staged = handle.staged
         try:
             await self._commit(handle.inode, staged)
         except PffsError:
@@ -246,22 +247,30 @@ class Writer:
             raise
 
     async def fsync(self, fh: int) -> None:
-        await self.flush(fh)
+        """fsync(): upload what changed; the error, if any, is fsync's. The file stays open,
+        so a failed upload leaves its data marked as still being written."""
+        handle = self.handles.file(fh)
+        if isinstance(handle, WriteHandle):
+            await self._commit(handle.inode, handle.staged)
 
-    async def release(self, handle: FileHandle, staged: Staged) -> None:
+    async def release(self, handle: WriteHandle) -> None:
         """A handle on a file being written is closed; the last one retires the staging file."""
+        staged = handle.staged
         staged.handles -= 1
         if staged.handles > 0:
             return
         inode = handle.inode
-        # Normally a no-op (close's flush uploaded it); a failure was logged and the data is kept.
-        with contextlib.suppress(PffsError):
-            await self._commit(inode, staged)
+        if staged.dirty:  # changed since close's flush (through mmap), or its upload failed
+            with contextlib.suppress(PffsError):  # logged, and the data is kept
+                await self._commit(inode, staged)
         await self._retire(inode.ino, staged)
         if inode.lookups == 0:
             self.namespace.inodes.drop(inode)
 
     async def _commit(self, inode: Inode, staged: Staged) -> None:
+        """Upload the staged file if it changed since its last upload."""
+        if not staged.dirty or staged.unlinked:
+            return  # nothing to upload: not even the object's bytes to fetch first
         await self._fill(staged)
         async with staged.lock:
             if not staged.dirty or staged.unlinked:
@@ -291,6 +300,7 @@ class Writer:
             return await self.namespace.getattr(ino)
         if inode.is_dir:
             raise IsADirectory(f"{inode.path} is a directory")
+        await self.pages.changing(inode)
         staged = self.staged.get(ino)
         if staged is not None:
             await self._truncate(inode, staged, size)

@@ -51,12 +51,15 @@ def start_observing(config: MountConfig, vfs: Vfs) -> Callable[[], None]:
     )
     reader = cache_reader(vfs)
     metrics.watch_cache(reader)
+    datasets = vfs.cache.room.describe
+    metrics.watch_datasets(datasets)
     server = None
     if observe.metrics_address:
         try:
             server, _ = metrics.serve_http(observe.metrics_address)
         except OSError as exc:
             metrics.unwatch_cache(reader)
+            metrics.unwatch_datasets(datasets)
             raise UsageError(
                 f"--metrics {observe.metrics_address}: cannot listen ({exc.strerror or exc})"
             ) from None
@@ -64,6 +67,7 @@ def start_observing(config: MountConfig, vfs: Vfs) -> Callable[[], None]:
 
     def stop() -> None:
         metrics.unwatch_cache(reader)
+        metrics.unwatch_datasets(datasets)
         if server is not None:
             server.shutdown()
             server.server_close()

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import tomllib
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -73,11 +74,20 @@ def parse_table(
     raw_entries = document.get("mount")
     if not isinstance(raw_entries, list) or not raw_entries:
         raise UsageError(f"{file}: no [[mount]] entries")
+    labelled = [(f"{file}: entry {number}", raw) for number, raw in enumerate(raw_entries, 1)]
+    return parse_entries(labelled, defaults)
+
+
+def parse_entries(
+    labelled: Sequence[tuple[str, object]], defaults: SourceConfig
+) -> tuple[TableEntry, ...]:
+    """Entries given as (what an error calls it, [[mount]] table), checked one by one and in
+    pairs; the file above and `pffs fluid`'s Dataset mounts (pffs.cli.fluidconfig) use it."""
     entries: list[TableEntry] = []
-    for number, raw in enumerate(raw_entries, 1):
-        entry = _parse_entry(raw, defaults, f"{file}: entry {number}")
+    for where, raw in labelled:
+        entry = _parse_entry(raw, defaults, where)
         for earlier in entries:
-            _check_pair(earlier, entry, f"{file}: entry {number} (/{entry.path})")
+            _check_pair(earlier, entry, f"{where} (/{entry.path})")
         entries.append(entry)
     return tuple(entries)
 

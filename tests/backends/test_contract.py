@@ -15,10 +15,11 @@ import dataclasses
 import inspect
 import os
 import random
+import typing
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar, cast
 
 import pytest
 
@@ -30,6 +31,7 @@ from pffs.backends.base import (
     Capabilities,
     MultipartBackend,
     WritableBackend,
+    Writing,
     block_runs,
     multipart,
     writable,
@@ -37,6 +39,7 @@ from pffs.backends.base import (
 from pffs.backends.hdfs import HdfsBackend
 from pffs.backends.local import LocalBackend
 from pffs.backends.s3 import S3Backend
+from pffs.backends.s3writes import PART_LIMITS
 from pffs.config import SourceConfig
 from pffs.errors import Changed, NotFound, PffsError, UsageError
 from pffs.testing.servers import MotoServer
@@ -317,25 +320,26 @@ def test_read_blocks_of_a_changed_object(store) -> None:
 
 def test_put_new_and_replacing(store, tmp_path: Path) -> None:
     writer = _declared(store, writable, "writes")
+    backend = store.backend
     data = random.Random(5).randbytes(300_001)
     info = writer.put("dir/new.bin", _staged(tmp_path, data))
     assert (info.name, info.size, info.is_dir) == ("new.bin", len(data), False)
     # What put returns is what the store holds: its version serves reads at once.
-    assert info.version == writer.stat("dir/new.bin").version
-    assert writer.read_range("dir/new.bin", 0, len(data), info.version) == data
-    assert _names(writer, "dir") == {"b.bin", "new.bin", "sub", "z.txt"}
+    assert info.version == backend.stat("dir/new.bin").version
+    assert backend.read_range("dir/new.bin", 0, len(data), info.version) == data
+    assert _names(backend, "dir") == {"b.bin", "new.bin", "sub", "z.txt"}
 
-    old = writer.stat("a.txt").version
+    old = backend.stat("a.txt").version
     info = writer.put("a.txt", _staged(tmp_path, b"replaced"))
-    assert (info.size, writer.stat("a.txt").size) == (8, 8)
-    assert info.version != old and info.version == writer.stat("a.txt").version
-    assert _read(writer, "a.txt") == b"replaced"
+    assert (info.size, backend.stat("a.txt").size) == (8, 8)
+    assert info.version != old and info.version == backend.stat("a.txt").version
+    assert _read(backend, "a.txt") == b"replaced"
     with pytest.raises(Changed):
-        writer.read_range("a.txt", 0, 1, old)
-    assert _names(writer, "") == {"a.txt", "empty", "dir", "marker", "zeta"}  # no leftovers
+        backend.read_range("a.txt", 0, 1, old)
+    assert _names(backend, "") == {"a.txt", "empty", "dir", "marker", "zeta"}  # no leftovers
 
     info = writer.put("dir/sub/zero", _staged(tmp_path, b""))
-    assert (info.size, writer.stat("dir/sub/zero").size, _read(writer, "dir/sub/zero")) == (
+    assert (info.size, backend.stat("dir/sub/zero").size, _read(backend, "dir/sub/zero")) == (
         0,
         0,
         b"",
@@ -344,85 +348,90 @@ def test_put_new_and_replacing(store, tmp_path: Path) -> None:
 
 def test_delete(store) -> None:
     writer = _declared(store, writable, "writes")
+    backend = store.backend
     writer.delete("dir/z.txt")
     with pytest.raises(NotFound):
-        writer.stat("dir/z.txt")
+        backend.stat("dir/z.txt")
     with pytest.raises(NotFound):
-        writer.read_range("dir/z.txt", 0, 1, None)
-    assert _names(writer, "dir") == {"b.bin", "sub"}
+        backend.read_range("dir/z.txt", 0, 1, None)
+    assert _names(backend, "dir") == {"b.bin", "sub"}
     writer.delete("dir/sub/c.txt")  # the last entry: on S3 the directory goes with it
     with pytest.raises(NotFound):
-        writer.stat("dir/sub/c.txt")
+        backend.stat("dir/sub/c.txt")
 
 
 def test_make_dir_and_remove_dir(store, tmp_path: Path) -> None:
     writer = _declared(store, writable, "writes")
+    backend = store.backend
     info = writer.make_dir("dir/new")
     assert (info.name, info.is_dir) == ("new", True)
-    assert writer.stat("dir/new").is_dir
-    assert list(writer.list("dir/new")) == []
-    assert {i.name: i.is_dir for i in writer.list("dir")}["new"] is True
+    assert backend.stat("dir/new").is_dir
+    assert list(backend.list("dir/new")) == []
+    assert {i.name: i.is_dir for i in backend.list("dir")}["new"] is True
     writer.put("dir/new/f", _staged(tmp_path, b"in a new directory"))  # one made is usable
-    assert _read(writer, "dir/new/f") == b"in a new directory"
+    assert _read(backend, "dir/new/f") == b"in a new directory"
     writer.delete("dir/new/f")
     writer.remove_dir("dir/new")
     with pytest.raises(NotFound):
-        writer.stat("dir/new")
-    assert "new" not in _names(writer, "dir")
+        backend.stat("dir/new")
+    assert "new" not in _names(backend, "dir")
     writer.remove_dir("marker")  # an empty directory the store already had
     with pytest.raises(NotFound):
-        writer.stat("marker")
-    assert "marker" not in _names(writer, "")
+        backend.stat("marker")
+    assert "marker" not in _names(backend, "")
 
 
 def test_rename_a_file(store) -> None:
     writer = _declared(store, writable, "writes")
+    backend = store.backend
     writer.rename("a.txt", "dir/sub/moved.txt")
     with pytest.raises(NotFound):
-        writer.stat("a.txt")
-    assert writer.stat("dir/sub/moved.txt").size == len(TREE["a.txt"])
-    assert _read(writer, "dir/sub/moved.txt") == TREE["a.txt"]
+        backend.stat("a.txt")
+    assert backend.stat("dir/sub/moved.txt").size == len(TREE["a.txt"])
+    assert _read(backend, "dir/sub/moved.txt") == TREE["a.txt"]
     # Onto an existing file: it is replaced.
     writer.rename("dir/z.txt", "dir/sub/c.txt")
     with pytest.raises(NotFound):
-        writer.stat("dir/z.txt")
-    assert _read(writer, "dir/sub/c.txt") == TREE["dir/z.txt"]
-    assert _names(writer, "dir/sub") == {"c.txt", "moved.txt"}
-    assert _names(writer, "dir") == {"b.bin", "sub"}
+        backend.stat("dir/z.txt")
+    assert _read(backend, "dir/sub/c.txt") == TREE["dir/z.txt"]
+    assert _names(backend, "dir/sub") == {"c.txt", "moved.txt"}
+    assert _names(backend, "dir") == {"b.bin", "sub"}
 
 
 def test_rename_a_directory(store) -> None:
     writer = _declared(store, writable, "writes")
+    backend = store.backend
     writer.rename("dir", "moved")
     for gone in ("dir", "dir/b.bin", "dir/sub/c.txt"):
         with pytest.raises(NotFound):
-            writer.stat(gone)
-    assert writer.stat("moved").is_dir
-    assert _names(writer, "moved") == {"b.bin", "sub", "z.txt"}
-    assert _read(writer, "moved/b.bin") == TREE["dir/b.bin"]
-    assert _read(writer, "moved/sub/c.txt") == TREE["dir/sub/c.txt"]
-    assert _names(writer, "") == {"a.txt", "empty", "moved", "marker", "zeta"}
+            backend.stat(gone)
+    assert backend.stat("moved").is_dir
+    assert _names(backend, "moved") == {"b.bin", "sub", "z.txt"}
+    assert _read(backend, "moved/b.bin") == TREE["dir/b.bin"]
+    assert _read(backend, "moved/sub/c.txt") == TREE["dir/sub/c.txt"]
+    assert _names(backend, "") == {"a.txt", "empty", "moved", "marker", "zeta"}
     # Onto an existing empty directory: it is replaced.
     writer.rename("zeta", "marker")
     with pytest.raises(NotFound):
-        writer.stat("zeta")
-    assert _names(writer, "marker") == {"deep"}
-    assert _read(writer, "marker/deep/er/file") == TREE["zeta/deep/er/file"]
+        backend.stat("zeta")
+    assert _names(backend, "marker") == {"deep"}
+    assert _read(backend, "marker/deep/er/file") == TREE["zeta/deep/er/file"]
     # An empty directory moves too.
     writer.make_dir("fresh")
     writer.rename("fresh", "renamed")
     with pytest.raises(NotFound):
-        writer.stat("fresh")
-    assert writer.stat("renamed").is_dir and list(writer.list("renamed")) == []
-    assert _names(writer, "") == {"a.txt", "empty", "moved", "marker", "renamed"}
+        backend.stat("fresh")
+    assert backend.stat("renamed").is_dir and list(backend.list("renamed")) == []
+    assert _names(backend, "") == {"a.txt", "empty", "moved", "marker", "renamed"}
 
 
 # S3's smallest part but the last one.
-PART = 5 << 20
+PART = PART_LIMITS.min_size
 
 
 def test_multipart_upload(store, tmp_path: Path) -> None:
     uploader = _declared(store, multipart, "multipart")
+    backend = store.backend
     data = random.Random(11).randbytes(PART + 123_457)
     local = _staged(tmp_path, data)
     upload_id = uploader.begin_upload("dir/parts.bin")
@@ -430,34 +439,35 @@ def test_multipart_upload(store, tmp_path: Path) -> None:
     second = uploader.upload_part("dir/parts.bin", upload_id, 2, local, PART, len(data) - PART)
     first = uploader.upload_part("dir/parts.bin", upload_id, 1, local, 0, PART)
     with pytest.raises(NotFound):  # nothing shows before the upload is finished
-        uploader.stat("dir/parts.bin")
+        backend.stat("dir/parts.bin")
     info = uploader.finish_upload("dir/parts.bin", upload_id, [first, second], len(data))
     assert (info.name, info.size, info.is_dir) == ("parts.bin", len(data), False)
-    assert info.version == uploader.stat("dir/parts.bin").version
+    assert info.version == backend.stat("dir/parts.bin").version
     for start, length in [(0, len(data)), (PART - 10, 20), (len(data) - 1, 1)]:
-        got = uploader.read_range("dir/parts.bin", start, length, info.version)
+        got = backend.read_range("dir/parts.bin", start, length, info.version)
         assert got == data[start : start + length], (start, length)
-    assert "parts.bin" in _names(uploader, "dir")
+    assert "parts.bin" in _names(backend, "dir")
 
 
 def test_multipart_replacing_and_aborted(store, tmp_path: Path) -> None:
     uploader = _declared(store, multipart, "multipart")
+    backend = store.backend
     local = _staged(tmp_path, random.Random(13).randbytes(PART))
     upload_id = uploader.begin_upload("a.txt")
     etag = uploader.upload_part("a.txt", upload_id, 1, local, 0, PART)
     uploader.abort_upload("a.txt", upload_id)
-    assert _read(uploader, "a.txt") == TREE["a.txt"]  # what it would have replaced is intact
+    assert _read(backend, "a.txt") == TREE["a.txt"]  # what it would have replaced is intact
     with pytest.raises(PffsError):  # an aborted upload cannot be finished
         uploader.finish_upload("a.txt", upload_id, [etag], PART)
-    assert _read(uploader, "a.txt") == TREE["a.txt"]
+    assert _read(backend, "a.txt") == TREE["a.txt"]
 
     # A finished one replaces the object; a single part may be small.
     small = b"replaced in one part"
     upload_id = uploader.begin_upload("a.txt")
     etag = uploader.upload_part("a.txt", upload_id, 1, _staged(tmp_path, small), 0, len(small))
     info = uploader.finish_upload("a.txt", upload_id, [etag], len(small))
-    assert info.size == len(small) and info.version == uploader.stat("a.txt").version
-    assert _read(uploader, "a.txt") == small
+    assert info.size == len(small) and info.version == backend.stat("a.txt").version
+    assert _read(backend, "a.txt") == small
 
 
 def test_missing_root_is_not_found(tmp_path, moto) -> None:
@@ -543,7 +553,28 @@ def test_every_capability_is_covered() -> None:
         assert set(_methods(protocol)) == set(CAPABILITY_METHODS[capability])
     # A store with parts takes writes too: MultipartBackend is a WritableBackend.
     with pytest.raises(ValueError, match="multipart"):
-        Capabilities(multipart=True)
+        Capabilities(multipart=PART_LIMITS)
+
+
+def test_part_limits_size_the_parts_of_an_upload() -> None:
+    """The part size staging asks for, grown where S3's rules require it, refused past them."""
+    preferred = 8 << 20
+    assert PART_LIMITS.part_size(0, preferred) == preferred  # a streamed upload: size unknown
+    assert PART_LIMITS.part_size(0, 1 << 20) == 5 << 20  # never below the store's minimum
+    big = 200 << 30  # 200 GiB: 10,000 parts of 8 MiB would not hold it
+    size = PART_LIMITS.part_size(big, preferred)
+    assert size * PART_LIMITS.max_count >= big > (size - 1) * PART_LIMITS.max_count
+    with pytest.raises(ValueError, match="larger than"):
+        PART_LIMITS.part_size(PART_LIMITS.max_size * PART_LIMITS.max_count + 1, preferred)
+
+
+def _implementer(backend_class: type, capability: str) -> type | None:
+    """The class whose methods a capability promises: the backend's own, or for writes and
+    parts its writer's (the class's annotation of `writer`; None where it has none)."""
+    if capability in ("writes", "multipart"):
+        writer: type | None = typing.get_type_hints(backend_class).get("writer")
+        return writer
+    return backend_class
 
 
 @pytest.mark.parametrize("backend_class", BACKEND_CLASSES, ids=lambda c: c.__name__)
@@ -555,26 +586,33 @@ def test_declared_capabilities_are_implemented(backend_class: type[Backend]) -> 
     assert isinstance(declared, Capabilities)
     flags = dataclasses.asdict(declared)
     promised: list[tuple[bool, str, type]] = [(True, "reads", Backend)]
-    promised += [(flags[c], c, protocol) for c, (_, protocol) in CAPABILITIES.items()]
+    promised += [(bool(flags[c]), c, protocol) for c, (_, protocol) in CAPABILITIES.items()]
     for is_declared, capability, protocol in promised:
+        owner = _implementer(backend_class, capability)
         for name, signature in _methods(protocol).items():
-            method = _defined(backend_class, name)
+            method = None if owner is None else _defined(owner, name)
             if not is_declared:
                 assert method is None, f"{name} is implemented but {capability} is not declared"
                 continue
             assert inspect.isfunction(method) and callable(method), (capability, name)
             assert _parameters(inspect.signature(method)) == _parameters(signature), name
-    assert not declared.multipart or declared.writes
+    # No forwarding wall: where an object of its own takes the writes, the backend has none.
+    writer_class = _implementer(backend_class, "writes")
+    if writer_class is not None and not issubclass(backend_class, writer_class):
+        assert all(_defined(backend_class, name) is None for name in CAPABILITY_METHODS["writes"])
+    assert declared.multipart is None or declared.writes
 
 
 def test_accessors_give_what_is_declared(store) -> None:
-    """Each accessor gives the backend itself where its class declares the capability, None
-    elsewhere; the rest of what every backend carries is there too."""
+    """Each accessor gives the backend itself (block runs) or its writer (writes, parts) where
+    its class declares the capability, None elsewhere; the rest of what every backend carries is
+    there too."""
     backend = store.backend
     assert backend.capabilities is type(backend).capabilities  # declared by the class
     flags = dataclasses.asdict(backend.capabilities)
     for capability, (accessor, _) in CAPABILITIES.items():
-        assert accessor(backend) is (backend if flags[capability] else None), capability
+        view = cast(Writing, backend).writer if capability in ("writes", "multipart") else backend
+        assert accessor(backend) is (view if flags[capability] else None), capability
     assert isinstance(backend.source_id, str) and backend.source_id
     assert isinstance(backend.max_concurrency, int) and backend.max_concurrency > 0
     assert backend.retries == 0  # a counter, and nothing has been retried yet
@@ -585,4 +623,5 @@ def test_accessors_follow_the_declaration(tmp_path: Path) -> None:
     assert writable(local) is local
     assert multipart(local) is None and block_runs(local) is None
     s3 = S3Backend(SourceConfig(url="s3://bucket", endpoint_url="http://127.0.0.1:1"))
-    assert writable(s3) is s3 and multipart(s3) is s3 and block_runs(s3) is s3
+    assert writable(s3) is s3.writer and multipart(s3) is s3.writer and block_runs(s3) is s3
+    assert s3.capabilities.multipart == PART_LIMITS

@@ -306,7 +306,7 @@ def test_an_open_answers_once_a_held_push_outlasts_the_bound_and_its_pages_are_d
     the open answers after `settle_timeout`, and once the push ends the inode's pages are
     invalidated, so the kernel keeps none of the old version."""
     vfs = replaced.vfs
-    vfs.reader.pages.settle_timeout = 0.2
+    vfs.pages.pusher.settle_timeout = 0.2
 
     async def body() -> None:
         ino, fh = await open_file(vfs, "g")
@@ -369,7 +369,7 @@ def test_a_window_is_pushed_once_while_queued_and_again_once_the_kernel_lost_it(
 ) -> None:
     """Reads landing in a window before it is stored do not queue it twice; a read in a window
     already stored means the kernel evicted it (memory pressure, drop_caches): pushed again."""
-    vfs.reader.pages.max_window = CHUNK  # every window the same 64 KiB one
+    vfs.pages.pusher.max_window = CHUNK  # every window the same 64 KiB one
     at = 20 * MIB
 
     async def body() -> None:

@@ -67,6 +67,33 @@ def kill_daemon(pid: int, mnt: Path) -> None:
 
 
 @pytest.mark.mount
+def test_a_failed_fsync_leaves_the_file_marked_as_being_written(
+    s3, bucket, proxy, tmp_path
+) -> None:
+    """An fsync whose upload fails (the store is down) returns the error, and the file stays
+    marked as being written, not closed: its writer goes on, so a crash now must not upload it
+    as complete. Its close, once the store is back, uploads all of it."""
+    cache = tmp_path / "cache"
+    options = (
+        *("--endpoint-url", proxy.endpoint_url, "--cache-dir", str(cache)),
+        *("--retries", "1", "--retry-timeout", "2", "--request-timeout", "1"),
+    )
+    with mounted(f"s3://{bucket}", tmp_path / "mnt", *options) as mnt:
+        fd = os.open(mnt / "f.txt", os.O_CREAT | os.O_WRONLY, 0o644)
+        try:
+            os.write(fd, b"first half")
+            proxy.down()
+            with pytest.raises(OSError):
+                os.fsync(fd)
+            manifests = (cache / "staging").glob("*.json")
+            assert [json.loads(p.read_text())["state"] for p in manifests] == ["writing"]
+            proxy.up()
+            os.write(fd, b", second half")
+        finally:
+            os.close(fd)
+        assert stored(s3, bucket, "f.txt") == b"first half, second half"
+
+
 def test_kill_9_then_remount_recovers_cache_and_staged_writes(s3, bucket, proxy, tmp_path) -> None:
     """After kill -9: the dead mount is cleared, the disk cache is reused, a file closed while
     the store was down is uploaded, and a file still open is kept and reported, not uploaded."""

@@ -1,21 +1,29 @@
 """Dataset prefetch on a real mount: three files of a directory opened, the rest loaded ahead
 (the stats say so, and reading them asks the store for nothing), and `pffs prefetch --order`
-with bad entries."""
+with bad entries, on writable and read-only mounts."""
 
 from __future__ import annotations
 
+import errno
+import os
 import random
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pffs.dataset import PrefetchOrder
+from pffs.dataset import PrefetchOrder, prefetch_order
 from tests.conftest import metric_value, run_pffs, stats_snapshot
 
 FILES = 50
 SIZE = 100 * 1024  # ImageNet's mean file size
+# An order list is handed over on read-only mounts too. There the first close turns the kernel's
+# FLUSH off (pffs.fuse_ops), so each test closes a file (the stats) before handing one over.
+WRITABLE_AND_READ_ONLY = pytest.mark.parametrize(
+    "options", [(), ("--read-only",)], ids=["writable", "read-only"]
+)
 
 
 @pytest.fixture
@@ -57,11 +65,14 @@ def test_three_opens_load_the_rest_of_the_directory(
 
 
 @pytest.mark.mount
+@WRITABLE_AND_READ_ONLY
 def test_prefetch_order_command_reports_bad_entries(
-    mount_s3, bucket: str, dataset: dict[str, bytes], tmp_path: Path
+    mount_s3, bucket: str, dataset: dict[str, bytes], tmp_path: Path, options: tuple[str, ...]
 ) -> None:
     order = tmp_path / "order.txt"
-    with mount_s3(f"s3://{bucket}", "--cache-dir", "none", "--dataset-prefetch", "on") as mnt:
+    prefetch = ("--dataset-prefetch", "on")
+    with mount_s3(f"s3://{bucket}", "--cache-dir", "none", *prefetch, *options) as mnt:
+        stats_snapshot(mnt)
         wanted = ["train/007.jpg", str(mnt / "train/003.jpg"), "train/nope.jpg", "nowhere/x"]
         order.write_text("\n".join(wanted) + "\n")
         result = run_pffs("prefetch", "--order", str(order), str(mnt))
@@ -90,14 +101,40 @@ def test_prefetch_command_refuses_a_directory_that_is_not_a_mount(tmp_path: Path
 
 
 @pytest.mark.mount
+@WRITABLE_AND_READ_ONLY
 def test_sampler_wrapper_hands_each_epoch_over(
-    mount_s3, bucket: str, dataset: dict[str, bytes]
+    mount_s3, bucket: str, dataset: dict[str, bytes], options: tuple[str, ...]
 ) -> None:
     names = [*dataset, "train/gone.jpg"]
     epoch_order = [4, 50, 9, 4, 1]  # a sampler's indices (with a repeat and a bad one)
-    with mount_s3(f"s3://{bucket}", "--cache-dir", "none") as mnt:
+    with mount_s3(f"s3://{bucket}", "--cache-dir", "none", *options) as mnt:
+        stats_snapshot(mnt)
         sampler = PrefetchOrder(epoch_order, names.__getitem__, str(mnt))
         assert list(sampler) == epoch_order and len(sampler) == 5
         assert sampler.bad == ["train/gone.jpg: no such file"]
         loaded = wait_for(mnt, "pffs_prefetch_files_fetched_total", 3)
         assert metric_value(loaded, "pffs_prefetch_files_fetched_total") == 3
+
+
+@pytest.mark.mount
+def test_a_read_only_bind_refuses_the_list_and_the_sampler_goes_on(
+    mount_s3, bucket: str, dataset: dict[str, bytes], tmp_path: Path, caplog
+) -> None:
+    """A pod's ReadOnlyMany volume is a read-only bind: the kernel refuses the write there
+    (docs/notes/readonly-order.md); the epoch still runs, with a warning."""
+    if os.geteuid() != 0:
+        pytest.skip("a bind mount needs root")
+    bind = tmp_path / "bind"
+    bind.mkdir()
+    with mount_s3(f"s3://{bucket}", "--cache-dir", "none", "--read-only") as mnt:
+        subprocess.run(["mount", "--bind", "-o", "ro", str(mnt), str(bind)], check=True)
+        try:
+            with pytest.raises(OSError) as refused:
+                prefetch_order(str(bind), ["train/001.jpg"])
+            assert refused.value.errno == errno.EROFS
+            sampler = PrefetchOrder([1, 2], list(dataset).__getitem__, str(bind))
+            assert list(sampler) == [1, 2] and sampler.bad == []
+            assert "the order was not handed over" in caplog.text
+            assert (bind / "train/001.jpg").read_bytes() == dataset["train/001.jpg"]
+        finally:
+            subprocess.run(["umount", str(bind)], check=True)

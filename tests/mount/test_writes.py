@@ -195,17 +195,27 @@ def test_unlink_while_open_does_not_resurrect(s3, bucket, mount_s3) -> None:
 
 def test_read_only_mount_refuses_writes(s3, bucket, mount_s3) -> None:
     s3.put_object(Bucket=bucket, Key="a.txt", Body=b"a")
+    s3.put_object(Bucket=bucket, Key="d/b.txt", Body=b"b")
     with mount_s3(f"s3://{bucket}", "--read-only") as mnt:
         for fn, args in (
             (os.open, (mnt / "new", os.O_CREAT | os.O_WRONLY)),
             (os.open, (mnt / "a.txt", os.O_WRONLY)),
-            (os.mkdir, (mnt / "d",)),
+            (os.open, (mnt / "a.txt", os.O_RDWR | os.O_TRUNC)),
+            (os.mkdir, (mnt / "e",)),
+            (os.rmdir, (mnt / "d",)),
             (os.unlink, (mnt / "a.txt",)),
             (os.rename, (mnt / "a.txt", mnt / "b.txt")),
+            (os.truncate, (mnt / "a.txt", 0)),
+            (os.chmod, (mnt / "a.txt", 0o600)),
+            (os.utime, (mnt / "d",)),
         ):
             with pytest.raises(OSError) as caught:
                 fn(*args)
             assert caught.value.errno == errno.EROFS, fn
+        # pffs refuses them itself (the kernel's `ro` would refuse .pffs/prefetch too).
+        assert (mnt / "a.txt").read_bytes() == b"a"
+        listed = s3.list_objects_v2(Bucket=bucket)["Contents"]
+        assert [o["Key"] for o in listed] == ["a.txt", "d/b.txt"]
 
 
 def test_concurrent_writers_on_different_files(s3, bucket, mount_s3) -> None:

@@ -1,0 +1,76 @@
+"""How every S3 call is made, reads and writes alike: with pffs's retries (pffs.retry, botocore's
+own are off), counted and timed by pffs.metrics, and its failure translated into a pffs error by
+pffs.backends.s3errors. S3Backend owns one and shares it with its writes (s3writes.py), so a
+write fails, retries and shows in the metrics the way a read does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from pffs import metrics
+from pffs.backends.s3errors import Kind, classify, is_transient, translate
+from pffs.config import RetryConfig
+from pffs.errors import PffsError
+from pffs.retry import call_with_retry
+
+T = TypeVar("T")
+
+# The mount's preflight check must answer within seconds, not after a minute of retries.
+QUICK = RetryConfig(attempts=2, base_delay=0.1, max_delay=0.5, total_timeout=5.0)
+
+
+class S3Calls:
+    """Calls to one bucket and prefix (`source_id` names them in metrics and logs)."""
+
+    def __init__(self, source_id: str, url_prefix: str, policy: RetryConfig) -> None:
+        """`url_prefix`: the s3:// URL a path is appended to in error messages."""
+        self.source_id = source_id
+        self.url_prefix = url_prefix
+        self.policy = policy
+        self.retries = 0  # transient failures retried, for stats
+
+    def run(self, fn: Callable[[], T], what: str, path: str = "", quick: bool = False) -> T:
+        """`fn()` retried while it fails transiently; its last failure raised as it is."""
+        # Counted, timed and logged when slow by pffs.metrics (one request, retries included).
+        with metrics.BackendRequest(self.source_id, what, path, self._count_retry) as request:
+            result: T = request.received(
+                call_with_retry(
+                    fn,
+                    is_transient=is_transient,
+                    policy=QUICK if quick else self.policy,
+                    what=f"{what} {self.source_id}",
+                    on_retry=request.retried,
+                )
+            )
+        return result
+
+    def do(self, fn: Callable[[], T], what: str, path: str) -> T:
+        """`run`, its failure translated into a pffs error about `path`."""
+        try:
+            return self.run(fn, what, path)
+        except Exception as exc:
+            raise self.translate(exc, path) from exc
+
+    def head(self, client: Any, bucket: str, key: str, path: str) -> dict[str, Any] | None:
+        """The HEAD answer of the object at `key` (`path` in the source), or None where there
+        is none."""
+        try:
+            answer: dict[str, Any] = self.run(
+                lambda: client.head_object(Bucket=bucket, Key=key), "HEAD", path
+            )
+        except Exception as exc:
+            if classify(exc) is Kind.NOT_FOUND:
+                return None
+            raise self.translate(exc, path) from exc
+        return answer
+
+    def translate(self, exc: BaseException, path: str) -> PffsError:
+        return translate(exc, self.url(path))
+
+    def url(self, path: str) -> str:
+        return self.url_prefix + path
+
+    def _count_retry(self, _exc: BaseException) -> None:
+        self.retries += 1

@@ -1,0 +1,396 @@
+"""Fluid's ThinRuntime config (config.json) as a pffs mount: read, check, translate.
+
+Fluid's controller writes one line of JSON for the FUSE container of a ThinRuntime
+(pkg/ddc/thin/transform_config.go, v1.0.x):
+
+    {"mounts": [{"mountPoint": "s3://bucket/prefix", "name": "train", "path": "/train",
+                 "options": {...}, "readOnly": true}, ...],
+     "targetPath": "/runtime-mnt/thin/<ns>/<dataset>/thin-fuse",
+     "runtimeOptions": {...}, "accessModes": ["ReadOnlyMany"], ...}
+
+A mount's `options` are the Dataset's sharedOptions merged with its own; each encryptOption
+appears there as the path of a file holding the value (/etc/fluid/secrets/<secret>/<key>).
+`runtimeOptions` are the ThinRuntime's fuse.options; the MOUNT_OPTIONS variable holds the
+ThinRuntimeProfile's and the ThinRuntime's fuse.options as `k=v,k,...` (and `ro` for a
+ReadOnlyMany dataset).
+
+The translation is the one of `pffs mount --config`: each Fluid mount becomes a mount table
+entry (pffs.routing.tablefile checks it), at its `path`, else at `/<name>` (Fluid's own rule,
+pkg/utils/ufs_path_builder.go; `path: /` puts the only mount at the root). Option keys are
+`pffs mount`'s long options without the dashes:
+
+- per mount: the source's options (endpoint-url or endpoint, region, profile, path-style,
+  max-concurrency, hdfs-user, kerberos-ticket-cache, replication, buffer-size), `cache`
+  (disk or memory), and the S3 credentials access-key-id, secret-access-key, session-token;
+- for the whole mount: every other option (cache-dir, cache-size, metadata-ttl, ...). Given
+  in a Dataset mount's options (sharedOptions) they must agree across mounts.
+
+Precedence: MOUNT_OPTIONS < runtimeOptions < a mount's options. A dataset without a writable
+access mode (ReadOnlyMany is Fluid's default) is a read-only mount; the mount is allow_other,
+since other pods read it. Credentials go to a private
+AWS credentials file, one profile per mount, never argv or logs. Each problem is one
+UsageError naming the field: `mounts[1].options.cache-size: ...`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator, Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+from pffs.backends import REGISTRY
+from pffs.cli.options import build_parser, source_config, table_mount_config
+from pffs.config import MountConfig
+from pffs.errors import UsageError
+from pffs.routing.tablefile import parse_entries
+
+# Where Fluid puts the config: v1.0.1 on, then older releases (v0.9 - v1.0.0).
+CONFIG_PATHS = ("/etc/fluid/config/config.json", "/etc/fluid/config.json")
+# Option key -> mount table key, for the options each mount may set for itself.
+SOURCE_KEYS = {
+    "endpoint-url": "endpoint",
+    "endpoint": "endpoint",
+    "region": "region",
+    "profile": "profile",
+    "path-style": "path_style",
+    "max-concurrency": "max_concurrency",
+    "hdfs-user": "user",
+    "kerberos-ticket-cache": "kerberos_ticket_cache",
+    "replication": "replication",
+    "buffer-size": "buffer_size",
+    "cache": "cache",
+}
+# S3 credentials -> the AWS credentials file's keys.
+CREDENTIAL_KEYS = {
+    "access-key-id": "aws_access_key_id",
+    "secret-access-key": "aws_secret_access_key",
+    "session-token": "aws_session_token",
+}
+# `pffs mount` options that make no sense here: the config is Fluid's, the process stays.
+NOT_OPTIONS = {"config", "foreground", "help"}
+# Access modes under which the dataset may be written (Fluid's default is ReadOnlyMany).
+WRITABLE_MODES = {"ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod"}
+CREDENTIALS_ENV = "AWS_SHARED_CREDENTIALS_FILE"
+FLUID_PREFIX = "fluid."
+# Fluid's own schemes for a directory of the node: local:///path is file:///path.
+LOCAL_SCHEME = "local://"
+
+
+def find_config(given: str | None) -> str:
+    """The config file: `given`, else the first of Fluid's places that exists."""
+    if given:
+        return given
+    for path in CONFIG_PATHS:
+        if os.path.exists(path):
+            return path
+    raise UsageError(f"no Fluid config at {' or '.join(CONFIG_PATHS)} (give --config FILE)")
+
+
+def read_document(path: str) -> dict[str, Any]:
+    """The config file's JSON object; UsageError when it cannot be read or parsed."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as exc:
+        raise UsageError(f"cannot read the Fluid config {path}: {exc.strerror}") from None
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path} is not valid JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise UsageError(f"{path}: expected a JSON object, not {type(document).__name__}")
+    return document
+
+
+def target_path(document: dict[str, Any], env: Mapping[str, str], path: str) -> str:
+    """Where Fluid wants the mount: targetPath, else the MOUNT_POINT variable it also sets."""
+    target = document.get("targetPath") or env.get("MOUNT_POINT")
+    if not isinstance(target, str) or not target.startswith("/"):
+        raise UsageError(f"{path}: targetPath is missing or not an absolute path")
+    return target
+
+
+@contextlib.contextmanager
+def translated(
+    document: dict[str, Any], env: Mapping[str, str], path: str
+) -> Iterator[MountConfig]:
+    """`document` as a pffs mount; its credentials file exists while the context lasts
+    (boto3 reads it when a backend is opened, the table's checks included)."""
+    target = target_path(document, env, path)
+    modes = _string_list(document.get("accessModes", []), "accessModes")
+    mounts = document.get("mounts")
+    if not isinstance(mounts, list) or not mounts:
+        raise UsageError(f"{path}: mounts is missing or empty (the Dataset has no mounts)")
+    raw_mounts = [_mount_object(raw, f"mounts[{i}]") for i, raw in enumerate(mounts)]
+
+    # The runtime's options ({key: (where, text)}), then the whole-mount options the Dataset's
+    # mounts give, which must agree with each other.
+    shared = {
+        key: (f"MOUNT_OPTIONS.{key}", text)
+        for key, text in parse_mount_options(env.get("MOUNT_OPTIONS", "")).items()
+    }
+    runtime_options = _string_map(document.get("runtimeOptions") or {}, "runtimeOptions")
+    shared |= {key: (f"runtimeOptions.{key}", text) for key, text in runtime_options.items()}
+    wide = {key: found for key, found in shared.items() if key not in CREDENTIAL_KEYS}
+    for i, raw in enumerate(raw_mounts):
+        for key, value in raw["options"].items():
+            if key in SOURCE_KEYS or key in CREDENTIAL_KEYS:
+                continue
+            where = f"mounts[{i}].options.{key}"
+            earlier = wide.get(key)
+            if earlier is not None and earlier[0].startswith("mounts") and earlier[1] != value:
+                raise UsageError(
+                    f"{where}: {value!r} differs from {earlier[0]} ({earlier[1]!r}); a "
+                    "whole-mount option: set it once (sharedOptions or the ThinRuntime)"
+                )
+            wide[key] = (where, value)
+    args = mount_arguments(target, wide)
+    if modes and not WRITABLE_MODES & set(modes):
+        args.read_only = True  # ReadOnlyMany: the whole mount refuses writes
+
+    defaults = source_config(args, "", args.read_only)
+    runtime_credentials = _credentials({k: v for k, (_, v) in shared.items()}, "runtimeOptions")
+    labelled, profiles = [], []
+    for i, raw in enumerate(raw_mounts):
+        where = f"mounts[{i}]"
+        entry, credentials = _table_entry(raw, where, args.read_only, runtime_credentials)
+        if credentials:
+            if "profile" in entry:
+                raise UsageError(f"{where}.options: give a profile or credentials, not both")
+            entry["profile"] = f"fluid-{i}"
+            profiles.append((entry["profile"], credentials))
+        labelled.append((where, entry))  # the table's checks add the path: mounts[0] (/a)
+    with _credentials_file(profiles):
+        table = parse_entries(labelled, defaults)
+        yield table_mount_config(args, table, _device_name(env, path))
+
+
+def parse_mount_options(text: str) -> dict[str, str]:
+    """MOUNT_OPTIONS (`k=v,k,...`) as a map; `ro` is the read-only option."""
+    options: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, _, value = item.partition("=")
+        options["read-only" if key == "ro" else key] = value or ("true" if key == "ro" else "")
+    return options
+
+
+def _mount_object(raw: object, where: str) -> dict[str, Any]:
+    """One of Fluid's mounts, its fields checked and defaulted."""
+    if not isinstance(raw, dict):
+        raise UsageError(f"{where}: expected an object, not {raw!r}")
+    mount_point = raw.get("mountPoint")
+    if not isinstance(mount_point, str) or not mount_point:
+        raise UsageError(f"{where}.mountPoint is missing")
+    name = raw.get("name", "")
+    path = raw.get("path", "")
+    for field, value in (("name", name), ("path", path)):
+        if not isinstance(value, str):
+            raise UsageError(f"{where}.{field} must be a string, not {value!r}")
+    read_only = raw.get("readOnly", False)
+    if not isinstance(read_only, bool):
+        raise UsageError(f"{where}.readOnly must be true or false, not {read_only!r}")
+    options = _string_map(raw.get("options") or {}, f"{where}.options")
+    # Fluid's own options (fluid.fuse.hostvolume: a node directory mounted into the container)
+    # are for its controller, and stay in the config.
+    options = {k: v for k, v in options.items() if not k.startswith(FLUID_PREFIX)}
+    for key in options:
+        if key not in SOURCE_KEYS and key not in CREDENTIAL_KEYS:
+            _option_action(key, f"{where}.options.{key}")  # unknown keys fail here
+    return {
+        "mountPoint": mount_point,
+        "name": name,
+        "path": path,
+        "readOnly": read_only,
+        "options": options,
+    }
+
+
+def _table_entry(
+    raw: dict[str, Any], where: str, read_only: bool, runtime_credentials: dict[str, str]
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The mount table entry of one Fluid mount, and its S3 credentials (maybe none)."""
+    url = _source_url(raw["mountPoint"], f"{where}.mountPoint")
+    entry: dict[str, Any] = {"path": _tree_path(raw), "source": url}
+    if raw["readOnly"] or read_only:
+        entry["read_only"] = True
+    for key, text in raw["options"].items():
+        if key in SOURCE_KEYS:
+            entry[SOURCE_KEYS[key]] = _source_value(key, text, f"{where}.options.{key}")
+    credentials = runtime_credentials | _credentials(raw["options"], f"{where}.options")
+    if urlsplit(url).scheme != "s3":
+        return entry, {}  # sharedEncryptOptions reach every mount; only S3 uses keys
+    return entry, credentials
+
+
+def _tree_path(raw: dict[str, Any]) -> str:
+    """Fluid's place of a mount in the tree: its absolute path, else /<name>."""
+    path = raw["path"]
+    if path.startswith("/"):
+        return str(path)
+    return "/" + str(raw["name"]).lstrip("/")
+
+
+def _source_url(mount_point: str, where: str) -> str:
+    if mount_point.startswith(LOCAL_SCHEME):
+        return "file://" + mount_point[len(LOCAL_SCHEME) :]
+    scheme = urlsplit(mount_point).scheme.lower()
+    if scheme not in REGISTRY:
+        known = ", ".join(f"{s}://" for s in (*REGISTRY, "local"))
+        shown = f"{scheme}://" if scheme else "no scheme"
+        raise UsageError(f"{where}: {mount_point!r} has {shown}; pffs mounts {known}")
+    return mount_point
+
+
+def _source_value(key: str, text: str, where: str) -> object:
+    """A per-mount option's text as the mount table's type (the CLI option's own parser)."""
+    if key in ("endpoint", "cache"):
+        return text
+    action = _option_action(key, where)
+    if action.nargs == 0:
+        return _boolean(text, where)
+    return _converted(action, text, where)
+
+
+def _credentials(options: Mapping[str, str], where: str) -> dict[str, str]:
+    """The S3 credentials among `options`, read from their files (Fluid's encryptOptions)."""
+    found = {}
+    for key, ini_key in CREDENTIAL_KEYS.items():
+        if key in options:
+            found[ini_key] = _secret(options[key], f"{where}.{key}")
+    if found and not {"aws_access_key_id", "aws_secret_access_key"} <= set(found):
+        raise UsageError(f"{where}: access-key-id and secret-access-key go together")
+    return found
+
+
+def _secret(value: str, where: str) -> str:
+    """A secret option's value: the content of the file it names (Fluid's default config
+    storage, a ConfigMap), or the value itself (config storage Secret: no path, no '/')."""
+    if not value.startswith("/"):
+        return value
+    try:
+        with open(value, encoding="utf-8") as f:
+            secret = f.read().strip()
+    except OSError as exc:
+        raise UsageError(f"{where}: cannot read the secret file {value}: {exc.strerror}") from None
+    if not secret or "\n" in secret:
+        raise UsageError(f"{where}: the secret file {value} must hold one line")
+    return secret
+
+
+@contextlib.contextmanager
+def _credentials_file(profiles: list[tuple[str, dict[str, str]]]) -> Iterator[None]:
+    """The profiles as boto3's shared credentials file (AWS_SHARED_CREDENTIALS_FILE), in a
+    private directory (in memory where /dev/shm is writable), removed on the way out. The
+    profiles of the file boto3 would have read come first, for mounts that name one."""
+    if not profiles:
+        yield
+        return
+    before = os.environ.get(CREDENTIALS_ENV)
+    try:
+        with open(before or os.path.expanduser("~/.aws/credentials"), encoding="utf-8") as f:
+            sections = [f.read().rstrip("\n") + "\n"]
+    except OSError:
+        sections = []
+    for profile, credentials in profiles:
+        lines = [f"[{profile}]", *(f"{key} = {value}" for key, value in credentials.items())]
+        sections.append("\n".join(lines) + "\n")
+    parent = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+    directory = tempfile.mkdtemp(prefix="pffs-fluid-", dir=parent)  # mode 0700
+    file = os.path.join(directory, "credentials")
+    try:
+        fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write("\n".join(sections))
+        os.environ[CREDENTIALS_ENV] = file
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(CREDENTIALS_ENV, None)
+        else:
+            os.environ[CREDENTIALS_ENV] = before
+        with contextlib.suppress(OSError):
+            os.unlink(file)
+        with contextlib.suppress(OSError):
+            os.rmdir(directory)
+
+
+def mount_arguments(target: str, options: Mapping[str, tuple[str, str]]) -> argparse.Namespace:
+    """`pffs mount TARGET --foreground` with `options` ({key: (where, text)}) applied, each
+    value checked by the option's own parser."""
+    args = build_parser().parse_args(["mount", target, "--foreground"])
+    # Fluid hands the mount to other pods, whose processes run as any user (allow-other: false
+    # keeps it to root).
+    args.allow_other = True
+    for key, (where, text) in options.items():
+        action = _option_action(key, where)
+        value = _boolean(text, where) if action.nargs == 0 else _converted(action, text, where)
+        setattr(args, action.dest, value)
+    return args
+
+
+def _option_action(key: str, where: str) -> argparse.Action:
+    actions = _mount_actions()
+    name = "endpoint-url" if key == "endpoint" else key
+    if name not in actions:
+        raise UsageError(f"{where}: unknown option (a `pffs mount` option without the dashes)")
+    return actions[name]
+
+
+_ACTIONS: dict[str, argparse.Action] = {}
+
+
+def _mount_actions() -> dict[str, argparse.Action]:
+    """`pffs mount`'s long options by name, from the parser itself (one list of options)."""
+    if not _ACTIONS:
+        parser = build_parser()
+        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        for action in commands.choices["mount"]._actions:
+            for option in action.option_strings:
+                if option.startswith("--") and option[2:] not in NOT_OPTIONS:
+                    _ACTIONS[option[2:]] = action
+    return _ACTIONS
+
+
+def _converted(action: argparse.Action, text: str, where: str) -> object:
+    try:
+        value = action.type(text) if callable(action.type) else text
+    except (argparse.ArgumentTypeError, ValueError) as exc:
+        raise UsageError(f"{where}: {exc or repr(text)}") from None
+    if action.choices is not None and value not in action.choices:
+        raise UsageError(f"{where}: {text!r} is not one of {', '.join(map(str, action.choices))}")
+    return value
+
+
+def _boolean(text: str, where: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("", "true", "yes", "on", "1"):
+        return True
+    if lowered in ("false", "no", "off", "0"):
+        return False
+    raise UsageError(f"{where}: {text!r} is not true or false")
+
+
+def _string_map(raw: object, where: str) -> dict[str, str]:
+    if not isinstance(raw, dict):
+        raise UsageError(f"{where}: expected an object of strings, not {raw!r}")
+    for key, value in raw.items():
+        if not isinstance(value, str):
+            raise UsageError(f"{where}.{key} must be a string, not {value!r}")
+    return dict(raw)
+
+
+def _string_list(raw: object, where: str) -> list[str]:
+    if not isinstance(raw, list) or not all(isinstance(item, str) for item in raw):
+        raise UsageError(f"{where}: expected a list of strings, not {raw!r}")
+    return list(raw)
+
+
+def _device_name(env: Mapping[str, str], path: str) -> str:
+    """What `mount` shows as the device: Fluid's runtime, else the config file."""
+    namespace, runtime = env.get("FLUID_RUNTIME_NS"), env.get("FLUID_RUNTIME_NAME")
+    return f"fluid:{namespace}/{runtime}" if namespace and runtime else os.path.abspath(path)
