@@ -20,6 +20,7 @@ from pffs.cache.disk import DiskTier
 from pffs.cache.diskio import DiskIO
 from pffs.cache.keys import BlockKey, ColdStart, Fetch, FetchRun
 from pffs.cache.memory import MemoryTier
+from pffs.cache.pacing import Pacing, ReaderPace
 from pffs.cache.prefetch import Prefetcher
 from pffs.cache.singleflight import SingleFlight
 from pffs.cache.stats import CacheStats
@@ -41,6 +42,10 @@ class BlockCache:
         )
         # Blocks a prefetch asks the store for in one request (stores that can stream them).
         self.run_blocks = max(1, config.fetch_size // config.block_size)
+        # Sequential readers' windows and requests, by Little's law, sharing the budget.
+        self.pacing = Pacing(
+            self.prefetch_budget, self.readahead_limit, config.block_size, config.fetch_size
+        )
         self.disk = (
             DiskTier(config.disk_dir, config.disk_bytes, config.free_ratio, config.compress)
             if config.disk_dir
@@ -216,6 +221,11 @@ class BlockCache:
             self._disk.write_behind(key, data)
         return data
 
+    def expect_reads(self) -> None:
+        """Reads may follow soon (a name was looked up): the disk tier's key filter is brought
+        up to date meanwhile, so the first read after a quiet while needs no index lookup."""
+        self._disk.follow()
+
     def is_cached_or_coming(self, key: BlockKey) -> bool:
         return key in self.memory or key in self._flights
 
@@ -229,6 +239,7 @@ class BlockCache:
         *,
         coalesce: bool = False,
         at_end: bool = True,
+        pace: ReaderPace | None = None,
     ) -> int:
         """Start loading a reader's readahead window; returns how many blocks were started.
 
@@ -238,9 +249,12 @@ class BlockCache:
         consecutive blocks, one request per run. Fewer, larger requests cost the store and the
         client less per byte, so until the window's end (`at_end`) is reached, nothing is asked
         for before a run's worth of blocks is missing. The global prefetch budget bounds the
-        bytes in flight.
+        bytes in flight. With the reader's `pace`, a run is at most its part, and the pace is
+        told how long each request took.
         """
-        return self._prefetcher.start(keys, sizes, fetch_run, coalesce=coalesce, at_end=at_end)
+        return self._prefetcher.start(
+            keys, sizes, fetch_run, coalesce=coalesce, at_end=at_end, pace=pace
+        )
 
     async def load(
         self,

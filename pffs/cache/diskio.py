@@ -146,15 +146,22 @@ class DiskIO:
         (an idle mount: other processes may have written since) answers nothing until the
         refresh it starts here lands, so the index is asked as if there were no filter.
         """
-        now = trio.current_time()
-        stale = now - self._keys_read_at > _FOLLOW_PERIOD
-        if stale and not self._keys_reading and self._background.attached:
-            self._keys_reading = True
-            self._background.spawn(self._read_keys)
+        now = self.follow()
         if now - self._keys_read_at > 2 * _FOLLOW_PERIOD or self.keys.might_hold(name):
             return False
         self.stats.disk_misses_known += 1
         return True
+
+    def follow(self) -> float:
+        """Start bringing the key filter up to the index when it is a period old; the trio
+        clock's time. Called ahead of reads too (BlockCache.expect_reads), so the first read
+        after a quiet while finds the filter fresh rather than asking the index itself."""
+        now = trio.current_time()
+        stale = now - self._keys_read_at > _FOLLOW_PERIOD
+        if stale and not self._keys_reading and self.tier is not None and self._background.attached:
+            self._keys_reading = True
+            self._background.spawn(self._read_keys)
+        return now
 
     async def _read_keys(self) -> None:
         """Bring the key filter up to the index: the rows added since the last read (by any

@@ -91,12 +91,13 @@ class Pacing:
 class ReaderPace:
     """One reader's rate and request time, and the window and parts they call for."""
 
-    __slots__ = ("_pacing", "_period_bytes", "_period_start", "rate", "request_time")
+    __slots__ = ("_pacing", "_period_bytes", "_period_start", "part", "rate", "request_time")
 
     def __init__(self, pacing: Pacing) -> None:
         self._pacing = pacing
         self.rate: float | None = None  # bytes per second the reader consumes
         self.request_time: float | None = None  # seconds one of its prefetch GETs takes
+        self.part = 1  # blocks per request of the last window
         self._period_start: float | None = None
         self._period_bytes = 0
 
@@ -123,13 +124,15 @@ class ReaderPace:
         self.request_time = _average(self.request_time, seconds)
 
     def window(self) -> int:
-        """Bytes to keep loaded or on their way ahead of the reader: at least one block."""
+        """Bytes to keep loaded or on their way ahead of the reader: at least one block. Sets
+        `part` for it."""
         pacing = self._pacing
-        ceiling = max(pacing.block_size, min(pacing.max_window, pacing.share(self)))
-        if self.rate is None or self.request_time is None:
-            return ceiling
-        wanted = int(HEADROOM * self.rate * self.request_time)
-        return max(pacing.block_size, min(ceiling, wanted))
+        window = max(pacing.block_size, min(pacing.max_window, pacing.share(self)))
+        if self.rate is not None and self.request_time is not None:
+            wanted = int(HEADROOM * self.rate * self.request_time)
+            window = max(pacing.block_size, min(window, wanted))
+        self.part = self.part_blocks(window)
+        return window
 
     def part_blocks(self, window: int) -> int:
         """Blocks per GET for a window of `window` bytes: about STREAMS GETs carry it, each of

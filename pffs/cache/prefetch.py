@@ -29,6 +29,7 @@ from pffs.cache.background import Background
 from pffs.cache.diskio import DiskIO
 from pffs.cache.keys import BlockKey, FetchRun
 from pffs.cache.memory import MemoryTier
+from pffs.cache.pacing import ReaderPace
 from pffs.cache.singleflight import Flight, SingleFlight
 from pffs.cache.stats import CacheStats
 
@@ -38,9 +39,15 @@ log = logging.getLogger("pffs.cache")
 class _Run:
     """Blocks of one object being loaded ahead: position -> (key, size, flight)."""
 
-    def __init__(self, blocks: dict[int, tuple[BlockKey, int, Flight]], fetch: FetchRun) -> None:
+    def __init__(
+        self,
+        blocks: dict[int, tuple[BlockKey, int, Flight]],
+        fetch: FetchRun,
+        pace: ReaderPace | None = None,
+    ) -> None:
         self.blocks = blocks
         self.fetch = fetch
+        self.pace = pace  # the reader's, told how long each request took
 
     def spans(self, most: int) -> list[tuple[int, int]]:
         """(first, count) of consecutive positions left to load, at most `most` long each."""
@@ -57,7 +64,8 @@ class _Run:
 
     def take(self, first: int, count: int) -> _Run:
         """Positions first..first+count-1 (a span of this run) as a run of their own."""
-        return _Run({p: self.blocks.pop(p) for p in range(first, first + count)}, self.fetch)
+        taken = {p: self.blocks.pop(p) for p in range(first, first + count)}
+        return _Run(taken, self.fetch, self.pace)
 
 
 class Prefetcher:
@@ -96,16 +104,20 @@ class Prefetcher:
         *,
         coalesce: bool,
         at_end: bool,
+        pace: ReaderPace | None = None,
     ) -> int:
         """Start loading a window in the background, within the budget; how many blocks were
         started (see BlockCache.prefetch)."""
         if not self.background.attached:
             return 0
-        run_blocks = self.run_blocks if coalesce else 1
+        run_blocks = 1
+        if coalesce:
+            run_blocks = self.run_blocks if pace is None else min(self.run_blocks, pace.part)
         missing = [i for i, key in enumerate(keys) if not self.cached_or_coming(key)]
         if not missing or (len(missing) < min(run_blocks, len(keys)) and not at_end):
             return 0
         run = self._claim(keys, sizes, missing, fetch_run, within_budget=True)
+        run.pace = pace
         self.stats.prefetch_issued += len(run.blocks)
         if run.blocks:
             self.background.spawn(self._load_quietly, run, run_blocks)
@@ -239,7 +251,10 @@ class Prefetcher:
             self.disk.write_behind(key, data)
 
         await self.disk.wait_for_room()  # before the request: prefetch at the disk's pace
+        asked = trio.current_time()
         await run.fetch(first, count, deliver)
+        if run.pace is not None:
+            run.pace.fetched(trio.current_time() - asked)
         return fetched
 
     def _land(self, key: BlockKey, flight: Flight, data: bytes, tier: str) -> None:

@@ -51,7 +51,9 @@ class Reader:
         mounted, inside = self.namespace.route(inode.path)
         source = mounted.backend.source_id
         blocks = ObjectBlocks(source, inside, info.version, info.size, self.block_size)
-        readahead = Readahead(self.block_size, self.cache.readahead_limit, info.size)
+        # A pace for files of several blocks: only they have blocks to load ahead.
+        pace = self.cache.pacing.reader() if info.size > 2 * self.block_size else None
+        readahead = Readahead(self.block_size, self.cache.readahead_limit, info.size, pace)
         handle = ReadHandle(inode, blocks, readahead, mounted)
         if 0 < info.size <= min(FETCH_AT_OPEN, self.block_size):
             self.cache.prefetch(
@@ -75,6 +77,7 @@ class Reader:
                 fetch_runs(mounted.limiter, mounted.backend, blocks, ahead.start),
                 coalesce=block_runs(mounted.backend) is not None,
                 at_end=ahead.stop > handle.readahead.last_block,
+                pace=handle.readahead.pace,
             )
         try:
             data = await self._read_blocks(handle, offset, end)

@@ -105,6 +105,7 @@ class Vfs:
         ours = self.special.lookup(parent_ino, name, self.namespace.inode(ROOT_INODE))
         if ours is not None:
             return ours
+        self.cache.expect_reads()  # during the lookup's round trip, if it takes one
         return await self.namespace.lookup(parent_ino, name)
 
     async def getattr(self, ino: int) -> Inode:
@@ -184,6 +185,8 @@ class Vfs:
         metrics.OPEN_FILES.dec()
         if isinstance(handle, WriteHandle):
             await self.writer.release(handle)
+        else:
+            handle.readahead.close()
 
     def statfs(self) -> dict[str, int]:
         """Large, constant figures: object stores have no meaningful capacity."""
