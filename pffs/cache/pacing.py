@@ -14,7 +14,8 @@ Its window is HEADROOM x rate x time. While the store does not keep up, the read
 blocks as fast as they come, so each new estimate makes the window HEADROOM times larger, until
 the reader itself sets the pace (the window then stays at what its rate needs) or the window
 meets its ceiling. Before both figures are known the window is its ceiling, as a fixed window
-would be. The window is carried by parts of whole blocks, about STREAMS of them at once.
+would be. The window is carried by parts of whole blocks, about STREAMS of them at once, each
+of MIN_PART at least.
 
 Fairness: the global prefetch budget is shared by the readers that streamed in the last
 ACTIVE_SECONDS. Each one's ceiling is the largest window configured and its share of the budget
@@ -31,8 +32,12 @@ from collections.abc import Callable
 
 # The window over rate x request time: room for the rate to double before the next estimate.
 HEADROOM = 2.0
-# GETs that carry one reader's window at once, when its window holds that many blocks.
+# GETs that carry one reader's window at once, when its window holds that many parts.
 STREAMS = 4
+# The smallest part: below it the store's and the client's CPU per request (signing, parsing,
+# a thread hop; for the server, opening and seeking the object) grows faster per byte than a
+# parallel stream pays back (mountpoint-s3's default part size too).
+MIN_PART = 8 << 20
 # A reader that asked for no window for this long no longer takes a share of the budget.
 ACTIVE_SECONDS = 1.0
 # A rate sample spans at least this long (one 1 MiB read takes a millisecond or two).
@@ -136,9 +141,9 @@ class ReaderPace:
 
     def part_blocks(self, window: int) -> int:
         """Blocks per GET for a window of `window` bytes: about STREAMS GETs carry it, each of
-        one block at least and of the largest prefetch request at most."""
+        MIN_PART (and one block) at least and of the largest prefetch request at most."""
         pacing = self._pacing
-        part = min(pacing.max_part, window // STREAMS)
+        part = min(pacing.max_part, max(MIN_PART, window // STREAMS))
         return max(1, part // pacing.block_size)
 
     def close(self) -> None:

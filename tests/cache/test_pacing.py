@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from pffs.cache.pacing import ACTIVE_SECONDS, HEADROOM, RATE_PERIOD, STREAMS, Pacing, ReaderPace
+from pffs.cache.pacing import (
+    ACTIVE_SECONDS,
+    HEADROOM,
+    MIN_PART,
+    RATE_PERIOD,
+    STREAMS,
+    Pacing,
+    ReaderPace,
+)
 
 MIB = 1 << 20
 BLOCK = 4 * MIB
@@ -110,10 +118,13 @@ def test_a_reader_gone_quiet_or_closed_gives_its_share_back() -> None:
 
 def test_parts_split_a_window_over_several_requests_of_whole_blocks() -> None:
     pace = pacing(Clock()).reader()
-    assert pace.part_blocks(64 * MIB) == 16 * MIB // BLOCK  # at most the largest request
-    assert pace.part_blocks(32 * MIB) == 32 * MIB // STREAMS // BLOCK
-    assert pace.part_blocks(8 * MIB) == 1  # at least one block
-    assert pace.part_blocks(BLOCK) == 1
+    assert pace.part_blocks(128 * MIB) == 16 * MIB // BLOCK  # at most the largest request
+    assert pace.part_blocks(48 * MIB) == 48 * MIB // STREAMS // BLOCK
+    assert pace.part_blocks(8 * MIB) == MIN_PART // BLOCK  # never below the smallest part
+    small_blocks = Pacing(128 * MIB, 64 * MIB, MIB, max_part=16 * MIB, clock=Clock()).reader()
+    assert small_blocks.part_blocks(64 * MIB) == 16  # blocks of 1 MiB: 16 MiB parts
+    huge_blocks = Pacing(128 * MIB, 64 * MIB, 32 * MIB, max_part=16 * MIB, clock=Clock()).reader()
+    assert huge_blocks.part_blocks(64 * MIB) == 1  # a part is one block at least
 
 
 def test_a_rate_needs_a_whole_period_of_reads() -> None:
