@@ -42,9 +42,14 @@ class BlockCache:
         )
         # Blocks a prefetch asks the store for in one request (stores that can stream them).
         self.run_blocks = max(1, config.fetch_size // config.block_size)
-        # Sequential readers' windows and requests, by Little's law, sharing the budget.
+        # Sequential readers' windows and requests, by Little's law, sharing the budget; a
+        # window never larger than half the memory tier (see readahead_limit).
         self.pacing = Pacing(
-            self.prefetch_budget, self.readahead_limit, config.block_size, config.fetch_size
+            self.prefetch_budget,
+            self.readahead_limit,
+            min(self.memory.capacity // 2, self.prefetch_budget),
+            config.block_size,
+            config.fetch_size,
         )
         self.disk = (
             DiskTier(config.disk_dir, config.disk_bytes, config.free_ratio, config.compress)

@@ -10,17 +10,20 @@ flight = rate x the time a request takes, measured per reader:
 - its requests' time: how long its prefetch GETs took from the ask to the last byte, a moving
   average (the store's latency, plus one part's transfer at one connection's pace).
 
-Its window is HEADROOM x rate x time. While the store does not keep up, the reader consumes
-blocks as fast as they come, so each new estimate makes the window HEADROOM times larger, until
-the reader itself sets the pace (the window then stays at what its rate needs) or the window
-meets its ceiling. Before both figures are known the window is its ceiling, as a fixed window
-would be. The window is carried by parts of whole blocks, about STREAMS of them at once, each
-of MIN_PART at least.
+Its window is the configured one (`--prefetch-max`), or HEADROOM x rate x time when that is
+more: a far store (a large rate x latency product) gets the bytes in flight it needs, a near
+one keeps the window measured best on a small machine (a wider one only adds work contending
+for its cores). While the store does not keep up, the reader consumes blocks as fast as they
+come, so each new estimate makes the window HEADROOM times larger, until the reader itself sets
+the pace (the window then stays at what its rate needs) or the window meets its ceiling: the
+largest window (`largest`: what the memory tier and the budget can hold) and the reader's share.
+The window is carried by parts of whole blocks, about STREAMS of them at once, each of MIN_PART
+at least.
 
 Fairness: the global prefetch budget is shared by the readers that streamed in the last
-ACTIVE_SECONDS. Each one's ceiling is the largest window configured and its share of the budget
-(the budget over those readers), so a reader starting while others stream gets its share at
-once rather than the budget's leftovers, and a slow reader takes only what its rate asks.
+ACTIVE_SECONDS: each one's window is at most the budget over those readers, so a reader
+starting while others stream gets its share at once rather than the budget's leftovers, and
+none takes the whole budget while others wait for theirs.
 
 Pure bookkeeping with an injected clock, no I/O; trio tasks only (the cache's threading rule).
 """
@@ -56,13 +59,15 @@ class Pacing:
     def __init__(
         self,
         budget: int,
-        max_window: int,
+        window: int,
+        largest: int,
         block_size: int,
         max_part: int,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.budget = budget  # bytes of prefetch in flight, all readers together
-        self.max_window = max_window  # the largest window of one reader, in bytes
+        self.window = window  # the configured window of one reader, in bytes
+        self.largest = max(window, largest)  # the largest window Little's law may ask for
         self.block_size = block_size
         self.max_part = max(block_size, max_part)  # the largest GET of a prefetch, in bytes
         self.clock = clock
@@ -132,10 +137,10 @@ class ReaderPace:
         """Bytes to keep loaded or on their way ahead of the reader: at least one block. Sets
         `part` for it."""
         pacing = self._pacing
-        window = max(pacing.block_size, min(pacing.max_window, pacing.share(self)))
+        wanted = pacing.window
         if self.rate is not None and self.request_time is not None:
-            wanted = int(HEADROOM * self.rate * self.request_time)
-            window = max(pacing.block_size, min(window, wanted))
+            wanted = max(wanted, int(HEADROOM * self.rate * self.request_time))
+        window = max(pacing.block_size, min(wanted, pacing.largest, pacing.share(self)))
         self.part = self.part_blocks(window)
         return window
 

@@ -3,9 +3,9 @@
 Pure bookkeeping with no I/O, so it is tested on its own. The window starts at one block when
 a read continues where the previous one ended (or starts the file), doubles each time the reader
 moves into a new block, up to a maximum, and drops to nothing on a seek: random access never
-prefetches. With a pace (pffs.cache.pacing), the maximum is the pace's window, its Little's law
-figure within the reader's share of the budget, and the reads of a sequential run feed the
-pace's rate.
+prefetches. With a pace (pffs.cache.pacing), the maximum is the pace's window instead (the
+configured one, or more by Little's law, within the reader's share of the budget), and the
+reads of a sequential run feed the pace's rate.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class Readahead:
         most = self.max_window
         if self.pace is not None:
             self.pace.read(end - offset)
-            most = max(1, min(most, self.pace.window() // self.block_size))
+            most = max(1, self.pace.window() // self.block_size)
         if self.window == 0:
             self.window = 1
         elif block > self.current_block:

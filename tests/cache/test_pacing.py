@@ -27,8 +27,10 @@ class Clock:
         return self.now
 
 
-def pacing(clock: Clock, budget: int = 128 * MIB, max_window: int = 64 * MIB) -> Pacing:
-    return Pacing(budget, max_window, BLOCK, max_part=16 * MIB, clock=clock)
+def pacing(
+    clock: Clock, budget: int = 128 * MIB, window: int = 32 * MIB, largest: int = 128 * MIB
+) -> Pacing:
+    return Pacing(budget, window, largest, BLOCK, max_part=16 * MIB, clock=clock)
 
 
 def stream(pace: ReaderPace, clock: Clock, rate: float, seconds: float, read: int = MIB) -> None:
@@ -38,47 +40,45 @@ def stream(pace: ReaderPace, clock: Clock, rate: float, seconds: float, read: in
         pace.read(read)
 
 
-def test_before_anything_is_measured_the_window_is_the_ceiling() -> None:
+def test_before_anything_is_measured_the_window_is_the_configured_one() -> None:
     clock = Clock()
-    pace = pacing(clock, budget=128 * MIB, max_window=64 * MIB).reader()
-    assert pace.window() == 64 * MIB
+    assert pacing(clock, window=32 * MIB).reader().window() == 32 * MIB
     alone_with_a_small_budget = pacing(clock, budget=16 * MIB).reader()
     assert alone_with_a_small_budget.window() == 16 * MIB
 
 
-def test_the_window_is_headroom_times_rate_times_request_time() -> None:
+def test_a_far_store_gets_headroom_times_rate_times_request_time() -> None:
     clock = Clock()
-    pace = pacing(clock).reader()
-    stream(pace, clock, rate=100e6, seconds=1.0)
+    pace = pacing(clock, window=32 * MIB, largest=128 * MIB).reader()
+    stream(pace, clock, rate=400e6, seconds=1.0)
     for _ in range(20):
-        pace.fetched(0.05)
-    assert pace.rate == pytest.approx(100e6, rel=0.01)
-    assert pace.window() == pytest.approx(HEADROOM * 100e6 * 0.05, rel=0.01)
+        pace.fetched(0.08)  # a far store: 8 MiB parts take 80 ms
+    assert pace.rate == pytest.approx(400e6, rel=0.01)
+    assert pace.window() == pytest.approx(HEADROOM * 400e6 * 0.08, rel=0.01)
 
 
-def test_a_slow_reader_takes_one_block_and_never_nothing() -> None:
+def test_a_near_store_or_a_slow_reader_keeps_the_configured_window() -> None:
     clock = Clock()
-    pace = pacing(clock).reader()
+    pace = pacing(clock, window=32 * MIB).reader()
     stream(pace, clock, rate=1e6, seconds=1.0, read=64 * 1024)
     pace.fetched(0.02)
-    assert pace.window() == BLOCK
+    assert pace.window() == 32 * MIB
 
 
-def test_a_reader_held_back_by_the_store_grows_its_window_to_the_ceiling() -> None:
+def test_a_reader_held_back_by_a_far_store_grows_its_window_to_the_largest() -> None:
     """While the store sets the pace, the reader consumes what arrives: window / request time.
-    Each estimate then asks HEADROOM times more, until the ceiling."""
+    Each estimate then asks HEADROOM times more, until the largest window."""
     clock = Clock()
-    pace = pacing(clock, max_window=64 * MIB).reader()
-    pace.fetched(0.05)
-    stream(pace, clock, rate=8 * MIB / 0.05, seconds=0.2)  # delivery-bound at an 8 MiB window
+    pace = pacing(clock, window=32 * MIB, largest=128 * MIB).reader()
+    pace.fetched(0.2)
     windows = []
     for _ in range(6):
         window = pace.window()
         windows.append(window)
-        stream(pace, clock, rate=window / 0.05, seconds=0.5)
-    assert windows[-1] == 64 * MIB
+        stream(pace, clock, rate=window / 0.2, seconds=1.0)
+    assert windows[0] == 32 * MIB and windows[-1] == 128 * MIB
     assert windows == sorted(windows)
-    assert windows[1] > windows[0] * 1.5
+    assert windows[2] > windows[1] * 1.5
 
 
 def test_a_seek_does_not_count_as_a_slow_read() -> None:
@@ -93,10 +93,10 @@ def test_a_seek_does_not_count_as_a_slow_read() -> None:
 
 def test_the_budget_is_shared_by_the_readers_streaming_now() -> None:
     clock = Clock()
-    shared = pacing(clock, budget=128 * MIB, max_window=64 * MIB)
+    shared = pacing(clock, budget=128 * MIB, window=64 * MIB)
     readers = [shared.reader() for _ in range(4)]
     windows = [reader.window() for reader in readers]
-    assert windows[0] == 64 * MIB  # alone then: the configured ceiling
+    assert windows[0] == 64 * MIB  # alone then: the configured window
     assert windows[-1] == 32 * MIB  # four at once: a quarter of the budget each
     assert [reader.window() for reader in readers] == [32 * MIB] * 4
     assert shared.streaming() == 4
@@ -104,7 +104,7 @@ def test_the_budget_is_shared_by_the_readers_streaming_now() -> None:
 
 def test_a_reader_gone_quiet_or_closed_gives_its_share_back() -> None:
     clock = Clock()
-    shared = pacing(clock, budget=128 * MIB, max_window=128 * MIB)
+    shared = pacing(clock, budget=128 * MIB, window=128 * MIB)
     first, second, third = shared.reader(), shared.reader(), shared.reader()
     for reader in (first, second, third):
         reader.window()
@@ -121,9 +121,9 @@ def test_parts_split_a_window_over_several_requests_of_whole_blocks() -> None:
     assert pace.part_blocks(128 * MIB) == 16 * MIB // BLOCK  # at most the largest request
     assert pace.part_blocks(48 * MIB) == 48 * MIB // STREAMS // BLOCK
     assert pace.part_blocks(8 * MIB) == MIN_PART // BLOCK  # never below the smallest part
-    small_blocks = Pacing(128 * MIB, 64 * MIB, MIB, max_part=16 * MIB, clock=Clock()).reader()
+    small_blocks = Pacing(128 * MIB, 64 * MIB, 64 * MIB, MIB, 16 * MIB, Clock()).reader()
     assert small_blocks.part_blocks(64 * MIB) == 16  # blocks of 1 MiB: 16 MiB parts
-    huge_blocks = Pacing(128 * MIB, 64 * MIB, 32 * MIB, max_part=16 * MIB, clock=Clock()).reader()
+    huge_blocks = Pacing(128 * MIB, 64 * MIB, 64 * MIB, 32 * MIB, 16 * MIB, Clock()).reader()
     assert huge_blocks.part_blocks(64 * MIB) == 1  # a part is one block at least
 
 
