@@ -8,7 +8,14 @@ from __future__ import annotations
 
 import botocore.exceptions
 
-from pffs.errors import BackendError, NotFound, PermissionDenied, PffsError, Transient
+from pffs.errors import (
+    BackendError,
+    NotFound,
+    PermissionDenied,
+    PffsError,
+    Throttled,
+    Transient,
+)
 
 TRANSIENT_CODES = {
     "InternalError",
@@ -18,12 +25,16 @@ TRANSIENT_CODES = {
     "ThrottlingException",
     "RequestTimeout",
     "RequestTimeTooSkewed",
+    "TooManyRequests",
+    "429",
     "500",
     "502",
     "503",
     "504",
 }
 NOT_FOUND_CODES = {"404", "NoSuchKey", "NoSuchBucket", "NotFound"}
+# The store asks for fewer requests: prefetch backs off (pffs.health never marks these down).
+THROTTLE_CODES = {"SlowDown", "Throttling", "ThrottlingException", "TooManyRequests", "429"}
 DENIED_CODES = {
     "403",
     "AccessDenied",
@@ -67,6 +78,8 @@ def translate(exc: BaseException, where: str) -> PffsError:
             return NotFound(f"{where} does not exist")
         if code in DENIED_CODES:
             return PermissionDenied(f"{where}: access denied ({code})")
+        if code in THROTTLE_CODES:
+            return Throttled(f"{where}: throttled ({code}) after retries")
         if code in TRANSIENT_CODES:
             return Transient(f"{where}: store unavailable ({code}) after retries")
         return BackendError(f"{where}: {code}: {_message(exc)}")

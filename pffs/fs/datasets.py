@@ -34,6 +34,7 @@ from pffs.fs.fetching import fetch_blocks
 from pffs.fs.handles import FileHandle
 from pffs.fs.listings import DirListing
 from pffs.fs.namespace import Namespace
+from pffs.pace import Pace
 from pffs.routing.table import Mounted
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ class DatasetPrefetch:
             max_concurrency=config.max_concurrency,
             idle_after=config.idle_after,
         )
-        self.limiter = trio.CapacityLimiter(config.max_concurrency)
+        self.limiter = Pace(config.max_concurrency)  # halved when the store pushes back
         # directory -> recent opens (time, name); parent -> recent opens (time, child directory)
         self._opens: dict[str, deque[tuple[float, str]]] = {}
         self._children: dict[str, deque[tuple[float, str]]] = {}
@@ -211,7 +212,7 @@ def file_item(
     path: str,
     info: ObjectInfo,
     block_size: int,
-    limiter: trio.CapacityLimiter,
+    limiter: trio.CapacityLimiter | Pace,
 ) -> PreloadItem:
     """One file of a source as the preload engine loads it (dataset prefetch and warmup): its
     block keys (those a reader of the version `info` uses) and a fetch of runs of its blocks

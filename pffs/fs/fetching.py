@@ -2,20 +2,29 @@
 and warmup.
 
 Both run under a limiter (pffs.workers): a reader's under its source's, prefetch under its
-own. A short answer is `Corrupted`, never a short block in the cache; `version` pins every
-request to the object version the caller opened, so a changed object raises `Changed`.
+own, sized by its `Pace` (pffs.pace: halved when the store pushes back). A short answer is
+`Corrupted`, never a short block in the cache; `version` pins every request to the object
+version the caller opened, so a changed object raises `Changed`. Every request passes the
+source's breaker (pffs.health): while the source is down it fails at once, and its outcome
+tells the breaker. A reader's request carries when the reader asked (pffs.retry.asking), so
+its retries stop within the one bound the README states.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import trio
 
+from pffs import health, retry
 from pffs.backends.base import Backend, block_runs
 from pffs.cache.keys import Deliver
 from pffs.errors import Corrupted
+from pffs.pace import Pace
 from pffs.workers import run_blocking
+
+T = TypeVar("T")
 
 
 async def fetch_range(
@@ -27,14 +36,26 @@ async def fetch_range(
     length: int,
 ) -> bytes:
     """Bytes [offset, offset+length) of `path` in `backend`, all of them."""
-    data = await run_blocking(limiter, backend.read_range, path, offset, length, version)
+    return await _range(limiter, None, backend, path, version, offset, length)
+
+
+async def _range(
+    limiter: trio.CapacityLimiter,
+    pace: Pace | None,
+    backend: Backend,
+    path: str,
+    version: str,
+    offset: int,
+    length: int,
+) -> bytes:
+    data = await _request(limiter, pace, backend, backend.read_range, path, offset, length, version)
     if len(data) != length:
         raise Corrupted(f"{path}: bytes {offset}+{length} came back with {len(data)} bytes")
     return data
 
 
 async def fetch_blocks(
-    limiter: trio.CapacityLimiter,
+    limiter: trio.CapacityLimiter | Pace,
     backend: Backend,
     path: str,
     version: str,
@@ -46,12 +67,15 @@ async def fetch_blocks(
 ) -> None:
     """Consecutive blocks from `first_index` (their lengths `sizes`), each handed over as it
     lands: `deliver(first_position + i, data)` for the i-th. One request for the whole run
-    where the store streams runs, else one per block."""
+    where the store streams runs, else one per block. Under a `Pace`, the store's push backs
+    shrink the limiter."""
+    pace = limiter if isinstance(limiter, Pace) else None
+    places = limiter.limiter if isinstance(limiter, Pace) else limiter
     streaming = block_runs(backend)
     if len(sizes) == 1 or streaming is None:
         for i, size in enumerate(sizes):
             offset = (first_index + i) * block_size
-            data = await fetch_range(limiter, backend, path, version, offset, size)
+            data = await _range(places, pace, backend, path, version, offset, size)
             await deliver(first_position + i, data)
         return
 
@@ -60,8 +84,10 @@ async def fetch_blocks(
     def hand_over(i: int, data: bytes) -> None:  # in the worker thread
         trio.from_thread.run(deliver, first_position + i, data, trio_token=token)
 
-    await run_blocking(
-        limiter,
+    await _request(
+        places,
+        pace,
+        backend,
         streaming.read_blocks,
         path,
         first_index * block_size,
@@ -69,3 +95,31 @@ async def fetch_blocks(
         version,
         hand_over,
     )
+
+
+async def _request(
+    limiter: trio.CapacityLimiter,
+    pace: Pace | None,
+    backend: Backend,
+    fn: Callable[..., T],
+    *args: object,
+) -> T:
+    """`fn(*args)` in a worker thread under `limiter`, through the source's breaker."""
+    breaker = health.of(backend.source_id)
+    if pace is not None:
+        pace.settle()
+    call = retry.carrying(fn, None if pace is None else pace.pushed_back)
+
+    def guarded(*args: object) -> T:
+        if breaker is not None:  # it may have gone down while this waited for a place
+            breaker.check()
+        return call(*args)
+
+    async def request() -> T:
+        return await run_blocking(limiter, guarded, *args)
+
+    result = await (request() if breaker is None else breaker.observe(request))
+    if pace is not None:
+        pace.settle()
+        pace.went_well()
+    return result

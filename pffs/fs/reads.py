@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 
+from pffs import retry
 from pffs.backends.base import block_runs
 from pffs.cache.blocks import BlockCache
 from pffs.cache.keys import BlockKey, ColdStart, Deliver
@@ -81,7 +82,8 @@ class Reader:
                 at_end=ahead.stop > handle.readahead.last_block,
             )
         try:
-            data = await self._read_blocks(handle, offset, end)
+            with retry.asking():  # the bound on this read counts from now (pffs.retry)
+                data = await self._read_blocks(handle, offset, end)
         except Changed:
             # The store holds a newer version: this open keeps failing (never mixing versions),
             # the next open must not trust the listing or attributes that named the old one.
@@ -155,7 +157,7 @@ class Reader:
         """Blocks base+first .. base+first+count-1 for a prefetch, each delivered as it lands."""
         indices = range(base + first, base + first + count)
         await fetch_blocks(
-            handle.mounted.limiter,
+            handle.mounted.ahead,
             handle.mounted.backend,
             handle.path_in_source,
             handle.version,
