@@ -49,7 +49,7 @@ class Throttled(Transient):
 
 
 class SourceDown(Transient):
-    """The source is marked down (pffs.health): a read needing it fails at once."""
+    """The source is marked down (pffs.routing.health): a read needing it fails at once."""
 
 
 class Changed(PffsError):

@@ -5,7 +5,7 @@ Both run under a limiter (pffs.workers): a reader's under its source's, prefetch
 own, sized by its `Pace` (pffs.pace: halved when the store pushes back). A short answer is
 `Corrupted`, never a short block in the cache; `version` pins every request to the object
 version the caller opened, so a changed object raises `Changed`. Every request passes the
-source's breaker (pffs.health): while the source is down it fails at once, and its outcome
+source's breaker (pffs.routing.health): while the source is down it fails at once, and its outcome
 tells the breaker. A reader's request carries when the reader asked (pffs.retry.asking), so
 its retries stop within the one bound the README states.
 """
@@ -17,11 +17,12 @@ from typing import TypeVar
 
 import trio
 
-from pffs import health, retry
+from pffs import retry
 from pffs.backends.base import Backend, block_runs
 from pffs.cache.keys import Deliver
 from pffs.errors import Corrupted
 from pffs.pace import Pace
+from pffs.routing import health
 from pffs.workers import run_blocking
 
 T = TypeVar("T")

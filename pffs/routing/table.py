@@ -17,10 +17,10 @@ from typing import Protocol, TypeVar
 
 import trio
 
-from pffs import health
 from pffs.backends.base import Backend, ObjectInfo
 from pffs.errors import NotADirectory, NotFound
 from pffs.pace import Pace
+from pffs.routing import health
 from pffs.workers import run_blocking
 
 
