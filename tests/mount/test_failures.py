@@ -41,7 +41,7 @@ def proxy(moto: MotoServer) -> Iterator[FaultProxy]:
 def source_up(mnt: Path) -> float:
     snapshot = json.loads((mnt / ".pffs" / "stats").read_text())
     samples = snapshot["metrics"]["pffs_source_up"]["samples"]
-    return min(sample["value"] for sample in samples)
+    return float(min(sample["value"] for sample in samples))
 
 
 def test_hung_store_one_bound_then_fail_fast_then_back(s3, bucket, proxy, tmp_path) -> None:
@@ -65,6 +65,7 @@ def test_hung_store_one_bound_then_fail_fast_then_back(s3, bucket, proxy, tmp_pa
             code, took = errno_of(read_all, mnt / "d" / name)
             assert code == errno.EIO and took < 2, (name, code, took)
         assert source_up(mnt) == 0
+        assert "DOWN: s3://" in run_pffs("stats", str(mnt), "-n", "1").stdout
         with open(mnt / "d" / "f0.bin", "rb") as f:  # the kernel's pages of it: still served
             assert f.read(MIB) == files["d/f0.bin"][:MIB]
         proxy.set_rates({})
