@@ -23,11 +23,12 @@ from pffs.testing.faults import FaultProxy
 from pffs.testing.servers import MotoServer
 from tests.conftest import mounted, run_pffs, unmount_quietly
 from tests.mount.test_cli_errors import assert_one_line_error
-from tests.mount.test_crash_and_disk import daemon_pid
+from tests.mount.test_crash_and_disk import daemon_pid, requires_root
+from tests.mount.test_crash_and_disk import small_disk  # noqa: F401 (a fixture used here)
 from tests.mount.test_reliability import errno_of, read_all, read_when_back
 
 pytestmark = pytest.mark.mount
-MIB = 1 << 20
+KIB, MIB = 1 << 10, 1 << 20
 REQUEST, RETRY = 1.0, 3.0
 FAST = ("--request-timeout", f"{REQUEST:g}", "--connect-timeout", "1", "--retry-timeout")
 
@@ -150,3 +151,67 @@ def test_bad_timeout_flags(flag: str, value: str, tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
     assert_one_line_error(("mount", "s3://bucket", str(empty), f"{flag}={value}"), 2, value)
+
+
+@requires_root
+def test_cache_disk_filling_under_eight_readers_and_prefetch(
+    s3, bucket, moto, small_disk, tmp_path
+) -> None:
+    """8 readers and dataset prefetch fill an 8 MiB cache disk: no reader sees an error, the
+    blocks that do not fit come from the store, the free-space floor holds, and after a
+    remount every byte is exact."""
+    files = {f"train/{n:03d}.bin": random.randbytes(512 * KIB + n) for n in range(40)}
+    for key, data in files.items():
+        s3.put_object(Bucket=bucket, Key=key, Body=data)
+    floor = 0.25
+    options = (
+        *("--endpoint-url", moto.endpoint_url, "--cache-dir", str(small_disk / "cache")),
+        *("--cache-free-ratio", f"{floor:g}", "--block-size", "256K", "--cache-memory", "8M"),
+    )
+    disk = os.statvfs(small_disk)
+    lowest_free = [disk.f_bavail * disk.f_frsize]
+    watching = threading.Event()
+
+    def watch() -> None:
+        while not watching.is_set():
+            now = os.statvfs(small_disk)
+            lowest_free[0] = min(lowest_free[0], now.f_bavail * now.f_frsize)
+            time.sleep(0.01)
+
+    errors: list[str] = []
+
+    def reader(mnt: Path, seed: int) -> None:
+        names = sorted(files)
+        random.Random(seed).shuffle(names)
+        for key in names:
+            try:
+                if (mnt / key).read_bytes() != files[key]:
+                    errors.append(f"{key}: wrong bytes")
+            except OSError as exc:
+                errors.append(f"{key}: {exc}")
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        for round_ in range(2):  # the second mount finds the disk tier the first one left
+            with mounted(f"s3://{bucket}", tmp_path / "mnt", *options) as mnt:
+                readers = [
+                    threading.Thread(target=reader, args=(mnt, round_ * 8 + n)) for n in range(8)
+                ]
+                for thread in readers:
+                    thread.start()
+                for thread in readers:
+                    thread.join(120)
+                assert not any(thread.is_alive() for thread in readers), "a reader hung"
+                stats = json.loads((mnt / ".pffs" / "stats").read_text())["metrics"]
+                served = {
+                    s["labels"]["tier"]: s["value"]
+                    for s in stats["pffs_cache_served_bytes_total"]["samples"]
+                }
+            assert not errors, errors[:5]
+            assert served.get("store", 0) > 0  # what did not fit came from the store
+    finally:
+        watching.set()
+        watcher.join()
+    size = disk.f_blocks * disk.f_frsize
+    assert lowest_free[0] >= floor * size - 256 * KIB, (lowest_free[0], size)
