@@ -24,7 +24,6 @@ from pffs.testing.servers import MotoServer
 from tests.conftest import mounted, run_pffs, unmount_quietly
 from tests.mount.test_cli_errors import assert_one_line_error
 from tests.mount.test_crash_and_disk import daemon_pid, requires_root
-from tests.mount.test_crash_and_disk import small_disk  # noqa: F401 (a fixture used here)
 from tests.mount.test_reliability import errno_of, read_all, read_when_back
 
 pytestmark = pytest.mark.mount
