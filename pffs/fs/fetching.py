@@ -35,20 +35,9 @@ async def fetch_range(
     version: str,
     offset: int,
     length: int,
+    pace: Pace | None = None,
 ) -> bytes:
     """Bytes [offset, offset+length) of `path` in `backend`, all of them."""
-    return await _range(limiter, None, backend, path, version, offset, length)
-
-
-async def _range(
-    limiter: trio.CapacityLimiter,
-    pace: Pace | None,
-    backend: Backend,
-    path: str,
-    version: str,
-    offset: int,
-    length: int,
-) -> bytes:
     data = await _request(limiter, pace, backend, backend.read_range, path, offset, length, version)
     if len(data) != length:
         raise Corrupted(f"{path}: bytes {offset}+{length} came back with {len(data)} bytes")
@@ -76,7 +65,7 @@ async def fetch_blocks(
     if len(sizes) == 1 or streaming is None:
         for i, size in enumerate(sizes):
             offset = (first_index + i) * block_size
-            data = await _range(places, pace, backend, path, version, offset, size)
+            data = await fetch_range(places, backend, path, version, offset, size, pace)
             await deliver(first_position + i, data)
         return
 
