@@ -33,7 +33,7 @@ TRANSIENT_CODES = {
     "504",
 }
 NOT_FOUND_CODES = {"404", "NoSuchKey", "NoSuchBucket", "NotFound"}
-# The store asks for fewer requests: prefetch backs off (pffs.health never marks these down).
+# The store asks for fewer requests: prefetch backs off (pffs.routing.health never marks them down).
 THROTTLE_CODES = {"SlowDown", "Throttling", "ThrottlingException", "TooManyRequests", "429"}
 DENIED_CODES = {
     "403",

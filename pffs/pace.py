@@ -9,7 +9,7 @@ place back, up to the ceiling. So under throttling the prefetchers give way firs
 slowly once the store keeps up.
 
 Push backs are seen in worker threads (pffs.retry calls `pushed_back` from its loop), so they
-are only counted there; the limiter, a trio object, is changed on the trio side when a request
+are only noted there; the limiter, a trio object, is changed on the trio side when a request
 next takes a place (`settle`).
 """
 
@@ -29,9 +29,9 @@ class Pace:
     def __init__(self, ceiling: int) -> None:
         self.ceiling = ceiling
         self.limiter = trio.CapacityLimiter(ceiling)
-        self.halvings = 0
-        self._pushbacks = 0  # counted from worker threads, applied in `settle`
-        self._applied = 0
+        # Set by worker threads, cleared by `settle`: a flag, so a thread's write never races
+        # with a count (two push backs at once are one signal anyway).
+        self._pushed_back = False
         self._credit = 0.0
         self._last_halving = -COOLDOWN
 
@@ -41,7 +41,7 @@ class Pace:
 
     def pushed_back(self, _exc: BaseException | None = None) -> None:
         """The store pushed back on a request (any thread)."""
-        self._pushbacks += 1
+        self._pushed_back = True
 
     def went_well(self) -> None:
         """A request succeeded without push back (trio side): grow by one per window."""
@@ -52,13 +52,12 @@ class Pace:
 
     def settle(self) -> None:
         """Apply the push backs counted since the last call (trio side)."""
-        if self._pushbacks == self._applied:
+        if not self._pushed_back:
             return
-        self._applied = self._pushbacks
+        self._pushed_back = False
         now = time.monotonic()
         if now - self._last_halving < COOLDOWN:
             return
         self._last_halving = now
         self._credit = 0.0
-        self.halvings += 1
         self.limiter.total_tokens = max(1, self.current // 2)

@@ -4,10 +4,10 @@ and warmup.
 Both run under a limiter (pffs.workers): a reader's under its source's, prefetch under its
 own, sized by its `Pace` (pffs.pace: halved when the store pushes back). A short answer is
 `Corrupted`, never a short block in the cache; `version` pins every request to the object
-version the caller opened, so a changed object raises `Changed`. Every request passes the
-source's breaker (pffs.routing.health): while the source is down it fails at once, and its outcome
-tells the breaker. A reader's request carries when the reader asked (pffs.retry.asking), so
-its retries stop within the one bound the README states.
+version the caller opened, so a changed object raises `Changed`. Every request passes its
+source's breaker (pffs.routing.health): while the source is down it fails at once, and its
+outcome tells the breaker. A reader's request carries when the reader asked
+(pffs.retry.asking), so its retries stop within the one bound the README states.
 """
 
 from __future__ import annotations

@@ -6,8 +6,9 @@ timeout, a refused connection, a 5xx): then it is down. While it is down, `check
 budget; cached blocks and listings within their TTL are still served, because they never ask.
 Writes do not consult the breaker: they keep their staged data and their own errors.
 
-While down, one probe at a time (the backend's `check`: a one-key LIST of the mount's prefix)
-runs after PROBE_FIRST seconds, then at doubling intervals up to PROBE_MAX. The first probe
+While down, one probe at a time (the backend's `check`: on S3 a HEAD of the bucket and a
+one-key LIST of the mount's prefix, with the short retry policy of the mount's preflight) runs
+after PROBE_FIRST seconds, then at doubling intervals up to PROBE_MAX. The first probe
 that succeeds marks the source up again, without a remount. Each change is one log line and
 the gauge `pffs_source_up{source}` (in `.pffs/stats` and `pffs stats`).
 
@@ -50,7 +51,8 @@ def of(source: str) -> SourceHealth | None:
 
 
 class SourceHealth:
-    """The breaker of one source. Touched only from trio tasks."""
+    """The breaker of one source. Changed only from trio tasks; `check` only reads, so a worker
+    thread may call it too."""
 
     def __init__(self, source: str, probe: Callable[[], Awaitable[object]]) -> None:
         self.source = source
@@ -76,7 +78,10 @@ class SourceHealth:
 
     def failed(self, exc: BaseException) -> None:
         """A request failed past its retries: a transient failure marks the source down."""
-        if not isinstance(exc, Transient) or isinstance(exc, (Throttled, SourceDown)):
+        if not isinstance(exc, Transient):  # the store answered (not found, denied, changed)
+            self.succeeded()
+            return
+        if isinstance(exc, (Throttled, SourceDown)):
             return
         if self.down_since is not None:
             return
