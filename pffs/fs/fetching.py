@@ -94,7 +94,8 @@ async def _request(
     fn: Callable[..., T],
     *args: object,
 ) -> T:
-    """`fn(*args)` in a worker thread under `limiter`, through the source's breaker."""
+    """`fn(*args)` in a worker thread under `limiter`, through the source's breaker; a
+    prefetch's request (under a `pace`) tells that pace of the store's push backs."""
     breaker = health.of(backend.source_id)
     if pace is not None:
         pace.settle()
@@ -108,7 +109,8 @@ async def _request(
     async def request() -> T:
         return await run_blocking(limiter, guarded, *args)
 
-    result = await (request() if breaker is None else breaker.observe(request))
+    # A prefetch's failure does not mark the source down: its readers will ask themselves.
+    result = await (request() if breaker is None else breaker.observe(request, pace is None))
     if pace is not None:
         pace.settle()
         pace.went_well()

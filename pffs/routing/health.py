@@ -1,7 +1,9 @@
 """Each source's health: a circuit breaker, so reads fail at once while a store is down.
 
-A source is up until a store request fails past its retries with a transient error (a
-timeout, a refused connection, a 5xx): then it is down. While it is down, `check()` raises
+A source is up until a reader's store request fails past its retries with a transient error (a
+timeout, a refused connection, a 5xx): then it is down. Prefetch's failures do not count (its
+readers fetch the blocks themselves, and their failures do), so a blip in the background never
+fails a reader. While it is down, `check()` raises
 `SourceDown` (EIO) at once, so a read that needs the store does not wait out another retry
 budget; cached blocks and listings within their TTL are still served, because they never ask.
 Writes do not consult the breaker: they keep their staged data and their own errors.
@@ -91,13 +93,15 @@ class SourceHealth:
         log.warning("source %s is down: %s; reads needing it fail at once", self.source, exc)
         trio.lowlevel.spawn_system_task(self._probing, name=f"pffs-probe {self.source}")
 
-    async def observe(self, request: Callable[[], Awaitable[T]]) -> T:
-        """Await `request()` after checking the breaker, and record its outcome."""
+    async def observe(self, request: Callable[[], Awaitable[T]], counts: bool = True) -> T:
+        """Await `request()` after checking the breaker, and record its outcome (a failure
+        only when it `counts`)."""
         self.check()
         try:
             result = await request()
         except Exception as exc:
-            self.failed(exc)
+            if counts:
+                self.failed(exc)
             raise
         self.succeeded()
         return result
