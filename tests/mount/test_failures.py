@@ -1,7 +1,8 @@
 """When things fail, through real mounts and a FaultProxy on 127.0.0.1: one bound on a read of
 a hung store, reads failing at once while the source is down (pffs.routing.health) and coming
-back without a remount, a throttling store, and a daemon killed with SIGKILL that the next
-mount clears at once. Timeouts are seconds-long, set by flags.
+back without a remount, a store that throttles under load, a cache disk that fills, and a
+daemon killed with SIGKILL that the next mount clears at once. Timeouts are seconds-long, set
+by flags. (The reader's latency behind a throttling store is measured by bench.throttling.)
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pffs.testing.servers import MotoServer
 from tests.conftest import mounted, run_pffs, unmount_quietly
 from tests.mount.test_cli_errors import assert_one_line_error
 from tests.mount.test_crash_and_disk import daemon_pid, requires_root
-from tests.mount.test_reliability import errno_of, read_all, read_when_back
+from tests.mount.test_reliability import errno_of, mount_via, read_all, read_when_back
 
 pytestmark = pytest.mark.mount
 KIB, MIB = 1 << 10, 1 << 20
@@ -100,6 +101,35 @@ def test_a_read_joining_a_failing_readahead_keeps_its_own_bound(
         assert len(outcomes) == 3, "a reader hung"
         for code, took in outcomes:
             assert code == errno.EIO and took < RETRY + REQUEST + 2, (outcomes, started)
+
+
+def test_store_throttling_under_load_costs_readers_no_error(s3, bucket, proxy, tmp_path) -> None:
+    """503 SlowDown to every GET beyond 2 in flight, while 8 readers and dataset prefetch read a
+    directory: every byte exact, and the store did throttle."""
+    files = {f"t/{n:02d}.bin": random.randbytes(256 * KIB + n) for n in range(24)}
+    for key, data in files.items():
+        s3.put_object(Bucket=bucket, Key=key, Body=data)
+    proxy.throttle_above(2)
+    errors: list[str] = []
+    with mount_via(proxy, bucket, tmp_path / "mnt", "--cache-dir", "none") as mnt:
+
+        def reader(seed: int) -> None:
+            names = sorted(files)
+            random.Random(seed).shuffle(names)
+            for key in names:
+                try:
+                    if (mnt / key).read_bytes() != files[key]:
+                        errors.append(f"{key}: wrong bytes")
+                except OSError as exc:
+                    errors.append(f"{key}: {exc}")
+
+        readers = [threading.Thread(target=reader, args=(n,)) for n in range(8)]
+        for thread in readers:
+            thread.start()
+        for thread in readers:
+            thread.join(120)
+    assert not errors, errors[:5]
+    assert proxy.injected["throttle"] > 0
 
 
 def test_remount_right_after_sigkill_clears_the_dead_mount(s3, bucket, moto, tmp_path) -> None:
