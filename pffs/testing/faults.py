@@ -16,8 +16,8 @@ Faults come at configured rates (a seeded random draw per request) or on demand 
 queue served before the rates), and only for requests a `match` predicate accepts (by default,
 object GETs, so a mount's preflight checks are not disturbed). `down()` makes every request
 fail by reset ("the store is unreachable"); `up()` restores service. `throttle_above(n)` makes
-it a store that throttles under load: a matching request arriving while more than `n` are in
-flight gets ``503 SlowDown`` (counted as "throttle"). Every fault is counted in `injected`, so a
+it a store that throttles under load: a matching request arriving while `n` are already in
+flight (it would make more than `n`) gets ``503 SlowDown`` (counted as "throttle"). Every fault is counted in `injected`, so a
 test can check that its faults were actually hit.
 
 One thread per client connection (HTTP/1.1 keep-alive is honoured), one upstream connection per
@@ -40,6 +40,8 @@ from typing import BinaryIO
 from pffs.testing.servers import Service
 
 FAULTS = ("reset", "503", "500", "stall", "truncate")
+# What `_choose` answers for a matching request forwarded unharmed: it counts in `in_flight`.
+_COUNTED = "counted"
 Match = Callable[[str, str, dict[str, str]], bool]
 _MAX_LINE = 65536
 
@@ -124,8 +126,8 @@ class FaultProxy(Service):
         self._down = False
 
     def throttle_above(self, limit: int | None) -> None:
-        """Answer 503 SlowDown to a matching request while more than `limit` are in flight
-        (None: never)."""
+        """Answer 503 SlowDown to a matching request that would make more than `limit` in
+        flight (None: never)."""
         self._throttle_above = limit
 
     @property
@@ -174,7 +176,7 @@ class FaultProxy(Service):
                 self.injected[fault] += 1
             if fault is None:
                 self.in_flight += 1
-                return "counted"
+                return _COUNTED
             return fault
 
     def _serve_connection(self, client: socket.socket) -> None:
@@ -203,8 +205,9 @@ class FaultProxy(Service):
                         upstream, method, path, headers, body
                     )
                 finally:
-                    with self._lock:
-                        self.in_flight -= fault == "counted"
+                    if fault == _COUNTED:
+                        with self._lock:
+                            self.in_flight -= 1
                 with self._lock:
                     self.forwarded += 1
                 head = _response_head(status, reason, response_headers, len(payload), method)
