@@ -17,8 +17,8 @@ queue served before the rates), and only for requests a `match` predicate accept
 object GETs, so a mount's preflight checks are not disturbed). `down()` makes every request
 fail by reset ("the store is unreachable"); `up()` restores service. `throttle_above(n)` makes
 it a store that throttles under load: a matching request arriving while `n` are already in
-flight (it would make more than `n`) gets ``503 SlowDown`` (counted as "throttle"). Every fault is counted in `injected`, so a
-test can check that its faults were actually hit.
+flight (it would make more than `n`) gets ``503 SlowDown`` (counted as "throttle"). Every
+fault is counted in `injected`, so a test can check that its faults were actually hit.
 
 One thread per client connection (HTTP/1.1 keep-alive is honoured), one upstream connection per
 client connection; a stalled connection never holds up the others.
