@@ -13,7 +13,15 @@ import enum
 
 import botocore.exceptions
 
-from pffs.errors import BackendError, Changed, NotFound, PermissionDenied, PffsError, Transient
+from pffs.errors import (
+    BackendError,
+    Changed,
+    NotFound,
+    PermissionDenied,
+    PffsError,
+    Throttled,
+    Transient,
+)
 
 TRANSIENT_CODES = {
     "InternalError",
@@ -23,12 +31,16 @@ TRANSIENT_CODES = {
     "ThrottlingException",
     "RequestTimeout",
     "RequestTimeTooSkewed",
+    "TooManyRequests",
+    "429",
     "500",
     "502",
     "503",
     "504",
 }
 NOT_FOUND_CODES = {"404", "NoSuchKey", "NoSuchBucket", "NotFound"}
+# The store asks for fewer requests: prefetch backs off (pffs.routing.health never marks them down).
+THROTTLE_CODES = {"SlowDown", "Throttling", "ThrottlingException", "TooManyRequests", "429"}
 DENIED_CODES = {
     "403",
     "AccessDenied",
@@ -150,6 +162,8 @@ def translate(exc: BaseException, where: str) -> PffsError:
     if kind is Kind.CHANGED:
         return Changed(f"{where} changed at the source while open")
     if kind is Kind.TRANSIENT:
+        if code in THROTTLE_CODES:
+            return Throttled(f"{where}: throttled ({code}) after retries")
         if code is not None:
             return Transient(f"{where}: store unavailable ({code}) after retries")
         if isinstance(exc, botocore.exceptions.EndpointConnectionError):

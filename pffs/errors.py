@@ -44,6 +44,14 @@ class Transient(PffsError):
     exit_code = 5
 
 
+class Throttled(Transient):
+    """The store asked for fewer requests (503 SlowDown, 429) and retries did not get through."""
+
+
+class SourceDown(Transient):
+    """The source is marked down (pffs.routing.health): a read needing it fails at once."""
+
+
 class Changed(PffsError):
     """The object changed at the source while it was open: its version no longer matches."""
 

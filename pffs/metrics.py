@@ -86,6 +86,9 @@ FUSE_ERRORS = Counter(
     registry=REGISTRY,
 )
 OPEN_FILES = Gauge("pffs_open_files", "Files open through the mount", registry=REGISTRY)
+SOURCE_UP = Gauge(
+    "pffs_source_up", "1 while a source answers, 0 while it is down", ["source"], registry=REGISTRY
+)
 
 # --- the store -------------------------------------------------------------------------------
 

@@ -5,20 +5,69 @@ level rising as attempts pile up. Which failures are worth retrying is the backe
 passes its own `is_transient(exc)`.
 
 This runs inside worker threads (backend calls are blocking), so it sleeps with time.sleep.
+
+A reader's bound counts from when it asked, not from when its request started: a read that
+waited for a place in a limiter, or joined a prefetch of its block that then failed, must not
+start a fresh budget. The trio side marks the moment (`asking()`, a context variable), the
+fetch carries it into its worker thread (`carrying()`), and every retry loop that thread enters
+stops starting attempts once `total_timeout` has passed since then. So a read gets its bytes or
+its error within `total_timeout` plus one request's timeout of asking.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
 import random
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 from pffs.config import RetryConfig
+from pffs.errors import Transient
 
 T = TypeVar("T")
 log = logging.getLogger("pffs.retry")
+
+# When the reader whose request this is asked (time.monotonic), on the trio side...
+_asked_at: contextvars.ContextVar[float | None] = contextvars.ContextVar("asked_at", default=None)
+# ...and in the worker thread running its request.
+_thread = threading.local()
+
+
+@contextlib.contextmanager
+def asking() -> Iterator[None]:
+    """A reader's request: store calls made inside count their retry budget from now (or from
+    the outer request's start when nested)."""
+    if _asked_at.get() is not None:
+        yield
+        return
+    token = _asked_at.set(time.monotonic())
+    try:
+        yield
+    finally:
+        _asked_at.reset(token)
+
+
+def carrying(
+    fn: Callable[..., T], on_pushback: Callable[[BaseException], None] | None = None
+) -> Callable[..., T]:
+    """`fn` wrapped to run in a worker thread with the asking reader's start (if any), and
+    `on_pushback` told of each failure its retry loops retry (prefetch's pace)."""
+    asked_at = _asked_at.get()
+    if asked_at is None and on_pushback is None:
+        return fn
+
+    def call(*args: object) -> T:
+        _thread.asked_at, _thread.on_pushback = asked_at, on_pushback
+        try:
+            return fn(*args)
+        finally:
+            _thread.asked_at = _thread.on_pushback = None
+
+    return call
 
 
 def backoff_delay(policy: RetryConfig, attempt: int) -> float:
@@ -38,11 +87,15 @@ def call_with_retry(
     """Call `fn` until it succeeds, fails permanently, or the policy's bounds are reached.
 
     The last exception is re-raised unchanged, so the backend translates it at its own edge.
+    The budget counts from the asking reader's start when this thread carries one.
     """
-    deadline = time.monotonic() + policy.total_timeout
+    asked_at = getattr(_thread, "asked_at", None)
+    deadline = (time.monotonic() if asked_at is None else asked_at) + policy.total_timeout
     attempt = 0
     while True:
         attempt += 1
+        if attempt == 1 and time.monotonic() >= deadline:
+            raise Transient(f"{what}: no time left of {policy.total_timeout:g}s to try it")
         try:
             return fn()
         except Exception as exc:
@@ -57,6 +110,9 @@ def call_with_retry(
             log.log(level, "%s failed (%s), retry %d in %.2fs", what, _short(exc), attempt, delay)
             if on_retry is not None:
                 on_retry(exc)
+            pushback = getattr(_thread, "on_pushback", None)
+            if pushback is not None:
+                pushback(exc)
             time.sleep(delay)
 
 

@@ -113,7 +113,10 @@ def _add_source_options(parser: argparse.ArgumentParser) -> None:
         help="path-style addressing (default: on when an endpoint URL is set)",
     )
     s3.add_argument(
-        "--max-concurrency", type=_positive_int, default=16, help="requests in flight (16)"
+        "--max-concurrency",
+        type=_positive_int,
+        default=16,
+        help="readers' requests in flight, and readahead's (16)",
     )
     _add_retry_options(parser)
     hdfs = parser.add_argument_group("HDFS (libhdfs through pyarrow; needs Java and Hadoop)")

@@ -151,6 +151,16 @@ def _histogram_delta(
     return count, total_sum, sorted(buckets.items())
 
 
+def _health(now: Series) -> str:
+    """The sources' state (pffs_source_up): "  (up)", or which are down."""
+    down = [
+        source
+        for source in label_values(now, "pffs_source_up", "source")
+        if total(now, "pffs_source_up", source=source) == 0
+    ]
+    return f"  DOWN: {', '.join(down)}" if down else "  (up)"
+
+
 def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1000:.1f}"
 
@@ -200,7 +210,7 @@ def render(previous: dict[str, Any] | None, current: dict[str, Any], mountpoint:
         f"pffs stats  {current.get('mountpoint', mountpoint)}  pid {current.get('pid', '?')}  "
         f"up {_duration(float(current.get('time', start)) - start)}  "
         f"(rates per second, {window})",
-        "sources: " + ", ".join(current.get("sources", [])),
+        "sources: " + ", ".join(current.get("sources", [])) + _health(now),
         "",
         f"{'FUSE op':<14}{'ops/s':>10}{'errors/s':>10}{'p50 ms':>10}{'p99 ms':>10}",
     ]

@@ -39,6 +39,7 @@ from pffs.fs.fetching import fetch_runs
 from pffs.fs.handles import ReadHandle
 from pffs.fs.listings import DirListing
 from pffs.fs.namespace import Namespace
+from pffs.pace import Pace
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ class DatasetPrefetch:
             max_concurrency=config.max_concurrency,
             idle_after=config.idle_after,
         )
-        self.limiter = trio.CapacityLimiter(config.max_concurrency)
+        self.limiter = Pace(config.max_concurrency)  # halved when the store pushes back
         cache.room.idle_after = config.idle_after
         self._nursery: trio.Nursery | None = None
         # directory -> recent opens (time, name); parent -> recent opens (time, child directory)
@@ -262,7 +263,7 @@ def file_item(
     path: str,
     info: ObjectInfo,
     block_size: int,
-    limiter: trio.CapacityLimiter,
+    limiter: trio.CapacityLimiter | Pace,
 ) -> PreloadItem:
     """One file of a source as the preload engine loads it (dataset prefetch and warmup): the
     blocks a reader of the version `info` uses, fetched in runs under `limiter`."""

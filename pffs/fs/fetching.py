@@ -2,18 +2,30 @@
 and warmup.
 
 Both run under a limiter (pffs.workers): a reader's under its source's, prefetch under its
-own. A short answer is `Corrupted`, never a short block in the cache; `version` pins every
-request to the object version the caller opened, so a changed object raises `Changed`.
+own, sized by its `Pace` (pffs.pace: halved when the store pushes back). A short answer is
+`Corrupted`, never a short block in the cache; `version` pins every request to the object
+version the caller opened, so a changed object raises `Changed`. Every request passes its
+source's breaker (pffs.routing.health): while the source is down it fails at once, and its
+outcome tells the breaker. A reader's request carries when the reader asked
+(pffs.retry.asking), so its retries stop within the one bound the README states.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 import trio
 
+from pffs import retry
 from pffs.backends.base import Backend, block_runs
 from pffs.cache.keys import Deliver, FetchRun, ObjectBlocks
 from pffs.errors import Corrupted
+from pffs.pace import Pace
+from pffs.routing import health
 from pffs.workers import run_blocking
+
+T = TypeVar("T")
 
 
 async def fetch_range(
@@ -23,20 +35,23 @@ async def fetch_range(
     version: str,
     offset: int,
     length: int,
+    pace: Pace | None = None,
 ) -> bytes:
     """Bytes [offset, offset+length) of `path` in `backend`, all of them."""
-    data = await run_blocking(limiter, backend.read_range, path, offset, length, version)
+    data = await _request(limiter, pace, backend, backend.read_range, path, offset, length, version)
     if len(data) != length:
         raise Corrupted(f"{path}: bytes {offset}+{length} came back with {len(data)} bytes")
     return data
 
 
 def fetch_runs(
-    limiter: trio.CapacityLimiter, backend: Backend, blocks: ObjectBlocks, base: int = 0
+    limiter: trio.CapacityLimiter | Pace, backend: Backend, blocks: ObjectBlocks, base: int = 0
 ) -> FetchRun:
     """The cache's fetch of runs of `blocks`, window position p being block `base` + p: each
     block handed over as it lands. One request for a run where the store streams runs, else one
-    per block."""
+    per block. Under a `Pace`, the store's push backs shrink the limiter."""
+    pace = limiter if isinstance(limiter, Pace) else None
+    places = limiter.limiter if isinstance(limiter, Pace) else limiter
 
     async def fetch_run(first: int, count: int, deliver: Deliver) -> None:
         indices = range(base + first, base + first + count)
@@ -45,7 +60,7 @@ def fetch_runs(
             for position, index in enumerate(indices, first):
                 offset, length = blocks.start(index), blocks.length(index)
                 data = await fetch_range(
-                    limiter, backend, blocks.path, blocks.version, offset, length
+                    places, backend, blocks.path, blocks.version, offset, length, pace
                 )
                 await deliver(position, data)
             return
@@ -55,8 +70,10 @@ def fetch_runs(
         def hand_over(i: int, data: bytes) -> None:  # in the worker thread
             trio.from_thread.run(deliver, first + i, data, trio_token=token)
 
-        await run_blocking(
-            limiter,
+        await _request(
+            places,
+            pace,
+            backend,
             streaming.read_blocks,
             blocks.path,
             blocks.start(indices.start),
@@ -66,3 +83,33 @@ def fetch_runs(
         )
 
     return fetch_run
+
+
+async def _request(
+    limiter: trio.CapacityLimiter,
+    pace: Pace | None,
+    backend: Backend,
+    fn: Callable[..., T],
+    *args: object,
+) -> T:
+    """`fn(*args)` in a worker thread under `limiter`, through the source's breaker; a
+    prefetch's request (under a `pace`) tells that pace of the store's push backs."""
+    breaker = health.of(backend.source_id)
+    if pace is not None:
+        pace.settle()
+    call = retry.carrying(fn, None if pace is None else pace.pushed_back)
+
+    def guarded(*args: object) -> T:
+        if breaker is not None:  # it may have gone down while this waited for a place
+            breaker.check()
+        return call(*args)
+
+    async def request() -> T:
+        return await run_blocking(limiter, guarded, *args)
+
+    # A prefetch's failure does not mark the source down: its readers will ask themselves.
+    result = await (request() if breaker is None else breaker.observe(request, pace is None))
+    if pace is not None:
+        pace.settle()
+        pace.went_well()
+    return result

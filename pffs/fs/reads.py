@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 
+from pffs import retry
 from pffs.backends.base import block_runs
 from pffs.cache.blocks import BlockCache
 from pffs.cache.keys import ColdStart, ObjectBlocks
@@ -57,7 +58,7 @@ class Reader:
         handle = ReadHandle(inode, blocks, readahead, mounted)
         if 0 < info.size <= min(FETCH_AT_OPEN, self.block_size):
             self.cache.prefetch(
-                [blocks.key(0)], [info.size], fetch_runs(mounted.limiter, mounted.backend, blocks)
+                [blocks.key(0)], [info.size], fetch_runs(mounted.ahead, mounted.backend, blocks)
             )
         return self.handles.add(handle), keep_cache
 
@@ -74,13 +75,14 @@ class Reader:
             self.cache.prefetch(
                 blocks.keys(ahead),
                 blocks.lengths(ahead),
-                fetch_runs(mounted.limiter, mounted.backend, blocks, ahead.start),
+                fetch_runs(mounted.ahead, mounted.backend, blocks, ahead.start),
                 coalesce=block_runs(mounted.backend) is not None,
                 at_end=ahead.stop > handle.readahead.last_block,
                 pace=handle.readahead.pace,
             )
         try:
-            data = await self._read_blocks(handle, offset, end)
+            with retry.asking():  # the bound on this read counts from now (pffs.retry)
+                data = await self._read_blocks(handle, offset, end)
         except Changed:
             # The store holds a newer version: this open keeps failing (never mixing versions),
             # the next open must not trust the listing or attributes that named the old one.
@@ -99,7 +101,7 @@ class Reader:
             if small and not self.cache.is_cached_or_coming(key):  # a first or random read
                 cold_start = ColdStart(
                     block_length,
-                    fetch_runs(handle.mounted.limiter, handle.mounted.backend, blocks, index),
+                    fetch_runs(handle.mounted.ahead, handle.mounted.backend, blocks, index),
                     functools.partial(
                         self._fetch_bytes, handle, blocks.start(index) + start, stop - start
                     ),

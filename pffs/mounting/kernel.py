@@ -69,9 +69,14 @@ def find_mount(mountpoint: str) -> MountEntry | None:
 
 
 def is_dead(mountpoint: str) -> bool:
-    """True when `mountpoint` is a FUSE mount whose daemon is gone."""
+    """True when `mountpoint` is a FUSE mount whose daemon is gone.
+
+    The probe is statfs: the kernel forwards every statfs to the daemon, while a stat is
+    answered from its attribute cache for the mount's attribute TTL, and so reports a mount
+    whose daemon was killed as alive for up to a minute.
+    """
     try:
-        os.stat(mountpoint)
+        os.statvfs(mountpoint)
     except OSError as exc:
         return exc.errno in (errno.ENOTCONN, errno.ECONNABORTED)
     return False

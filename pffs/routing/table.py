@@ -19,6 +19,9 @@ import trio
 
 from pffs.backends.base import Backend, ObjectInfo
 from pffs.errors import NotADirectory, NotFound
+from pffs.pace import Pace
+from pffs.routing import health
+from pffs.workers import run_blocking
 
 
 class HasPath(Protocol):
@@ -62,6 +65,14 @@ class Mounted:
         # One limiter per backend (docs/ARCHITECTURE.md): a slow store cannot starve the
         # others' threads.
         self.limiter = trio.CapacityLimiter(self.backend.max_concurrency)
+        # Readahead's own places, AIMD-paced: a reader never queues behind it (pffs.pace).
+        self.ahead = Pace(self.backend.max_concurrency)
+        self._probe_limiter = trio.CapacityLimiter(1)
+        self.health = health.register(self.backend.source_id, self._probe)
+
+    async def _probe(self) -> None:
+        """Whether the store answers again: its small check (a one-key LIST of the prefix)."""
+        await run_blocking(self._probe_limiter, self.backend.check)
 
 
 class MountTable:

@@ -15,8 +15,10 @@ it can inject one of the failures a real store and network produce:
 Faults come at configured rates (a seeded random draw per request) or on demand (`inject`, a
 queue served before the rates), and only for requests a `match` predicate accepts (by default,
 object GETs, so a mount's preflight checks are not disturbed). `down()` makes every request
-fail by reset ("the store is unreachable"); `up()` restores service. Every fault is counted in
-`injected`, so a test can check that its faults were actually hit.
+fail by reset ("the store is unreachable"); `up()` restores service. `throttle_above(n)` makes
+it a store that throttles under load: a matching request arriving while `n` are already in
+flight (it would make more than `n`) gets ``503 SlowDown`` (counted as "throttle"). Every
+fault is counted in `injected`, so a test can check that its faults were actually hit.
 
 One thread per client connection (HTTP/1.1 keep-alive is honoured), one upstream connection per
 client connection; a stalled connection never holds up the others.
@@ -38,6 +40,8 @@ from typing import BinaryIO
 from pffs.testing.servers import Service
 
 FAULTS = ("reset", "503", "500", "stall", "truncate")
+# What `_choose` answers for a matching request forwarded unharmed: it counts in `in_flight`.
+_COUNTED = "counted"
 Match = Callable[[str, str, dict[str, str]], bool]
 _MAX_LINE = 65536
 
@@ -75,6 +79,8 @@ class FaultProxy(Service):
         self._random = random.Random(seed)
         self._lock = threading.Lock()
         self._down = False
+        self._throttle_above: int | None = None
+        self.in_flight = 0  # matching requests being forwarded now
         self._closing = threading.Event()
         self.set_rates(rates or {})
         proxy = self
@@ -119,6 +125,11 @@ class FaultProxy(Service):
     def up(self) -> None:
         self._down = False
 
+    def throttle_above(self, limit: int | None) -> None:
+        """Answer 503 SlowDown to a matching request that would make more than `limit` in
+        flight (None: never)."""
+        self._throttle_above = limit
+
     @property
     def total_injected(self) -> int:
         with self._lock:
@@ -157,8 +168,15 @@ class FaultProxy(Service):
                         fault = name
                         break
                     draw -= rate
+            limit = self._throttle_above
+            if fault is None and limit is not None and self.in_flight >= limit:
+                self.injected["throttle"] += 1
+                return "503"
             if fault is not None:
                 self.injected[fault] += 1
+            if fault is None:
+                self.in_flight += 1
+                return _COUNTED
             return fault
 
     def _serve_connection(self, client: socket.socket) -> None:
@@ -182,9 +200,14 @@ class FaultProxy(Service):
                     return
                 if upstream is None:
                     upstream = http.client.HTTPConnection(*self.upstream, timeout=60)
-                status, reason, response_headers, payload = _forward(
-                    upstream, method, path, headers, body
-                )
+                try:
+                    status, reason, response_headers, payload = _forward(
+                        upstream, method, path, headers, body
+                    )
+                finally:
+                    if fault == _COUNTED:
+                        with self._lock:
+                            self.in_flight -= 1
                 with self._lock:
                     self.forwarded += 1
                 head = _response_head(status, reason, response_headers, len(payload), method)

@@ -15,7 +15,7 @@ from pffs.backends.base import writable
 from pffs.backends.s3 import S3Backend
 from pffs.backends.s3errors import Kind, S3RequestFailed, Unanswered, classify, translate
 from pffs.config import RetryConfig, SourceConfig
-from pffs.errors import BackendError, Changed, NotFound, PermissionDenied, Transient
+from pffs.errors import BackendError, Changed, NotFound, PermissionDenied, Throttled, Transient
 from pffs.testing.faults import FaultProxy
 from pffs.testing.servers import MotoServer
 
@@ -58,7 +58,8 @@ def _client_error(status: int, code: str) -> botocore.exceptions.ClientError:
 @pytest.mark.parametrize(
     ("status", "code", "kind", "error"),
     [
-        (503, "SlowDown", Kind.TRANSIENT, Transient),
+        (503, "SlowDown", Kind.TRANSIENT, Throttled),
+        (429, "TooManyRequests", Kind.TRANSIENT, Throttled),
         (503, "", Kind.TRANSIENT, Transient),
         (500, "InternalError", Kind.TRANSIENT, Transient),
         (404, "NoSuchKey", Kind.NOT_FOUND, NotFound),

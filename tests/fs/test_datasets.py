@@ -23,7 +23,7 @@ from pffs.backends import open_backend
 from pffs.backends.base import Capabilities, ObjectInfo
 from pffs.cache.blocks import BlockCache
 from pffs.config import CacheConfig, DatasetConfig, FuseConfig, MetaConfig, SourceConfig
-from pffs.errors import ReadOnly, Transient, Unsupported
+from pffs.errors import ReadOnly, Throttled, Transient, Unsupported
 from pffs.fs.inodes import ROOT_INODE
 from pffs.fs.special import PREFETCH_FILE, STATS_DIR
 from pffs.fs.vfs import Vfs
@@ -61,7 +61,7 @@ class HoldingBackend:
         if path in self.held:
             self.release.wait(10)
         if path in self.throttled:
-            raise Transient(f"{path}: 503 SlowDown")
+            raise Throttled(f"{path}: 503 SlowDown")  # what S3 maps a SlowDown to
         return self.inner.read_range(path, start, length, version)
 
 

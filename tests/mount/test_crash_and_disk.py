@@ -9,7 +9,6 @@ import json
 import os
 import random
 import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -209,20 +208,6 @@ def test_failed_recovery_upload_keeps_the_data(tmp_path: Path) -> None:
 
 
 # --- disk pressure -------------------------------------------------------------------------
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """An 8 MiB tmpfs: the cache (and staging) directory of a mount, easy to fill."""
-    disk = tmp_path / "small"
-    disk.mkdir()
-    subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=8m,mode=0700", "tmpfs", str(disk)], check=True
-    )
-    try:
-        yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
 def fill(disk: Path) -> None:

@@ -19,6 +19,7 @@ CORE = (
     "pffs.retry",
     "pffs.logs",
     "pffs.workers",
+    "pffs.pace",
 )
 # Layer of a module: the longest matching prefix wins.
 LAYERS = {
