@@ -17,8 +17,9 @@ for its cores). While the store does not keep up, the reader consumes blocks as 
 come, so each new estimate makes the window HEADROOM times larger, until the reader itself sets
 the pace (the window then stays at what its rate needs) or the window meets its ceiling: the
 largest window (`largest`: what the memory tier and the budget can hold) and the reader's share.
-The window is carried by parts of whole blocks, about STREAMS of them at once, each of MIN_PART
-at least.
+The window is carried by parts of whole blocks, each of the largest prefetch request when the
+window holds STREAMS of those, so a window grown for a far store is several GETs at once; a
+near store's window keeps the few large requests measured cheapest in CPU per byte.
 
 Fairness: the global prefetch budget is shared by the readers that streamed in the last
 ACTIVE_SECONDS: each one's window is at most the budget over those readers, so a reader
@@ -35,12 +36,10 @@ from collections.abc import Callable
 
 # The window over rate x request time: room for the rate to double before the next estimate.
 HEADROOM = 2.0
-# GETs that carry one reader's window at once, when its window holds that many parts.
-STREAMS = 4
-# The smallest part: below it the store's and the client's CPU per request (signing, parsing,
-# a thread hop; for the server, opening and seeking the object) grows faster per byte than a
-# parallel stream pays back (mountpoint-s3's default part size too).
-MIN_PART = 8 << 20
+# GETs that carry one reader's window at least: a part is half the window at most. More, smaller
+# parts cost CPU per byte (each GET signs, parses and hops; the server opens and seeks): on 2
+# cores, 4 GETs of 8 MiB read slower than 2 of 16 MiB at 0 ms (docs/notes/parallel-reads.md).
+STREAMS = 2
 # A reader that asked for no window for this long no longer takes a share of the budget.
 ACTIVE_SECONDS = 1.0
 # A rate sample spans at least this long (one 1 MiB read takes a millisecond or two).
@@ -145,11 +144,10 @@ class ReaderPace:
         return window
 
     def part_blocks(self, window: int) -> int:
-        """Blocks per GET for a window of `window` bytes: about STREAMS GETs carry it, each of
-        MIN_PART (and one block) at least and of the largest prefetch request at most."""
+        """Blocks per GET for a window of `window` bytes: the largest prefetch request, or less
+        so that STREAMS GETs carry it; one block at least."""
         pacing = self._pacing
-        part = min(pacing.max_part, max(MIN_PART, window // STREAMS))
-        return max(1, part // pacing.block_size)
+        return max(1, min(pacing.max_part, window // STREAMS) // pacing.block_size)
 
     def close(self) -> None:
         self._pacing.forget(self)

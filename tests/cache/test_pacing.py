@@ -8,7 +8,6 @@ import pytest
 from pffs.cache.pacing import (
     ACTIVE_SECONDS,
     HEADROOM,
-    MIN_PART,
     RATE_PERIOD,
     STREAMS,
     Pacing,
@@ -118,9 +117,10 @@ def test_a_reader_gone_quiet_or_closed_gives_its_share_back() -> None:
 
 def test_parts_split_a_window_over_several_requests_of_whole_blocks() -> None:
     pace = pacing(Clock()).reader()
-    assert pace.part_blocks(128 * MIB) == 16 * MIB // BLOCK  # at most the largest request
-    assert pace.part_blocks(48 * MIB) == 48 * MIB // STREAMS // BLOCK
-    assert pace.part_blocks(8 * MIB) == MIN_PART // BLOCK  # never below the smallest part
+    assert pace.part_blocks(128 * MIB) == 16 * MIB // BLOCK  # 8 GETs of the largest request
+    assert pace.part_blocks(32 * MIB) == 16 * MIB // BLOCK
+    assert pace.part_blocks(16 * MIB) == 16 * MIB // STREAMS // BLOCK  # STREAMS GETs at least
+    assert pace.part_blocks(8 * MIB) == 1
     small_blocks = Pacing(128 * MIB, 64 * MIB, 64 * MIB, MIB, 16 * MIB, Clock()).reader()
     assert small_blocks.part_blocks(64 * MIB) == 16  # blocks of 1 MiB: 16 MiB parts
     huge_blocks = Pacing(128 * MIB, 64 * MIB, 64 * MIB, 32 * MIB, 16 * MIB, Clock()).reader()
