@@ -200,7 +200,7 @@ def _add_cache_options(parser: argparse.ArgumentParser) -> None:
         "--prefetch-max",
         type=_size,
         default=defaults.prefetch_max,
-        help="largest readahead window per open file, 0 disables (32M)",
+        help="readahead window per open file (more for a far store), 0 disables (32M)",
     )
 
 
