@@ -1,58 +1,79 @@
 """Which layout a disk tier directory holds, and clearing one written in another.
 
-A cache directory outlives the mount, and the pffs that wrote it: its layout (the entry format
-of entries.py, diskcache's index, the entry directories of disk.py) is named by a small file,
-`LAYOUT_FILE`, in it. Before the tier opens a directory, `check_layout`:
-- a directory with no index yet gets the marker;
-- one whose marker names this layout is used as it is;
-- one with an index and no marker (written before markers were) is adopted when its entries
-  are in this layout's format (the first entry file found is looked at), else cleared;
-- one whose marker names another layout is cleared.
+A cache directory outlives the mount, and the pffs that wrote it. Its layout (the entry format
+of entries.py, diskcache's index, the entry directories of disk.py) is the `user_version` of
+its index database, a number SQLite keeps in the file's header for its user and diskcache does
+not use; a marker file would be an unknown file to diskcache's own `check()`. Before the tier
+opens a directory, `check_layout`:
+- a directory with no index yet gets one, marked;
+- one whose index is marked with this layout is used as it is;
+- one whose index is unmarked (written before marks were) is adopted when its entries are in
+  this layout's format (the first entry file found is looked at), else cleared;
+- one marked with another layout is cleared.
 
-Clearing removes the index, the entry directories and the marker, with one warning in the log,
-and the tier starts empty: a directory of another layout is never an error to readers, nor a
-warning per entry. Files in the directory that are not the tier's are left alone. Two
-processes opening the same old directory at once may both clear it; neither serves from it.
+Clearing removes the index and the entry directories, with one warning in the log, and the
+tier starts empty: a directory of another layout is never an error to readers, nor a warning
+per entry. Other files in the directory (a mount's `staging/`) are left alone. Two processes
+opening the same old directory at once may both clear it; neither serves from it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 import shutil
+import sqlite3
 
 from pffs.cache.entries import has_current_format
 
 log = logging.getLogger("pffs.cache.disk")
 
-LAYOUT_FILE = "layout"
 # PFB3 entries (entries.py) in 256 directories, indexed by diskcache's cache.db.
-LAYOUT = "pffs disk tier 3\n"
-_INDEX_FILES = ("cache.db", "cache.db-wal", "cache.db-shm")
+LAYOUT = 3
+INDEX = "cache.db"
+_INDEX_FILES = (INDEX, f"{INDEX}-wal", f"{INDEX}-shm")
 _ENTRY_DIRECTORY = re.compile(r"[0-9a-f]{2}")
+# diskcache's busy timeout: marking the index waits for other processes' writes as theirs do.
+_TIMEOUT = 60.0
+_UNREADABLE = -1
 
 
 def check_layout(directory: str) -> None:
     """Make `directory` hold this layout: mark it, adopt it, or clear it (module doc)."""
-    marker = os.path.join(directory, LAYOUT_FILE)
-    try:
-        with open(marker) as f:
-            found: str | None = f.read(256)
-    except FileNotFoundError:
-        found = None
-    except (OSError, UnicodeDecodeError) as exc:
-        found = f"unreadable ({exc})"
+    index = os.path.join(directory, INDEX)
+    fresh = not os.path.exists(index)
+    found = None if fresh else read_mark(index)
     if found == LAYOUT:
         return
-    has_index = os.path.exists(os.path.join(directory, "cache.db"))
-    if has_index and (found is not None or not _entries_current(directory)):
-        described = "an older one" if found is None else repr(found.strip())
+    if found is not None and (found != 0 or not _entries_current(directory)):
         log.warning(
-            "disk cache %s was written in another layout (%s): cleared", directory, described
+            "disk cache %s was written in another layout (%s): cleared", directory, _named(found)
         )
         _clear(directory)
-    _write_marker(marker)
+    mark(index, LAYOUT)
+
+
+def _named(layout: int) -> str:
+    return {0: "an older one", _UNREADABLE: "an unreadable index"}.get(layout, f"layout {layout}")
+
+
+def read_mark(index: str) -> int:
+    """The layout an index database is marked with: 0 when unmarked, _UNREADABLE when it
+    cannot be read as a database (then it is cleared as another layout's)."""
+    try:
+        with contextlib.closing(sqlite3.connect(index, timeout=_TIMEOUT)) as connection:
+            return int(connection.execute("PRAGMA user_version").fetchone()[0])
+    except sqlite3.Error:
+        return _UNREADABLE
+
+
+def mark(index: str, layout: int) -> None:
+    """Mark the index database (made empty when there is none) with `layout`."""
+    with contextlib.closing(sqlite3.connect(index, timeout=_TIMEOUT)) as connection:
+        connection.execute(f"PRAGMA user_version = {int(layout)}")
+        connection.commit()
 
 
 def _entries_current(directory: str) -> bool:
@@ -71,15 +92,7 @@ def _entries_current(directory: str) -> bool:
 def _clear(directory: str) -> None:
     for name in os.listdir(directory):
         path = os.path.join(directory, name)
-        if name in _INDEX_FILES or name == LAYOUT_FILE:
+        if name in _INDEX_FILES:
             os.remove(path)
         elif _ENTRY_DIRECTORY.fullmatch(name) and os.path.isdir(path):
             shutil.rmtree(path, ignore_errors=True)
-
-
-def _write_marker(marker: str) -> None:
-    """Write the marker whole or not at all (a reader never sees half of it)."""
-    temporary = f"{marker}.{os.getpid()}.tmp"
-    with open(temporary, "w") as f:
-        f.write(LAYOUT)
-    os.replace(temporary, marker)

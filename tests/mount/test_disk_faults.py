@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pffs.cache.disklayout import LAYOUT_FILE
+from pffs.cache.disklayout import INDEX, LAYOUT, mark
 from pffs.cache.entries import ALIGN
 from tests.conftest import mounted, run_pffs, unmount_quietly
 from tests.mount.test_crash_and_disk import daemon_pid, kill_daemon
@@ -71,7 +71,7 @@ def test_entries_damaged_by_hand_are_fetched_again(tmp_path: Path) -> None:
         assert metric(mnt, "pffs_cache_disk_corrupt_total") == 0
 
 
-@pytest.mark.parametrize("how", ["older entries", "another marker"])
+@pytest.mark.parametrize("how", ["older entries", "another layout"])
 def test_a_cache_directory_of_another_layout_is_cleared_with_one_log_line(
     tmp_path: Path, how: str
 ) -> None:
@@ -80,13 +80,13 @@ def test_a_cache_directory_of_another_layout_is_cleared_with_one_log_line(
     options = ("--cache-dir", str(cache))
     with mounted(source, tmp_path / "mnt", *options) as mnt:
         assert (mnt / "data.bin").read_bytes() == data
-    if how == "older entries":  # written by a pffs before the marker, in the older format
-        (cache / LAYOUT_FILE).unlink()
+    if how == "older entries":  # written by a pffs before the mark, in the older format
+        mark(str(cache / INDEX), 0)
         for entry in entries(cache):
             with entry.open("r+b") as f:
                 f.write(b"PFB2")
     else:
-        (cache / LAYOUT_FILE).write_text("pffs disk tier 99\n")
+        mark(str(cache / INDEX), LAYOUT + 1)
     log_file = tmp_path / "mnt.log"
     log_file.unlink()
     with mounted(source, tmp_path / "mnt", *options) as mnt:
