@@ -70,8 +70,8 @@ def _samples(data: str) -> Iterator[tuple[bool, str]]:
         text=True,
         check=True,
     )
-    main, frames = False, []
-    for line in script.stdout.splitlines() + [""]:
+    main, frames = False, list[str]()
+    for line in [*script.stdout.splitlines(), ""]:
         fields = line.split()
         if not fields:
             if frames:

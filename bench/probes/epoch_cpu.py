@@ -36,8 +36,8 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from bench.dataset import client
 from bench import perfstages
+from bench.dataset import client
 from bench.epoch import read_epoch
 from bench.remount import FILL_SEED, REMOUNT_SEED
 from bench.scenarios import drop_caches
@@ -152,7 +152,8 @@ def _round(
             cpu_total = used - cpu
             time.sleep(0.01)
     stages = ""
-    if sampler is not None:  # sampled to the end: the writes left after the epoch are in
+    # Sampled to the end: the writes left after the epoch are in.
+    if sampler is not None and perf is not None:
         sampler.send_signal(signal.SIGINT)
         sampler.wait()
         stages = "\n" + perfstages.table(perf, cpu_total / (len(keys) * size / (1 << 30)))

@@ -80,7 +80,7 @@ def worth_trying(data: bytes) -> bool:
 def _packed(data: bytes, compress: bool) -> bytes | None:
     """The block lz4-compressed when compression is on and saves at least 10%, else None."""
     if compress and len(data) > 256 and worth_trying(data):
-        packed = lz4.block.compress(data, store_size=False)
+        packed: bytes = lz4.block.compress(data, store_size=False)
         if len(packed) < _WORTH_IT * len(data):
             return packed
     return None
