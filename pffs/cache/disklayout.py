@@ -43,8 +43,7 @@ _UNREADABLE = -1
 def check_layout(directory: str) -> None:
     """Make `directory` hold this layout: mark it, adopt it, or clear it (module doc)."""
     index = os.path.join(directory, INDEX)
-    fresh = not os.path.exists(index)
-    found = None if fresh else read_mark(index)
+    found = read_mark(index) if os.path.exists(index) else None
     if found == LAYOUT:
         return
     if found is not None and (found != 0 or not _entries_current(directory)):
@@ -65,7 +64,9 @@ def read_mark(index: str) -> int:
     try:
         with contextlib.closing(sqlite3.connect(index, timeout=_TIMEOUT)) as connection:
             return int(connection.execute("PRAGMA user_version").fetchone()[0])
-    except sqlite3.Error:
+    except sqlite3.OperationalError:
+        raise  # locked past the timeout, or not reachable: no verdict on what it holds
+    except sqlite3.DatabaseError:  # "file is not a database"
         return _UNREADABLE
 
 
