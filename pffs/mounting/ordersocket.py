@@ -25,6 +25,7 @@ control file is the one channel (docs/notes/readonly-order.md).
 from __future__ import annotations
 
 import ctypes
+import errno
 import logging
 import os
 import select
@@ -34,7 +35,7 @@ import trio
 
 from pffs.fs.special import ORDER_SOCKET, STATS_DIR, order_lines
 from pffs.fs.vfs import Vfs
-from pffs.mounting.kernel import mount_table
+from pffs.mounting.kernel import find_mount, mount_table
 from pffs.workers import run_blocking
 
 log = logging.getLogger("pffs.mounting.ordersocket")
@@ -85,9 +86,11 @@ async def serve_order_socket(vfs: Vfs, mountpoint: str) -> None:
 def _bind_through_clone(mountpoint: str) -> tuple[socket.socket, str]:
     """A listening socket at `.pffs/prefetch.sock`, bound through a clone of the mount; and
     the file system's device ("major:minor", as the mount table names it)."""
+    entry = find_mount(mountpoint)  # not stat(), which would ask the file system for nothing
+    if entry is None:
+        raise OSError(errno.ENOENT, "not mounted", mountpoint)
     clone = _open_tree_clone(mountpoint)
     try:
-        device = os.fstat(clone).st_dev
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         try:
             # Through /proc: a mountpoint's path may exceed a socket address's 107 bytes.
@@ -99,7 +102,7 @@ def _bind_through_clone(mountpoint: str) -> tuple[socket.socket, str]:
             raise
     finally:
         os.close(clone)  # the socket keeps the clone's mount, detached from everything
-    return listener, f"{os.major(device)}:{os.minor(device)}"
+    return listener, entry.device
 
 
 def _open_tree_clone(path: str) -> int:
