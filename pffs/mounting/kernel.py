@@ -71,7 +71,9 @@ def find_mount(mountpoint: str) -> MountEntry | None:
 def is_dead(mountpoint: str) -> bool:
     """True when `mountpoint` is a FUSE mount whose daemon is gone."""
     try:
-        os.stat(mountpoint)
+        # statfs, which the kernel always forwards: stat() is answered from the root's cached
+        # attributes for their TTL, dead daemon or not (any walk through the root caches them).
+        os.statvfs(mountpoint)
     except OSError as exc:
         return exc.errno in (errno.ENOTCONN, errno.ECONNABORTED)
     return False
