@@ -83,7 +83,8 @@ class SpecialFiles:
 
     def listed(self) -> tuple[Inode, ...]:
         """The entries of `.pffs`, in readdir's order."""
-        return (self.file, self.control, self.socket) if self.socket_bound else (self.file, self.control)
+        files = (self.file, self.control)
+        return (*files, self.socket) if self.socket_bound else files
 
     def inode(self, ino: int) -> Inode | None:
         """Our inode for `ino`, with fresh attributes, or None when it is not ours."""

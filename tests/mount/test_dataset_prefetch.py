@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from pffs.dataset import PrefetchOrder, prefetch_order
+from pffs.dataset import PrefetchOrder
 from tests.conftest import metric_value, run_pffs, stats_snapshot
 
 FILES = 50
@@ -140,7 +140,7 @@ def test_a_read_only_bind_takes_the_list_through_the_order_socket(
         try:
             assert stat.S_ISSOCK(os.stat(bind / ".pffs" / "prefetch.sock").st_mode)
             with pytest.raises(OSError) as refused:
-                open(bind / ".pffs" / "prefetch", "w").close()  # noqa: SIM115
+                open(bind / ".pffs" / "prefetch", "w").close()
             assert refused.value.errno == errno.EROFS
 
             names = [*dataset, "train/gone.jpg"]
@@ -157,7 +157,8 @@ def test_a_read_only_bind_takes_the_list_through_the_order_socket(
             assert result.returncode == 1, result.stderr
             assert result.stderr.splitlines() == ["nowhere/x: no such file"]
             assert "2 files queued, 1 bad entries" in result.stdout
-            assert (bind / ".pffs" / "prefetch").read_text() == "queued 2\nnowhere/x: no such file\n"
+            report = (bind / ".pffs" / "prefetch").read_text()
+            assert report == "queued 2\nnowhere/x: no such file\n"
             loaded = wait_for(mnt, "pffs_prefetch_files_fetched_total", 4)
             assert metric_value(loaded, "pffs_prefetch_files_fetched_total") == 4
 
