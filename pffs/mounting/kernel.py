@@ -69,10 +69,13 @@ def find_mount(mountpoint: str) -> MountEntry | None:
 
 
 def is_dead(mountpoint: str) -> bool:
-    """True when `mountpoint` is a FUSE mount whose daemon is gone."""
+    """True when `mountpoint` is a FUSE mount whose daemon is gone.
+
+    The probe is statfs: the kernel forwards every statfs to the daemon, while a stat is
+    answered from its attribute cache for the mount's attribute TTL, and so reports a mount
+    whose daemon was killed as alive for up to a minute.
+    """
     try:
-        # statfs, which the kernel always forwards: stat() is answered from the root's cached
-        # attributes for their TTL, dead daemon or not (any walk through the root caches them).
         os.statvfs(mountpoint)
     except OSError as exc:
         return exc.errno in (errno.ENOTCONN, errno.ECONNABORTED)

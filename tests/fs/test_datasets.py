@@ -1,6 +1,6 @@
 """Dataset prefetch through the VFS, without a kernel: detection from opens (flat and nested),
 bytes exact, a reader not starved while prefetch is saturated, `.pffs/prefetch` order lists
-with bad entries, the order socket's MKNOD and lists, and what does not count (writes, `.pffs`).
+with bad entries, and what does not count (writes, `.pffs`).
 
 The store is the real local backend, wrapped to count reads by path and to hold the reads of
 chosen paths (a store that stalls, which a real server cannot do on demand).
@@ -23,9 +23,9 @@ from pffs.backends import open_backend
 from pffs.backends.base import Capabilities, ObjectInfo
 from pffs.cache.blocks import BlockCache
 from pffs.config import CacheConfig, DatasetConfig, FuseConfig, MetaConfig, SourceConfig
-from pffs.errors import NotFound, ReadOnly, Transient, Unsupported
+from pffs.errors import ReadOnly, Transient, Unsupported
 from pffs.fs.inodes import ROOT_INODE
-from pffs.fs.special import ORDER_SOCKET, PREFETCH_FILE, STATS_DIR, STATS_FILE, order_lines
+from pffs.fs.special import PREFETCH_FILE, STATS_DIR
 from pffs.fs.vfs import Vfs
 from pffs.routing.table import MountTable
 
@@ -263,61 +263,6 @@ def test_order_list_through_the_control_file(tmp_path: Path) -> None:
     with_vfs(vfs, body)
     # In the order given, one at a time.
     assert list(backend.reads) == ["b/004.bin", "a/002.bin", "b/000.bin"]
-
-
-def test_the_order_socket_takes_lists_and_only_its_own_mknod(tmp_path: Path) -> None:
-    """The kernel's MKNOD of the order socket's bind is answered for its one name, to a thread
-    of this process, once; its lists are handled as the control file's, and both read back the
-    same report (the socket's server itself: tests/mount/test_order_socket.py)."""
-    dataset(tmp_path, {"a": 3}, 2 * KIB)
-    vfs, backend = make_vfs(tmp_path, trigger_files=100)
-
-    async def body() -> None:
-        pffs = await resolve(vfs, STATS_DIR)
-        not_ours = os.getppid()  # a process, not a thread of this one
-        mine = threading.get_native_id()
-        with pytest.raises(Unsupported):  # no special file in a store
-            vfs.mknod(ROOT_INODE, "x.sock", True, mine)
-        with pytest.raises(Unsupported):
-            vfs.mknod(pffs, ORDER_SOCKET, False, mine)  # a fifo
-        with pytest.raises(ReadOnly):
-            vfs.mknod(pffs, "other.sock", True, mine)
-        with pytest.raises(ReadOnly):
-            vfs.mknod(pffs, ORDER_SOCKET, True, not_ours)
-        with pytest.raises(NotFound):  # not there until bound
-            await vfs.lookup(pffs, ORDER_SOCKET)
-        socket = vfs.mknod(pffs, ORDER_SOCKET, True, mine)
-        assert (await vfs.lookup(pffs, ORDER_SOCKET)).ino == socket.ino
-        assert await list_names(vfs, pffs) == [STATS_FILE, PREFETCH_FILE, ORDER_SOCKET]
-        with pytest.raises(ReadOnly):  # one at a time
-            vfs.mknod(pffs, ORDER_SOCKET, True, mine)
-        with pytest.raises(ReadOnly):
-            await vfs.unlink(pffs, ORDER_SOCKET)
-
-        report = await vfs.take_order(order_lines(b"a/001.bin\n\nmissing\n"))
-        assert report == b"queued 1\nmissing: no such file\n"
-        assert await read_whole(vfs, f"{STATS_DIR}/{PREFETCH_FILE}") == report
-        await vfs.datasets.engine.wait_idle()
-        assert list(backend.reads) == ["a/001.bin"]
-
-        vfs.special.socket_bound = False  # closed (pffs.mounting.ordersocket)
-        with pytest.raises(NotFound):
-            await vfs.lookup(pffs, ORDER_SOCKET)
-
-    with_vfs(vfs, body)
-
-
-async def list_names(vfs: Vfs, ino: int) -> list[str]:
-    names: list[str] = []
-
-    def emit(name: str, inode: object, next_id: int) -> bool:
-        names.append(name)
-        return True
-
-    fh = await vfs.opendir(ino)
-    await vfs.readdir(fh, 0, emit)
-    vfs.releasedir(fh)
-    return names
 
 
 def test_throttled_prefetch_backs_off_and_readers_see_what_they_would_without_it(
