@@ -74,6 +74,8 @@ async def serve_order_socket(vfs: Vfs, mountpoint: str) -> None:
             await _wait_unmounted(device)
             log.info("the last mount of this file system is gone: closing its order socket")
             nursery.cancel_scope.cancel()
+    except Exception:  # a fault of the socket's must not end the mount it serves beside
+        log.exception("the order socket failed; closing it")
     finally:
         vfs.special.socket_bound = False
         trio.lowlevel.notify_closing(listener)
@@ -86,7 +88,7 @@ async def serve_order_socket(vfs: Vfs, mountpoint: str) -> None:
 def _bind_through_clone(mountpoint: str) -> tuple[socket.socket, str]:
     """A listening socket at `.pffs/prefetch.sock`, bound through a clone of the mount; and
     the file system's device ("major:minor", as the mount table names it)."""
-    entry = find_mount(mountpoint)  # not stat(), which would ask the file system for nothing
+    entry = find_mount(mountpoint)
     if entry is None:
         raise OSError(errno.ENOENT, "not mounted", mountpoint)
     clone = _open_tree_clone(mountpoint)
@@ -141,7 +143,7 @@ def _mounted_after_a_change(device: str) -> bool:
             return False
         poller = select.poll()
         poller.register(table, select.POLLPRI)
-        poller.poll(WATCH_SECONDS * 1000)
+        poller.poll(int(WATCH_SECONDS * 1000))
     return _mounted(device)
 
 
@@ -178,3 +180,5 @@ async def _answer(stream: trio.SocketStream, vfs: Vfs) -> None:
             await stream.send_all(await vfs.take_order(order_lines(received)))
         except (trio.BrokenResourceError, trio.TooSlowError) as exc:
             log.warning("order socket: a client's list was dropped: %s", exc or "no end of it")
+        except Exception:  # ends this client's connection, not the socket
+            log.exception("order socket: a client's list failed")
