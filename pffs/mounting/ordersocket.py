@@ -51,9 +51,12 @@ CLIENT_IDLE_SECONDS = 60.0
 WATCH_SECONDS = 60.0
 
 
-async def serve_order_socket(vfs: Vfs, mountpoint: str) -> None:
+async def serve_order_socket(
+    vfs: Vfs, mountpoint: str, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
     """Bind `.pffs/prefetch.sock` of the mount at `mountpoint` and answer order lists there
-    until the mount is gone or this task is cancelled; then close it."""
+    until the mount is gone or this task is cancelled; then close it. Started (nursery.start)
+    once the socket is bound, or is known not to be."""
     kernel_calls = trio.CapacityLimiter(1)
     try:
         # In a thread: bind() waits for the MKNOD this very loop answers.
@@ -66,8 +69,10 @@ async def serve_order_socket(vfs: Vfs, mountpoint: str) -> None:
             ORDER_SOCKET,
             exc.strerror or exc,
         )
+        task_status.started()
         return
     log.debug("order socket bound at %s/%s/%s", mountpoint, STATS_DIR, ORDER_SOCKET)
+    task_status.started()
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_accept, listener, vfs, nursery)

@@ -17,6 +17,8 @@ import os
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 
+import trio
+
 from pffs.backends import open_backend
 from pffs.cache.blocks import BlockCache
 from pffs.config import CacheConfig, MountConfig, TableEntry
@@ -36,7 +38,8 @@ log = logging.getLogger("pffs.mounting.serving")
 
 
 def serve_here(config: MountConfig, on_ready: Callable[[], None] | None = None) -> None:
-    """Check everything that can be checked, mount, and serve until unmounted."""
+    """Check everything that can be checked, mount, and serve until unmounted. `on_ready`
+    runs once the mount serves, its order socket bound (or known not to be)."""
     table = open_table(config.table)
     mountpoint = prepare_mountpoint(config.fuse.mountpoint)
     for mounted in table.mounted:
@@ -71,9 +74,12 @@ def serve_here(config: MountConfig, on_ready: Callable[[], None] | None = None) 
 
         async def after_init() -> None:
             set_kernel_readahead(mountpoint, config.fuse.kernel_readahead)
-            await serve_order_socket(vfs, mountpoint)
+            async with trio.open_nursery() as nursery:
+                await nursery.start(serve_order_socket, vfs, mountpoint)
+                if on_ready is not None:  # live, and a job may hand its order over at once
+                    on_ready()
 
-        serve(PffsOperations(vfs, config), mountpoint, on_ready, after_init)
+        serve(PffsOperations(vfs, config), mountpoint, after_init=after_init)
     finally:
         stop_observing()
         log.info("cache counters at exit: %s", cache.stats.as_dict())
