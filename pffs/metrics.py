@@ -182,10 +182,14 @@ _CACHE_COUNTERS: dict[str, tuple[str, str, dict[str, str]]] = {
     ),
     "disk_bytes_served": ("pffs_cache_served_bytes", "", {"tier": "disk"}),
     "store_bytes_served": ("pffs_cache_served_bytes", "", {"tier": "store"}),
-    "misses": ("pffs_cache_store_fetches", "Blocks fetched from the store (reads, prefetch)", {}),
+    "misses": (
+        "pffs_cache_store_fetches",
+        "Blocks fetched from the store (reads, readahead, preload)",
+        {},
+    ),
     "bytes_from_store": (
         "pffs_cache_store_fetched_bytes",
-        "Bytes of blocks fetched from the store (reads, prefetch, warmup)",
+        "Bytes of blocks fetched from the store (reads, readahead, preload, warmup)",
         {},
     ),
     "memory_evictions": (
@@ -215,16 +219,24 @@ _CACHE_COUNTERS: dict[str, tuple[str, str, dict[str, str]]] = {
         "Readers that joined a block fetch already in flight",
         {},
     ),
-    "prefetch_issued": ("pffs_prefetch_issued", "Blocks loaded ahead of readers", {}),
-    "prefetch_used": ("pffs_prefetch_used", "Prefetched blocks a reader then asked for", {}),
-    "prefetch_wasted": (
-        "pffs_prefetch_wasted",
-        "Prefetched blocks evicted from memory before any reader asked for them",
+    "readahead_issued": (
+        "pffs_readahead_issued",
+        "Blocks of readahead windows loaded ahead of their readers",
         {},
     ),
-    "prefetch_skipped_budget": (
-        "pffs_prefetch_skipped",
-        "Prefetches not issued because the global prefetch budget was spent",
+    "readahead_used": (
+        "pffs_readahead_used",
+        "Blocks loaded ahead that a reader then asked for",
+        {},
+    ),
+    "readahead_wasted": (
+        "pffs_readahead_wasted",
+        "Blocks loaded ahead evicted from memory before any reader asked for them",
+        {},
+    ),
+    "readahead_skipped_budget": (
+        "pffs_readahead_skipped",
+        "Readahead blocks not loaded because the budget of bytes loaded ahead was spent",
         {},
     ),
     "page_pushes": (
@@ -247,45 +259,45 @@ _CACHE_COUNTERS: dict[str, tuple[str, str, dict[str, str]]] = {
         "Pushes dropped because the pusher's queue was full",
         {},
     ),
-    # Dataset prefetch (pffs.cache.preload through pffs.fs.datasets): whole files loaded ahead.
-    "dataset_files_queued": (
-        "pffs_prefetch_files_queued",
+    # Preload (pffs.cache.preload, through pffs.fs.datasets): whole files loaded ahead.
+    "preload_files_queued": (
+        "pffs_preload_files_queued",
         "Files of detected datasets and order lists taken up for loading ahead",
         {},
     ),
-    "dataset_files_fetched": (
-        "pffs_prefetch_files_fetched",
+    "preload_files_fetched": (
+        "pffs_preload_files_fetched",
         "Files loaded ahead from the store",
         {},
     ),
-    "dataset_files_cached": (
-        "pffs_prefetch_files_cached",
+    "preload_files_cached": (
+        "pffs_preload_files_cached",
         "Files taken up for loading ahead that were already cached",
         {},
     ),
-    "dataset_files_failed": (
-        "pffs_prefetch_files_failed",
+    "preload_files_failed": (
+        "pffs_preload_files_failed",
         "Files whose loading ahead failed (their readers fetch them themselves)",
         {},
     ),
-    "dataset_bytes_fetched": (
-        "pffs_prefetch_files_fetched_bytes",
+    "preload_bytes_fetched": (
+        "pffs_preload_files_fetched_bytes",
         "Bytes of files loaded ahead from the store",
         {},
     ),
-    "dataset_files_used": (
-        "pffs_prefetch_files_used",
+    "preload_files_used": (
+        "pffs_preload_files_used",
         "Files loaded ahead that a reader then opened",
         {},
     ),
-    "dataset_files_wasted": (
-        "pffs_prefetch_files_wasted",
+    "preload_files_wasted": (
+        "pffs_preload_files_wasted",
         "Files loaded ahead whose dataset ended before a reader opened them",
         {},
     ),
-    "dataset_throttled": (
-        "pffs_prefetch_throttled",
-        "Store errors (503 SlowDown, timeouts) that halved the dataset prefetch concurrency",
+    "preload_throttled": (
+        "pffs_preload_throttled",
+        "Store errors (503 SlowDown, timeouts) that halved the preload concurrency",
         {},
     ),
 }
@@ -293,22 +305,22 @@ _CACHE_GAUGES: dict[str, tuple[str, str]] = {
     "memory_used_bytes": ("pffs_cache_memory_used_bytes", "Bytes held by the memory tier"),
     "memory_capacity_bytes": ("pffs_cache_memory_capacity_bytes", "Bound of the memory tier"),
     "memory_blocks": ("pffs_cache_memory_blocks", "Blocks held by the memory tier"),
-    "prefetch_in_flight_bytes": (
-        "pffs_prefetch_in_flight_bytes",
-        "Bytes of prefetch being fetched now",
+    "ahead_in_flight_bytes": (
+        "pffs_ahead_in_flight_bytes",
+        "Bytes being loaded ahead now (readahead and preload)",
     ),
     "staged_files": ("pffs_staged_files", "Files open for writing (staged locally)"),
-    "dataset_files_in_flight": (
-        "pffs_prefetch_files_in_flight",
+    "preload_files_in_flight": (
+        "pffs_preload_files_in_flight",
         "Files being loaded ahead now",
     ),
-    "dataset_bytes_in_flight": (
-        "pffs_prefetch_files_in_flight_bytes",
+    "preload_bytes_in_flight": (
+        "pffs_preload_files_in_flight_bytes",
         "Bytes of files being loaded ahead now",
     ),
-    "dataset_concurrency": (
-        "pffs_prefetch_concurrency",
-        "Files dataset prefetch may load at once now (Little's law, halved on throttling)",
+    "preload_concurrency": (
+        "pffs_preload_concurrency",
+        "Files preload may load at once now (Little's law, halved on throttling)",
     ),
 }
 

@@ -3,7 +3,7 @@
 It composes the parts and routes each operation to the part that owns it: the hidden `.pffs` files
 first (pffs.fs.special), then names and directories (namespace), reads (reads) and writes (writes);
 open handles (handles) and the kernel's page cache (pagecache) are shared by the last two.
-Read-only opens are told to dataset prefetch (datasets), which
+Read-only opens are told to dataset preload (datasets), which
 also takes the order lists written to `.pffs/prefetch`. It holds no behaviour of its own beyond that
 routing, the open-files gauge and statfs. It never imports pyfuse3: it speaks trio and pffs types,
 and is tested without a kernel.
@@ -19,7 +19,7 @@ import trio
 from pffs import metrics
 from pffs.cache.blocks import BlockCache
 from pffs.config import CacheConfig, DatasetConfig, FuseConfig, MetaConfig
-from pffs.fs.datasets import DatasetPrefetch
+from pffs.fs.datasets import DatasetPreload
 from pffs.fs.handles import Handles, ReadHandle, WriteHandle
 from pffs.fs.inodes import ROOT_INODE, Inode
 from pffs.fs.namespace import Namespace
@@ -63,7 +63,7 @@ class Vfs:
         # None when the sources differ.
         flags = {fuse.read_only or mounted.read_only for mounted in table.mounted}
         self._sources_read_only = flags.pop() if len(flags) == 1 else None
-        self.datasets = DatasetPrefetch(self.namespace, self.cache, dataset or DatasetConfig())
+        self.datasets = DatasetPreload(self.namespace, self.cache, dataset or DatasetConfig())
 
     def attach(self, nursery: trio.Nursery) -> None:
         """Hand the VFS a nursery for background work (listings, prefetch, uploads, disk writes)."""
@@ -219,7 +219,7 @@ class Vfs:
         if fh in self.special.orders:  # an order list is handed over when it is closed
             paths = self.special.take_order(fh)
             if paths:
-                errors = await self.datasets.prefetch_paths(paths)
+                errors = await self.datasets.preload_paths(paths)
                 self.special.note_order(len(paths) - len(errors), errors)
         elif fh not in self.special.reads:
             await self.writer.flush(fh)

@@ -23,13 +23,13 @@ def cache_reader(vfs: Vfs) -> Callable[[], Mapping[str, int]]:
         values["memory_used_bytes"] = cache.memory.used
         values["memory_capacity_bytes"] = cache.memory.capacity
         values["memory_blocks"] = len(cache.memory)
-        values["prefetch_in_flight_bytes"] = cache.prefetch_in_flight
+        values["ahead_in_flight_bytes"] = cache.ahead_in_flight
         values["staged_files"] = len(vfs.staged)
         engine = vfs.datasets.engine
-        values.update({f"dataset_{k}": v for k, v in engine.stats.as_dict().items()})
-        values["dataset_files_in_flight"] = engine.files_in_flight
-        values["dataset_bytes_in_flight"] = engine.bytes_in_flight
-        values["dataset_concurrency"] = engine.concurrency
+        values.update({f"preload_{k}": v for k, v in engine.stats.as_dict().items()})
+        values["preload_files_in_flight"] = engine.files_in_flight
+        values["preload_bytes_in_flight"] = engine.bytes_in_flight
+        values["preload_concurrency"] = engine.concurrency
         return values
 
     return read

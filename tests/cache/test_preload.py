@@ -119,7 +119,7 @@ async def test_loads_every_file_bytes_exact(tmp_path: Path, size: int) -> None:
 async def test_bounds_concurrency_and_budget(tmp_path: Path) -> None:
     store = Store(files(200, 2 * BLOCK))
     store.gate = trio.Event()  # hold every request
-    cache = BlockCache(cache_config(None, memory_bytes=2048 * BLOCK, prefetch_budget=512 * BLOCK))
+    cache = BlockCache(cache_config(None, memory_bytes=2048 * BLOCK, ahead_budget=512 * BLOCK))
     engine = Preloader(cache, budget=10 * BLOCK, concurrency=16)
     pulled = 0
 

@@ -99,7 +99,7 @@ def test_identity_and_node_info(driver: Driver) -> None:
 def test_publish_two_targets_share_one_mount(
     driver: Driver, moto, bucket: str, dataset: dict[str, bytes], secrets: dict[str, str]
 ) -> None:
-    context = context_for(moto, bucket, cacheMemory="64M", prefetchMax="8M")
+    context = context_for(moto, bucket, cacheMemory="64M", readaheadMax="8M")
     first, second = driver.target("pod-a"), driver.target("pod-b")
     driver.publish("vol-1", first, context, secrets)
     assert_reads(first, dataset)

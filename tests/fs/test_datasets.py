@@ -1,4 +1,4 @@
-"""Dataset prefetch through the VFS, without a kernel: detection from opens (flat and nested),
+"""Dataset preload through the VFS, without a kernel: detection from opens (flat and nested),
 bytes exact, a reader not starved while prefetch is saturated, `.pffs/prefetch` order lists
 with bad entries, and what does not count (writes, `.pffs`).
 

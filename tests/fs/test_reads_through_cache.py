@@ -180,7 +180,7 @@ class RunStore(FakeStore):
 def test_prefetch_asks_for_consecutive_blocks_in_one_request() -> None:
     data = random.Random(3).randbytes(64 * 16 * KIB + 100)
     store = RunStore({"f": data})
-    config = cache_config(None, prefetch_max=16 * 16 * KIB, fetch_size=4 * 16 * KIB)
+    config = cache_config(None, readahead_max=16 * 16 * KIB, fetch_size=4 * 16 * KIB)
     reads = [(offset, 8 * KIB) for offset in range(0, len(data), 8 * KIB)]
     got = trio.run(with_nursery, make_vfs(store, config), "f", reads)
     assert b"".join(got) == data
@@ -194,7 +194,7 @@ def test_prefetch_asks_for_consecutive_blocks_in_one_request() -> None:
 def test_a_run_broken_midway_loses_nothing(fail_at: int) -> None:
     data = random.Random(fail_at).randbytes(40 * 16 * KIB)
     store = RunStore({"f": data}, fail_at=fail_at)
-    config = cache_config(None, prefetch_max=16 * 16 * KIB, fetch_size=4 * 16 * KIB)
+    config = cache_config(None, readahead_max=16 * 16 * KIB, fetch_size=4 * 16 * KIB)
     reads = [(offset, 16 * KIB) for offset in range(0, len(data), 16 * KIB)]
     got = trio.run(with_nursery, make_vfs(store, config), "f", reads)
     assert got == [data[o : o + n] for o, n in reads]  # readers fetched the rest themselves
@@ -371,7 +371,7 @@ def test_a_small_file_is_fetched_from_its_open() -> None:
             inode = await vfs.lookup(ROOT_INODE, "f")
             fh, _ = await vfs.open(inode.ino, os.O_RDONLY)
             await trio.sleep(0.05)
-            assert vfs.cache.prefetch_in_flight == len(data)  # asked for before any read
+            assert vfs.cache.ahead_in_flight == len(data)  # asked for before any read
             store.gate.set()
             assert await vfs.read(fh, 0, 128 * KIB) == data
             assert store.reads == 1

@@ -177,7 +177,7 @@ def test_dashboard_queries_only_metrics_that_exist() -> None:
 def test_unread_prefetched_blocks_count_as_wasted() -> None:
     block = 64 * 1024
     config = CacheConfig(
-        block_size=block, memory_bytes=8 * block, disk_dir=None, prefetch_budget=4 * block
+        block_size=block, memory_bytes=8 * block, disk_dir=None, ahead_budget=4 * block
     )
     cache = BlockCache(config)
 
@@ -192,7 +192,7 @@ def test_unread_prefetched_blocks_count_as_wasted() -> None:
         async with trio.open_nursery() as nursery:
             cache.attach(nursery)
             keys = [BlockKey("s", "p", "v", index) for index in range(2)]
-            assert cache.prefetch(keys, [block, block], fetch_run) == 2  # loaded ahead
+            assert cache.read_ahead(keys, [block, block], fetch_run) == 2  # loaded ahead
             await cache.flush()
             await cache.read(BlockKey("s", "p", "v", 1), fetch)  # one of them is used
             for index in range(10, 20):  # readers push everything older out of memory
@@ -200,8 +200,8 @@ def test_unread_prefetched_blocks_count_as_wasted() -> None:
 
     trio.run(main)
     stats = cache.stats
-    assert stats.prefetch_issued == 2 and stats.prefetch_used == 1
-    assert stats.prefetch_wasted == 1
+    assert stats.readahead_issued == 2 and stats.readahead_used == 1
+    assert stats.readahead_wasted == 1
     assert stats.memory_misses == 10 and stats.memory_hits == 1
     assert stats.store_bytes_served == 10 * 100 and stats.memory_bytes_served == block
 

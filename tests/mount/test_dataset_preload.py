@@ -1,4 +1,4 @@
-"""Dataset prefetch on a real mount: three files of a directory opened, the rest loaded ahead
+"""Dataset preload on a real mount: three files of a directory opened, the rest loaded ahead
 (the stats say so, and reading them asks the store for nothing), and `pffs prefetch --order`
 with bad entries, on writable and read-only mounts."""
 
@@ -53,15 +53,15 @@ def test_three_opens_load_the_rest_of_the_directory(
     with mount_s3(f"s3://{bucket}", "--cache-dir", "none") as mnt:
         for name in names[:3]:
             assert (mnt / name).read_bytes() == dataset[name]
-        loaded = wait_for(mnt, "pffs_prefetch_files_fetched_total", FILES - 3)
-        assert metric_value(loaded, "pffs_prefetch_files_fetched_total") == FILES - 3
-        assert metric_value(loaded, "pffs_prefetch_files_fetched_bytes_total") == (FILES - 3) * SIZE
+        loaded = wait_for(mnt, "pffs_preload_files_fetched_total", FILES - 3)
+        assert metric_value(loaded, "pffs_preload_files_fetched_total") == FILES - 3
+        assert metric_value(loaded, "pffs_preload_files_fetched_bytes_total") == (FILES - 3) * SIZE
         gets = metric_value(loaded, "pffs_backend_requests_total", request="GET")
         for name in names[3:]:
             assert (mnt / name).read_bytes() == dataset[name]
         after = stats_snapshot(mnt)
         assert metric_value(after, "pffs_backend_requests_total", request="GET") == gets
-        assert metric_value(after, "pffs_prefetch_files_used_total") == FILES - 3
+        assert metric_value(after, "pffs_preload_files_used_total") == FILES - 3
 
 
 @pytest.mark.mount
@@ -70,7 +70,7 @@ def test_prefetch_order_command_reports_bad_entries(
     mount_s3, bucket: str, dataset: dict[str, bytes], tmp_path: Path, options: tuple[str, ...]
 ) -> None:
     order = tmp_path / "order.txt"
-    prefetch = ("--dataset-prefetch", "on")
+    prefetch = ("--preload", "on")
     with mount_s3(f"s3://{bucket}", "--cache-dir", "none", *prefetch, *options) as mnt:
         stats_snapshot(mnt)
         wanted = ["train/007.jpg", str(mnt / "train/003.jpg"), "train/nope.jpg", "nowhere/x"]
@@ -82,8 +82,8 @@ def test_prefetch_order_command_reports_bad_entries(
             "nowhere/x: no such file",
         ]
         assert "2 files queued, 2 bad entries" in result.stdout
-        loaded = wait_for(mnt, "pffs_prefetch_files_fetched_total", 2)
-        assert metric_value(loaded, "pffs_prefetch_files_fetched_total") == 2
+        loaded = wait_for(mnt, "pffs_preload_files_fetched_total", 2)
+        assert metric_value(loaded, "pffs_preload_files_fetched_total") == 2
         gets = metric_value(loaded, "pffs_backend_requests_total", request="GET")
         for name in ("train/007.jpg", "train/003.jpg"):
             assert (mnt / name).read_bytes() == dataset[name]
@@ -112,8 +112,8 @@ def test_sampler_wrapper_hands_each_epoch_over(
         sampler = PrefetchOrder(epoch_order, names.__getitem__, str(mnt))
         assert list(sampler) == epoch_order and len(sampler) == 5
         assert sampler.bad == ["train/gone.jpg: no such file"]
-        loaded = wait_for(mnt, "pffs_prefetch_files_fetched_total", 3)
-        assert metric_value(loaded, "pffs_prefetch_files_fetched_total") == 3
+        loaded = wait_for(mnt, "pffs_preload_files_fetched_total", 3)
+        assert metric_value(loaded, "pffs_preload_files_fetched_total") == 3
 
 
 @pytest.mark.mount

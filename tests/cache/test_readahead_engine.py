@@ -1,4 +1,4 @@
-"""The prefetch engine through BlockCache.prefetch (no VFS): runs, the budget, hand-over,
+"""The prefetch engine through BlockCache.read_ahead (no VFS): runs, the budget, hand-over,
 disk-tier lookups, failures and cancellation."""
 
 from __future__ import annotations
@@ -63,9 +63,9 @@ def prefetch_all_then_read(cache: BlockCache, count: int, runs: Runs) -> list[in
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             cache.attach(nursery)
-            assert cache.prefetch(keys(count), [BLOCK] * count, runs, coalesce=True) == count
+            assert cache.read_ahead(keys(count), [BLOCK] * count, runs, coalesce=True) == count
             await cache.flush()
-            assert cache.prefetch_in_flight == 0
+            assert cache.ahead_in_flight == 0
             for index, key in enumerate(keys(count)):
                 assert await cache.read(key, fetcher(index, calls)) == block_of(index)
 
@@ -82,11 +82,11 @@ def test_consecutive_missing_blocks_come_in_runs_of_fetch_size() -> None:
         async with trio.open_nursery() as nursery:
             cache.attach(nursery)
             await cache.read(keys(1, 3)[0], fetcher(3, calls))  # block 3 is in memory
-            started = cache.prefetch(keys(8), [BLOCK] * 8, runs, coalesce=True)
+            started = cache.read_ahead(keys(8), [BLOCK] * 8, runs, coalesce=True)
             assert started == 7
-            assert cache.prefetch_in_flight == 7 * BLOCK
+            assert cache.ahead_in_flight == 7 * BLOCK
             await cache.flush()
-            assert cache.prefetch_in_flight == 0
+            assert cache.ahead_in_flight == 0
             for index, key in enumerate(keys(8)):
                 assert await cache.read(key, fetcher(index, calls)) == block_of(index)
 
@@ -94,7 +94,7 @@ def test_consecutive_missing_blocks_come_in_runs_of_fetch_size() -> None:
     assert sorted(runs.requests) == [(0, 3), (4, 4)]  # around the block already held, 4 at most
     assert calls == [3]  # every other block came from the prefetch
     stats = cache.stats
-    assert stats.prefetch_issued == 7 and stats.prefetch_used == 7
+    assert stats.readahead_issued == 7 and stats.readahead_used == 7
     assert stats.misses == 8 and stats.bytes_from_store == 8 * BLOCK
 
 
@@ -105,7 +105,7 @@ def test_without_coalescing_each_block_is_its_own_request() -> None:
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             cache.attach(nursery)
-            assert cache.prefetch(keys(3), [BLOCK] * 3, runs) == 3
+            assert cache.read_ahead(keys(3), [BLOCK] * 3, runs) == 3
             await cache.flush()
 
     trio.run(main)
@@ -123,48 +123,50 @@ def test_before_the_windows_end_a_runs_worth_must_be_missing() -> None:
             for index, key in enumerate(keys(4)):
                 await cache.read(key, fetcher(index, calls))
             window = keys(6)
-            assert cache.prefetch(window, [BLOCK] * 6, runs, coalesce=True, at_end=False) == 0
-            assert cache.prefetch(window, [BLOCK] * 6, runs, coalesce=True, at_end=True) == 2
+            assert cache.read_ahead(window, [BLOCK] * 6, runs, coalesce=True, at_end=False) == 0
+            assert cache.read_ahead(window, [BLOCK] * 6, runs, coalesce=True, at_end=True) == 2
             # Everything is cached or coming: nothing more to start.
-            assert cache.prefetch(window, [BLOCK] * 6, runs, coalesce=True, at_end=True) == 0
+            assert cache.read_ahead(window, [BLOCK] * 6, runs, coalesce=True, at_end=True) == 0
             # A window shorter than a run needs only all of it missing.
-            assert cache.prefetch(keys(2, 10), [BLOCK] * 2, runs, coalesce=True, at_end=False) == 2
+            assert (
+                cache.read_ahead(keys(2, 10), [BLOCK] * 2, runs, coalesce=True, at_end=False) == 2
+            )
             await cache.flush()
 
     trio.run(main)
     assert sorted(runs.requests) == [(0, 2), (4, 2)]
-    assert cache.stats.prefetch_issued == 4
+    assert cache.stats.readahead_issued == 4
 
 
 def test_without_a_nursery_nothing_is_prefetched() -> None:
     cache = BlockCache(cache_config(None))
-    assert cache.prefetch(keys(2), [BLOCK] * 2, Runs()) == 0
-    assert cache.prefetch_in_flight == 0
+    assert cache.read_ahead(keys(2), [BLOCK] * 2, Runs()) == 0
+    assert cache.ahead_in_flight == 0
 
 
 def test_the_budget_bounds_the_bytes_in_flight() -> None:
-    cache = BlockCache(cache_config(None, prefetch_budget=4 * BLOCK, fetch_size=8 * BLOCK))
+    cache = BlockCache(cache_config(None, ahead_budget=4 * BLOCK, fetch_size=8 * BLOCK))
     runs = Runs()
     runs.release = trio.Event()  # hold the store's answer
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             cache.attach(nursery)
-            assert cache.prefetch(keys(6), [BLOCK] * 6, runs, coalesce=True) == 4
-            assert cache.prefetch_in_flight == 4 * BLOCK
-            assert cache.stats.prefetch_skipped_budget == 1
+            assert cache.read_ahead(keys(6), [BLOCK] * 6, runs, coalesce=True) == 4
+            assert cache.ahead_in_flight == 4 * BLOCK
+            assert cache.stats.readahead_skipped_budget == 1
             # Budget left for a short last block of another file only after these land.
-            assert cache.prefetch(keys(1, 100), [100], runs) == 0
-            assert cache.stats.prefetch_skipped_budget == 2
+            assert cache.read_ahead(keys(1, 100), [100], runs) == 0
+            assert cache.stats.readahead_skipped_budget == 2
             runs.release.set()
             await cache.flush()
-            assert cache.prefetch_in_flight == 0
-            assert cache.prefetch(keys(1, 100), [100], Runs(base=100)) == 1
+            assert cache.ahead_in_flight == 0
+            assert cache.read_ahead(keys(1, 100), [100], Runs(base=100)) == 1
             await cache.flush()
 
     trio.run(main)
     assert runs.requests == [(0, 4)]
-    assert cache.prefetch_in_flight == 0
+    assert cache.ahead_in_flight == 0
 
 
 def test_a_reader_arriving_first_waits_for_the_prefetch() -> None:
@@ -176,7 +178,7 @@ def test_a_reader_arriving_first_waits_for_the_prefetch() -> None:
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             cache.attach(nursery)
-            assert cache.prefetch(keys(1), [BLOCK], runs) == 1
+            assert cache.read_ahead(keys(1), [BLOCK], runs) == 1
 
             async def let_go() -> None:
                 await trio.sleep(0.01)
@@ -189,7 +191,7 @@ def test_a_reader_arriving_first_waits_for_the_prefetch() -> None:
     trio.run(main)
     assert calls == []
     stats = cache.stats
-    assert stats.single_flight_waits == 1 and stats.prefetch_used == 1
+    assert stats.single_flight_waits == 1 and stats.readahead_used == 1
     assert stats.store_bytes_served == 10 and stats.memory_hits == 0
 
 
@@ -211,11 +213,11 @@ def test_cancelled_prefetches_give_their_budget_back() -> None:
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             cache.attach(nursery)
-            assert cache.prefetch(keys(4), [BLOCK] * 4, runs, coalesce=True) == 4
+            assert cache.read_ahead(keys(4), [BLOCK] * 4, runs, coalesce=True) == 4
             await trio.sleep(0.01)
-            assert cache.prefetch_in_flight == 4 * BLOCK
+            assert cache.ahead_in_flight == 4 * BLOCK
             nursery.cancel_scope.cancel()
-        assert cache.prefetch_in_flight == 0
+        assert cache.ahead_in_flight == 0
         await cache.flush()  # nothing left in the background
         for index, key in enumerate(keys(4)):  # no reader waits on an abandoned prefetch
             assert await cache.read(key, fetcher(index, calls)) == block_of(index)
@@ -250,7 +252,7 @@ def test_prefetched_blocks_on_disk_are_not_asked_of_the_store(tmp_path: Path) ->
     stats = cache.stats
     assert stats.disk_hits == 3 and stats.disk_misses == 3
     assert stats.disk_writes == 3  # the blocks from the store were written behind
-    assert stats.prefetch_issued == 6 and stats.prefetch_used == 6
+    assert stats.readahead_issued == 6 and stats.readahead_used == 6
 
 
 def test_memory_only_sources_never_look_at_the_disk(tmp_path: Path) -> None:
@@ -262,7 +264,7 @@ def test_memory_only_sources_never_look_at_the_disk(tmp_path: Path) -> None:
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             cache.attach(nursery)
-            assert cache.prefetch(keys(6), [BLOCK] * 6, runs, coalesce=True) == 6
+            assert cache.read_ahead(keys(6), [BLOCK] * 6, runs, coalesce=True) == 6
             await cache.flush()
 
     trio.run(main)
@@ -299,7 +301,7 @@ def test_a_slow_disk_never_stalls_a_request_in_the_middle(tmp_path: Path) -> Non
         async with trio.open_nursery() as nursery:
             cache.attach(nursery)
             try:
-                assert cache.prefetch(keys(6), [BLOCK] * 6, runs, coalesce=True) == 6
+                assert cache.read_ahead(keys(6), [BLOCK] * 6, runs, coalesce=True) == 6
                 with trio.fail_after(10):
                     for index, key in enumerate(keys(6)):
                         assert await cache.read(key, fetcher(index, calls)) == block_of(index)
@@ -322,12 +324,12 @@ def test_a_prefetch_waits_for_the_disks_backlog_before_its_request(tmp_path: Pat
         async with trio.open_nursery() as nursery:
             cache.attach(nursery)
             try:
-                assert cache.prefetch(keys(4), [BLOCK] * 4, first, coalesce=True) == 4
+                assert cache.read_ahead(keys(4), [BLOCK] * 4, first, coalesce=True) == 4
                 with trio.fail_after(10):
                     while len(cache.memory) < 4:  # the first window lands
                         await trio.sleep(0.01)
                 # Its four blocks wait for a disk with two slots: the next window waits its turn.
-                assert cache.prefetch(keys(4, 4), [BLOCK] * 4, second, coalesce=True) == 4
+                assert cache.read_ahead(keys(4, 4), [BLOCK] * 4, second, coalesce=True) == 4
                 await trio.sleep(0.2)
                 assert second.requests == []
             finally:
