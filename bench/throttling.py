@@ -6,8 +6,8 @@ FaultProxy (pffs.testing.faults) that answers 503 SlowDown to any GET arriving w
 that reads the files of a directory one after another (which makes dataset preload load the
 directory, up to 64 requests in flight, when it is on), and meanwhile times a second reader's
 random 256 KiB reads of another file. It prints each mode's p50 and p99 of those reads and the
-503s the proxy gave. The claim it checks (docs/notes/throttling.md): with prefetch on, the
-reader's p99 is at most 1.5 times its p99 with prefetch off.
+503s the proxy gave. The claim it checks (docs/notes/throttling.md): with preload on, the
+reader's p99 is at most 1.5 times its p99 with preload off.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def main() -> int:
                     latencies = run_mode(work, mode, proxy.endpoint_url, env, args.samples)
                     results[mode] = latencies
                     print(
-                        f"prefetch {mode:>3}: p50 {quantile(latencies, 0.5) * 1e3:7.1f} ms  "
+                        f"preload {mode:>3}: p50 {quantile(latencies, 0.5) * 1e3:7.1f} ms  "
                         f"p99 {quantile(latencies, 0.99) * 1e3:7.1f} ms  "
                         f"503s {proxy.injected['throttle']}"
                     )

@@ -271,7 +271,7 @@ async def test_room_held_by_a_finished_job_comes_back_when_its_readers_go() -> N
 @in_trio
 async def test_opens_with_no_job_under_way_are_remembered_within_a_bound() -> None:
     """Every read-only open is told to the engine; with no job under way it remembers only
-    the latest ones, so a mount reading a million files without prefetch stays small."""
+    the latest ones, so a mount reading a million files without preload stays small."""
     store = Store(files(3, BLOCK))
     cache = BlockCache(cache_config(None, memory_bytes=256 * BLOCK))
     engine = Preloader(cache, budget=64 * BLOCK)

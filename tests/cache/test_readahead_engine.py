@@ -1,4 +1,4 @@
-"""The prefetch engine through BlockCache.read_ahead (no VFS): runs, the budget, hand-over,
+"""The readahead engine through BlockCache.read_ahead (no VFS): runs, the budget, hand-over,
 disk-tier lookups, failures and cancellation."""
 
 from __future__ import annotations
@@ -55,8 +55,8 @@ def fetcher(index: int, calls: list[int]):
     return fetch
 
 
-def prefetch_all_then_read(cache: BlockCache, count: int, runs: Runs) -> list[int]:
-    """Prefetch `count` blocks as one window, wait, read each back; the blocks readers had to
+def read_ahead_all_then_read(cache: BlockCache, count: int, runs: Runs) -> list[int]:
+    """Read `count` blocks ahead as one window, wait, read each back; the blocks readers had to
     fetch themselves."""
     calls: list[int] = []
 
@@ -92,7 +92,7 @@ def test_consecutive_missing_blocks_come_in_runs_of_fetch_size() -> None:
 
     trio.run(main)
     assert sorted(runs.requests) == [(0, 3), (4, 4)]  # around the block already held, 4 at most
-    assert calls == [3]  # every other block came from the prefetch
+    assert calls == [3]  # every other block came from the readahead
     stats = cache.stats
     assert stats.readahead_issued == 7 and stats.readahead_used == 7
     assert stats.misses == 8 and stats.bytes_from_store == 8 * BLOCK
@@ -138,7 +138,7 @@ def test_before_the_windows_end_a_runs_worth_must_be_missing() -> None:
     assert cache.stats.readahead_issued == 4
 
 
-def test_without_a_nursery_nothing_is_prefetched() -> None:
+def test_without_a_nursery_nothing_is_read_ahead() -> None:
     cache = BlockCache(cache_config(None))
     assert cache.read_ahead(keys(2), [BLOCK] * 2, Runs()) == 0
     assert cache.ahead_in_flight == 0
@@ -169,7 +169,7 @@ def test_the_budget_bounds_the_bytes_in_flight() -> None:
     assert cache.ahead_in_flight == 0
 
 
-def test_a_reader_arriving_first_waits_for_the_prefetch() -> None:
+def test_a_reader_arriving_first_waits_for_the_readahead() -> None:
     cache = BlockCache(cache_config(None))
     runs = Runs()
     runs.release = trio.Event()
@@ -198,13 +198,13 @@ def test_a_reader_arriving_first_waits_for_the_prefetch() -> None:
 def test_a_broken_run_gives_back_what_it_did_not_deliver() -> None:
     cache = BlockCache(cache_config(None, fetch_size=4 * BLOCK))
     runs = Runs(fail_after=2)
-    calls = prefetch_all_then_read(cache, 4, runs)
+    calls = read_ahead_all_then_read(cache, 4, runs)
     assert runs.requests == [(0, 4)]
     assert calls == [2, 3]  # the readers fetched the undelivered blocks themselves
     assert cache.stats.misses == 4
 
 
-def test_cancelled_prefetches_give_their_budget_back() -> None:
+def test_cancelled_readaheads_give_their_budget_back() -> None:
     cache = BlockCache(cache_config(None, fetch_size=2 * BLOCK))
     runs = Runs()
     runs.release = trio.Event()  # never set: the store never answers
@@ -219,7 +219,7 @@ def test_cancelled_prefetches_give_their_budget_back() -> None:
             nursery.cancel_scope.cancel()
         assert cache.ahead_in_flight == 0
         await cache.flush()  # nothing left in the background
-        for index, key in enumerate(keys(4)):  # no reader waits on an abandoned prefetch
+        for index, key in enumerate(keys(4)):  # no reader waits on an abandoned load ahead
             assert await cache.read(key, fetcher(index, calls)) == block_of(index)
 
     trio.run(main)
@@ -241,11 +241,11 @@ def _fill_disk(tmp_path: Path, indices: range) -> None:
     cache.close()
 
 
-def test_prefetched_blocks_on_disk_are_not_asked_of_the_store(tmp_path: Path) -> None:
+def test_blocks_read_ahead_on_disk_are_not_asked_of_the_store(tmp_path: Path) -> None:
     _fill_disk(tmp_path, range(0, 3))
     cache = BlockCache(cache_config(tmp_path, fetch_size=4 * BLOCK))
     runs = Runs()
-    calls = prefetch_all_then_read(cache, 6, runs)
+    calls = read_ahead_all_then_read(cache, 6, runs)
     cache.close()
     assert runs.requests == [(3, 3)]
     assert calls == []
@@ -315,7 +315,7 @@ def test_a_slow_disk_never_stalls_a_request_in_the_middle(tmp_path: Path) -> Non
     assert cache.stats.disk_writes == 6
 
 
-def test_a_prefetch_waits_for_the_disks_backlog_before_its_request(tmp_path: Path) -> None:
+def test_a_readahead_waits_for_the_disks_backlog_before_its_request(tmp_path: Path) -> None:
     cache = BlockCache(cache_config(tmp_path, fetch_size=4 * BLOCK, disk_threads=1))
     free = _held_disk(cache)
     first, second = Runs(), Runs(base=4)

@@ -183,7 +183,7 @@ def test_bad_timeout_flags(flag: str, value: str, tmp_path: Path) -> None:
 
 
 @requires_root
-def test_cache_disk_filling_under_eight_readers_and_prefetch(
+def test_cache_disk_filling_under_eight_readers_and_preload(
     s3, bucket, moto, small_disk, tmp_path
 ) -> None:
     """8 readers and dataset preload fill an 8 MiB cache disk: no reader sees an error, the

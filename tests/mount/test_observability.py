@@ -77,7 +77,7 @@ def test_metrics_move_through_a_real_mount(s3, bucket: str, mount_s3, tmp_path: 
         assert served - metric_value(before, "pffs_cache_served_bytes_total") == size
         assert metric_value(cold, "pffs_fuse_operations_total", op="read") > 0
         gets = metric_value(cold, "pffs_backend_requests_total", request="GET")
-        assert 1 <= gets <= 4  # prefetched consecutive blocks share a GET
+        assert 1 <= gets <= 4  # consecutive blocks read ahead share a GET
 
         # A warm read of the same file (page cache dropped): memory hits, no store bytes.
         _drop_page_cache(mnt / "data" / "blob.bin")
@@ -174,7 +174,7 @@ def test_dashboard_queries_only_metrics_that_exist() -> None:
     assert not missing, sorted(missing)
 
 
-def test_unread_prefetched_blocks_count_as_wasted() -> None:
+def test_blocks_read_ahead_and_never_read_count_as_wasted() -> None:
     block = 64 * 1024
     config = CacheConfig(
         block_size=block, memory_bytes=8 * block, disk_dir=None, ahead_budget=4 * block
