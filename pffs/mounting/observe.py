@@ -50,24 +50,24 @@ def start_observing(config: MountConfig, vfs: Vfs) -> Callable[[], None]:
         metrics_address=observe.metrics_address,
     )
     reader = cache_reader(vfs)
-    metrics.watch_cache(reader)
+    metrics.cache.watch(reader)
     datasets = vfs.cache.room.describe
-    metrics.watch_datasets(datasets)
+    metrics.cache.watch_datasets(datasets)
     server = None
     if observe.metrics_address:
         try:
             server, _ = metrics.serve_http(observe.metrics_address)
         except OSError as exc:
-            metrics.unwatch_cache(reader)
-            metrics.unwatch_datasets(datasets)
+            metrics.cache.unwatch(reader)
+            metrics.cache.unwatch_datasets(datasets)
             raise UsageError(
                 f"--metrics {observe.metrics_address}: cannot listen ({exc.strerror or exc})"
             ) from None
         log.info("Prometheus metrics at http://%s/metrics", observe.metrics_address)
 
     def stop() -> None:
-        metrics.unwatch_cache(reader)
-        metrics.unwatch_datasets(datasets)
+        metrics.cache.unwatch(reader)
+        metrics.cache.unwatch_datasets(datasets)
         if server is not None:
             server.shutdown()
             server.server_close()

@@ -130,11 +130,11 @@ def test_the_metrics_and_pffs_stats_show_each_dataset(tmp_path: Path) -> None:
     vfs, _ = make_vfs(tmp_path / "store", tmp_path, disk_bytes=FILES * FILE // 2)
     two_epochs(vfs, files)
     describe = vfs.cache.room.describe
-    metrics.watch_datasets(describe)
+    metrics.cache.watch_datasets(describe)
     try:
         values = series(metrics.snapshot())
     finally:
-        metrics.unwatch_datasets(describe)
+        metrics.cache.unwatch_datasets(describe)
     labels = (("dataset", "/train"),)
     assert values[("pffs_dataset_size_bytes", labels)] == FILES * FILE
     assert values[("pffs_dataset_files", labels)] == FILES
