@@ -14,7 +14,7 @@ import os
 import signal
 import stat
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, ParamSpec, TypeVar
 
 import pyfuse3
@@ -24,6 +24,7 @@ from pffs import metrics
 from pffs.config import MountConfig
 from pffs.errors import MountFailed, NotFound, PffsError, Unsupported
 from pffs.fs.inodes import Inode
+from pffs.fs.special import ORDER_SOCKET_INO
 from pffs.fs.vfs import Vfs
 
 P = ParamSpec("P")
@@ -90,6 +91,9 @@ class PffsOperations(pyfuse3.Operations):
         if is_dir:
             attr.st_mode = pyfuse3.ModeT(stat.S_IFDIR | fuse.dir_mode)
             attr.st_nlink = 2
+        elif inode.ino == ORDER_SOCKET_INO:  # writable by whom `.pffs/prefetch` is
+            attr.st_mode = pyfuse3.ModeT(stat.S_IFSOCK | fuse.file_mode)
+            attr.st_nlink = 1
         else:
             read_only = self.vfs.file_is_read_only(inode)
             mode = fuse.file_mode & ~0o222 if read_only else fuse.file_mode
@@ -255,11 +259,15 @@ class PffsOperations(pyfuse3.Operations):
             flags,
         )
 
-    # Special files and links have no place in an object store.
+    # Special files and links have no place in an object store: the one socket pffs binds in
+    # `.pffs` itself aside.
 
     @_errno_boundary
-    async def mknod(self, parent_inode: int, name: bytes, mode: int, rdev: int, ctx: Any) -> Any:
-        raise Unsupported("mknod: only regular files and directories can be stored")
+    async def mknod(
+        self, parent_inode: int, name: bytes, mode: int, rdev: int, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.EntryAttributes:
+        inode = self.vfs.mknod(parent_inode, os.fsdecode(name), stat.S_ISSOCK(mode), ctx.pid)
+        return self._entry(inode)
 
     @_errno_boundary
     async def symlink(self, parent_inode: int, name: bytes, target: bytes, ctx: Any) -> Any:
@@ -274,11 +282,12 @@ def serve(
     ops: PffsOperations,
     mountpoint: str,
     on_ready: Callable[[], None] | None = None,
-    after_init: Callable[[], object] | None = None,
+    after_init: Callable[[], Awaitable[object]] | None = None,
 ) -> None:
     """Mount `ops` at `mountpoint` and serve requests until unmounted or sent SIGINT/SIGTERM.
 
-    `on_ready` runs once the mount is live, `after_init` once the kernel's INIT is answered.
+    `on_ready` runs once the mount is live, `after_init` once the kernel's INIT is answered (a
+    task of the serving loop, cancelled when it ends).
 
     The kernel mount is always taken down on the way out, so no dead mount is left behind
     when the loop ends for any reason short of kill -9.
@@ -307,7 +316,7 @@ def serve(
 async def _serve_until_done(
     ops: PffsOperations,
     on_ready: Callable[[], None] | None,
-    after_init: Callable[[], object] | None,
+    after_init: Callable[[], Awaitable[object]] | None,
 ) -> None:
     async with trio.open_nursery() as nursery:
         ops.vfs.attach(nursery)
@@ -341,13 +350,13 @@ class _KernelPages:
         pyfuse3.invalidate_inode(pyfuse3.InodeT(ino))
 
 
-async def _after_init(ops: PffsOperations, action: Callable[[], object]) -> None:
+async def _after_init(ops: PffsOperations, action: Callable[[], Awaitable[object]]) -> None:
     """Run `action` once INIT is answered, not before. The kernel sets the mount's readahead
     from INIT's reply (128 KiB with libfuse), undoing an earlier change, and a 128 KiB readahead
     means 128 KiB read requests, eight times as many as 1 MiB ones."""
     await ops.initialized.wait()
     await trio.sleep(0)  # init() runs before libfuse sends the reply: let it go out first
-    action()
+    await action()
 
 
 async def _terminate_on_signal() -> None:

@@ -14,6 +14,8 @@ seed), so every block comes from the disk tier.
 
     python -m bench.probes.epoch_cpu --files 2000 --rounds 2
     python -m bench.probes.epoch_cpu --files 1 --size 268435456   # a cold sequential read
+    python -m bench.probes.epoch_cpu --files 1 --size 1073741824 --tier-only --perf /tmp/p
+        # the same at 1 GiB, its CPU split by stage from perf's samples (bench/perfstages.py)
     python -m bench.probes.epoch_cpu --remount --rounds 3         # from the disk tier
     python -m bench.probes.epoch_cpu --remount --baseline /tmp/base  # against a commit
     python -m bench.probes.epoch_cpu --baseline /tmp/base --rounds 3  # cold, against a commit
@@ -34,6 +36,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from bench import perfstages
 from bench.data import client
 from bench.epoch import read_epoch
 from bench.remount import FILL_SEED, REMOUNT_SEED
@@ -83,6 +86,7 @@ def _round(
     again: bool = False,
     options: tuple[str, ...] = (),
     every_thread: bool = False,
+    perf: str | None = None,
 ) -> str:
     mountpoint = tempfile.mkdtemp(dir=root, prefix="mnt-")
     argv = [sys.executable, "-m", "pffs", "mount", f"s3://{bucket}", mountpoint]
@@ -116,6 +120,9 @@ def _round(
                 stderr=subprocess.DEVNULL,
             )
             time.sleep(1)
+        sampler = None if perf is None else perfstages.record(pid, perf)
+        if sampler is not None:
+            time.sleep(1)
         cpu, system = _cpu(pid), _cpu(pid, system_only=True)
         main_thread = _cpu(pid, thread=pid)
         rate = read_epoch(mountpoint, keys, size, seed=seed)
@@ -144,6 +151,12 @@ def _round(
                 break  # exited
             cpu_total = used - cpu
             time.sleep(0.01)
+    stages = ""
+    # Sampled to the end: the writes left after the epoch are in.
+    if sampler is not None and perf is not None:
+        sampler.send_signal(signal.SIGINT)
+        sampler.wait()
+        stages = "\n" + perfstages.table(perf, cpu_total / (len(keys) * size / (1 << 30)))
     per_file = cpu_epoch / len(keys) * 1e3
     with_writes = (cpu_total - again_cpu) / len(keys) * 1e3
     return (
@@ -151,7 +164,7 @@ def _round(
         f" ({system / len(keys) * 1e3:4.2f} system,"
         f" {main_thread / len(keys) * 1e3:4.2f} in the main thread),"
         f" {cpu_epoch / (len(keys) * size / (1 << 30)):5.2f} CPU-s/GiB"
-        f"  ({with_writes:5.2f} with the writes left at its end){memory}"
+        f"  ({with_writes:5.2f} with the writes left at its end){memory}{stages}"
     )
 
 
@@ -165,6 +178,12 @@ def main() -> None:
         "--profile-threads",
         action="store_true",
         help="profile every busy thread (stacks named by thread), not only the GIL's holder",
+    )
+    parser.add_argument(
+        "--perf",
+        metavar="FILE",
+        help="perf's samples of the disk tier's rounds (every thread) into FILE, and the mount's"
+        " CPU per GiB split by stage (bench/perfstages.py)",
     )
     parser.add_argument("--tier-only", action="store_true", help="no round without the tier")
     parser.add_argument(
@@ -202,6 +221,7 @@ def main() -> None:
                     tier = label != "--cache-dir none"
                     cache = f"{root}/cache{round_}-{number}" if tier else "none"
                     profile = args.profile if label == "disk tier" else None
+                    perf = args.perf if label == "disk tier" else None
                     figures = _round(
                         server,
                         "epoch",
@@ -213,6 +233,7 @@ def main() -> None:
                         source_tree=tree,
                         options=options,
                         every_thread=args.profile_threads,
+                        perf=perf,
                     )
                     print(f"{label:17} round {round_ + 1}: {figures}", flush=True)
         finally:

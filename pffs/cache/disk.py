@@ -45,7 +45,8 @@ from typing import Literal, NamedTuple
 import diskcache
 
 from pffs.cache.diskindex import BatchIndex, IndexRow, usage_by_tag
-from pffs.cache.entries import encode, read_block, read_layout, read_range, write_entry
+from pffs.cache.disklayout import check_layout
+from pffs.cache.entries import read_block, read_layout, read_range, write_entry
 from pffs.cache.openentries import OpenEntries, OpenEntry, descriptor_share
 from pffs.cache.orphans import Swept, sweep_in_background, sweep_orphans
 
@@ -136,6 +137,7 @@ class DiskTier:
     ) -> None:
         os.makedirs(directory, mode=0o700, exist_ok=True)
         os.chmod(directory, 0o700)  # blocks are the user's data: no one else may read them
+        check_layout(directory)  # a directory of another layout is cleared (disklayout.py)
         for index in range(256):  # where _BlockDisk.filename puts entries
             os.makedirs(os.path.join(directory, f"{index:02x}"), exist_ok=True)
         self.directory = directory
@@ -392,9 +394,7 @@ class DiskTier:
         """Write a block's entry file (not yet in the index); None when that failed."""
         filename = self._cache.disk.filename()[0]
         try:
-            size = write_entry(
-                os.path.join(self.directory, filename), *encode(key, data, self.compress)
-            )
+            size = write_entry(os.path.join(self.directory, filename), key, data, self.compress)
         except Exception as exc:  # a full disk, an I/O error...: this block is not cached
             log.warning("disk cache write of %s skipped: %s", key, exc)
             if isinstance(exc, OSError) and exc.errno in _OUT_OF_DESCRIPTORS:

@@ -77,20 +77,34 @@ def worth_trying(data: bytes) -> bool:
     return packed < _WORTH_IT * sum(len(sample) for sample in samples)
 
 
-def encode(key: str, data: bytes, compress: bool) -> tuple[bytes, bytes]:
-    """(header region, payload) of a block's entry; kept apart to save a 4 MiB copy.
-
-    The header region (header, CRC table, zero padding) is a whole number of ALIGN bytes, so
-    the payload starts aligned.
-    """
-    flags, payload = 0, data
+def _packed(data: bytes, compress: bool) -> bytes | None:
+    """The block lz4-compressed when compression is on and saves at least 10%, else None."""
     if compress and len(data) > 256 and worth_trying(data):
-        packed = lz4.block.compress(data, store_size=False)
+        packed: bytes = lz4.block.compress(data, store_size=False)
         if len(packed) < _WORTH_IT * len(data):
-            flags, payload = _COMPRESSED, packed
-    header = _HEADER.pack(_MAGIC, flags, len(data), CHUNK, _key_digest(key), len(payload))
-    header += _crc_table(data).tobytes()
-    return header.ljust(_aligned(len(header)), b"\0"), payload
+            return packed
+    return None
+
+
+def _header_region(key: str, flags: int, length: int, stored: int, crcs: array.array[int]) -> bytes:
+    """An entry's header, its CRC table and the zero padding to the ALIGN boundary where the
+    payload starts."""
+    header = _HEADER.pack(_MAGIC, flags, length, CHUNK, _key_digest(key), stored)
+    header += crcs.tobytes()
+    return header.ljust(_aligned(len(header)), b"\0")
+
+
+def _region_size(length: int) -> int:
+    """The header region's size for a block of `length` raw bytes (a whole number of ALIGN)."""
+    return _aligned(_HEADER.size + 4 * -(-length // CHUNK))
+
+
+def encode(key: str, data: bytes, compress: bool) -> tuple[bytes, bytes]:
+    """(header region, payload) of a block's entry, as `write_entry` lays it out on disk."""
+    packed = _packed(data, compress)
+    if packed is None:
+        return _header_region(key, 0, len(data), len(data), _crc_table(data)), data
+    return _header_region(key, _COMPRESSED, len(data), len(packed), _crc_table(data)), packed
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +139,16 @@ def _parse_layout(key: str, region: bytes | bytearray) -> Layout | None:
     crcs = array.array("I")
     crcs.frombytes(table)
     return Layout(flags, length, stored, crcs)
+
+
+def has_current_format(path: str) -> bool:
+    """Whether the file at `path` starts as an entry of this format does (False when it
+    cannot be read)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(_MAGIC)) == _MAGIC
+    except OSError:
+        return False
 
 
 def read_layout(key: str, fd: int) -> Layout | None:
@@ -261,30 +285,57 @@ def _open_for_write(path: str) -> int:
         return os.open(path, flags, 0o600)
 
 
-def write_entry(path: str, header: bytes, payload: bytes | memoryview) -> int:
-    """Write an entry (header region, payload, zero padding) to a new file; its size."""
-    total = _aligned(len(header) + len(payload))
-    end = len(header) + len(payload)
+def _copy_with_crcs(target: memoryview, data: bytes | memoryview) -> array.array[int]:
+    """Copy `data` into `target` a chunk at a time, taking each chunk's CRC32C from the copy
+    while it is still in the CPU's cache: one pass over the block's memory instead of two."""
+    source = memoryview(data)
+    crcs = array.array("I")
+    for start in range(0, len(source), CHUNK):
+        chunk = target[start : start + CHUNK]
+        chunk[:] = source[start : start + len(chunk)]
+        crcs.append(crc32c.crc32c(chunk))
+    return crcs
+
+
+def write_entry(path: str, key: str, data: bytes, compress: bool) -> int:
+    """Write the block's entry (header region, payload, zero padding) to a new file with
+    O_DIRECT; its size. The payload is copied once, into an aligned buffer, and an
+    uncompressed block's CRC table is taken from that copy."""
+    packed = _packed(data, compress)
+    region = _region_size(len(data))
+    stored = len(data) if packed is None else len(packed)
+    end = region + stored
+    total = _aligned(end)
     buffer = _take_buffer(total)
     try:
-        buffer[: len(header)] = header
-        buffer[len(header) : end] = payload
-        buffer[end:total] = bytes(total - end)
-        try:
-            fd = _open_for_write(path)
-        except FileNotFoundError:  # its directory was removed (an emptied cache, say)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            fd = _open_for_write(path)
-        try:
-            with memoryview(buffer) as view:
-                written = 0
-                while written < total:
-                    written += os.pwrite(fd, view[written:total], written)
-        except BaseException:
-            os.close(fd)
-            os.unlink(path)
-            raise
-        os.close(fd)
+        with memoryview(buffer) as view:
+            if packed is None:
+                crcs = _copy_with_crcs(view[region:end], data)
+            else:
+                crcs = _crc_table(data)
+                view[region:end] = packed
+            flags = 0 if packed is None else _COMPRESSED
+            view[:region] = _header_region(key, flags, len(data), stored, crcs)
+            view[end:total] = bytes(total - end)
+            _write_new_file(path, view[:total])
     finally:
         _give_back(buffer)
     return total
+
+
+def _write_new_file(path: str, content: memoryview) -> None:
+    """Create the file at `path` (its directory too when it went) and write `content`."""
+    try:
+        fd = _open_for_write(path)
+    except FileNotFoundError:  # its directory was removed (an emptied cache, say)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = _open_for_write(path)
+    try:
+        written = 0
+        while written < len(content):
+            written += os.pwrite(fd, content[written:], written)
+    except BaseException:
+        os.close(fd)
+        os.unlink(path)
+        raise
+    os.close(fd)

@@ -4,15 +4,19 @@
 open. `.pffs/prefetch` is the one writable file, on read-only mounts too: a job writes tree paths
 to it, one a line, and on close or fsync pffs prefetches them in that order (pffs.fs.datasets);
 reading it gives the report of the last list handed over: `queued N`, then one line per bad
-entry. `.pffs` is found by lookup but never listed by readdir, so `ls`, `find` and data loaders
-walking the tree do not see it; a store object of the same name at the root is shadowed.
-Everything else under `.pffs` refuses changes (EROFS). The facade (pffs.fs.vfs) asks `claims_*`
-before handing an operation to the rest of the file system.
+entry. `.pffs/prefetch.sock` takes the same lists where no file can be written (a read-only bind
+of the mount): the mount's own process binds it (pffs.mounting.ordersocket), and the kernel asks
+for its inode with a MKNOD that only a thread of this process gets answered. `.pffs` is found by
+lookup but never listed by readdir, so `ls`, `find` and data loaders walking the tree do not see
+it; a store object of the same name at the root is shadowed. Everything else under `.pffs`
+refuses changes (EROFS). The facade (pffs.fs.vfs) asks `claims_*` before handing an operation to
+the rest of the file system.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 
 from pffs import metrics
@@ -23,15 +27,23 @@ from pffs.fs.inodes import ROOT_INODE, FixedInode, Inode
 STATS_DIR = ".pffs"
 STATS_FILE = "stats"
 PREFETCH_FILE = "prefetch"
+ORDER_SOCKET = "prefetch.sock"
 # Inode numbers far above any the namespace hands out (it counts up from 2).
 STATS_DIR_INO = (1 << 62) + 1
 STATS_FILE_INO = (1 << 62) + 2
 PREFETCH_FILE_INO = (1 << 62) + 3
+ORDER_SOCKET_INO = (1 << 62) + 4
 
 
 def stats_bytes() -> bytes:
     """The content of `.pffs/stats`: the metrics snapshot as indented JSON."""
     return json.dumps(metrics.snapshot(), indent=1, sort_keys=True).encode() + b"\n"
+
+
+def order_lines(data: bytes | bytearray) -> list[str]:
+    """The paths of an order list as handed over (the control file's and the socket's format):
+    one a line, blank lines left out."""
+    return [line for line in data.decode(errors="replace").splitlines() if line.strip()]
 
 
 class SpecialFiles:
@@ -53,6 +65,13 @@ class SpecialFiles:
             ObjectInfo(PREFETCH_FILE, 0, mount_time, None, False),
             float("inf"),
         )
+        self.socket = FixedInode(
+            ORDER_SOCKET_INO,
+            f"{STATS_DIR}/{ORDER_SOCKET}",
+            ObjectInfo(ORDER_SOCKET, 0, mount_time, None, False),
+            float("inf"),
+        )
+        self.socket_bound = False  # while the mount's process listens on it
         self.reads: dict[int, bytes] = {}  # open handles read from: their snapshot
         self.orders: dict[int, bytearray] = {}  # `prefetch` handles written to: what they got
         self.report = b""  # of the last order list handed over
@@ -60,11 +79,12 @@ class SpecialFiles:
 
     @property
     def inodes(self) -> tuple[int, ...]:
-        return (self.dir.ino, self.file.ino, self.control.ino)
+        return (self.dir.ino, self.file.ino, self.control.ino, self.socket.ino)
 
     def listed(self) -> tuple[Inode, ...]:
         """The entries of `.pffs`, in readdir's order."""
-        return (self.file, self.control)
+        files = (self.file, self.control)
+        return (*files, self.socket) if self.socket_bound else files
 
     def inode(self, ino: int) -> Inode | None:
         """Our inode for `ino`, with fresh attributes, or None when it is not ours."""
@@ -75,6 +95,8 @@ class SpecialFiles:
             return self.file
         if ino == PREFETCH_FILE_INO:
             return self.control
+        if ino == ORDER_SOCKET_INO:  # asked for by the kernel also after it closed
+            return self.socket
         return None
 
     @staticmethod
@@ -107,19 +129,31 @@ class SpecialFiles:
                 return self.file
             if name == PREFETCH_FILE:
                 return self.control
+            if name == ORDER_SOCKET and self.socket_bound:
+                return self.socket
             if name == ".":
                 return self.dir
             if name == "..":
                 return root
             raise NotFound(f"/{STATS_DIR}/{name} does not exist")
-        if parent_ino in (STATS_FILE_INO, PREFETCH_FILE_INO):
+        if parent_ino in (STATS_FILE_INO, PREFETCH_FILE_INO, ORDER_SOCKET_INO):
             raise NotADirectory(f"/{STATS_DIR}/{STATS_FILE} is not a directory")
         return None
 
     def check_opendir(self, ino: int) -> None:
-        if ino in (STATS_FILE_INO, PREFETCH_FILE_INO):
-            path = self.file.path if ino == STATS_FILE_INO else self.control.path
-            raise NotADirectory(f"/{path} is not a directory")
+        ours = self.inode(ino)
+        if ours is not None and not ours.is_dir:
+            raise NotADirectory(f"/{ours.path} is not a directory")
+
+    def bind_socket(self, parent_ino: int, name: str, caller_tid: int) -> Inode:
+        """The MKNOD of the order socket's bind(): answered for that one name, to a thread of
+        this process (the kernel names the calling thread), while no socket is bound."""
+        if parent_ino != STATS_DIR_INO or name != ORDER_SOCKET:
+            raise self.refuse("mknod")
+        if self.socket_bound or not os.path.exists(f"/proc/self/task/{caller_tid}"):
+            raise self.refuse(f"mknod {ORDER_SOCKET}")
+        self.socket_bound = True
+        return self.socket
 
     def open(self, ino: int, fh: int, for_writing: bool) -> bool:
         """Open `ino` as handle `fh` if it is ours (True), with one consistent snapshot."""
@@ -149,9 +183,9 @@ class SpecialFiles:
         buffer = self.orders.get(fh)
         if buffer is None:
             return []
-        text = buffer.decode(errors="replace")
+        lines = order_lines(buffer)
         buffer.clear()
-        return [line for line in text.splitlines() if line.strip()]
+        return lines
 
     def note_order(self, queued: int, errors: list[str]) -> None:
         self.report = "".join(f"{line}\n" for line in [f"queued {queued}", *errors]).encode()

@@ -19,6 +19,7 @@ import trio
 from pffs import metrics
 from pffs.cache.blocks import BlockCache
 from pffs.config import CacheConfig, DatasetConfig, FuseConfig, MetaConfig
+from pffs.errors import Unsupported
 from pffs.fs.datasets import DatasetPreload
 from pffs.fs.handles import Handles, ReadHandle, WriteHandle
 from pffs.fs.inodes import ROOT_INODE, Inode
@@ -219,10 +220,16 @@ class Vfs:
         if fh in self.special.orders:  # an order list is handed over when it is closed
             paths = self.special.take_order(fh)
             if paths:
-                errors = await self.datasets.preload_paths(paths)
-                self.special.note_order(len(paths) - len(errors), errors)
+                await self.take_order(paths)
         elif fh not in self.special.reads:
             await self.writer.flush(fh)
+
+    async def take_order(self, paths: list[str]) -> bytes:
+        """Hand a job's order list to dataset prefetch (from `.pffs/prefetch` or its socket,
+        pffs.mounting.ordersocket); the report of it, which `.pffs/prefetch` then reads."""
+        errors = await self.datasets.preload_paths(paths)
+        self.special.note_order(len(paths) - len(errors), errors)
+        return self.special.report
 
     async def fsync(self, fh: int) -> None:
         if fh in self.special.orders:
@@ -247,6 +254,12 @@ class Vfs:
         if self.special.claims_name(parent_ino, name):
             raise self.special.refuse("unlink")
         await self.writer.unlink(parent_ino, name)
+
+    def mknod(self, parent_ino: int, name: str, is_socket: bool, caller_tid: int) -> Inode:
+        """Only the order socket's bind (pffs.fs.special); no store keeps special files."""
+        if is_socket and self.special.claims_name(parent_ino, name):
+            return self.special.bind_socket(parent_ino, name, caller_tid)
+        raise Unsupported("mknod: only regular files and directories can be stored")
 
     async def mkdir(self, parent_ino: int, name: str) -> Inode:
         if self.special.claims_name(parent_ino, name):

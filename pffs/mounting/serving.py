@@ -2,7 +2,8 @@
 
 `serve_here` opens the backends of the mount table and checks each store, prepares the
 mountpoint, opens the block cache, builds the VFS over them, recovers staged writes a crash
-left behind, and serves FUSE until unmounted. The foreground `pffs mount` calls it directly;
+left behind, and serves FUSE until unmounted, with the order socket in `.pffs` once the kernel's
+INIT is answered (pffs.mounting.ordersocket). The foreground `pffs mount` calls it directly;
 the background one calls it in the daemon it starts (pffs.mounting.daemon).
 """
 
@@ -16,6 +17,8 @@ import os
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 
+import trio
+
 from pffs.backends import open_backend
 from pffs.cache.blocks import BlockCache
 from pffs.config import CacheConfig, MountConfig, TableEntry
@@ -25,6 +28,7 @@ from pffs.fuse_ops import PffsOperations, serve
 from pffs.mounting.daemon import note_to_parent
 from pffs.mounting.kernel import prepare_mountpoint, set_kernel_readahead
 from pffs.mounting.observe import start_observing
+from pffs.mounting.ordersocket import serve_order_socket
 from pffs.mounting.process import freeze_startup_objects, raise_descriptor_limit, tune_malloc
 from pffs.mounting.recovery import recover_staged
 from pffs.mounting.registry import register_mount, staging_dir
@@ -34,7 +38,8 @@ log = logging.getLogger("pffs.mounting.serving")
 
 
 def serve_here(config: MountConfig, on_ready: Callable[[], None] | None = None) -> None:
-    """Check everything that can be checked, mount, and serve until unmounted."""
+    """Check everything that can be checked, mount, and serve until unmounted. `on_ready`
+    runs once the mount serves, its order socket bound (or known not to be)."""
     table = open_table(config.table)
     mountpoint = prepare_mountpoint(config.fuse.mountpoint)
     for mounted in table.mounted:
@@ -66,12 +71,15 @@ def serve_here(config: MountConfig, on_ready: Callable[[], None] | None = None) 
     try:
         if cache.disk is not None:  # files a crash left unindexed: swept while the mount serves
             cache.disk.sweep_in_background()
-        serve(
-            PffsOperations(vfs, config),
-            mountpoint,
-            on_ready,
-            after_init=lambda: set_kernel_readahead(mountpoint, config.fuse.kernel_readahead),
-        )
+
+        async def after_init() -> None:
+            set_kernel_readahead(mountpoint, config.fuse.kernel_readahead)
+            async with trio.open_nursery() as nursery:
+                await nursery.start(serve_order_socket, vfs, mountpoint)
+                if on_ready is not None:  # live, and a job may hand its order over at once
+                    on_ready()
+
+        serve(PffsOperations(vfs, config), mountpoint, after_init=after_init)
     finally:
         stop_observing()
         log.info("cache counters at exit: %s", cache.stats.as_dict())

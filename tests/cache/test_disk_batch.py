@@ -90,12 +90,12 @@ def test_a_block_whose_file_fails_is_skipped_alone(
     real_write = entries.write_entry
     writes = 0
 
-    def failing_third(path: str, header: bytes, payload: bytes | memoryview) -> int:
+    def failing_third(path: str, key: str, data: bytes, compress: bool) -> int:
         nonlocal writes
         writes += 1
         if writes == 3:
             raise OSError(errno.ENOSPC, "No space left on device")
-        return real_write(path, header, payload)
+        return real_write(path, key, data, compress)
 
     monkeypatch.setattr("pffs.cache.disk.write_entry", failing_third)
     assert tier.put_batch([(key, _block(key), "src") for key in keys]) == [

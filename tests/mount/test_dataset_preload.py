@@ -1,12 +1,13 @@
 """Dataset preload on a real mount: three files of a directory opened, the rest loaded ahead
 (the stats say so, and reading them asks the store for nothing), and `pffs prefetch --order`
-with bad entries, on writable and read-only mounts."""
+with bad entries, on writable and read-only mounts and through a read-only bind of one."""
 
 from __future__ import annotations
 
 import errno
 import os
 import random
+import stat
 import subprocess
 import time
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from pffs.dataset import PrefetchOrder, prefetch_order
+from pffs.dataset import PrefetchOrder
 from tests.conftest import metric_value, run_pffs, stats_snapshot
 
 FILES = 50
@@ -117,24 +118,55 @@ def test_sampler_wrapper_hands_each_epoch_over(
 
 
 @pytest.mark.mount
-def test_a_read_only_bind_refuses_the_list_and_the_sampler_goes_on(
-    mount_s3, bucket: str, dataset: dict[str, bytes], tmp_path: Path, caplog
+@WRITABLE_AND_READ_ONLY
+def test_a_read_only_bind_takes_the_list_through_the_order_socket(
+    mount_s3,
+    bucket: str,
+    dataset: dict[str, bytes],
+    tmp_path: Path,
+    options: tuple[str, ...],
 ) -> None:
-    """A pod's ReadOnlyMany volume is a read-only bind: the kernel refuses the write there
-    (docs/notes/readonly-order.md); the epoch still runs, with a warning."""
+    """A pod's ReadOnlyMany volume is a read-only bind: the kernel refuses the control file's
+    write there, and the list goes through `.pffs/prefetch.sock` (docs/notes/readonly-order.md),
+    from the sampler and from `pffs prefetch`."""
     if os.geteuid() != 0:
         pytest.skip("a bind mount needs root")
     bind = tmp_path / "bind"
     bind.mkdir()
-    with mount_s3(f"s3://{bucket}", "--cache-dir", "none", "--read-only") as mnt:
+    order = tmp_path / "order.txt"
+    prefetch = ("--dataset-prefetch", "on")
+    with mount_s3(f"s3://{bucket}", "--cache-dir", "none", *prefetch, *options) as mnt:
         subprocess.run(["mount", "--bind", "-o", "ro", str(mnt), str(bind)], check=True)
         try:
+            assert stat.S_ISSOCK(os.stat(bind / ".pffs" / "prefetch.sock").st_mode)
             with pytest.raises(OSError) as refused:
-                prefetch_order(str(bind), ["train/001.jpg"])
+                open(bind / ".pffs" / "prefetch", "w").close()
             assert refused.value.errno == errno.EROFS
-            sampler = PrefetchOrder([1, 2], list(dataset).__getitem__, str(bind))
-            assert list(sampler) == [1, 2] and sampler.bad == []
-            assert "the order was not handed over" in caplog.text
-            assert (bind / "train/001.jpg").read_bytes() == dataset["train/001.jpg"]
+
+            names = [*dataset, "train/gone.jpg"]
+            sampler = PrefetchOrder([4, 50, 9, 4], names.__getitem__, str(bind))
+            assert list(sampler) == [4, 50, 9, 4]
+            assert sampler.bad == ["train/gone.jpg: no such file"]
+            report = (bind / ".pffs" / "prefetch").read_text()
+            assert report == "queued 3\ntrain/gone.jpg: no such file\n"
+            loaded = wait_for(mnt, "pffs_prefetch_files_fetched_total", 2)
+            assert metric_value(loaded, "pffs_prefetch_files_fetched_total") == 2
+
+            order.write_text(f"train/011.jpg\n{bind}/train/012.jpg\nnowhere/x\n")
+            result = run_pffs("prefetch", "--order", str(order), str(bind))
+            assert result.returncode == 1, result.stderr
+            assert result.stderr.splitlines() == ["nowhere/x: no such file"]
+            assert "2 files queued, 1 bad entries" in result.stdout
+            report = (bind / ".pffs" / "prefetch").read_text()
+            assert report == "queued 2\nnowhere/x: no such file\n"
+            loaded = wait_for(mnt, "pffs_prefetch_files_fetched_total", 4)
+            assert metric_value(loaded, "pffs_prefetch_files_fetched_total") == 4
+
+            gets = metric_value(loaded, "pffs_backend_requests_total", request="GET")
+            # One of each list: three opens in a directory would start its dataset prefetch.
+            for name in ("train/009.jpg", "train/012.jpg"):
+                assert (bind / name).read_bytes() == dataset[name]
+            after = stats_snapshot(bind)
+            assert metric_value(after, "pffs_backend_requests_total", request="GET") == gets
         finally:
             subprocess.run(["umount", str(bind)], check=True)

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from pffs.dataset import prefetch_order
 from pffs.mounting.kernel import FSTYPE, MountEntry, find_mount, mount_table, wait_unmounted
 from pffs.testing.servers import DUMMY_CREDENTIALS, MotoServer
 from tests.conftest import PFFS, run_pffs, unmount_quietly
@@ -216,3 +217,26 @@ def test_warmup_through_a_bind_mount_fills_the_mounts_cache(
         subprocess.run(["umount", "-l", str(volume)], check=False)
     proc.terminate()
     assert proc.wait(timeout=60) == 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mount --bind needs root")
+def test_an_app_pods_read_only_volume_takes_an_order_and_the_prestop_ends_pffs(
+    fluid: dict[str, Any], start, tmp_path: Path
+) -> None:
+    """Fluid hands a ReadOnlyMany Dataset to an app pod as a read-only bind of the target path:
+    a job there hands its order over through `.pffs/prefetch.sock`. Its socket bound, pffs is
+    still ended by Fluid's default preStop, `umount <targetPath>`, with exit status 0."""
+    target = fluid["target"]
+    proc = start(fluid["config"], target)
+    volume = tmp_path / "data"
+    volume.mkdir()
+    subprocess.run(["mount", "--bind", "-o", "ro", str(target), str(volume)], check=True)
+    try:
+        bad = prefetch_order(str(volume), ["imagenet/train/shard-0.tar", "labels/none.txt"])
+        assert bad == ["labels/none.txt: no such file"]
+    finally:
+        subprocess.run(["umount", str(volume)], check=True)  # the app pod is gone first
+    prestop = subprocess.run(["umount", str(target)], capture_output=True, text=True)
+    assert prestop.returncode == 0, prestop.stderr
+    assert proc.wait(timeout=60) == 0
+    assert wait_unmounted(str(target), timeout=5)

@@ -1,0 +1,189 @@
+"""The order socket, `.pffs/prefetch.sock`: how a job's order list passes a read-only bind.
+
+A read-only bind of the mount (how Kubernetes hands a ReadOnlyMany volume to a pod: Fluid's CSI
+plugin, pffs's own csi/volumes.py) refuses every write with EROFS in the kernel, `.pffs/prefetch`
+included, while connect() to a unix socket passes it. So once the mount serves, its process
+binds a socket at `.pffs/prefetch.sock` (the kernel asks pffs itself for the socket's inode with
+a MKNOD, answered by pffs.fs.special) and serves each connection: the client sends an order list
+in the control file's format, shuts its side down and reads the report the file would give, its
+own list's (pffs.dataset is the client). Lists go to the one handling the file's go to
+(Vfs.take_order).
+
+A socket bound through a mount pins it: `umount` answers EBUSY while it is open. So the socket
+is bound through a private clone of the mount (open_tree(2), OPEN_TREE_CLONE), never through a
+mount anyone sees: `umount`, `fusermount3 -u`, `pffs umount`, the CSI driver and Fluid's default
+preStop unmount as they always did. The clone holds the file system itself, though, which would
+outlive its last mount; so this process watches its mount namespace's table and closes the
+socket once no mount of the file system is left in it. The kernel then ends the FUSE session and
+the mount's process exits as after any unmount. A process that dies has its socket closed by
+the kernel, and its dead mount is cleared by the next mount as before.
+
+open_tree needs CAP_SYS_ADMIN, as a bind mount does: a mount without it has no socket, and its
+control file is the one channel (docs/notes/readonly-order.md).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import logging
+import os
+import select
+import socket
+
+import trio
+
+from pffs.fs.special import ORDER_SOCKET, STATS_DIR, order_lines
+from pffs.fs.vfs import Vfs
+from pffs.mounting.kernel import find_mount, mount_table
+from pffs.workers import run_blocking
+
+log = logging.getLogger("pffs.mounting.ordersocket")
+
+# open_tree(2): the same number on every architecture (a syscall of Linux 5.2, numbered after
+# the tables were unified).
+_SYS_OPEN_TREE = 428
+_AT_FDCWD = -100
+_OPEN_TREE_CLONE = 1
+# A client that sends nothing for this long is dropped (it never shut its side down).
+CLIENT_IDLE_SECONDS = 60.0
+# How long the watcher's thread waits for a change of the mount table before it looks anyway.
+WATCH_SECONDS = 60.0
+
+
+async def serve_order_socket(
+    vfs: Vfs, mountpoint: str, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Bind `.pffs/prefetch.sock` of the mount at `mountpoint` and answer order lists there
+    until the mount is gone or this task is cancelled; then close it. Started (nursery.start)
+    once the socket is bound, or is known not to be."""
+    kernel_calls = trio.CapacityLimiter(1)
+    try:
+        # In a thread: bind() waits for the MKNOD this very loop answers.
+        listener, device = await run_blocking(kernel_calls, _bind_through_clone, mountpoint)
+    except OSError as exc:
+        vfs.special.socket_bound = False
+        log.info(
+            "no %s/%s (%s): a read-only bind of this mount cannot take an order list",
+            STATS_DIR,
+            ORDER_SOCKET,
+            exc.strerror or exc,
+        )
+        task_status.started()
+        return
+    log.debug("order socket bound at %s/%s/%s", mountpoint, STATS_DIR, ORDER_SOCKET)
+    task_status.started()
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_accept, listener, vfs, nursery)
+            await _wait_unmounted(device)
+            log.info("the last mount of this file system is gone: closing its order socket")
+            nursery.cancel_scope.cancel()
+    except Exception:  # a fault of the socket's must not end the mount it serves beside
+        log.exception("the order socket failed; closing it")
+    finally:
+        vfs.special.socket_bound = False
+        trio.lowlevel.notify_closing(listener)
+        with trio.CancelScope(shield=True):
+            # The last close of the socket may end the file system (above): in the kernel, in
+            # the closing thread, which must not be the thread answering its requests.
+            await run_blocking(kernel_calls, listener.close)
+
+
+def _bind_through_clone(mountpoint: str) -> tuple[socket.socket, str]:
+    """A listening socket at `.pffs/prefetch.sock`, bound through a clone of the mount; and
+    the file system's device ("major:minor", as the mount table names it)."""
+    entry = find_mount(mountpoint)
+    if entry is None:
+        raise OSError(errno.ENOENT, "not mounted", mountpoint)
+    clone = _open_tree_clone(mountpoint)
+    try:
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        try:
+            # Through /proc: a mountpoint's path may exceed a socket address's 107 bytes.
+            listener.bind(f"/proc/self/fd/{clone}/{STATS_DIR}/{ORDER_SOCKET}")
+            listener.listen(64)
+            listener.setblocking(False)
+        except OSError:
+            listener.close()
+            raise
+    finally:
+        os.close(clone)  # the socket keeps the clone's mount, detached from everything
+    return listener, entry.device
+
+
+def _open_tree_clone(path: str) -> int:
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = int(
+        libc.syscall(
+            _SYS_OPEN_TREE,
+            ctypes.c_int(_AT_FDCWD),
+            os.fsencode(path),
+            ctypes.c_uint(_OPEN_TREE_CLONE | os.O_CLOEXEC),
+        )
+    )
+    if fd < 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"open_tree: {os.strerror(code)}", path)
+    return fd
+
+
+async def _wait_unmounted(device: str) -> None:
+    """Return once no mount of `device` is left in this mount namespace."""
+    while await trio.to_thread.run_sync(
+        _mounted_after_a_change,
+        device,
+        # The wait has no bound (a mount table may not change for days): on shutdown its
+        # thread is left to finish on its own rather than hold the shutdown up.
+        abandon_on_cancel=True,
+    ):
+        pass
+
+
+def _mounted_after_a_change(device: str) -> bool:
+    """Whether `device` is mounted, looked at after the mount table next changes (poll(2)
+    reports a change of /proc/self/mountinfo as POLLPRI) or WATCH_SECONDS pass."""
+    with open("/proc/self/mountinfo", "rb") as table:  # a change after this open wakes poll
+        if not _mounted(device):
+            return False
+        poller = select.poll()
+        poller.register(table, select.POLLPRI)
+        poller.poll(int(WATCH_SECONDS * 1000))
+    return _mounted(device)
+
+
+def _mounted(device: str) -> bool:
+    return any(entry.device == device for entry in mount_table())
+
+
+async def _accept(listener: socket.socket, vfs: Vfs, nursery: trio.Nursery) -> None:
+    while True:
+        await trio.lowlevel.wait_readable(listener)
+        try:
+            connection, _ = listener.accept()
+        except (BlockingIOError, InterruptedError):
+            continue
+        except OSError as exc:  # out of descriptors: the client sees its connection reset
+            log.warning("order socket: cannot accept a connection: %s", exc)
+            await trio.sleep(0.1)
+            continue
+        stream = trio.SocketStream(trio.socket.from_stdlib_socket(connection))
+        nursery.start_soon(_answer, stream, vfs)
+
+
+async def _answer(stream: trio.SocketStream, vfs: Vfs) -> None:
+    """One client: its list up to its end of writing, then the report back."""
+    async with stream:
+        received = bytearray()
+        try:
+            while True:
+                with trio.fail_after(CLIENT_IDLE_SECONDS):
+                    chunk = await stream.receive_some()
+                if not chunk:
+                    break
+                received += chunk
+            await stream.send_all(await vfs.take_order(order_lines(received)))
+        except (trio.BrokenResourceError, trio.TooSlowError) as exc:
+            log.warning("order socket: a client's list was dropped: %s", exc or "no end of it")
+        except Exception:  # ends this client's connection, not the socket
+            log.exception("order socket: a client's list failed")
