@@ -188,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="command",
         required=True,
         parser_class=_Parser,
-        metavar="{mount,umount,stats,warmup,prefetch,cache,demo,fluid,csi,scheduler-extender,affinity}",
+        metavar="{mount,umount,stats,warmup,preload,cache,demo,fluid,csi,scheduler-extender,affinity}",
     )
 
     mount = commands.add_parser(
@@ -265,17 +265,19 @@ def build_parser() -> argparse.ArgumentParser:
     _add_source_options(warmup)
     _add_cache_options(warmup)
 
-    prefetch = commands.add_parser(
-        "prefetch",
+    preload = commands.add_parser(
+        "preload",
         help="hand a job's read order to a mount",
         description="Hand the paths in FILE (one a line, relative to the mount root or "
         "absolute under it) to the pffs mount at MOUNTPOINT, which loads them in that order "
         "ahead of the readers. Bad entries are printed, one a line, and the rest proceeds.",
     )
-    prefetch.add_argument(
-        "--order", required=True, metavar="FILE", help="the paths in read order ('-': stdin)"
-    )
-    prefetch.add_argument("mountpoint", help="the root of a pffs mount")
+    # `pffs prefetch`, its former name, still works (with a notice; not in the help).
+    for order_parser in (preload, commands.add_parser("prefetch")):
+        order_parser.add_argument(
+            "--order", required=True, metavar="FILE", help="the paths in read order ('-': stdin)"
+        )
+        order_parser.add_argument("mountpoint", help="the root of a pffs mount")
 
     cache = commands.add_parser("cache", help="inspect or clear the disk cache")
     cache.add_argument("action", choices=["info", "clear"])

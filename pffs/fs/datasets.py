@@ -6,7 +6,7 @@ seconds, in any order, the directory is a dataset: its files are listed through 
 listings (streamed, so a million-entry directory is read as the engine asks for more) and handed
 to the preload engine (pffs.cache.preload). When the opens span two or more sibling directories
 of one parent (ImageNet keeps one directory per class), the parent and its subdirectories, one
-level down, are one dataset. An order list (`preload_paths`, the `.pffs/prefetch` control file)
+level down, are one dataset. An order list (`preload_paths`, the `.pffs/preload` control file)
 is a dataset in the job's own order.
 
 Each dataset is also measured (its size from its listing, and what of it the disk tier holds)

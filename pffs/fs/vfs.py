@@ -3,8 +3,8 @@
 It composes the parts and routes each operation to the part that owns it: the hidden `.pffs` files
 first (pffs.fs.special), then names and directories (namespace), reads (reads) and writes (writes);
 open handles (handles) and the kernel's page cache (pagecache) are shared by the last two.
-Read-only opens are told to dataset preload (datasets), which
-also takes the order lists written to `.pffs/prefetch`. It holds no behaviour of its own beyond that
+Read-only opens are told to preload (datasets), which
+also takes the order lists written to `.pffs/preload`. It holds no behaviour of its own beyond that
 routing, the open-files gauge and statfs. It never imports pyfuse3: it speaks trio and pffs types,
 and is tested without a kernel.
 """
@@ -67,7 +67,7 @@ class Vfs:
         self.datasets = DatasetPreload(self.namespace, self.cache, dataset or DatasetConfig())
 
     def attach(self, nursery: trio.Nursery) -> None:
-        """Hand the VFS a nursery for background work (listings, prefetch, uploads, disk writes)."""
+        """Hand the VFS a nursery for background work (listings, preload, uploads, disk writes)."""
         self.namespace.attach(nursery)
         self.writer.attach(nursery)
         self.cache.attach(nursery)
@@ -225,8 +225,8 @@ class Vfs:
             await self.writer.flush(fh)
 
     async def take_order(self, paths: list[str]) -> bytes:
-        """Hand a job's order list to dataset prefetch (from `.pffs/prefetch` or its socket,
-        pffs.mounting.ordersocket); the report of it, which `.pffs/prefetch` then reads."""
+        """Hand a job's order list to preload (from `.pffs/preload` or its socket,
+        pffs.mounting.ordersocket); the report of it, which `.pffs/preload` then reads."""
         errors = await self.datasets.preload_paths(paths)
         self.special.note_order(len(paths) - len(errors), errors)
         return self.special.report

@@ -52,7 +52,7 @@ def test_metrics_move_through_a_real_mount(s3, bucket: str, mount_s3, tmp_path: 
         # Hidden, yet there: readdir does not list it, lookup finds it, it is read-only.
         assert os.listdir(mnt) == ["data"]
         assert os.path.isdir(mnt / ".pffs")
-        assert sorted(os.listdir(mnt / ".pffs")) == ["prefetch", "prefetch.sock", "stats"]
+        assert sorted(os.listdir(mnt / ".pffs")) == ["preload", "preload.sock", "stats"]
         with pytest.raises(OSError) as refused:
             open(mnt / ".pffs" / "stats", "w")  # noqa: SIM115
         assert refused.value.errno in (errno.EROFS, errno.EACCES)

@@ -1,15 +1,21 @@
-"""Options renamed when "prefetch" stopped naming two things (README, "Renamed in this
-release"): the old names still set the new settings, each with a one-line notice on stderr;
-the new names print nothing."""
+"""Names changed when "prefetch" stopped naming two things (README, "Renamed in this
+release"): the old options, the old module and the old control file still work, each with a
+one-line notice (stderr, a DeprecationWarning, a log line); the new names say nothing. The old
+command and control file on a real mount: tests/mount/test_dataset_preload.py."""
 
 from __future__ import annotations
 
+import importlib
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from pffs import jobs
 from pffs.cli.fluidconfig import read_document, translated
 from pffs.cli.options import build_parser, mount_config
+from pffs.fs.special import STATS_DIR_INO, SpecialFiles
 from tests.fluid_controller import fluid_config
 
 OLD_AND_NEW = [
@@ -64,3 +70,34 @@ def test_an_old_fluid_option_key_works_with_a_notice(
         "pffs: runtimeOptions.dataset-prefetch is deprecated and will be removed, use preload",
         "pffs: runtimeOptions.prefetch-max is deprecated and will be removed, use readahead-max",
     ]
+
+
+def test_the_former_module_warns_and_gives_the_new_names() -> None:
+    sys.modules.pop("pffs.dataset", None)
+    with pytest.warns(DeprecationWarning, match="pffs.dataset is deprecated.*use pffs.jobs"):
+        former = importlib.import_module("pffs.dataset")
+    assert former.PrefetchOrder is former.PreloadOrder is jobs.PreloadOrder
+    assert former.prefetch_order is former.preload_order is jobs.preload_order
+    assert former.NotAMount is jobs.NotAMount
+
+
+def test_a_job_hands_its_list_to_the_former_control_file_of_an_older_mount(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / ".pffs").mkdir()
+    (tmp_path / ".pffs" / "prefetch").write_text("")  # an older pffs's mount: no .pffs/preload
+    assert jobs.preload_order(str(tmp_path), ["a", "b"]) == ["b"]  # a plain file: no report
+    assert (tmp_path / ".pffs" / "prefetch").read_text() == "a\nb\n"
+
+
+def test_the_former_control_file_name_is_the_same_file_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    special = SpecialFiles(time.time())
+    root = special.dir  # any inode stands for the root here
+    assert special.lookup(STATS_DIR_INO, "prefetch", root) is special.control
+    assert special.lookup(STATS_DIR_INO, "prefetch", root) is special.control
+    assert special.lookup(STATS_DIR_INO, "preload", root) is special.control
+    notices = [r.getMessage() for r in caplog.records]
+    assert notices == ["/.pffs/prefetch is deprecated and will be removed, use /.pffs/preload"]
+    assert [inode.path for inode in special.listed()] == [".pffs/stats", ".pffs/preload"]
