@@ -36,8 +36,8 @@ readahead_engine.py
                 budget of bytes in flight, as runs of consecutive missing blocks in one
                 request, from the disk tier when it holds them, each block handed over as it
                 lands; a failed or cancelled load gives its budget back; `load` is the same for
-                one whole object, awaited (for preload.py). It also counts blocks loaded ahead
-                that were used and wasted.
+                one whole object, awaited (for preload.py). It also counts readahead's blocks used
+                and wasted.
 diskio.py       DiskIO: the disk tier as trio tasks use it, each call in a worker thread under
                 one limiter and counted, and write-behind with a capped number of write slots,
                 in batches (one worker-thread hop and one index transaction per batch); asks

@@ -14,8 +14,8 @@ pace without ever holding up a request's stream. A block's budget comes back whe
 when its flight is given up: the store failed (its reader will fetch it and see the error) or
 the task was cancelled.
 
-The engine also counts what loading ahead was worth: blocks used by a reader, and blocks evicted
-from memory before any reader asked for them.
+The engine also counts what readahead was worth: blocks of windows used by a reader, and those
+evicted from memory before any reader asked for them (preload counts its files itself).
 """
 
 from __future__ import annotations
@@ -150,7 +150,8 @@ class ReadaheadEngine:
                 self.stats.readahead_skipped_budget += 1
                 break
             self._in_flight += size
-            flight = self.flights.start(keys[position], ahead=True)
+            # Only a window's blocks count as readahead used or wasted (preload counts files).
+            flight = self.flights.start(keys[position], ahead=within_budget)
             blocks[position] = (keys[position], size, flight)
         return _Run(blocks, fetch_run)
 

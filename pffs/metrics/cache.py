@@ -85,12 +85,12 @@ _CACHE_COUNTERS: dict[str, tuple[str, str, dict[str, str]]] = {
     ),
     "readahead_used": (
         "pffs_readahead_used",
-        "Blocks loaded ahead that a reader then asked for",
+        "Blocks of readahead windows a reader then asked for",
         {},
     ),
     "readahead_wasted": (
         "pffs_readahead_wasted",
-        "Blocks loaded ahead evicted from memory before any reader asked for them",
+        "Blocks of readahead windows evicted from memory before any reader asked for them",
         {},
     ),
     "readahead_skipped_budget": (

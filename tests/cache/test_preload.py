@@ -113,6 +113,8 @@ async def test_loads_every_file_bytes_exact(tmp_path: Path, size: int) -> None:
     assert sorted(store.requests) == sorted(store.files)
     assert engine.stats.files_fetched == 20
     assert engine.stats.bytes_fetched == 20 * size
+    # Preloaded blocks read back are preload's to count, not readahead's.
+    assert cache.stats.readahead_issued == cache.stats.readahead_used == 0
 
 
 @in_trio
