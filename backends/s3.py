@@ -114,7 +114,7 @@ class S3Backend:
             self.bucket,
             verify,
             # Idle connections kept: as many as GETs may be in flight, the source's own and
-            # dataset prefetch's (its own limiter). A smaller pool closes the extra ones after
+            # preload's (its own limiter). A smaller pool closes the extra ones after
             # each burst and connects anew.
             config.max_pool_connections + DatasetConfig.max_concurrency,
             # On AWS itself a bucket of another region is followed there, as boto3 does.

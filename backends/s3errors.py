@@ -39,7 +39,8 @@ TRANSIENT_CODES = {
     "504",
 }
 NOT_FOUND_CODES = {"404", "NoSuchKey", "NoSuchBucket", "NotFound"}
-# The store asks for fewer requests: prefetch backs off (pffs.routing.health never marks them down).
+# The store asks for fewer requests: loading ahead backs off (pffs.routing.health never marks
+# them down).
 THROTTLE_CODES = {"SlowDown", "Throttling", "ThrottlingException", "TooManyRequests", "429"}
 DENIED_CODES = {
     "403",

@@ -19,7 +19,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from bench import dataset as ds
+from bench import data as ds
 from bench import leftovers, report
 from bench.charts import draw_charts
 from bench.epoch import store_files_per_s

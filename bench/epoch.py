@@ -16,7 +16,7 @@ import threading
 import time
 import urllib.parse
 
-from bench.dataset import Dataset, client
+from bench.data import Dataset, client
 from bench.leftovers import in_threads
 from bench.servers import Server
 

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from bench.dataset import MIB
+from bench.data import MIB
 from bench.scenarios import METRICS
 
 START = "<!-- bench-headline:start -->"

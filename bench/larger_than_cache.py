@@ -23,7 +23,7 @@ import shutil
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
-from bench.dataset import Dataset, client
+from bench.data import Dataset, client
 from bench.epoch import read_epoch
 from bench.scenarios import drop_caches
 from bench.servers import Server

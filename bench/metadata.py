@@ -18,7 +18,7 @@ import time
 import urllib.parse
 from collections.abc import Callable
 
-from bench.dataset import Dataset, client
+from bench.data import Dataset, client
 from bench.leftovers import in_threads
 from bench.servers import Server
 from bench.systems import rss_bytes

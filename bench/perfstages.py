@@ -5,7 +5,7 @@ in the first stage whose rule it matches, in the order of `STAGES`: the kernel f
 system call or fault a sample is in (a socket receive, a write to /dev/fuse, an O_DIRECT write),
 the native ones which library (crc32c, lz4, SQLite) or which copy (an mmap or memoryview slice
 assignment is the disk tier's copy into its aligned buffer). What is left is the interpreter:
-the main thread's (trio, the FUSE handlers, the memory tier, prefetch, the write-behind queue)
+the main thread's (trio, the FUSE handlers, the memory tier, readahead, the write-behind queue)
 or the worker threads' (the GET loop, the hand-over to trio, the disk tier's batches).
 
 Used by bench.probes.epoch_cpu (`--perf`); needs `perf` (linux-perf) and root or
@@ -49,7 +49,7 @@ STAGES: list[tuple[str, Rule]] = [
         "thread wake-ups and waits (futex, GIL), epoll",
         _any("futex", "pthread_cond", "sem_post", "sem_wait", "take_gil", "drop_gil", "epoll"),
     ),
-    ("Python, main thread (trio, FUSE handlers, memory tier, prefetch)", lambda _c, main: main),
+    ("Python, main thread (trio, FUSE handlers, memory tier, readahead)", lambda _c, main: main),
     ("Python, worker threads (GET loop, hand-over, disk batches)", lambda _c, main: not main),
 ]
 

@@ -15,7 +15,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from bench.dataset import Sizes
+from bench.data import Sizes
 from bench.metadata import LS_RECURSIVE_LIMIT_S
 
 MOUNT_S = 2.0  # one mount or unmount of a peer, waited for

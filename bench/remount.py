@@ -20,7 +20,7 @@ import shutil
 import tempfile
 
 from bench.counting import KINDS, CountingProxy
-from bench.dataset import Dataset
+from bench.data import Dataset
 from bench.epoch import read_epoch
 from bench.scenarios import drop_caches
 from bench.servers import Server

@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from bench.dataset import MIB, SMALL_SIZE, TTFB_SAMPLES, Dataset, client, ttfb_directories
+from bench.data import MIB, SMALL_SIZE, TTFB_SAMPLES, Dataset, client, ttfb_directories
 from bench.epoch import read_epoch
 from bench.largeobjects import checkpoint_load, read_shards, shard_keys
 from bench.metadata import TREE_DIRS, list_long, ls_recursive, stat_after_listing, stat_all

@@ -173,7 +173,7 @@ class Pffs(System):
         return max(meta.attr_ttl, meta.entry_ttl)
 
     def rest_after_epochs(self) -> float:
-        # Dataset prefetch takes opens in sibling directories within its trigger window for
+        # Dataset preload takes opens in sibling directories within its trigger window for
         # one dataset, and would then load the whole bucket behind the scenarios that follow.
         datasets = dataset_config(self._parsed())
         return datasets.trigger_window + 1 if datasets.enabled else 0.0

@@ -1,13 +1,13 @@
-"""A reader's latency behind a store that throttles, with dataset prefetch on and off.
+"""A reader's latency behind a store that throttles, with dataset preload on and off.
 
 `python -m bench.throttling [--samples N] [--limit N]` starts moto on 127.0.0.1 behind a
 FaultProxy (pffs.testing.faults) that answers 503 SlowDown to any GET arriving while more than
 `--limit` are in flight. Per mode it mounts the bucket afresh (no disk cache), starts a job
-that reads the files of a directory one after another (which makes dataset prefetch load the
+that reads the files of a directory one after another (which makes dataset preload load the
 directory, up to 64 requests in flight, when it is on), and meanwhile times a second reader's
 random 256 KiB reads of another file. It prints each mode's p50 and p99 of those reads and the
-503s the proxy gave. The claim it checks (docs/notes/throttling.md): with prefetch on, the
-reader's p99 is at most 1.5 times its p99 with prefetch off.
+503s the proxy gave. The claim it checks (docs/notes/throttling.md): with preload on, the
+reader's p99 is at most 1.5 times its p99 with preload off.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def main() -> int:
                     latencies = run_mode(work, mode, proxy.endpoint_url, env, args.samples)
                     results[mode] = latencies
                     print(
-                        f"prefetch {mode:>3}: p50 {quantile(latencies, 0.5) * 1e3:7.1f} ms  "
+                        f"preload {mode:>3}: p50 {quantile(latencies, 0.5) * 1e3:7.1f} ms  "
                         f"p99 {quantile(latencies, 0.99) * 1e3:7.1f} ms  "
                         f"503s {proxy.injected['throttle']}"
                     )
@@ -76,7 +76,7 @@ def run_mode(work: str, mode: str, endpoint: str, env: dict[str, str], samples: 
     os.makedirs(mnt, exist_ok=True)
     argv = [
         *(sys.executable, "-m", "pffs", "mount", "s3://bench", mnt, "--endpoint-url", endpoint),
-        *("--cache-dir", "none", "--cache-memory", "32M", "--dataset-prefetch", mode),
+        *("--cache-dir", "none", "--cache-memory", "32M", "--preload", mode),
         *("--log-file", os.path.join(work, f"mount-{mode}.log")),
     ]
     subprocess.run(argv, env=env, check=True, capture_output=True)
@@ -84,7 +84,7 @@ def run_mode(work: str, mode: str, endpoint: str, env: dict[str, str], samples: 
     try:
         job = threading.Thread(target=read_job, args=(mnt, stop), daemon=True)
         job.start()
-        time.sleep(0.5)  # the job's opens have started dataset prefetch, when it is on
+        time.sleep(0.5)  # the job's opens have started dataset preload, when it is on
         rng = random.Random(1)
         latencies = []
         with open(os.path.join(mnt, "probe.bin"), "rb", buffering=0) as f:

@@ -9,11 +9,13 @@ Volume context keys (camelCase, as Kubernetes volume attributes are written):
     region       region
     cacheMemory  memory bound of the mount's cache ("512M")
     cacheSize    disk tier bound ("100G"); the disk tier itself is the node's --cache-dir
-    prefetchMax  largest readahead window ("32M", "0" disables prefetch)
+    readaheadMax largest readahead window ("32M", "0" disables readahead)
     blockSize    cache block size ("4M")
     readOnly     "true" / "false": the whole mount refuses writes
-    datasetPrefetch  "true" / "false": load a directory's files ahead once a job reads a few
-                 of them (default true, `--dataset-prefetch on|off`)
+    preload      "true" / "false": load a directory's files ahead once a job reads a few
+                 of them, and order lists (default true, `--preload on|off`)
+
+The former names prefetchMax and datasetPrefetch still work, with a warning in the log.
 
 Node-publish and provisioner secrets: accessKeyId, secretAccessKey, optional sessionToken. They
 become AWS_* variables of the mount process (or a boto3 session in the controller), never argv.
@@ -21,6 +23,7 @@ become AWS_* variables of the mount process (or a boto3 session in the controlle
 
 from __future__ import annotations
 
+import logging
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -31,16 +34,19 @@ from pffs.errors import UsageError
 from pffs.sizes import SizeError, parse_size
 
 AccessMode = csi_pb2.VolumeCapability.AccessMode
+log = logging.getLogger(__name__)
 
 SIZE_KEYS = {
     "cacheMemory": "--cache-memory",
     "cacheSize": "--cache-size",
-    "prefetchMax": "--prefetch-max",
+    "readaheadMax": "--readahead-max",
     "blockSize": "--block-size",
 }
 VOLUME_KEYS = frozenset(
-    {"source", "mountTable", "endpoint", "region", "readOnly", "datasetPrefetch", *SIZE_KEYS}
+    {"source", "mountTable", "endpoint", "region", "readOnly", "preload", *SIZE_KEYS}
 )
+# Former key -> its name now ("prefetch" used to name both readahead and preload).
+RENAMED_KEYS = {"prefetchMax": "readaheadMax", "datasetPrefetch": "preload"}
 # Kubernetes adds these to volume attributes (pod info, ephemeral) and parameters (provisioner).
 K8S_PREFIX = "csi.storage.k8s.io/"
 SECRET_ENV = {
@@ -75,12 +81,12 @@ class VolumeSpec:
     read_only: bool = False
     cache_memory: int | None = None
     cache_size: int | None = None
-    prefetch_max: int | None = None
+    readahead_max: int | None = None
     block_size: int | None = None
     # TOML text of a mount table (several sources in one tree), written to a file for the mount.
     mount_table: str | None = None
     # None keeps pffs's default (on).
-    dataset_prefetch: bool | None = None
+    preload: bool | None = None
 
     @property
     def name(self) -> str:
@@ -99,12 +105,12 @@ class VolumeSpec:
             options += ["--region", self.region]
         if self.read_only:
             options.append("--read-only")
-        if self.dataset_prefetch is not None:
-            options += ["--dataset-prefetch", "on" if self.dataset_prefetch else "off"]
+        if self.preload is not None:
+            options += ["--preload", "on" if self.preload else "off"]
         sizes = {
             "--cache-memory": self.cache_memory,
             "--cache-size": self.cache_size,
-            "--prefetch-max": self.prefetch_max,
+            "--readahead-max": self.readahead_max,
             "--block-size": self.block_size,
         }
         for flag, value in sizes.items():
@@ -142,6 +148,7 @@ def check_source(url: str, key: str = "source") -> str:
 
 def volume_spec(context: dict[str, str]) -> VolumeSpec:
     """The volume context checked: unknown keys and bad values are INVALID_ARGUMENT."""
+    context = _renamed_keys(context)
     unknown = sorted(k for k in context if k not in VOLUME_KEYS and not k.startswith(K8S_PREFIX))
     if unknown:
         known = ", ".join(sorted(VOLUME_KEYS))
@@ -163,14 +170,25 @@ def volume_spec(context: dict[str, str]) -> VolumeSpec:
         read_only=parse_bool("readOnly", context.get("readOnly", "false")),
         cache_memory=sizes.get("cacheMemory"),
         cache_size=sizes.get("cacheSize"),
-        prefetch_max=sizes.get("prefetchMax"),
+        readahead_max=sizes.get("readaheadMax"),
         block_size=sizes.get("blockSize"),
-        dataset_prefetch=(
-            parse_bool("datasetPrefetch", context["datasetPrefetch"])
-            if context.get("datasetPrefetch", "").strip()
+        preload=(
+            parse_bool("preload", context["preload"])
+            if context.get("preload", "").strip()
             else None
         ),
     )
+
+
+def _renamed_keys(context: dict[str, str]) -> dict[str, str]:
+    """The context with former key names under their names now, each logged once."""
+    renamed = dict(context)
+    for old, new in RENAMED_KEYS.items():
+        if old in renamed:
+            log.warning("volume attribute %s is deprecated and will be removed, use %s", old, new)
+            value = renamed.pop(old)
+            renamed.setdefault(new, value)
+    return renamed
 
 
 def check_mount_table(text: str, endpoint: str | None) -> None:

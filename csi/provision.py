@@ -12,7 +12,7 @@ nothing but the id. StorageClass parameters:
     region          region
     deleteOnDelete  "true": DeleteVolume deletes every object of the volume; "false" (default)
                     keeps the data and removes only the marker
-    cacheMemory, cacheSize, prefetchMax, blockSize, readOnly
+    cacheMemory, cacheSize, readaheadMax, blockSize, readOnly
                     passed to the node in the volume context (see pffs.csi.params)
 """
 

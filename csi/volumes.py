@@ -22,20 +22,15 @@ import hashlib
 import json
 import logging
 import os
-import re
 import shutil
-import signal
-import subprocess
-import sys
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
 
-from pffs.csi import bind
+from pffs.csi import bind, mountprocess
 from pffs.csi.params import READER_ONLY_MODES, SINGLE_TARGET_MODES, VolumeSpec
 from pffs.csi.status import CsiError
 from pffs.errors import PffsError
@@ -49,17 +44,6 @@ from pffs.mounting.kernel import (
 )
 
 log = logging.getLogger("pffs.csi.volumes")
-
-# `pffs mount` waits up to 60 s for its daemon; past this something is badly wrong.
-MOUNT_TIMEOUT = 90.0
-# `pffs mount` exit codes (pffs.errors) -> the status a CO understands.
-EXIT_STATUS = {
-    2: grpc.StatusCode.INVALID_ARGUMENT,
-    3: grpc.StatusCode.NOT_FOUND,
-    4: grpc.StatusCode.PERMISSION_DENIED,
-    5: grpc.StatusCode.UNAVAILABLE,
-}
-PID_PATTERN = re.compile(r"\(pid (\d+)")
 
 
 @dataclass(frozen=True)
@@ -276,16 +260,16 @@ class VolumeManager:
     def _ensure_running(self, volume: Volume, secrets_env: dict[str, str]) -> bool:
         """Start the volume's mount unless it is live; True when it was started here."""
         if self._running(volume):
-            if secrets_env:
-                self._write_secrets(volume, secrets_env)  # newest, for a later restart
+            if secrets_env:  # the newest, for a later restart
+                mountprocess.write_secrets(self._dir(volume), secrets_env)
             return False
         staging = self.staging(volume)
         self._clear_dead(staging)
         os.makedirs(staging, mode=0o755, exist_ok=True)
         if secrets_env:
-            self._write_secrets(volume, secrets_env)
+            mountprocess.write_secrets(self._dir(volume), secrets_env)
         else:
-            secrets_env = self._read_secrets(volume)
+            secrets_env = mountprocess.read_secrets(self._dir(volume))
         volume.pid = self._spawn(volume, secrets_env)
         # Targets bound to the old, dead mount are bound again to the new one.
         for target, publication in list(volume.targets.items()):
@@ -307,48 +291,14 @@ class VolumeManager:
             what = ["--config", table_file]
         else:
             what = [spec.source]
-        argv = [
-            sys.executable,
-            "-m",
-            "pffs",
-            "mount",
+        options = [
             *what,
             self.staging(volume),
-            "--cache-dir",
-            self.cache_dir,
-            "--log-file",
-            self.log_path(volume),
+            *("--cache-dir", self.cache_dir, "--log-file", self.log_path(volume)),
             *spec.mount_options(),
         ]
-        if os.geteuid() == 0:
-            argv.append("--allow-other")  # pods run as any user; root needs no fuse.conf entry
-        env = dict(os.environ)
-        if secrets_env:
-            # The volume's own credentials replace whatever chain the driver itself has.
-            for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID"):
-                env.pop(name, None)
-            env.update(secrets_env)
-        # The mount's record (read by `pffs warmup` inside it) stays in the driver's state dir.
-        env["XDG_STATE_HOME"] = self.state_dir
         log.info("starting pffs mount of %s for volume %s", spec.name, volume.volume_id)
-        try:
-            result = subprocess.run(
-                argv, env=env, capture_output=True, text=True, timeout=MOUNT_TIMEOUT, check=False
-            )
-        except subprocess.TimeoutExpired:
-            raise CsiError(
-                grpc.StatusCode.DEADLINE_EXCEEDED,
-                f"pffs mount of {spec.name} did not answer in {MOUNT_TIMEOUT:.0f}s",
-            ) from None
-        if result.returncode != 0:
-            lines = [line for line in result.stderr.splitlines() if line.strip()]
-            detail = (lines[-1] if lines else f"exit status {result.returncode}").removeprefix(
-                "pffs: "
-            )
-            code = EXIT_STATUS.get(result.returncode, grpc.StatusCode.INTERNAL)
-            raise CsiError(code, f"mounting {spec.name} failed: {detail}")
-        match = PID_PATTERN.search(result.stdout)
-        return int(match.group(1)) if match else None
+        return mountprocess.start(spec.name, options, secrets_env, self.state_dir)
 
     def _stop(self, volume: Volume) -> None:
         """Unmount the volume's FUSE mount (its daemon then exits) and forget the volume."""
@@ -362,22 +312,10 @@ class VolumeManager:
                 fusermount(staging, lazy=True)
             if not wait_unmounted(staging, timeout=10.0):
                 log.warning("%s is still mounted after 10 s", staging)
-        self._reap(volume.pid)
+        mountprocess.reap(volume.pid)
         with self._guard:
             self.volumes.pop(volume.volume_id, None)
         shutil.rmtree(self._dir(volume), ignore_errors=True)
-
-    def _reap(self, pid: int | None) -> None:
-        """Wait for the volume's daemon to exit after its unmount; end it if it lingers."""
-        if pid is None or not _is_pffs_daemon(pid):
-            return
-        deadline = time.monotonic() + 10.0
-        while time.monotonic() < deadline and _is_pffs_daemon(pid):
-            time.sleep(0.05)
-        if _is_pffs_daemon(pid):
-            log.warning("the mount process %d outlived its unmount; terminating it", pid)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
 
     def _clear_dead(self, path: str) -> None:
         entry = find_mount(path)
@@ -433,22 +371,6 @@ class VolumeManager:
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump(volume.to_json(), f, indent=1)
         os.replace(tmp, path)
-
-    def _write_secrets(self, volume: Volume, secrets_env: dict[str, str]) -> None:
-        os.makedirs(self._dir(volume), mode=0o700, exist_ok=True)
-        path = os.path.join(self._dir(volume), "secrets.json")
-        fd = os.open(f"{path}.tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(secrets_env, f)
-        os.replace(f"{path}.tmp", path)
-
-    def _read_secrets(self, volume: Volume) -> dict[str, str]:
-        try:
-            with open(os.path.join(self._dir(volume), "secrets.json"), encoding="utf-8") as f:
-                data = json.load(f)
-        except (OSError, ValueError):
-            return {}
-        return {str(k): str(v) for k, v in data.items()}
 
     # --- restart ---------------------------------------------------------------------------
 
@@ -519,15 +441,3 @@ class VolumeManager:
                 raise
         self._save(volume)
         log.info("volume %s re-adopted with %d targets", volume.volume_id, len(volume.targets))
-
-
-def _is_pffs_daemon(pid: int) -> bool:
-    """True while `pid` is a pffs mount daemon (and not a reused pid or a zombie)."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            argv = f.read().split(b"\0")
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            state = f.read().rsplit(b")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return b"_daemon" in argv and state != b"Z"

@@ -127,12 +127,12 @@ GIB = 1 << 30
 
 @dataclass(frozen=True)
 class CacheConfig:
-    """The block cache: memory tier, disk tier and prefetch."""
+    """The block cache: memory tier, disk tier and readahead."""
 
     # 4 MiB like JuiceFS: large enough that a GET's latency is amortised, small enough that a
     # random 4 KiB read does not pull much more than it needs.
     block_size: int = 4 * MIB
-    # Everything the cache holds in memory, prefetched blocks in flight included.
+    # Everything the cache holds in memory, blocks loaded ahead in flight included.
     memory_bytes: int = 512 * MIB
     # The disk tier's directory; None disables it (memory only).
     disk_dir: str | None = field(default_factory=default_cache_dir)
@@ -143,14 +143,15 @@ class CacheConfig:
     # Readahead window of one open file; it starts at one block and doubles up to this, or up
     # to more when its read rate x request time asks for more (a far store: pffs.cache.pacing).
     # 8 blocks like JuiceFS: on 2 cores a wider window only adds threads contending (measured).
-    prefetch_max: int = 32 * MIB
-    # Largest store request of a prefetch: consecutive blocks are fetched together, one GET for
+    readahead_max: int = 32 * MIB
+    # Largest store request of a load ahead: consecutive blocks are fetched together, one GET for
     # up to this many bytes. Per request, boto3 and the server spend as much CPU as on megabytes
     # of data: 16 MiB blocks instead of 4 MiB made a cold read markedly faster, and runs give
     # that without making random reads fetch 16 MiB.
     fetch_size: int = 16 * MIB
-    # Bytes of prefetch in flight across all files: bounds memory and the store's load.
-    prefetch_budget: int = 128 * MIB
+    # Bytes loaded ahead (readahead and preload) in flight across all files: bounds memory and
+    # the store's load.
+    ahead_budget: int = 128 * MIB
     # Threads reading and writing the disk tier at once (checksums and lz4 run there too).
     disk_threads: int = 8
     # lz4 for blocks that compress (text, JSON, CSV); incompressible blocks are stored raw.
@@ -159,7 +160,8 @@ class CacheConfig:
 
 @dataclass(frozen=True)
 class DatasetConfig:
-    """Dataset prefetch: a directory a job starts consuming is loaded ahead (pffs.fs.datasets)."""
+    """Preload: a directory a job starts consuming, or a job's order list, is loaded ahead
+    (pffs.fs.datasets)."""
 
     # On by default: a first epoch otherwise waits one store round trip per file.
     enabled: bool = True
@@ -167,8 +169,8 @@ class DatasetConfig:
     # training job opens thousands in seconds, `cat a b` or an editor opens one or two.
     trigger_files: int = 3
     trigger_window: float = 10.0
-    # Bytes of dataset prefetch in flight at most (also capped at half the cache's prefetch
-    # budget, so readahead keeps the other half).
+    # Bytes of files preloaded in flight at most (also capped at half the cache's
+    # `ahead_budget`, so readahead keeps the other half).
     budget: int = 64 * MIB
     # Files fetched at once to start with, and at most: Little's law (files/s x latency) moves it
     # between; at its ceiling of 64 in flight, a 20 ms round trip to the store is hidden.

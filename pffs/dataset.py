@@ -1,126 +1,23 @@
-"""Handing a job's read order to a pffs mount, for data loaders that know it (no torch needed).
+"""The former name of pffs.jobs (deprecated): its names, and the former ones of two of them."""
 
-`prefetch_order(mountpoint, paths)` hands the paths (relative to the mount root, or absolute
-under the mountpoint) to the mount, through its `.pffs/prefetch.sock` socket or else its
-`.pffs/prefetch` control file; pffs then loads the files in that order, ahead of the readers
-(pffs.fs.datasets). It returns the bad entries, one line each; the others proceed.
+import warnings
 
-`PrefetchOrder` wraps a sampler (any iterable of dataset indices, such as a PyTorch Sampler):
-each time it is iterated, one epoch, it hands the paths of its indices over in the sampler's
-order, then yields the indices. Give it to a DataLoader as its sampler:
+from pffs.jobs import CONTROL_FILE, NotAMount, PreloadOrder, preload_order
 
-    sampler = PrefetchOrder(RandomSampler(ds), lambda i: ds.files[i], "/mnt/data")
-    loader = DataLoader(ds, sampler=sampler, num_workers=8)
-"""
+warnings.warn(
+    "pffs.dataset is deprecated and will be removed, use pffs.jobs",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
-from __future__ import annotations
+PrefetchOrder = PreloadOrder
+prefetch_order = preload_order
 
-import errno
-import logging
-import os
-import socket
-from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
-
-log = logging.getLogger(__name__)
-
-# The control file pffs.fs.special serves at the root of every mount, and the socket beside
-# it (pffs.mounting.ordersocket).
-CONTROL_FILE = os.path.join(".pffs", "prefetch")
-ORDER_SOCKET = "prefetch.sock"
-
-
-class NotAMount(ValueError):
-    """The directory given is not the root of a pffs mount."""
-
-
-def prefetch_order(mountpoint: str, paths: Iterable[str]) -> list[str]:
-    """Hand `paths` to the pffs mount at `mountpoint`, to load in that order; the bad entries.
-
-    Raises NotAMount when `mountpoint` has no `.pffs/prefetch` control file.
-    """
-    root = os.path.abspath(mountpoint)
-    control = os.path.join(root, CONTROL_FILE)
-    if not os.path.isfile(control):
-        raise NotAMount(f"{mountpoint} is not the root of a pffs mount (no {CONTROL_FILE})")
-    lines = [_inside(root, path) for path in paths]
-    text = "".join(f"{line}\n" for line in lines if line)
-    # The socket first, where the mount has one: it passes a read-only bind, which refuses
-    # the file's write, and its report is this list's own even while other processes hand
-    # lists over (the file's is the last list's). A mount without it (no CAP_SYS_ADMIN to
-    # bind it) or closing it as it unmounts leaves the file.
-    report = _through_socket(control, text)
-    if report is None:
-        report = _through_file(control, text)
-    return report.splitlines()[1:]  # "queued N", then one line per bad entry
-
-
-def _through_socket(control: str, text: str) -> str | None:
-    """The report of `text` sent to the order socket beside `control`; None without one."""
-    directory = os.open(os.path.dirname(control), os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            try:
-                # Through /proc: a mountpoint's path may exceed a socket address's 107 bytes.
-                sock.connect(f"/proc/self/fd/{directory}/{ORDER_SOCKET}")
-            except OSError as exc:
-                if exc.errno in (errno.ENOENT, errno.ECONNREFUSED):
-                    return None
-                raise
-            sock.sendall(text.encode())
-            sock.shutdown(socket.SHUT_WR)
-            report = bytearray()
-            while chunk := sock.recv(1 << 16):
-                report += chunk
-    finally:
-        os.close(directory)
-    if not report:  # it answers every list with "queued N" at least
-        raise ConnectionResetError(errno.ECONNRESET, "the mount closed its order socket")
-    return report.decode(errors="replace")
-
-
-def _through_file(control: str, text: str) -> str:
-    """The report of `text` written to the control file."""
-    with open(control, "w", encoding="utf-8") as handed:
-        handed.write(text)
-        # fsync hands the list over before close returns, also where a read-only mount has
-        # the kernel's FLUSH turned off (a RELEASE is not waited for).
-        handed.flush()
-        os.fsync(handed.fileno())
-    with open(control, encoding="utf-8") as report:
-        return report.read()
-
-
-def _inside(root: str, path: str) -> str:
-    path = path.strip()
-    if os.path.isabs(path) and (path == root or path.startswith(root + os.sep)):
-        return os.path.relpath(path, root)
-    return path.lstrip("/")
-
-
-class PrefetchOrder:
-    """Yields a sampler's indices, having handed their files' paths to pffs, once per epoch."""
-
-    def __init__(
-        self, sampler: Iterable[int], path_of: Callable[[int], str], mountpoint: str
-    ) -> None:
-        self.sampler = sampler
-        self.path_of = path_of
-        self.mountpoint = mountpoint
-        self.bad: list[str] = []  # the bad entries of the last epoch's list
-
-    def __iter__(self) -> Iterator[int]:
-        order: Sequence[int] = list(self.sampler)
-        try:
-            self.bad = prefetch_order(self.mountpoint, (self.path_of(i) for i in order))
-        except OSError as exc:  # a hint lost, never an epoch (a read-only bind of a mount
-            # without its socket refuses the list)
-            log.warning("pffs prefetch: the order was not handed over: %s", exc)
-            self.bad = []
-        for line in self.bad[:10]:
-            log.warning("pffs prefetch: %s", line)
-        return iter(order)
-
-    def __len__(self) -> int:
-        if not isinstance(self.sampler, Sized):
-            raise TypeError("the wrapped sampler has no length")
-        return len(self.sampler)
+__all__ = [
+    "CONTROL_FILE",
+    "NotAMount",
+    "PrefetchOrder",
+    "PreloadOrder",
+    "prefetch_order",
+    "preload_order",
+]

@@ -91,7 +91,7 @@ class PffsOperations(pyfuse3.Operations):
         if is_dir:
             attr.st_mode = pyfuse3.ModeT(stat.S_IFDIR | fuse.dir_mode)
             attr.st_nlink = 2
-        elif inode.ino == ORDER_SOCKET_INO:  # writable by whom `.pffs/prefetch` is
+        elif inode.ino == ORDER_SOCKET_INO:  # writable by whom `.pffs/preload` is
             attr.st_mode = pyfuse3.ModeT(stat.S_IFSOCK | fuse.file_mode)
             attr.st_nlink = 1
         else:
@@ -205,7 +205,7 @@ class PffsOperations(pyfuse3.Operations):
         if self.config.fuse.read_only:
             # A read-only mount has nothing to hand over at close: no file is written (pffs
             # refuses every write with EROFS), and an order list is taken at fsync or release
-            # instead (pffs.dataset fsyncs it). ENOSYS makes the kernel stop sending FLUSH for
+            # instead (pffs.jobs fsyncs it). ENOSYS makes the kernel stop sending FLUSH for
             # good, one request less per file a data loader reads (pyfuse3 has no
             # FOPEN_NOFLUSH to say so per open).
             raise pyfuse3.FUSEError(errno.ENOSYS)
@@ -297,7 +297,7 @@ def serve(
     # fsname shows in `mount` and lets pffs recognise its own (dead) mounts by type fuse.pffs.
     options |= {f"fsname={ops.config.name.replace(',', '_')}", "subtype=pffs"}
     # --read-only is pffs's to enforce, not the kernel's: a kernel `ro` mount would refuse the
-    # order list written to .pffs/prefetch too (docs/notes/readonly-order.md).
+    # order list written to .pffs/preload too (docs/notes/readonly-order.md).
     if fuse.allow_other:
         options.add("allow_other")
     try:

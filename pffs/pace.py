@@ -1,11 +1,12 @@
-"""How many prefetch requests may be in flight: additive increase, multiplicative decrease.
+"""How many requests loading ahead may be in flight: additive increase, multiplicative decrease.
 
-Prefetch (the cache's readahead and dataset prefetch) runs its store requests under a limiter
-of its own, never the readers' (a reader's request never queues behind prefetch). `Pace`
+Loading ahead (a file's readahead, pffs.fs.reads, and preload, pffs.fs.datasets) runs its store
+requests under a limiter of its own, never the readers' (a reader's request never queues behind
+a load ahead). `Pace`
 adjusts that limiter: a push back from the store (a 503 SlowDown or 429, a timeout, anything a
 retry loop retries) halves it, at most once per `COOLDOWN` seconds (the requests already in
 flight carry news of the same crowding); every `current` requests that went well add one
-place back, up to the ceiling. So under throttling the prefetchers give way first and grow back
+place back, up to the ceiling. So under throttling loading ahead gives way first and grow back
 slowly once the store keeps up.
 
 Push backs are seen in worker threads (pffs.retry calls `pushed_back` from its loop), so they

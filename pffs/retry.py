@@ -7,7 +7,7 @@ passes its own `is_transient(exc)`.
 This runs inside worker threads (backend calls are blocking), so it sleeps with time.sleep.
 
 A reader's bound counts from when it asked, not from when its request started: a read that
-waited for a place in a limiter, or joined a prefetch of its block that then failed, must not
+waited for a place in a limiter, or joined a load ahead of its block that then failed, must not
 start a fresh budget. The trio side marks the moment (`asking()`, a context variable), the
 fetch carries it into its worker thread (`carrying()`), and every retry loop that thread enters
 stops starting attempts once `total_timeout` has passed since then. So a read gets its bytes or
@@ -55,7 +55,7 @@ def carrying(
     fn: Callable[..., T], on_pushback: Callable[[BaseException], None] | None = None
 ) -> Callable[..., T]:
     """`fn` wrapped to run in a worker thread with the asking reader's start (if any), and
-    `on_pushback` told of each failure its retry loops retry (prefetch's pace)."""
+    `on_pushback` told of each failure its retry loops retry (the pace of loading ahead)."""
     asked_at = _asked_at.get()
     if asked_at is None and on_pushback is None:
         return fn

@@ -3,7 +3,7 @@
 
 Backends (boto3, pyarrow, the GET engine), the disk tier and staging files block; trio tasks
 must not. Every such call goes through `run_blocking` with a limiter: the backend's it talks to
-(one per source, so a slow store cannot starve the others' threads), dataset prefetch's, the
+(one per source, so a slow store cannot starve the others' threads), preload's, the
 disk tier's or the staging area's. Threads touch bytes and file descriptors only; shared state
 of the file system is touched only from trio tasks. The cold epoch makes two or three such hops
 per file, so their CPU counts (docs/BENCHMARKS.md measures both). `trio.to_thread` copies the

@@ -21,7 +21,7 @@ import tempfile
 import time
 from collections.abc import Callable
 
-from bench.dataset import Dataset, Sizes, upload
+from bench.data import Dataset, Sizes, upload
 from bench.epoch import read_epoch, store_files_per_s
 from bench.scenarios import drop_caches
 from bench.servers import Launcher, Server, far

@@ -37,7 +37,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from bench import perfstages
-from bench.dataset import client
+from bench.data import client
 from bench.epoch import read_epoch
 from bench.remount import FILL_SEED, REMOUNT_SEED
 from bench.scenarios import drop_caches
@@ -198,7 +198,7 @@ def main() -> None:
     parser.add_argument(
         "--options",
         default="",
-        help='more `pffs mount` options for every round, one string ("--dataset-prefetch off")',
+        help='more `pffs mount` options for every round, one string ("--preload off")',
     )
     args = parser.parse_args()
     if args.baseline is not None and not os.path.isdir(os.path.join(args.baseline, "pffs")):

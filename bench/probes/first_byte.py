@@ -5,7 +5,7 @@ the other. Here the samples interleave the systems, and more can be taken. s3rve
 delay proxy with `--latency`) holds `--samples` objects of `--size` (1 MiB), each in a
 directory of its own; pffs, s3fs and rclone are mounted at their defaults, and each sample
 opens one object on every system in turn (the order alternating), with the page cache and
-dentries dropped before each. Samples start 11 s apart, so that pffs's dataset prefetch (3
+dentries dropped before each. Samples start 11 s apart, so that pffs's dataset preload (3
 files of a directory tree opened within 10 s) never starts and every file is cold. For each
 system it prints the median, the spread, and each sample's steps
 (`bench.scenarios.first_byte_steps`): the directory's lookup, the file's lookup, open, and the
@@ -24,13 +24,13 @@ import statistics
 import tempfile
 import time
 
-from bench.dataset import client
+from bench.data import client
 from bench.scenarios import FIRST_BYTE_STEPS, drop_caches, first_byte_steps
 from bench.servers import Launcher, Unavailable, far
 from bench.systems import Pffs, Rclone, S3fs, System, unmount
 from pffs.sizes import parse_size
 
-SPACING = 11.0  # seconds between samples: longer than dataset prefetch's 10 s window
+SPACING = 11.0  # seconds between samples: longer than dataset preload's 10 s window
 
 
 def main() -> None:

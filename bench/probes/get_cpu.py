@@ -17,7 +17,7 @@ import os
 import resource
 import tempfile
 
-from bench.dataset import client
+from bench.data import client
 from bench.servers import Launcher
 from pffs.backends import open_backend
 from pffs.config import SourceConfig

@@ -42,8 +42,8 @@ async def _run(files: int) -> None:
         block_size=4 * MIB,
         memory_bytes=max(64 * MIB, 2 * files * SIZE),
         disk_dir=None,
-        prefetch_max=32 * MIB,
-        prefetch_budget=256 * MIB,
+        readahead_max=32 * MIB,
+        ahead_budget=256 * MIB,
     )
     cache = BlockCache(config)
     engine = Preloader(cache, budget=64 * MIB, room=1 << 40)

@@ -5,9 +5,9 @@ fetch function per call (docs/ARCHITECTURE.md).
 
 Threading rule: worker threads, entered through `pffs.workers.run_blocking`, only move bytes and
 use file descriptors (disk tier reads and writes, CRC and lz4, the fetch function's store
-call). The cache's shared state (the memory tier, the in-flight table, the prefetch budget and
-its bookkeeping, the background task count, the counters) is touched only from trio tasks, so
-it needs no lock. Reading a counter from another thread (the metrics collector) is one
+call). The cache's shared state (the memory tier, the in-flight table, the budget of bytes loaded
+ahead and its bookkeeping, the background task count, the counters) is touched only from trio
+tasks, so it needs no lock. Reading a counter from another thread (the metrics collector) is one
 exception: it only reads. The disk tier's open entries (openentries.py) are the other: worker
 threads and trio tasks share them under their own lock, and a trio task may read an open
 entry itself when the page cache holds the bytes (RWF_NOWAIT, never waiting for the disk).
@@ -19,9 +19,10 @@ keys.py         BlockKey (source, path, object version, index: a changed object 
                 types: Fetch (one block), FetchRun (consecutive blocks in one request) and
                 Deliver (how a run hands over each block as it arrives).
 blocks.py       BlockCache, what callers use: reads from the nearest tier, single-flight, the
-                disk tier's partial reads for random access, the prefetch entry point and
-                whole-object loads (`load`). It composes every module below but preload.py.
-preload.py      Preloader: whole files loaded ahead of readers (dataset prefetch, order lists,
+                disk tier's partial reads for random access, the readahead entry point
+                (`read_ahead`) and whole-object loads (`load`). It composes every module below
+                but preload.py.
+preload.py      Preloader: whole files loaded ahead of readers (dataset preload, order lists,
                 warmup), lazily from jobs, concurrency by Little's law, halved on throttling,
                 within a budget of bytes in flight and the room the cache has for unread files.
 datasetroom.py  DatasetRoom: the datasets being consumed share most of the disk tier; one that
@@ -30,17 +31,19 @@ datasetroom.py  DatasetRoom: the datasets being consumed share most of the disk 
 singleflight.py The flights under way, by block: concurrent readers of one block wait for one
                 load and share its bytes or its error; an abandoned flight sends them to load
                 it themselves.
-prefetch.py     Prefetcher: readahead windows loaded in the background within a global budget
-                of bytes in flight, as runs of consecutive missing blocks in one request, from
-                the disk tier when it holds them, each block handed over as it lands; a failed
-                or cancelled prefetch gives its budget back; `load` is the same for one whole
-                object, awaited. It also counts prefetched blocks used and wasted.
+readahead_engine.py
+                ReadaheadEngine: readahead windows loaded in the background within a global
+                budget of bytes in flight, as runs of consecutive missing blocks in one
+                request, from the disk tier when it holds them, each block handed over as it
+                lands; a failed or cancelled load gives its budget back; `load` is the same for
+                one whole object, awaited (for preload.py). It also counts readahead's blocks used
+                and wasted.
 diskio.py       DiskIO: the disk tier as trio tasks use it, each call in a worker thread under
                 one limiter and counted, and write-behind with a capped number of write slots,
                 in batches (one worker-thread hop and one index transaction per batch); asks
                 the key filter before the index, and keeps it in step with the index.
 background.py   Background: the tasks the cache starts in the nursery it is given (write-behind,
-                prefetch) and waiting until none is left (flush before an unmount).
+                readahead) and waiting until none is left (flush before an unmount).
 memory.py       MemoryTier: an LRU of blocks bounded in bytes.
 disk.py         DiskTier: blocks in a diskcache directory, a corrupt entry dropped as a miss;
                 blocking, thread- and process-safe, and per-source usage; reads through
@@ -58,6 +61,6 @@ entries.py      A block's entry on disk: header, a CRC32C per 64 KiB, lz4 when i
 readahead.py    Readahead: the per-file policy deciding which blocks are worth loading ahead.
 pacing.py       Pacing: each sequential reader's window by Little's law (its read rate x its
                 requests' time), carried by several GETs at once, within its fair share of the
-                prefetch budget among the readers streaming at the time.
+                budget of bytes loaded ahead among the readers streaming at the time.
 stats.py        CacheStats: the counters the metrics read.
 """

@@ -1,8 +1,8 @@
 """The cache's background work: tasks started in the nursery it is given, and waiting for them.
 
-Disk writes behind a reader and prefetches run here, so a read never waits for them; `idle`
+Disk writes behind a reader and readahead run here, so a read never waits for them; `idle`
 waits until none is left (before an unmount, so blocks fetched reach the disk). Without a
-nursery there is no background work: the cache then neither prefetches nor writes behind.
+nursery there is no background work: the cache then neither reads ahead nor writes behind.
 """
 
 from __future__ import annotations

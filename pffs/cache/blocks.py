@@ -4,8 +4,8 @@ A read looks in the memory tier, then joins the block's flight when one is under
 loads it itself: from the disk tier, else through the fetch function it was handed, and writes
 it behind to disk. A random read takes only the bytes it asks for from the disk tier. The cache
 composes the tiers (memory.py, disk.py through diskio.py), single-flight (singleflight.py), the
-prefetch engine (prefetch.py) and its background tasks (background.py); the threading rule they
-all follow is in pffs/cache/__init__.py.
+readahead engine (readahead_engine.py) and its background tasks (background.py); the threading
+rule they all follow is in pffs/cache/__init__.py.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pffs.cache.diskio import DiskIO
 from pffs.cache.keys import BlockKey, ColdStart, Fetch, FetchRun
 from pffs.cache.memory import MemoryTier
 from pffs.cache.pacing import Pacing, ReaderPace
-from pffs.cache.prefetch import Prefetcher
+from pffs.cache.readahead_engine import ReadaheadEngine
 from pffs.cache.singleflight import SingleFlight
 from pffs.cache.stats import CacheStats
 from pffs.config import CacheConfig
@@ -32,22 +32,22 @@ class BlockCache:
         self.config = config
         self.block_size = config.block_size
         self.stats = stats or CacheStats()
-        # Prefetched blocks in flight count against the memory bound, so reserve their budget.
-        self.prefetch_budget = min(config.prefetch_budget, config.memory_bytes // 2)
-        self.memory = MemoryTier(config.memory_bytes - self.prefetch_budget, self.stats)
-        # A window larger than half the memory tier would evict prefetched blocks before the
+        # Blocks loaded ahead in flight count against the memory bound, so reserve their budget.
+        self.ahead_budget = min(config.ahead_budget, config.memory_bytes // 2)
+        self.memory = MemoryTier(config.memory_bytes - self.ahead_budget, self.stats)
+        # A window larger than half the memory tier would evict blocks loaded ahead before the
         # reader gets to them, and one larger than the budget could never be in flight.
         self.readahead_limit = min(
-            config.prefetch_max, self.memory.capacity // 2, self.prefetch_budget
+            config.readahead_max, self.memory.capacity // 2, self.ahead_budget
         )
-        # Blocks a prefetch asks the store for in one request (stores that can stream them).
+        # Blocks a load ahead asks the store for in one request (stores that can stream them).
         self.run_blocks = max(1, config.fetch_size // config.block_size)
         # Sequential readers' windows and requests, by Little's law, sharing the budget; a
         # window never larger than half the memory tier (see readahead_limit).
         self.pacing = Pacing(
-            self.prefetch_budget,
+            self.ahead_budget,
             self.readahead_limit,
-            min(self.memory.capacity // 2, self.prefetch_budget),
+            min(self.memory.capacity // 2, self.ahead_budget),
             config.block_size,
             config.fetch_size,
         )
@@ -61,8 +61,8 @@ class BlockCache:
         self._disk = DiskIO(
             self.disk, config.block_size, config.disk_threads, self.stats, self._background
         )
-        self._prefetcher = Prefetcher(
-            self.prefetch_budget,
+        self._engine = ReadaheadEngine(
+            self.ahead_budget,
             self.run_blocks,
             self.memory,
             self._flights,
@@ -71,7 +71,7 @@ class BlockCache:
             self._background,
             self.stats,
         )
-        self.memory.on_evict = self._prefetcher.evicted
+        self.memory.on_evict = self._engine.evicted
         # A random read of a compressed disk entry decompresses the whole block: keep it.
         self._disk.keep_block = self.memory.put
         # Datasets being consumed that do not fit keep a stable subset on disk (datasetroom.py).
@@ -88,12 +88,13 @@ class BlockCache:
         self._disk.memory_only = sources
 
     @property
-    def prefetch_in_flight(self) -> int:
-        """Bytes of prefetched blocks asked for and not yet delivered (against the budget)."""
-        return self._prefetcher.in_flight
+    def ahead_in_flight(self) -> int:
+        """Bytes of blocks loaded ahead (readahead and preload), asked for and not yet delivered
+        (against `ahead_budget`)."""
+        return self._engine.in_flight
 
     def attach(self, nursery: trio.Nursery) -> None:
-        """Give the cache a nursery for background work (disk writes, prefetch)."""
+        """Give the cache a nursery for background work (disk writes, readahead)."""
         self._background.attach(nursery)
 
     async def flush(self) -> None:
@@ -113,16 +114,16 @@ class BlockCache:
             if data is not None:
                 self.stats.memory_hits += 1
                 self.stats.memory_bytes_served += len(data) if served is None else served
-                self._prefetcher.read_from_memory(key)
+                self._engine.read_from_memory(key)
                 return data
             flight = self._flights.get(key)
             if flight is None:
                 self.stats.memory_misses += 1
                 return await self._load(key, fetch, served)
             self.stats.single_flight_waits += 1
-            if flight.prefetch:
-                self.stats.prefetch_used += 1
-                flight.prefetch = False
+            if flight.ahead:
+                self.stats.readahead_used += 1
+                flight.ahead = False
             data = await flight.outcome()
             if data is not None:
                 self._count_served(flight.tier, len(data) if served is None else served)
@@ -190,11 +191,12 @@ class BlockCache:
 
     def _start_cold(self, key: BlockKey, cold_start: ColdStart) -> bool:
         """Load a block no one holds in the background; False when it could not start (no
-        background tasks, or the prefetch budget is spent: the reader then loads it)."""
+        background tasks, or the budget of bytes loaded ahead is spent: the reader then loads
+        it)."""
         if key in self._flights:  # arrived on its way while the disk was asked
             return False
         return (
-            self._prefetcher.start(
+            self._engine.start(
                 [key], [cold_start.size], cold_start.fetch_run, coalesce=False, at_end=True
             )
             > 0
@@ -234,9 +236,9 @@ class BlockCache:
     def is_cached_or_coming(self, key: BlockKey) -> bool:
         return key in self.memory or key in self._flights
 
-    # --- prefetch and warmup -----------------------------------------------------------------
+    # --- readahead and preload --------------------------------------------------------------
 
-    def prefetch(
+    def read_ahead(
         self,
         keys: Sequence[BlockKey],
         sizes: Sequence[int],
@@ -253,11 +255,11 @@ class BlockCache:
         else from the store through `fetch_run`: with `coalesce`, in runs of up to `run_blocks`
         consecutive blocks, one request per run. Fewer, larger requests cost the store and the
         client less per byte, so until the window's end (`at_end`) is reached, nothing is asked
-        for before a run's worth of blocks is missing. The global prefetch budget bounds the
+        for before a run's worth of blocks is missing. The global `ahead_budget` bounds the
         bytes in flight. With the reader's `pace`, a run is at most its part, and the pace is
         told how long each request took.
         """
-        return self._prefetcher.start(
+        return self._engine.start(
             keys, sizes, fetch_run, coalesce=coalesce, at_end=at_end, pace=pace
         )
 
@@ -278,7 +280,7 @@ class BlockCache:
         raised (the blocks not loaded are given up, so a reader fetches them itself). Without
         `read_disk` (warmup), blocks the disk tier holds are only checked for, not read.
         """
-        return await self._prefetcher.load(keys, sizes, fetch_run, read_disk=read_disk)
+        return await self._engine.load(keys, sizes, fetch_run, read_disk=read_disk)
 
     async def cached_bytes(self, keys: Sequence[BlockKey], sizes: Sequence[int]) -> int:
         """Bytes of these blocks the disk tier holds (one lookup for them all)."""

@@ -6,7 +6,7 @@ the next epoch is about to read, and epoch 2 of a dataset twice the cache finds 
 of it cached (docs/notes/dataset-larger-than-cache.md). Keeping one subset for good finds the whole
 subset: about the cache's share of the dataset.
 
-The rule, for each dataset dataset prefetch (pffs.fs.datasets) watches, by its source and the
+The rule, for each dataset preload (pffs.fs.datasets) watches, by its source and the
 path prefix of its files in that source:
 - Its room is a share of the disk tier (the tier that keeps what epochs reread; the memory
   tier stays LRU): `KEEP_SHARE` of the tier's bound, shared max-min fairly by the datasets

@@ -5,12 +5,12 @@ DiskTier (disk.py) blocks; here each of its calls runs in a worker thread
 counted in CacheStats. The one exception is a random read the tier can serve without waiting (an
 open entry, its chunks in the page cache): it is tried first, in the trio task, since a thread
 hop costs more CPU than the read. A block fetched from the store is written behind: it queues
-for a write slot in the background, and a prefetch waits for the disk's backlog before its
-request (`wait_for_room`: prefetching then runs at the disk's pace). The slots, with the
-prefetch budget, cap the blocks waiting for the disk, memory the memory tier's bound does not
-see. Queued blocks are written in batches by at most two writer tasks: one worker-thread hop and
-one index transaction per batch (DiskTier.put_batch), not per block; a writer finding less than
-a batch waits a few milliseconds for more.
+for a write slot in the background, and a load ahead waits for the disk's backlog before its
+request (`wait_for_room`: loading ahead then runs at the disk's pace). The slots, with the
+budget of bytes loaded ahead, cap the blocks waiting for the disk, memory the memory tier's bound
+does not see. Queued blocks are written in batches by at most two writer tasks: one worker-thread
+hop and one index transaction per batch (DiskTier.put_batch), not per block; a writer finding
+less than a batch waits a few milliseconds for more.
 
 Whole-block reads are batched the same way: a read queues its key, and a reader task takes
 what is queued (up to `_READ_BATCH_BLOCKS` blocks or `_READ_BATCH_BYTES`) into one
@@ -329,7 +329,7 @@ class DiskIO:
         """Store a fetched block on disk, behind: nobody waits for it.
 
         It takes a write slot at once when one is free, else a background task waits for one.
-        Blocks waiting for the disk are memory the memory tier's bound does not see: prefetches
+        Blocks waiting for the disk are memory the memory tier's bound does not see: loads ahead
         bound them by asking `wait_for_room` before each request (see there).
         """
         if not self.holds(key) or not self._background.attached:
@@ -346,12 +346,12 @@ class DiskIO:
 
     async def wait_for_room(self) -> None:
         """Wait until every block handed to `write_behind` so far has a write slot and one is
-        free: prefetching then runs at the disk's pace.
+        free: loading ahead then runs at the disk's pace.
 
-        A prefetch asks before its request, not while the request's body streams in: a
+        A load ahead asks before its request, not while the request's body streams in: a
         stream stalled on the disk stalls the store's connection too (its receive window
         fills), which on a far store costs the bandwidth of a round trip. The blocks waiting
-        for the disk stay bounded: the slots plus the prefetch budget in flight.
+        for the disk stay bounded: the slots plus the budget of bytes loaded ahead in flight.
         """
         if self.tier is None or self._write_slots.value > 0:
             return  # a free slot means nobody waits for one (no schedule point: every file asks)

@@ -1,6 +1,6 @@
 """What names a block, and the shapes of the fetch functions the cache is handed.
 
-Shared by every module of the cache and by its callers (the read path, dataset prefetch,
+Shared by every module of the cache and by its callers (the read path, dataset preload,
 warmup). A block is identified by (source, path, object version, index): a changed object has
 a new version, so its old blocks can never be served for it. `ObjectBlocks` is the one place a
 file becomes block keys and block lengths, so a block loaded ahead is the very block a reader

@@ -17,7 +17,7 @@ class MemoryTier:
         self.used = 0
         self.stats = stats
         self._blocks: OrderedDict[Hashable, bytes] = OrderedDict()
-        # Told of each block evicted to make room (the cache counts unread prefetches).
+        # Told of each block evicted to make room (the cache counts those loaded ahead, never read).
         self.on_evict: Callable[[Hashable], None] | None = None
 
     def get(self, key: Hashable) -> bytes | None:

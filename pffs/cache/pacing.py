@@ -7,22 +7,22 @@ server thread) is not the store's. How many bytes to keep ahead follows Little's
 flight = rate x the time a request takes, measured per reader:
 
 - its read rate: the bytes it consumed per second, a moving average over periods of its reads;
-- its requests' time: how long its prefetch GETs took from the ask to the last byte, a moving
+- its requests' time: how long its readahead GETs took from the ask to the last byte, a moving
   average (the store's latency, plus one part's transfer at one connection's pace).
 
-Its window is the configured one (`--prefetch-max`), or HEADROOM x rate x time when that is
+Its window is the configured one (`--readahead-max`), or HEADROOM x rate x time when that is
 more: a far store (a large rate x latency product) gets the bytes in flight it needs, a near
 one keeps the window measured best on a small machine (a wider one only adds work contending
 for its cores). While the store does not keep up, the reader consumes blocks as fast as they
 come, so each new estimate makes the window HEADROOM times larger, until the reader itself sets
 the pace (the window then stays at what its rate needs) or the window meets its ceiling: the
 largest window (`largest`: what the memory tier and the budget can hold) and the reader's share.
-The window is carried by parts of whole blocks, each of the largest prefetch request when the
+The window is carried by parts of whole blocks, each of the largest readahead request when the
 window holds STREAMS of those, so a window grown for a far store is several GETs at once; a
 near store's window keeps the few large requests measured cheapest in CPU per byte.
 
-Fairness: the global prefetch budget is shared by the readers that streamed in the last
-ACTIVE_SECONDS: each one's window is at most the budget over those readers, so a reader
+Fairness: the global budget of bytes loaded ahead is shared by the readers that streamed in the
+last ACTIVE_SECONDS: each one's window is at most the budget over those readers, so a reader
 starting while others stream gets its share at once rather than the budget's leftovers, and
 none takes the whole budget while others wait for theirs.
 
@@ -64,11 +64,11 @@ class Pacing:
         max_part: int,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.budget = budget  # bytes of prefetch in flight, all readers together
+        self.budget = budget  # bytes loaded ahead in flight, all readers together
         self.window = window  # the configured window of one reader, in bytes
         self.largest = max(window, largest)  # the largest window Little's law may ask for
         self.block_size = block_size
-        self.max_part = max(block_size, max_part)  # the largest GET of a prefetch, in bytes
+        self.max_part = max(block_size, max_part)  # the largest GET of a load ahead, in bytes
         self.clock = clock
         self._last_asked: dict[ReaderPace, float] = {}
         self._swept_at = clock()
@@ -105,7 +105,7 @@ class ReaderPace:
     def __init__(self, pacing: Pacing) -> None:
         self._pacing = pacing
         self.rate: float | None = None  # bytes per second the reader consumes
-        self.request_time: float | None = None  # seconds one of its prefetch GETs takes
+        self.request_time: float | None = None  # seconds one of its readahead GETs takes
         self.part = 1  # blocks per request of the last window
         self._period_start: float | None = None
         self._period_bytes = 0
@@ -129,7 +129,7 @@ class ReaderPace:
         self._period_bytes = 0
 
     def fetched(self, seconds: float) -> None:
-        """One of the reader's prefetch GETs took `seconds` from the ask to its last byte."""
+        """One of the reader's readahead GETs took `seconds` from the ask to its last byte."""
         self.request_time = _average(self.request_time, seconds)
 
     def window(self) -> int:
@@ -144,7 +144,7 @@ class ReaderPace:
         return window
 
     def part_blocks(self, window: int) -> int:
-        """Blocks per GET for a window of `window` bytes: the largest prefetch request, or less
+        """Blocks per GET for a window of `window` bytes: the largest readahead request, or less
         so that STREAMS GETs carry it; one block at least."""
         pacing = self._pacing
         return max(1, min(pacing.max_part, window // STREAMS) // pacing.block_size)

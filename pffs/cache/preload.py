@@ -8,7 +8,7 @@ Each item is loaded through `BlockCache.load`: flights a reader joins, the memor
 disk tier through the cache's write-behind.
 
 Bounds: items in flight <= the concurrency; bytes in flight <= the budget, and with readahead's
-<= the cache's prefetch budget (the memory it reserves for blocks in flight); bytes loaded and
+<= the cache's `ahead_budget` (the memory it reserves for blocks in flight); bytes loaded and
 not yet used by a reader <= the room the cache gives (`BlockCache.preload_room`), so loading
 ahead never pushes out what it loaded before the readers get to it. One item at least is always
 allowed, however large (a file larger than the budget is loaded alone). Files the cache would
@@ -68,7 +68,7 @@ class PreloadItem:
 
 @dataclass
 class PreloadStats:
-    """Counters of the engine (pffs.metrics reads them as `pffs_prefetch_files_*`)."""
+    """Counters of the engine (pffs.metrics reads them as `pffs_preload_files_*`)."""
 
     files_queued: int = 0  # items taken from a job to be loaded
     files_fetched: int = 0  # loaded, with at least one block from the store
@@ -93,7 +93,7 @@ class _Job:
     items: AsyncIterator[PreloadItem]
     touched: float
     report: Report | None = None
-    # Loads wait for readers (dataset prefetch); a fill of the disk tier (warmup) does not.
+    # Loads wait for readers (dataset preload); a fill of the disk tier (warmup) does not.
     for_readers: bool = True
     loaded: set[Hashable] = field(default_factory=set)  # loaded, not yet used by a reader
     # Its stream is finished; it stays (its loads counted as unread) until its readers go idle.
@@ -240,9 +240,9 @@ class Preloader:
             self.files_in_flight < self.concurrency
             and self.bytes_in_flight + item.size <= self.budget
             and self.unread_bytes + self.bytes_in_flight + item.size <= self.room
-            # The cache reserves its prefetch budget in memory for readahead and preload
+            # The cache reserves its `ahead_budget` in memory for readahead and preload
             # together: readers' readahead goes first.
-            and self.cache.prefetch_in_flight + item.size <= self.cache.prefetch_budget
+            and self.cache.ahead_in_flight + item.size <= self.cache.ahead_budget
         )
 
     async def _next(self) -> tuple[PreloadItem, _Job]:

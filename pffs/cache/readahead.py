@@ -3,7 +3,7 @@
 Pure bookkeeping with no I/O, so it is tested on its own. The window starts at one block when
 a read continues where the previous one ended (or starts the file), doubles each time the reader
 moves into a new block, up to a maximum, and drops to nothing on a seek: random access never
-prefetches. With a pace (pffs.cache.pacing), the maximum is the pace's window instead (the
+reads ahead. With a pace (pffs.cache.pacing), the maximum is the pace's window instead (the
 configured one, or more by Little's law, within the reader's share of the budget), and the
 reads of a sequential run feed the pace's rate.
 """
@@ -36,7 +36,7 @@ class Readahead:
         self.expected = 0  # where a sequential reader reads next
         # Reads in a row that continued the previous one. A file opened and read from offset 0
         # counts as one already; otherwise two are needed, so a random reader whose next read
-        # happens to land nearby does not start a prefetch.
+        # happens to land nearby does not start a readahead.
         self.streak = 1
         self.sequential = False  # whether the last read was part of a sequential run
         self.current_block = -1

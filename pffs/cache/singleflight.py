@@ -1,9 +1,9 @@
 """Single-flight: one load per block, however many readers ask for it at once.
 
-While a block is being loaded (from the disk tier or the store, for a reader or a prefetch) the
+While a block is being loaded (from the disk tier or the store, for a reader or loaded ahead) the
 table holds its flight. A reader that finds one waits for it instead of loading the block
 again. When the flight ends, every waiter gets the bytes or the error; when it was abandoned
-(its task was cancelled, its prefetch given up), they get nothing and load the block
+(its task was cancelled, its load ahead given up), they get nothing and load the block
 themselves. The table is touched only from trio tasks.
 """
 
@@ -17,11 +17,11 @@ from pffs.cache.keys import BlockKey
 class Flight:
     """One load of one block that several readers may wait on."""
 
-    def __init__(self, prefetch: bool = False) -> None:
+    def __init__(self, ahead: bool = False) -> None:
         self.done = trio.Event()
         self.data: bytes | None = None
         self.error: BaseException | None = None
-        self.prefetch = prefetch  # loaded ahead, and no reader has asked for it yet
+        self.ahead = ahead  # loaded ahead, and no reader has asked for it yet
         self.tier = "store"  # where the bytes came from: "disk" or "store" (for metrics)
 
     async def outcome(self) -> bytes | None:
@@ -44,9 +44,9 @@ class SingleFlight:
     def get(self, key: BlockKey) -> Flight | None:
         return self._flights.get(key)
 
-    def start(self, key: BlockKey, prefetch: bool = False) -> Flight:
+    def start(self, key: BlockKey, ahead: bool = False) -> Flight:
         """Register a new flight for `key`: readers arriving from now on wait for it."""
-        flight = Flight(prefetch)
+        flight = Flight(ahead)
         self._flights[key] = flight
         return flight
 

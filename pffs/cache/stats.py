@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 class CacheStats:
     memory_hits: int = 0
     disk_hits: int = 0
-    misses: int = 0  # blocks fetched from the store for a reader or a prefetch
+    misses: int = 0  # blocks fetched from the store for a reader or loaded ahead
     bytes_from_store: int = 0
     memory_evictions: int = 0
     disk_writes: int = 0
@@ -21,18 +21,18 @@ class CacheStats:
     disk_writes_declined: int = 0
     disk_corrupt: int = 0  # entries dropped for a bad checksum, length or header
     single_flight_waits: int = 0  # readers that joined a fetch already in flight
-    prefetch_issued: int = 0
-    prefetch_used: int = 0
-    prefetch_skipped_budget: int = 0
+    readahead_issued: int = 0
+    readahead_used: int = 0
+    readahead_skipped_budget: int = 0
     # For pffs.metrics: lookups a tier could not answer, bytes handed to readers per tier, and
-    # prefetched blocks evicted before any reader asked for them.
+    # blocks loaded ahead evicted before any reader asked for them.
     memory_misses: int = 0
     disk_misses: int = 0
     disk_misses_known: int = 0  # of those lookups, answered by the key filter without the index
     memory_bytes_served: int = 0
     disk_bytes_served: int = 0
     store_bytes_served: int = 0
-    prefetch_wasted: int = 0
+    readahead_wasted: int = 0
     # Cached bytes pushed into the kernel's page cache around random reads (pffs.fs.pagecache):
     # windows stored, their bytes, windows not stored (the version changed, the bytes were gone,
     # the kernel refused) and windows dropped because the pusher's queue was full.
@@ -42,7 +42,7 @@ class CacheStats:
     page_push_dropped: int = 0
 
     def count_fetched(self, data: bytes) -> None:
-        """A block came from the store (for a reader, a prefetch or warmup)."""
+        """A block came from the store (for a reader, readahead, preload or warmup)."""
         self.misses += 1
         self.bytes_from_store += len(data)
 

@@ -12,6 +12,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from pffs.cli.argtypes import renamed
 from pffs.cli.options import build_parser, cache_config, mount_config, source_config
 from pffs.config import from_json
 from pffs.errors import MountFailed, PffsError, UsageError
@@ -91,9 +92,9 @@ def cmd_warmup(args: argparse.Namespace) -> int:
     return run_warmup(targets, args.jobs, args.quiet)
 
 
-def cmd_prefetch(args: argparse.Namespace) -> int:
-    """`pffs prefetch --order FILE MOUNTPOINT`: bad entries to stderr, non-zero if any."""
-    from pffs.dataset import NotAMount, prefetch_order
+def cmd_preload(args: argparse.Namespace) -> int:
+    """`pffs preload --order FILE MOUNTPOINT`: bad entries to stderr, non-zero if any."""
+    from pffs.jobs import NotAMount, preload_order
 
     try:
         if args.order == "-":
@@ -104,14 +105,14 @@ def cmd_prefetch(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UsageError(f"cannot read the order list {args.order}: {exc.strerror}") from None
     try:
-        bad = prefetch_order(args.mountpoint, paths)
+        bad = preload_order(args.mountpoint, paths)
     except NotAMount as exc:
         raise UsageError(str(exc)) from None
     except OSError as exc:
         raise UsageError(f"{args.mountpoint}: cannot hand the list over: {exc.strerror}") from None
     for line in bad:
         print(line, file=sys.stderr)
-    print(f"prefetch: {len(paths) - len(bad)} files queued, {len(bad)} bad entries")
+    print(f"preload: {len(paths) - len(bad)} files queued, {len(bad)} bad entries")
     return 1 if bad else 0
 
 
@@ -141,8 +142,10 @@ def run(argv: Sequence[str] | None = None) -> int:
             return run_stats(args)
         if args.command == "warmup":
             return cmd_warmup(args)
-        if args.command == "prefetch":
-            return cmd_prefetch(args)
+        if args.command in ("preload", "prefetch"):
+            if args.command == "prefetch":
+                renamed("pffs prefetch", "pffs preload")
+            return cmd_preload(args)
         if args.command == "cache":
             from pffs.cli.warmup import cache_admin
 

@@ -44,6 +44,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from pffs.backends import REGISTRY
+from pffs.cli.argtypes import RenamedOption, renamed
 from pffs.cli.options import build_parser, source_config, table_mount_config
 from pffs.config import MountConfig
 from pffs.errors import UsageError
@@ -338,7 +339,10 @@ def _option_action(key: str, where: str) -> argparse.Action:
     name = "endpoint-url" if key == "endpoint" else key
     if name not in actions:
         raise UsageError(f"{where}: unknown option (a `pffs mount` option without the dashes)")
-    return actions[name]
+    action = actions[name]
+    if isinstance(action, RenamedOption):
+        renamed(where, action.new.removeprefix("--"))
+    return action
 
 
 _ACTIONS: dict[str, argparse.Action] = {}

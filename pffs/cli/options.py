@@ -9,11 +9,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable
 from typing import NoReturn
 
+from pffs.cli import argtypes
 from pffs.config import (
-    INDEFINITE_TTL,
     LOG_LEVELS,
     CacheConfig,
     DatasetConfig,
@@ -27,7 +26,6 @@ from pffs.config import (
     default_cache_dir,
 )
 from pffs.errors import UsageError
-from pffs.sizes import SizeError, parse_size
 from pffs.version import __version__
 
 
@@ -37,40 +35,6 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         sys.stderr.write(f"pffs: {message} (see {self.prog} --help)\n")
         raise SystemExit(UsageError.exit_code)
-
-
-def _mode(text: str) -> int:
-    try:
-        value = int(text, 8)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an octal mode like 644") from None
-    if not 0 <= value <= 0o7777:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a mode between 0 and 7777")
-    return value
-
-
-def _number_in(low: float, high: float, what: str) -> Callable[[str], float]:
-    """An argparse type for a float with low <= value < high."""
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            value = float("nan")
-        if not low <= value < high:
-            raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
-        return value
-
-    return parse
-
-
-_seconds = _number_in(0, float("inf"), "a number of seconds")
-_ratio = _number_in(0, 1, "a fraction between 0 and 1")
-_positive_seconds = _number_in(0.001, float("inf"), "a positive number of seconds")
-
-
-def _metadata_ttl(text: str) -> float:
-    return INDEFINITE_TTL if text.strip().lower() == "indefinite" else _seconds(text)
 
 
 def metadata_config(args: argparse.Namespace) -> MetaConfig:
@@ -88,19 +52,6 @@ def _first(*values: float | None) -> float:
     return next(value for value in values if value is not None)
 
 
-def _size(text: str) -> int:
-    try:
-        return parse_size(text)
-    except SizeError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
-    return int(text)
-
-
 def _add_source_options(parser: argparse.ArgumentParser) -> None:
     s3 = parser.add_argument_group("S3 (credentials come from boto3's chain: env, profile, files)")
     s3.add_argument("--endpoint-url", help="S3-compatible endpoint (default: $AWS_ENDPOINT_URL)")
@@ -114,7 +65,7 @@ def _add_source_options(parser: argparse.ArgumentParser) -> None:
     )
     s3.add_argument(
         "--max-concurrency",
-        type=_positive_int,
+        type=argtypes.positive_int,
         default=16,
         help="readers' requests in flight, and readahead's (16)",
     )
@@ -126,7 +77,7 @@ def _add_source_options(parser: argparse.ArgumentParser) -> None:
         "--replication", type=int, default=0, help="replication of written files (cluster's)"
     )
     hdfs.add_argument(
-        "--buffer-size", type=_size, default=0, help="I/O buffer size (client's default)"
+        "--buffer-size", type=argtypes.size, default=0, help="I/O buffer size (client's default)"
     )
 
 
@@ -135,39 +86,30 @@ def _add_retry_options(parser: argparse.ArgumentParser) -> None:
     retry = parser.add_argument_group("retries and timeouts (every source)")
     retry.add_argument(
         "--retries",
-        type=_count_up_to(100),
+        type=argtypes.count_up_to(100),
         default=RetryConfig.attempts - 1,
         help=f"retries of a failed request after the first try ({RetryConfig.attempts - 1})",
     )
     retry.add_argument(
         "--retry-timeout",
-        type=_positive_seconds,
+        type=argtypes.positive_seconds,
         default=RetryConfig.total_timeout,
         help="give up retrying a request after this many seconds, sleeps included "
         f"({RetryConfig.total_timeout:g})",
     )
     retry.add_argument(
         "--request-timeout",
-        type=_positive_seconds,
+        type=argtypes.positive_seconds,
         default=SourceConfig.read_timeout,
         help="seconds one request may wait for the store's next bytes "
         f"({SourceConfig.read_timeout:g})",
     )
     retry.add_argument(
         "--connect-timeout",
-        type=_positive_seconds,
+        type=argtypes.positive_seconds,
         default=SourceConfig.connect_timeout,
         help=f"seconds to open a connection ({SourceConfig.connect_timeout:g})",
     )
-
-
-def _count_up_to(high: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        if not text.isdigit() or int(text) > high:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 0 to {high}")
-        return int(text)
-
-    return parse
 
 
 def _add_cache_options(parser: argparse.ArgumentParser) -> None:
@@ -179,60 +121,63 @@ def _add_cache_options(parser: argparse.ArgumentParser) -> None:
         help=f"disk tier directory, or 'none' for memory only ({default_cache_dir()})",
     )
     cache.add_argument(
-        "--cache-size", type=_size, default=defaults.disk_bytes, help="disk tier bound (100G)"
+        "--cache-size",
+        type=argtypes.size,
+        default=defaults.disk_bytes,
+        help="disk tier bound (100G)",
     )
     cache.add_argument(
         "--cache-free-ratio",
-        type=_ratio,
+        type=argtypes.ratio,
         default=defaults.free_ratio,
         help="keep this fraction of the disk free (0.1)",
     )
     cache.add_argument(
         "--cache-memory",
-        type=_size,
+        type=argtypes.size,
         default=defaults.memory_bytes,
-        help="memory bound, prefetch in flight included (512M)",
+        help="memory bound, blocks loaded ahead in flight included (512M)",
     )
     cache.add_argument(
-        "--block-size", type=_size, default=defaults.block_size, help="cache block size (4M)"
+        "--block-size",
+        type=argtypes.size,
+        default=defaults.block_size,
+        help="cache block size (4M)",
     )
     cache.add_argument(
-        "--prefetch-max",
-        type=_size,
-        default=defaults.prefetch_max,
+        "--readahead-max",
+        type=argtypes.size,
+        default=defaults.readahead_max,
         help="readahead window per open file (more for a far store), 0 disables (32M)",
     )
+    argtypes.add_renamed(cache, "--prefetch-max", "--readahead-max")
 
 
-def _on_off(text: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered not in ("on", "off"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not on or off")
-    return lowered == "on"
-
-
-def _add_dataset_options(parser: argparse.ArgumentParser) -> None:
+def _add_preload_options(parser: argparse.ArgumentParser) -> None:
     defaults = DatasetConfig()
-    group = parser.add_argument_group("dataset prefetch")
+    group = parser.add_argument_group("preload")
     group.add_argument(
-        "--dataset-prefetch",
-        type=_on_off,
+        "--preload",
+        type=argtypes.on_off,
         default=defaults.enabled,
         metavar="on|off",
-        help="load a directory's files ahead once a job reads a few of them (on)",
+        help="load files ahead of readers: a directory's once a job reads a few of them, and "
+        "order lists (on)",
     )
+    argtypes.add_renamed(group, "--dataset-prefetch", "--preload", metavar="on|off")
     group.add_argument(
-        "--dataset-prefetch-budget",
-        type=_size,
+        "--preload-budget",
+        type=argtypes.size,
         default=defaults.budget,
-        help="bytes of dataset prefetch in flight at most (64M)",
+        help="bytes of files preloaded in flight at most (64M)",
     )
+    argtypes.add_renamed(group, "--dataset-prefetch-budget", "--preload-budget")
 
 
 def dataset_config(args: argparse.Namespace) -> DatasetConfig:
-    if args.dataset_prefetch_budget <= 0:
-        raise UsageError("--dataset-prefetch-budget must be above 0 (use --dataset-prefetch off)")
-    return DatasetConfig(enabled=args.dataset_prefetch, budget=args.dataset_prefetch_budget)
+    if args.preload_budget <= 0:
+        raise UsageError("--preload-budget must be above 0 (use --preload off)")
+    return DatasetConfig(enabled=args.preload, budget=args.preload_budget)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -243,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="command",
         required=True,
         parser_class=_Parser,
-        metavar="{mount,umount,stats,warmup,prefetch,cache,demo,fluid,csi,scheduler-extender,affinity}",
+        metavar="{mount,umount,stats,warmup,preload,cache,demo,fluid,csi,scheduler-extender,affinity}",
     )
 
     mount = commands.add_parser(
@@ -262,19 +207,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_source_options(mount)
     _add_cache_options(mount)
-    _add_dataset_options(mount)
+    _add_preload_options(mount)
     opts = mount.add_argument_group("mount")
     opts.add_argument("--read-only", action="store_true", help="refuse all writes")
     opts.add_argument("--uid", type=int, default=os.getuid(), help="owner of every entry")
     opts.add_argument("--gid", type=int, default=os.getgid(), help="group of every entry")
-    opts.add_argument("--file-mode", type=_mode, default=0o644, help="octal mode of files (644)")
     opts.add_argument(
-        "--dir-mode", type=_mode, default=0o755, help="octal mode of directories (755)"
+        "--file-mode", type=argtypes.mode, default=0o644, help="octal mode of files (644)"
+    )
+    opts.add_argument(
+        "--dir-mode", type=argtypes.mode, default=0o755, help="octal mode of directories (755)"
     )
     opts.add_argument("--allow-other", action="store_true", help="let other users see the mount")
     opts.add_argument(
         "--kernel-readahead",
-        type=_size,
+        type=argtypes.size,
         default=FuseConfig.kernel_readahead,
         help="kernel readahead of the mount, needs root (4M)",
     )
@@ -286,14 +233,14 @@ def build_parser() -> argparse.ArgumentParser:
     meta = mount.add_argument_group("metadata caching (seconds)")
     meta.add_argument(
         "--metadata-ttl",
-        type=_metadata_ttl,
+        type=argtypes.metadata_ttl,
         help="the attribute, name and listing TTLs at once: seconds, or `indefinite` for a "
         "dataset that does not change while mounted (the three options below override it)",
     )
-    meta.add_argument("--attr-ttl", type=_seconds, help=f"({MetaConfig.attr_ttl:g})")
-    meta.add_argument("--entry-ttl", type=_seconds, help=f"({MetaConfig.entry_ttl:g})")
-    meta.add_argument("--dir-ttl", type=_seconds, help=f"({MetaConfig.dir_ttl:g})")
-    meta.add_argument("--negative-ttl", type=_seconds, default=MetaConfig.negative_ttl)
+    meta.add_argument("--attr-ttl", type=argtypes.seconds, help=f"({MetaConfig.attr_ttl:g})")
+    meta.add_argument("--entry-ttl", type=argtypes.seconds, help=f"({MetaConfig.entry_ttl:g})")
+    meta.add_argument("--dir-ttl", type=argtypes.seconds, help=f"({MetaConfig.dir_ttl:g})")
+    meta.add_argument("--negative-ttl", type=argtypes.seconds, default=MetaConfig.negative_ttl)
 
     umount = commands.add_parser("umount", help="unmount", description="Unmount a pffs mount.")
     umount.add_argument("mountpoint")
@@ -311,22 +258,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     warmup.add_argument("paths", nargs="*", help="paths in a pffs mount, or s3://, file:// URLs")
     warmup.add_argument("--list", dest="list_file", help="read more paths from FILE, one a line")
-    warmup.add_argument("-j", "--jobs", type=_positive_int, default=16, help="parallel blocks (16)")
+    warmup.add_argument(
+        "-j", "--jobs", type=argtypes.positive_int, default=16, help="parallel blocks (16)"
+    )
     warmup.add_argument("--quiet", action="store_true", help="no progress bar, just the summary")
     _add_source_options(warmup)
     _add_cache_options(warmup)
 
-    prefetch = commands.add_parser(
-        "prefetch",
+    preload = commands.add_parser(
+        "preload",
         help="hand a job's read order to a mount",
         description="Hand the paths in FILE (one a line, relative to the mount root or "
         "absolute under it) to the pffs mount at MOUNTPOINT, which loads them in that order "
         "ahead of the readers. Bad entries are printed, one a line, and the rest proceeds.",
     )
-    prefetch.add_argument(
-        "--order", required=True, metavar="FILE", help="the paths in read order ('-': stdin)"
-    )
-    prefetch.add_argument("mountpoint", help="the root of a pffs mount")
+    # `pffs prefetch`, its former name, still works (with a notice; not in the help).
+    for order_parser in (preload, commands.add_parser("prefetch")):
+        order_parser.add_argument(
+            "--order", required=True, metavar="FILE", help="the paths in read order ('-': stdin)"
+        )
+        order_parser.add_argument("mountpoint", help="the root of a pffs mount")
 
     cache = commands.add_parser("cache", help="inspect or clear the disk cache")
     cache.add_argument("action", choices=["info", "clear"])
@@ -334,8 +285,10 @@ def build_parser() -> argparse.ArgumentParser:
     cache.add_argument("--source", help="clear only this source's blocks (its source id)")
 
     demo = commands.add_parser("demo", help="mount a generated dataset from an in-process S3")
-    demo.add_argument("--files", type=_positive_int, default=200, help="small files (200)")
-    demo.add_argument("--large-mib", type=_positive_int, default=16, help="large file MiB (16)")
+    demo.add_argument("--files", type=argtypes.positive_int, default=200, help="small files (200)")
+    demo.add_argument(
+        "--large-mib", type=argtypes.positive_int, default=16, help="large file MiB (16)"
+    )
 
     fluid = commands.add_parser(
         "fluid",
@@ -356,7 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     fluid.add_argument(
         "--watch-interval",
-        type=_positive_seconds,
+        type=argtypes.positive_seconds,
         default=5.0,  # Kubernetes takes up to a minute to update a mounted ConfigMap anyway
         help="seconds between looks at the config file for changes (5)",
     )
@@ -399,7 +352,7 @@ def _add_observe_options(parser: argparse.ArgumentParser) -> None:
     )
     observe.add_argument(
         "--slow-request",
-        type=_seconds,
+        type=argtypes.seconds,
         default=ObserveConfig.slow_request,
         metavar="SECONDS",
         help="log store requests slower than this at WARNING (5)",
@@ -463,7 +416,7 @@ def cache_config(args: argparse.Namespace) -> CacheConfig:
         disk_dir=disk_dir,
         disk_bytes=args.cache_size,
         free_ratio=args.cache_free_ratio,
-        prefetch_max=args.prefetch_max,
+        readahead_max=args.readahead_max,
     )
 
 

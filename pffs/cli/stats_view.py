@@ -249,19 +249,19 @@ def render(previous: dict[str, Any] | None, current: dict[str, Any], mountpoint:
         f" evictions/s {rate('pffs_cache_evictions_total'):.1f}"
     )
     lines.append(
-        f"  prefetch/s: issued {rate('pffs_prefetch_issued_total'):.1f}  "
-        f"used {rate('pffs_prefetch_used_total'):.1f}  "
-        f"wasted {rate('pffs_prefetch_wasted_total'):.1f}  "
-        f"skipped {rate('pffs_prefetch_skipped_total'):.1f}"
+        f"  readahead/s: issued {rate('pffs_readahead_issued_total'):.1f}  "
+        f"used {rate('pffs_readahead_used_total'):.1f}  "
+        f"wasted {rate('pffs_readahead_wasted_total'):.1f}  "
+        f"skipped {rate('pffs_readahead_skipped_total'):.1f}"
     )
     lines.append(
-        f"  dataset prefetch: files/s {rate('pffs_prefetch_files_fetched_total'):.1f}  "
-        f"{rate('pffs_prefetch_files_fetched_bytes_total') / MB:.1f} MB/s  "
-        f"in flight {total(now, 'pffs_prefetch_files_in_flight'):.0f}"
-        f"/{total(now, 'pffs_prefetch_concurrency'):.0f}  "
-        f"used {total(now, 'pffs_prefetch_files_used_total'):.0f}  "
-        f"wasted {total(now, 'pffs_prefetch_files_wasted_total'):.0f}  "
-        f"failed {total(now, 'pffs_prefetch_files_failed_total'):.0f}"
+        f"  preload: files/s {rate('pffs_preload_files_fetched_total'):.1f}  "
+        f"{rate('pffs_preload_files_fetched_bytes_total') / MB:.1f} MB/s  "
+        f"in flight {total(now, 'pffs_preload_files_in_flight'):.0f}"
+        f"/{total(now, 'pffs_preload_concurrency'):.0f}  "
+        f"used {total(now, 'pffs_preload_files_used_total'):.0f}  "
+        f"wasted {total(now, 'pffs_preload_files_wasted_total'):.0f}  "
+        f"failed {total(now, 'pffs_preload_files_failed_total'):.0f}"
     )
     lines += dataset_lines(now)
 

@@ -2,7 +2,7 @@
 
 Warmup talks to the store directly (no FUSE round trips) with the very block keys a mount uses, so a
 mount over the same cache directory finds the blocks. It loads files through the preload engine
-(pffs.cache.preload), the one code path that fills the cache, as dataset prefetch does. For a path
+(pffs.cache.preload), the one code path that fills the cache, as preload by dataset does. For a path
 inside a live pffs mount the mount's own configuration (source, block size, cache directory) is
 used; for a source URL, the cache options on the command line. Blocks already on disk are skipped,
 so a second run costs one database lookup per block. A path in a mount that left no record here
@@ -192,7 +192,7 @@ async def warm(target: Target, jobs: int, progress: Progress, show: bool) -> Non
     if not cache.disk_holds(backend.source_id):
         raise UsageError(f"{target.source.url} is cached in memory only")
     engine = Preloader(
-        cache, cache.prefetch_budget, concurrency=jobs, max_concurrency=jobs, idle_after=math.inf
+        cache, cache.ahead_budget, concurrency=jobs, max_concurrency=jobs, idle_after=math.inf
     )
     fetch_limiter = trio.CapacityLimiter(jobs)
     block_size = cache.block_size

@@ -1,4 +1,4 @@
-"""Dataset prefetch: when a job starts consuming a directory, its other files are loaded ahead.
+"""Preload by dataset: when a job starts consuming a directory, its other files are loaded ahead.
 
 A part the facade (pffs.fs.vfs) composes. It is told of every read-only open of a file in a
 source. When `trigger_files` distinct files of one directory were opened within `trigger_window`
@@ -6,7 +6,7 @@ seconds, in any order, the directory is a dataset: its files are listed through 
 listings (streamed, so a million-entry directory is read as the engine asks for more) and handed
 to the preload engine (pffs.cache.preload). When the opens span two or more sibling directories
 of one parent (ImageNet keeps one directory per class), the parent and its subdirectories, one
-level down, are one dataset. An order list (`prefetch_paths`, the `.pffs/prefetch` control file)
+level down, are one dataset. An order list (`preload_paths`, the `.pffs/preload` control file)
 is a dataset in the job's own order.
 
 Each dataset is also measured (its size from its listing, and what of it the disk tier holds)
@@ -14,7 +14,7 @@ for the cache's room for datasets (pffs.cache.datasetroom): one larger than its 
 stable subset in the cache, and only that subset is loaded ahead.
 
 Files are fetched under this part's own thread limiter, never the source's: a reader's request
-never waits behind a prefetch. Each open tells the engine the file is used (a file not loaded
+never waits behind a preload. Each open tells the engine the file is used (a file not loaded
 yet is left to its reader) and keeps its dataset alive; a dataset no reader touches for
 `idle_after` seconds ends.
 """
@@ -49,7 +49,7 @@ MAX_WATCHED = 4096
 MEASURE_BATCH = 512
 
 
-class DatasetPrefetch:
+class DatasetPreload:
     """Detects datasets from opens and feeds their files to the preload engine."""
 
     def __init__(self, namespace: Namespace, cache: BlockCache, config: DatasetConfig) -> None:
@@ -57,10 +57,10 @@ class DatasetPrefetch:
         self.cache = cache
         self.config = config
         self.block_size = cache.block_size
-        # Prefetch bytes in flight share the cache's reserve with readahead: half at most.
+        # Preloaded bytes in flight share the cache's reserve with readahead: half at most.
         self.engine = Preloader(
             cache,
-            min(config.budget, cache.prefetch_budget // 2),
+            min(config.budget, cache.ahead_budget // 2),
             concurrency=config.concurrency,
             max_concurrency=config.max_concurrency,
             idle_after=config.idle_after,
@@ -122,11 +122,11 @@ class DatasetPrefetch:
                 self.start(parent, depth=1)
 
     def start(self, root: str, depth: int) -> None:
-        """Prefetch the files of directory `root` (and of its subdirectories if depth is 1)."""
+        """Preload the files of directory `root` (and of its subdirectories if depth is 1)."""
         known = self._datasets.get(root)
         if known is not None and known[0] >= depth:
             return
-        log.debug("dataset prefetch of /%s (depth %d)", root, depth)
+        log.debug("dataset preload of /%s (depth %d)", root, depth)
         if root not in self._datasets and len(self._datasets) >= MAX_WATCHED:
             del self._datasets[next(iter(self._datasets))]
         self._datasets[root] = (depth, trio.current_time())
@@ -175,8 +175,8 @@ class DatasetPrefetch:
 
     # --- order lists -------------------------------------------------------------------------
 
-    async def prefetch_paths(self, paths: Sequence[str]) -> list[str]:
-        """Prefetch tree paths in this order, ahead of the readers; one line per bad entry."""
+    async def preload_paths(self, paths: Sequence[str]) -> list[str]:
+        """Preload tree paths in this order, ahead of the readers; one line per bad entry."""
         errors: list[str] = []
         infos: list[tuple[str, ObjectInfo]] = []
         listings: dict[str, DirListing] = {}  # one listing per directory, not a HEAD per path
@@ -265,7 +265,7 @@ def file_item(
     block_size: int,
     limiter: trio.CapacityLimiter | Pace,
 ) -> PreloadItem:
-    """One file of a source as the preload engine loads it (dataset prefetch and warmup): the
+    """One file of a source as the preload engine loads it (dataset preload and warmup): the
     blocks a reader of the version `info` uses, fetched in runs under `limiter`."""
     blocks = ObjectBlocks(backend.source_id, path, info.version, info.size, block_size)
     fetch_run = fetch_runs(limiter, backend, blocks)

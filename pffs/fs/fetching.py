@@ -1,7 +1,7 @@
-"""Loading an object's bytes from its store: the one fetch path of readers, dataset prefetch
+"""Loading an object's bytes from its store: the one fetch path of readers, readahead, preload
 and warmup.
 
-Both run under a limiter (pffs.workers): a reader's under its source's, prefetch under its
+Each runs under a limiter (pffs.workers): a reader's under its source's, a load ahead under its
 own, sized by its `Pace` (pffs.pace: halved when the store pushes back). A short answer is
 `Corrupted`, never a short block in the cache; `version` pins every request to the object
 version the caller opened, so a changed object raises `Changed`. Every request passes its
@@ -93,7 +93,7 @@ async def _request(
     *args: object,
 ) -> T:
     """`fn(*args)` in a worker thread under `limiter`, through the source's breaker; a
-    prefetch's request (under a `pace`) tells that pace of the store's push backs."""
+    load ahead's request (under a `pace`) tells that pace of the store's push backs."""
     breaker = health.of(backend.source_id)
     if pace is not None:
         pace.settle()
@@ -107,7 +107,7 @@ async def _request(
     async def request() -> T:
         return await run_blocking(limiter, guarded, *args)
 
-    # A prefetch's failure does not mark the source down: its readers will ask themselves.
+    # A load ahead's failure does not mark the source down: its readers will ask themselves.
     result = await (request() if breaker is None else breaker.observe(request, pace is None))
     if pace is not None:
         pace.settle()

@@ -57,7 +57,7 @@ class Reader:
         readahead = Readahead(self.block_size, self.cache.readahead_limit, info.size, pace)
         handle = ReadHandle(inode, blocks, readahead, mounted)
         if 0 < info.size <= min(FETCH_AT_OPEN, self.block_size):
-            self.cache.prefetch(
+            self.cache.read_ahead(
                 [blocks.key(0)], [info.size], fetch_runs(mounted.ahead, mounted.backend, blocks)
             )
         return self.handles.add(handle), keep_cache
@@ -72,7 +72,7 @@ class Reader:
         ahead = handle.readahead.on_read(offset, end)
         if ahead:
             mounted = handle.mounted
-            self.cache.prefetch(
+            self.cache.read_ahead(
                 blocks.keys(ahead),
                 blocks.lengths(ahead),
                 fetch_runs(mounted.ahead, mounted.backend, blocks, ahead.start),

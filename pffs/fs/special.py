@@ -1,21 +1,23 @@
-"""The hidden `.pffs` directory at the root of the tree, its `stats` and `prefetch` files.
+"""The hidden `.pffs` directory at the root of the tree, its `stats` and `preload` files.
 
 `.pffs/stats` is a read-only JSON snapshot of every metric (pffs.metrics.snapshot), fresh at each
-open. `.pffs/prefetch` is the one writable file, on read-only mounts too: a job writes tree paths
-to it, one a line, and on close or fsync pffs prefetches them in that order (pffs.fs.datasets);
+open. `.pffs/preload` is the one writable file, on read-only mounts too: a job writes tree paths
+to it, one a line, and on close or fsync pffs preloads them in that order (pffs.fs.datasets);
 reading it gives the report of the last list handed over: `queued N`, then one line per bad
-entry. `.pffs/prefetch.sock` takes the same lists where no file can be written (a read-only bind
+entry. `.pffs/preload.sock` takes the same lists where no file can be written (a read-only bind
 of the mount): the mount's own process binds it (pffs.mounting.ordersocket), and the kernel asks
 for its inode with a MKNOD that only a thread of this process gets answered. `.pffs` is found by
 lookup but never listed by readdir, so `ls`, `find` and data loaders walking the tree do not see
 it; a store object of the same name at the root is shadowed. Everything else under `.pffs`
 refuses changes (EROFS). The facade (pffs.fs.vfs) asks `claims_*` before handing an operation to
-the rest of the file system.
+the rest of the file system. `.pffs/prefetch`, the control file's former name, is found by
+lookup too (the same file, a log line the first time), never listed.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 
@@ -24,14 +26,17 @@ from pffs.backends.base import ObjectInfo
 from pffs.errors import Exists, IsADirectory, NotADirectory, NotFound, ReadOnly
 from pffs.fs.inodes import ROOT_INODE, FixedInode, Inode
 
+log = logging.getLogger(__name__)
+
 STATS_DIR = ".pffs"
 STATS_FILE = "stats"
-PREFETCH_FILE = "prefetch"
-ORDER_SOCKET = "prefetch.sock"
+PRELOAD_FILE = "preload"
+FORMER_PRELOAD_FILE = "prefetch"  # its name before this release: deprecated
+ORDER_SOCKET = "preload.sock"
 # Inode numbers far above any the namespace hands out (it counts up from 2).
 STATS_DIR_INO = (1 << 62) + 1
 STATS_FILE_INO = (1 << 62) + 2
-PREFETCH_FILE_INO = (1 << 62) + 3
+PRELOAD_FILE_INO = (1 << 62) + 3
 ORDER_SOCKET_INO = (1 << 62) + 4
 
 
@@ -60,9 +65,9 @@ class SpecialFiles:
             float("inf"),
         )
         self.control = FixedInode(
-            PREFETCH_FILE_INO,
-            f"{STATS_DIR}/{PREFETCH_FILE}",
-            ObjectInfo(PREFETCH_FILE, 0, mount_time, None, False),
+            PRELOAD_FILE_INO,
+            f"{STATS_DIR}/{PRELOAD_FILE}",
+            ObjectInfo(PRELOAD_FILE, 0, mount_time, None, False),
             float("inf"),
         )
         self.socket = FixedInode(
@@ -73,9 +78,10 @@ class SpecialFiles:
         )
         self.socket_bound = False  # while the mount's process listens on it
         self.reads: dict[int, bytes] = {}  # open handles read from: their snapshot
-        self.orders: dict[int, bytearray] = {}  # `prefetch` handles written to: what they got
+        self.orders: dict[int, bytearray] = {}  # `preload` handles written to: what they got
         self.report = b""  # of the last order list handed over
         self.dir_handles: set[int] = set()
+        self.former_name_seen = False  # `.pffs/prefetch` was looked up: logged once
 
     @property
     def inodes(self) -> tuple[int, ...]:
@@ -93,7 +99,7 @@ class SpecialFiles:
         if ino == STATS_FILE_INO:  # it changes all the time; its size is unknown (direct_io)
             self.file.info = ObjectInfo(STATS_FILE, 0, time.time(), None, False)
             return self.file
-        if ino == PREFETCH_FILE_INO:
+        if ino == PRELOAD_FILE_INO:
             return self.control
         if ino == ORDER_SOCKET_INO:  # asked for by the kernel also after it closed
             return self.socket
@@ -127,7 +133,10 @@ class SpecialFiles:
         if parent_ino == STATS_DIR_INO:
             if name == STATS_FILE:
                 return self.file
-            if name == PREFETCH_FILE:
+            if name == PRELOAD_FILE:
+                return self.control
+            if name == FORMER_PRELOAD_FILE:
+                self._note_former_name()
                 return self.control
             if name == ORDER_SOCKET and self.socket_bound:
                 return self.socket
@@ -136,9 +145,17 @@ class SpecialFiles:
             if name == "..":
                 return root
             raise NotFound(f"/{STATS_DIR}/{name} does not exist")
-        if parent_ino in (STATS_FILE_INO, PREFETCH_FILE_INO, ORDER_SOCKET_INO):
+        if parent_ino in (STATS_FILE_INO, PRELOAD_FILE_INO, ORDER_SOCKET_INO):
             raise NotADirectory(f"/{STATS_DIR}/{STATS_FILE} is not a directory")
         return None
+
+    def _note_former_name(self) -> None:
+        if not self.former_name_seen:
+            self.former_name_seen = True
+            log.warning(
+                "/%s/%s is deprecated and will be removed, use /%s/%s",
+                *(STATS_DIR, FORMER_PRELOAD_FILE, STATS_DIR, PRELOAD_FILE),
+            )
 
     def check_opendir(self, ino: int) -> None:
         ours = self.inode(ino)
@@ -159,7 +176,7 @@ class SpecialFiles:
         """Open `ino` as handle `fh` if it is ours (True), with one consistent snapshot."""
         if ino == STATS_DIR_INO:
             raise IsADirectory(f"/{STATS_DIR} is a directory")
-        if ino == PREFETCH_FILE_INO:
+        if ino == PRELOAD_FILE_INO:
             if for_writing:
                 self.orders[fh] = bytearray()
             else:
@@ -173,7 +190,7 @@ class SpecialFiles:
         return True
 
     def write_order(self, fh: int, offset: int, data: bytes) -> int:
-        """Bytes written to `.pffs/prefetch` (kept until the handle is flushed)."""
+        """Bytes written to `.pffs/preload` (kept until the handle is flushed)."""
         buffer = self.orders[fh]
         buffer[offset : offset + len(data)] = data
         return len(data)

@@ -3,8 +3,8 @@
 It composes the parts and routes each operation to the part that owns it: the hidden `.pffs` files
 first (pffs.fs.special), then names and directories (namespace), reads (reads) and writes (writes);
 open handles (handles) and the kernel's page cache (pagecache) are shared by the last two.
-Read-only opens are told to dataset prefetch (datasets), which
-also takes the order lists written to `.pffs/prefetch`. It holds no behaviour of its own beyond that
+Read-only opens are told to preload (datasets), which
+also takes the order lists written to `.pffs/preload`. It holds no behaviour of its own beyond that
 routing, the open-files gauge and statfs. It never imports pyfuse3: it speaks trio and pffs types,
 and is tested without a kernel.
 """
@@ -20,7 +20,7 @@ from pffs import metrics
 from pffs.cache.blocks import BlockCache
 from pffs.config import CacheConfig, DatasetConfig, FuseConfig, MetaConfig
 from pffs.errors import Unsupported
-from pffs.fs.datasets import DatasetPrefetch
+from pffs.fs.datasets import DatasetPreload
 from pffs.fs.handles import Handles, ReadHandle, WriteHandle
 from pffs.fs.inodes import ROOT_INODE, Inode
 from pffs.fs.namespace import Namespace
@@ -64,10 +64,10 @@ class Vfs:
         # None when the sources differ.
         flags = {fuse.read_only or mounted.read_only for mounted in table.mounted}
         self._sources_read_only = flags.pop() if len(flags) == 1 else None
-        self.datasets = DatasetPrefetch(self.namespace, self.cache, dataset or DatasetConfig())
+        self.datasets = DatasetPreload(self.namespace, self.cache, dataset or DatasetConfig())
 
     def attach(self, nursery: trio.Nursery) -> None:
-        """Hand the VFS a nursery for background work (listings, prefetch, uploads, disk writes)."""
+        """Hand the VFS a nursery for background work (listings, preload, uploads, disk writes)."""
         self.namespace.attach(nursery)
         self.writer.attach(nursery)
         self.cache.attach(nursery)
@@ -228,9 +228,9 @@ class Vfs:
             await self.writer.flush(fh)
 
     async def take_order(self, paths: list[str]) -> bytes:
-        """Hand a job's order list to dataset prefetch (from `.pffs/prefetch` or its socket,
-        pffs.mounting.ordersocket); the report of it, which `.pffs/prefetch` then reads."""
-        errors = await self.datasets.prefetch_paths(paths)
+        """Hand a job's order list to preload (from `.pffs/preload` or its socket,
+        pffs.mounting.ordersocket); the report of it, which `.pffs/preload` then reads."""
+        errors = await self.datasets.preload_paths(paths)
         self.special.note_order(len(paths) - len(errors), errors)
         return self.special.report
 

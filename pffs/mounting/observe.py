@@ -23,13 +23,13 @@ def cache_reader(vfs: Vfs) -> Callable[[], Mapping[str, int]]:
         values["memory_used_bytes"] = cache.memory.used
         values["memory_capacity_bytes"] = cache.memory.capacity
         values["memory_blocks"] = len(cache.memory)
-        values["prefetch_in_flight_bytes"] = cache.prefetch_in_flight
+        values["ahead_in_flight_bytes"] = cache.ahead_in_flight
         values["staged_files"] = len(vfs.staged)
         engine = vfs.datasets.engine
-        values.update({f"dataset_{k}": v for k, v in engine.stats.as_dict().items()})
-        values["dataset_files_in_flight"] = engine.files_in_flight
-        values["dataset_bytes_in_flight"] = engine.bytes_in_flight
-        values["dataset_concurrency"] = engine.concurrency
+        values.update({f"preload_{k}": v for k, v in engine.stats.as_dict().items()})
+        values["preload_files_in_flight"] = engine.files_in_flight
+        values["preload_bytes_in_flight"] = engine.bytes_in_flight
+        values["preload_concurrency"] = engine.concurrency
         return values
 
     return read
@@ -50,24 +50,24 @@ def start_observing(config: MountConfig, vfs: Vfs) -> Callable[[], None]:
         metrics_address=observe.metrics_address,
     )
     reader = cache_reader(vfs)
-    metrics.watch_cache(reader)
+    metrics.cache.watch(reader)
     datasets = vfs.cache.room.describe
-    metrics.watch_datasets(datasets)
+    metrics.cache.watch_datasets(datasets)
     server = None
     if observe.metrics_address:
         try:
             server, _ = metrics.serve_http(observe.metrics_address)
         except OSError as exc:
-            metrics.unwatch_cache(reader)
-            metrics.unwatch_datasets(datasets)
+            metrics.cache.unwatch(reader)
+            metrics.cache.unwatch_datasets(datasets)
             raise UsageError(
                 f"--metrics {observe.metrics_address}: cannot listen ({exc.strerror or exc})"
             ) from None
         log.info("Prometheus metrics at http://%s/metrics", observe.metrics_address)
 
     def stop() -> None:
-        metrics.unwatch_cache(reader)
-        metrics.unwatch_datasets(datasets)
+        metrics.cache.unwatch(reader)
+        metrics.cache.unwatch_datasets(datasets)
         if server is not None:
             server.shutdown()
             server.server_close()

@@ -1,12 +1,12 @@
-"""The order socket, `.pffs/prefetch.sock`: how a job's order list passes a read-only bind.
+"""The order socket, `.pffs/preload.sock`: how a job's order list passes a read-only bind.
 
 A read-only bind of the mount (how Kubernetes hands a ReadOnlyMany volume to a pod: Fluid's CSI
-plugin, pffs's own csi/volumes.py) refuses every write with EROFS in the kernel, `.pffs/prefetch`
+plugin, pffs's own csi/volumes.py) refuses every write with EROFS in the kernel, `.pffs/preload`
 included, while connect() to a unix socket passes it. So once the mount serves, its process
-binds a socket at `.pffs/prefetch.sock` (the kernel asks pffs itself for the socket's inode with
+binds a socket at `.pffs/preload.sock` (the kernel asks pffs itself for the socket's inode with
 a MKNOD, answered by pffs.fs.special) and serves each connection: the client sends an order list
 in the control file's format, shuts its side down and reads the report the file would give, its
-own list's (pffs.dataset is the client). Lists go to the one handling the file's go to
+own list's (pffs.jobs is the client). Lists go to the one handling the file's go to
 (Vfs.take_order).
 
 A socket bound through a mount pins it: `umount` answers EBUSY while it is open. So the socket
@@ -54,7 +54,7 @@ WATCH_SECONDS = 60.0
 async def serve_order_socket(
     vfs: Vfs, mountpoint: str, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
 ) -> None:
-    """Bind `.pffs/prefetch.sock` of the mount at `mountpoint` and answer order lists there
+    """Bind `.pffs/preload.sock` of the mount at `mountpoint` and answer order lists there
     until the mount is gone or this task is cancelled; then close it. Started (nursery.start)
     once the socket is bound, or is known not to be."""
     kernel_calls = trio.CapacityLimiter(1)
@@ -91,7 +91,7 @@ async def serve_order_socket(
 
 
 def _bind_through_clone(mountpoint: str) -> tuple[socket.socket, str]:
-    """A listening socket at `.pffs/prefetch.sock`, bound through a clone of the mount; and
+    """A listening socket at `.pffs/preload.sock`, bound through a clone of the mount; and
     the file system's device ("major:minor", as the mount table names it)."""
     entry = find_mount(mountpoint)
     if entry is None:

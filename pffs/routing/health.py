@@ -1,9 +1,9 @@
 """Each source's health: a circuit breaker, so reads fail at once while a store is down.
 
 A source is up until a reader's store request fails past its retries with a transient error (a
-timeout, a refused connection, a 5xx): then it is down. Prefetch's failures do not count (its
-readers fetch the blocks themselves, and their failures do), so a blip in the background never
-fails a reader. While it is down, `check()` raises
+timeout, a refused connection, a 5xx): then it is down. Failures of loads ahead do not count
+(their readers fetch the blocks themselves, and their failures do), so a blip in the background
+never fails a reader. While it is down, `check()` raises
 `SourceDown` (EIO) at once, so a read that needs the store does not wait out another retry
 budget; cached blocks and listings within their TTL are still served, because they never ask.
 Writes do not consult the breaker: they keep their staged data and their own errors.
@@ -15,7 +15,7 @@ that succeeds marks the source up again, without a remount. Each change is one l
 the gauge `pffs_source_up{source}` (in `.pffs/stats` and `pffs stats`).
 
 Throttling (`Throttled`: 503 SlowDown, 429) never marks a source down: the store is alive and
-asks for fewer requests, which prefetch's concurrency control answers.
+asks for fewer requests, which the pace of loading ahead answers.
 """
 
 from __future__ import annotations

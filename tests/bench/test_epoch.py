@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench.cli import parse_args, parse_latencies
-from bench.dataset import Dataset, Sizes, epoch_names
+from bench.data import Dataset, Sizes, epoch_names
 from bench.epoch import read_epoch, shuffled, store_files_per_s
 from bench.scenarios import Scenarios
 from bench.servers import Server, far

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.dataset import Dataset, Sizes, epoch_names
+from bench.data import Dataset, Sizes, epoch_names
 from bench.metadata import (
     TREE_MARKER,
     create_tree,

@@ -14,8 +14,8 @@ def cache_config(tmp_path: Path | None, block: int = 16 * KIB, **kwargs) -> Cach
         "block_size": block,
         "memory_bytes": 64 * block,
         "disk_dir": str(tmp_path / "cache") if tmp_path else None,
-        "prefetch_max": 8 * block,
-        "prefetch_budget": 16 * block,
+        "readahead_max": 8 * block,
+        "ahead_budget": 16 * block,
         **kwargs,
     }
     return CacheConfig(**settings_)

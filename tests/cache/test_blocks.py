@@ -76,7 +76,7 @@ def test_a_failed_fetch_reaches_every_waiter_and_is_retried_later() -> None:
 
 
 def test_memory_tier_stays_within_its_bound() -> None:
-    config = cache_config(None, memory_bytes=10 * 16 * KIB, prefetch_budget=2 * 16 * KIB)
+    config = cache_config(None, memory_bytes=10 * 16 * KIB, ahead_budget=2 * 16 * KIB)
     cache = BlockCache(config)
 
     async def main() -> None:

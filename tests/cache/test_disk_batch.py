@@ -281,7 +281,7 @@ def test_write_behind_writes_blocks_in_batches(tmp_path: Path) -> None:
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             disk._background.attach(nursery)
-            for key in keys[:20]:  # prefetched blocks: each waits for the disk's backlog
+            for key in keys[:20]:  # blocks loaded ahead: each waits for the disk's backlog
                 await disk.wait_for_room()
                 disk.write_behind(key, _block(disk.name(key)))
             for key in keys[20:]:  # a reader's blocks: queued in the background

@@ -113,13 +113,15 @@ async def test_loads_every_file_bytes_exact(tmp_path: Path, size: int) -> None:
     assert sorted(store.requests) == sorted(store.files)
     assert engine.stats.files_fetched == 20
     assert engine.stats.bytes_fetched == 20 * size
+    # Preloaded blocks read back are preload's to count, not readahead's.
+    assert cache.stats.readahead_issued == cache.stats.readahead_used == 0
 
 
 @in_trio
 async def test_bounds_concurrency_and_budget(tmp_path: Path) -> None:
     store = Store(files(200, 2 * BLOCK))
     store.gate = trio.Event()  # hold every request
-    cache = BlockCache(cache_config(None, memory_bytes=2048 * BLOCK, prefetch_budget=512 * BLOCK))
+    cache = BlockCache(cache_config(None, memory_bytes=2048 * BLOCK, ahead_budget=512 * BLOCK))
     engine = Preloader(cache, budget=10 * BLOCK, concurrency=16)
     pulled = 0
 
@@ -271,7 +273,7 @@ async def test_room_held_by_a_finished_job_comes_back_when_its_readers_go() -> N
 @in_trio
 async def test_opens_with_no_job_under_way_are_remembered_within_a_bound() -> None:
     """Every read-only open is told to the engine; with no job under way it remembers only
-    the latest ones, so a mount reading a million files without prefetch stays small."""
+    the latest ones, so a mount reading a million files without preload stays small."""
     store = Store(files(3, BLOCK))
     cache = BlockCache(cache_config(None, memory_bytes=256 * BLOCK))
     engine = Preloader(cache, budget=64 * BLOCK)

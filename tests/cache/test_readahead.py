@@ -21,7 +21,7 @@ def test_readahead_grows_on_sequential_reads_and_resets_on_seek() -> None:
     assert len(ra.on_read(500 * block + 200, 500 * block + 300)) == 1
 
 
-def test_random_reads_never_prefetch() -> None:
+def test_random_reads_never_read_ahead() -> None:
     block = 4 * KIB
     ra = Readahead(block, max_window_bytes=8 * block, file_size=1000 * block)
     rng = random.Random(0)

@@ -19,7 +19,7 @@ async def _wait(flight: Flight, got: list[bytes | None]) -> None:
 def test_waiters_get_the_bytes_and_where_they_came_from() -> None:
     flights = SingleFlight()
     flight = flights.start(KEY)
-    assert KEY in flights and flights.get(KEY) is flight and not flight.prefetch
+    assert KEY in flights and flights.get(KEY) is flight and not flight.ahead
     got: list[bytes | None] = []
 
     async def main() -> None:
@@ -36,8 +36,8 @@ def test_waiters_get_the_bytes_and_where_they_came_from() -> None:
 
 def test_an_error_reaches_every_waiter() -> None:
     flights = SingleFlight()
-    flight = flights.start(KEY, prefetch=True)
-    assert flight.prefetch
+    flight = flights.start(KEY, ahead=True)
+    assert flight.ahead
     flights.abandon(KEY, flight, Transient("store down"))
 
     async def main() -> None:

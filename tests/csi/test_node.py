@@ -23,7 +23,7 @@ import grpc
 import pytest
 
 from pffs.csi.proto import csi_pb2
-from pffs.dataset import prefetch_order
+from pffs.jobs import preload_order
 from pffs.mounting.kernel import FSTYPE, find_mount, is_dead
 from tests.csi.csi_driver import AccessMode, Driver, capability, mount_daemons, status_of
 
@@ -100,7 +100,7 @@ def test_identity_and_node_info(driver: Driver) -> None:
 def test_publish_two_targets_share_one_mount(
     driver: Driver, moto, bucket: str, dataset: dict[str, bytes], secrets: dict[str, str]
 ) -> None:
-    context = context_for(moto, bucket, cacheMemory="64M", prefetchMax="8M")
+    context = context_for(moto, bucket, cacheMemory="64M", readaheadMax="8M")
     first, second = driver.target("pod-a"), driver.target("pod-b")
     driver.publish("vol-1", first, context, secrets)
     assert_reads(first, dataset)
@@ -124,9 +124,9 @@ def test_publish_two_targets_share_one_mount(
     with pytest.raises(OSError) as refused:
         (second / "new.txt").write_bytes(b"x")
     assert refused.value.errno == errno.EROFS
-    # A job there still hands its order over, through .pffs/prefetch.sock; the socket keeps
+    # A job there still hands its order over, through .pffs/preload.sock; the socket keeps
     # no unmount below from working.
-    assert prefetch_order(str(second), ["train/b.txt", "nope"]) == ["nope: no such file"]
+    assert preload_order(str(second), ["train/b.txt", "nope"]) == ["nope: no such file"]
 
     # Secrets: in the mount process's environment, never on its command line or in a log.
     pid = daemons[0]

@@ -1,5 +1,5 @@
 """Volume attributes to `pffs mount` options, checked through the real option parser: the
-datasetPrefetch attribute."""
+preload attribute."""
 
 from __future__ import annotations
 
@@ -17,14 +17,29 @@ def mounted_with(spec: params.VolumeSpec) -> bool:
 
 
 @pytest.mark.parametrize(("text", "enabled"), [("false", False), ("true", True), ("", True)])
-def test_dataset_prefetch_attribute_becomes_the_mount_option(text: str, enabled: bool) -> None:
-    spec = params.volume_spec({"source": "s3://bucket/data", "datasetPrefetch": text})
-    assert spec.dataset_prefetch is (None if text == "" else enabled)
+def test_preload_attribute_becomes_the_mount_option(text: str, enabled: bool) -> None:
+    spec = params.volume_spec({"source": "s3://bucket/data", "preload": text})
+    assert spec.preload is (None if text == "" else enabled)
     assert mounted_with(spec) is enabled
 
 
-def test_dataset_prefetch_attribute_must_be_a_boolean() -> None:
+def test_preload_attribute_must_be_a_boolean() -> None:
     with pytest.raises(CsiError) as refused:
-        params.volume_spec({"source": "s3://bucket/data", "datasetPrefetch": "sometimes"})
+        params.volume_spec({"source": "s3://bucket/data", "preload": "sometimes"})
     assert refused.value.code == grpc.StatusCode.INVALID_ARGUMENT
-    assert refused.value.message == "datasetPrefetch='sometimes' is not true or false"
+    assert refused.value.message == "preload='sometimes' is not true or false"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "text", "field", "value"),
+    [
+        ("datasetPrefetch", "preload", "false", "preload", False),
+        ("prefetchMax", "readaheadMax", "8M", "readahead_max", 8 << 20),
+    ],
+)
+def test_former_attribute_names_still_work_with_a_warning(
+    old: str, new: str, text: str, field: str, value: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    spec = params.volume_spec({"source": "s3://bucket/data", old: text})
+    assert getattr(spec, field) == value
+    assert f"volume attribute {old} is deprecated and will be removed, use {new}" in caplog.text

@@ -1,6 +1,6 @@
 """A dataset larger than the disk tier, read for shuffled epochs through the VFS (no kernel):
 the cache keeps a stable subset of it, so epoch 2 takes about the cache's share of its bytes
-from the cache, dataset prefetch loads nothing outside the subset, every byte is exact; a
+from the cache, dataset preload loads nothing outside the subset, every byte is exact; a
 dataset that fits is cached whole as before; the metrics and `pffs stats` show each dataset.
 
 The store is the real local backend, counting reads by path (tests.fs.test_datasets).
@@ -100,7 +100,7 @@ def test_a_dataset_twice_the_disk_tier_keeps_a_stable_subset(tmp_path: Path) -> 
     # through the set, as least-recently-stored eviction alone does, finds about 20%.
     kept_share = KEEP_SHARE / 2
     assert shares[1] >= kept_share - 0.1, shares
-    # Dataset prefetch loaded no file outside the subset: each of those was fetched by its
+    # Dataset preload loaded no file outside the subset: each of those was fetched by its
     # reader, once per epoch, and never written to disk.
     source = vfs.table.mounted[0].backend.source_id
     threshold = float(described["threshold"])
@@ -130,11 +130,11 @@ def test_the_metrics_and_pffs_stats_show_each_dataset(tmp_path: Path) -> None:
     vfs, _ = make_vfs(tmp_path / "store", tmp_path, disk_bytes=FILES * FILE // 2)
     two_epochs(vfs, files)
     describe = vfs.cache.room.describe
-    metrics.watch_datasets(describe)
+    metrics.cache.watch_datasets(describe)
     try:
         values = series(metrics.snapshot())
     finally:
-        metrics.unwatch_datasets(describe)
+        metrics.cache.unwatch_datasets(describe)
     labels = (("dataset", "/train"),)
     assert values[("pffs_dataset_size_bytes", labels)] == FILES * FILE
     assert values[("pffs_dataset_files", labels)] == FILES

@@ -1,5 +1,5 @@
-"""Dataset prefetch through the VFS, without a kernel: detection from opens (flat and nested),
-bytes exact, a reader not starved while prefetch is saturated, `.pffs/prefetch` order lists
+"""Dataset preload through the VFS, without a kernel: detection from opens (flat and nested),
+bytes exact, a reader not starved while preload is saturated, `.pffs/preload` order lists
 with bad entries, and what does not count (writes, `.pffs`).
 
 The store is the real local backend, wrapped to count reads by path and to hold the reads of
@@ -25,7 +25,7 @@ from pffs.cache.blocks import BlockCache
 from pffs.config import CacheConfig, DatasetConfig, FuseConfig, MetaConfig, SourceConfig
 from pffs.errors import ReadOnly, Throttled, Transient, Unsupported
 from pffs.fs.inodes import ROOT_INODE
-from pffs.fs.special import PREFETCH_FILE, STATS_DIR
+from pffs.fs.special import PRELOAD_FILE, STATS_DIR
 from pffs.fs.vfs import Vfs
 from pffs.routing.table import MountTable
 
@@ -121,7 +121,7 @@ def with_vfs(vfs: Vfs, body: Callable[[], Awaitable[None]]) -> None:
 
 
 @pytest.mark.parametrize("size", [10 * KIB, 150 * KIB])  # one block, and a run of three
-def test_three_opens_prefetch_the_rest_of_the_directory(tmp_path: Path, size: int) -> None:
+def test_three_opens_preload_the_rest_of_the_directory(tmp_path: Path, size: int) -> None:
     files = dataset(tmp_path, {"train": 50}, size)
     vfs, backend = make_vfs(tmp_path)
     order = list(files)
@@ -144,7 +144,7 @@ def test_three_opens_prefetch_the_rest_of_the_directory(tmp_path: Path, size: in
         assert set(backend.reads.values()) == {1}
 
 
-def test_two_opens_or_a_slow_pace_do_not_prefetch(tmp_path: Path) -> None:
+def test_two_opens_or_a_slow_pace_do_not_preload(tmp_path: Path) -> None:
     files = dataset(tmp_path, {"docs": 10}, KIB)
     vfs, backend = make_vfs(tmp_path, trigger_window=0.0)
 
@@ -159,7 +159,7 @@ def test_two_opens_or_a_slow_pace_do_not_prefetch(tmp_path: Path) -> None:
     assert sum(backend.reads.values()) == 5
 
 
-def test_opens_across_sibling_directories_prefetch_the_parent(tmp_path: Path) -> None:
+def test_opens_across_sibling_directories_preload_the_parent(tmp_path: Path) -> None:
     layout = {f"imagenet/train/n{c:04}": 8 for c in range(6)}
     files = dataset(tmp_path, layout, 4 * KIB)
     vfs, backend = make_vfs(tmp_path)
@@ -195,7 +195,7 @@ def test_writes_and_pffs_files_do_not_count(tmp_path: Path) -> None:
     assert vfs.datasets.engine.stats.files_queued == 0
 
 
-def test_disabled_prefetches_nothing(tmp_path: Path) -> None:
+def test_disabled_preloads_nothing(tmp_path: Path) -> None:
     files = dataset(tmp_path, {"d": 10}, KIB)
     vfs, backend = make_vfs(tmp_path, enabled=False)
 
@@ -208,11 +208,11 @@ def test_disabled_prefetches_nothing(tmp_path: Path) -> None:
     assert sum(backend.reads.values()) == 5
 
 
-def test_reader_is_not_starved_while_prefetch_is_saturated(tmp_path: Path) -> None:
+def test_reader_is_not_starved_while_preload_is_saturated(tmp_path: Path) -> None:
     files = dataset(tmp_path, {"d": 40}, KIB)
     vfs, backend = make_vfs(tmp_path, concurrency=8, max_concurrency=8)
     paths = list(files)
-    # Every prefetch request stalls at the store: all the prefetch slots are taken.
+    # Every preload request stalls at the store: all the preload slots are taken.
     backend.held = set(paths[3:-1])
 
     async def body() -> None:
@@ -223,7 +223,7 @@ def test_reader_is_not_starved_while_prefetch_is_saturated(tmp_path: Path) -> No
                 await trio.sleep(0.01)
         await trio.sleep(0.1)
         assert vfs.datasets.engine.files_in_flight == 8
-        with trio.fail_after(5):  # the reader's own request goes around the stalled prefetch
+        with trio.fail_after(5):  # the reader's own request goes around the stalled preload
             assert await read_whole(vfs, paths[-1]) == files[paths[-1]]
         backend.release.set()
         await vfs.datasets.engine.wait_idle()
@@ -236,19 +236,19 @@ def test_reader_is_not_starved_while_prefetch_is_saturated(tmp_path: Path) -> No
 
 def test_order_list_through_the_control_file(tmp_path: Path) -> None:
     files = dataset(tmp_path, {"a": 5, "b": 5}, 2 * KIB)
-    # Detection off in effect: only the order list prefetches here.
+    # Detection off in effect: only the order list preloads here.
     vfs, backend = make_vfs(tmp_path, concurrency=1, max_concurrency=1, trigger_files=100)
     order = ["b/004.bin", "a/002.bin", "missing/x.bin", "a/999.bin", "b/000.bin", "a"]
 
     async def body() -> None:
-        control = await resolve(vfs, f"{STATS_DIR}/{PREFETCH_FILE}")
+        control = await resolve(vfs, f"{STATS_DIR}/{PRELOAD_FILE}")
         fh, _ = await vfs.open(control, os.O_WRONLY | os.O_TRUNC)
         text = "".join(f"{p}\n" for p in order).encode()
         assert await vfs.write(fh, 0, text) == len(text)
         await vfs.flush(fh)
         await vfs.release(fh)
         await vfs.datasets.engine.wait_idle()
-        report = await read_whole(vfs, f"{STATS_DIR}/{PREFETCH_FILE}")
+        report = await read_whole(vfs, f"{STATS_DIR}/{PRELOAD_FILE}")
         assert report.decode().splitlines() == [
             "queued 3",
             "missing/x.bin: no such file",
@@ -265,7 +265,7 @@ def test_order_list_through_the_control_file(tmp_path: Path) -> None:
     assert list(backend.reads) == ["b/004.bin", "a/002.bin", "b/000.bin"]
 
 
-def test_throttled_prefetch_backs_off_and_readers_see_what_they_would_without_it(
+def test_throttled_preload_backs_off_and_readers_see_what_they_would_without_it(
     tmp_path: Path,
 ) -> None:
     files = dataset(tmp_path, {"d": 30}, 2 * KIB)

@@ -49,7 +49,7 @@ def test_write_bits_follow_each_source_and_the_mount(tmp_path: Path) -> None:
         assert await file_mode(ops, "rw", "f.txt") == 0o644
         assert await file_mode(ops, "ro", "f.txt") == 0o444
         assert await file_mode(ops, ".pffs", "stats") == 0o444
-        assert await file_mode(ops, ".pffs", "prefetch") == 0o644  # an order list is written
+        assert await file_mode(ops, ".pffs", "preload") == 0o644  # an order list is written
         assert await file_mode(operations(only_ro), "f.txt") == 0o444
         assert await file_mode(operations(only_rw), "f.txt") == 0o644
         assert await file_mode(operations(only_rw), ".pffs", "stats") == 0o444

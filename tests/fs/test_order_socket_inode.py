@@ -13,7 +13,7 @@ import pytest
 
 from pffs.errors import NotFound, ReadOnly, Unsupported
 from pffs.fs.inodes import ROOT_INODE
-from pffs.fs.special import ORDER_SOCKET, PREFETCH_FILE, STATS_DIR, STATS_FILE, order_lines
+from pffs.fs.special import ORDER_SOCKET, PRELOAD_FILE, STATS_DIR, STATS_FILE, order_lines
 from pffs.fs.vfs import Vfs
 from tests.fs.test_datasets import KIB, dataset, make_vfs, read_whole, resolve, with_vfs
 
@@ -39,7 +39,7 @@ def test_the_order_socket_takes_lists_and_only_its_own_mknod(tmp_path: Path) -> 
             await vfs.lookup(pffs, ORDER_SOCKET)
         socket = vfs.mknod(pffs, ORDER_SOCKET, True, mine)
         assert (await vfs.lookup(pffs, ORDER_SOCKET)).ino == socket.ino
-        assert await list_names(vfs, pffs) == [STATS_FILE, PREFETCH_FILE, ORDER_SOCKET]
+        assert await list_names(vfs, pffs) == [STATS_FILE, PRELOAD_FILE, ORDER_SOCKET]
         with pytest.raises(ReadOnly):  # one at a time
             vfs.mknod(pffs, ORDER_SOCKET, True, mine)
         with pytest.raises(ReadOnly):
@@ -47,7 +47,7 @@ def test_the_order_socket_takes_lists_and_only_its_own_mknod(tmp_path: Path) -> 
 
         report = await vfs.take_order(order_lines(b"a/001.bin\n\nmissing\n"))
         assert report == b"queued 1\nmissing: no such file\n"
-        assert await read_whole(vfs, f"{STATS_DIR}/{PREFETCH_FILE}") == report
+        assert await read_whole(vfs, f"{STATS_DIR}/{PRELOAD_FILE}") == report
         await vfs.datasets.engine.wait_idle()
         assert list(backend.reads) == ["a/001.bin"]
 

@@ -1,4 +1,4 @@
-"""The block cache through the VFS: tiers, checksums, prefetch and persistence (the cache's
+"""The block cache through the VFS: tiers, checksums, readahead and persistence (the cache's
 tests that need no VFS are in tests/cache/).
 
 The store here is a fake on purpose: it injects failures and delays on demand and counts every
@@ -117,13 +117,13 @@ reads_strategy = st.lists(
 @given(size=st.integers(0, 260 * KIB), reads=reads_strategy, sequential=st.booleans())
 def test_random_reads_match_reference(tmp_path: Path, size: int, reads, sequential: bool) -> None:
     data = random.Random(size).randbytes(size)
-    if sequential:  # a streaming reader, to drive prefetch
+    if sequential:  # a streaming reader, to drive readahead
         reads = [(offset, 8 * KIB) for offset in range(0, size + 8 * KIB, 8 * KIB)]
     store = FakeStore({"f": data}, delay=0.0005)
     vfs = make_vfs(store, cache_config(None))
     got = trio.run(with_nursery, vfs, "f", reads)
     assert got == [data[o : o + n] for o, n in reads]
-    # Each block came from the store at most once (prefetch and readers share fetches); other
+    # Each block came from the store at most once (readahead and readers share fetches); other
     # reads are a reader's part of a cold block, asked for while the block loads behind it.
     blocks = [
         r for r in store.ranges if r[0] % (16 * KIB) == 0 and r[1] == min(16 * KIB, size - r[0])
@@ -177,10 +177,10 @@ class RunStore(FakeStore):
             offset += length
 
 
-def test_prefetch_asks_for_consecutive_blocks_in_one_request() -> None:
+def test_readahead_asks_for_consecutive_blocks_in_one_request() -> None:
     data = random.Random(3).randbytes(64 * 16 * KIB + 100)
     store = RunStore({"f": data})
-    config = cache_config(None, prefetch_max=16 * 16 * KIB, fetch_size=4 * 16 * KIB)
+    config = cache_config(None, readahead_max=16 * 16 * KIB, fetch_size=4 * 16 * KIB)
     reads = [(offset, 8 * KIB) for offset in range(0, len(data), 8 * KIB)]
     got = trio.run(with_nursery, make_vfs(store, config), "f", reads)
     assert b"".join(got) == data
@@ -194,7 +194,7 @@ def test_prefetch_asks_for_consecutive_blocks_in_one_request() -> None:
 def test_a_run_broken_midway_loses_nothing(fail_at: int) -> None:
     data = random.Random(fail_at).randbytes(40 * 16 * KIB)
     store = RunStore({"f": data}, fail_at=fail_at)
-    config = cache_config(None, prefetch_max=16 * 16 * KIB, fetch_size=4 * 16 * KIB)
+    config = cache_config(None, readahead_max=16 * 16 * KIB, fetch_size=4 * 16 * KIB)
     reads = [(offset, 16 * KIB) for offset in range(0, len(data), 16 * KIB)]
     got = trio.run(with_nursery, make_vfs(store, config), "f", reads)
     assert got == [data[o : o + n] for o, n in reads]  # readers fetched the rest themselves
@@ -371,7 +371,7 @@ def test_a_small_file_is_fetched_from_its_open() -> None:
             inode = await vfs.lookup(ROOT_INODE, "f")
             fh, _ = await vfs.open(inode.ino, os.O_RDONLY)
             await trio.sleep(0.05)
-            assert vfs.cache.prefetch_in_flight == len(data)  # asked for before any read
+            assert vfs.cache.ahead_in_flight == len(data)  # asked for before any read
             store.gate.set()
             assert await vfs.read(fh, 0, 128 * KIB) == data
             assert store.reads == 1

@@ -34,7 +34,7 @@ def test_remounted_warm_read_makes_no_data_requests(counted: MotoServer, tmp_pat
     with mounted("s3://data", tmp_path / "mnt", *options) as mnt:
         assert (mnt / "big.bin").read_bytes() == data
     cold_gets = counted.requests("GET", "/data/big.bin")
-    # Ranged GETs of at most 16 MiB (a prefetch asks for consecutive 4 MiB blocks together),
+    # Ranged GETs of at most 16 MiB (readahead asks for consecutive 4 MiB blocks together),
     # never more than one per block (a few retried at most): no block is fetched twice.
     assert 256 // 16 <= cold_gets <= 64 + 6
     drop_page_cache()

@@ -46,7 +46,7 @@ def source_up(mnt: Path) -> float:
 
 
 def test_hung_store_one_bound_then_fail_fast_then_back(s3, bucket, proxy, tmp_path) -> None:
-    """Readahead, the reader and dataset prefetch all wait on a store that stops answering:
+    """Readahead, the reader and dataset preload all wait on a store that stops answering:
     the first error comes within --retry-timeout + one --request-timeout, later reads needing
     the store fail at once, cached bytes keep serving, and the mount reads again by itself."""
     files = {f"d/f{n}.bin": random.randbytes(4 * MIB) for n in range(4)}
@@ -104,7 +104,7 @@ def test_a_read_joining_a_failing_readahead_keeps_its_own_bound(
 
 
 def test_store_throttling_under_load_costs_readers_no_error(s3, bucket, proxy, tmp_path) -> None:
-    """503 SlowDown to every GET beyond 2 in flight, while 8 readers and dataset prefetch read a
+    """503 SlowDown to every GET beyond 2 in flight, while 8 readers and dataset preload read a
     directory: every byte exact, and the store did throttle."""
     files = {f"t/{n:02d}.bin": random.randbytes(256 * KIB + n) for n in range(24)}
     for key, data in files.items():
@@ -133,7 +133,7 @@ def test_store_throttling_under_load_costs_readers_no_error(s3, bucket, proxy, t
 
 
 def test_remount_right_after_sigkill_clears_the_dead_mount(s3, bucket, moto, tmp_path) -> None:
-    """SIGKILL while dataset prefetch, the disk tier's write-behind and a staged upload are
+    """SIGKILL while dataset preload, the disk tier's write-behind and a staged upload are
     under way; the next `pffs mount` at once (the kernel still holds the root's attributes for
     their 60 s TTL) clears the dead mount and serves every byte exactly."""
     files = {f"ds/part-{n:02d}.bin": random.randbytes(MIB + n) for n in range(24)}
@@ -153,7 +153,7 @@ def test_remount_right_after_sigkill_clears_the_dead_mount(s3, bucket, moto, tmp
         os.write(staged, b"s" * MIB)
         # The root's attributes, now in the kernel's cache (the create above dropped them).
         os.stat(mnt)
-        for n in range(3):  # a job opening a directory's files: dataset prefetch starts
+        for n in range(3):  # a job opening a directory's files: dataset preload starts
             assert (mnt / f"ds/part-{n:02d}.bin").read_bytes() == files[f"ds/part-{n:02d}.bin"]
         os.kill(daemon_pid(first.stdout), signal.SIGKILL)
         with pytest.raises(OSError):
@@ -183,10 +183,10 @@ def test_bad_timeout_flags(flag: str, value: str, tmp_path: Path) -> None:
 
 
 @requires_root
-def test_cache_disk_filling_under_eight_readers_and_prefetch(
+def test_cache_disk_filling_under_eight_readers_and_preload(
     s3, bucket, moto, small_disk, tmp_path
 ) -> None:
-    """8 readers and dataset prefetch fill an 8 MiB cache disk: no reader sees an error, the
+    """8 readers and dataset preload fill an 8 MiB cache disk: no reader sees an error, the
     blocks that do not fit come from the store, the free-space floor holds, and after a
     remount every byte is exact."""
     files = {f"train/{n:03d}.bin": random.randbytes(512 * KIB + n) for n in range(40)}

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from pffs.dataset import prefetch_order
+from pffs.jobs import preload_order
 from pffs.mounting.kernel import FSTYPE, MountEntry, find_mount, mount_table, wait_unmounted
 from pffs.testing.servers import DUMMY_CREDENTIALS, MotoServer
 from tests.conftest import PFFS, run_pffs, unmount_quietly
@@ -224,7 +224,7 @@ def test_an_app_pods_read_only_volume_takes_an_order_and_the_prestop_ends_pffs(
     fluid: dict[str, Any], start, tmp_path: Path
 ) -> None:
     """Fluid hands a ReadOnlyMany Dataset to an app pod as a read-only bind of the target path:
-    a job there hands its order over through `.pffs/prefetch.sock`. Its socket bound, pffs is
+    a job there hands its order over through `.pffs/preload.sock`. Its socket bound, pffs is
     still ended by Fluid's default preStop, `umount <targetPath>`, with exit status 0."""
     target = fluid["target"]
     proc = start(fluid["config"], target)
@@ -232,7 +232,7 @@ def test_an_app_pods_read_only_volume_takes_an_order_and_the_prestop_ends_pffs(
     volume.mkdir()
     subprocess.run(["mount", "--bind", "-o", "ro", str(target), str(volume)], check=True)
     try:
-        bad = prefetch_order(str(volume), ["imagenet/train/shard-0.tar", "labels/none.txt"])
+        bad = preload_order(str(volume), ["imagenet/train/shard-0.tar", "labels/none.txt"])
         assert bad == ["labels/none.txt: no such file"]
     finally:
         subprocess.run(["umount", str(volume)], check=True)  # the app pod is gone first

@@ -52,7 +52,7 @@ def test_metrics_move_through_a_real_mount(s3, bucket: str, mount_s3, tmp_path: 
         # Hidden, yet there: readdir does not list it, lookup finds it, it is read-only.
         assert os.listdir(mnt) == ["data"]
         assert os.path.isdir(mnt / ".pffs")
-        assert sorted(os.listdir(mnt / ".pffs")) == ["prefetch", "prefetch.sock", "stats"]
+        assert sorted(os.listdir(mnt / ".pffs")) == ["preload", "preload.sock", "stats"]
         with pytest.raises(OSError) as refused:
             open(mnt / ".pffs" / "stats", "w")  # noqa: SIM115
         assert refused.value.errno in (errno.EROFS, errno.EACCES)
@@ -77,7 +77,7 @@ def test_metrics_move_through_a_real_mount(s3, bucket: str, mount_s3, tmp_path: 
         assert served - metric_value(before, "pffs_cache_served_bytes_total") == size
         assert metric_value(cold, "pffs_fuse_operations_total", op="read") > 0
         gets = metric_value(cold, "pffs_backend_requests_total", request="GET")
-        assert 1 <= gets <= 4  # prefetched consecutive blocks share a GET
+        assert 1 <= gets <= 4  # consecutive blocks read ahead share a GET
 
         # A warm read of the same file (page cache dropped): memory hits, no store bytes.
         _drop_page_cache(mnt / "data" / "blob.bin")
@@ -174,10 +174,10 @@ def test_dashboard_queries_only_metrics_that_exist() -> None:
     assert not missing, sorted(missing)
 
 
-def test_unread_prefetched_blocks_count_as_wasted() -> None:
+def test_blocks_read_ahead_and_never_read_count_as_wasted() -> None:
     block = 64 * 1024
     config = CacheConfig(
-        block_size=block, memory_bytes=8 * block, disk_dir=None, prefetch_budget=4 * block
+        block_size=block, memory_bytes=8 * block, disk_dir=None, ahead_budget=4 * block
     )
     cache = BlockCache(config)
 
@@ -192,7 +192,7 @@ def test_unread_prefetched_blocks_count_as_wasted() -> None:
         async with trio.open_nursery() as nursery:
             cache.attach(nursery)
             keys = [BlockKey("s", "p", "v", index) for index in range(2)]
-            assert cache.prefetch(keys, [block, block], fetch_run) == 2  # loaded ahead
+            assert cache.read_ahead(keys, [block, block], fetch_run) == 2  # loaded ahead
             await cache.flush()
             await cache.read(BlockKey("s", "p", "v", 1), fetch)  # one of them is used
             for index in range(10, 20):  # readers push everything older out of memory
@@ -200,8 +200,8 @@ def test_unread_prefetched_blocks_count_as_wasted() -> None:
 
     trio.run(main)
     stats = cache.stats
-    assert stats.prefetch_issued == 2 and stats.prefetch_used == 1
-    assert stats.prefetch_wasted == 1
+    assert stats.readahead_issued == 2 and stats.readahead_used == 1
+    assert stats.readahead_wasted == 1
     assert stats.memory_misses == 10 and stats.memory_hits == 1
     assert stats.store_bytes_served == 10 * 100 and stats.memory_bytes_served == block
 

@@ -1,4 +1,4 @@
-"""The order socket `.pffs/prefetch.sock` on real mounts: every way of unmounting works while
+"""The order socket `.pffs/preload.sock` on real mounts: every way of unmounting works while
 it is bound (`pffs umount`, umount(8) as Fluid's preStop runs it, SIGTERM of the daemon, the
 CSI driver's fusermount3 with a read-only bind beside it), and the daemon exits after each; a
 mount still bound elsewhere keeps serving; no other special file can be made; a killed daemon's
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from pffs.dataset import prefetch_order
+from pffs.jobs import preload_order
 from pffs.mounting.kernel import wait_unmounted
 from tests.conftest import run_pffs, unmount_quietly
 from tests.mount.test_crash_and_disk import kill_daemon
@@ -60,7 +60,7 @@ def mount(tmp_path: Path, tree: Path) -> Iterator[Callable[..., tuple[Path, int]
         match = re.search(r"\(pid (\d+),", result.stdout)
         assert match, result.stdout
         made.append((mnt, int(match.group(1))))
-        assert stat.S_ISSOCK(os.stat(mnt / ".pffs" / "prefetch.sock").st_mode)
+        assert stat.S_ISSOCK(os.stat(mnt / ".pffs" / "preload.sock").st_mode)
         return made[-1]
 
     yield _mount
@@ -107,7 +107,7 @@ def _ok(result: subprocess.CompletedProcess) -> None:  # type: ignore[type-arg]
 @pytest.mark.parametrize("how", list(UNMOUNTS))
 def test_each_unmount_works_with_the_socket_bound(mount, tmp_path: Path, how: str) -> None:
     mnt, pid = mount()
-    assert prefetch_order(str(mnt), ["train/0.bin", "train/9.bin"]) == ["train/9.bin: no such file"]
+    assert preload_order(str(mnt), ["train/0.bin", "train/9.bin"]) == ["train/9.bin: no such file"]
     UNMOUNTS[how](mnt, pid)
     assert wait_unmounted(str(mnt), timeout=10)
     assert _exited(pid), f"the daemon outlived {how}"
@@ -120,7 +120,7 @@ def test_a_csi_style_unmount_with_a_read_only_bind(mount, tmp_path: Path) -> Non
     staging, pid = mount("staging", "--read-only")
     target = tmp_path / "target"
     _bind_read_only(staging, target)
-    assert prefetch_order(str(target), ["train/1.bin", "x"]) == ["x: no such file"]
+    assert preload_order(str(target), ["train/1.bin", "x"]) == ["x: no such file"]
     subprocess.run(["umount", str(target)], check=True)
     _ok(subprocess.run(["fusermount3", "-u", str(staging)], capture_output=True))
     assert wait_unmounted(str(staging), timeout=10)
@@ -136,7 +136,7 @@ def test_a_bind_left_keeps_the_mount_and_its_socket(mount, tmp_path: Path) -> No
     _ok(run_pffs("umount", str(mnt)))
     time.sleep(0.5)  # the daemon has seen the mount table change
     assert _alive(pid)
-    assert prefetch_order(str(bind), ["train/2.bin"]) == []
+    assert preload_order(str(bind), ["train/2.bin"]) == []
     assert (bind / "train" / "2.bin").read_bytes() == bytes([2]) * 4096
     subprocess.run(["umount", str(bind)], check=True)
     assert _exited(pid)
@@ -148,9 +148,9 @@ def test_no_other_special_file_can_be_made(mount) -> None:
         "a fifo in the tree": lambda: os.mkfifo(mnt / "fifo"),
         "a socket in the tree": lambda: _bind(mnt / "x.sock"),
         "a socket in .pffs": lambda: _bind(mnt / ".pffs" / "other.sock"),
-        "a fifo at the socket's name": lambda: os.mkfifo(mnt / ".pffs" / "prefetch.sock"),
-        "a second socket at its name": lambda: _bind(mnt / ".pffs" / "prefetch.sock"),
-        "the socket removed": lambda: os.unlink(mnt / ".pffs" / "prefetch.sock"),
+        "a fifo at the socket's name": lambda: os.mkfifo(mnt / ".pffs" / "preload.sock"),
+        "a second socket at its name": lambda: _bind(mnt / ".pffs" / "preload.sock"),
+        "the socket removed": lambda: os.unlink(mnt / ".pffs" / "preload.sock"),
     }
     errnos = {}
     for what, make in refused.items():
@@ -165,8 +165,8 @@ def test_no_other_special_file_can_be_made(mount) -> None:
         "a second socket at its name": errno.EADDRINUSE,
         "the socket removed": errno.EROFS,
     }
-    assert sorted(os.listdir(mnt / ".pffs")) == ["prefetch", "prefetch.sock", "stats"]
-    assert prefetch_order(str(mnt), ["train/3.bin"]) == []
+    assert sorted(os.listdir(mnt / ".pffs")) == ["preload", "preload.sock", "stats"]
+    assert preload_order(str(mnt), ["train/3.bin"]) == []
 
 
 def _bind(path: Path) -> None:
@@ -180,6 +180,6 @@ def test_a_killed_daemons_mount_is_remounted_with_a_new_socket(mount) -> None:
     mnt, pid = mount("mnt", "--attr-ttl", "1")
     kill_daemon(pid, mnt)
     mnt, pid = mount()  # clears the dead mount
-    assert prefetch_order(str(mnt), ["train/0.bin", "train/none"]) == ["train/none: no such file"]
+    assert preload_order(str(mnt), ["train/0.bin", "train/none"]) == ["train/none: no such file"]
     _ok(run_pffs("umount", str(mnt)))
     assert _exited(pid)

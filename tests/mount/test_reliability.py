@@ -228,7 +228,7 @@ def test_object_overwritten_at_the_source(s3, bucket, moto, tmp_path) -> None:
     old, new = random.Random(1).randbytes(32 * block), random.Random(2).randbytes(32 * block)
     s3.put_object(Bucket=bucket, Key="model.bin", Body=old)
     options = (
-        *("--endpoint-url", moto.endpoint_url, "--block-size", "64K", "--prefetch-max", "0"),
+        *("--endpoint-url", moto.endpoint_url, "--block-size", "64K", "--readahead-max", "0"),
         *("--attr-ttl", "0.3", "--entry-ttl", "0.3", "--cache-dir", "none"),
     )
     with mounted(f"s3://{bucket}", tmp_path / "mnt", *options) as mnt:

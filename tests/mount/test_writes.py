@@ -212,7 +212,7 @@ def test_read_only_mount_refuses_writes(s3, bucket, mount_s3) -> None:
             with pytest.raises(OSError) as caught:
                 fn(*args)
             assert caught.value.errno == errno.EROFS, fn
-        # pffs refuses them itself (the kernel's `ro` would refuse .pffs/prefetch too).
+        # pffs refuses them itself (the kernel's `ro` would refuse .pffs/preload too).
         assert (mnt / "a.txt").read_bytes() == b"a"
         listed = s3.list_objects_v2(Bucket=bucket)["Contents"]
         assert [o["Key"] for o in listed] == ["a.txt", "d/b.txt"]

@@ -145,7 +145,7 @@ def test_option_precedence(tmp_path: Path, secrets: Path) -> None:
         ],
     }
     env = {"MOUNT_OPTIONS": "ro,cache-memory=256M,region=eu-central-1,block-size=1M"}
-    runtime = {"cache-memory": "1G", "dataset-prefetch": "off", "allow-other": "false"}
+    runtime = {"cache-memory": "1G", "preload": "off", "allow-other": "false"}
     config = load(tmp_path, fluid_config(dataset, TARGET, secrets, runtime), env)
     assert config.fuse.read_only  # `ro`, as Fluid adds for a ReadOnlyMany dataset
     assert config.cache.memory_bytes == 1 << 30 and config.cache.block_size == 1 << 20

@@ -1,4 +1,4 @@
-"""pffs.dataset's choice of channel, against a directory laid out as a mount's `.pffs` (no
+"""pffs.jobs's choice of channel, against a directory laid out as a mount's `.pffs` (no
 mount: a plain directory and a real unix socket stand in for pffs's). The socket is preferred;
 without one, or with a socket nobody listens on (a mount closing it as it unmounts), the list
 is written to the control file."""
@@ -12,28 +12,28 @@ from pathlib import Path
 
 import pytest
 
-from pffs.dataset import prefetch_order
+from pffs.jobs import preload_order
 
 
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
     (tmp_path / ".pffs").mkdir()
-    (tmp_path / ".pffs" / "prefetch").write_text("")
+    (tmp_path / ".pffs" / "preload").write_text("")
     return tmp_path
 
 
 def test_without_a_socket_the_list_goes_to_the_control_file(root: Path) -> None:
     # A plain file reads back what was written: the list, whose first line stands for the report's
     # "queued N".
-    assert prefetch_order(str(root), ["a", f"{root}/b", "/c"]) == ["b", "c"]
-    assert (root / ".pffs" / "prefetch").read_text() == "a\nb\nc\n"
+    assert preload_order(str(root), ["a", f"{root}/b", "/c"]) == ["b", "c"]
+    assert (root / ".pffs" / "preload").read_text() == "a\nb\nc\n"
 
 
 def test_a_socket_nobody_listens_on_leaves_the_control_file(root: Path) -> None:
     with socket.socket(socket.AF_UNIX) as closed:
-        closed.bind(str(root / ".pffs" / "prefetch.sock"))  # bound, never listening
-    assert prefetch_order(str(root), ["x", "y"]) == ["y"]
-    assert (root / ".pffs" / "prefetch").read_text() == "x\ny\n"
+        closed.bind(str(root / ".pffs" / "preload.sock"))  # bound, never listening
+    assert preload_order(str(root), ["x", "y"]) == ["y"]
+    assert (root / ".pffs" / "preload").read_text() == "x\ny\n"
 
 
 def serve_once(listener: socket.socket, answer: bytes, received: list[bytes]) -> None:
@@ -49,24 +49,24 @@ def serve_once(listener: socket.socket, answer: bytes, received: list[bytes]) ->
 def test_the_socket_is_preferred_and_its_report_returned(root: Path) -> None:
     received: list[bytes] = []
     with socket.socket(socket.AF_UNIX) as listener:
-        listener.bind(str(root / ".pffs" / "prefetch.sock"))
+        listener.bind(str(root / ".pffs" / "preload.sock"))
         listener.listen()
         answer = b"queued 1\nnope: no such file\n"
         server = threading.Thread(target=serve_once, args=(listener, answer, received))
         server.start()
-        assert prefetch_order(str(root), ["train/1.jpg", "", "nope"]) == ["nope: no such file"]
+        assert preload_order(str(root), ["train/1.jpg", "", "nope"]) == ["nope: no such file"]
         server.join(10)
     assert received == [b"train/1.jpg\nnope\n"]
-    assert (root / ".pffs" / "prefetch").read_text() == ""  # the file left alone
+    assert (root / ".pffs" / "preload").read_text() == ""  # the file left alone
 
 
 def test_a_socket_closed_without_an_answer_is_an_error(root: Path) -> None:
     with socket.socket(socket.AF_UNIX) as listener:
-        listener.bind(str(root / ".pffs" / "prefetch.sock"))
+        listener.bind(str(root / ".pffs" / "preload.sock"))
         listener.listen()
         server = threading.Thread(target=serve_once, args=(listener, b"", []))
         server.start()
         with pytest.raises(ConnectionResetError) as reset:
-            prefetch_order(str(root), ["a"])
+            preload_order(str(root), ["a"])
         server.join(10)
     assert reset.value.errno == errno.ECONNRESET

@@ -1,21 +1,21 @@
-"""The prefetch engine: blocks loaded ahead of their readers, in the background within a
+"""The readahead engine: blocks loaded ahead of their readers, in the background within a
 budget (`start`: a reader's readahead window) or awaited (`load`: a whole file, for the preload
-engine).
+engine, pffs.cache.preload).
 
 Blocks that are neither in memory nor on their way get a flight each at once (a reader
-arriving first waits for it); of a window, only as many as the global budget of prefetch bytes
-in flight allows, and the rest of the window is skipped. Then blocks the disk tier holds are
+arriving first waits for it); of a window, only as many as the global budget of bytes loaded
+ahead in flight allows, and the rest of the window is skipped. Then blocks the disk tier holds are
 read from it, in parallel; the others are asked of the store in runs of consecutive blocks,
 one request per run (up to `run_blocks` blocks; a window's runs at once, each in a task of its
 own), and each is handed over as soon as it arrives: into memory, to its waiters, and written
-behind. Before each request a prefetch waits until the
+behind. Before each request the engine waits until the
 disk has taken what was handed to it before (DiskIO.wait_for_room), so it runs at the disk's
 pace without ever holding up a request's stream. A block's budget comes back when it lands, or
 when its flight is given up: the store failed (its reader will fetch it and see the error) or
 the task was cancelled.
 
-The engine also counts what prefetching was worth: blocks used by a reader, and blocks evicted
-from memory before any reader asked for them.
+The engine also counts what readahead was worth: blocks of windows used by a reader, and those
+evicted from memory before any reader asked for them (preload counts its files itself).
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ class _Run:
         return _Run(taken, self.fetch, self.pace)
 
 
-class Prefetcher:
+class ReadaheadEngine:
     def __init__(
         self,
         budget: int,
@@ -80,7 +80,7 @@ class Prefetcher:
         background: Background,
         stats: CacheStats,
     ) -> None:
-        self.budget = budget  # bytes of prefetched blocks in flight at most
+        self.budget = budget  # bytes of blocks loaded ahead in flight at most
         self.run_blocks = run_blocks  # blocks asked of the store in one request at most
         self.memory = memory
         self.flights = flights
@@ -89,11 +89,11 @@ class Prefetcher:
         self.background = background
         self.stats = stats
         self._in_flight = 0
-        self._prefetched: set[BlockKey] = set()  # landed in memory, not yet read
+        self._unread_ahead: set[BlockKey] = set()  # loaded ahead into memory, not yet read
 
     @property
     def in_flight(self) -> int:
-        """Bytes of prefetched blocks asked for and not yet landed or given up."""
+        """Bytes of blocks loaded ahead, asked for and not yet landed or given up."""
         return self._in_flight
 
     def start(
@@ -107,7 +107,7 @@ class Prefetcher:
         pace: ReaderPace | None = None,
     ) -> int:
         """Start loading a window in the background, within the budget; how many blocks were
-        started (see BlockCache.prefetch)."""
+        started (see BlockCache.read_ahead)."""
         if not self.background.attached:
             return 0
         run_blocks = 1
@@ -118,7 +118,7 @@ class Prefetcher:
             return 0
         run = self._claim(keys, sizes, missing, fetch_run, within_budget=True)
         run.pace = pace
-        self.stats.prefetch_issued += len(run.blocks)
+        self.stats.readahead_issued += len(run.blocks)
         if run.blocks:
             self.background.spawn(self._load_quietly, run, run_blocks)
         return len(run.blocks)
@@ -159,10 +159,11 @@ class Prefetcher:
         for position in missing:
             size = sizes[position]
             if within_budget and self._in_flight + size > self.budget:
-                self.stats.prefetch_skipped_budget += 1
+                self.stats.readahead_skipped_budget += 1
                 break
             self._in_flight += size
-            flight = self.flights.start(keys[position], prefetch=True)
+            # Only a window's blocks count as readahead used or wasted (preload counts files).
+            flight = self.flights.start(keys[position], ahead=within_budget)
             blocks[position] = (keys[position], size, flight)
         return _Run(blocks, fetch_run)
 
@@ -173,14 +174,14 @@ class Prefetcher:
         try:
             await self._load(run, run_blocks, read_disk=True, spread=True)
         except Exception as exc:  # a reader will fetch the block itself and see the error
-            log.debug("prefetch of %d blocks failed: %s", count, exc)
+            log.debug("loading %d blocks ahead failed: %s", count, exc)
 
     async def _fetch_quietly(self, run: _Run, first: int, count: int) -> None:
         """A span of a window in a task of its own (see `_load`)."""
         try:
             await self._fetch(run, first, count)
         except Exception as exc:  # a reader will fetch the block itself and see the error
-            log.debug("prefetch of %d blocks failed: %s", count, exc)
+            log.debug("loading %d blocks ahead failed: %s", count, exc)
         finally:
             self._release(run, list(run.blocks))
 
@@ -250,7 +251,7 @@ class Prefetcher:
             self._release(run, [position])
             self.disk.write_behind(key, data)
 
-        await self.disk.wait_for_room()  # before the request: prefetch at the disk's pace
+        await self.disk.wait_for_room()  # before the request: load at the disk's pace
         asked = trio.current_time()
         await run.fetch(first, count, deliver)
         if run.pace is not None:
@@ -260,8 +261,8 @@ class Prefetcher:
     def _land(self, key: BlockKey, flight: Flight, data: bytes, tier: str) -> None:
         """A block arrived: into memory, and to everyone waiting on its flight."""
         self.memory.put(key, data)
-        if flight.prefetch:  # loaded ahead and not yet asked for
-            self._note_prefetched(key)
+        if flight.ahead:  # loaded ahead and not yet asked for
+            self._note_ahead(key)
         self.flights.land(key, flight, data, tier)
 
     def _release(self, run: _Run, positions: Sequence[int]) -> None:
@@ -272,22 +273,23 @@ class Prefetcher:
             if not flight.done.is_set():
                 self.flights.abandon(key, flight, None)
 
-    # --- what prefetching was worth ----------------------------------------------------------
+    # --- what loading ahead was worth --------------------------------------------------------
 
-    def _note_prefetched(self, key: BlockKey) -> None:
-        # Remembered only to count prefetch hits; bounded so blocks evicted unread are forgotten.
-        if len(self._prefetched) > 4 * max(1, len(self.memory)):
-            self._prefetched.clear()
-        self._prefetched.add(key)
+    def _note_ahead(self, key: BlockKey) -> None:
+        # Remembered only to count the blocks loaded ahead that are used; bounded, so blocks
+        # evicted unread are forgotten.
+        if len(self._unread_ahead) > 4 * max(1, len(self.memory)):
+            self._unread_ahead.clear()
+        self._unread_ahead.add(key)
 
     def read_from_memory(self, key: BlockKey) -> None:
         """A reader took the block from memory: count it as used if it was loaded ahead."""
-        if key in self._prefetched:
-            self._prefetched.discard(key)
-            self.stats.prefetch_used += 1
+        if key in self._unread_ahead:
+            self._unread_ahead.discard(key)
+            self.stats.readahead_used += 1
 
     def evicted(self, key: object) -> None:
         """The memory tier dropped the block: wasted if it was loaded ahead and never read."""
-        if key in self._prefetched:
-            self._prefetched.discard(key)
-            self.stats.prefetch_wasted += 1
+        if key in self._unread_ahead:
+            self._unread_ahead.discard(key)
+            self.stats.readahead_wasted += 1

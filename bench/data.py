@@ -98,7 +98,7 @@ def make_local_file(path: str, size: int) -> str:
 
 
 # The first byte is timed on this many cold files (the median is the figure), each in a
-# directory of its own under ttfb/: pffs's dataset prefetch may then take ttfb/ for a dataset,
+# directory of its own under ttfb/: pffs's dataset preload may then take ttfb/ for a dataset,
 # never the bucket's root, so the scenarios after it stay cold.
 TTFB_SAMPLES = 3
 

@@ -1,5 +1,5 @@
-"""Dataset prefetch on a real mount: three files of a directory opened, the rest loaded ahead
-(the stats say so, and reading them asks the store for nothing), and `pffs prefetch --order`
+"""Dataset preload on a real mount: three files of a directory opened, the rest loaded ahead
+(the stats say so, and reading them asks the store for nothing), and `pffs preload --order`
 with bad entries, on writable and read-only mounts and through a read-only bind of one."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from pffs.dataset import PrefetchOrder
+from pffs.jobs import PreloadOrder
 from tests.conftest import metric_value, run_pffs, stats_snapshot
 
 FILES = 50
@@ -54,37 +54,37 @@ def test_three_opens_load_the_rest_of_the_directory(
     with mount_s3(f"s3://{bucket}", "--cache-dir", "none") as mnt:
         for name in names[:3]:
             assert (mnt / name).read_bytes() == dataset[name]
-        loaded = wait_for(mnt, "pffs_prefetch_files_fetched_total", FILES - 3)
-        assert metric_value(loaded, "pffs_prefetch_files_fetched_total") == FILES - 3
-        assert metric_value(loaded, "pffs_prefetch_files_fetched_bytes_total") == (FILES - 3) * SIZE
+        loaded = wait_for(mnt, "pffs_preload_files_fetched_total", FILES - 3)
+        assert metric_value(loaded, "pffs_preload_files_fetched_total") == FILES - 3
+        assert metric_value(loaded, "pffs_preload_files_fetched_bytes_total") == (FILES - 3) * SIZE
         gets = metric_value(loaded, "pffs_backend_requests_total", request="GET")
         for name in names[3:]:
             assert (mnt / name).read_bytes() == dataset[name]
         after = stats_snapshot(mnt)
         assert metric_value(after, "pffs_backend_requests_total", request="GET") == gets
-        assert metric_value(after, "pffs_prefetch_files_used_total") == FILES - 3
+        assert metric_value(after, "pffs_preload_files_used_total") == FILES - 3
 
 
 @pytest.mark.mount
 @WRITABLE_AND_READ_ONLY
-def test_prefetch_order_command_reports_bad_entries(
+def test_preload_order_command_reports_bad_entries(
     mount_s3, bucket: str, dataset: dict[str, bytes], tmp_path: Path, options: tuple[str, ...]
 ) -> None:
     order = tmp_path / "order.txt"
-    prefetch = ("--dataset-prefetch", "on")
-    with mount_s3(f"s3://{bucket}", "--cache-dir", "none", *prefetch, *options) as mnt:
+    preload = ("--preload", "on")
+    with mount_s3(f"s3://{bucket}", "--cache-dir", "none", *preload, *options) as mnt:
         stats_snapshot(mnt)
         wanted = ["train/007.jpg", str(mnt / "train/003.jpg"), "train/nope.jpg", "nowhere/x"]
         order.write_text("\n".join(wanted) + "\n")
-        result = run_pffs("prefetch", "--order", str(order), str(mnt))
+        result = run_pffs("preload", "--order", str(order), str(mnt))
         assert result.returncode == 1
         assert result.stderr.splitlines() == [
             "train/nope.jpg: no such file",
             "nowhere/x: no such file",
         ]
         assert "2 files queued, 2 bad entries" in result.stdout
-        loaded = wait_for(mnt, "pffs_prefetch_files_fetched_total", 2)
-        assert metric_value(loaded, "pffs_prefetch_files_fetched_total") == 2
+        loaded = wait_for(mnt, "pffs_preload_files_fetched_total", 2)
+        assert metric_value(loaded, "pffs_preload_files_fetched_total") == 2
         gets = metric_value(loaded, "pffs_backend_requests_total", request="GET")
         for name in ("train/007.jpg", "train/003.jpg"):
             assert (mnt / name).read_bytes() == dataset[name]
@@ -93,10 +93,34 @@ def test_prefetch_order_command_reports_bad_entries(
         )
 
 
-def test_prefetch_command_refuses_a_directory_that_is_not_a_mount(tmp_path: Path) -> None:
+@pytest.mark.mount
+def test_the_former_command_and_control_file_still_work(
+    mount_s3, bucket: str, dataset: dict[str, bytes], tmp_path: Path
+) -> None:
+    """`pffs prefetch --order` and `.pffs/prefetch` (names before this release) hand lists over
+    as `pffs preload --order` and `.pffs/preload` do; the command says it is deprecated."""
+    order = tmp_path / "order.txt"
+    order.write_text("train/011.jpg\ntrain/nope.jpg\n")
+    with mount_s3(f"s3://{bucket}", "--cache-dir", "none") as mnt:
+        result = run_pffs("prefetch", "--order", str(order), str(mnt))
+        assert result.returncode == 1
+        assert result.stderr.splitlines() == [
+            "pffs: pffs prefetch is deprecated and will be removed, use pffs preload",
+            "train/nope.jpg: no such file",
+        ]
+        assert "1 files queued, 1 bad entries" in result.stdout
+        (mnt / ".pffs" / "prefetch").write_text("train/012.jpg\n")
+        assert (mnt / ".pffs" / "prefetch").read_text() == "queued 1\n"
+        assert (mnt / ".pffs" / "preload").read_text() == "queued 1\n"  # one file, two names
+        loaded = wait_for(mnt, "pffs_preload_files_fetched_total", 2)
+        assert metric_value(loaded, "pffs_preload_files_fetched_total") == 2
+        assert "prefetch" not in os.listdir(mnt / ".pffs")
+
+
+def test_preload_command_refuses_a_directory_that_is_not_a_mount(tmp_path: Path) -> None:
     order = tmp_path / "order.txt"
     order.write_text("a\n")
-    result = run_pffs("prefetch", "--order", str(order), str(tmp_path))
+    result = run_pffs("preload", "--order", str(order), str(tmp_path))
     assert result.returncode != 0
     assert result.stderr.count("\n") == 1 and "not the root of a pffs mount" in result.stderr
 
@@ -110,11 +134,11 @@ def test_sampler_wrapper_hands_each_epoch_over(
     epoch_order = [4, 50, 9, 4, 1]  # a sampler's indices (with a repeat and a bad one)
     with mount_s3(f"s3://{bucket}", "--cache-dir", "none", *options) as mnt:
         stats_snapshot(mnt)
-        sampler = PrefetchOrder(epoch_order, names.__getitem__, str(mnt))
+        sampler = PreloadOrder(epoch_order, names.__getitem__, str(mnt))
         assert list(sampler) == epoch_order and len(sampler) == 5
         assert sampler.bad == ["train/gone.jpg: no such file"]
-        loaded = wait_for(mnt, "pffs_prefetch_files_fetched_total", 3)
-        assert metric_value(loaded, "pffs_prefetch_files_fetched_total") == 3
+        loaded = wait_for(mnt, "pffs_preload_files_fetched_total", 3)
+        assert metric_value(loaded, "pffs_preload_files_fetched_total") == 3
 
 
 @pytest.mark.mount
@@ -127,43 +151,43 @@ def test_a_read_only_bind_takes_the_list_through_the_order_socket(
     options: tuple[str, ...],
 ) -> None:
     """A pod's ReadOnlyMany volume is a read-only bind: the kernel refuses the control file's
-    write there, and the list goes through `.pffs/prefetch.sock` (docs/notes/readonly-order.md),
-    from the sampler and from `pffs prefetch`."""
+    write there, and the list goes through `.pffs/preload.sock` (docs/notes/readonly-order.md),
+    from the sampler and from `pffs preload`."""
     if os.geteuid() != 0:
         pytest.skip("a bind mount needs root")
     bind = tmp_path / "bind"
     bind.mkdir()
     order = tmp_path / "order.txt"
-    prefetch = ("--dataset-prefetch", "on")
-    with mount_s3(f"s3://{bucket}", "--cache-dir", "none", *prefetch, *options) as mnt:
+    preload = ("--preload", "on")
+    with mount_s3(f"s3://{bucket}", "--cache-dir", "none", *preload, *options) as mnt:
         subprocess.run(["mount", "--bind", "-o", "ro", str(mnt), str(bind)], check=True)
         try:
-            assert stat.S_ISSOCK(os.stat(bind / ".pffs" / "prefetch.sock").st_mode)
+            assert stat.S_ISSOCK(os.stat(bind / ".pffs" / "preload.sock").st_mode)
             with pytest.raises(OSError) as refused:
-                open(bind / ".pffs" / "prefetch", "w").close()
+                open(bind / ".pffs" / "preload", "w").close()
             assert refused.value.errno == errno.EROFS
 
             names = [*dataset, "train/gone.jpg"]
-            sampler = PrefetchOrder([4, 50, 9, 4], names.__getitem__, str(bind))
+            sampler = PreloadOrder([4, 50, 9, 4], names.__getitem__, str(bind))
             assert list(sampler) == [4, 50, 9, 4]
             assert sampler.bad == ["train/gone.jpg: no such file"]
-            report = (bind / ".pffs" / "prefetch").read_text()
+            report = (bind / ".pffs" / "preload").read_text()
             assert report == "queued 3\ntrain/gone.jpg: no such file\n"
-            loaded = wait_for(mnt, "pffs_prefetch_files_fetched_total", 2)
-            assert metric_value(loaded, "pffs_prefetch_files_fetched_total") == 2
+            loaded = wait_for(mnt, "pffs_preload_files_fetched_total", 2)
+            assert metric_value(loaded, "pffs_preload_files_fetched_total") == 2
 
             order.write_text(f"train/011.jpg\n{bind}/train/012.jpg\nnowhere/x\n")
-            result = run_pffs("prefetch", "--order", str(order), str(bind))
+            result = run_pffs("preload", "--order", str(order), str(bind))
             assert result.returncode == 1, result.stderr
             assert result.stderr.splitlines() == ["nowhere/x: no such file"]
             assert "2 files queued, 1 bad entries" in result.stdout
-            report = (bind / ".pffs" / "prefetch").read_text()
+            report = (bind / ".pffs" / "preload").read_text()
             assert report == "queued 2\nnowhere/x: no such file\n"
-            loaded = wait_for(mnt, "pffs_prefetch_files_fetched_total", 4)
-            assert metric_value(loaded, "pffs_prefetch_files_fetched_total") == 4
+            loaded = wait_for(mnt, "pffs_preload_files_fetched_total", 4)
+            assert metric_value(loaded, "pffs_preload_files_fetched_total") == 4
 
             gets = metric_value(loaded, "pffs_backend_requests_total", request="GET")
-            # One of each list: three opens in a directory would start its dataset prefetch.
+            # One of each list: three opens in a directory would start its dataset's preload.
             for name in ("train/009.jpg", "train/012.jpg"):
                 assert (bind / name).read_bytes() == dataset[name]
             after = stats_snapshot(bind)

@@ -1,4 +1,4 @@
-"""The prefetch engine through BlockCache.prefetch (no VFS): runs, the budget, hand-over,
+"""The readahead engine through BlockCache.read_ahead (no VFS): runs, the budget, hand-over,
 disk-tier lookups, failures and cancellation."""
 
 from __future__ import annotations
@@ -55,17 +55,17 @@ def fetcher(index: int, calls: list[int]):
     return fetch
 
 
-def prefetch_all_then_read(cache: BlockCache, count: int, runs: Runs) -> list[int]:
-    """Prefetch `count` blocks as one window, wait, read each back; the blocks readers had to
+def read_ahead_all_then_read(cache: BlockCache, count: int, runs: Runs) -> list[int]:
+    """Read `count` blocks ahead as one window, wait, read each back; the blocks readers had to
     fetch themselves."""
     calls: list[int] = []
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             cache.attach(nursery)
-            assert cache.prefetch(keys(count), [BLOCK] * count, runs, coalesce=True) == count
+            assert cache.read_ahead(keys(count), [BLOCK] * count, runs, coalesce=True) == count
             await cache.flush()
-            assert cache.prefetch_in_flight == 0
+            assert cache.ahead_in_flight == 0
             for index, key in enumerate(keys(count)):
                 assert await cache.read(key, fetcher(index, calls)) == block_of(index)
 
@@ -82,19 +82,19 @@ def test_consecutive_missing_blocks_come_in_runs_of_fetch_size() -> None:
         async with trio.open_nursery() as nursery:
             cache.attach(nursery)
             await cache.read(keys(1, 3)[0], fetcher(3, calls))  # block 3 is in memory
-            started = cache.prefetch(keys(8), [BLOCK] * 8, runs, coalesce=True)
+            started = cache.read_ahead(keys(8), [BLOCK] * 8, runs, coalesce=True)
             assert started == 7
-            assert cache.prefetch_in_flight == 7 * BLOCK
+            assert cache.ahead_in_flight == 7 * BLOCK
             await cache.flush()
-            assert cache.prefetch_in_flight == 0
+            assert cache.ahead_in_flight == 0
             for index, key in enumerate(keys(8)):
                 assert await cache.read(key, fetcher(index, calls)) == block_of(index)
 
     trio.run(main)
     assert sorted(runs.requests) == [(0, 3), (4, 4)]  # around the block already held, 4 at most
-    assert calls == [3]  # every other block came from the prefetch
+    assert calls == [3]  # every other block came from the readahead
     stats = cache.stats
-    assert stats.prefetch_issued == 7 and stats.prefetch_used == 7
+    assert stats.readahead_issued == 7 and stats.readahead_used == 7
     assert stats.misses == 8 and stats.bytes_from_store == 8 * BLOCK
 
 
@@ -105,7 +105,7 @@ def test_without_coalescing_each_block_is_its_own_request() -> None:
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             cache.attach(nursery)
-            assert cache.prefetch(keys(3), [BLOCK] * 3, runs) == 3
+            assert cache.read_ahead(keys(3), [BLOCK] * 3, runs) == 3
             await cache.flush()
 
     trio.run(main)
@@ -123,51 +123,53 @@ def test_before_the_windows_end_a_runs_worth_must_be_missing() -> None:
             for index, key in enumerate(keys(4)):
                 await cache.read(key, fetcher(index, calls))
             window = keys(6)
-            assert cache.prefetch(window, [BLOCK] * 6, runs, coalesce=True, at_end=False) == 0
-            assert cache.prefetch(window, [BLOCK] * 6, runs, coalesce=True, at_end=True) == 2
+            assert cache.read_ahead(window, [BLOCK] * 6, runs, coalesce=True, at_end=False) == 0
+            assert cache.read_ahead(window, [BLOCK] * 6, runs, coalesce=True, at_end=True) == 2
             # Everything is cached or coming: nothing more to start.
-            assert cache.prefetch(window, [BLOCK] * 6, runs, coalesce=True, at_end=True) == 0
+            assert cache.read_ahead(window, [BLOCK] * 6, runs, coalesce=True, at_end=True) == 0
             # A window shorter than a run needs only all of it missing.
-            assert cache.prefetch(keys(2, 10), [BLOCK] * 2, runs, coalesce=True, at_end=False) == 2
+            assert (
+                cache.read_ahead(keys(2, 10), [BLOCK] * 2, runs, coalesce=True, at_end=False) == 2
+            )
             await cache.flush()
 
     trio.run(main)
     assert sorted(runs.requests) == [(0, 2), (4, 2)]
-    assert cache.stats.prefetch_issued == 4
+    assert cache.stats.readahead_issued == 4
 
 
-def test_without_a_nursery_nothing_is_prefetched() -> None:
+def test_without_a_nursery_nothing_is_read_ahead() -> None:
     cache = BlockCache(cache_config(None))
-    assert cache.prefetch(keys(2), [BLOCK] * 2, Runs()) == 0
-    assert cache.prefetch_in_flight == 0
+    assert cache.read_ahead(keys(2), [BLOCK] * 2, Runs()) == 0
+    assert cache.ahead_in_flight == 0
 
 
 def test_the_budget_bounds_the_bytes_in_flight() -> None:
-    cache = BlockCache(cache_config(None, prefetch_budget=4 * BLOCK, fetch_size=8 * BLOCK))
+    cache = BlockCache(cache_config(None, ahead_budget=4 * BLOCK, fetch_size=8 * BLOCK))
     runs = Runs()
     runs.release = trio.Event()  # hold the store's answer
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             cache.attach(nursery)
-            assert cache.prefetch(keys(6), [BLOCK] * 6, runs, coalesce=True) == 4
-            assert cache.prefetch_in_flight == 4 * BLOCK
-            assert cache.stats.prefetch_skipped_budget == 1
+            assert cache.read_ahead(keys(6), [BLOCK] * 6, runs, coalesce=True) == 4
+            assert cache.ahead_in_flight == 4 * BLOCK
+            assert cache.stats.readahead_skipped_budget == 1
             # Budget left for a short last block of another file only after these land.
-            assert cache.prefetch(keys(1, 100), [100], runs) == 0
-            assert cache.stats.prefetch_skipped_budget == 2
+            assert cache.read_ahead(keys(1, 100), [100], runs) == 0
+            assert cache.stats.readahead_skipped_budget == 2
             runs.release.set()
             await cache.flush()
-            assert cache.prefetch_in_flight == 0
-            assert cache.prefetch(keys(1, 100), [100], Runs(base=100)) == 1
+            assert cache.ahead_in_flight == 0
+            assert cache.read_ahead(keys(1, 100), [100], Runs(base=100)) == 1
             await cache.flush()
 
     trio.run(main)
     assert runs.requests == [(0, 4)]
-    assert cache.prefetch_in_flight == 0
+    assert cache.ahead_in_flight == 0
 
 
-def test_a_reader_arriving_first_waits_for_the_prefetch() -> None:
+def test_a_reader_arriving_first_waits_for_the_readahead() -> None:
     cache = BlockCache(cache_config(None))
     runs = Runs()
     runs.release = trio.Event()
@@ -176,7 +178,7 @@ def test_a_reader_arriving_first_waits_for_the_prefetch() -> None:
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             cache.attach(nursery)
-            assert cache.prefetch(keys(1), [BLOCK], runs) == 1
+            assert cache.read_ahead(keys(1), [BLOCK], runs) == 1
 
             async def let_go() -> None:
                 await trio.sleep(0.01)
@@ -189,20 +191,20 @@ def test_a_reader_arriving_first_waits_for_the_prefetch() -> None:
     trio.run(main)
     assert calls == []
     stats = cache.stats
-    assert stats.single_flight_waits == 1 and stats.prefetch_used == 1
+    assert stats.single_flight_waits == 1 and stats.readahead_used == 1
     assert stats.store_bytes_served == 10 and stats.memory_hits == 0
 
 
 def test_a_broken_run_gives_back_what_it_did_not_deliver() -> None:
     cache = BlockCache(cache_config(None, fetch_size=4 * BLOCK))
     runs = Runs(fail_after=2)
-    calls = prefetch_all_then_read(cache, 4, runs)
+    calls = read_ahead_all_then_read(cache, 4, runs)
     assert runs.requests == [(0, 4)]
     assert calls == [2, 3]  # the readers fetched the undelivered blocks themselves
     assert cache.stats.misses == 4
 
 
-def test_cancelled_prefetches_give_their_budget_back() -> None:
+def test_cancelled_readaheads_give_their_budget_back() -> None:
     cache = BlockCache(cache_config(None, fetch_size=2 * BLOCK))
     runs = Runs()
     runs.release = trio.Event()  # never set: the store never answers
@@ -211,13 +213,13 @@ def test_cancelled_prefetches_give_their_budget_back() -> None:
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             cache.attach(nursery)
-            assert cache.prefetch(keys(4), [BLOCK] * 4, runs, coalesce=True) == 4
+            assert cache.read_ahead(keys(4), [BLOCK] * 4, runs, coalesce=True) == 4
             await trio.sleep(0.01)
-            assert cache.prefetch_in_flight == 4 * BLOCK
+            assert cache.ahead_in_flight == 4 * BLOCK
             nursery.cancel_scope.cancel()
-        assert cache.prefetch_in_flight == 0
+        assert cache.ahead_in_flight == 0
         await cache.flush()  # nothing left in the background
-        for index, key in enumerate(keys(4)):  # no reader waits on an abandoned prefetch
+        for index, key in enumerate(keys(4)):  # no reader waits on an abandoned load ahead
             assert await cache.read(key, fetcher(index, calls)) == block_of(index)
 
     trio.run(main)
@@ -239,18 +241,18 @@ def _fill_disk(tmp_path: Path, indices: range) -> None:
     cache.close()
 
 
-def test_prefetched_blocks_on_disk_are_not_asked_of_the_store(tmp_path: Path) -> None:
+def test_blocks_read_ahead_on_disk_are_not_asked_of_the_store(tmp_path: Path) -> None:
     _fill_disk(tmp_path, range(0, 3))
     cache = BlockCache(cache_config(tmp_path, fetch_size=4 * BLOCK))
     runs = Runs()
-    calls = prefetch_all_then_read(cache, 6, runs)
+    calls = read_ahead_all_then_read(cache, 6, runs)
     cache.close()
     assert runs.requests == [(3, 3)]
     assert calls == []
     stats = cache.stats
     assert stats.disk_hits == 3 and stats.disk_misses == 3
     assert stats.disk_writes == 3  # the blocks from the store were written behind
-    assert stats.prefetch_issued == 6 and stats.prefetch_used == 6
+    assert stats.readahead_issued == 6 and stats.readahead_used == 6
 
 
 def test_memory_only_sources_never_look_at_the_disk(tmp_path: Path) -> None:
@@ -262,7 +264,7 @@ def test_memory_only_sources_never_look_at_the_disk(tmp_path: Path) -> None:
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             cache.attach(nursery)
-            assert cache.prefetch(keys(6), [BLOCK] * 6, runs, coalesce=True) == 6
+            assert cache.read_ahead(keys(6), [BLOCK] * 6, runs, coalesce=True) == 6
             await cache.flush()
 
     trio.run(main)
@@ -299,7 +301,7 @@ def test_a_slow_disk_never_stalls_a_request_in_the_middle(tmp_path: Path) -> Non
         async with trio.open_nursery() as nursery:
             cache.attach(nursery)
             try:
-                assert cache.prefetch(keys(6), [BLOCK] * 6, runs, coalesce=True) == 6
+                assert cache.read_ahead(keys(6), [BLOCK] * 6, runs, coalesce=True) == 6
                 with trio.fail_after(10):
                     for index, key in enumerate(keys(6)):
                         assert await cache.read(key, fetcher(index, calls)) == block_of(index)
@@ -313,7 +315,7 @@ def test_a_slow_disk_never_stalls_a_request_in_the_middle(tmp_path: Path) -> Non
     assert cache.stats.disk_writes == 6
 
 
-def test_a_prefetch_waits_for_the_disks_backlog_before_its_request(tmp_path: Path) -> None:
+def test_a_readahead_waits_for_the_disks_backlog_before_its_request(tmp_path: Path) -> None:
     cache = BlockCache(cache_config(tmp_path, fetch_size=4 * BLOCK, disk_threads=1))
     free = _held_disk(cache)
     first, second = Runs(), Runs(base=4)
@@ -322,12 +324,12 @@ def test_a_prefetch_waits_for_the_disks_backlog_before_its_request(tmp_path: Pat
         async with trio.open_nursery() as nursery:
             cache.attach(nursery)
             try:
-                assert cache.prefetch(keys(4), [BLOCK] * 4, first, coalesce=True) == 4
+                assert cache.read_ahead(keys(4), [BLOCK] * 4, first, coalesce=True) == 4
                 with trio.fail_after(10):
                     while len(cache.memory) < 4:  # the first window lands
                         await trio.sleep(0.01)
                 # Its four blocks wait for a disk with two slots: the next window waits its turn.
-                assert cache.prefetch(keys(4, 4), [BLOCK] * 4, second, coalesce=True) == 4
+                assert cache.read_ahead(keys(4, 4), [BLOCK] * 4, second, coalesce=True) == 4
                 await trio.sleep(0.2)
                 assert second.requests == []
             finally:
