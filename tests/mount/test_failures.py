@@ -112,18 +112,9 @@ def test_store_throttling_under_load_costs_readers_no_error(s3, bucket, proxy, t
     proxy.throttle_above(2)
     errors: list[str] = []
     with mount_via(proxy, bucket, tmp_path / "mnt", "--cache-dir", "none") as mnt:
-
-        def reader(seed: int) -> None:
-            names = sorted(files)
-            random.Random(seed).shuffle(names)
-            for key in names:
-                try:
-                    if (mnt / key).read_bytes() != files[key]:
-                        errors.append(f"{key}: wrong bytes")
-                except OSError as exc:
-                    errors.append(f"{key}: {exc}")
-
-        readers = [threading.Thread(target=reader, args=(n,)) for n in range(8)]
+        readers = [
+            threading.Thread(target=read_shuffled, args=(mnt, files, n, errors)) for n in range(8)
+        ]
         for thread in readers:
             thread.start()
         for thread in readers:
@@ -209,23 +200,16 @@ def test_cache_disk_filling_under_eight_readers_and_preload(
 
     errors: list[str] = []
 
-    def reader(mnt: Path, seed: int) -> None:
-        names = sorted(files)
-        random.Random(seed).shuffle(names)
-        for key in names:
-            try:
-                if (mnt / key).read_bytes() != files[key]:
-                    errors.append(f"{key}: wrong bytes")
-            except OSError as exc:
-                errors.append(f"{key}: {exc}")
-
     watcher = threading.Thread(target=watch)
     watcher.start()
     try:
         for round_ in range(2):  # the second mount finds the disk tier the first one left
             with mounted(f"s3://{bucket}", tmp_path / "mnt", *options) as mnt:
                 readers = [
-                    threading.Thread(target=reader, args=(mnt, round_ * 8 + n)) for n in range(8)
+                    threading.Thread(
+                        target=read_shuffled, args=(mnt, files, round_ * 8 + n, errors)
+                    )
+                    for n in range(8)
                 ]
                 for thread in readers:
                     thread.start()
@@ -244,3 +228,15 @@ def test_cache_disk_filling_under_eight_readers_and_preload(
         watcher.join()
     size = disk.f_blocks * disk.f_frsize
     assert lowest_free[0] >= floor * size - 256 * KIB, (lowest_free[0], size)
+
+
+def read_shuffled(mnt: Path, files: dict[str, bytes], seed: int, errors: list[str]) -> None:
+    """Read every file once in a seeded order, noting wrong bytes and errors."""
+    names = sorted(files)
+    random.Random(seed).shuffle(names)
+    for key in names:
+        try:
+            if (mnt / key).read_bytes() != files[key]:
+                errors.append(f"{key}: wrong bytes")
+        except OSError as exc:
+            errors.append(f"{key}: {exc}")
