@@ -17,7 +17,8 @@ it owns, declared by the class's annotation of `writer`) implements those of `Wr
 and `multipart` (the store's part limits) those of `MultipartBackend` too. Callers get the typed
 view of a capability from `writable`, `multipart` or `block_runs`, which give that object when
 the backend's class declares the capability and None otherwise; they never look for methods.
-tests/backends/test_contract.py holds every backend to the reads and to what it declares.
+The contract suite (tests/backends/test_contract*.py, test_capabilities.py) holds every backend
+to the reads and to what it declares.
 """
 
 from __future__ import annotations

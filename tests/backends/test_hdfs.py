@@ -2,7 +2,7 @@
 
 There is no Hadoop on this machine: the missing-libhdfs errors are tested for real (against this
 machine's Java, and against Hadoop-shaped directories made here), and the contract suite runs
-against a real cluster only where PFFS_TEST_HDFS_URI is set (see tests/backends/test_contract.py).
+against a real cluster only where PFFS_TEST_HDFS_URI is set (see tests/backends/stores.py).
 """
 
 from __future__ import annotations
