@@ -15,7 +15,7 @@ seed), so every block comes from the disk tier.
     python -m bench.probes.epoch_cpu --files 2000 --rounds 2
     python -m bench.probes.epoch_cpu --files 1 --size 268435456   # a cold sequential read
     python -m bench.probes.epoch_cpu --files 1 --size 1073741824 --tier-only --perf /tmp/p
-        # the same at 1 GiB, its CPU split by stage from perf's samples (bench/perfstages.py)
+        # the same at 1 GiB, its CPU split by stage from perf's samples (_perfstages.py)
     python -m bench.probes.epoch_cpu --remount --rounds 3         # from the disk tier
     python -m bench.probes.epoch_cpu --remount --baseline /tmp/base  # against a commit
     python -m bench.probes.epoch_cpu --baseline /tmp/base --rounds 3  # cold, against a commit
@@ -36,9 +36,9 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from bench import perfstages
 from bench.data import client
 from bench.epoch import read_epoch
+from bench.probes import _perfstages as perfstages
 from bench.remount import FILL_SEED, REMOUNT_SEED
 from bench.scenarios import drop_caches
 from bench.servers import Launcher, Server
@@ -183,7 +183,7 @@ def main() -> None:
         "--perf",
         metavar="FILE",
         help="perf's samples of the disk tier's rounds (every thread) into FILE, and the mount's"
-        " CPU per GiB split by stage (bench/perfstages.py)",
+        " CPU per GiB split by stage (bench/probes/_perfstages.py)",
     )
     parser.add_argument("--tier-only", action="store_true", help="no round without the tier")
     parser.add_argument(

@@ -65,7 +65,7 @@ class DatasetPreload:
             max_concurrency=config.max_concurrency,
             idle_after=config.idle_after,
         )
-        self.limiter = Pace(config.max_concurrency)  # halved when the store pushes back
+        self.pace = Pace(config.max_concurrency)  # halved when the store pushes back
         cache.room.idle_after = config.idle_after
         self._nursery: trio.Nursery | None = None
         # directory -> recent opens (time, name); parent -> recent opens (time, child directory)
@@ -255,7 +255,7 @@ class DatasetPreload:
         if routed is None or info.size == 0:
             return None
         mounted, inside = routed
-        return file_item(mounted.backend, inside, info, self.block_size, self.limiter)
+        return file_item(mounted.backend, inside, info, self.block_size, self.pace)
 
 
 def file_item(

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 PROBES_DIR = Path(__file__).resolve().parents[2] / "bench" / "probes"
-PROBES = sorted(p.stem for p in PROBES_DIR.glob("*.py") if p.stem != "__init__")
+PROBES = sorted(p.stem for p in PROBES_DIR.glob("*.py") if not p.stem.startswith("_"))
 
 
 def test_the_readme_lists_every_probe_and_no_other() -> None:

@@ -2,7 +2,7 @@
 a hung store, reads failing at once while the source is down (pffs.routing.health) and coming
 back without a remount, a store that throttles under load, a cache disk that fills, and a
 daemon killed with SIGKILL that the next mount clears at once. Timeouts are seconds-long, set
-by flags. (The reader's latency behind a throttling store is measured by bench.throttling.)
+by flags. (The reader's latency behind a throttling store is measured by bench.probes.throttling.)
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Simulation: epoch 2's share served from the cache when a dataset is twice the cache.
 
-`python -m bench.subset_sim` replays shuffled epochs over a dataset of equal files (one block
+`python -m bench.probes.subset_sim` replays shuffled epochs over a dataset of equal files (one block
 each) through a model of pffs's two tiers: a memory tier (LRU) in front of a disk tier, each
 bounded in files. It compares how the disk tier admits and evicts:
 
@@ -70,7 +70,7 @@ def epoch_shares(
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.subset_sim", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m bench.probes.subset_sim", description=__doc__)
     p.add_argument("--files", type=int, default=1000, help="files in the dataset (1000)")
     p.add_argument("--disk", type=int, default=512, help="files the disk tier holds (512)")
     p.add_argument("--memory", type=int, default=64, help="files the memory tier holds (64)")

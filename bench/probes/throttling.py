@@ -1,6 +1,6 @@
 """A reader's latency behind a store that throttles, with dataset preload on and off.
 
-`python -m bench.throttling [--samples N] [--limit N]` starts moto on 127.0.0.1 behind a
+`python -m bench.probes.throttling [--samples N] [--limit N]` starts moto on 127.0.0.1 behind a
 FaultProxy (pffs.testing.faults) that answers 503 SlowDown to any GET arriving while more than
 `--limit` are in flight. Per mode it mounts the bucket afresh (no disk cache), starts a job
 that reads the files of a directory one after another (which makes dataset preload load the
@@ -32,7 +32,7 @@ FILES, FILE_SIZE, PROBE_SIZE, READ = 300, 256 * KIB, 64 * MIB, 256 * KIB
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.throttling", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.probes.throttling", description=__doc__)
     parser.add_argument("--samples", type=int, default=150, help="timed reads per mode (150)")
     parser.add_argument("--limit", type=int, default=8, help="GETs in flight before 503 (8)")
     args = parser.parse_args()
