@@ -99,6 +99,9 @@ class S3Backend:
             retries={"total_max_attempts": 1},
             max_pool_connections=max(10, source.max_concurrency + 4),
             s3={"addressing_style": "path" if path_style else "auto"},
+            # Writes carry Content-MD5 (s3writes), which every S3 server checks; boto3's own
+            # CRC32 would be a second digest of each body, and one RGW 16 does not check.
+            request_checksum_calculation="when_required",
         )
         try:
             self.client = session.client(
