@@ -266,6 +266,18 @@ class RgwCluster:
         created = json.loads(out)["keys"][0]
         return str(created["access_key"]), str(created["secret_key"])
 
+    def kill_gateway(self) -> None:
+        """SIGKILL the gateway alone, as a crash of the S3 server; the cluster stays up."""
+        gateway = self.processes.pop("rgw")
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(gateway.pid, signal.SIGKILL)
+        gateway.wait()
+
+    def start_gateway(self) -> None:
+        """Start the gateway again (after kill_gateway), on its port; return once it answers."""
+        self._spawn("rgw", "radosgw", "-f", "-n", GATEWAY_NAME)
+        self._wait_for_gateway()
+
     def pids(self) -> dict[str, int]:
         """The process id of each running daemon, by name (mon.a, osd.0, rgw)."""
         return {name: p.pid for name, p in self.processes.items() if p.poll() is None}
