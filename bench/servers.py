@@ -23,6 +23,13 @@ from pffs.testing.rgw import CEPH_PACKAGES, RgwCluster, RgwUnavailable, missing_
 from pffs.testing.servers import free_port, wait_for_port
 
 S3RVER_VERSION = "3"
+# What each server is, for a reader of the figures (the README's headline names the columns).
+KINDS = {
+    "moto": "a Python test double that reads a whole object for each ranged GET",
+    "s3rver": "a Node.js test double",
+    "rgw": "Ceph's RADOS Gateway, a production S3 server (one node, Debian's Ceph)",
+    "minio": "MinIO, a production S3 server",
+}
 
 
 @dataclass
