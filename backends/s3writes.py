@@ -191,6 +191,7 @@ def _md5(data: bytes) -> str:
 
 
 def _file_md5(path: str) -> str:
+    """The Content-MD5 header of a file's bytes, read in 1 MiB pieces."""
     digest = hashlib.md5(usedforsecurity=False)
     with open(path, "rb") as f:
         while chunk := f.read(1 << 20):

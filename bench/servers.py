@@ -183,8 +183,10 @@ class Launcher:
             raise Unavailable(str(exc)) from None
         try:
             access, secret = cluster.create_user("pffs-bench")
-        except BaseException:
+        except BaseException as exc:
             cluster.stop()
+            if isinstance(exc, RgwUnavailable):
+                raise Unavailable(str(exc)) from None
             raise
         gateway = cluster.processes["rgw"].pid
         store = (gateway, cluster.processes["osd.0"].pid)
