@@ -58,6 +58,7 @@ def test_missing_ceph_is_one_clear_error(tmp_path: Path, monkeypatch: pytest.Mon
         RgwCluster.start(tmp_path / "c")
 
 
+@pytest.mark.slow  # a monitor and an OSD start before the gateway fails: about 14 s
 def test_a_cluster_that_does_not_come_up_is_one_error_and_leaves_nothing(tmp_path: Path) -> None:
     """The gateway's port taken: the gateway cannot listen, the start says so, and every daemon
     it had started (monitor, OSD) is killed and the directory removed."""
