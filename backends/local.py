@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from urllib.parse import unquote, urlsplit
 
 from pffs.backends.base import Capabilities, ObjectInfo, WritableBackend, is_valid_name
+from pffs.backends.principal import local_principal
 from pffs.config import SourceConfig
 from pffs.errors import (
     BackendError,
@@ -48,6 +49,7 @@ class LocalBackend:
             raise UsageError(f"malformed URL {source.url!r}: use file:///absolute/path")
         self.root = os.path.realpath(path)
         self.source_id = f"file://{self.root}"
+        self.principal = local_principal()
         self.max_concurrency = source.max_concurrency
         self.retries = 0  # local files are never retried
         self.writer = self

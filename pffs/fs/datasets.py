@@ -136,7 +136,8 @@ class DatasetPreload:
             self.engine.add(_job(root), self._files_below(root, depth))
             return
         prefix = f"{routed[1]}/" if routed[1] else ""
-        watched = self.cache.room.watch(f"/{root}", source, prefix)
+        principal = routed[0].backend.principal
+        watched = self.cache.room.watch(f"/{root}", source, principal, prefix)
         self._nursery.start_soon(self._measure, watched, root, depth)
         self.engine.add(_job(root), self._behind_measure(watched, root, depth))
 
@@ -267,7 +268,9 @@ def file_item(
 ) -> PreloadItem:
     """One file of a source as the preload engine loads it (dataset preload and warmup): the
     blocks a reader of the version `info` uses, fetched in runs under `limiter`."""
-    blocks = ObjectBlocks(backend.source_id, path, info.version, info.size, block_size)
+    blocks = ObjectBlocks(
+        backend.source_id, backend.principal, path, info.version, info.size, block_size
+    )
     fetch_run = fetch_runs(limiter, backend, blocks)
     return PreloadItem(blocks.ident, blocks.keys(), blocks.lengths(), fetch_run)
 
