@@ -1,4 +1,5 @@
-"""Fixtures: a real moto S3 server on 127.0.0.1, buckets, and real pffs mounts."""
+"""Fixtures: a real moto S3 server on 127.0.0.1, a one-node Ceph with its RADOS Gateway, buckets,
+and real pffs mounts."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import boto3
 import pytest
 
 from pffs.mounting.kernel import find_mount, wait_unmounted
+from pffs.testing.rgw import RgwCluster, RgwUnavailable
 from pffs.testing.servers import DUMMY_CREDENTIALS, MotoServer
 
 for _key, _value in DUMMY_CREDENTIALS.items():
@@ -56,6 +58,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def moto() -> Iterator[MotoServer]:
     with MotoServer() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def rgw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RgwCluster]:
+    """One Ceph cluster with a gateway for the whole session (it takes about 15 s to start);
+    the tests that ask for it skip, with the reason, where Ceph cannot run."""
+    try:
+        cluster = RgwCluster.start(tmp_path_factory.mktemp("rgw") / "cluster")
+    except RgwUnavailable as exc:
+        pytest.skip(f"RGW: {exc}")
+    with cluster:
+        yield cluster
 
 
 @pytest.fixture(scope="session")
