@@ -46,8 +46,8 @@ import diskcache
 
 from pffs.cache.diskindex import BatchIndex, IndexRow, usage_by_tag
 from pffs.cache.disklayout import check_layout
-from pffs.cache.keys import BlockKey
 from pffs.cache.entries import read_block, read_layout, read_range, write_entry
+from pffs.cache.keys import BlockKey
 from pffs.cache.openentries import OpenEntries, OpenEntry, descriptor_share
 from pffs.cache.orphans import Swept, sweep_in_background, sweep_orphans
 

@@ -122,9 +122,11 @@ class StagingArea:
 
 
 def write_manifest(staged: Staged, state: str) -> None:
-    """Record the staging file's source, path and state beside it (blocking, atomic)."""
+    """Record the staging file's source, principal, path and state beside it (blocking,
+    atomic)."""
     manifest = {
         "source": staged.mounted.backend.source_id,
+        "principal": staged.mounted.backend.principal,
         "path": staged.path_in_source,
         "state": state,
         "updated": time.time(),
