@@ -6,8 +6,9 @@ store, the path and the version (pffs.cache.keys), so two mounts of one bucket w
 credentials share nothing, and each reads only what its own credentials allow.
 
 A principal is named by a digest, never by the credential itself: SHA-256 over a
-domain-separated string, truncated to 128 bits. It never leaves the process but inside the
-cache's own key digests; it is neither logged nor shown. What it covers, per store:
+domain-separated string, truncated to 128 bits. It is written only into the cache's own key
+digests and the manifests of staged writes (pffs.fs.staging, in the 0700 cache directory);
+it is neither logged nor shown. What it covers, per store:
 
 - S3 (`s3_principal`): for keys (explicit, environment, credentials or config file, a
   credential process), the access key id and its secret key, so knowing another tenant's key

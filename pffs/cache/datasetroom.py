@@ -119,10 +119,8 @@ class DatasetRoom:
         """Start watching a dataset (again: its figures start over). Datasets inside it are
         dropped: their files are its files now."""
         for inside in list(self._datasets.values()):
-            if (inside.source, inside.principal) == (
-                source,
-                principal,
-            ) and inside.prefix.startswith(prefix):
+            same_reader = (inside.source, inside.principal) == (source, principal)
+            if same_reader and inside.prefix.startswith(prefix):
                 del self._datasets[inside.name]
         watched = WatchedDataset(name, source, principal, prefix, trio.current_time())
         self._datasets[name] = watched
