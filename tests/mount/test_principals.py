@@ -110,13 +110,21 @@ def test_a_denied_principal_gets_eacces_never_the_bytes_another_cached(
 
     with mounted(f"s3://{bucket}", tmp_path / "bob", *options, env=_env(bob)) as mnt:
         # Bob may list it: the open takes the listing's attributes without asking the store,
-        # and the bytes must still come from the store, which refuses them.
+        # and the bytes must still come from the store (a GET), which refuses them.
         assert os.listdir(mnt / "secret") == ["plan.txt"]
         assert (mnt / "secret" / "plan.txt").stat().st_size == len(SECRET)
         for _attempt in range(2):  # and again, once anything could have been cached
             with pytest.raises(PermissionError) as refused:
                 (mnt / "secret" / "plan.txt").read_bytes()
             assert refused.value.errno == errno.EACCES
+        assert (mnt / "public" / "readme.txt").read_bytes() == PUBLIC
+
+    # With no metadata kept, the open asks the store (a HEAD), which refuses it too.
+    fresh = (*options, "--metadata-ttl", "0")
+    with mounted(f"s3://{bucket}", tmp_path / "bob", *fresh, env=_env(bob)) as mnt:
+        with pytest.raises(PermissionError) as refused:
+            (mnt / "secret" / "plan.txt").read_bytes()
+        assert refused.value.errno == errno.EACCES
         assert (mnt / "public" / "readme.txt").read_bytes() == PUBLIC
 
     # The store itself answers alice's keys with the bytes and bob's with AccessDenied: the
