@@ -17,8 +17,8 @@ it is neither logged nor shown. What it covers, per store:
   a network call, and stable across the temporary keys the role hands out. For the instance's
   own role (EC2 metadata), one name per machine: every process on it gets that role. No
   credentials at all (anonymous reads) is a principal of its own.
-- HDFS (`hdfs_principal`): the Kerberos principal of the ticket cache in use (read from the
-  cache file), else the user named to HDFS (the option, HADOOP_USER_NAME, or the login name).
+- HDFS (`hdfs_principal`): the user named to HDFS (the option, HADOOP_USER_NAME, or the login
+  name) and the Kerberos principal of the ticket cache in use (read from the cache file).
 - Local files (`local_principal`): the process's uid, gid and groups, which the kernel checks.
 
 Where a principal cannot be told exactly, the digest covers more rather than less: a block
@@ -92,16 +92,17 @@ def _role_identity(scoped_config: Mapping[str, Any], environ: Mapping[str, str])
 def hdfs_principal(
     user: str | None, ticket_cache: str | None, environ: Mapping[str, str] = os.environ
 ) -> str:
-    """The principal an HDFS connection authenticates as: the Kerberos principal of the ticket
-    cache (`ticket_cache`, else KRB5CCNAME, when it is a file holding one), else the user."""
-    cache = ticket_cache or environ.get("KRB5CCNAME")
-    if cache:
-        kerberos = ccache_principal(cache.removeprefix("FILE:"))
-        if kerberos is not None:
-            return principal_digest("hdfs", "kerberos", kerberos)
-        # A cache pffs cannot read (another kind, or not there yet): named by where it is.
-        return principal_digest("hdfs", "ticket cache", cache, _login_user(user, environ))
-    return principal_digest("hdfs", "user", _login_user(user, environ))
+    """The principal an HDFS connection authenticates as: the user named to HDFS, and the
+    Kerberos principal of the ticket cache in use (`ticket_cache`, else KRB5CCNAME, else the
+    default /tmp/krb5cc_UID), or where that cache cannot be read, its name. Both, whichever
+    the cluster's authentication uses: a ticket cache left beside simple authentication only
+    splits the cache further, never joins two users."""
+    cache = ticket_cache or environ.get("KRB5CCNAME") or f"/tmp/krb5cc_{os.geteuid()}"
+    kerberos = ccache_principal(cache.removeprefix("FILE:"))
+    if kerberos is None and not (ticket_cache or environ.get("KRB5CCNAME")):
+        kerberos = ""  # no ticket cache anywhere: simple authentication
+    ticket = f"kerberos {kerberos}" if kerberos is not None else f"ticket cache {cache}"
+    return principal_digest("hdfs", _login_user(user, environ), ticket)
 
 
 def _login_user(user: str | None, environ: Mapping[str, str]) -> str:

@@ -143,30 +143,32 @@ def _ccache(realm: str, *components: str) -> bytes:
     return b"\x05\x04" + struct.pack(">H", len(header)) + header + principal
 
 
-def test_hdfs_names_the_kerberos_principal_else_the_user(tmp_path: Path) -> None:
+def test_hdfs_names_the_user_and_the_kerberos_principal(tmp_path: Path) -> None:
     alice, bob = tmp_path / "krb5cc_alice", tmp_path / "krb5cc_bob"
     alice.write_bytes(_ccache("EXAMPLE.COM", "alice", "node1"))
     bob.write_bytes(_ccache("EXAMPLE.COM", "bob"))
     assert ccache_principal(str(alice)) == "alice/node1@EXAMPLE.COM"
     assert ccache_principal(str(bob)) == "bob@EXAMPLE.COM"
-    assert hdfs_principal(None, str(alice), {}) != hdfs_principal(None, str(bob), {})
-    # The ticket's principal, wherever the cache is and whatever user is named beside it.
+    assert hdfs_principal("u", str(alice), {}) != hdfs_principal("u", str(bob), {})
+    # The ticket's principal, wherever the cache is, however it is named.
     moved = tmp_path / "elsewhere"
     moved.write_bytes(alice.read_bytes())
-    assert hdfs_principal("x", f"FILE:{moved}", {}) == hdfs_principal(None, str(alice), {})
-    assert hdfs_principal(None, None, {"KRB5CCNAME": str(alice)}) == hdfs_principal(
-        None, str(alice), {}
+    assert hdfs_principal("u", f"FILE:{moved}", {}) == hdfs_principal("u", str(alice), {})
+    assert hdfs_principal("u", None, {"KRB5CCNAME": str(alice)}) == hdfs_principal(
+        "u", str(alice), {}
     )
-    # Without Kerberos: the user named to HDFS.
+    # The user counts too, Kerberos or not: a ticket never joins two users.
+    assert hdfs_principal("u", str(alice), {}) != hdfs_principal("v", str(alice), {})
     assert hdfs_principal("alice", None, {}) != hdfs_principal("bob", None, {})
     assert hdfs_principal(None, None, {"HADOOP_USER_NAME": "bob"}) == hdfs_principal(
         "bob", None, {}
     )
-    # A file that is no ticket cache is never read as one.
+    # A file that is no ticket cache is never read as one: it is named by where it is.
     garbage = tmp_path / "garbage"
     garbage.write_bytes(b"\x05\x04\xff\xff")
     assert ccache_principal(str(garbage)) is None
     assert ccache_principal(str(tmp_path / "missing")) is None
+    assert hdfs_principal("u", str(garbage), {}) != hdfs_principal("u", str(moved), {})
 
 
 def test_an_hdfs_backend_carries_its_principal() -> None:
