@@ -94,6 +94,9 @@ class S3Backend:
             # Our retry helper decides; botocore retrying underneath would multiply attempts.
             retries={"total_max_attempts": 1},
             max_pool_connections=max(10, source.max_concurrency + 4),
+            # Writes carry Content-MD5 (s3writes), which every S3 server checks; boto3's own
+            # CRC32 would be a second digest of each body, and one RGW 16 does not check.
+            request_checksum_calculation="when_required",
         )
         self.client = _client(session, config, verify, source.endpoint_url, source.path_style)
         # The endpoint is what the client uses: botocore also applies AWS_ENDPOINT_URL_S3,

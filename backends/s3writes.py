@@ -12,8 +12,11 @@ mapping), so a write fails the same way a read does.
 
 from __future__ import annotations
 
+import base64
 import functools
+import hashlib
 import os
+import re
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -49,10 +52,12 @@ class S3Writes:
         self._do = calls.do
 
     def put(self, path: str, local_path: str) -> ObjectInfo:
+        digest = _file_md5(local_path)
+
         def send() -> dict[str, Any]:
             with open(local_path, "rb") as body:  # reopened per attempt: a retry resends it all
                 answer: dict[str, Any] = self.client.put_object(
-                    Bucket=self.bucket, Key=self.prefix + path, Body=body
+                    Bucket=self.bucket, Key=self.prefix + path, Body=body, ContentMD5=digest
                 )
                 return answer
 
@@ -79,6 +84,7 @@ class S3Writes:
                 UploadId=upload_id,
                 PartNumber=number,
                 Body=data,
+                ContentMD5=_md5(data),
             ),
             f"UploadPart {number}",
             path,
@@ -99,7 +105,9 @@ class S3Writes:
             "CompleteMultipartUpload",
             path,
         )
-        return _written(path, size, response["ETag"])
+        # RGW 16 answers the completion with an empty <ETag></ETag>; the object's ETag is then
+        # S3's rule for multipart objects, made from the parts' ETags, as stat will see it.
+        return _written(path, size, response.get("ETag") or multipart_etag(etags))
 
     def abort_upload(self, path: str, upload_id: str) -> None:
         self._do(
@@ -176,7 +184,39 @@ def _parsed_page(engine: LeanGetEngine, prefix: str, token: str | None) -> dict[
     return parse_page(engine.list_page(prefix, token, None))
 
 
-def _written(path: str, size: int, etag: str) -> ObjectInfo:
+def _md5(data: bytes) -> str:
+    """The Content-MD5 header of a body: every S3 server verifies it, RGW 16 included, which
+    ignores the x-amz-checksum-* headers boto3 sends by default (a wrong one is stored)."""
+    return base64.b64encode(hashlib.md5(data, usedforsecurity=False).digest()).decode()
+
+
+def _file_md5(path: str) -> str:
+    """The Content-MD5 header of a file's bytes, read in 1 MiB pieces."""
+    digest = hashlib.md5(usedforsecurity=False)
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return base64.b64encode(digest.digest()).decode()
+
+
+def multipart_etag(part_etags: Sequence[str]) -> str | None:
+    """S3's ETag of an object uploaded in parts: the MD5 of the parts' binary MD5s, a dash and
+    how many parts. None where a part's ETag is no MD5 (encrypted with a KMS key on AWS): the
+    object's version is then its mtime and size until it is next stat'ed."""
+    digests = []
+    for etag in part_etags:
+        hexed = etag.strip('"')
+        if not _MD5_HEX.fullmatch(hexed):
+            return None
+        digests.append(bytes.fromhex(hexed))
+    combined = hashlib.md5(b"".join(digests), usedforsecurity=False).hexdigest()
+    return f'"{combined}-{len(digests)}"'
+
+
+_MD5_HEX = re.compile("[0-9a-f]{32}")
+
+
+def _written(path: str, size: int, etag: str | None) -> ObjectInfo:
     return ObjectInfo(path.rsplit("/", 1)[-1], size, time.time(), etag, is_dir=False)
 
 

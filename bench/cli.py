@@ -41,6 +41,10 @@ from bench.scenarios import (
 from bench.servers import Launcher, Server, Unavailable, external, far
 from bench.systems import Pffs, Rclone, S3fs, System, mount_system, peak_rss_mib, unmount
 from pffs.sizes import SizeError, parse_size
+from pffs.testing.rgw import OBJECTSTORES
+
+# The servers --servers may name, each started by the Launcher method of that name.
+SERVERS = ("moto", "s3rver", "rgw", "minio")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -50,7 +54,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="a smoke test of every scenario: tiny sizes, one repetition, s3rver (< 5 min)",
     )
-    p.add_argument("--servers", help="moto,s3rver[,minio] (moto,s3rver; s3rver with --quick)")
+    p.add_argument("--servers", help="moto,s3rver,rgw[,minio] (moto,s3rver; s3rver with --quick)")
+    p.add_argument(
+        "--rgw-objectstore",
+        choices=OBJECTSTORES,
+        default="memstore",
+        help="where RGW's OSD keeps data: memstore (RAM) or bluestore (a file on disk)",
+    )
     p.add_argument("--endpoint-url", help="also benchmark this endpoint (credentials from env)")
     p.add_argument("--minio-bin", default=shutil.which("minio"), help="MinIO binary (from PATH)")
     p.add_argument("--systems", default="pffs,s3fs,rclone", help="pffs,s3fs,rclone")
@@ -80,6 +90,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.servers is None:
         # moto reads a whole object for each ranged GET: the quick run keeps to s3rver.
         args.servers = "s3rver" if args.quick else "moto,s3rver"
+    unknown_servers = [n for n in args.servers.split(",") if n not in SERVERS]
+    if unknown_servers:
+        p.exit(2, f"bench: unknown server {unknown_servers[0]!r}: one of {', '.join(SERVERS)}\n")
     keys = [m.key for m in METRICS]
     unknown = set(args.only.split(",")) - set(keys) if args.only else set()
     if unknown:
@@ -303,8 +316,13 @@ def run_session(
     servers: list[dict[str, Any]] = []
     with contextlib.ExitStack() as stack:
         launcher = Launcher(workdir)
+        starters = {
+            "moto": launcher.moto,
+            "s3rver": launcher.s3rver,
+            "rgw": lambda: launcher.rgw(args.rgw_objectstore),
+        }
         wanted: list[tuple[str, Any]] = [
-            (n, getattr(launcher, n)) for n in args.servers.split(",") if n in ("moto", "s3rver")
+            (n, starters[n]) for n in args.servers.split(",") if n in starters
         ]
         if "minio" in args.servers.split(",") or args.minio_bin:
             wanted.append(("minio", lambda: launcher.minio(args.minio_bin or "minio")))

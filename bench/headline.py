@@ -15,6 +15,7 @@ from typing import Any
 
 from bench.data import MIB
 from bench.scenarios import METRICS
+from bench.servers import KINDS
 
 START = "<!-- bench-headline:start -->"
 END = "<!-- bench-headline:end -->"
@@ -97,6 +98,7 @@ def headline_table(summary: dict[str, Any], chart: str | None = None) -> str:
         f"brackets, pffs against the best of {' and '.join(peers) or 'no peer'} "
         "(above 1x: pffs ahead; below: behind).",
         "",
+        *servers_text(entries),
         "| scenario | unit | " + " | ".join(entry["name"] for entry in entries) + " |",
         "|---|---|" + "---|" * len(entries),
     ]
@@ -117,6 +119,13 @@ def headline_table(summary: dict[str, Any], chart: str | None = None) -> str:
     if chart:
         lines += ["", f"![pffs, s3fs and rclone against the best of the three]({chart})"]
     return "\n".join(lines)
+
+
+def servers_text(entries: list[dict[str, Any]]) -> list[str]:
+    """One line saying what the server of each column is, and a blank line; none if unknown."""
+    names = list(dict.fromkeys(entry["name"].split(",")[0] for entry in entries))
+    known = [f"{name} is {KINDS[name]}" for name in names if name in KINDS]
+    return [f"Servers: {'; '.join(known)}.", ""] if known else []
 
 
 def sizes_text(summary: dict[str, Any]) -> str:

@@ -49,6 +49,7 @@ METRICS = [
     Metric("ttfb_ms", f"time to first byte, cold file (median of {TTFB_SAMPLES})", "ms", False),
     Metric("seq_cold_mbs", "sequential read, cold", "MB/s", True),
     Metric("seq_cold_cpu_s_per_gib", "mount CPU over the cold read", "CPU-s/GiB", False),
+    Metric("seq_cold_store_cpu_s_per_gib", "store CPU over it", "CPU-s/GiB", False),
     Metric("seq_warm_mbs", "sequential read, warm (page cache dropped)", "MB/s", True),
     Metric("rand_psync_iops", "random 4 KiB reads, psync", "IOPS", True),
     Metric("rand_libaio_iops", "random 4 KiB reads, libaio depth 16", "IOPS", True),
@@ -62,8 +63,10 @@ METRICS = [
     Metric("parallel_mbs", "4 parallel readers, cold", "MB/s", True),
     Metric("checkpoint_mbs", "checkpoint load: one large file, 8 MiB reads, cold", "MB/s", True),
     Metric("checkpoint_cpu_s_per_gib", "mount CPU over the checkpoint load", "CPU-s/GiB", False),
+    Metric("checkpoint_store_cpu_s_per_gib", "store CPU over it", "CPU-s/GiB", False),
     Metric("shards_mbs", "shards read whole, 4 readers, shuffled, cold", "MB/s", True),
     Metric("shards_cpu_s_per_gib", "mount CPU over the shards", "CPU-s/GiB", False),
+    Metric("shards_store_cpu_s_per_gib", "store CPU over them", "CPU-s/GiB", False),
     Metric("write_mbs", "sequential write + close, verified", "MB/s", True),
     Metric("peak_rss_mib", "peak RSS of the mount process", "MiB", False),
     Metric("session_peak_rss_mib", "peak RSS of the whole session (no reset)", "MiB", False),
@@ -73,8 +76,11 @@ PFFS_ONLY = {LARGER_THAN_CACHE}
 # Figures taken while another scenario runs, measured when that one is.
 TAKEN_WITH = {
     "seq_cold_cpu_s_per_gib": "seq_cold_mbs",
+    "seq_cold_store_cpu_s_per_gib": "seq_cold_mbs",
     "checkpoint_cpu_s_per_gib": "checkpoint_mbs",
+    "checkpoint_store_cpu_s_per_gib": "checkpoint_mbs",
     "shards_cpu_s_per_gib": "shards_mbs",
+    "shards_store_cpu_s_per_gib": "shards_mbs",
     "epoch_peak_rss_mib": "epoch1_files_per_s",
     "epoch2_remount_requests": "epoch2_remount_files_per_s",
     "lsr_rss_bytes_per_entry": "lsr_100k_s",
@@ -249,13 +255,17 @@ class Scenarios:
     def _with_cpu(
         self, results: dict[str, float | str], name: str, size: int, read: Callable[[], float]
     ) -> float:
-        """`read()`'s figure; the mount's CPU-seconds per GiB over it (/proc/PID/stat: every
-        thread of the process) into results[name + "_cpu_s_per_gib"]."""
-        before = cpu_seconds(self.pid)
+        """`read()`'s figure; the CPU-seconds per GiB over it (/proc/PID/stat: every thread) of
+        the mount into results[name + "_cpu_s_per_gib"] and of the store's own processes
+        (server.store_pids) into results[name + "_store_cpu_s_per_gib"]."""
+        sides = {"": (self.pid,), "_store": self.server.store_pids}
+        before = {side: _cpu_of(pids) for side, pids in sides.items()}
         figure = read()
-        after = cpu_seconds(self.pid)
-        if before is not None and after is not None:
-            results[f"{name}_cpu_s_per_gib"] = round((after - before) / (size / (1 << 30)), 3)
+        for side, pids in sides.items():
+            start, end = before[side], _cpu_of(pids)
+            if start is not None and end is not None:
+                per_gib = (end - start) / (size / (1 << 30))
+                results[f"{name}{side}_cpu_s_per_gib"] = round(per_gib, 3)
         return figure
 
     def ttfb(self) -> float:
@@ -363,6 +373,14 @@ class Scenarios:
             while chunk := f.read(8 * MIB):
                 digest.update(chunk)
         return digest.hexdigest() == self.data.large_sha256
+
+
+def _cpu_of(pids: tuple[int | None, ...]) -> float | None:
+    """The CPU-seconds of these processes together; None when there are none or one is gone."""
+    seconds = [cpu_seconds(pid) for pid in pids]
+    if not seconds or None in seconds:
+        return None
+    return sum(s for s in seconds if s is not None)
 
 
 def server_ceiling(server: Server, dataset: Dataset, parallel: int = 8) -> float:

@@ -1,4 +1,5 @@
-"""S3 servers for the benchmark: moto, s3rver, MinIO, or any endpoint, each on its own port.
+"""S3 servers for the benchmark: moto, s3rver, Ceph's RADOS Gateway, MinIO, or any endpoint,
+each on its own port.
 
 Every server started here is stopped by `stop()`, and recorded with bench.leftovers, so
 nothing outlives a bench however it ends. With `--latency`, `far` puts a userspace delay proxy
@@ -15,11 +16,20 @@ import tempfile
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from bench.leftovers import stop_process, track_process
+from pffs.testing.rgw import CEPH_PACKAGES, RgwCluster, RgwUnavailable, missing_binaries
 from pffs.testing.servers import free_port, wait_for_port
 
 S3RVER_VERSION = "3"
+# What each server is, for a reader of the figures (the README's headline names the columns).
+KINDS = {
+    "moto": "a Python test double that reads a whole object for each ranged GET",
+    "s3rver": "a Node.js test double",
+    "rgw": "Ceph's RADOS Gateway, a production S3 server (one node, Debian's Ceph)",
+    "minio": "MinIO, a production S3 server",
+}
 
 
 @dataclass
@@ -30,6 +40,9 @@ class Server:
     secret_key: str
     stop: Callable[[], None] = field(repr=False, default=lambda: None)
     pid: int | None = None  # the server process (the proxy's, for a far one), when we run it
+    # The store's own processes (RGW: its gateway and OSD), whose CPU is the store's side of a
+    # read; a far server's are those of the server behind its proxy.
+    store_pids: tuple[int, ...] = ()
 
     def env(self) -> dict[str, str]:
         """Environment giving a client this server's credentials."""
@@ -89,6 +102,7 @@ def far(server: Server, rtt_ms: float, log: str) -> Server:
         server.secret_key,
         _stopper(proc),
         proc.pid,
+        server.store_pids,
     )
 
 
@@ -143,7 +157,7 @@ class Launcher:
         argv = [sys.executable, "-m", "moto.server", "-H", self.host, "-p", str(port)]
         proc = _spawn(argv, dict(os.environ), self.host, port, self._log("moto"))
         url = f"http://{self.host}:{port}"
-        return Server("moto", url, "bench", "bench-secret", _stopper(proc), proc.pid)
+        return Server("moto", url, "bench", "bench-secret", _stopper(proc), proc.pid, (proc.pid,))
 
     def s3rver(self) -> Server:
         binary = s3rver_binary(self.cache_dir)
@@ -155,7 +169,28 @@ class Launcher:
         env = {**os.environ, "NODE_OPTIONS": "--openssl-legacy-provider"}
         proc = _spawn(argv, env, self.host, port, self._log("s3rver"))
         url = f"http://{self.host}:{port}"
-        return Server("s3rver", url, "S3RVER", "S3RVER", _stopper(proc), proc.pid)
+        return Server("s3rver", url, "S3RVER", "S3RVER", _stopper(proc), proc.pid, (proc.pid,))
+
+    def rgw(self, objectstore: str = "memstore") -> Server:
+        """A one-node Ceph and its gateway (pffs.testing.rgw), with a user of the bench's own;
+        Ceph is installed from Debian's packages when missing."""
+        install_ceph()
+        try:
+            cluster = RgwCluster.start(
+                Path(self.workdir) / "rgw", objectstore=objectstore, on_spawn=track_process
+            )
+        except RgwUnavailable as exc:
+            raise Unavailable(str(exc)) from None
+        try:
+            access, secret = cluster.create_user("pffs-bench")
+        except BaseException as exc:
+            cluster.stop()
+            if isinstance(exc, RgwUnavailable):
+                raise Unavailable(str(exc)) from None
+            raise
+        gateway = cluster.processes["rgw"].pid
+        store = (gateway, cluster.processes["osd.0"].pid)
+        return Server("rgw", cluster.endpoint, access, secret, cluster.stop, gateway, store)
 
     def minio(self, binary: str) -> Server:
         if not os.path.exists(binary) and shutil.which(binary) is None:
@@ -171,6 +206,30 @@ class Launcher:
         proc = _spawn(argv, env, self.host, port, self._log("minio"))
         url = f"http://{self.host}:{port}"
         return Server("minio", url, "pffsbench", "pffsbench-secret", _stopper(proc), proc.pid)
+
+
+def install_ceph() -> None:
+    """Ceph's packages from Debian when missing (as s3rver comes from npm); Unavailable, with
+    why, where they cannot be installed."""
+    if not missing_binaries():
+        return
+    apt = shutil.which("apt-get")
+    if apt is None or os.geteuid() != 0:
+        why = "no apt-get" if apt is None else "not root"
+        raise Unavailable(f"Ceph is not installed and cannot be here ({why})")
+    print("bench: installing Ceph from Debian's packages (about 1.5 min)", file=sys.stderr)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for argv in (
+        [apt, "update", "-qq"],
+        [apt, "install", "-y", "-qq", "--no-install-recommends", *CEPH_PACKAGES],
+    ):
+        result = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+        if result.returncode != 0:
+            lines = (result.stderr.strip() or result.stdout.strip() or "failed").splitlines()
+            raise Unavailable(f"apt-get could not install Ceph: {lines[-1][:200]}")
+    missing = missing_binaries()
+    if missing:
+        raise Unavailable(f"Ceph installed, yet {', '.join(missing)} missing")
 
 
 def external(endpoint_url: str) -> Server:

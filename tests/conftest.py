@@ -62,14 +62,30 @@ def moto() -> Iterator[MotoServer]:
 
 @pytest.fixture(scope="session")
 def rgw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RgwCluster]:
-    """One Ceph cluster with a gateway for the whole session (it takes about 15 s to start);
-    the tests that ask for it skip, with the reason, where Ceph cannot run."""
+    """One Ceph cluster with a gateway for the whole session (it takes about 15 s to start),
+    with a user whose keys are the tests' own (DUMMY_CREDENTIALS), so pffs and boto3 reach it
+    as they reach moto; the tests that ask for it skip, with the reason, where Ceph cannot run."""
     try:
         cluster = RgwCluster.start(tmp_path_factory.mktemp("rgw") / "cluster")
     except RgwUnavailable as exc:
         pytest.skip(f"RGW: {exc}")
     with cluster:
+        keys = (DUMMY_CREDENTIALS["AWS_ACCESS_KEY_ID"], DUMMY_CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
+        cluster.create_user("pffs-test", keys=keys)
         yield cluster
+
+
+@pytest.fixture(scope="session")
+def rgw_s3(rgw: RgwCluster):
+    """A boto3 client of the gateway, as the tests' user."""
+    return boto3.client("s3", endpoint_url=rgw.endpoint)
+
+
+@pytest.fixture
+def rgw_bucket(rgw_s3) -> str:
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    rgw_s3.create_bucket(Bucket=name)
+    return name
 
 
 @pytest.fixture(scope="session")

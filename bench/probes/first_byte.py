@@ -1,18 +1,19 @@
 """`python -m bench.probes.first_byte`: the first byte of a cold file, several samples per system.
 
-The suite's "time to first byte" is the median of three samples, taken on one system after
-the other. Here the samples interleave the systems, and more can be taken. s3rver (behind the
-delay proxy with `--latency`) holds `--samples` objects of `--size` (1 MiB), each in a
-directory of its own; pffs, s3fs and rclone are mounted at their defaults, and each sample
-opens one object on every system in turn (the order alternating), with the page cache and
-dentries dropped before each. Samples start 11 s apart, so that pffs's dataset preload (3
-files of a directory tree opened within 10 s) never starts and every file is cold. For each
-system it prints the median, the spread, and each sample's steps
+The suite's "time to first byte" is the median of three samples, taken on one system after the
+other. Here the samples interleave the systems, and more can be taken. s3rver, or Ceph's gateway
+with `--server rgw` (behind the delay proxy with `--latency`), holds `--samples` objects of
+`--size` (1 MiB), each in a directory of its own; pffs, s3fs and rclone are mounted at their
+defaults, and each sample opens one object on every system in turn (the order alternating), with
+the page cache and dentries dropped before each. Samples start 11 s apart, so that pffs's
+dataset preload (3 files of a directory tree opened within 10 s) never starts and every file is
+cold. For each system it prints the median, the spread, and each sample's steps
 (`bench.scenarios.first_byte_steps`): the directory's lookup, the file's lookup, open, and the
-first `read(1)` of a buffered reader, or with `--random` a 4 KiB pread at a random offset
-(the same offset on every system).
+first `read(1)` of a buffered reader, or with `--random` a 4 KiB pread at a random offset (the
+same offset on every system).
 
     python -m bench.probes.first_byte --samples 8 --latency 20 --size 64M --random
+    python -m bench.probes.first_byte --server rgw --samples 6 --latency 20
 """
 
 from __future__ import annotations
@@ -39,11 +40,13 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.0, help="round trip to add, ms")
     parser.add_argument("--size", default="1M", help="size of each object (1M)")
     parser.add_argument("--random", action="store_true", help="4 KiB at a random offset")
+    parser.add_argument("--server", choices=("s3rver", "rgw"), default="s3rver")
     args = parser.parse_args()
     size = parse_size(args.size)
     offsets = random.Random(31).choices(range(0, max(1, size - 4096), 4096), k=args.samples)
     root = tempfile.mkdtemp(dir="/var/tmp", prefix="pffs-first-byte-")
-    near = Launcher(root).s3rver()
+    launcher = Launcher(root)
+    near = launcher.rgw() if args.server == "rgw" else launcher.s3rver()
     server = far(near, args.latency, os.path.join(root, "delay.log")) if args.latency else near
     systems: dict[str, System] = {"pffs": Pffs([]), "s3fs": S3fs(), "rclone": Rclone()}
     mounts: dict[str, str] = {}

@@ -10,7 +10,9 @@ it can inject one of the failures a real store and network produce:
 - ``stall``: nothing is sent for `stall_seconds` (longer than the client's read timeout), then
   the connection is closed;
 - ``truncate``: the response headers promise the full body, half of it is sent, then the
-  connection is closed.
+  connection is closed;
+- ``flip``: one byte of the request's body is inverted on its way to the server (a PUT or a
+  part corrupted in transit), which only a checksum the server verifies catches.
 
 Faults come at configured rates (a seeded random draw per request) or on demand (`inject`, a
 queue served before the rates), and only for requests a `match` predicate accepts (by default,
@@ -39,7 +41,7 @@ from typing import BinaryIO
 
 from pffs.testing.servers import Service
 
-FAULTS = ("reset", "503", "500", "stall", "truncate")
+FAULTS = ("reset", "503", "500", "stall", "truncate", "flip")
 # What `_choose` answers for a matching request forwarded unharmed: it counts in `in_flight`.
 _COUNTED = "counted"
 Match = Callable[[str, str, dict[str, str]], bool]
@@ -198,6 +200,9 @@ class FaultProxy(Service):
                 if fault == "stall" and method != "GET":
                     self._closing.wait(self.stall_seconds)
                     return
+                if fault == "flip" and body:
+                    middle = len(body) // 2
+                    body = body[:middle] + bytes([body[middle] ^ 0xFF]) + body[middle + 1 :]
                 if upstream is None:
                     upstream = http.client.HTTPConnection(*self.upstream, timeout=60)
                 try:

@@ -31,9 +31,10 @@ from pffs.testing.servers import free_port
 CEPH_PACKAGES = ("ceph-mon", "ceph-osd", "ceph-mgr", "radosgw", "ceph-common")
 _BINARIES = ("ceph", "ceph-mon", "ceph-osd", "monmaptool", "radosgw", "radosgw-admin")
 OBJECTSTORES = ("memstore", "bluestore")
-# A cap, not an allocation: memstore keeps objects in RAM as they are written.
-MEMSTORE_BYTES = 4 << 30
-BLUESTORE_BYTES = 16 << 30  # a sparse file
+# The OSD's size. For memstore a cap, not an allocation: it keeps objects in RAM as they are
+# written (deleted ones until the gateway's collector runs, a minute or two later).
+MEMSTORE_BYTES = 8 << 30
+BLUESTORE_BYTES = 32 << 30  # a sparse file
 START_TIMEOUT_S = 90.0
 ADMIN_TIMEOUT_S = 60.0
 GATEWAY_NAME = "client.rgw.pffs"
@@ -249,12 +250,10 @@ class RgwCluster:
                 return lines[-1][-300:]
         return "(no log)"
 
-    def create_user(self, uid: str) -> tuple[str, str]:
-        """A new gateway user (`radosgw-admin user create`); its access and secret keys."""
-        access, secret = (
-            uid.upper().replace("-", "")[:12] + secrets.token_hex(6),
-            secrets.token_hex(20),
-        )
+    def create_user(self, uid: str, *, keys: tuple[str, str] | None = None) -> tuple[str, str]:
+        """A new gateway user (`radosgw-admin user create`); its access and secret keys, made
+        up unless `keys` gives them."""
+        access, secret = keys or (f"{uid[:8]}{secrets.token_hex(6)}", secrets.token_hex(20))
         out = self._run(
             "radosgw-admin",
             "user",
@@ -264,8 +263,20 @@ class RgwCluster:
             f"--access-key={access}",
             f"--secret-key={secret}",
         )
-        keys = json.loads(out)["keys"][0]
-        return str(keys["access_key"]), str(keys["secret_key"])
+        created = json.loads(out)["keys"][0]
+        return str(created["access_key"]), str(created["secret_key"])
+
+    def kill_gateway(self) -> None:
+        """SIGKILL the gateway alone, as a crash of the S3 server; the cluster stays up."""
+        gateway = self.processes.pop("rgw")
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(gateway.pid, signal.SIGKILL)
+        gateway.wait()
+
+    def start_gateway(self) -> None:
+        """Start the gateway again (after kill_gateway), on its port; return once it answers."""
+        self._spawn("rgw", "radosgw", "-f", "-n", GATEWAY_NAME)
+        self._wait_for_gateway()
 
     def pids(self) -> dict[str, int]:
         """The process id of each running daemon, by name (mon.a, osd.0, rgw)."""

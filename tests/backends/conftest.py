@@ -9,7 +9,7 @@ import pytest
 from tests.backends.stores import HDFS_URI, Store, arrow_store, hdfs_store, local_store, s3_store
 
 
-@pytest.fixture(params=["local", "s3", "arrow", "hdfs"])
+@pytest.fixture(params=["local", "s3", "rgw", "arrow", "hdfs"])
 def store(request, tmp_path) -> Iterator[Store]:
     if request.param == "local":
         yield local_store(tmp_path)
@@ -19,6 +19,11 @@ def store(request, tmp_path) -> Iterator[Store]:
         if not HDFS_URI:
             pytest.skip("no HDFS cluster here: set PFFS_TEST_HDFS_URI=hdfs://namenode:8020/tmp")
         yield hdfs_store(HDFS_URI)
+    elif request.param == "rgw":  # skips, with the reason, where Ceph cannot run
+        rgw = request.getfixturevalue("rgw")
+        s3, bucket = request.getfixturevalue("rgw_s3"), request.getfixturevalue("rgw_bucket")
+        yield s3_store("rgw", rgw.endpoint, s3, bucket)
     else:
         moto = request.getfixturevalue("moto")
-        yield s3_store(moto, request.getfixturevalue("s3"), request.getfixturevalue("bucket"))
+        s3, bucket = request.getfixturevalue("s3"), request.getfixturevalue("bucket")
+        yield s3_store("s3", moto.endpoint_url, s3, bucket)

@@ -1,6 +1,7 @@
 """The stores of the backend contract: the same tree on local disk, S3 on a real moto server
-over HTTP, the generic pyarrow backend on arrow's local filesystem, and HDFS where
-PFFS_TEST_HDFS_URI names a cluster; and the helpers the contract's tests share."""
+over HTTP and on Ceph's RADOS Gateway (a one-node cluster, pffs.testing.rgw), the generic
+pyarrow backend on arrow's local filesystem, and HDFS where PFFS_TEST_HDFS_URI names a cluster;
+and the helpers the contract's tests share."""
 
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ import pytest
 from pffs.backends import Backend, open_backend
 from pffs.backends.hdfs import HdfsBackend
 from pffs.config import SourceConfig
-from pffs.testing.servers import MotoServer
 
 RNG = random.Random(7)
 TREE: dict[str, bytes] = {
@@ -64,7 +64,9 @@ def local_store(tmp_path: Path) -> Store:
     return Store("local", open_backend(SourceConfig(url=f"file://{tmp_path}/root")), write)
 
 
-def s3_store(moto: MotoServer, s3: Any, bucket: str) -> Store:
+def s3_store(name: str, endpoint_url: str, s3: Any, bucket: str) -> Store:
+    """The tree in a bucket of an S3 server (moto's, or Ceph's gateway), under a prefix."""
+
     def write(files: dict[str, bytes]) -> None:
         def put(item: tuple[str, bytes]) -> None:
             s3.put_object(Bucket=bucket, Key=f"pre/{item[0]}", Body=item[1])
@@ -73,11 +75,11 @@ def s3_store(moto: MotoServer, s3: Any, bucket: str) -> Store:
             list(pool.map(put, files.items()))
 
     write(TREE)
-    for name in EMPTY_DIRS:
-        s3.put_object(Bucket=bucket, Key=f"pre/{name}/", Body=b"")
+    for directory in EMPTY_DIRS:
+        s3.put_object(Bucket=bucket, Key=f"pre/{directory}/", Body=b"")
     s3.put_object(Bucket=bucket, Key="outside.txt", Body=b"not under the prefix")
-    source = SourceConfig(url=f"s3://{bucket}/pre", endpoint_url=moto.endpoint_url)
-    return Store("s3", open_backend(source), write)
+    source = SourceConfig(url=f"s3://{bucket}/pre", endpoint_url=endpoint_url)
+    return Store(name, open_backend(source), write)
 
 
 def arrow_store(tmp_path: Path) -> Store:

@@ -106,6 +106,7 @@ def test_latencies_parse_and_bad_ones_are_named() -> None:
         (["--latency", "0,x"], "--latency: 'x' is not a round trip like 20ms"),
         (["--epoch-files", "0"], "--epoch-files: 0 must be 1 or more"),
         (["--epoch-size", "12q"], "--epoch-size: '12q' is not a size like 4M"),
+        (["--servers", "s3rver,rgw,minio,nope"], "unknown server 'nope': one of moto"),
     ],
 )
 def test_bad_bench_options_are_one_line_errors(

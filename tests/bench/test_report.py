@@ -104,13 +104,15 @@ def test_the_headline_of_a_small_results_file() -> None:
         "(32 MiB file, 200 training files of 100 KiB, a tree of 1,000 objects)."
     )
     assert "pffs against the best of rclone and s3fs" in lines[0]
-    assert lines[2:4] == [
+    assert lines[2:6] == [
+        "Servers: s3rver is a Node.js test double.",
+        "",
         "| scenario | unit | s3rver, 0 ms | s3rver, 20 ms |",
         "|---|---|---|---|",
     ]
-    assert lines[4:14] == HEADLINE_20MS
+    assert lines[6:16] == HEADLINE_20MS
     # The weak points: every scenario behind the best peer, not only the headline's.
-    assert lines[15:19] == [
+    assert lines[17:21] == [
         "Where pffs is behind the best peer in this run:",
         "- sequential read, cold: 0.90x (s3rver, 0 ms), 0.90x (s3rver, 20 ms)",
         "- stat of every file after ls -l, TTL passed: 0.03x (s3rver, 0 ms), 0.03x (s3rver, 20 ms)",

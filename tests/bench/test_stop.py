@@ -1,12 +1,12 @@
 """A bench stopped partway leaves nothing behind: SIGTERM (what `timeout` and `kill` send) and
 SIGINT to its process group (what Ctrl-C in a terminal sends).
 
-A real quick bench runs against s3rver behind the delay proxy, with real rclone and pffs
-mounts. Every process it starts inherits a marker in its environment, so the test finds them
-in /proc whatever session they put themselves in (servers and proxies run in sessions of their
-own, mount daemons detach): it waits until the server, the proxy and a FUSE mount are up,
-stops the bench, then checks that no marked process and no FUSE mount under the bench's
-temporary directory is left.
+A real quick bench runs against s3rver (and against Ceph's gateway) behind the delay proxy,
+with real rclone and pffs mounts. Every process it starts inherits a marker in its environment,
+so the test finds them in /proc whatever session they put themselves in (servers and proxies
+run in sessions of their own, mount daemons detach): it waits until the server, the proxy and
+a FUSE mount are up, stops the bench, then checks that no marked process and no FUSE mount
+under the bench's temporary directory is left.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ import uuid
 from pathlib import Path
 
 import pytest
+
+from pffs.testing.rgw import missing_binaries
 
 pytestmark = [
     pytest.mark.mount,
@@ -62,24 +64,33 @@ def fuse_mounts_under(directory: Path) -> list[str]:
     return out
 
 
+# Each server by the command of its process: s3rver, and Ceph's gateway (beside its monitor and
+# OSD, all of which must go, and its directory with them).
+SERVER_COMMANDS = {"s3rver": "s3rver", "rgw": "radosgw"}
+
+
 @pytest.mark.parametrize(
-    ("signum", "exit_code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["term", "int"]
+    ("signum", "exit_code", "server"),
+    [(signal.SIGTERM, 143, "s3rver"), (signal.SIGINT, 130, "s3rver"), (signal.SIGTERM, 143, "rgw")],
+    ids=["term", "int", "term-rgw"],
 )
 def test_a_stopped_bench_leaves_no_process_and_no_mount(
-    tmp_path: Path, signum: signal.Signals, exit_code: int
+    tmp_path: Path, signum: signal.Signals, exit_code: int, server: str
 ) -> None:
+    if server == "rgw" and missing_binaries():
+        pytest.skip(f"Ceph is not installed ({', '.join(missing_binaries())} missing)")
     token = uuid.uuid4().hex
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     env = {**os.environ, "TMPDIR": str(scratch), MARK: token}
     argv = [sys.executable, "-m", "bench", "--quick", "--latency", "20ms"]
     argv += ["--systems", "rclone,pffs", "--epoch-files", "20", "--tree-files", "100"]
-    argv += ["--out", str(tmp_path / "results")]
+    argv += ["--servers", server, "--out", str(tmp_path / "results")]
     log = tmp_path / "bench.log"
     with open(log, "wb") as out:
         bench = subprocess.Popen(argv, env=env, stdout=out, stderr=out, start_new_session=True)
     try:
-        started = stop_partway(bench, signum, token, scratch, log)
+        started = stop_partway(bench, signum, token, scratch, log, SERVER_COMMANDS[server])
         assert bench.wait(timeout=180) == exit_code, log.read_text()[-3000:]
         # Mount daemons end on their own once unmounted: give them a moment.
         deadline = time.monotonic() + 10
@@ -88,6 +99,7 @@ def test_a_stopped_bench_leaves_no_process_and_no_mount(
         assert fuse_mounts_under(scratch) == [], log.read_text()[-3000:]
         assert marked_processes(token) == {}, (started, log.read_text()[-3000:])
         assert "stopped by" in log.read_text()
+        assert list(scratch.glob("pffs-bench-*/rgw")) == []  # the cluster's directory too
     finally:  # a failing bench leaves nothing behind either
         if bench.poll() is None:
             bench.kill()
@@ -100,7 +112,12 @@ def test_a_stopped_bench_leaves_no_process_and_no_mount(
 
 
 def stop_partway(
-    bench: subprocess.Popen[bytes], signum: signal.Signals, token: str, scratch: Path, log: Path
+    bench: subprocess.Popen[bytes],
+    signum: signal.Signals,
+    token: str,
+    scratch: Path,
+    log: Path,
+    server_command: str,
 ) -> dict[int, str]:
     """Once the server, the delay proxy and a mount are up, send `signum`; what was running."""
     deadline = time.monotonic() + 300
@@ -108,7 +125,8 @@ def stop_partway(
         assert bench.poll() is None, log.read_text()[-3000:]
         assert time.monotonic() < deadline, "the bench never got its mounts up"
         commands = " ".join(marked_processes(token).values())
-        if fuse_mounts_under(scratch) and "s3rver" in commands and "testing.delay" in commands:
+        up = server_command in commands and "testing.delay" in commands
+        if fuse_mounts_under(scratch) and up:
             break
         time.sleep(0.2)
     time.sleep(1.0)  # into the scenarios
