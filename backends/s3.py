@@ -5,7 +5,8 @@ directories whether or not a "dir/" marker object exists. When a key is both an 
 prefix ("a" and "a/b"), the directory wins and the object is hidden, as in mountpoint-s3.
 
 Retries are ours (pffs.retry), not botocore's, so every backend behaves alike; botocore's own are
-switched off. Credentials come only from boto3's default chain.
+switched off. Credentials are the source's own keys (pffs.credentials), given to the boto3 session
+as arguments, else its profile or boto3's default chain.
 
 Object reads (read_range, read_blocks) and listings (of a directory, of the keys under a
 renamed one, and the check that a prefix is a directory) go through the lean GET engine of
@@ -27,8 +28,10 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import boto3
+import botocore.exceptions
 import botocore.session
 from botocore.config import Config
+from botocore.credentials import Credentials
 
 from pffs import metrics
 from pffs.backends.base import (
@@ -45,7 +48,7 @@ from pffs.backends.s3listing import parse_page
 from pffs.backends.s3timestamps import use_fast_timestamps
 from pffs.backends.s3writes import PART_LIMITS, S3Writes
 from pffs.config import DatasetConfig, SourceConfig
-from pffs.errors import Changed, NotFound, PermissionDenied, Transient, UsageError
+from pffs.errors import Changed, NotFound, PermissionDenied, PffsError, Transient, UsageError
 
 T = TypeVar("T")
 log = logging.getLogger("pffs.s3")
@@ -68,6 +71,60 @@ def parse_s3_url(url: str) -> tuple[str, str]:
     return bucket, f"{prefix}/" if prefix else ""
 
 
+def _session_and_client(
+    source: SourceConfig, endpoint_url: str | None
+) -> tuple[Any, Credentials | None, bool | str]:
+    """The S3 client of `source`, its session's credentials and the TLS verification of both.
+    The session is given the source's keys as arguments when it has them: no chain runs then,
+    so no profile's credential_process either; else the chain runs here, once."""
+    credentials = source.credentials
+    if credentials is not None and source.profile:
+        raise UsageError(f"{source.url}: give a profile or credentials, not both")
+    botocore_session = botocore.session.Session(profile=source.profile)
+    if credentials is not None:
+        botocore_session.set_credentials(
+            credentials.access_key_id, credentials.secret_access_key, credentials.session_token
+        )
+    use_fast_timestamps(botocore_session)  # every stat parses a HEAD's Last-Modified
+    session = boto3.session.Session(botocore_session=botocore_session)
+    region = source.region or session.region_name or "us-east-1"
+    path_style = source.path_style if source.path_style is not None else bool(endpoint_url)
+    # TLS verification as boto3 resolves it when not told (AWS_CA_BUNDLE, the profile's
+    # ca_bundle, else botocore's bundle), given to both HTTP stacks alike.
+    verify: bool | str = botocore_session.get_config_variable("ca_bundle") or True
+    config = Config(
+        region_name=region,
+        connect_timeout=source.connect_timeout,
+        read_timeout=source.read_timeout,
+        # Our retry helper decides; botocore retrying underneath would multiply attempts.
+        retries={"total_max_attempts": 1},
+        max_pool_connections=max(10, source.max_concurrency + 4),
+        s3={"addressing_style": "path" if path_style else "auto"},
+    )
+    try:
+        client = session.client("s3", endpoint_url=endpoint_url, config=config, verify=verify)
+    except ValueError as exc:  # botocore rejects a malformed endpoint URL here
+        raise UsageError(f"bad endpoint URL {endpoint_url!r}: {exc}") from exc
+    return client, session.get_credentials(), verify
+
+
+def _setup_error(exc: botocore.exceptions.BotoCoreError, url: str) -> PffsError:
+    """One line for botocore's refusal to set up a session: a profile or config file that
+    is wrong (a usage error), or credentials the chain could not get (access denied)."""
+    first = (str(exc).splitlines() or [type(exc).__name__])[0]
+    config_errors = (
+        botocore.exceptions.ProfileNotFound,
+        botocore.exceptions.PartialCredentialsError,
+        botocore.exceptions.InvalidConfigError,
+        botocore.exceptions.ConfigParseError,
+        botocore.exceptions.ConfigNotFound,
+        botocore.exceptions.UnknownCredentialError,
+    )
+    if isinstance(exc, config_errors):
+        return UsageError(f"{url}: AWS credentials or config: {first}")
+    return PermissionDenied(f"{url}: cannot get AWS credentials: {first}")
+
+
 class S3Backend:
     """A bucket, or a prefix inside one."""
 
@@ -83,40 +140,22 @@ class S3Backend:
         self.max_concurrency = source.max_concurrency
         self.calls = S3Calls(self.source_id, f"s3://{self.bucket}/{self.prefix}", source.retry)
 
-        botocore_session = botocore.session.Session(profile=source.profile)
-        use_fast_timestamps(botocore_session)  # every stat parses a HEAD's Last-Modified
-        session = boto3.session.Session(botocore_session=botocore_session)
-        region = source.region or session.region_name or "us-east-1"
-        path_style = source.path_style if source.path_style is not None else bool(self.endpoint_url)
-        # TLS verification as boto3 resolves it when not told (AWS_CA_BUNDLE, the profile's
-        # ca_bundle, else botocore's bundle), given to both HTTP stacks alike.
-        verify: bool | str = botocore_session.get_config_variable("ca_bundle") or True
-        config = Config(
-            region_name=region,
-            connect_timeout=source.connect_timeout,
-            read_timeout=source.read_timeout,
-            # Our retry helper decides; botocore retrying underneath would multiply attempts.
-            retries={"total_max_attempts": 1},
-            max_pool_connections=max(10, source.max_concurrency + 4),
-            s3={"addressing_style": "path" if path_style else "auto"},
-        )
         try:
-            self.client = session.client(
-                "s3", endpoint_url=self.endpoint_url, config=config, verify=verify
-            )
-        except ValueError as exc:  # botocore rejects a malformed endpoint URL here
-            raise UsageError(f"bad endpoint URL {self.endpoint_url!r}: {exc}") from exc
+            client, credentials, verify = _session_and_client(source, self.endpoint_url)
+        except botocore.exceptions.BotoCoreError as exc:
+            raise _setup_error(exc, source.url) from None
+        self.client = client
         # Object reads and listings go through the lean engine, configured from the same
         # session and client; every other call stays on boto3.
         self.engine = LeanGetEngine(
             self.client,
-            session.get_credentials(),
+            credentials,
             self.bucket,
             verify,
             # Idle connections kept: as many as GETs may be in flight, the source's own and
             # preload's (its own limiter). A smaller pool closes the extra ones after
             # each burst and connects anew.
-            config.max_pool_connections + DatasetConfig.max_concurrency,
+            client.meta.config.max_pool_connections + DatasetConfig.max_concurrency,
             # On AWS itself a bucket of another region is followed there, as boto3 does.
             regional_endpoint=None if self.endpoint_url else _aws_endpoint,
         )
