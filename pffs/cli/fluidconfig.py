@@ -199,8 +199,8 @@ def _trusted_options(policy: Policy) -> dict[str, tuple[str, str]]:
 
 def _check_untrusted(key: str, text: str, where: str, policy: Policy) -> None:
     """Refuse an option of a Dataset or ThinRuntime that the profile keeps for itself."""
-    if key in CREDENTIAL_KEYS:
-        return  # read as values, or from files under the secrets directory
+    if key in CREDENTIAL_KEYS or key == "cache":
+        return  # keys: read as values, or from files under the secrets directory
     action = _option_action(key, where)  # unknown keys fail here
     if key == "profile":
         check_node_credentials(where, "a named profile", policy)
