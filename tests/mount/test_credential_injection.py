@@ -59,7 +59,10 @@ def refused(result: subprocess.CompletedProcess[str], marker: Path, line: str) -
 
 
 def run_fluid(
-    tmp_path: Path, dataset: dict[str, Any], *flags: str, runtime: dict[str, str] | None = None,
+    tmp_path: Path,
+    dataset: dict[str, Any],
+    *flags: str,
+    runtime: dict[str, str] | None = None,
     env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     path = tmp_path / "config.json"
@@ -113,7 +116,9 @@ PROFILE_NAMED = {
 }
 
 
-@pytest.mark.parametrize("options,runtime,variables,field", PROFILE_NAMED.values(), ids=PROFILE_NAMED)
+@pytest.mark.parametrize(
+    "options,runtime,variables,field", PROFILE_NAMED.values(), ids=PROFILE_NAMED
+)
 def test_a_profile_with_a_credential_process_is_never_named(
     tmp_path: Path,
     marker: Path,
@@ -257,7 +262,9 @@ def test_given_keys_bypass_the_chain_while_mounted(
     log = tmp_path / "fluid.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [*PFFS, *argv], stdout=out, stderr=subprocess.STDOUT,
+            [*PFFS, *argv],
+            stdout=out,
+            stderr=subprocess.STDOUT,
             env=clean_env(AWS_CONFIG_FILE=str(evil_config)),
         )
     try:
