@@ -7,7 +7,6 @@ SIGTERM, dead mounts, the liveness check and config changes in tests/mount/test_
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import subprocess
 import sys
