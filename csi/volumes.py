@@ -426,7 +426,7 @@ class VolumeManager:
         if rebind:
             log.info("volume %s: mounting it again for %d targets", volume.volume_id, len(rebind))
             try:
-                self._ensure_running(volume, {})  # a fresh mount binds every target itself
+                self._ensure_running(volume, None)  # a fresh mount binds every target itself
                 for target in rebind:
                     if target in volume.targets and not self._target_live(volume, target):
                         self._unbind(target)
