@@ -201,7 +201,7 @@ def _check_untrusted(key: str, text: str, where: str, policy: Policy) -> None:
     """Refuse an option of a Dataset or ThinRuntime that the profile keeps for itself."""
     if key in CREDENTIAL_KEYS or key == "cache":
         return  # keys: read as values, or from files under the secrets directory
-    action = _option_action(key, where)  # unknown keys fail here
+    action = _option_action(key, where, notice=False)  # unknown keys fail here
     if key == "profile":
         check_node_credentials(where, "a named profile", policy)
     elif key == "kerberos-ticket-cache":
@@ -346,13 +346,13 @@ def option_dest(key: str, where: str) -> str:
     return _option_action(key, where).dest
 
 
-def _option_action(key: str, where: str) -> argparse.Action:
+def _option_action(key: str, where: str, notice: bool = True) -> argparse.Action:
     actions = _mount_actions()
     name = "endpoint-url" if key == "endpoint" else key
     if name not in actions:
         raise UsageError(f"{where}: unknown option (a `pffs mount` option without the dashes)")
     action = actions[name]
-    if isinstance(action, RenamedOption):
+    if notice and isinstance(action, RenamedOption):
         renamed(where, action.new.removeprefix("--"))
     return action
 

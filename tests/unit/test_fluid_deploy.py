@@ -182,10 +182,11 @@ def test_dataset_and_runtime_make_a_config_pffs_fluid_mounts(tmp_path: Path) -> 
 def admission_allows(runtime: Doc) -> bool:
     """Whether admission.yaml's policy lets `runtime` be created (its CEL, by cel-python)."""
     import celpy
+    from celpy.adapter import json_to_cel
 
     policy = BY_KIND["ValidatingAdmissionPolicy"]["spec"]
     env = celpy.Environment()
-    activation = {"object": celpy.json_to_cel(runtime)}
+    activation = {"object": json_to_cel(runtime)}
 
     def holds(expression: str) -> bool:
         return bool(env.program(env.compile(expression)).evaluate(activation))
