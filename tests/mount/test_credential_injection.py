@@ -279,3 +279,34 @@ def test_given_keys_bypass_the_chain_while_mounted(
         proc.terminate()
         proc.wait(timeout=60)
         unmount_quietly(target)
+
+
+@pytest.mark.mount
+def test_a_credentials_file_reaches_the_daemon_as_values_only(
+    tmp_path: Path, marker: Path, evil_config: Path, moto: MotoServer, s3, bucket: str
+) -> None:
+    """`pffs mount --credentials-file` (the CSI driver's way too): the keys reach the daemon
+    through its stdin pipe, and are in neither its command line, its environment, nor the
+    mount's record on disk; the default profile's process never runs."""
+    s3.put_object(Bucket=bucket, Key="a.txt", Body=b"through the daemon")
+    secret = f"{SECRET}-{os.getpid()}"  # moto checks no signature: a value found nowhere else
+    keys = tmp_path / "credentials"
+    keys.write_text(f"[default]\naws_access_key_id = {KEY}\naws_secret_access_key = {secret}\n")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    state = tmp_path / "state"
+    env = clean_env(AWS_CONFIG_FILE=str(evil_config), XDG_STATE_HOME=str(state))
+    argv = ["mount", f"s3://{bucket}", str(mnt), "--endpoint-url", moto.endpoint_url]
+    argv += ["--credentials-file", str(keys), "--cache-dir", str(tmp_path / "cache")]
+    result = run_pffs(*argv, env=env)
+    assert result.returncode == 0, result.stderr
+    try:
+        assert (mnt / "a.txt").read_bytes() == b"through the daemon"
+        pid = int(result.stdout.split("(pid ")[1].split(",")[0])
+        for part in ("cmdline", "environ"):
+            assert secret.encode() not in Path(f"/proc/{pid}/{part}").read_bytes(), part
+        [record] = (state / "pffs" / "mounts").iterdir()
+        assert secret not in record.read_text() and KEY not in record.read_text()
+        assert not marker.exists(), "the default profile's process ran"
+    finally:
+        assert run_pffs("umount", str(mnt)).returncode == 0
