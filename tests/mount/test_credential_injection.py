@@ -286,8 +286,9 @@ def test_a_credentials_file_reaches_the_daemon_as_values_only(
     tmp_path: Path, marker: Path, evil_config: Path, moto: MotoServer, s3, bucket: str
 ) -> None:
     """`pffs mount --credentials-file` (the CSI driver's way too): the keys reach the daemon
-    through its stdin pipe, and are in neither its command line, its environment, nor the
-    mount's record on disk; the default profile's process never runs."""
+    through its stdin pipe, and are in neither its command line nor its environment; the
+    mount keeps no record on disk, so `pffs warmup` reads through it, with its keys; the
+    default profile's process never runs."""
     s3.put_object(Bucket=bucket, Key="a.txt", Body=b"through the daemon")
     secret = f"{SECRET}-{os.getpid()}"  # moto checks no signature: a value found nowhere else
     keys = tmp_path / "credentials"
@@ -305,8 +306,10 @@ def test_a_credentials_file_reaches_the_daemon_as_values_only(
         pid = int(result.stdout.split("(pid ")[1].split(",")[0])
         for part in ("cmdline", "environ"):
             assert secret.encode() not in Path(f"/proc/{pid}/{part}").read_bytes(), part
-        [record] = (state / "pffs" / "mounts").iterdir()
-        assert secret not in record.read_text() and KEY not in record.read_text()
+        records = state / "pffs" / "mounts"
+        assert not records.exists() or not list(records.iterdir())
+        warmed = run_pffs("warmup", "--quiet", str(mnt / "a.txt"), env=env)
+        assert warmed.returncode == 0 and "read through the mount" in warmed.stdout, warmed
         assert not marker.exists(), "the default profile's process ran"
     finally:
         assert run_pffs("umount", str(mnt)).returncode == 0
