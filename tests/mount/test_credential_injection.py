@@ -11,9 +11,11 @@ credentials, no option names a config file, and given keys bypass boto3's chain 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -235,6 +237,32 @@ def test_credentials_errors_of_botocore_are_one_line(
         dataset = {"mounts": [{"mountPoint": f"s3://{bucket}", "options": {"profile": profile}}]}
         result = run_fluid(tmp_path, dataset, "--allow-node-credentials", env=env)
         refused(result, nothing, f"mounts[0] (/): s3://{bucket}: {message}")
+
+
+def test_a_failed_refresh_of_credentials_is_one_line(
+    tmp_path: Path, moto: MotoServer, bucket: str
+) -> None:
+    """Credentials that expire at once are refreshed as a request is signed; the refresh fails
+    (with two lines on stderr): the request's failure is one line, exit 4."""
+    runs = tmp_path / "runs"
+    soon = (datetime.now(UTC) + timedelta(minutes=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    answer = json.dumps(
+        {"Version": 1, "AccessKeyId": KEY, "SecretAccessKey": SECRET, "Expiration": soon}
+    )
+    process = tmp_path / "process.sh"
+    process.write_text(
+        f"#!/bin/sh\nif [ -e {runs} ]; then printf 'first\\nsecond\\n' >&2; exit 1; fi\n"
+        f"touch {runs}\necho '{answer}'\n"
+    )
+    process.chmod(0o755)
+    config = tmp_path / "aws-config"
+    config.write_text(f"[profile refreshing]\ncredential_process = {process}\n")
+    argv = ["warmup", f"s3://{bucket}", "--endpoint-url", moto.endpoint_url, "--quiet"]
+    argv += ["--cache-dir", str(tmp_path / "cache"), "--profile", "refreshing"]
+    result = run_pffs(*argv, env=clean_env(AWS_CONFIG_FILE=str(config)))
+    assert runs.exists(), "the user's own process ran once"
+    refused(result, tmp_path / "never", "cannot get AWS credentials: Error when retrieving")
+    assert result.returncode == 4
 
 
 @pytest.mark.mount
