@@ -114,7 +114,7 @@ def credentials_path(directory: str) -> str | None:
     path = os.path.join(directory, CREDENTIALS_FILE)
     former = os.path.join(directory, FORMER_SECRETS_FILE)
     if not os.path.exists(path) and os.path.exists(former):
-        with contextlib.suppress(OSError, ValueError, TypeError, UsageError):
+        with contextlib.suppress(OSError, ValueError, TypeError, AttributeError, UsageError):
             with open(former, encoding="utf-8") as f:
                 env = json.load(f)
             keys = env.get("AWS_ACCESS_KEY_ID"), env.get("AWS_SECRET_ACCESS_KEY")
