@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+
+from pffs.credentials import Credentials
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,9 @@ class SourceConfig:
     region: str | None = None
     # S3: named profile from ~/.aws; None means boto3's default chain (env, profile, config files).
     profile: str | None = None
+    # S3: the keys as values (pffs.credentials), given to the boto3 session as arguments; None
+    # leaves them to the profile or the default chain. Never in a repr, nor in a recorded config.
+    credentials: Credentials | None = field(default=None, repr=False)
     # S3: path-style addressing. None means "path style when a custom endpoint is set", which is
     # what self-hosted stores need and what AWS still accepts.
     path_style: bool | None = None
@@ -234,8 +239,12 @@ def single_source(
     )
 
 
-def to_json(config: MountConfig) -> str:
-    """Serialise a MountConfig (it holds no secrets: credentials come from the environment)."""
+def to_json(config: MountConfig, with_credentials: bool = False) -> str:
+    """Serialise a MountConfig: without the sources' credentials (a record on disk), or with
+    them (`with_credentials`: only through a pipe, to the daemon that serves the mount)."""
+    if not with_credentials:
+        table = tuple(replace(e, source=replace(e.source, credentials=None)) for e in config.table)
+        config = replace(config, table=table)
     return json.dumps(asdict(config))
 
 
@@ -245,6 +254,8 @@ def from_json(text: str) -> MountConfig:
     for entry in raw["table"]:
         source = dict(entry["source"])
         source["retry"] = RetryConfig(**source["retry"])
+        if source.get("credentials"):
+            source["credentials"] = Credentials(**source["credentials"])
         table.append(TableEntry(entry["path"], SourceConfig(**source), entry["cache"]))
     return MountConfig(
         table=tuple(table),

@@ -54,7 +54,7 @@ def start_daemon(config: MountConfig) -> tuple[int, str]:
         os.close(write_end)
         os.close(log_fd)
     assert proc.stdin is not None
-    proc.stdin.write(to_json(config).encode())
+    proc.stdin.write(to_json(config, with_credentials=True).encode())
     proc.stdin.close()
     try:
         message = _read_report(read_end, proc)

@@ -255,10 +255,8 @@ def test_images_are_the_projects_version() -> None:
 
 def test_example_volumes_pass_the_drivers_checks() -> None:
     secret = EXAMPLES[("Secret", "pffs-s3-credentials")]
-    assert params.credentials_env(secret["stringData"]).keys() == {
-        "AWS_ACCESS_KEY_ID",
-        "AWS_SECRET_ACCESS_KEY",
-    }
+    credentials = params.volume_credentials(secret["stringData"])
+    assert credentials is not None and credentials.session_token is None
     pv = EXAMPLES[("PersistentVolume", "pffs-imagenet")]["spec"]["csi"]
     spec = params.volume_spec(pv["volumeAttributes"])
     assert spec.source == "s3://datasets/imagenet" and spec.read_only

@@ -14,6 +14,7 @@ GENERATED = {"pffs.csi.proto.csi_pb2", "pffs.csi.proto.csi_pb2_grpc"}
 CORE = (
     "pffs.version",
     "pffs.config",
+    "pffs.credentials",
     "pffs.errors",
     "pffs.sizes",
     "pffs.retry",
