@@ -146,9 +146,10 @@ class S3Backend:
             self.calls = S3Calls(self.source_id, f"s3://{self.bucket}/{self.prefix}", source.retry)
             credentials = session.get_credentials()
             scoped = botocore_session.get_scoped_config()
+            # Frozen credentials may be refreshed here, from a credential_process of the user's.
+            self.principal = s3_principal(credentials, scoped, os.environ)
         except botocore.exceptions.BotoCoreError as exc:
             raise _setup_error(exc, source.url) from None
-        self.principal = s3_principal(credentials, scoped, os.environ)
         # Object reads and listings go through the lean engine, configured from the same
         # session and client; every other call stays on boto3.
         self.engine = LeanGetEngine(

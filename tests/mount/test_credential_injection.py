@@ -242,8 +242,9 @@ def test_credentials_errors_of_botocore_are_one_line(
 def test_a_failed_refresh_of_credentials_is_one_line(
     tmp_path: Path, moto: MotoServer, bucket: str
 ) -> None:
-    """Credentials that expire at once are refreshed as a request is signed; the refresh fails
-    (with two lines on stderr): the request's failure is one line, exit 4."""
+    """Credentials that expire soon are refreshed when first used (the source's principal is
+    read at setup, or a request is signed); the refresh fails (with two lines on stderr): the
+    failure is one line, exit 4."""
     runs = tmp_path / "runs"
     soon = (datetime.now(UTC) + timedelta(minutes=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
     answer = json.dumps(
@@ -261,7 +262,7 @@ def test_a_failed_refresh_of_credentials_is_one_line(
     argv += ["--cache-dir", str(tmp_path / "cache"), "--profile", "refreshing"]
     result = run_pffs(*argv, env=clean_env(AWS_CONFIG_FILE=str(config)))
     assert runs.exists(), "the user's own process ran once"
-    refused(result, tmp_path / "never", "cannot get AWS credentials: Error when retrieving")
+    refused(result, tmp_path / "never", f"s3://{bucket}: cannot get AWS credentials: Error when")
     assert result.returncode == 4
 
 
