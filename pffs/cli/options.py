@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import replace
 from typing import NoReturn
 
 from pffs.cli import argtypes
@@ -172,12 +173,23 @@ def _add_preload_options(parser: argparse.ArgumentParser) -> None:
         help="bytes of files preloaded in flight at most (64M)",
     )
     argtypes.add_renamed(group, "--dataset-prefetch-budget", "--preload-budget")
+    group.add_argument(
+        "--order-timeout",
+        type=float,
+        default=defaults.orders.seconds,
+        metavar="SECONDS",
+        help="an order list sent to .pffs/preload.sock must arrive whole within this long "
+        "of its connection, and its report be read within as long again (60)",
+    )
 
 
 def dataset_config(args: argparse.Namespace) -> DatasetConfig:
     if args.preload_budget <= 0:
         raise UsageError("--preload-budget must be above 0 (use --preload off)")
-    return DatasetConfig(enabled=args.preload, budget=args.preload_budget)
+    if not 0 < args.order_timeout < float("inf"):
+        raise UsageError("--order-timeout must be a number of seconds above 0")
+    orders = replace(DatasetConfig().orders, seconds=args.order_timeout)
+    return DatasetConfig(enabled=args.preload, budget=args.preload_budget, orders=orders)
 
 
 def build_parser() -> argparse.ArgumentParser:
