@@ -9,6 +9,13 @@ in the control file's format, shuts its side down and reads the report the file 
 own list's (pffs.jobs is the client). Lists go to the one handling the file's go to
 (Vfs.take_order).
 
+Anyone who can connect can send a list, so each connection is held to the caps of
+`OrderLimits` (pffs.fs.orders): a list over its bytes or lines is refused without reading the
+rest; beyond the lists received at once a connection gets its refusal line and is closed before
+a task or a buffer is spent on it; a connection has `seconds` from its accept to send its whole
+list (a deadline, not an idle time: a byte a second does not keep it), and as long to read its
+report. Each log line names the sender's uid and pid (SO_PEERCRED).
+
 A socket bound through a mount pins it: `umount` answers EBUSY while it is open. So the socket
 is bound through a private clone of the mount (open_tree(2), OPEN_TREE_CLONE), never through a
 mount anyone sees: `umount`, `fusermount3 -u`, `pffs umount`, the CSI driver and Fluid's default
