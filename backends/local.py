@@ -35,7 +35,6 @@ from pffs.errors import (
     UsageError,
 )
 
-
 # A new file: created here, never through a name that exists (a symlink planted there).
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -144,9 +143,12 @@ class LocalBackend:
 
     def rename(self, old: str, new: str) -> None:
         try:
-            with self._parent(old) as (old_parent, old_name), self._parent(new) as (
-                new_parent,
-                new_name,
+            with (
+                self._parent(old) as (old_parent, old_name),
+                self._parent(new) as (
+                    new_parent,
+                    new_name,
+                ),
             ):
                 os.rename(old_name, new_name, src_dir_fd=old_parent, dst_dir_fd=new_parent)
         except OSError as exc:
@@ -188,7 +190,9 @@ class LocalBackend:
         if exc.errno in (errno.EACCES, errno.EPERM):
             return PermissionDenied(f"{where}: permission denied")
         if exc.errno in (errno.ELOOP, errno.EXDEV):
-            return PermissionDenied(f"{path!r} escapes the source root {self.root} (a symlink or ..)")
+            return PermissionDenied(
+                f"{path!r} escapes the source root {self.root} (a symlink or ..)"
+            )
         if exc.errno == errno.ENOTDIR:
             return NotADirectory(f"{where} is not a directory")
         if exc.errno == errno.ENOTEMPTY:

@@ -341,7 +341,11 @@ def _add_affinity_commands(commands: argparse._SubParsersAction[_Parser]) -> Non
         "scheduler-extender",
         help="serve the kube-scheduler extender that favours nodes caching a pod's data",
     )
-    ext.add_argument("--listen", required=True, help="HOST:PORT or :PORT to serve on")
+    ext.add_argument(
+        "--listen",
+        required=True,
+        help="HOST:PORT to serve on (:PORT is 127.0.0.1; every interface is 0.0.0.0:PORT)",
+    )
     ext.add_argument("--api", help="Kubernetes API URL (default: in-cluster service account)")
     ext.add_argument("--mode", choices=["prefer", "require"], default="prefer")
     ext.add_argument("--url-prefix", default="", help="path before /filter and /prioritize")
@@ -360,7 +364,8 @@ def _add_observe_options(parser: argparse.ArgumentParser) -> None:
     observe.add_argument(
         "--metrics",
         metavar="ADDR",
-        help="serve Prometheus metrics at HOST:PORT, e.g. 127.0.0.1:9567 (off)",
+        help="serve Prometheus metrics at HOST:PORT, e.g. 127.0.0.1:9567; :PORT is 127.0.0.1, "
+        "every interface is 0.0.0.0:PORT (off)",
     )
     observe.add_argument(
         "--slow-request",

@@ -189,9 +189,7 @@ class SpecialFiles:
         self.socket_bound = True
         return self.socket
 
-    def open(
-        self, ino: int, fh: int, for_writing: bool, sender: Sender = UNKNOWN_SENDER
-    ) -> bool:
+    def open(self, ino: int, fh: int, for_writing: bool, sender: Sender = UNKNOWN_SENDER) -> bool:
         """Open `ino` as handle `fh` if it is ours (True), with one consistent snapshot."""
         if ino == STATS_DIR_INO:
             raise IsADirectory(f"/{STATS_DIR} is a directory")

@@ -151,9 +151,7 @@ class Vfs:
 
     # --- files -------------------------------------------------------------------------------
 
-    async def open(
-        self, ino: int, flags: int, sender: Sender = UNKNOWN_SENDER
-    ) -> tuple[int, bool]:
+    async def open(self, ino: int, flags: int, sender: Sender = UNKNOWN_SENDER) -> tuple[int, bool]:
         """Open a file for `sender` (the calling process: whose order list's report a `.pffs`
         handle reads). Returns (handle, keep_cache): see Reader.open."""
         for_writing = bool(flags & WRITE_FLAGS)

@@ -133,7 +133,9 @@ def test_a_flood_is_refused_and_cut_off_while_reads_go_on(tmp_path: Path, tree: 
 
         limits = OrderLimits()
         assert isinstance(streamed["sent"], int) and streamed["sent"] < 1 << 30
-        assert streamed["answer"] == f"refused: the list is over {limits.max_bytes} bytes\n".encode()
+        assert (
+            streamed["answer"] == f"refused: the list is over {limits.max_bytes} bytes\n".encode()
+        )
         # Every idle connection ended: turned away at once, or cut off at its lifetime.
         busy = f"refused: {limits.connections} lists are being received already\n".encode()
         late = f"refused: no whole list within {LIFETIME:g} s\n".encode()

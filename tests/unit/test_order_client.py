@@ -80,7 +80,7 @@ def test_a_long_order_goes_as_lists_within_the_caps_and_a_refusal_raises(
     """The client's caps are the mount's defaults; an order past them goes over as several
     lists, in order; a list the mount refuses raises OrderRefused with its reason."""
     limits = OrderLimits()
-    assert (jobs.LIST_LINES, jobs.LIST_BYTES) == (limits.max_lines, limits.max_bytes)
+    assert (limits.max_lines, limits.max_bytes) == (jobs.LIST_LINES, jobs.LIST_BYTES)
     monkeypatch.setattr(jobs, "LIST_LINES", 3)
     monkeypatch.setattr(jobs, "LIST_BYTES", 8)  # "aa\n" is 3 bytes: two lines fit
     received: list[bytes] = []
