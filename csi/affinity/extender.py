@@ -232,12 +232,12 @@ def parse_listen(address: str) -> tuple[str, int]:
 
 
 def make_server(
-    extender: Extender, listen: str, prefix: str = "", limits: HttpLimits = HttpLimits()
+    extender: Extender, listen: str, prefix: str = "", limits: HttpLimits | None = None
 ) -> HttpServer:
     host, port = parse_listen(listen)
     prefix = ("/" + prefix.strip("/")) if prefix.strip("/") else ""
     try:
-        return HttpServer(_handler(extender, prefix), host, port, limits)
+        return HttpServer(_handler(extender, prefix), host, port, limits or HttpLimits())
     except OSError as exc:
         raise UsageError(f"cannot listen on {listen}: {exc.strerror}") from None
 

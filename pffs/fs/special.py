@@ -5,9 +5,10 @@ open. `.pffs/preload` is the one writable file, on read-only mounts too: a job w
 to it, one a line, and on close or fsync pffs preloads them in that order (pffs.fs.datasets);
 reading it gives the report of the caller's own list (`queued N`, then one line per bad entry;
 or `refused: ...` for a list over a cap, pffs.fs.orders): through the handle that wrote it, or
-to a later open by the same process, never another's. `.pffs/preload.sock` takes the same lists where no file can be written (a read-only bind
-of the mount): the mount's own process binds it (pffs.mounting.ordersocket), and the kernel asks
-for its inode with a MKNOD that only a thread of this process gets answered. `.pffs` is found by
+to a later open by the same process, never another's. `.pffs/preload.sock` takes the same
+lists where no file can be written (a read-only bind of the mount): the mount's own process
+binds it (pffs.mounting.ordersocket), and the kernel asks for its inode with a MKNOD that only
+a thread of this process gets answered. `.pffs` is found by
 lookup but never listed by readdir, so `ls`, `find` and data loaders walking the tree do not see
 it; a store object of the same name at the root is shadowed. Everything else under `.pffs`
 refuses changes (EROFS). The facade (pffs.fs.vfs) asks `claims_*` before handing an operation to
@@ -69,7 +70,7 @@ class OrderHandle:
 class SpecialFiles:
     """`.pffs` and `.pffs/stats`: their inodes, open stats handles and directory handles."""
 
-    def __init__(self, mount_time: float, limits: OrderLimits = OrderLimits()) -> None:
+    def __init__(self, mount_time: float, limits: OrderLimits | None = None) -> None:
         self.dir = FixedInode(
             STATS_DIR_INO, STATS_DIR, ObjectInfo(STATS_DIR, 0, mount_time, None, True), float("inf")
         )
@@ -93,9 +94,9 @@ class SpecialFiles:
         )
         self.socket_bound = False  # while the mount's process listens on it
         self.reads: dict[int, bytes] = {}  # open handles read from: their snapshot
-        self.limits = limits
+        self.limits = limits or OrderLimits()
         self.orders: dict[int, OrderHandle] = {}  # `preload` handles open for writing
-        self.slots = OrderSlots(limits)  # shared with the order socket
+        self.slots = OrderSlots(self.limits)  # shared with the order socket
         self.reports = SenderReports()  # each process's last report
         self.dir_handles: set[int] = set()
         self.former_name_seen = False  # `.pffs/prefetch` was looked up: logged once

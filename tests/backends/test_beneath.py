@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from pffs.backends import beneath, open_backend
+from pffs.backends import beneath
+from pffs.backends.local import LocalBackend
 from pffs.config import SourceConfig
 from pffs.errors import PffsError
 
@@ -75,7 +76,7 @@ def test_a_swapped_directory_never_lets_a_write_out(tmp_path: Path, tree: Path, 
     writes, makes directories, renames and deletes under it: `outside2` stays empty."""
     outside = tmp_path / "outside2"
     outside.mkdir()
-    backend = open_backend(SourceConfig(url=f"file://{tree}"))
+    backend = LocalBackend(SourceConfig(url=f"file://{tree}"))
     staged = tmp_path / "staged"
     staged.write_bytes(b"x" * 1000)
     stop = threading.Event()

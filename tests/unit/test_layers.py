@@ -20,6 +20,7 @@ CORE = (
     "pffs.logs",
     "pffs.workers",
     "pffs.pace",
+    "pffs.privatefiles",
 )
 # Layer of a module: the longest matching prefix wins.
 LAYERS = {
