@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pffs.csi.affinity.extender import Extender, make_server, parse_listen
+from pffs.csi.affinity.extender import Extender, make_server
 from pffs.csi.affinity.httpserve import HttpLimits, HttpServer
 from pffs.csi.affinity.kube import KubeClient
 from tests.csi.kube_apiserver import FakeApiServer
@@ -149,9 +149,3 @@ def test_a_body_over_its_cap_is_refused_unread(served: tuple[FakeApiServer, Http
     # The deployed pod's limit is 256 Mi: bodies being received take a quarter at most.
     assert server.limits.body_budget <= 64 << 20
     assert server.limits.max_body_bytes <= server.limits.body_budget
-
-
-def test_a_listen_address_without_a_host_is_localhost() -> None:
-    assert parse_listen(":8888") == ("127.0.0.1", 8888)
-    assert parse_listen("0.0.0.0:8888") == ("0.0.0.0", 8888)
-    assert parse_listen("[::]:8888") == ("::", 8888)
