@@ -5,6 +5,7 @@ And a mount's metrics endpoint, started with `:PORT`, really answers on 127.0.0.
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 
 import pytest
 
@@ -14,7 +15,7 @@ from pffs.testing.servers import free_port
 
 
 @pytest.mark.parametrize("parse", [parse_address, parse_listen], ids=["metrics", "extender"])
-def test_no_host_is_localhost(parse) -> None:  # type: ignore[no-untyped-def]
+def test_no_host_is_localhost(parse: Callable[[str], tuple[str, int]]) -> None:
     assert parse(":9567") == ("127.0.0.1", 9567)
     assert parse("0.0.0.0:9567") == ("0.0.0.0", 9567)
     assert parse("[::]:9567") == ("::", 9567)
