@@ -15,6 +15,7 @@ import os
 import secrets
 import shutil
 import stat
+import threading
 from collections.abc import Callable, Iterator
 from urllib.parse import unquote, urlsplit
 
@@ -58,6 +59,7 @@ class LocalBackend:
         self.retries = 0  # local files are never retried
         self.writer = self
         self._root: int | None = None
+        self._root_lock = threading.Lock()
 
     # --- the protocol ------------------------------------------------------------------------
 
@@ -178,9 +180,10 @@ class LocalBackend:
     def _root_fd(self) -> int:
         """The root's descriptor, opened once (the admin's path; everything under it is
         walked from here)."""
-        if self._root is None:
-            self._root = os.open(self.root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-        return self._root
+        with self._root_lock:
+            if self._root is None:
+                self._root = os.open(self.root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            return self._root
 
     def _translate(self, exc: OSError, path: str, listing: bool = False) -> PffsError:
         where = os.path.join(self.root, path) if path else self.root
