@@ -45,7 +45,7 @@ import trio
 
 from pffs.config import OrderLimits
 from pffs.errors import Busy, TooLarge
-from pffs.fs.orders import UNKNOWN_SENDER, OrderBuffer, Sender, refusal
+from pffs.fs.orders import UNKNOWN_SENDER, OrderBuffer, Sender, refusal, report
 from pffs.fs.special import ORDER_SOCKET, STATS_DIR
 from pffs.fs.vfs import Vfs
 from pffs.mounting.kernel import find_mount, mount_table
@@ -216,8 +216,10 @@ async def _answer(stream: trio.SocketStream, vfs: Vfs, sender: Sender) -> None:
             if isinstance(paths, TooLarge):
                 log.warning("order socket: a list from %s refused: %s", sender, paths)
                 text = refusal(str(paths))
-            else:
+            elif paths:
                 text = await vfs.take_order(paths, sender)
+            else:  # a connection that sent nothing (a probe): nothing to log
+                text = report(0, [])
             with trio.fail_after(limits.seconds):
                 await stream.send_all(text)
     except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError) as exc:
