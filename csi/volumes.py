@@ -44,6 +44,7 @@ from pffs.mounting.kernel import (
     mount_table,
     wait_unmounted,
 )
+from pffs.privatefiles import private_dir
 
 log = logging.getLogger("pffs.csi.volumes")
 
@@ -115,7 +116,7 @@ class VolumeManager:
         self._busy: set[str] = set()
         for sub in ("volumes", "log"):
             os.makedirs(os.path.join(self.state_dir, sub), mode=0o700, exist_ok=True)
-        os.chmod(self.state_dir, 0o700)
+        private_dir(self.state_dir)  # never chmod through another user's symlink
 
     # --- paths -----------------------------------------------------------------------------
 

@@ -50,6 +50,7 @@ from pffs.cache.entries import read_block, read_layout, read_range, write_entry
 from pffs.cache.keys import BlockKey
 from pffs.cache.openentries import OpenEntries, OpenEntry, descriptor_share
 from pffs.cache.orphans import Swept, sweep_in_background, sweep_orphans
+from pffs.privatefiles import private_dir
 
 log = logging.getLogger("pffs.cache.disk")
 
@@ -138,8 +139,7 @@ class DiskTier:
         compress: bool,
         open_entries: int | None = None,
     ) -> None:
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-        os.chmod(directory, 0o700)  # blocks are the user's data: no one else may read them
+        private_dir(directory)  # blocks are the user's data: no one else may read them
         check_layout(directory)  # a directory of another layout is cleared (disklayout.py)
         for index in range(256):  # where _BlockDisk.filename puts entries
             os.makedirs(os.path.join(directory, f"{index:02x}"), exist_ok=True)

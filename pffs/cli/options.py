@@ -10,6 +10,7 @@ import argparse
 import os
 import stat
 import sys
+from dataclasses import replace
 from typing import NoReturn
 
 from pffs.cli import argtypes
@@ -188,12 +189,23 @@ def _add_preload_options(parser: argparse.ArgumentParser) -> None:
         help="bytes of files preloaded in flight at most (64M)",
     )
     argtypes.add_renamed(group, "--dataset-prefetch-budget", "--preload-budget")
+    group.add_argument(
+        "--order-timeout",
+        type=float,
+        default=defaults.orders.seconds,
+        metavar="SECONDS",
+        help="an order list sent to .pffs/preload.sock must arrive whole within this long "
+        "of its connection, and its report be read within as long again (60)",
+    )
 
 
 def dataset_config(args: argparse.Namespace) -> DatasetConfig:
     if args.preload_budget <= 0:
         raise UsageError("--preload-budget must be above 0 (use --preload off)")
-    return DatasetConfig(enabled=args.preload, budget=args.preload_budget)
+    if not 0 < args.order_timeout < float("inf"):
+        raise UsageError("--order-timeout must be a number of seconds above 0")
+    orders = replace(DatasetConfig().orders, seconds=args.order_timeout)
+    return DatasetConfig(enabled=args.preload, budget=args.preload_budget, orders=orders)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -387,7 +399,11 @@ def _add_affinity_commands(commands: argparse._SubParsersAction[_Parser]) -> Non
         "scheduler-extender",
         help="serve the kube-scheduler extender that favours nodes caching a pod's data",
     )
-    ext.add_argument("--listen", required=True, help="HOST:PORT or :PORT to serve on")
+    ext.add_argument(
+        "--listen",
+        required=True,
+        help="HOST:PORT to serve on (:PORT is 127.0.0.1; every interface is 0.0.0.0:PORT)",
+    )
     ext.add_argument("--api", help="Kubernetes API URL (default: in-cluster service account)")
     ext.add_argument("--mode", choices=["prefer", "require"], default="prefer")
     ext.add_argument("--url-prefix", default="", help="path before /filter and /prioritize")
@@ -406,7 +422,8 @@ def _add_observe_options(parser: argparse.ArgumentParser) -> None:
     observe.add_argument(
         "--metrics",
         metavar="ADDR",
-        help="serve Prometheus metrics at HOST:PORT, e.g. 127.0.0.1:9567 (off)",
+        help="serve Prometheus metrics at HOST:PORT, e.g. 127.0.0.1:9567; :PORT is 127.0.0.1, "
+        "every interface is 0.0.0.0:PORT (off)",
     )
     observe.add_argument(
         "--slow-request",

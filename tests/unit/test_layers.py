@@ -21,6 +21,7 @@ CORE = (
     "pffs.logs",
     "pffs.workers",
     "pffs.pace",
+    "pffs.privatefiles",
 )
 # Layer of a module: the longest matching prefix wins.
 LAYERS = {
