@@ -25,6 +25,7 @@ import pyarrow.fs as pafs
 
 from pffs import metrics
 from pffs.backends.base import Capabilities, ObjectInfo, WritableBackend, is_valid_name
+from pffs.backends.principal import local_principal
 from pffs.config import RetryConfig, SourceConfig
 from pffs.errors import (
     BackendError,
@@ -65,10 +66,11 @@ class ArrowBackend:
     capabilities = Capabilities(writes=True)
     writer: ArrowBackend  # it takes its writes itself
 
-    def __init__(self, source: SourceConfig, root: str, source_id: str) -> None:
+    def __init__(self, source: SourceConfig, root: str, source_id: str, principal: str) -> None:
         self.source = source
         self.root = root.rstrip("/") or "/"
         self.source_id = source_id
+        self.principal = principal
         self.max_concurrency = source.max_concurrency
         self.retry_policy: RetryConfig = source.retry
         self.retries = 0
@@ -265,7 +267,7 @@ class ArrowLocalBackend(ArrowBackend):
         if parts.netloc not in ("", "localhost") or not path.startswith("/"):
             raise UsageError(f"malformed URL {source.url!r}: use arrow+file:///absolute/path")
         root = os.path.realpath(path)
-        super().__init__(source, root, f"arrow+file://{root}")
+        super().__init__(source, root, f"arrow+file://{root}", local_principal())
 
     def _connect(self) -> pafs.FileSystem:
         return pafs.LocalFileSystem()

@@ -1,13 +1,14 @@
 """The protocols every store implements, and the record it describes objects with.
 
 What a backend must do (`Backend`, the read side, which every store has): name itself
-(`source_id`, no credentials), say how many calls may run at once (`max_concurrency`), count
-the transient failures it retried (`retries`), check its root, and stat, list and read ranges of
-what is under that root. Paths given to a backend are relative to the source root, '/'-separated,
-without a leading or trailing slash; "" is the root. Every object has a version (its etag, or
-its mtime and size): a read given a version that no longer matches raises Changed, so an open
-file never mixes two versions. Backends are synchronous and thread-safe: the VFS calls them from
-worker threads under a per-backend limiter. They raise only `pffs.errors` types.
+(`source_id`, no credentials) and the principal it reads as (`principal`, a digest), say how
+many calls may run at once (`max_concurrency`), count the transient failures it retried
+(`retries`), check its root, and stat, list and read ranges of what is under that root. Paths
+given to a backend are relative to the source root, '/'-separated, without a leading or
+trailing slash; "" is the root. Every object has a version (its etag, or its mtime and size): a
+read given a version that no longer matches raises Changed, so an open file never mixes two
+versions. Backends are synchronous and thread-safe: the VFS calls them from worker threads
+under a per-backend limiter. They raise only `pffs.errors` types.
 
 What a store can do beyond reading is declared, never probed: each backend class has a
 `capabilities` class attribute (a `Capabilities`), and for each declared capability it
@@ -89,6 +90,9 @@ class Backend(Protocol):
 
     # A stable identifier of the store and root, used in cache keys and logs (no credentials).
     source_id: str
+    # A digest of the principal the store is read as (principal.py): with `source_id` it names
+    # a source's blocks in the cache, so two principals never share them. Never logged.
+    principal: str
     # How many calls may run at once (the VFS makes a CapacityLimiter of this size).
     max_concurrency: int
     # What the store does beyond reads, declared by its class (see Capabilities).

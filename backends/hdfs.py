@@ -20,6 +20,7 @@ import pyarrow.fs as pafs
 
 from pffs.backends.arrow import ArrowBackend
 from pffs.backends.base import WritableBackend
+from pffs.backends.principal import hdfs_principal
 from pffs.config import SourceConfig
 from pffs.errors import BackendError, UsageError
 
@@ -125,8 +126,9 @@ class HdfsBackend(ArrowBackend):
     def __init__(self, source: SourceConfig, env: MutableMapping[str, str] | None = None) -> None:
         self.host, self.port, root = parse_hdfs_url(source.url)
         namenode = self.host if self.host == "default" else f"{self.host}:{self.port}"
-        super().__init__(source, root, f"hdfs://{namenode}{root}".rstrip("/"))
         self._env = os.environ if env is None else env
+        principal = hdfs_principal(source.hdfs_user, source.kerberos_ticket_cache, self._env)
+        super().__init__(source, root, f"hdfs://{namenode}{root}".rstrip("/"), principal)
 
     def _connect(self) -> pafs.FileSystem:
         find_libhdfs_problem(self._env)

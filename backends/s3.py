@@ -5,7 +5,9 @@ directories whether or not a "dir/" marker object exists. When a key is both an 
 prefix ("a" and "a/b"), the directory wins and the object is hidden, as in mountpoint-s3.
 
 Retries are ours (pffs.retry), not botocore's, so every backend behaves alike; botocore's own are
-switched off. Credentials come only from boto3's default chain.
+switched off. Credentials are the source's own keys (pffs.credentials), given to the boto3 session
+as arguments, else its profile or boto3's default chain; the principal they name (principal.py)
+is part of every cache key of the source's blocks.
 
 Object reads (read_range, read_blocks) and listings (of a directory, of the keys under a
 renamed one, and the check that a prefix is a directory) go through the lean GET engine of
@@ -27,6 +29,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import boto3
+import botocore.exceptions
 import botocore.session
 from botocore.config import Config
 
@@ -38,6 +41,7 @@ from pffs.backends.base import (
     Writing,
     is_valid_name,
 )
+from pffs.backends.principal import s3_principal
 from pffs.backends.s3calls import S3Calls
 from pffs.backends.s3errors import Kind, classify, error_code
 from pffs.backends.s3get import LeanGetEngine
@@ -45,7 +49,7 @@ from pffs.backends.s3listing import parse_page
 from pffs.backends.s3timestamps import use_fast_timestamps
 from pffs.backends.s3writes import PART_LIMITS, S3Writes
 from pffs.config import DatasetConfig, SourceConfig
-from pffs.errors import Changed, NotFound, PermissionDenied, Transient, UsageError
+from pffs.errors import Changed, NotFound, PermissionDenied, PffsError, Transient, UsageError
 
 T = TypeVar("T")
 log = logging.getLogger("pffs.s3")
@@ -68,6 +72,38 @@ def parse_s3_url(url: str) -> tuple[str, str]:
     return bucket, f"{prefix}/" if prefix else ""
 
 
+def _session(source: SourceConfig) -> botocore.session.Session:
+    """The botocore session of `source`, given its keys as arguments when it has them: no chain
+    runs then, so no profile's credential_process either."""
+    credentials = source.credentials
+    if credentials is not None and source.profile:
+        raise UsageError(f"{source.url}: give a profile or credentials, not both")
+    botocore_session = botocore.session.Session(profile=source.profile)
+    if credentials is not None:
+        botocore_session.set_credentials(
+            credentials.access_key_id, credentials.secret_access_key, credentials.session_token
+        )
+    use_fast_timestamps(botocore_session)  # every stat parses a HEAD's Last-Modified
+    return botocore_session
+
+
+def _setup_error(exc: botocore.exceptions.BotoCoreError, url: str) -> PffsError:
+    """One line for botocore's refusal to set up a session: a profile or config file that
+    is wrong (a usage error), or credentials the chain could not get (access denied)."""
+    first = (str(exc).splitlines() or [type(exc).__name__])[0]
+    config_errors = (
+        botocore.exceptions.ProfileNotFound,
+        botocore.exceptions.PartialCredentialsError,
+        botocore.exceptions.InvalidConfigError,
+        botocore.exceptions.ConfigParseError,
+        botocore.exceptions.ConfigNotFound,
+        botocore.exceptions.UnknownCredentialError,
+    )
+    if isinstance(exc, config_errors):
+        return UsageError(f"{url}: AWS credentials or config: {first}")
+    return PermissionDenied(f"{url}: cannot get AWS credentials: {first}")
+
+
 class S3Backend:
     """A bucket, or a prefix inside one."""
 
@@ -76,44 +112,49 @@ class S3Backend:
 
     def __init__(self, source: SourceConfig) -> None:
         self.bucket, self.prefix = parse_s3_url(source.url)
-        self.endpoint_url = source.endpoint_url or os.environ.get("AWS_ENDPOINT_URL") or None
-        self.source_id = f"s3://{self.bucket}/{self.prefix}".rstrip("/")
-        if self.endpoint_url:
-            self.source_id += f"@{self.endpoint_url}"
         self.max_concurrency = source.max_concurrency
-        self.calls = S3Calls(self.source_id, f"s3://{self.bucket}/{self.prefix}", source.retry)
 
-        botocore_session = botocore.session.Session(profile=source.profile)
-        use_fast_timestamps(botocore_session)  # every stat parses a HEAD's Last-Modified
-        session = boto3.session.Session(botocore_session=botocore_session)
-        region = source.region or session.region_name or "us-east-1"
-        path_style = source.path_style if source.path_style is not None else bool(self.endpoint_url)
-        # TLS verification as boto3 resolves it when not told (AWS_CA_BUNDLE, the profile's
-        # ca_bundle, else botocore's bundle), given to both HTTP stacks alike.
-        verify: bool | str = botocore_session.get_config_variable("ca_bundle") or True
-        config = Config(
-            region_name=region,
-            connect_timeout=source.connect_timeout,
-            read_timeout=source.read_timeout,
-            # Our retry helper decides; botocore retrying underneath would multiply attempts.
-            retries={"total_max_attempts": 1},
-            max_pool_connections=max(10, source.max_concurrency + 4),
-            s3={"addressing_style": "path" if path_style else "auto"},
-            # Writes carry Content-MD5 (s3writes), which every S3 server checks; boto3's own
-            # CRC32 would be a second digest of each body, and one RGW 16 does not check.
-            request_checksum_calculation="when_required",
-        )
         try:
-            self.client = session.client(
-                "s3", endpoint_url=self.endpoint_url, config=config, verify=verify
+            botocore_session = _session(source)
+            session = boto3.session.Session(botocore_session=botocore_session)
+            region = source.region or session.region_name or "us-east-1"
+            # TLS verification as boto3 resolves it when not told (AWS_CA_BUNDLE, the profile's
+            # ca_bundle, else botocore's bundle), given to both HTTP stacks alike.
+            verify: bool | str = botocore_session.get_config_variable("ca_bundle") or True
+            config = Config(
+                region_name=region,
+                connect_timeout=source.connect_timeout,
+                read_timeout=source.read_timeout,
+                # Our retry helper decides; botocore retrying underneath would multiply attempts.
+                retries={"total_max_attempts": 1},
+                max_pool_connections=max(10, source.max_concurrency + 4),
+                # Writes carry Content-MD5 (s3writes), which every S3 server checks; boto3's own
+                # CRC32 would be a second digest of each body, and one RGW 16 does not check.
+                request_checksum_calculation="when_required",
             )
-        except ValueError as exc:  # botocore rejects a malformed endpoint URL here
-            raise UsageError(f"bad endpoint URL {self.endpoint_url!r}: {exc}") from exc
+            self.client = _client(session, config, verify, source.endpoint_url, source.path_style)
+            # The endpoint is what the client uses: botocore also applies AWS_ENDPOINT_URL_S3,
+            # AWS_ENDPOINT_URL and a profile's endpoint_url when none is given. One of those that
+            # is not AWS's own is taken as given (path-style addressing, no regional redirects).
+            self.endpoint_url: str | None = source.endpoint_url
+            if self.endpoint_url is None and not _is_aws(self.client.meta.endpoint_url):
+                self.endpoint_url = self.client.meta.endpoint_url
+                self.client = _client(session, config, verify, self.endpoint_url, source.path_style)
+            self.source_id = f"s3://{self.bucket}/{self.prefix}".rstrip("/")
+            if self.endpoint_url:
+                self.source_id += f"@{self.client.meta.endpoint_url}"
+            self.calls = S3Calls(self.source_id, f"s3://{self.bucket}/{self.prefix}", source.retry)
+            credentials = session.get_credentials()
+            scoped = botocore_session.get_scoped_config()
+            # Frozen credentials may be refreshed here, from a credential_process of the user's.
+            self.principal = s3_principal(credentials, scoped, os.environ)
+        except botocore.exceptions.BotoCoreError as exc:
+            raise _setup_error(exc, source.url) from None
         # Object reads and listings go through the lean engine, configured from the same
         # session and client; every other call stays on boto3.
         self.engine = LeanGetEngine(
             self.client,
-            session.get_credentials(),
+            credentials,
             self.bucket,
             verify,
             # Idle connections kept: as many as GETs may be in flight, the source's own and
@@ -286,6 +327,30 @@ class S3Backend:
 
 class _RangeNotSatisfiable(Exception):
     """A GET's range starts past the object's end (416)."""
+
+
+def _client(
+    session: boto3.session.Session,
+    config: Config,
+    verify: bool | str,
+    endpoint_url: str | None,
+    path_style: bool | None,
+) -> Any:
+    """The boto3 S3 client; path-style addressing by default where an endpoint is given."""
+    path = path_style if path_style is not None else bool(endpoint_url)
+    addressing = Config(s3={"addressing_style": "path" if path else "auto"})
+    try:
+        return session.client(
+            "s3", endpoint_url=endpoint_url, config=config.merge(addressing), verify=verify
+        )
+    except ValueError as exc:  # botocore rejects a malformed endpoint URL here
+        raise UsageError(f"bad endpoint URL {endpoint_url!r}: {exc}") from exc
+
+
+def _is_aws(endpoint_url: str) -> bool:
+    """Whether an endpoint is AWS's own S3 (where bucket names are global)."""
+    host = urlsplit(endpoint_url).hostname or ""
+    return host.endswith((".amazonaws.com", ".amazonaws.com.cn"))
 
 
 def _aws_endpoint(region: str) -> str:

@@ -114,6 +114,16 @@ _BOTO_TRANSIENT = (
 )
 
 
+# Credentials the chain could not get (none at all, or a refresh that failed: a
+# credential_process, a role to assume, the instance's metadata) when a request was signed.
+_CREDENTIAL_FAILURES = (
+    botocore.exceptions.NoCredentialsError,
+    botocore.exceptions.CredentialRetrievalError,
+    botocore.exceptions.PartialCredentialsError,
+    botocore.exceptions.RefreshWithMFAUnsupportedError,
+)
+
+
 def classify(exc: BaseException) -> Kind:
     """What a failure of an S3 call means, whichever stack raised it: the one place that
     decides."""
@@ -132,7 +142,7 @@ def classify(exc: BaseException) -> Kind:
         if code in CHANGED_CODES:
             return Kind.CHANGED
         return Kind.OTHER
-    if isinstance(exc, botocore.exceptions.NoCredentialsError):
+    if isinstance(exc, _CREDENTIAL_FAILURES):
         return Kind.NO_CREDENTIALS
     if isinstance(exc, S3RequestFailed):
         if exc.unanswered is Unanswered.NO_CREDENTIALS:
@@ -159,6 +169,11 @@ def translate(exc: BaseException, where: str) -> PffsError:
     if kind is Kind.DENIED:
         return PermissionDenied(f"{where}: access denied ({code})")
     if kind is Kind.NO_CREDENTIALS:
+        if isinstance(exc, botocore.exceptions.BotoCoreError) and not isinstance(
+            exc, botocore.exceptions.NoCredentialsError
+        ):
+            first = (str(exc).splitlines() or [type(exc).__name__])[0]
+            return PermissionDenied(f"cannot get AWS credentials: {first}")
         return PermissionDenied(NO_CREDENTIALS)
     if kind is Kind.CHANGED:
         return Changed(f"{where} changed at the source while open")

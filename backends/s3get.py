@@ -23,6 +23,7 @@ no whole answer (no connection, a timeout, a connection closed or a body cut sho
 from __future__ import annotations
 
 import http.client
+import logging
 import re
 import ssl
 import threading
@@ -43,8 +44,16 @@ from pffs.errors import UsageError
 
 # The S3 error code and message in an XML error body; a regex, as error bodies are small and
 # flat and this keeps an XML parser off the path.
+log = logging.getLogger(__name__)
+
 _CODE_RE = re.compile(rb"<Code>([^<]*)</Code>")
 _MESSAGE_RE = re.compile(rb"<Message>([^<]*)</Message>")
+# What a region the store names may look like before it goes into a host name: AWS's own
+# (us-east-1, us-gov-west-1, ap-southeast-3, ...); anything else is not followed.
+_REGION_RE = re.compile(r"[a-z]{2}(-[a-z0-9]+){1,3}-[0-9]{1,2}")
+# A listing page of 1,000 keys of at most 1,024 bytes each, URL-encoded, with their sizes,
+# ETags and dates, is a few MiB: a body larger than this is not a listing page.
+MAX_LISTING_BYTES = 32 << 20
 
 
 class Body:
@@ -87,12 +96,21 @@ class Body:
         """`size` bytes, or fewer where the body ends early (the caller compares lengths)."""
         return self._read(size)
 
-    def read_all(self) -> bytes:
-        """The whole body; one cut short raises."""
-        data = self._read(None)
+    def read_all(self, most: int) -> bytes:
+        """The whole body, of at most `most` bytes; one cut short or larger raises."""
+        if self.content_length is not None and self.content_length > most:
+            raise self._too_large(most)
+        data = self._read(most + 1)
+        if len(data) > most:
+            raise self._too_large(most)
         if self.content_length is not None and len(data) < self.content_length:
             raise S3RequestFailed(self._url, unanswered=Unanswered.CUT_SHORT)
         return data
+
+    def _too_large(self, most: int) -> S3RequestFailed:
+        self.close()  # the rest is never read: the connection cannot serve again
+        message = f"an answer over {most} bytes"
+        return S3RequestFailed(self._url, status=200, code="TooLarge", message=message)
 
     def _read(self, size: int | None) -> bytes:
         try:
@@ -220,7 +238,7 @@ class LeanGetEngine:
         query = "&".join(f"{name}={quote(params[name], safe='-_.~')}" for name in sorted(params))
         listing = self._request(lambda target: f"{target.bucket_path}?{query}", {})
         with listing:
-            return listing.read_all()
+            return listing.read_all(MAX_LISTING_BYTES)
 
     def _request(self, path_of: Callable[[_Target], str], headers: dict[str, str]) -> Body:
         """One signed GET of `path_of(target)` (a path and query), followed once to the
@@ -281,6 +299,9 @@ class LeanGetEngine:
         """Aim at the bucket's own region when the store names another one; True if so."""
         region = response.getheader("x-amz-bucket-region")
         if not region or region == target.region or self._regional_endpoint is None:
+            return False
+        if not _REGION_RE.fullmatch(region):  # it becomes part of a host name: never unchecked
+            log.warning("the store named the bucket's region %r, which is no region", region[:64])
             return False
         with self._lock:
             if self._target is target:  # the first thread to learn it moves everyone

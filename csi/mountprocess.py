@@ -1,6 +1,8 @@
 """One volume's `pffs mount` process: started with the volume's own credentials, its failure
 told as the gRPC status a CO understands, reaped after its unmount; and the credentials file
-kept beside the volume's state for a restart (0600, never argv).
+kept beside the volume's state (0600 in a 0700 directory, never argv or the environment), which
+the mount reads as values (`pffs mount --credentials-file`, pffs.credentials), and again on a
+restart.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ import time
 
 import grpc
 
+from pffs.credentials import Credentials, credentials_text
 from pffs.csi.status import CsiError
+from pffs.errors import UsageError
 
 log = logging.getLogger("pffs.csi.volumes")
 
@@ -31,24 +35,26 @@ EXIT_STATUS = {
     5: grpc.StatusCode.UNAVAILABLE,
 }
 PID_PATTERN = re.compile(r"\(pid (\d+)")
-SECRETS_FILE = "secrets.json"
+CREDENTIALS_FILE = "credentials"
+# What a driver before this one kept instead: {"AWS_ACCESS_KEY_ID": ..., ...}.
+FORMER_SECRETS_FILE = "secrets.json"
 
 
-def start(name: str, options: list[str], secrets_env: dict[str, str], state_dir: str) -> int | None:
+def start(
+    name: str, options: list[str], credentials_file: str | None, state_dir: str
+) -> int | None:
     """Run `pffs mount OPTIONS` for the volume `name`; the daemon's pid once the mount is live.
 
-    `secrets_env` replaces whatever credentials chain the driver itself has; the mount's record
-    (read by `pffs warmup` inside it) stays in the driver's `state_dir`.
+    The keys in `credentials_file` replace whatever credentials chain the driver itself has
+    (without one, the mount uses that chain); the mount's record (read by `pffs warmup`
+    inside it) stays in the driver's `state_dir`.
     """
     argv = [sys.executable, "-m", "pffs", "mount", *options]
+    if credentials_file is not None:
+        argv += ["--credentials-file", credentials_file]
     if os.geteuid() == 0:
         argv.append("--allow-other")  # pods run as any user; root needs no fuse.conf entry
-    env = dict(os.environ)
-    if secrets_env:
-        for variable in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID"):
-            env.pop(variable, None)
-        env.update(secrets_env)
-    env["XDG_STATE_HOME"] = state_dir
+    env = dict(os.environ, XDG_STATE_HOME=state_dir)
     try:
         result = subprocess.run(
             argv, env=env, capture_output=True, text=True, timeout=MOUNT_TIMEOUT, check=False
@@ -92,20 +98,29 @@ def is_pffs_daemon(pid: int) -> bool:
     return b"_daemon" in argv and state != b"Z"
 
 
-def write_secrets(directory: str, secrets_env: dict[str, str]) -> None:
-    """Keep the credentials a volume was mounted with, for a restart of its mount (0600)."""
+def write_credentials(directory: str, credentials: Credentials) -> None:
+    """Keep the keys a volume is mounted with, for its mount and a restart of it (0600)."""
     os.makedirs(directory, mode=0o700, exist_ok=True)
-    path = os.path.join(directory, SECRETS_FILE)
-    fd = os.open(f"{path}.tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    path = os.path.join(directory, CREDENTIALS_FILE)
+    fd = os.open(f"{path}.tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(secrets_env, f)
+        f.write(credentials_text(credentials))
     os.replace(f"{path}.tmp", path)
 
 
-def read_secrets(directory: str) -> dict[str, str]:
-    try:
-        with open(os.path.join(directory, SECRETS_FILE), encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return {}
-    return {str(k): str(v) for k, v in data.items()}
+def credentials_path(directory: str) -> str | None:
+    """The volume's credentials file, if it has one (a former driver's secrets.json becomes
+    one here)."""
+    path = os.path.join(directory, CREDENTIALS_FILE)
+    former = os.path.join(directory, FORMER_SECRETS_FILE)
+    if not os.path.exists(path) and os.path.exists(former):
+        with contextlib.suppress(OSError, ValueError, TypeError, AttributeError, UsageError):
+            with open(former, encoding="utf-8") as f:
+                env = json.load(f)
+            keys = env.get("AWS_ACCESS_KEY_ID"), env.get("AWS_SECRET_ACCESS_KEY")
+            if keys[0] and keys[1]:
+                token = env.get("AWS_SESSION_TOKEN")
+                write_credentials(directory, Credentials(keys[0], keys[1], token))
+        with contextlib.suppress(OSError):
+            os.unlink(former)
+    return path if os.path.exists(path) else None

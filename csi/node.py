@@ -14,7 +14,7 @@ import grpc
 
 from pffs.csi.params import (
     check_capability,
-    credentials_env,
+    volume_credentials,
     volume_spec,
 )
 from pffs.csi.proto import csi_pb2, csi_pb2_grpc
@@ -77,7 +77,7 @@ class NodeService(csi_pb2_grpc.NodeServicer):
         check_capability(capability, "volume_capability")
         context_map = dict(request.volume_context)
         spec = volume_spec(context_map)
-        secrets_env = credentials_env(dict(request.secrets))
+        credentials = volume_credentials(dict(request.secrets))
         mode = capability.access_mode.mode
         publication = Publication(
             readonly=request.readonly,
@@ -85,7 +85,7 @@ class NodeService(csi_pb2_grpc.NodeServicer):
             context=context_map,
         )
         with self.volumes.operation(request.volume_id):
-            self.volumes.publish(request.volume_id, target, spec, publication, secrets_env)
+            self.volumes.publish(request.volume_id, target, spec, publication, credentials)
         return csi_pb2.NodePublishVolumeResponse()
 
     @rpc

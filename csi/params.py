@@ -18,7 +18,10 @@ Volume context keys (camelCase, as Kubernetes volume attributes are written):
 The former names prefetchMax and datasetPrefetch still work, with a warning in the log.
 
 Node-publish and provisioner secrets: accessKeyId, secretAccessKey, optional sessionToken. They
-become AWS_* variables of the mount process (or a boto3 session in the controller), never argv.
+become a Credentials value (pffs.credentials): the mount process reads them from a 0600 file
+of the volume's state (`pffs mount --credentials-file`), the controller gives them to its boto3
+session as arguments; never argv, an AWS_* variable or a log. A value with a line break or
+another control character is INVALID_ARGUMENT, naming its key.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from pffs.backends import scheme_of
+from pffs.credentials import Credentials, value_problem
 from pffs.csi.proto import csi_pb2
 from pffs.csi.status import invalid
 from pffs.errors import UsageError
@@ -49,10 +53,11 @@ VOLUME_KEYS = frozenset(
 RENAMED_KEYS = {"prefetchMax": "readaheadMax", "datasetPrefetch": "preload"}
 # Kubernetes adds these to volume attributes (pod info, ephemeral) and parameters (provisioner).
 K8S_PREFIX = "csi.storage.k8s.io/"
-SECRET_ENV = {
-    "accessKeyId": "AWS_ACCESS_KEY_ID",
-    "secretAccessKey": "AWS_SECRET_ACCESS_KEY",
-    "sessionToken": "AWS_SESSION_TOKEN",
+# Secret key -> its Credentials field.
+SECRET_KEYS = {
+    "accessKeyId": "access_key_id",
+    "secretAccessKey": "secret_access_key",
+    "sessionToken": "session_token",
 }
 # Schemes a volume may use. file:// is left out on purpose: through CSI it would hand any pod
 # that can name volume attributes (inline volumes) a view of the node's own files.
@@ -209,15 +214,22 @@ def check_mount_table(text: str, endpoint: str | None) -> None:
         check_source(entry.source.url, f"mountTable entry /{entry.path}")
 
 
-def credentials_env(secrets: dict[str, str]) -> dict[str, str]:
-    """AWS_* variables from the secrets; empty when none are given (the node's own chain)."""
-    env = {SECRET_ENV[key]: value for key, value in secrets.items() if key in SECRET_ENV and value}
-    has_id, has_key = "AWS_ACCESS_KEY_ID" in env, "AWS_SECRET_ACCESS_KEY" in env
+def volume_credentials(secrets: dict[str, str]) -> Credentials | None:
+    """The keys in the secrets, as values; None when none are given (the node's own chain)."""
+    found = {}
+    for key, name in SECRET_KEYS.items():
+        value = secrets.get(key, "")
+        if value:
+            problem = value_problem(value)
+            if problem is not None:
+                raise invalid(f"secrets: {key} {problem}")
+            found[name] = value
+    has_id, has_key = "access_key_id" in found, "secret_access_key" in found
     if has_id != has_key:
         raise invalid("secrets must hold both accessKeyId and secretAccessKey, or neither")
-    if "AWS_SESSION_TOKEN" in env and not has_id:
+    if "session_token" in found and not has_id:
         raise invalid("secrets: sessionToken needs accessKeyId and secretAccessKey")
-    return env
+    return Credentials(**found) if found else None
 
 
 def check_capability(capability: csi_pb2.VolumeCapability, field: str) -> None:

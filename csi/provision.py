@@ -123,13 +123,13 @@ class S3Store:
         import boto3
         from botocore.config import Config
 
-        from pffs.csi.params import credentials_env
+        from pffs.csi.params import volume_credentials
 
-        env = credentials_env(secrets)
+        credentials = volume_credentials(secrets)
         session = boto3.session.Session(
-            aws_access_key_id=env.get("AWS_ACCESS_KEY_ID"),
-            aws_secret_access_key=env.get("AWS_SECRET_ACCESS_KEY"),
-            aws_session_token=env.get("AWS_SESSION_TOKEN"),
+            aws_access_key_id=credentials.access_key_id if credentials else None,
+            aws_secret_access_key=credentials.secret_access_key if credentials else None,
+            aws_session_token=credentials.session_token if credentials else None,
         )
         config = Config(
             region_name=ref.region or session.region_name or "us-east-1",

@@ -3,7 +3,8 @@
 Layout under the state dir (root only, 0700):
 
     volumes/<key>/state.json    volume id, how it is mounted, its targets (the reference count)
-    volumes/<key>/secrets.json  the credentials the mount was started with (0600), for a restart
+    volumes/<key>/credentials   the keys the mount was started with (0600), read by it as values
+                                (`pffs mount --credentials-file`) and again on a restart
     volumes/<key>/mnt           the staging mountpoint of the volume's FUSE mount
     log/<key>.log               the mount process's log, appended across restarts
 
@@ -30,6 +31,7 @@ from typing import Any
 
 import grpc
 
+from pffs.credentials import Credentials
 from pffs.csi import bind, mountprocess
 from pffs.csi.params import READER_ONLY_MODES, SINGLE_TARGET_MODES, VolumeSpec
 from pffs.csi.status import CsiError
@@ -42,6 +44,7 @@ from pffs.mounting.kernel import (
     mount_table,
     wait_unmounted,
 )
+from pffs.privatefiles import private_dir
 
 log = logging.getLogger("pffs.csi.volumes")
 
@@ -113,7 +116,7 @@ class VolumeManager:
         self._busy: set[str] = set()
         for sub in ("volumes", "log"):
             os.makedirs(os.path.join(self.state_dir, sub), mode=0o700, exist_ok=True)
-        os.chmod(self.state_dir, 0o700)
+        private_dir(self.state_dir)  # never chmod through another user's symlink
 
     # --- paths -----------------------------------------------------------------------------
 
@@ -158,7 +161,7 @@ class VolumeManager:
         target: str,
         spec: VolumeSpec,
         publication: Publication,
-        secrets_env: dict[str, str],
+        credentials: Credentials | None,
     ) -> None:
         """Make `target` show the volume; idempotent for a matching repeat."""
         owner = self.owner_of(target)
@@ -173,7 +176,7 @@ class VolumeManager:
                 return  # the same publish again: nothing to do
         else:
             volume = Volume(volume_id, spec)
-        started = self._ensure_running(volume, secrets_env)
+        started = self._ensure_running(volume, credentials)
         try:
             self._make_target(target)
             self._unbind(target)  # a dead bind left by a crashed mount
@@ -257,20 +260,17 @@ class VolumeManager:
             return False
         return not is_dead(target)
 
-    def _ensure_running(self, volume: Volume, secrets_env: dict[str, str]) -> bool:
-        """Start the volume's mount unless it is live; True when it was started here."""
+    def _ensure_running(self, volume: Volume, credentials: Credentials | None) -> bool:
+        """Start the volume's mount unless it is live; True when it was started here. Given
+        keys are kept (the newest) for a later restart; without, the kept ones are used."""
+        if credentials is not None:
+            mountprocess.write_credentials(self._dir(volume), credentials)
         if self._running(volume):
-            if secrets_env:  # the newest, for a later restart
-                mountprocess.write_secrets(self._dir(volume), secrets_env)
             return False
         staging = self.staging(volume)
         self._clear_dead(staging)
         os.makedirs(staging, mode=0o755, exist_ok=True)
-        if secrets_env:
-            mountprocess.write_secrets(self._dir(volume), secrets_env)
-        else:
-            secrets_env = mountprocess.read_secrets(self._dir(volume))
-        volume.pid = self._spawn(volume, secrets_env)
+        volume.pid = self._spawn(volume)
         # Targets bound to the old, dead mount are bound again to the new one.
         for target, publication in list(volume.targets.items()):
             try:
@@ -281,7 +281,7 @@ class VolumeManager:
                 del volume.targets[target]
         return True
 
-    def _spawn(self, volume: Volume, secrets_env: dict[str, str]) -> int | None:
+    def _spawn(self, volume: Volume) -> int | None:
         """Run `pffs mount` for the volume; returns the daemon's pid once the mount is live."""
         spec = volume.spec
         if spec.mount_table is not None:
@@ -298,7 +298,8 @@ class VolumeManager:
             *spec.mount_options(),
         ]
         log.info("starting pffs mount of %s for volume %s", spec.name, volume.volume_id)
-        return mountprocess.start(spec.name, options, secrets_env, self.state_dir)
+        keys = mountprocess.credentials_path(self._dir(volume))
+        return mountprocess.start(spec.name, options, keys, self.state_dir)
 
     def _stop(self, volume: Volume) -> None:
         """Unmount the volume's FUSE mount (its daemon then exits) and forget the volume."""
@@ -426,7 +427,7 @@ class VolumeManager:
         if rebind:
             log.info("volume %s: mounting it again for %d targets", volume.volume_id, len(rebind))
             try:
-                self._ensure_running(volume, {})  # a fresh mount binds every target itself
+                self._ensure_running(volume, None)  # a fresh mount binds every target itself
                 for target in rebind:
                     if target in volume.targets and not self._target_live(volume, target):
                         self._unbind(target)

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from pffs.credentials import Credentials
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,9 @@ class SourceConfig:
     region: str | None = None
     # S3: named profile from ~/.aws; None means boto3's default chain (env, profile, config files).
     profile: str | None = None
+    # S3: the keys as values (pffs.credentials), given to the boto3 session as arguments; None
+    # leaves them to the profile or the default chain. Never in a repr, nor in a recorded config.
+    credentials: Credentials | None = field(default=None, repr=False)
     # S3: path-style addressing. None means "path style when a custom endpoint is set", which is
     # what self-hosted stores need and what AWS still accepts.
     path_style: bool | None = None
@@ -159,6 +165,26 @@ class CacheConfig:
 
 
 @dataclass(frozen=True)
+class OrderLimits:
+    """The caps of the order channel (`.pffs/preload` and its socket): anyone who can reach the
+    mount can send a list, so what one list may cost the mount's process is bounded
+    (pffs.fs.orders). pffs.jobs splits a longer order into lists within them."""
+
+    # Bytes and lines of one list: 64 Ki paths of 64 bytes; a list over either is refused.
+    max_bytes: int = 4 * MIB
+    max_lines: int = 64 * 1024
+    # Entries the directories one list names may hold in all (each is listed to find its
+    # files): an ImageNet train set (1.28 million in 1,000 directories) fits three times.
+    max_listed: int = 4 * 1024 * 1024
+    # Lists being received at once (socket connections and control-file handles open for
+    # writing, each): beyond it a new one is refused. With `max_bytes`, the memory all take.
+    connections: int = 8
+    # A connection has this long, from its accept, to send its whole list, and as long again
+    # to read its report; then it is cut off however slowly it trickles.
+    seconds: float = 60.0
+
+
+@dataclass(frozen=True)
 class DatasetConfig:
     """Preload: a directory a job starts consuming, or a job's order list, is loaded ahead
     (pffs.fs.datasets)."""
@@ -178,6 +204,7 @@ class DatasetConfig:
     max_concurrency: int = 64
     # A dataset no reader touched for this long stops being loaded (the job ended or moved on).
     idle_after: float = 30.0
+    orders: OrderLimits = OrderLimits()
 
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -234,8 +261,12 @@ def single_source(
     )
 
 
-def to_json(config: MountConfig) -> str:
-    """Serialise a MountConfig (it holds no secrets: credentials come from the environment)."""
+def to_json(config: MountConfig, with_credentials: bool = False) -> str:
+    """Serialise a MountConfig: without the sources' credentials (a record on disk), or with
+    them (`with_credentials`: only through a pipe, to the daemon that serves the mount)."""
+    if not with_credentials:
+        table = tuple(replace(e, source=replace(e.source, credentials=None)) for e in config.table)
+        config = replace(config, table=table)
     return json.dumps(asdict(config))
 
 
@@ -245,6 +276,8 @@ def from_json(text: str) -> MountConfig:
     for entry in raw["table"]:
         source = dict(entry["source"])
         source["retry"] = RetryConfig(**source["retry"])
+        if source.get("credentials"):
+            source["credentials"] = Credentials(**source["credentials"])
         table.append(TableEntry(entry["path"], SourceConfig(**source), entry["cache"]))
     return MountConfig(
         table=tuple(table),
@@ -255,5 +288,12 @@ def from_json(text: str) -> MountConfig:
         debug=raw["debug"],
         name=raw["name"],
         observe=ObserveConfig(**raw.get("observe", {})),
-        dataset=DatasetConfig(**raw.get("dataset", {})),
+        dataset=_dataset_config(raw.get("dataset", {})),
     )
+
+
+def _dataset_config(raw: dict[str, Any]) -> DatasetConfig:
+    fields = dict(raw)
+    if "orders" in fields:
+        fields["orders"] = OrderLimits(**fields["orders"])
+    return DatasetConfig(**fields)

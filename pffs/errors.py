@@ -106,6 +106,12 @@ class Busy(PffsError):
     errno = errno.EBUSY
 
 
+class TooLarge(PffsError):
+    """More than a limit allows (an order list over its caps)."""
+
+    errno = errno.EFBIG
+
+
 class IsADirectory(PffsError):
     errno = errno.EISDIR
 

@@ -24,6 +24,7 @@ from pffs import metrics
 from pffs.config import MountConfig
 from pffs.errors import MountFailed, NotFound, PffsError, Unsupported
 from pffs.fs.inodes import Inode
+from pffs.fs.orders import Sender
 from pffs.fs.special import ORDER_SOCKET_INO
 from pffs.fs.vfs import Vfs
 
@@ -165,7 +166,7 @@ class PffsOperations(pyfuse3.Operations):
 
     @_errno_boundary
     async def open(self, inode: int, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
-        fh, keep_cache = await self.vfs.open(inode, flags)
+        fh, keep_cache = await self.vfs.open(inode, flags, Sender(ctx.uid, ctx.pid))
         info = pyfuse3.FileInfo(fh=pyfuse3.FileHandleT(fh), keep_cache=keep_cache)
         # Generated files (.pffs/stats) have no fixed size: the kernel must not cache or clip.
         info.direct_io = self.vfs.direct_io(fh)

@@ -29,10 +29,18 @@ CONTROL_FILE = os.path.join(".pffs", "preload")
 # Its former name, served by mounts of an older pffs (a job's pffs may be newer than the mount's).
 FORMER_CONTROL_FILE = os.path.join(".pffs", "prefetch")
 ORDER_SOCKET = "preload.sock"
+# A mount takes lists of at most so many lines and bytes (pffs.config.OrderLimits): a longer
+# order goes over as several lists, one after another, which the mount loads in turn.
+LIST_LINES = 64 * 1024
+LIST_BYTES = 4 * 1024 * 1024
 
 
 class NotAMount(ValueError):
     """The directory given is not the root of a pffs mount."""
+
+
+class OrderRefused(OSError):
+    """The mount refused a list (over one of its caps); `strerror` says which."""
 
 
 def preload_order(mountpoint: str, paths: Iterable[str]) -> list[str]:
@@ -52,16 +60,33 @@ def preload_order(mountpoint: str, paths: Iterable[str]) -> list[str]:
     )
     if control is None:
         raise NotAMount(f"{mountpoint} is not the root of a pffs mount (no {CONTROL_FILE})")
-    lines = [_inside(root, path) for path in paths]
-    text = "".join(f"{line}\n" for line in lines if line)
-    # The socket first, where the mount has one: it passes a read-only bind, which refuses
-    # the file's write, and its report is this list's own even while other processes hand
-    # lists over (the file's is the last list's). A mount without it (no CAP_SYS_ADMIN to
-    # bind it) or closing it as it unmounts leaves the file.
-    report = _through_socket(control, text)
-    if report is None:
-        report = _through_file(control, text)
-    return report.splitlines()[1:]  # "queued N", then one line per bad entry
+    lines = [line for line in (_inside(root, path) for path in paths) if line]
+    bad: list[str] = []
+    for text in _lists(lines):
+        # The socket first, where the mount has one: it passes a read-only bind, which refuses
+        # the file's write. A mount without it (no CAP_SYS_ADMIN to bind it) or closing it as
+        # it unmounts leaves the file. Each report is this list's own.
+        report = _through_socket(control, text)
+        if report is None:
+            report = _through_file(control, text)
+        first, *rest = report.splitlines() or [""]
+        if first.startswith("refused: "):
+            raise OrderRefused(errno.EFBIG, first.removeprefix("refused: "))
+        bad += rest  # "queued N", then one line per bad entry
+    return bad
+
+
+def _lists(lines: list[str]) -> Iterator[str]:
+    """The order as lists within a mount's caps of lines and bytes."""
+    start, size = 0, 0
+    for end, line in enumerate(lines):
+        length = len(line.encode()) + 1
+        if end - start >= LIST_LINES or (size + length > LIST_BYTES and end > start):
+            yield "".join(f"{line}\n" for line in lines[start:end])
+            start, size = end, 0
+        size += length
+    if start < len(lines):
+        yield "".join(f"{line}\n" for line in lines[start:])
 
 
 def _through_socket(control: str, text: str) -> str | None:
@@ -76,8 +101,11 @@ def _through_socket(control: str, text: str) -> str | None:
                 if exc.errno in (errno.ENOENT, errno.ECONNREFUSED):
                     return None
                 raise
-            sock.sendall(text.encode())
-            sock.shutdown(socket.SHUT_WR)
+            try:
+                sock.sendall(text.encode())
+                sock.shutdown(socket.SHUT_WR)
+            except BrokenPipeError:  # refused midway: its one line is read below
+                pass
             report = bytearray()
             while chunk := sock.recv(1 << 16):
                 report += chunk

@@ -3,7 +3,8 @@
 `LineFormatter` writes `time LEVEL logger: message` on one line (a message's own line breaks
 become " | "; a traceback, shown only with --debug or for unexpected errors, keeps its lines) and
 scrubs secrets from everything it writes: the values of the AWS secret environment variables of
-this process (the CSI driver hands a volume's keys to its mount that way), passwords in URLs
+this process, the secret keys and tokens this process was handed as values (`hide`, called for
+every `pffs.credentials.Credentials`), passwords in URLs
 (`http://user:secret@host`), and `key=value` pairs whose key names a secret or a signature.
 """
 
@@ -16,6 +17,8 @@ import re
 # Environment variables whose values must never reach a log.
 SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN")
 MASK = "***"
+# Secret values handed to this process as values (pffs.credentials), masked like the above.
+_HIDDEN: set[str] = set()
 _URL_PASSWORD = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@]*):[^/\s@]+@")
 _SECRET_PAIR = re.compile(
     r"(?i)\b(secret[_-]?access[_-]?key|secretaccesskey|session[_-]?token|sessiontoken|"
@@ -31,6 +34,11 @@ def redact(text: str, secrets: tuple[str, ...] = ()) -> str:
             text = text.replace(secret, MASK)
     text = _URL_PASSWORD.sub(rf"\1:{MASK}@", text)
     return _SECRET_PAIR.sub(rf"\1\2{MASK}", text)
+
+
+def hide(*values: str | None) -> None:
+    """Mask these values in every line logged from now on."""
+    _HIDDEN.update(v for v in values if v and len(v) >= 8)
 
 
 def _env_secrets() -> tuple[str, ...]:
@@ -50,7 +58,7 @@ class LineFormatter(logging.Formatter):
         return line.replace("\r", "").replace("\n", " | ")
 
     def format(self, record: logging.LogRecord) -> str:
-        return redact(super().format(record), self.secrets)
+        return redact(super().format(record), (*self.secrets, *_HIDDEN))
 
 
 def level_of(name: str) -> int:

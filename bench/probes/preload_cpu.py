@@ -29,7 +29,7 @@ SIZE = 100 * 1024
 
 
 def _item(limiter: trio.CapacityLimiter, number: int, data: bytes) -> PreloadItem:
-    keys = [BlockKey("bench", f"f{number}", "v1", 0)]
+    keys = [BlockKey("bench", "u", f"f{number}", "v1", 0)]
 
     async def fetch_run(first: int, count: int, deliver: Deliver) -> None:
         await deliver(0, await run_blocking(limiter, bytes, data))  # a copy, as a GET's

@@ -20,7 +20,8 @@ selector per dataset, remembered for `node_ttl` seconds); nodes without the labe
 Errors: a request that is not an ExtenderArgs document gets HTTP 400 with `{"Error": ...}`.
 When the API cannot be asked (unreachable, denied), filter answers 200 with its `Error` set,
 and prioritize neutral scores (0 everywhere; the scheduler ignores prioritize failures anyway).
-GET /healthz answers "ok".
+GET /healthz answers "ok". The HTTP side, bounded in connections, time and memory against
+clients that are not the scheduler, is httpserve.py's.
 """
 
 from __future__ import annotations
@@ -31,10 +32,10 @@ import signal
 import threading
 from collections.abc import Mapping
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType
 from typing import Any
 
+from pffs.csi.affinity.httpserve import Handler, HttpLimits, HttpServer
 from pffs.csi.affinity.kube import KubeClient, KubeError
 from pffs.csi.affinity.labels import DatasetCache, label_key, node_cache
 from pffs.csi.affinity.scoring import (
@@ -52,7 +53,8 @@ from pffs.errors import UsageError
 
 log = logging.getLogger("pffs.csi.extender")
 
-MAX_BODY = 64 << 20  # a NodeList of a few thousand nodes fits
+# Where a listen address without a host binds: only this host's own clients.
+LOCALHOST = "127.0.0.1"
 
 
 class BadRequest(Exception):
@@ -187,74 +189,37 @@ def _pod_name(pod: Mapping[str, Any]) -> str:
     return f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}"
 
 
-def _handler(extender: Extender, prefix: str) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"  # keep-alive: the scheduler calls for every pod
+def _handler(extender: Extender, prefix: str) -> Handler:
+    """The extender's answers by method and path: (HTTP status, JSON document)."""
 
-        def log_message(self, format: str, *args: Any) -> None:
-            log.debug("%s " + format, self.address_string(), *args)
-
-        def _send(self, status: int, doc: Any) -> None:
-            body = json.dumps(doc, separators=(",", ":")).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def do_GET(self) -> None:
-            if self.path.rstrip("/") in (f"{prefix}/healthz", "/healthz"):
-                self._send(HTTPStatus.OK, "ok")
-            else:
-                self._send(HTTPStatus.NOT_FOUND, {"Error": f"no such path {self.path}"})
-
-        def do_POST(self) -> None:
-            verb = self.path[len(prefix) :] if self.path.startswith(prefix) else None
-            verb = verb.strip("/") if verb is not None else None
-            if verb not in ("filter", "prioritize"):
-                self._drain()
-                self._send(HTTPStatus.NOT_FOUND, {"Error": f"no such verb at {self.path}"})
-                return
+    def handle(method: str, path: str, body: bytes) -> tuple[int, Any]:
+        if method == "GET":
+            if path.rstrip("/") in (f"{prefix}/healthz", "/healthz"):
+                return HTTPStatus.OK, "ok"
+            return HTTPStatus.NOT_FOUND, {"Error": f"no such path {path}"}
+        verb = path[len(prefix) :].strip("/") if path.startswith(prefix) else None
+        if method != "POST" or verb not in ("filter", "prioritize"):
+            return HTTPStatus.NOT_FOUND, {"Error": f"no such verb at {path}"}
+        try:
             try:
-                args = self._read_json()
-                answer: Any = (
-                    extender.filter(args) if verb == "filter" else extender.prioritize(args)
-                )
-            except BadRequest as exc:
-                self._send(HTTPStatus.BAD_REQUEST, {"Error": str(exc)})
-                return
-            except Exception as exc:  # a bug must cost one answer, not the server
-                log.exception("%s failed", verb)
-                self._send(HTTPStatus.INTERNAL_SERVER_ERROR, {"Error": f"pffs: {exc}"})
-                return
-            self._send(HTTPStatus.OK, answer)
-
-        def _drain(self) -> None:
-            length = self.headers.get("Content-Length")
-            if length and length.isdigit() and int(length) <= MAX_BODY:
-                self.rfile.read(int(length))
-            else:
-                self.close_connection = True
-
-        def _read_json(self) -> Any:
-            length = self.headers.get("Content-Length")
-            if length is None or not length.isdigit():
-                self.close_connection = True
-                raise BadRequest("a Content-Length is required")
-            if int(length) > MAX_BODY:
-                self.close_connection = True
-                raise BadRequest(f"the request is larger than {MAX_BODY} bytes")
-            body = self.rfile.read(int(length))
-            try:
-                return json.loads(body)
+                args = json.loads(body)
             except ValueError as exc:
                 raise BadRequest(f"the request is not JSON: {exc}") from None
+            return HTTPStatus.OK, (
+                extender.filter(args) if verb == "filter" else extender.prioritize(args)
+            )
+        except BadRequest as exc:
+            return HTTPStatus.BAD_REQUEST, {"Error": str(exc)}
+        except Exception as exc:  # a bug must cost one answer, not the server
+            log.exception("%s failed", verb)
+            return HTTPStatus.INTERNAL_SERVER_ERROR, {"Error": f"pffs: {exc}"}
 
-    return Handler
+    return handle
 
 
 def parse_listen(address: str) -> tuple[str, int]:
-    """'host:port', ':port' or 'port' -> (host, port); '' host means every interface."""
+    """'host:port', ':port' or 'port' -> (host, port); no host means 127.0.0.1 (every
+    interface is `0.0.0.0:PORT`, spelled out)."""
     host, _, port = address.rpartition(":")
     host = host.strip("[]")
     try:
@@ -263,18 +228,18 @@ def parse_listen(address: str) -> tuple[str, int]:
         raise UsageError(f"--listen {address!r}: use HOST:PORT or :PORT") from None
     if not 0 <= number < 65536:
         raise UsageError(f"--listen {address!r}: the port must be 0..65535")
-    return host or "0.0.0.0", number
+    return host or LOCALHOST, number
 
 
-def make_server(extender: Extender, listen: str, prefix: str = "") -> ThreadingHTTPServer:
+def make_server(
+    extender: Extender, listen: str, prefix: str = "", limits: HttpLimits | None = None
+) -> HttpServer:
     host, port = parse_listen(listen)
     prefix = ("/" + prefix.strip("/")) if prefix.strip("/") else ""
     try:
-        server = ThreadingHTTPServer((host, port), _handler(extender, prefix))
+        return HttpServer(_handler(extender, prefix), host, port, limits or HttpLimits())
     except OSError as exc:
         raise UsageError(f"cannot listen on {listen}: {exc.strerror}") from None
-    server.daemon_threads = True
-    return server
 
 
 def run(listen: str, api_url: str | None, mode: str, prefix: str = "") -> int:

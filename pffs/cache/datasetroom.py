@@ -6,8 +6,8 @@ the next epoch is about to read, and epoch 2 of a dataset twice the cache finds 
 of it cached (docs/notes/dataset-larger-than-cache.md). Keeping one subset for good finds the whole
 subset: about the cache's share of the dataset.
 
-The rule, for each dataset preload (pffs.fs.datasets) watches, by its source and the
-path prefix of its files in that source:
+The rule, for each dataset preload (pffs.fs.datasets) watches, by its source, the principal
+reading it (the key's) and the path prefix of its files in that source:
 - Its room is a share of the disk tier (the tier that keeps what epochs reread; the memory
   tier stays LRU): `KEEP_SHARE` of the tier's bound, shared max-min fairly by the datasets
   watched at once (a small one gets all it needs, the large ones split the rest).
@@ -58,10 +58,11 @@ def subset_point(source: str, path: str) -> float:
 
 @dataclass
 class WatchedDataset:
-    """A dataset being consumed: its files are `prefix`* in `source`."""
+    """A dataset being consumed: its files are `prefix`* in `source`, read as `principal`."""
 
     name: str  # its directory in the tree, for the stats
     source: str
+    principal: str
     prefix: str  # "" (the whole source) or a path ending in "/"
     seen: float  # trio time a reader last opened one of its files
     size: int = 0  # bytes of its files counted so far
@@ -85,8 +86,12 @@ class WatchedDataset:
         self.files += 1
         self.bins[int(subset_point(self.source, path) * BINS)] += size
 
-    def holds(self, source: str, path: str) -> bool:
-        return source == self.source and path.startswith(self.prefix)
+    def holds(self, key: BlockKey) -> bool:
+        return (
+            key.source == self.source
+            and key.principal == self.principal
+            and key.path.startswith(self.prefix)
+        )
 
     def place_threshold(self) -> None:
         """Set `threshold` so the files below it take at most `room` bytes (all when it fits)."""
@@ -110,13 +115,14 @@ class DatasetRoom:
         self.idle_after = idle_after
         self._datasets: dict[str, WatchedDataset] = {}
 
-    def watch(self, name: str, source: str, prefix: str) -> WatchedDataset:
+    def watch(self, name: str, source: str, principal: str, prefix: str) -> WatchedDataset:
         """Start watching a dataset (again: its figures start over). Datasets inside it are
         dropped: their files are its files now."""
         for inside in list(self._datasets.values()):
-            if inside.source == source and inside.prefix.startswith(prefix):
+            same_reader = (inside.source, inside.principal) == (source, principal)
+            if same_reader and inside.prefix.startswith(prefix):
                 del self._datasets[inside.name]
-        watched = WatchedDataset(name, source, prefix, trio.current_time())
+        watched = WatchedDataset(name, source, principal, prefix, trio.current_time())
         self._datasets[name] = watched
         self._share()
         return watched
@@ -173,7 +179,7 @@ class DatasetRoom:
 
     def _dataset_of(self, key: BlockKey) -> WatchedDataset | None:
         for watched in self._datasets.values():
-            if watched.holds(key.source, key.path):
+            if watched.holds(key):
                 if trio.current_time() - watched.seen > self.idle_after:
                     del self._datasets[watched.name]  # its readers went away
                     self._share()

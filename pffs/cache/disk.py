@@ -47,16 +47,20 @@ import diskcache
 from pffs.cache.diskindex import BatchIndex, IndexRow, usage_by_tag
 from pffs.cache.disklayout import check_layout
 from pffs.cache.entries import read_block, read_layout, read_range, write_entry
+from pffs.cache.keys import BlockKey
 from pffs.cache.openentries import OpenEntries, OpenEntry, descriptor_share
 from pffs.cache.orphans import Swept, sweep_in_background, sweep_orphans
+from pffs.privatefiles import private_dir
 
 log = logging.getLogger("pffs.cache.disk")
 
 
-def entry_key(source: str, path: str, version: str, block_size: int, index: int) -> str:
-    """The diskcache key of a block: a digest of what identifies the bytes, plus the index."""
-    identity = "\0".join((source, path, version, str(block_size))).encode()
-    return f"{hashlib.blake2b(identity, digest_size=16).hexdigest()}:{index}"
+def entry_key(key: BlockKey, block_size: int) -> str:
+    """The diskcache key of a block: a digest of what identifies the bytes (the principal that
+    read them among it), plus the index."""
+    identity = "\0".join((key.source, key.principal, key.path, key.version, str(block_size)))
+    identity_bytes = identity.encode("utf-8", "surrogateescape")
+    return f"{hashlib.blake2b(identity_bytes, digest_size=16).hexdigest()}:{key.block}"
 
 
 class _BlockDisk(diskcache.Disk):  # type: ignore[misc]  # diskcache has no type hints
@@ -135,8 +139,7 @@ class DiskTier:
         compress: bool,
         open_entries: int | None = None,
     ) -> None:
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-        os.chmod(directory, 0o700)  # blocks are the user's data: no one else may read them
+        private_dir(directory)  # blocks are the user's data: no one else may read them
         check_layout(directory)  # a directory of another layout is cleared (disklayout.py)
         for index in range(256):  # where _BlockDisk.filename puts entries
             os.makedirs(os.path.join(directory, f"{index:02x}"), exist_ok=True)

@@ -138,7 +138,7 @@ class DiskIO:
 
     def name(self, key: BlockKey) -> str:
         """The block's entry key in the tier."""
-        return entry_key(key.source, key.path, key.version, self.block_size, key.block)
+        return entry_key(key, self.block_size)
 
     # --- reading -----------------------------------------------------------------------------
 

@@ -30,8 +30,10 @@ from pffs.cache.entries import has_current_format
 
 log = logging.getLogger("pffs.cache.disk")
 
-# PFB3 entries (entries.py) in 256 directories, indexed by diskcache's cache.db.
-LAYOUT = 3
+# PFB3 entries (entries.py) in 256 directories, indexed by diskcache's cache.db, under keys
+# that name the principal that read each block (keys.py). Layout 3 had the same entries under
+# keys without the principal, shared by every mount of a source: a directory of it is cleared.
+LAYOUT = 4
 INDEX = "cache.db"
 _INDEX_FILES = (INDEX, f"{INDEX}-wal", f"{INDEX}-shm")
 _ENTRY_DIRECTORY = re.compile(r"[0-9a-f]{2}")

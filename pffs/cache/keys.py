@@ -1,10 +1,13 @@
 """What names a block, and the shapes of the fetch functions the cache is handed.
 
 Shared by every module of the cache and by its callers (the read path, dataset preload,
-warmup). A block is identified by (source, path, object version, index): a changed object has
-a new version, so its old blocks can never be served for it. `ObjectBlocks` is the one place a
-file becomes block keys and block lengths, so a block loaded ahead is the very block a reader
-asks for. The cache never sees a backend; the caller hands it a function that loads the bytes.
+warmup). A block is identified by (source, principal, path, object version, index): a changed
+object has a new version, so its old blocks can never be served for it, and a principal (a
+digest of the credentials' identity: pffs.backends.principal) never gets blocks another one
+read, in memory, on disk or in flight, however many mounts share the cache directory.
+`ObjectBlocks` is the one place a file becomes block keys and block lengths, so a block loaded
+ahead is the very block a reader asks for. The cache never sees a backend; the caller hands it
+a function that loads the bytes.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ from typing import NamedTuple
 
 
 class BlockKey(NamedTuple):
-    source: str
+    source: str  # the store and root (Backend.source_id)
+    principal: str  # who read it (Backend.principal)
     path: str
     version: str
     block: int
@@ -23,26 +27,27 @@ class BlockKey(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class ObjectBlocks:
-    """One version of one object (`size` bytes) cut into blocks of `block_size` bytes: each
-    block's key, length and place in the object."""
+    """One version of one object (`size` bytes), as `principal` reads it, cut into blocks of
+    `block_size` bytes: each block's key, length and place in the object."""
 
     source: str
+    principal: str
     path: str
     version: str
     size: int
     block_size: int
 
     @property
-    def ident(self) -> tuple[str, str]:
+    def ident(self) -> tuple[str, str, str]:
         """What names the file whatever its version (the preload engine's item ident)."""
-        return (self.source, self.path)
+        return (self.source, self.principal, self.path)
 
     @property
     def count(self) -> int:
         return -(-self.size // self.block_size)
 
     def key(self, index: int) -> BlockKey:
-        return BlockKey(self.source, self.path, self.version, index)
+        return BlockKey(self.source, self.principal, self.path, self.version, index)
 
     def length(self, index: int) -> int:
         return min(self.block_size, self.size - index * self.block_size)

@@ -25,9 +25,13 @@ def setup_logging(debug: bool, log_file: str | None = None, level: str | None = 
 
     handler: logging.Handler
     if log_file:
-        os.makedirs(os.path.dirname(log_file) or ".", mode=0o700, exist_ok=True)
-        handler = logging.FileHandler(log_file)
-        os.chmod(log_file, 0o600)
+        from pffs.privatefiles import open_private_log
+
+        try:  # never through another user's symlink (pffs.privatefiles)
+            fd = open_private_log(log_file)
+        except OSError as exc:
+            raise UsageError(f"cannot open the log file {log_file}: {exc.strerror}") from None
+        handler = logging.StreamHandler(os.fdopen(fd, "a", encoding="utf-8", buffering=1))
     else:
         handler = logging.StreamHandler()
     handler.setFormatter(LineFormatter())  # one line per event, credentials masked

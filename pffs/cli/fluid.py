@@ -25,7 +25,14 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from pffs.cli.fluidconfig import find_config, read_document, target_path, translated
+from pffs.cli.fluidconfig import (
+    find_config,
+    option_dest,
+    read_document,
+    target_path,
+    translated,
+)
+from pffs.cli.fluidpolicy import Policy
 from pffs.errors import MountpointError, UsageError
 
 log = logging.getLogger("pffs.fluid")
@@ -41,23 +48,43 @@ def run(args: argparse.Namespace, setup_logging: Callable[[bool, str | None, str
     path = find_config(args.config)
     if args.check:
         return check(path)
-    return serve(path, args.watch_interval, setup_logging)
+    return serve(path, args.watch_interval, policy_of(args), setup_logging)
+
+
+def policy_of(args: argparse.Namespace) -> Policy:
+    """The profile's settings from `pffs fluid`'s command line."""
+    allowed = frozenset(
+        option_dest(key.strip(), f"--allow-option {key}")
+        for text in args.allow_option
+        for key in text.split(",")
+        if key.strip()
+    )
+    return Policy(
+        options=tuple(args.options),
+        secrets_dir=args.secrets_dir,
+        local_roots=tuple(os.path.abspath(root) for root in args.allow_local),
+        node_credentials=args.allow_node_credentials,
+        allowed_options=allowed,
+    )
 
 
 def serve(
-    path: str, watch_interval: float, setup_logging: Callable[[bool, str | None, str], None]
+    path: str,
+    watch_interval: float,
+    policy: Policy,
+    setup_logging: Callable[[bool, str | None, str], None],
 ) -> int:
     """Mount what the config at `path` says and serve until SIGTERM, an unmount or a change."""
     from pffs.mounting.serving import serve_here
 
     document = read_document(path)
     watcher = ConfigWatcher(path, watch_interval, document)
-    with translated(document, os.environ, path) as config:
-        setup_logging(config.debug, config.log_file, config.observe.log_level)
-        target = config.fuse.mountpoint
-        _make_target(target)
-        log.info("Fluid config %s: %d mounts at %s", path, len(config.table), target)
-        serve_here(config, on_ready=watcher.start)
+    config = translated(document, os.environ, path, policy)
+    setup_logging(config.debug, config.log_file, config.observe.log_level)
+    target = config.fuse.mountpoint
+    _make_target(target)
+    log.info("Fluid config %s: %d mounts at %s", path, len(config.table), target)
+    serve_here(config, on_ready=watcher.start)
     watcher.stop()
     if watcher.changed:
         log.warning(

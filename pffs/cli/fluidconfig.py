@@ -25,28 +25,39 @@ pkg/utils/ufs_path_builder.go; `path: /` puts the only mount at the root). Optio
 - for the whole mount: every other option (cache-dir, cache-size, metadata-ttl, ...). Given
   in a Dataset mount's options (sharedOptions) they must agree across mounts.
 
-Precedence: MOUNT_OPTIONS < runtimeOptions < a mount's options. A dataset without a writable
-access mode (ReadOnlyMany is Fluid's default) is a read-only mount; the mount is allow_other,
-since other pods read it. Credentials go to a private
-AWS credentials file, one profile per mount, never argv or logs. Each problem is one
-UsageError naming the field: `mounts[1].options.cache-size: ...`.
+Only the profile's own options (`pffs fluid --options`) may be anything; what the Dataset,
+the ThinRuntime and MOUNT_OPTIONS ask is held to the profile's policy (pffs.cli.fluidpolicy).
+Precedence: the profile's options < MOUNT_OPTIONS < runtimeOptions < a mount's options, but
+the profile's read-only stays. A dataset without a writable access mode (ReadOnlyMany is
+Fluid's default) is a read-only mount; the mount is allow_other, since other pods read it.
+Each S3 mount's keys are values in its source's config (pffs.credentials), never in argv,
+logs or a file. Each problem is one UsageError naming the field:
+`mounts[1].options.cache-size: ...`.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
+import dataclasses
 import json
 import os
-import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from pffs.backends import REGISTRY
 from pffs.cli.argtypes import RenamedOption, renamed
+from pffs.cli.fluidpolicy import (
+    Policy,
+    check_local,
+    check_node_credentials,
+    check_whole_mount_option,
+    read_secret,
+    secret_path,
+)
 from pffs.cli.options import build_parser, source_config, table_mount_config
-from pffs.config import MountConfig
+from pffs.config import MountConfig, SourceConfig
+from pffs.credentials import Credentials
 from pffs.errors import UsageError
 from pffs.routing.tablefile import parse_entries
 
@@ -66,17 +77,16 @@ SOURCE_KEYS = {
     "buffer-size": "buffer_size",
     "cache": "cache",
 }
-# S3 credentials -> the AWS credentials file's keys.
+# S3 credentials -> their Credentials fields.
 CREDENTIAL_KEYS = {
-    "access-key-id": "aws_access_key_id",
-    "secret-access-key": "aws_secret_access_key",
-    "session-token": "aws_session_token",
+    "access-key-id": "access_key_id",
+    "secret-access-key": "secret_access_key",
+    "session-token": "session_token",
 }
 # `pffs mount` options that make no sense here: the config is Fluid's, the process stays.
-NOT_OPTIONS = {"config", "foreground", "help"}
+NOT_OPTIONS = {"config", "foreground", "help", "credentials-file"}
 # Access modes under which the dataset may be written (Fluid's default is ReadOnlyMany).
 WRITABLE_MODES = {"ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod"}
-CREDENTIALS_ENV = "AWS_SHARED_CREDENTIALS_FILE"
 FLUID_PREFIX = "fluid."
 # Fluid's own schemes for a directory of the node: local:///path is file:///path.
 LOCAL_SCHEME = "local://"
@@ -116,28 +126,29 @@ def target_path(document: dict[str, Any], env: Mapping[str, str], path: str) -> 
     return target
 
 
-@contextlib.contextmanager
 def translated(
-    document: dict[str, Any], env: Mapping[str, str], path: str
-) -> Iterator[MountConfig]:
-    """`document` as a pffs mount; its credentials file exists while the context lasts
-    (boto3 reads it when a backend is opened, the table's checks included)."""
+    document: dict[str, Any], env: Mapping[str, str], path: str, policy: Policy
+) -> MountConfig:
+    """`document` as a pffs mount, the profile's `policy` applied to what it asks."""
     target = target_path(document, env, path)
     modes = _string_list(document.get("accessModes", []), "accessModes")
     mounts = document.get("mounts")
     if not isinstance(mounts, list) or not mounts:
         raise UsageError(f"{path}: mounts is missing or empty (the Dataset has no mounts)")
-    raw_mounts = [_mount_object(raw, f"mounts[{i}]") for i, raw in enumerate(mounts)]
+    raw_mounts = [_mount_object(raw, f"mounts[{i}]", policy) for i, raw in enumerate(mounts)]
 
-    # The runtime's options ({key: (where, text)}), then the whole-mount options the Dataset's
-    # mounts give, which must agree with each other.
+    # The profile's options, then the runtime's ({key: (where, text)}), then the whole-mount
+    # options the Dataset's mounts give, which must agree with each other.
+    trusted = _trusted_options(policy)
     shared = {
         key: (f"MOUNT_OPTIONS.{key}", text)
         for key, text in parse_mount_options(env.get("MOUNT_OPTIONS", "")).items()
     }
     runtime_options = _string_map(document.get("runtimeOptions") or {}, "runtimeOptions")
     shared |= {key: (f"runtimeOptions.{key}", text) for key, text in runtime_options.items()}
-    wide = {key: found for key, found in shared.items() if key not in CREDENTIAL_KEYS}
+    for key, (where, text) in shared.items():
+        _check_untrusted(key, text, where, policy)
+    wide = trusted | {key: found for key, found in shared.items() if key not in CREDENTIAL_KEYS}
     for i, raw in enumerate(raw_mounts):
         for key, value in raw["options"].items():
             if key in SOURCE_KEYS or key in CREDENTIAL_KEYS:
@@ -151,24 +162,68 @@ def translated(
                 )
             wide[key] = (where, value)
     args = mount_arguments(target, wide)
+    # The profile's read-only is for good: the untrusted side may only add it.
+    args.read_only = args.read_only or mount_arguments(target, trusted).read_only
     if modes and not WRITABLE_MODES & set(modes):
         args.read_only = True  # ReadOnlyMany: the whole mount refuses writes
 
     defaults = source_config(args, "", args.read_only)
-    runtime_credentials = _credentials({k: v for k, (_, v) in shared.items()}, "runtimeOptions")
-    labelled, profiles = [], []
+    runtime_credentials = _credentials(
+        {k: v for k, (_, v) in shared.items()}, "runtimeOptions", policy
+    )
+    labelled = []
     for i, raw in enumerate(raw_mounts):
         where = f"mounts[{i}]"
-        entry, credentials = _table_entry(raw, where, args.read_only, runtime_credentials)
-        if credentials:
-            if "profile" in entry:
-                raise UsageError(f"{where}.options: give a profile or credentials, not both")
-            entry["profile"] = f"fluid-{i}"
-            profiles.append((entry["profile"], credentials))
-        labelled.append((where, entry))  # the table's checks add the path: mounts[0] (/a)
-    with _credentials_file(profiles):
-        table = parse_entries(labelled, defaults)
-        yield table_mount_config(args, table, _device_name(env, path))
+        entry, credentials = _table_entry(raw, where, args.read_only, runtime_credentials, policy)
+        if credentials is not None and "profile" in entry:
+            raise UsageError(f"{where}.options: give a profile or credentials, not both")
+        source = dataclasses.replace(defaults, credentials=credentials)
+        _check_identity(entry, source, where, policy)
+        # The table's checks add the path to what an error names: mounts[0] (/a).
+        labelled.append((where, entry, source))
+    table = parse_entries(labelled)
+    return table_mount_config(args, table, _device_name(env, path))
+
+
+def _trusted_options(policy: Policy) -> dict[str, tuple[str, str]]:
+    """The profile's own options (`pffs fluid --options`): any option but credentials."""
+    found = {}
+    for key, text in parse_mount_options(",".join(policy.options)).items():
+        where = f"--options {key}"
+        if key in CREDENTIAL_KEYS:
+            raise UsageError(f"{where}: keys come from a Dataset's encryptOptions")
+        _option_action(key, where)  # unknown keys fail here
+        found[key] = (where, text)
+    return found
+
+
+def _check_untrusted(key: str, text: str, where: str, policy: Policy) -> None:
+    """Refuse an option of a Dataset or ThinRuntime that the profile keeps for itself."""
+    if key in CREDENTIAL_KEYS or key == "cache":
+        return  # keys: read as values, or from files under the secrets directory
+    action = _option_action(key, where, notice=False)  # unknown keys fail here
+    if key == "profile":
+        check_node_credentials(where, "a named profile", policy)
+    elif key == "kerberos-ticket-cache":
+        secret_path(text, where, policy)
+    elif key not in SOURCE_KEYS:
+        check_whole_mount_option(action.dest, where, policy)
+
+
+def _check_identity(
+    entry: dict[str, Any], source: SourceConfig, where: str, policy: Policy
+) -> None:
+    """Refuse a mount that would act as the node, or show the node's files, unless allowed.
+    (A profile or ticket cache in the defaults is the profile's own, or was allowed already.)"""
+    parts = urlsplit(entry["source"])
+    if parts.scheme == "file":  # as the file backend reads it: %2e%2e is ..
+        check_local(unquote(parts.path), f"{where}.mountPoint", policy)
+    own_s3 = source.credentials or entry.get("profile") or source.profile
+    if parts.scheme == "s3" and not own_s3:
+        check_node_credentials(where, "an S3 mount without keys", policy)
+    own_hdfs = entry.get("kerberos_ticket_cache") or source.kerberos_ticket_cache
+    if parts.scheme == "hdfs" and not own_hdfs:
+        check_node_credentials(where, "an HDFS mount without a ticket cache", policy)
 
 
 def parse_mount_options(text: str) -> dict[str, str]:
@@ -180,7 +235,7 @@ def parse_mount_options(text: str) -> dict[str, str]:
     return options
 
 
-def _mount_object(raw: object, where: str) -> dict[str, Any]:
+def _mount_object(raw: object, where: str, policy: Policy) -> dict[str, Any]:
     """One of Fluid's mounts, its fields checked and defaulted."""
     if not isinstance(raw, dict):
         raise UsageError(f"{where}: expected an object, not {raw!r}")
@@ -199,9 +254,8 @@ def _mount_object(raw: object, where: str) -> dict[str, Any]:
     # Fluid's own options (fluid.fuse.hostvolume: a node directory mounted into the container)
     # are for its controller, and stay in the config.
     options = {k: v for k, v in options.items() if not k.startswith(FLUID_PREFIX)}
-    for key in options:
-        if key not in SOURCE_KEYS and key not in CREDENTIAL_KEYS:
-            _option_action(key, f"{where}.options.{key}")  # unknown keys fail here
+    for key, text in options.items():
+        _check_untrusted(key, text, f"{where}.options.{key}", policy)
     return {
         "mountPoint": mount_point,
         "name": name,
@@ -212,8 +266,12 @@ def _mount_object(raw: object, where: str) -> dict[str, Any]:
 
 
 def _table_entry(
-    raw: dict[str, Any], where: str, read_only: bool, runtime_credentials: dict[str, str]
-) -> tuple[dict[str, Any], dict[str, str]]:
+    raw: dict[str, Any],
+    where: str,
+    read_only: bool,
+    runtime_credentials: dict[str, str],
+    policy: Policy,
+) -> tuple[dict[str, Any], Credentials | None]:
     """The mount table entry of one Fluid mount, and its S3 credentials (maybe none)."""
     url = _source_url(raw["mountPoint"], f"{where}.mountPoint")
     entry: dict[str, Any] = {"path": _tree_path(raw), "source": url}
@@ -222,10 +280,10 @@ def _table_entry(
     for key, text in raw["options"].items():
         if key in SOURCE_KEYS:
             entry[SOURCE_KEYS[key]] = _source_value(key, text, f"{where}.options.{key}")
-    credentials = runtime_credentials | _credentials(raw["options"], f"{where}.options")
-    if urlsplit(url).scheme != "s3":
-        return entry, {}  # sharedEncryptOptions reach every mount; only S3 uses keys
-    return entry, credentials
+    found = runtime_credentials | _credentials(raw["options"], f"{where}.options", policy)
+    if urlsplit(url).scheme != "s3" or not found:
+        return entry, None  # sharedEncryptOptions reach every mount; only S3 uses keys
+    return entry, Credentials(**found)
 
 
 def _tree_path(raw: dict[str, Any]) -> str:
@@ -257,67 +315,16 @@ def _source_value(key: str, text: str, where: str) -> object:
     return _converted(action, text, where)
 
 
-def _credentials(options: Mapping[str, str], where: str) -> dict[str, str]:
-    """The S3 credentials among `options`, read from their files (Fluid's encryptOptions)."""
+def _credentials(options: Mapping[str, str], where: str, policy: Policy) -> dict[str, str]:
+    """The S3 credentials among `options` ({Credentials field: value}), read as values or from
+    their files under the secrets directory (Fluid's encryptOptions)."""
     found = {}
-    for key, ini_key in CREDENTIAL_KEYS.items():
+    for key, name in CREDENTIAL_KEYS.items():
         if key in options:
-            found[ini_key] = _secret(options[key], f"{where}.{key}")
-    if found and not {"aws_access_key_id", "aws_secret_access_key"} <= set(found):
+            found[name] = read_secret(options[key], f"{where}.{key}", policy)
+    if found and not {"access_key_id", "secret_access_key"} <= set(found):
         raise UsageError(f"{where}: access-key-id and secret-access-key go together")
     return found
-
-
-def _secret(value: str, where: str) -> str:
-    """A secret option's value: the content of the file it names (Fluid's default config
-    storage, a ConfigMap), or the value itself (config storage Secret: no path, no '/')."""
-    if not value.startswith("/"):
-        return value
-    try:
-        with open(value, encoding="utf-8") as f:
-            secret = f.read().strip()
-    except OSError as exc:
-        raise UsageError(f"{where}: cannot read the secret file {value}: {exc.strerror}") from None
-    if not secret or "\n" in secret:
-        raise UsageError(f"{where}: the secret file {value} must hold one line")
-    return secret
-
-
-@contextlib.contextmanager
-def _credentials_file(profiles: list[tuple[str, dict[str, str]]]) -> Iterator[None]:
-    """The profiles as boto3's shared credentials file (AWS_SHARED_CREDENTIALS_FILE), in a
-    private directory (in memory where /dev/shm is writable), removed on the way out. The
-    profiles of the file boto3 would have read come first, for mounts that name one."""
-    if not profiles:
-        yield
-        return
-    before = os.environ.get(CREDENTIALS_ENV)
-    try:
-        with open(before or os.path.expanduser("~/.aws/credentials"), encoding="utf-8") as f:
-            sections = [f.read().rstrip("\n") + "\n"]
-    except OSError:
-        sections = []
-    for profile, credentials in profiles:
-        lines = [f"[{profile}]", *(f"{key} = {value}" for key, value in credentials.items())]
-        sections.append("\n".join(lines) + "\n")
-    parent = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
-    directory = tempfile.mkdtemp(prefix="pffs-fluid-", dir=parent)  # mode 0700
-    file = os.path.join(directory, "credentials")
-    try:
-        fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write("\n".join(sections))
-        os.environ[CREDENTIALS_ENV] = file
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(CREDENTIALS_ENV, None)
-        else:
-            os.environ[CREDENTIALS_ENV] = before
-        with contextlib.suppress(OSError):
-            os.unlink(file)
-        with contextlib.suppress(OSError):
-            os.rmdir(directory)
 
 
 def mount_arguments(target: str, options: Mapping[str, tuple[str, str]]) -> argparse.Namespace:
@@ -334,13 +341,18 @@ def mount_arguments(target: str, options: Mapping[str, tuple[str, str]]) -> argp
     return args
 
 
-def _option_action(key: str, where: str) -> argparse.Action:
+def option_dest(key: str, where: str) -> str:
+    """The dest of the `pffs mount` option `key` (its long name without the dashes)."""
+    return _option_action(key, where).dest
+
+
+def _option_action(key: str, where: str, notice: bool = True) -> argparse.Action:
     actions = _mount_actions()
     name = "endpoint-url" if key == "endpoint" else key
     if name not in actions:
         raise UsageError(f"{where}: unknown option (a `pffs mount` option without the dashes)")
     action = actions[name]
-    if isinstance(action, RenamedOption):
+    if notice and isinstance(action, RenamedOption):
         renamed(where, action.new.removeprefix("--"))
     return action
 

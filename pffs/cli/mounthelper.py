@@ -12,8 +12,8 @@ parser, so every mount option works and nothing else does. Options meant for mou
 or the kernel defaults FUSE already applies are dropped (`defaults`, `rw`, `_netdev`, `noauto`,
 `nofail`, `x-systemd.*`, `nodev`, `nosuid`, `dev`, `suid`, ...: pffs mounts are always
 nodev,nosuid); `ro` is `--read-only`; `debug` is pffs's
-`--debug`; `credentials_file=PATH` points boto3 at a credentials file (AWS_SHARED_CREDENTIALS_FILE),
-since a mount started by systemd has no AWS_* variables. Options that would change what the
+`--debug`; `credentials_file=PATH` is `--credentials-file PATH` (a mount started by systemd has
+no AWS_* variables: pffs reads the keys from the file as values). Options that would change what the
 kernel enforces but that pffs cannot apply (`noexec`, `sync`, `dirsync`) are refused rather
 than dropped. A SOURCE without `://` is a mount table file (`pffs mount --config`).
 
@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import os
 import sys
 from collections.abc import Sequence
 
@@ -122,12 +121,11 @@ def _unquote(value: str) -> str:
 
 def translate(
     source: str, mountpoint: str, options: Sequence[str], sloppy: bool = False
-) -> tuple[list[str], dict[str, str]]:
-    """(pffs argv, extra environment) for a mount(8) call; UsageError for a bad option."""
+) -> list[str]:
+    """The pffs argv for a mount(8) call; UsageError for a bad option."""
     known = mount_options()
     head: list[str] = []
     args: list[str] = []
-    env: dict[str, str] = {}
     for option in options:
         name, has_value, value = option.partition("=")
         value = _unquote(value)
@@ -138,8 +136,6 @@ def translate(
             args.append("--read-only")
         elif option == "debug":
             head.append("--debug")
-        elif key == "credentials_file" and has_value:
-            env["AWS_SHARED_CREDENTIALS_FILE"] = os.path.abspath(value)
         elif option in REFUSED:
             if not sloppy:
                 raise UsageError(f"option {option!r} is not supported by pffs")
@@ -156,7 +152,7 @@ def translate(
             names = ", ".join(sorted(known))
             raise UsageError(f"unknown option {name!r} (pffs mount options: {names})")
     target = [source] if "://" in source else ["--config", source]
-    return [*head, "mount", *target, mountpoint, *args], env
+    return [*head, "mount", *target, mountpoint, *args]
 
 
 class _HelperParser(argparse.ArgumentParser):
@@ -185,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.type not in HELPER_TYPES:
             raise UsageError(f"-t {args.type}: this helper mounts {' or '.join(HELPER_TYPES)}")
         options = [opt for text in args.options for opt in split_options(text)]
-        pffs_argv, env = translate(args.source, args.mountpoint, options, args.sloppy)
+        pffs_argv = translate(args.source, args.mountpoint, options, args.sloppy)
     except UsageError as exc:
         sys.stderr.write(f"mount.pffs: {exc}\n")
         return EXIT_USAGE
@@ -193,7 +189,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("mount.pffs: pffs " + " ".join(pffs_argv), flush=True)
     if args.fake:
         return 0
-    os.environ.update(env)  # the daemon `pffs mount` starts inherits it
     # mount helpers are quiet on success; pffs's "mounted at" line is shown with -v only.
     said = io.StringIO()
     with contextlib.redirect_stdout(said):

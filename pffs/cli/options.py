@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import stat
 import sys
+from dataclasses import replace
 from typing import NoReturn
 
 from pffs.cli import argtypes
@@ -25,8 +27,12 @@ from pffs.config import (
     TableEntry,
     default_cache_dir,
 )
+from pffs.credentials import Credentials, parse_credentials
 from pffs.errors import UsageError
 from pffs.version import __version__
+
+# A credentials file of a few profiles is a few KiB.
+MAX_CREDENTIALS_FILE = 1 << 20
 
 
 class _Parser(argparse.ArgumentParser):
@@ -53,10 +59,21 @@ def _first(*values: float | None) -> float:
 
 
 def _add_source_options(parser: argparse.ArgumentParser) -> None:
-    s3 = parser.add_argument_group("S3 (credentials come from boto3's chain: env, profile, files)")
+    s3 = parser.add_argument_group(
+        "S3 (credentials: --credentials-file, else boto3's chain: env, profile, files)"
+    )
     s3.add_argument("--endpoint-url", help="S3-compatible endpoint (default: $AWS_ENDPOINT_URL)")
     s3.add_argument("--region", help="region (default: from the AWS config, else us-east-1)")
-    s3.add_argument("--profile", help="named profile from ~/.aws")
+    s3.add_argument(
+        "--profile", help="named profile from ~/.aws (with --credentials-file: its section)"
+    )
+    s3.add_argument(
+        "--credentials-file",
+        metavar="FILE",
+        help="the keys, read as values from FILE: aws_access_key_id, aws_secret_access_key "
+        "and aws_session_token of its [default] section (or --profile's); nothing else in it "
+        "is read or run",
+    )
     s3.add_argument(
         "--path-style",
         action=argparse.BooleanOptionalAction,
@@ -172,12 +189,23 @@ def _add_preload_options(parser: argparse.ArgumentParser) -> None:
         help="bytes of files preloaded in flight at most (64M)",
     )
     argtypes.add_renamed(group, "--dataset-prefetch-budget", "--preload-budget")
+    group.add_argument(
+        "--order-timeout",
+        type=float,
+        default=defaults.orders.seconds,
+        metavar="SECONDS",
+        help="an order list sent to .pffs/preload.sock must arrive whole within this long "
+        "of its connection, and its report be read within as long again (60)",
+    )
 
 
 def dataset_config(args: argparse.Namespace) -> DatasetConfig:
     if args.preload_budget <= 0:
         raise UsageError("--preload-budget must be above 0 (use --preload off)")
-    return DatasetConfig(enabled=args.preload, budget=args.preload_budget)
+    if not 0 < args.order_timeout < float("inf"):
+        raise UsageError("--order-timeout must be a number of seconds above 0")
+    orders = replace(DatasetConfig().orders, seconds=args.order_timeout)
+    return DatasetConfig(enabled=args.preload, budget=args.preload_budget, orders=orders)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -313,6 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=5.0,  # Kubernetes takes up to a minute to update a mounted ConfigMap anyway
         help="seconds between looks at the config file for changes (5)",
     )
+    _add_fluid_policy(fluid)
 
     _add_affinity_commands(commands)
     from pffs.csi.server import add_parser as add_csi_parser  # no grpc import until it runs
@@ -323,13 +352,58 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_fluid_policy(fluid: argparse.ArgumentParser) -> None:
+    """The profile's settings (pffs.cli.fluidpolicy): only its author writes this command line."""
+    policy = fluid.add_argument_group(
+        "the profile's settings (a Dataset or ThinRuntime may set only data options)"
+    )
+    policy.add_argument(
+        "--options",
+        action="append",
+        default=[],
+        metavar="K=V,K,...",
+        help="the mount's options: any `pffs mount` option without the dashes (cache-dir, "
+        "cache-size, cache-memory, metrics, uid, log-file, ...)",
+    )
+    policy.add_argument(
+        "--allow-local",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="let Datasets mount local:// and file:// directories under DIR (none)",
+    )
+    policy.add_argument(
+        "--allow-node-credentials",
+        action="store_true",
+        help="let Datasets mount without keys of their own: S3 by the container's credential "
+        "chain (the node's role), a named profile, HDFS without a ticket cache in the secrets",
+    )
+    policy.add_argument(
+        "--allow-option",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="let Datasets and ThinRuntimes set this whole-mount option too",
+    )
+    policy.add_argument(
+        "--secrets-dir",
+        default="/etc/fluid/secrets",
+        metavar="DIR",
+        help="the only place secret files are read from (/etc/fluid/secrets)",
+    )
+
+
 def _add_affinity_commands(commands: argparse._SubParsersAction[_Parser]) -> None:
     """Data-affinity scheduling (csi/affinity/extender.py, csi/affinity/manifest.py)."""
     ext = commands.add_parser(
         "scheduler-extender",
         help="serve the kube-scheduler extender that favours nodes caching a pod's data",
     )
-    ext.add_argument("--listen", required=True, help="HOST:PORT or :PORT to serve on")
+    ext.add_argument(
+        "--listen",
+        required=True,
+        help="HOST:PORT to serve on (:PORT is 127.0.0.1; every interface is 0.0.0.0:PORT)",
+    )
     ext.add_argument("--api", help="Kubernetes API URL (default: in-cluster service account)")
     ext.add_argument("--mode", choices=["prefer", "require"], default="prefer")
     ext.add_argument("--url-prefix", default="", help="path before /filter and /prioritize")
@@ -348,7 +422,8 @@ def _add_observe_options(parser: argparse.ArgumentParser) -> None:
     observe.add_argument(
         "--metrics",
         metavar="ADDR",
-        help="serve Prometheus metrics at HOST:PORT, e.g. 127.0.0.1:9567 (off)",
+        help="serve Prometheus metrics at HOST:PORT, e.g. 127.0.0.1:9567; :PORT is 127.0.0.1, "
+        "every interface is 0.0.0.0:PORT (off)",
     )
     observe.add_argument(
         "--slow-request",
@@ -376,11 +451,14 @@ def observe_config(args: argparse.Namespace) -> ObserveConfig:
 
 
 def source_config(args: argparse.Namespace, url: str, read_only: bool = False) -> SourceConfig:
+    credentials = read_credentials_file(args.credentials_file, args.profile)
     return SourceConfig(
         url=url,
         endpoint_url=args.endpoint_url,
         region=args.region,
-        profile=args.profile,
+        # With a credentials file, the profile names its section, not a profile of ~/.aws.
+        profile=None if credentials else args.profile,
+        credentials=credentials,
         path_style=args.path_style,
         read_only=read_only,
         max_concurrency=args.max_concurrency,
@@ -392,6 +470,23 @@ def source_config(args: argparse.Namespace, url: str, read_only: bool = False) -
         read_timeout=args.request_timeout,
         retry=retry_config(args),
     )
+
+
+def read_credentials_file(path: str | None, section: str | None) -> Credentials | None:
+    """The keys in the credentials file at `path` (pffs.credentials), as values."""
+    if path is None:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise UsageError(f"--credentials-file {path} is not a regular file")
+            data = f.read(MAX_CREDENTIALS_FILE + 1)
+    except OSError as exc:
+        raise UsageError(f"cannot read the credentials file {path}: {exc.strerror}") from None
+    if len(data) > MAX_CREDENTIALS_FILE:
+        raise UsageError(f"the credentials file {path} is too large for one")
+    return parse_credentials(data.decode("utf-8", errors="replace"), path, section)
 
 
 def retry_config(args: argparse.Namespace) -> RetryConfig:

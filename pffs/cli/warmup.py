@@ -6,7 +6,8 @@ mount over the same cache directory finds the blocks. It loads files through the
 inside a live pffs mount the mount's own configuration (source, block size, cache directory) is
 used; for a source URL, the cache options on the command line. Blocks already on disk are skipped,
 so a second run costs one database lookup per block. A path in a mount that left no record here
-(a bind mount in a Fluid or CSI pod) is read through the mount instead (pffs.cli.warmthrough).
+(a bind mount in a Fluid or CSI pod, a mount given keys of its own) is read through the mount
+instead (pffs.cli.warmthrough).
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from pffs.cache.datasetroom import WatchedDataset
 from pffs.cache.keys import BlockKey, ObjectBlocks
 from pffs.cache.preload import Preloader, PreloadItem
 from pffs.config import DatasetConfig
-from pffs.errors import PffsError
+from pffs.errors import PffsError, TooLarge
 from pffs.fs.fetching import fetch_runs
 from pffs.fs.handles import ReadHandle
 from pffs.fs.listings import DirListing
@@ -136,7 +136,8 @@ class DatasetPreload:
             self.engine.add(_job(root), self._files_below(root, depth))
             return
         prefix = f"{routed[1]}/" if routed[1] else ""
-        watched = self.cache.room.watch(f"/{root}", source, prefix)
+        principal = routed[0].backend.principal
+        watched = self.cache.room.watch(f"/{root}", source, principal, prefix)
         self._nursery.start_soon(self._measure, watched, root, depth)
         self.engine.add(_job(root), self._behind_measure(watched, root, depth))
 
@@ -175,18 +176,24 @@ class DatasetPreload:
 
     # --- order lists -------------------------------------------------------------------------
 
-    async def preload_paths(self, paths: Sequence[str]) -> list[str]:
-        """Preload tree paths in this order, ahead of the readers; one line per bad entry."""
+    async def preload_paths(self, paths: Sequence[str], max_listed: int) -> list[str]:
+        """Preload tree paths in this order, ahead of the readers; one line per bad entry.
+        Raises TooLarge (and preloads nothing) when the directories the paths name hold more
+        than `max_listed` entries in all: each is listed, and listing is the list's cost."""
         errors: list[str] = []
         infos: list[tuple[str, ObjectInfo]] = []
         listings: dict[str, DirListing] = {}  # one listing per directory, not a HEAD per path
+        listed = 0
         for raw in paths:
             path = raw.strip().strip("/")
             if not path:
                 continue
             directory, _, name = path.rpartition("/")
             if directory not in listings:
-                listings[directory] = await self._listed(directory)
+                listings[directory] = await self._listed(directory, max_listed - listed)
+                listed += len(listings[directory].names)
+                if listed > max_listed:
+                    raise TooLarge(f"the list's directories hold over {max_listed} entries")
             info = listings[directory].get(name)
             if info is None:
                 errors.append(f"{raw.strip()}: no such file")
@@ -225,11 +232,14 @@ class DatasetPreload:
                 if item is not None:
                     yield item
 
-    async def _listed(self, directory: str) -> DirListing:
-        """The complete listing of `directory` (empty when it cannot be listed)."""
+    async def _listed(self, directory: str, most: int) -> DirListing:
+        """The complete listing of `directory` (empty when it cannot be listed), or as much of
+        it as passes `most` entries."""
         listing = self.namespace.listing_of(directory)
         try:
-            while await self.namespace.listings.pull(directory, listing):
+            while len(listing.names) <= most and await self.namespace.listings.pull(
+                directory, listing
+            ):
                 pass
         except PffsError as exc:
             log.debug("listing /%s for an order list failed: %s", directory, exc)
@@ -267,7 +277,9 @@ def file_item(
 ) -> PreloadItem:
     """One file of a source as the preload engine loads it (dataset preload and warmup): the
     blocks a reader of the version `info` uses, fetched in runs under `limiter`."""
-    blocks = ObjectBlocks(backend.source_id, path, info.version, info.size, block_size)
+    blocks = ObjectBlocks(
+        backend.source_id, backend.principal, path, info.version, info.size, block_size
+    )
     fetch_run = fetch_runs(limiter, backend, blocks)
     return PreloadItem(blocks.ident, blocks.keys(), blocks.lengths(), fetch_run)
 

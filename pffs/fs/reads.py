@@ -50,8 +50,10 @@ class Reader:
         info = inode.info
         keep_cache = await self.pages.opened(inode, info.version)
         mounted, inside = self.namespace.route(inode.path)
-        source = mounted.backend.source_id
-        blocks = ObjectBlocks(source, inside, info.version, info.size, self.block_size)
+        backend = mounted.backend
+        blocks = ObjectBlocks(
+            backend.source_id, backend.principal, inside, info.version, info.size, self.block_size
+        )
         # A pace for files of several blocks: only they have blocks to load ahead.
         pace = self.cache.pacing.reader() if info.size > 2 * self.block_size else None
         readahead = Readahead(self.block_size, self.cache.readahead_limit, info.size, pace)

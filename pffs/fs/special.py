@@ -3,10 +3,12 @@
 `.pffs/stats` is a read-only JSON snapshot of every metric (pffs.metrics.snapshot), fresh at each
 open. `.pffs/preload` is the one writable file, on read-only mounts too: a job writes tree paths
 to it, one a line, and on close or fsync pffs preloads them in that order (pffs.fs.datasets);
-reading it gives the report of the last list handed over: `queued N`, then one line per bad
-entry. `.pffs/preload.sock` takes the same lists where no file can be written (a read-only bind
-of the mount): the mount's own process binds it (pffs.mounting.ordersocket), and the kernel asks
-for its inode with a MKNOD that only a thread of this process gets answered. `.pffs` is found by
+reading it gives the report of the caller's own list (`queued N`, then one line per bad entry;
+or `refused: ...` for a list over a cap, pffs.fs.orders): through the handle that wrote it, or
+to a later open by the same process, never another's. `.pffs/preload.sock` takes the same
+lists where no file can be written (a read-only bind of the mount): the mount's own process
+binds it (pffs.mounting.ordersocket), and the kernel asks for its inode with a MKNOD that only
+a thread of this process gets answered. `.pffs` is found by
 lookup but never listed by readdir, so `ls`, `find` and data loaders walking the tree do not see
 it; a store object of the same name at the root is shadowed. Everything else under `.pffs`
 refuses changes (EROFS). The facade (pffs.fs.vfs) asks `claims_*` before handing an operation to
@@ -20,11 +22,21 @@ import json
 import logging
 import os
 import time
+from dataclasses import dataclass
 
 from pffs import metrics
 from pffs.backends.base import ObjectInfo
-from pffs.errors import Exists, IsADirectory, NotADirectory, NotFound, ReadOnly
+from pffs.config import OrderLimits
+from pffs.errors import Exists, IsADirectory, NotADirectory, NotFound, ReadOnly, TooLarge
 from pffs.fs.inodes import ROOT_INODE, FixedInode, Inode
+from pffs.fs.orders import (
+    UNKNOWN_SENDER,
+    OrderBuffer,
+    OrderSlots,
+    Sender,
+    SenderReports,
+    refusal,
+)
 
 log = logging.getLogger(__name__)
 
@@ -45,16 +57,20 @@ def stats_bytes() -> bytes:
     return json.dumps(metrics.snapshot(), indent=1, sort_keys=True).encode() + b"\n"
 
 
-def order_lines(data: bytes | bytearray) -> list[str]:
-    """The paths of an order list as handed over (the control file's and the socket's format):
-    one a line, blank lines left out."""
-    return [line for line in data.decode(errors="replace").splitlines() if line.strip()]
+@dataclass
+class OrderHandle:
+    """A handle of `.pffs/preload` open for writing: the list it is given, who opened it, the
+    report of its last list."""
+
+    buffer: OrderBuffer
+    sender: Sender
+    report: bytes = b""
 
 
 class SpecialFiles:
     """`.pffs` and `.pffs/stats`: their inodes, open stats handles and directory handles."""
 
-    def __init__(self, mount_time: float) -> None:
+    def __init__(self, mount_time: float, limits: OrderLimits | None = None) -> None:
         self.dir = FixedInode(
             STATS_DIR_INO, STATS_DIR, ObjectInfo(STATS_DIR, 0, mount_time, None, True), float("inf")
         )
@@ -78,8 +94,10 @@ class SpecialFiles:
         )
         self.socket_bound = False  # while the mount's process listens on it
         self.reads: dict[int, bytes] = {}  # open handles read from: their snapshot
-        self.orders: dict[int, bytearray] = {}  # `preload` handles written to: what they got
-        self.report = b""  # of the last order list handed over
+        self.limits = limits or OrderLimits()
+        self.orders: dict[int, OrderHandle] = {}  # `preload` handles open for writing
+        self.slots = OrderSlots(self.limits)  # shared with the order socket
+        self.reports = SenderReports()  # each process's last report
         self.dir_handles: set[int] = set()
         self.former_name_seen = False  # `.pffs/prefetch` was looked up: logged once
 
@@ -172,15 +190,16 @@ class SpecialFiles:
         self.socket_bound = True
         return self.socket
 
-    def open(self, ino: int, fh: int, for_writing: bool) -> bool:
+    def open(self, ino: int, fh: int, for_writing: bool, sender: Sender = UNKNOWN_SENDER) -> bool:
         """Open `ino` as handle `fh` if it is ours (True), with one consistent snapshot."""
         if ino == STATS_DIR_INO:
             raise IsADirectory(f"/{STATS_DIR} is a directory")
         if ino == PRELOAD_FILE_INO:
             if for_writing:
-                self.orders[fh] = bytearray()
+                self.slots.take()
+                self.orders[fh] = OrderHandle(OrderBuffer(self.limits), sender)
             else:
-                self.reads[fh] = self.report
+                self.reads[fh] = self.reports.of(sender)
             return True
         if ino != STATS_FILE_INO:
             return False
@@ -189,20 +208,46 @@ class SpecialFiles:
         self.reads[fh] = stats_bytes()
         return True
 
+    def snapshot(self, fh: int) -> bytes | None:
+        """What handle `fh` reads, if it is ours: a snapshot, or its own list's report."""
+        order = self.orders.get(fh)
+        return order.report if order is not None else self.reads.get(fh)
+
     def write_order(self, fh: int, offset: int, data: bytes) -> int:
         """Bytes written to `.pffs/preload` (kept until the handle is flushed)."""
-        buffer = self.orders[fh]
-        buffer[offset : offset + len(data)] = data
+        order = self.orders[fh]
+        try:
+            order.buffer.write(offset, data)
+        except TooLarge as exc:
+            self.note_refusal(fh, exc)
+            raise
         return len(data)
 
     def take_order(self, fh: int) -> list[str]:
         """The paths written through handle `fh` since its last flush, one a line."""
-        buffer = self.orders.get(fh)
-        if buffer is None:
+        order = self.orders.get(fh)
+        if order is None:
             return []
-        lines = order_lines(buffer)
-        buffer.clear()
-        return lines
+        try:
+            return order.buffer.take()
+        except TooLarge as exc:
+            self.note_refusal(fh, exc)
+            raise
 
-    def note_order(self, queued: int, errors: list[str]) -> None:
-        self.report = "".join(f"{line}\n" for line in [f"queued {queued}", *errors]).encode()
+    def note_refusal(self, fh: int, exc: TooLarge) -> None:
+        order = self.orders[fh]
+        log.warning("order list from %s refused: %s", order.sender, exc)
+        self.note_report(fh, refusal(str(exc)))
+
+    def note_report(self, fh: int, text: bytes) -> None:
+        """The report of the list handle `fh` handed over: its own, and its process's."""
+        order = self.orders[fh]
+        order.report = text
+        self.reports.note(order.sender, text)
+
+    def release(self, fh: int) -> bool:
+        """Forget handle `fh` if it is ours (True)."""
+        if self.orders.pop(fh, None) is not None:
+            self.slots.give_back()
+            return True
+        return self.reads.pop(fh, None) is not None

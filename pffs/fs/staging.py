@@ -42,6 +42,7 @@ from pffs.backends.base import (
     writable,
 )
 from pffs.errors import NoSpace, PffsError, Unsupported
+from pffs.privatefiles import private_dir
 from pffs.routing.table import Mounted
 
 T = TypeVar("T")
@@ -90,8 +91,7 @@ class StagingArea:
 
     def __init__(self, directory: str) -> None:
         self.directory = directory
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-        os.chmod(directory, 0o700)
+        private_dir(directory)  # never chmod through another user's symlink
 
     def create(self, mounted: Mounted, path_in_source: str, state: str = "writing") -> Staged:
         """A new, empty staging file for `path_in_source` (blocking: run in a thread)."""
@@ -122,9 +122,11 @@ class StagingArea:
 
 
 def write_manifest(staged: Staged, state: str) -> None:
-    """Record the staging file's source, path and state beside it (blocking, atomic)."""
+    """Record the staging file's source, principal, path and state beside it (blocking,
+    atomic)."""
     manifest = {
         "source": staged.mounted.backend.source_id,
+        "principal": staged.mounted.backend.principal,
         "path": staged.path_in_source,
         "state": state,
         "updated": time.time(),

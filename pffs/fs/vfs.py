@@ -11,6 +11,7 @@ and is tested without a kernel.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 
@@ -19,17 +20,20 @@ import trio
 from pffs import metrics
 from pffs.cache.blocks import BlockCache
 from pffs.config import CacheConfig, DatasetConfig, FuseConfig, MetaConfig
-from pffs.errors import Unsupported
+from pffs.errors import TooLarge, Unsupported
 from pffs.fs.datasets import DatasetPreload
 from pffs.fs.handles import Handles, ReadHandle, WriteHandle
 from pffs.fs.inodes import ROOT_INODE, Inode
 from pffs.fs.namespace import Namespace
+from pffs.fs.orders import UNKNOWN_SENDER, Sender, refusal, report
 from pffs.fs.pagecache import KernelCache, PageCache
 from pffs.fs.reads import Reader
 from pffs.fs.special import STATS_DIR, SpecialFiles
 from pffs.fs.staging import Staged
 from pffs.fs.writes import Writer
 from pffs.routing.table import MountTable
+
+log = logging.getLogger(__name__)
 
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND
 
@@ -59,12 +63,13 @@ class Vfs:
         self.writer = Writer(
             self.namespace, self.handles, fuse, staging_dir, self.staged, self.pages
         )
-        self.special = SpecialFiles(self.namespace.mount_time)
+        dataset = dataset or DatasetConfig()
+        self.special = SpecialFiles(self.namespace.mount_time, dataset.orders)
         # Whether writes are refused in every source alike (a file is in one: Writer.is_read_only),
         # None when the sources differ.
         flags = {fuse.read_only or mounted.read_only for mounted in table.mounted}
         self._sources_read_only = flags.pop() if len(flags) == 1 else None
-        self.datasets = DatasetPreload(self.namespace, self.cache, dataset or DatasetConfig())
+        self.datasets = DatasetPreload(self.namespace, self.cache, dataset)
 
     def attach(self, nursery: trio.Nursery) -> None:
         """Hand the VFS a nursery for background work (listings, preload, uploads, disk writes)."""
@@ -146,12 +151,13 @@ class Vfs:
 
     # --- files -------------------------------------------------------------------------------
 
-    async def open(self, ino: int, flags: int) -> tuple[int, bool]:
-        """Open a file. Returns (handle, keep_cache): see Reader.open."""
+    async def open(self, ino: int, flags: int, sender: Sender = UNKNOWN_SENDER) -> tuple[int, bool]:
+        """Open a file for `sender` (the calling process: whose order list's report a `.pffs`
+        handle reads). Returns (handle, keep_cache): see Reader.open."""
         for_writing = bool(flags & WRITE_FLAGS)
         if ino in self.special.inodes:
             fh = self.handles.number()
-            self.special.open(ino, fh, for_writing)
+            self.special.open(ino, fh, for_writing, sender)
             return fh, False
         staged = self.staged.get(ino)
         if for_writing:
@@ -165,7 +171,7 @@ class Vfs:
         return fh, keep_cache
 
     async def read(self, fh: int, offset: int, size: int) -> bytes | memoryview:
-        snapshot = self.special.reads.get(fh)
+        snapshot = self.special.snapshot(fh)
         if snapshot is not None:
             return snapshot[offset : offset + size]
         handle = self.handles.file(fh)
@@ -175,10 +181,12 @@ class Vfs:
 
     async def release(self, fh: int) -> None:
         if fh in self.special.orders:
-            await self.flush(fh)
-            del self.special.orders[fh]
+            try:
+                await self.flush(fh)
+            finally:
+                self.special.release(fh)
             return
-        if self.special.reads.pop(fh, None) is not None:
+        if self.special.release(fh):
             return
         handle = self.handles.pop(fh)
         if not isinstance(handle, ReadHandle | WriteHandle):
@@ -221,18 +229,23 @@ class Vfs:
 
     async def flush(self, fh: int) -> None:
         if fh in self.special.orders:  # an order list is handed over when it is closed
-            paths = self.special.take_order(fh)
+            paths = self.special.take_order(fh)  # TooLarge over a cap: refused, reported
             if paths:
-                await self.take_order(paths)
+                sender = self.special.orders[fh].sender
+                self.special.note_report(fh, await self.take_order(paths, sender))
         elif fh not in self.special.reads:
             await self.writer.flush(fh)
 
-    async def take_order(self, paths: list[str]) -> bytes:
+    async def take_order(self, paths: list[str], sender: Sender = UNKNOWN_SENDER) -> bytes:
         """Hand a job's order list to preload (from `.pffs/preload` or its socket,
-        pffs.mounting.ordersocket); the report of it, which `.pffs/preload` then reads."""
-        errors = await self.datasets.preload_paths(paths)
-        self.special.note_order(len(paths) - len(errors), errors)
-        return self.special.report
+        pffs.mounting.ordersocket); its report, for `sender` alone."""
+        try:
+            errors = await self.datasets.preload_paths(paths, self.special.limits.max_listed)
+        except TooLarge as exc:
+            log.warning("order list from %s refused: %s", sender, exc)
+            return refusal(str(exc))
+        log.info("order list from %s: %d paths, %d bad", sender, len(paths), len(errors))
+        return report(len(paths) - len(errors), errors)
 
     async def fsync(self, fh: int) -> None:
         if fh in self.special.orders:

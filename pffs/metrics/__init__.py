@@ -392,9 +392,10 @@ def serve_http(address: str) -> tuple[Any, threading.Thread]:
 
 
 def parse_address(address: str) -> tuple[str, int]:
-    """'127.0.0.1:9567', ':9567' (all interfaces) or '[::1]:9567' -> (host, port)."""
+    """'127.0.0.1:9567', '[::1]:9567', ':9567' (this host only: 127.0.0.1) or '0.0.0.0:9567'
+    (every interface, spelled out) -> (host, port)."""
     host, sep, port_text = address.rpartition(":")
     if not sep or not port_text.isdigit() or not 0 < int(port_text) < 65536:
         raise UsageError(f"--metrics {address!r} is not HOST:PORT (like 127.0.0.1:9567)")
-    host = host.strip("[]") or "0.0.0.0"
+    host = host.strip("[]") or "127.0.0.1"  # an endpoint reachable from afar is asked for
     return host, int(port_text)

@@ -16,8 +16,9 @@ import sys
 import time
 
 from pffs.config import MountConfig, to_json
-from pffs.errors import MountFailed, PffsError
+from pffs.errors import MountFailed, PffsError, UsageError
 from pffs.mounting.registry import default_log_path
+from pffs.privatefiles import open_private_log
 
 READY_FD_ENV = "PFFS_READY_FD"
 # How long `pffs mount` waits for the daemon: the preflight checks have their own short bounds,
@@ -36,8 +37,10 @@ class DaemonError(PffsError):
 def start_daemon(config: MountConfig) -> tuple[int, str]:
     """Start a daemon serving `config`; return (pid, log path) once the mount is live."""
     log_path = config.log_file or default_log_path(config.fuse.mountpoint)
-    os.makedirs(os.path.dirname(log_path), mode=0o700, exist_ok=True)
-    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:  # never through another user's symlink (pffs.privatefiles)
+        log_fd = open_private_log(log_path)
+    except OSError as exc:
+        raise UsageError(f"cannot open the log file {log_path}: {exc.strerror}") from None
     read_end, write_end = os.pipe()
     env = dict(os.environ, **{READY_FD_ENV: str(write_end)})
     try:
@@ -54,7 +57,7 @@ def start_daemon(config: MountConfig) -> tuple[int, str]:
         os.close(write_end)
         os.close(log_fd)
     assert proc.stdin is not None
-    proc.stdin.write(to_json(config).encode())
+    proc.stdin.write(to_json(config, with_credentials=True).encode())
     proc.stdin.close()
     try:
         message = _read_report(read_end, proc)

@@ -9,6 +9,13 @@ in the control file's format, shuts its side down and reads the report the file 
 own list's (pffs.jobs is the client). Lists go to the one handling the file's go to
 (Vfs.take_order).
 
+Anyone who can connect can send a list, so each connection is held to the caps of
+`OrderLimits` (pffs.fs.orders): a list over its bytes or lines is refused without reading the
+rest; beyond the lists received at once a connection gets its refusal line and is closed before
+a task or a buffer is spent on it; a connection has `seconds` from its accept to send its whole
+list (a deadline, not an idle time: a byte a second does not keep it), and as long to read its
+report. Each log line names the sender's uid and pid (SO_PEERCRED).
+
 A socket bound through a mount pins it: `umount` answers EBUSY while it is open. So the socket
 is bound through a private clone of the mount (open_tree(2), OPEN_TREE_CLONE), never through a
 mount anyone sees: `umount`, `fusermount3 -u`, `pffs umount`, the CSI driver and Fluid's default
@@ -24,16 +31,22 @@ control file is the one channel (docs/notes/readonly-order.md).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import logging
 import os
 import select
 import socket
+import struct
+import time
 
 import trio
 
-from pffs.fs.special import ORDER_SOCKET, STATS_DIR, order_lines
+from pffs.config import OrderLimits
+from pffs.errors import Busy, TooLarge
+from pffs.fs.orders import UNKNOWN_SENDER, OrderBuffer, Sender, refusal, report
+from pffs.fs.special import ORDER_SOCKET, STATS_DIR
 from pffs.fs.vfs import Vfs
 from pffs.mounting.kernel import find_mount, mount_table
 from pffs.workers import run_blocking
@@ -45,8 +58,12 @@ log = logging.getLogger("pffs.mounting.ordersocket")
 _SYS_OPEN_TREE = 428
 _AT_FDCWD = -100
 _OPEN_TREE_CLONE = 1
-# A client that sends nothing for this long is dropped (it never shut its side down).
-CLIENT_IDLE_SECONDS = 60.0
+# Bytes read from a client at once.
+RECEIVE_CHUNK = 64 * 1024
+# A connection refused for want of a slot is logged at most once in this many seconds.
+LOG_EVERY = 10.0
+# struct ucred of SO_PEERCRED: pid, uid, gid.
+_PEERCRED = struct.Struct("3i")
 # How long the watcher's thread waits for a change of the mount table before it looks anyway.
 WATCH_SECONDS = 60.0
 
@@ -157,6 +174,8 @@ def _mounted(device: str) -> bool:
 
 
 async def _accept(listener: socket.socket, vfs: Vfs, nursery: trio.Nursery) -> None:
+    slots = vfs.special.slots
+    turned_away = _TurnedAway()
     while True:
         await trio.lowlevel.wait_readable(listener)
         try:
@@ -167,23 +186,86 @@ async def _accept(listener: socket.socket, vfs: Vfs, nursery: trio.Nursery) -> N
             log.warning("order socket: cannot accept a connection: %s", exc)
             await trio.sleep(0.1)
             continue
-        stream = trio.SocketStream(trio.socket.from_stdlib_socket(connection))
-        nursery.start_soon(_answer, stream, vfs)
-
-
-async def _answer(stream: trio.SocketStream, vfs: Vfs) -> None:
-    """One client: its list up to its end of writing, then the report back."""
-    async with stream:
-        received = bytearray()
+        sender = _peer(connection)
         try:
-            while True:
-                with trio.fail_after(CLIENT_IDLE_SECONDS):
-                    chunk = await stream.receive_some()
-                if not chunk:
-                    break
-                received += chunk
-            await stream.send_all(await vfs.take_order(order_lines(received)))
-        except (trio.BrokenResourceError, trio.TooSlowError) as exc:
-            log.warning("order socket: a client's list was dropped: %s", exc or "no end of it")
-        except Exception:  # ends this client's connection, not the socket
-            log.exception("order socket: a client's list failed")
+            slots.take()
+        except Busy as exc:
+            # Refused at once, without a task or a buffer: its one line if the socket's
+            # buffer takes it, then closed.
+            turned_away.note(sender, str(exc))
+            with contextlib.suppress(OSError):
+                connection.setblocking(False)
+                connection.send(refusal(str(exc)))
+            connection.close()
+            continue
+        stream = trio.SocketStream(trio.socket.from_stdlib_socket(connection))
+        nursery.start_soon(_answer, stream, vfs, sender)
+
+
+async def _answer(stream: trio.SocketStream, vfs: Vfs, sender: Sender) -> None:
+    """One client: its list up to its end of writing, then the report back; each within the
+    connection's lifetime (the list counted from its accept), never a per-chunk idle time a
+    slow sender could stretch."""
+    limits = vfs.special.limits
+    try:
+        async with stream:
+            with trio.move_on_after(limits.seconds) as lifetime:
+                paths = await _receive(stream, limits)
+            if lifetime.cancelled_caught:
+                paths = TooLarge(f"no whole list within {limits.seconds:g} s")
+            if isinstance(paths, TooLarge):
+                log.warning("order socket: a list from %s refused: %s", sender, paths)
+                text = refusal(str(paths))
+            elif paths:
+                text = await vfs.take_order(paths, sender)
+            else:  # a connection that sent nothing (a probe): nothing to log
+                text = report(0, [])
+            with trio.fail_after(limits.seconds):
+                await stream.send_all(text)
+    except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError) as exc:
+        log.warning("order socket: %s cut off: %s", sender, exc or "its report was not read")
+    except Exception:  # ends this client's connection, not the socket
+        log.exception("order socket: a list from %s failed", sender)
+    finally:
+        vfs.special.slots.give_back()
+
+
+async def _receive(stream: trio.SocketStream, limits: OrderLimits) -> list[str] | TooLarge:
+    """The paths of the list `stream` sends up to its end of writing, or why it is refused
+    (over a cap: the rest is never read)."""
+    buffer = OrderBuffer(limits)
+    try:
+        while chunk := await stream.receive_some(RECEIVE_CHUNK):
+            buffer.write(len(buffer.data), chunk)
+        return buffer.take()
+    except TooLarge as exc:
+        return exc
+
+
+def _peer(connection: socket.socket) -> Sender:
+    """The connecting process's uid and pid, as the kernel saw them at connect()."""
+    try:
+        raw = connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
+    except OSError:
+        return UNKNOWN_SENDER
+    pid, uid, _gid = _PEERCRED.unpack(raw)
+    return Sender(uid, pid)
+
+
+class _TurnedAway:
+    """Connections refused for want of a slot, logged once per `LOG_EVERY` seconds with a
+    count of the others (a flood of connections must not become a flood of log lines)."""
+
+    def __init__(self) -> None:
+        self.unlogged = 0
+        self.logged_at = -float("inf")
+
+    def note(self, sender: Sender, reason: str) -> None:
+        now = time.monotonic()
+        if now - self.logged_at < LOG_EVERY:
+            self.unlogged += 1
+            return
+        others = f" (and {self.unlogged} more since the last such line)" if self.unlogged else ""
+        log.warning("order socket: a connection from %s refused: %s%s", sender, reason, others)
+        self.unlogged = 0
+        self.logged_at = now

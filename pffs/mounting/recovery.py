@@ -2,7 +2,9 @@
 
 A staging file (pffs.fs.staging) outlives its process when the process dies before the upload
 (kill -9, OOM, power loss) or when an upload failed at close. At the next mount of the same
-source, before the tree is served, each one is handled by the state its manifest records:
+source as the same principal (the credentials' identity, pffs.backends.principal: one
+principal's writes are never uploaded with another's credentials), before the tree is served,
+each one is handled by the state its manifest records:
 
 - "closed": its writer closed it, so it is complete, but the upload failed. It is uploaded now,
   and removed once the store has it; if that fails again it stays, reported.
@@ -12,10 +14,11 @@ source, before the tree is served, each one is handled by the state its manifest
   so the user decides (copy it into the mount to upload it, or delete it).
 - "clean": the store already holds these bytes; the file is removed.
 
-Nothing is ever deleted unless the store holds its data. Files of other sources are left for a
-mount of theirs; files still locked by a live process (another mount sharing the cache
-directory) are not touched. Each report is one log line, also passed to `notify` (which
-`pffs mount` prints on its stderr).
+Nothing is ever deleted unless the store holds its data. Files of other sources or principals
+are left for a mount of theirs; files of the source whose manifest names no principal (written
+before manifests did) are kept and reported; files still locked by a live process (another
+mount sharing the cache directory) are not touched. Each report is one log line, also passed to
+`notify` (which `pffs mount` prints on its stderr).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ class Leftover:
 
     data: str
     source: str | None
+    principal: str | None  # None: a manifest from before principals were recorded
     path: str | None
     state: str | None
     size: int
@@ -74,16 +78,17 @@ def find_leftovers(staging_dir: str) -> list[Leftover]:
             size = os.path.getsize(data)
         except OSError:
             continue
-        source = path = state = None
+        source = principal = path = state = None
         try:
             with open(manifest_path(data), encoding="utf-8") as f:
                 manifest = json.load(f)
             source, path = str(manifest["source"]), str(manifest["path"])
+            principal = str(manifest["principal"]) if "principal" in manifest else None
             # Manifests written before states existed were made at create: "writing".
             state = str(manifest.get("state", "writing"))
         except (OSError, ValueError, KeyError, TypeError):
             pass  # reported below as a file of unknown origin
-        found.append(Leftover(data, source, path, state, size))
+        found.append(Leftover(data, source, principal, path, state, size))
     return found
 
 
@@ -108,32 +113,40 @@ def recover_staged(
 ) -> RecoveryReport:
     """Upload, keep or remove the leftovers of `mounted`'s sources (blocking: runs trio)."""
     report = RecoveryReport()
-    by_source = {m.backend.source_id: m for m in mounted}
+    by_identity: dict[tuple[str | None, str | None], Mounted] = {
+        (m.backend.source_id, m.backend.principal): m for m in mounted
+    }
+    sources = {m.backend.source_id for m in mounted}
     leftovers = find_leftovers(staging_dir)
-    mine = [item for item in leftovers if item.source in by_source]
-    unknown = [item for item in leftovers if item.source is None]
-    for item in unknown:
+    mine = [item for item in leftovers if (item.source, item.principal) in by_identity]
+    for item in leftovers:
+        if item.source is None:
+            why = "of unknown origin", "its manifest is missing or damaged"
+        elif item.source in sources and item.principal is None:
+            why = f"to {item.source}/{item.path}", "its manifest names no principal"
+        else:
+            continue
         _report(
             notify,
-            f"a staged write of unknown origin is kept in {item.data} "
-            f"({item.size} bytes; its manifest is missing or damaged)",
+            f"a staged write {why[0]} is kept in {item.data} ({item.size} bytes; {why[1]}: "
+            "copy it into the mount to upload it, or delete it)",
         )
         report.kept.append(item.data)
     if not mine:
         return report
-    trio.run(_recover, mine, by_source, report, notify)
+    trio.run(_recover, mine, by_identity, report, notify)
     return report
 
 
 async def _recover(
     items: list[Leftover],
-    by_source: dict[str, Mounted],
+    by_identity: dict[tuple[str | None, str | None], Mounted],
     report: RecoveryReport,
     notify: Callable[[str], None],
 ) -> None:
     for item in items:
         assert item.source is not None and item.path is not None
-        original = by_source[item.source]
+        original = by_identity[item.source, item.principal]
         # A limiter of this trio run: the table's own belong to the run that serves the mount.
         mounted = Mounted(original.path, original.backend, original.read_only)
         where = f"{item.source}/{item.path}"

@@ -1,12 +1,15 @@
 """The mount's state on the host: the registry of live mounts, and where staging and logs go.
 
 A live mount records its configuration under the user's state directory (XDG_STATE_HOME), one
-file per mountpoint, so that `pffs warmup` run inside the mount finds its cache. The same
+file per mountpoint, so that `pffs warmup` run inside the mount finds its cache. A mount whose
+sources were given keys (pffs.credentials) records nothing, since the record would need them:
+`pffs warmup` reads through such a mount instead, with the mount's own keys. The same
 directory holds a mount's default log and, without a disk cache, its staged writes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 from pffs.config import MountConfig, from_json, to_json
@@ -28,6 +31,10 @@ def registry_path(mountpoint: str) -> str:
 
 def register_mount(mountpoint: str, config: MountConfig) -> str:
     path = registry_path(mountpoint)
+    if any(entry.source.credentials is not None for entry in config.table):
+        with contextlib.suppress(OSError):
+            os.unlink(path)  # an earlier mount's record here would be wrong now
+        return path
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:
         f.write(to_json(config))

@@ -74,17 +74,20 @@ def parse_table(
     raw_entries = document.get("mount")
     if not isinstance(raw_entries, list) or not raw_entries:
         raise UsageError(f"{file}: no [[mount]] entries")
-    labelled = [(f"{file}: entry {number}", raw) for number, raw in enumerate(raw_entries, 1)]
-    return parse_entries(labelled, defaults)
+    labelled = [
+        (f"{file}: entry {number}", raw, defaults) for number, raw in enumerate(raw_entries, 1)
+    ]
+    return parse_entries(labelled)
 
 
 def parse_entries(
-    labelled: Sequence[tuple[str, object]], defaults: SourceConfig
+    labelled: Sequence[tuple[str, object, SourceConfig]],
 ) -> tuple[TableEntry, ...]:
-    """Entries given as (what an error calls it, [[mount]] table), checked one by one and in
-    pairs; the file above and `pffs fluid`'s Dataset mounts (pffs.cli.fluidconfig) use it."""
+    """Entries given as (what an error calls it, [[mount]] table, the defaults of its source),
+    checked one by one and in pairs; the file above and `pffs fluid`'s Dataset mounts
+    (pffs.cli.fluidconfig, whose mounts have keys of their own) use it."""
     entries: list[TableEntry] = []
-    for where, raw in labelled:
+    for where, raw, defaults in labelled:
         entry = _parse_entry(raw, defaults, where)
         for earlier in entries:
             _check_pair(earlier, entry, f"{where} (/{entry.path})")

@@ -23,7 +23,7 @@ def test_concurrent_readers_share_one_fetch() -> None:
         return b"x" * 100
 
     async def main() -> None:
-        key = BlockKey("s", "p", "v", 0)
+        key = BlockKey("s", "u", "p", "v", 0)
         results = []
 
         async def reader() -> None:
@@ -52,7 +52,7 @@ def test_a_failed_fetch_reaches_every_waiter_and_is_retried_later() -> None:
         return b"ok"
 
     async def main() -> None:
-        key = BlockKey("s", "p", "v", 0)
+        key = BlockKey("s", "u", "p", "v", 0)
         errors = 0
 
         async def reader() -> None:
@@ -85,7 +85,7 @@ def test_memory_tier_stays_within_its_bound() -> None:
             async def fetch() -> bytes:
                 return bytes(16 * KIB)
 
-            await cache.read(BlockKey("s", "p", "v", index), fetch)
+            await cache.read(BlockKey("s", "u", "p", "v", index), fetch)
             assert cache.memory.used <= cache.memory.capacity
 
     trio.run(main)

@@ -20,7 +20,7 @@ FILE = MIB // 2
 
 
 def keys(count: int, source: str = "s3://b", prefix: str = "train/") -> list[BlockKey]:
-    return [BlockKey(source, f"{prefix}f{i:04}.bin", "v1", 0) for i in range(count)]
+    return [BlockKey(source, "u", f"{prefix}f{i:04}.bin", "v1", 0) for i in range(count)]
 
 
 def in_trio(body: Callable[[], None]) -> None:
@@ -34,7 +34,7 @@ def in_trio(body: Callable[[], None]) -> None:
 
 def watched_room(capacity: int, files: int) -> tuple[DatasetRoom, list[BlockKey]]:
     room = DatasetRoom(capacity)
-    watched = room.watch("/train", "s3://b", "train/")
+    watched = room.watch("/train", "s3://b", "u", "train/")
     blocks = keys(files)
     for key in blocks:
         watched.count(key.path, FILE)
@@ -89,7 +89,7 @@ def test_other_data_is_admitted_and_the_blocks_of_one_file_go_together() -> None
 def test_an_unlisted_dataset_fits_until_its_listing_passes_its_room() -> None:
     def body() -> None:
         room = DatasetRoom(100 * MIB)
-        watched = room.watch("/train", "s3://b", "train/")
+        watched = room.watch("/train", "s3://b", "u", "train/")
         blocks = keys(400)
         assert all(room.keeps(key) for key in blocks)  # nothing listed yet: as before
         for key in blocks[:180]:
@@ -109,7 +109,7 @@ def test_rooms_are_shared_max_min() -> None:
     def body() -> None:
         room = DatasetRoom(100 * MIB)
         sizes = {"small": 10 * MIB, "large": 200 * MIB, "huge": 400 * MIB}
-        watched = {name: room.watch(f"/{name}", "s3://b", f"{name}/") for name in sizes}
+        watched = {name: room.watch(f"/{name}", "s3://b", "u", f"{name}/") for name in sizes}
         for name, size in sizes.items():
             for key in keys(size // FILE, prefix=f"{name}/"):
                 watched[name].count(key.path, FILE)
@@ -126,8 +126,8 @@ def test_rooms_are_shared_max_min() -> None:
 def test_a_parent_replaces_the_datasets_inside_it_and_idle_ones_are_forgotten() -> None:
     async def main() -> None:
         room = DatasetRoom(64 * MIB, idle_after=0.05)
-        room.watch("/imagenet/train/n1", "s3://b", "imagenet/train/n1/")
-        parent = room.watch("/imagenet/train", "s3://b", "imagenet/train/")
+        room.watch("/imagenet/train/n1", "s3://b", "u", "imagenet/train/n1/")
+        parent = room.watch("/imagenet/train", "s3://b", "u", "imagenet/train/")
         assert [d["dataset"] for d in room.describe()] == ["/imagenet/train"]
         blocks = keys(1000, prefix="imagenet/train/n1/")
         for key in blocks:
@@ -147,7 +147,7 @@ def test_the_disk_tier_declines_blocks_outside_the_subset(tmp_path: Path) -> Non
     blocks = keys(100)
 
     async def main() -> None:
-        watched = cache.room.watch("/train", "s3://b", "train/")
+        watched = cache.room.watch("/train", "s3://b", "u", "train/")
         for key in blocks:
             watched.count(key.path, block)
         cache.room.listed(watched, complete=True)

@@ -11,6 +11,7 @@ import pytest
 
 from pffs.cache.disk import DiskTier, entry_key
 from pffs.cache.entries import decode, encode
+from pffs.cache.keys import BlockKey
 from tests.cache.configs import KIB
 
 
@@ -79,7 +80,7 @@ def test_disk_tier_stays_within_its_bound(tmp_path: Path) -> None:
     tier = DiskTier(str(tmp_path / "d"), capacity=1 << 20, free_ratio=0.0, compress=False)
     block = random.Random(3).randbytes(64 * KIB)
     for index in range(60):
-        assert tier.put(entry_key("s", "p", "v", 64 * KIB, index), block, "s")
+        assert tier.put(entry_key(BlockKey("s", "u", "p", "v", index), 64 * KIB), block, "s")
     stored = sum(u.bytes for u in tier.usage_by_source())
     assert stored <= 1 << 20
     assert sum(u.blocks for u in tier.usage_by_source()) < 60
@@ -99,7 +100,9 @@ def test_usage_by_source_adds_up_each_sources_entries(tmp_path: Path) -> None:
     for source, count in blocks.items():
         for index in range(count):
             data = random.Random(index).randbytes(10 * KIB + index)
-            assert tier.put(entry_key(source, "p", "v", 64 * KIB, index), data, source)
+            assert tier.put(
+                entry_key(BlockKey(source, "u", "p", "v", index), 64 * KIB), data, source
+            )
     usage = list(tier.usage_by_source())
     assert [u.source for u in usage] == ["large", "middle", "small"]  # largest first
     assert {u.source: u.blocks for u in usage} == blocks

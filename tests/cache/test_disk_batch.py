@@ -36,7 +36,7 @@ BLOCK = 64 * KIB
 
 
 def _key(index: int, path: str = "p") -> str:
-    return entry_key("src", path, "v", BLOCK, index)
+    return entry_key(BlockKey("src", "u", path, "v", index), BLOCK)
 
 
 def _block(key: str, size: int = BLOCK) -> bytes:
@@ -186,6 +186,7 @@ def test_eviction_during_a_batch_keeps_the_bound_and_removes_what_it_evicts(
 _WRITER = """
 import hashlib, sys
 from pffs.cache.disk import DiskTier, entry_key
+from pffs.cache.keys import BlockKey
 
 def block(key, size):
     seed = hashlib.sha256(key.encode()).digest()
@@ -196,8 +197,8 @@ tier = DiskTier(directory, capacity, free_ratio=0.0, compress=False)
 print("ready", flush=True)
 for round_ in range(rounds):
     # Half of each batch is this writer's own, half shared with the other writer.
-    keys = [entry_key("src", name, "v", size, round_ * 8 + n) for n in range(8)]
-    keys += [entry_key("src", "shared", "v", size, round_ * 8 + n) for n in range(8)]
+    keys = [entry_key(BlockKey("src", "u", name, "v", round_ * 8 + n), size) for n in range(8)]
+    keys += [entry_key(BlockKey("src", "u", "shared", "v", round_ * 8 + n), size) for n in range(8)]
     stored = tier.put_batch([(key, block(key, size), name) for key in keys])
     assert all(stored), stored
 tier.close()
@@ -275,7 +276,7 @@ def test_write_behind_writes_blocks_in_batches(tmp_path: Path) -> None:
 
     tier.put_batch = counting  # type: ignore[method-assign]
     stats = CacheStats()
-    keys = [BlockKey("src", "p", "v", index) for index in range(40)]
+    keys = [BlockKey("src", "u", "p", "v", index) for index in range(40)]
     disk = DiskIO(tier, BLOCK, threads=4, stats=stats, background=Background())
 
     async def main() -> None:
@@ -309,7 +310,7 @@ def test_write_behind_counts_a_skipped_block_and_frees_its_slot(tmp_path: Path) 
             disk._background.attach(nursery)
             # Two write slots (2 x threads): ten blocks get through only if slots come back.
             for index in range(10):
-                key = BlockKey("src", "p", "v", index)
+                key = BlockKey("src", "u", "p", "v", index)
                 with trio.fail_after(10):
                     await disk.wait_for_room()
                 disk.write_behind(key, b"x" * 100)

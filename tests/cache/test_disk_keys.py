@@ -29,11 +29,11 @@ def _tier(directory: Path) -> DiskTier:
 
 
 def _key(index: int) -> BlockKey:
-    return BlockKey("src", "train/file", "etag", index)
+    return BlockKey("src", "u", "train/file", "etag", index)
 
 
 def _name(key: BlockKey) -> str:
-    return entry_key(key.source, key.path, key.version, BLOCK, key.block)
+    return entry_key(key, BLOCK)
 
 
 def _data(index: int) -> bytes:

@@ -59,7 +59,10 @@ def test_an_unmarked_directory_of_this_format_is_adopted(tmp_path: Path) -> None
     assert read_mark(str(directory / INDEX)) == LAYOUT
 
 
-@pytest.mark.parametrize("how", ["older entries, unmarked", "another mark", "garbled index"])
+@pytest.mark.parametrize(
+    "how",
+    ["older entries, unmarked", "keys without the principal", "another mark", "garbled index"],
+)
 def test_a_directory_of_another_layout_is_cleared_with_one_line(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, how: str
 ) -> None:
@@ -72,6 +75,8 @@ def test_a_directory_of_another_layout_is_cleared_with_one_line(
         for entry in _entries(directory):  # the format before this one
             with entry.open("r+b") as f:
                 f.write(b"PFB2")
+    elif how == "keys without the principal":  # layout 3: blocks shared by every principal
+        mark(str(index), 3)
     elif how == "another mark":
         mark(str(index), LAYOUT + 1)
     else:

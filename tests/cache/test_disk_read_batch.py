@@ -35,7 +35,7 @@ BLOCK = 4096 * KIB  # the cache's block size (a key's identity)
 
 
 def _key(index: int) -> str:
-    return entry_key("src", f"file{index}", "v1", BLOCK, 0)
+    return entry_key(BlockKey("src", "u", f"file{index}", "v1", 0), BLOCK)
 
 
 def _block(index: int, size: int = SMALL) -> bytes:
@@ -243,7 +243,7 @@ def _disk_io(tier: DiskTier) -> tuple[DiskIO, Background]:
 
 
 def _block_key(index: int) -> BlockKey:
-    return BlockKey("src", f"file{index}", "v1", 0)
+    return BlockKey("src", "u", f"file{index}", "v1", 0)
 
 
 def _counting_batches(monkeypatch: pytest.MonkeyPatch, tier: DiskTier) -> list[int]:

@@ -10,7 +10,7 @@ BLOCK = 100
 
 
 def blocks(size: int) -> ObjectBlocks:
-    return ObjectBlocks("s3://b", "dir/f", "etag", size, BLOCK)
+    return ObjectBlocks("s3://b", "u", "dir/f", "etag", size, BLOCK)
 
 
 @pytest.mark.parametrize(("size", "count", "last"), [(0, 0, None), (1, 1, 1), (100, 1, 100)])
@@ -23,13 +23,13 @@ def test_small_objects(size: int, count: int, last: int | None) -> None:
 def test_keys_lengths_and_starts_of_a_longer_object() -> None:
     object_blocks = blocks(250)
     assert object_blocks.count == 3
-    assert object_blocks.keys() == [BlockKey("s3://b", "dir/f", "etag", i) for i in range(3)]
+    assert object_blocks.keys() == [BlockKey("s3://b", "u", "dir/f", "etag", i) for i in range(3)]
     assert object_blocks.lengths() == [100, 100, 50]
     assert object_blocks.keys(range(1, 3)) == object_blocks.keys()[1:]
     assert object_blocks.lengths(range(2, 2)) == []  # an empty window is no block, not all
     assert [object_blocks.start(i) for i in range(3)] == [0, 100, 200]
     # The file's ident does not carry the version: a new version is the same file.
-    assert object_blocks.ident == ObjectBlocks("s3://b", "dir/f", "v2", 7, BLOCK).ident
+    assert object_blocks.ident == ObjectBlocks("s3://b", "u", "dir/f", "v2", 7, BLOCK).ident
 
 
 @pytest.mark.parametrize(

@@ -34,7 +34,7 @@ BLOCK = 256 * KIB  # four 64 KiB chunks
 
 
 def _key(index: int) -> str:
-    return entry_key("src", "file", "v1", BLOCK, index)
+    return entry_key(BlockKey("src", "u", "file", "v1", index), BLOCK)
 
 
 def _block(index: int) -> bytes:
@@ -259,8 +259,10 @@ def test_out_of_descriptors_the_cache_shrinks_and_reads_go_on(
 _LOW_LIMIT = """
 import random, resource, sys
 from pffs.cache.disk import DiskTier, entry_key
+from pffs.cache.keys import BlockKey
 tier = DiskTier(sys.argv[1], capacity=1 << 30, free_ratio=0.0, compress=False, open_entries=1000)
-blocks = {entry_key("s", "f", "v", 65536, i): random.Random(i).randbytes(65536) for i in range(80)}
+keys = [entry_key(BlockKey("s", "u", "f", "v", i), 65536) for i in range(80)]
+blocks = {key: random.Random(i).randbytes(65536) for i, key in enumerate(keys)}
 for key, data in blocks.items():
     assert tier.put(key, data, "s")
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -328,9 +330,9 @@ def test_bytes_exact_under_concurrent_reads_and_evictions(tmp_path: Path) -> Non
 def test_a_compressed_entry_read_in_part_is_kept_in_memory(tmp_path: Path) -> None:
     cache = BlockCache(cache_config(tmp_path, block=BLOCK, compress=True))
     assert cache.disk is not None
-    key = BlockKey("src", "file", "v1", 0)
+    key = BlockKey("src", "u", "file", "v1", 0)
     text = (b"path,label\n" * BLOCK)[:BLOCK]  # compresses: stored with lz4
-    assert cache.disk.put(entry_key("src", "file", "v1", BLOCK, 0), text, "src")
+    assert cache.disk.put(entry_key(BlockKey("src", "u", "file", "v1", 0), BLOCK), text, "src")
 
     async def no_store() -> bytes:
         raise AssertionError("the store was asked")
@@ -359,7 +361,7 @@ def test_a_part_in_the_page_cache_is_read_without_a_thread(
     data = _block(5)
     assert tier.put(_key(5), data, "src")
     disk = _disk_io(tier)
-    key = BlockKey("src", "file", "v1", 5)
+    key = BlockKey("src", "u", "file", "v1", 5)
     assert tier.get_range_nowait(_key(5), 0, 10) is None  # not open yet: needs the index
     assert trio.run(disk.get_range, key, 0, 10) == data[:10]  # opens it, in a worker thread
 
@@ -388,7 +390,7 @@ def test_a_read_without_a_thread_serves_nothing_doubtful(tmp_path: Path) -> None
         f.seek(4096 + 5)
         f.write(bytes([_block(6)[5] ^ 1]))
     assert tier.get_range_nowait(_key(6), 0, 10) is None
-    assert trio.run(disk.get_range, BlockKey("src", "file", "v1", 6), 0, 10) is None
+    assert trio.run(disk.get_range, BlockKey("src", "u", "file", "v1", 6), 0, 10) is None
     assert disk.stats.disk_corrupt == 1 and _key(6) not in tier
     # Deleted by another process: no link left, not served.
     _in_other_process(tmp_path, "delete", _key(7))

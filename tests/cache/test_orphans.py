@@ -25,6 +25,7 @@ SIZE = 16 << 10
 _KILLED_WRITER = """
 import hashlib, sys, time
 from pffs.cache.disk import DiskTier, entry_key
+from pffs.cache.keys import BlockKey
 
 tier = DiskTier(sys.argv[1], 1 << 30, free_ratio=0.0, compress=False)
 blocks, size = int(sys.argv[2]), int(sys.argv[3])
@@ -34,7 +35,7 @@ def block(key):  # as test_disk_batch's blocks: derived from the key
     return (seed * (size // len(seed) + 1))[:size]
 
 def batch(name):
-    keys = [entry_key("src", name, "v", size, n) for n in range(blocks)]
+    keys = [entry_key(BlockKey("src", "u", name, "v", n), size) for n in range(blocks)]
     return [(key, block(key), "src") for key in keys]
 
 assert all(tier.put_batch(batch("indexed")))

@@ -53,7 +53,7 @@ class Store:
         size = len(self.files[name])
         count = max(1, -(-size // BLOCK))
         sizes = [min(BLOCK, size - i * BLOCK) for i in range(count)]
-        keys = [BlockKey("s", name, "v1", i) for i in range(count)]
+        keys = [BlockKey("s", "u", name, "v1", i) for i in range(count)]
 
         async def fetch_run(first: int, run: int, deliver: Deliver) -> None:
             self.requests.append(name)

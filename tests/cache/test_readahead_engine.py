@@ -18,7 +18,7 @@ BLOCK = 16 * KIB
 
 
 def keys(count: int, first: int = 0) -> list[BlockKey]:
-    return [BlockKey("s", "p", "v", index) for index in range(first, first + count)]
+    return [BlockKey("s", "u", "p", "v", index) for index in range(first, first + count)]
 
 
 def block_of(index: int) -> bytes:

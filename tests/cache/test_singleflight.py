@@ -9,7 +9,7 @@ from pffs.cache.keys import BlockKey
 from pffs.cache.singleflight import Flight, SingleFlight
 from pffs.errors import Transient
 
-KEY = BlockKey("s", "p", "v", 0)
+KEY = BlockKey("s", "u", "p", "v", 0)
 
 
 async def _wait(flight: Flight, got: list[bytes | None]) -> None:

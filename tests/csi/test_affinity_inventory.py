@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from pffs.cache.disk import DiskTier, entry_key
+from pffs.cache.keys import BlockKey
 from pffs.csi.affinity.inventory import (
     CacheInventory,
     SourceTotal,
@@ -31,7 +32,7 @@ def _tier(path: Path) -> DiskTier:
 
 
 def _put(tier: DiskTier, source: str, path: str, index: int, data: bytes) -> str:
-    key = entry_key(source, path, "v1", 4 << 20, index)
+    key = entry_key(BlockKey(source, "u", path, "v1", index), 4 << 20)
     assert tier.put(key, data, source)
     return key
 
@@ -80,7 +81,7 @@ def test_installing_on_a_used_cache_counts_what_is_there(tmp_path: Path) -> None
 def _fill(directory: str, source: str, count: int) -> None:
     tier = DiskTier(directory, capacity=1 << 30, free_ratio=0.0, compress=False)
     for i in range(count):
-        tier.put(entry_key(source, "p", "v", 4 << 20, i), os.urandom(4096), source)
+        tier.put(entry_key(BlockKey(source, "u", "p", "v", i), 4 << 20), os.urandom(4096), source)
     tier.close()
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from pffs.cache.disk import DiskTier, entry_key
+from pffs.cache.keys import BlockKey
 from pffs.csi.affinity.kube import KubeClient
 from pffs.csi.affinity.labels import CACHE_ANNOTATION, dataset_id, decode_annotation, label_key
 from pffs.csi.affinity.publisher import NodeCachePublisher
@@ -42,7 +43,11 @@ def dataset(tmp_path: Path) -> tuple[str, Path]:
 def _cache(path: Path, source: str, blocks: int, start: int = 0) -> DiskTier:
     tier = DiskTier(str(path), capacity=1 << 30, free_ratio=0.0, compress=False)
     for i in range(start, start + blocks):
-        tier.put(entry_key(source, f"f{i // 2}", "v", BLOCK, i % 2), os.urandom(BLOCK), source)
+        tier.put(
+            entry_key(BlockKey(source, "u", f"f{i // 2}", "v", i % 2), BLOCK),
+            os.urandom(BLOCK),
+            source,
+        )
     return tier
 
 

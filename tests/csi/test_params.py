@@ -7,6 +7,7 @@ import grpc
 import pytest
 
 from pffs.cli.options import build_parser, mount_config
+from pffs.credentials import Credentials
 from pffs.csi import params
 from pffs.csi.status import CsiError
 
@@ -43,3 +44,19 @@ def test_former_attribute_names_still_work_with_a_warning(
     spec = params.volume_spec({"source": "s3://bucket/data", old: text})
     assert getattr(spec, field) == value
     assert f"volume attribute {old} is deprecated and will be removed, use {new}" in caplog.text
+
+
+@pytest.mark.parametrize("value", ["AKIA\n[evil]\ncredential_process = touch /tmp/x", "AK\rIA"])
+def test_a_secret_with_a_control_character_is_invalid(value: str) -> None:
+    with pytest.raises(CsiError) as refused:
+        params.volume_credentials({"accessKeyId": value, "secretAccessKey": "s3cr3t"})
+    assert refused.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert refused.value.message.startswith("secrets: accessKeyId holds a control character")
+
+
+def test_secrets_become_values() -> None:
+    credentials = params.volume_credentials(
+        {"accessKeyId": "AKIA", "secretAccessKey": "s3cr3t", "sessionToken": "tok"}
+    )
+    assert credentials == Credentials("AKIA", "s3cr3t", "tok")
+    assert params.volume_credentials({}) is None

@@ -39,6 +39,7 @@ class HoldingBackend:
     def __init__(self, root: Path) -> None:
         self.inner = open_backend(SourceConfig(url=f"file://{root}"))
         self.source_id = self.inner.source_id
+        self.principal = self.inner.principal
         self.max_concurrency = 4
         self.capabilities = Capabilities()  # reads only
         self.retries = 0

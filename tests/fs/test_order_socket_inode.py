@@ -1,6 +1,7 @@
 """The order socket's side in the VFS, without a kernel: the one MKNOD pffs answers (its name
 in `.pffs`, a thread of this process, once), the name found and listed only while bound, and
-its lists handled as the control file's. The socket's server on a real mount:
+its lists handled as the control file's, the report
+the sender's alone. The socket's server on a real mount:
 tests/mount/test_order_socket.py."""
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import pytest
 
 from pffs.errors import NotFound, ReadOnly, Unsupported
 from pffs.fs.inodes import ROOT_INODE
-from pffs.fs.special import ORDER_SOCKET, PRELOAD_FILE, STATS_DIR, STATS_FILE, order_lines
+from pffs.fs.orders import order_lines
+from pffs.fs.special import ORDER_SOCKET, PRELOAD_FILE, STATS_DIR, STATS_FILE
 from pffs.fs.vfs import Vfs
 from tests.fs.test_datasets import KIB, dataset, make_vfs, read_whole, resolve, with_vfs
 
@@ -47,7 +49,8 @@ def test_the_order_socket_takes_lists_and_only_its_own_mknod(tmp_path: Path) -> 
 
         report = await vfs.take_order(order_lines(b"a/001.bin\n\nmissing\n"))
         assert report == b"queued 1\nmissing: no such file\n"
-        assert await read_whole(vfs, f"{STATS_DIR}/{PRELOAD_FILE}") == report
+        # The report is the socket client's alone: the control file shows it to nobody.
+        assert await read_whole(vfs, f"{STATS_DIR}/{PRELOAD_FILE}") == b""
         await vfs.datasets.engine.wait_idle()
         assert list(backend.reads) == ["a/001.bin"]
 

@@ -152,28 +152,41 @@ def test_kill_9_then_remount_recovers_cache_and_staged_writes(s3, bucket, proxy,
         assert wait_unmounted(str(mnt))
 
 
-def _leftover(staging: Path, name: str, source: str, path: str, state: str, data: bytes) -> Path:
+def _leftover(
+    staging: Path,
+    name: str,
+    source: tuple[str, str | None],
+    path: str,
+    state: str,
+    data: bytes,
+) -> Path:
+    """A staging file and its manifest; `source` is (source id, principal), a principal of
+    None naming none, as manifests did before they recorded it."""
     file = staging / f"w-{name}.data"
     file.write_bytes(data)
-    Path(manifest_path(str(file))).write_text(
-        json.dumps({"source": source, "path": path, "state": state})
-    )
+    manifest = {"source": source[0], "path": path, "state": state}
+    if source[1] is not None:
+        manifest["principal"] = source[1]
+    Path(manifest_path(str(file))).write_text(json.dumps(manifest))
     return file
 
 
 def test_recovery_by_manifest_state(tmp_path: Path) -> None:
     """Each state's rule, on a local source: closed -> uploaded, writing -> kept and reported,
-    clean -> removed, other sources and files of a live process -> untouched."""
+    clean -> removed; other sources, other principals of this one and files of a live
+    process -> untouched; this source's without a principal -> kept and reported."""
     root, staging = tmp_path / "root", tmp_path / "staging"
     root.mkdir()
     staging.mkdir()
     backend = open_backend(SourceConfig(url=f"file://{root}"))
-    me = backend.source_id
+    me = (backend.source_id, backend.principal)
     closed = _leftover(staging, "a", me, "sub/closed.txt", "closed", b"complete")
     (root / "sub").mkdir()
     writing = _leftover(staging, "b", me, "writing.txt", "writing", b"partial")
     clean = _leftover(staging, "c", me, "clean.txt", "clean", b"same as the store")
-    other = _leftover(staging, "d", "s3://elsewhere", "x", "closed", b"not mine")
+    other = _leftover(staging, "d", ("s3://elsewhere", me[1]), "x", "closed", b"not mine")
+    not_my_principal = _leftover(staging, "g", (me[0], "another"), "theirs.txt", "closed", b"x")
+    unnamed = _leftover(staging, "h", (me[0], None), "old.txt", "closed", b"from before")
     orphan = staging / "w-e.data"
     orphan.write_bytes(b"no manifest")
     live = _leftover(staging, "f", me, "live.txt", "closed", b"still open")
@@ -188,9 +201,11 @@ def test_recovery_by_manifest_state(tmp_path: Path) -> None:
     assert not (root / "writing.txt").exists() and writing.read_bytes() == b"partial"
     assert not clean.exists() and report.removed == [str(clean)]
     assert other.exists() and live.exists() and not (root / "live.txt").exists()
+    assert not_my_principal.exists() and not (root / "theirs.txt").exists()
+    assert unnamed.exists() and not (root / "old.txt").exists()
     assert orphan.exists()
-    assert sorted(report.kept) == sorted([str(writing), str(orphan)])
-    assert len(lines) == 3  # kept, orphan, uploaded: each one line
+    assert sorted(report.kept) == sorted([str(writing), str(orphan), str(unnamed)])
+    assert len(lines) == 4  # kept, orphan, unnamed, uploaded: each one line
     assert all("\n" not in line for line in lines)
 
 
@@ -200,7 +215,8 @@ def test_failed_recovery_upload_keeps_the_data(tmp_path: Path) -> None:
     staging.mkdir()
     backend = open_backend(SourceConfig(url=f"file://{root}"))
     # The target's parent directory does not exist: the upload fails, nothing is lost.
-    file = _leftover(staging, "a", backend.source_id, "missing/dir/f.txt", "closed", b"keep me")
+    me = (backend.source_id, backend.principal)
+    file = _leftover(staging, "a", me, "missing/dir/f.txt", "closed", b"keep me")
     lines: list[str] = []
     report = recover_staged(str(staging), [Mounted("", backend)], notify=lines.append)
     assert report.kept == [str(file)] and file.read_bytes() == b"keep me"

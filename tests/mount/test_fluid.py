@@ -48,7 +48,7 @@ def fluid(tmp_path: Path, moto: MotoServer, s3, bucket: str) -> dict[str, Any]:
         },
     )
     dataset = {
-        "sharedOptions": {"cache-size": "1G"},
+        "sharedOptions": {"metadata-ttl": "30"},
         "mounts": [
             {
                 "mountPoint": f"s3://{bucket}/imagenet",
@@ -63,12 +63,21 @@ def fluid(tmp_path: Path, moto: MotoServer, s3, bucket: str) -> dict[str, Any]:
         ],
     }
     target = tmp_path / "runtime-mnt" / "thin" / "default" / "imagenet" / "thin-fuse"
-    runtime = {"cache-dir": str(tmp_path / "cache")}
-    if os.geteuid() != 0:  # as in Fluid, allow_other; a user needs user_allow_other for it
-        runtime["allow-other"] = "false"
+    runtime = {"preload": "on"}
     config = tmp_path / "config.json"
     config.write_text(fluid_config(dataset, str(target), secrets, runtime))
-    return {"config": config, "target": target, "dataset": dataset, "secrets": secrets}
+    # The profile's command line: the cache, the secrets, the node directories allowed.
+    options = f"cache-dir={tmp_path / 'cache'},cache-size=1G"
+    if os.geteuid() != 0:  # as in Fluid, allow_other; a user needs user_allow_other for it
+        options += ",allow-other=false"
+    profile = ["--options", options, "--secrets-dir", str(secrets), "--allow-local", str(local)]
+    return {
+        "config": config,
+        "target": target,
+        "dataset": dataset,
+        "secrets": secrets,
+        "profile": profile,
+    }
 
 
 def container_env() -> dict[str, str]:
@@ -82,10 +91,11 @@ def start(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
     """Start `pffs fluid` and wait for its mount; every process is stopped at the end."""
     started: list[tuple[subprocess.Popen[bytes], Path]] = []
 
-    def _start(config: Path, target: Path, *extra: str) -> subprocess.Popen[bytes]:
+    def _start(fluid: dict[str, Any], *extra: str) -> subprocess.Popen[bytes]:
+        config, target = fluid["config"], fluid["target"]
         log = open(tmp_path / f"fluid-{len(started)}.log", "wb")  # noqa: SIM115
         proc = subprocess.Popen(
-            [*PFFS, "fluid", "--config", str(config), *extra],
+            [*PFFS, "fluid", "--config", str(config), *fluid["profile"], *extra],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=container_env(),
@@ -133,7 +143,7 @@ def check(config: Path) -> subprocess.CompletedProcess[str]:
 def test_serves_the_dataset_and_unmounts_on_sigterm(fluid: dict[str, Any], start) -> None:
     target = fluid["target"]
     assert not target.exists()  # pffs fluid makes it
-    proc = start(fluid["config"], target)
+    proc = start(fluid)
     assert (target / "imagenet" / "train" / "shard-0.tar").read_bytes() == PAYLOAD
     assert (target / "labels" / "classes.txt").read_text() == "cat\ndog\n"
     assert sorted(os.listdir(target)) == ["imagenet", "labels"]
@@ -152,7 +162,7 @@ def test_serves_the_dataset_and_unmounts_on_sigterm(fluid: dict[str, Any], start
 
 def test_clears_a_dead_mount_left_by_a_killed_container(fluid: dict[str, Any], start) -> None:
     target = fluid["target"]
-    start(fluid["config"], target).kill()  # kill -9: the kernel mount stays, dead
+    start(fluid).kill()  # kill -9: the kernel mount stays, dead
     deadline = time.monotonic() + 10
     while not _dead(target):
         assert time.monotonic() < deadline, "the killed mount did not go dead"
@@ -160,7 +170,7 @@ def test_clears_a_dead_mount_left_by_a_killed_container(fluid: dict[str, Any], s
     result = check(fluid["config"])
     assert result.returncode == 1 and "dead" in result.stdout
 
-    proc = start(fluid["config"], target)  # the restarted container
+    proc = start(fluid)  # the restarted container
     assert (target / "labels" / "classes.txt").read_text() == "cat\ndog\n"
     assert [e.fstype for e in _mounts_at(target)] == [FSTYPE]  # replaced, not stacked
     proc.terminate()
@@ -175,7 +185,7 @@ def test_a_changed_config_exits_9_and_a_broken_one_is_ignored(
     fluid: dict[str, Any], start, tmp_path: Path
 ) -> None:
     config, target = fluid["config"], fluid["target"]
-    proc = start(config, target, "--watch-interval", "0.2")
+    proc = start(fluid, "--watch-interval", "0.2")
     text = config.read_text()
     config.write_text(text[:-10])  # torn: logged, still serving
     time.sleep(1)
@@ -183,7 +193,7 @@ def test_a_changed_config_exits_9_and_a_broken_one_is_ignored(
 
     dataset = fluid["dataset"]
     dataset["mounts"][1]["path"] = "/meta/labels"  # the Dataset's mounts changed
-    config.write_text(fluid_config(dataset, str(target), fluid["secrets"], {"cache-dir": "/c"}))
+    config.write_text(fluid_config(dataset, str(target), fluid["secrets"], {"preload": "off"}))
     assert proc.wait(timeout=30) == 9
     assert wait_unmounted(str(target), timeout=5)
     log = _log(tmp_path, 0)
@@ -199,7 +209,7 @@ def test_warmup_through_a_bind_mount_fills_the_mounts_cache(
     """A DataProcess pod has the Dataset's volume as a bind mount of the FUSE container's
     mount, without its record or cache: `pffs warmup` there reads through the mount."""
     target, cache = fluid["target"], tmp_path / "cache"
-    proc = start(fluid["config"], target)
+    proc = start(fluid)
     volume = tmp_path / "data"  # where the pod sees the Dataset
     volume.mkdir()
     subprocess.run(["mount", "--bind", str(target), str(volume)], check=True)
@@ -227,7 +237,7 @@ def test_an_app_pods_read_only_volume_takes_an_order_and_the_prestop_ends_pffs(
     a job there hands its order over through `.pffs/preload.sock`. Its socket bound, pffs is
     still ended by Fluid's default preStop, `umount <targetPath>`, with exit status 0."""
     target = fluid["target"]
-    proc = start(fluid["config"], target)
+    proc = start(fluid)
     volume = tmp_path / "data"
     volume.mkdir()
     subprocess.run(["mount", "--bind", "-o", "ro", str(target), str(volume)], check=True)

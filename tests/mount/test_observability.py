@@ -191,12 +191,12 @@ def test_blocks_read_ahead_and_never_read_count_as_wasted() -> None:
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             cache.attach(nursery)
-            keys = [BlockKey("s", "p", "v", index) for index in range(2)]
+            keys = [BlockKey("s", "u", "p", "v", index) for index in range(2)]
             assert cache.read_ahead(keys, [block, block], fetch_run) == 2  # loaded ahead
             await cache.flush()
-            await cache.read(BlockKey("s", "p", "v", 1), fetch)  # one of them is used
+            await cache.read(BlockKey("s", "u", "p", "v", 1), fetch)  # one of them is used
             for index in range(10, 20):  # readers push everything older out of memory
-                await cache.read(BlockKey("s", "p", "v", index), fetch, served=100)
+                await cache.read(BlockKey("s", "u", "p", "v", index), fetch, served=100)
 
     trio.run(main)
     stats = cache.stats

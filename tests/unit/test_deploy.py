@@ -255,10 +255,8 @@ def test_images_are_the_projects_version() -> None:
 
 def test_example_volumes_pass_the_drivers_checks() -> None:
     secret = EXAMPLES[("Secret", "pffs-s3-credentials")]
-    assert params.credentials_env(secret["stringData"]).keys() == {
-        "AWS_ACCESS_KEY_ID",
-        "AWS_SECRET_ACCESS_KEY",
-    }
+    credentials = params.volume_credentials(secret["stringData"])
+    assert credentials is not None and credentials.session_token is None
     pv = EXAMPLES[("PersistentVolume", "pffs-imagenet")]["spec"]["csi"]
     spec = params.volume_spec(pv["volumeAttributes"])
     assert spec.source == "s3://datasets/imagenet" and spec.read_only
@@ -352,6 +350,40 @@ def test_scheduler_configuration_points_at_the_extender_service() -> None:
     mount, volume = volume_for(scheduler, "/etc/pffs-scheduler", "kube-scheduler")
     assert volume["configMap"]["name"] == "pffs-scheduler-config"
     assert flag(command, "--config") == f"{mount['mountPath']}/config.yaml"
+
+
+def test_only_the_scheduler_reaches_the_extender() -> None:
+    """The extender binds every interface (spelled out: `:PORT` alone is 127.0.0.1, which the
+    Service could not reach), and its NetworkPolicy admits only the pffs-scheduler's pods to
+    its named port."""
+    deployment = BASE[("Deployment", "pffs-scheduler-extender")]
+    ext = container(deployment, "extender")
+    assert parse_listen(pffs_args(ext).listen)[0] == "0.0.0.0"
+    policy = BASE[("NetworkPolicy", "pffs-scheduler-extender")]
+    assert policy["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+    spec = policy["spec"]
+    assert spec["policyTypes"] == ["Ingress"]
+    assert (
+        spec["podSelector"]["matchLabels"] == deployment["spec"]["template"]["metadata"]["labels"]
+    )
+    [rule] = spec["ingress"]
+    [source] = rule["from"]
+    scheduler = BASE[("Deployment", "pffs-scheduler")]
+    assert source == {
+        "podSelector": {"matchLabels": scheduler["spec"]["template"]["metadata"]["labels"]}
+    }
+    [port] = rule["ports"]
+    assert port["port"] in {p["name"] for p in ext["ports"]}
+
+
+def test_the_metrics_policy_admits_prometheus_to_the_metrics_port_only() -> None:
+    policy = EXAMPLES[("NetworkPolicy", "pffs-metrics")]["spec"]
+    [rule] = policy["ingress"]
+    assert [p["port"] for p in rule["ports"]] == [9567]
+    assert rule["from"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    ]
+    assert policy["podSelector"]["matchLabels"] == {"pffs.io/metrics": "true"}
 
 
 @pytest.fixture
@@ -529,6 +561,14 @@ def test_chart_switches_and_optional_objects() -> None:
         kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
         doc["metadata"].pop("labels")
         assert doc == EXAMPLES[key]
+
+    assert ("NetworkPolicy", "pffs-scheduler-extender") not in rendered(
+        "extender.networkPolicy=false"
+    )
+    metrics = rendered("metricsNetworkPolicy.create=true")[("NetworkPolicy", "pffs-metrics")]
+    kubernetes_validate.validate(metrics, KUBE_VERSION, strict=True)
+    metrics["metadata"].pop("labels")
+    assert metrics == EXAMPLES[("NetworkPolicy", "pffs-metrics")]
 
     missing = helm_template("storageClass.create=true", check=False)
     assert missing.returncode != 0 and "storageClass.baseSource" in missing.stderr

@@ -1,29 +1,24 @@
 """`pffs fluid`'s reading of Fluid's config (pffs.cli.fluidconfig), on config files written as
-Fluid's controller writes them (tests/fluid_controller.py), secrets as files in a temp dir.
+Fluid's controller writes them (tests/fluid_controller.py), secrets as files in a temp dir
+(the profile's `--secrets-dir`).
 
-The mount itself, SIGTERM, dead mounts, the liveness check and config changes are in
-tests/mount/test_fluid.py."""
+What the profile's policy refuses is in tests/unit/test_fluid_policy.py; the mount itself,
+SIGTERM, dead mounts, the liveness check and config changes in tests/mount/test_fluid.py."""
 
 from __future__ import annotations
 
-import configparser
 import os
 import subprocess
 import sys
-from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pffs.cli.fluidconfig import (
-    CREDENTIALS_ENV,
-    find_config,
-    parse_mount_options,
-    read_document,
-    translated,
-)
+from pffs.cli.fluidconfig import find_config, parse_mount_options, read_document, translated
+from pffs.cli.fluidpolicy import Policy
 from pffs.config import MountConfig, TableEntry
+from pffs.credentials import Credentials
 from pffs.errors import UsageError
 from tests.fluid_controller import fluid_config, write_secret
 
@@ -37,7 +32,7 @@ def encrypt(name: str, secret: str, key: str) -> dict[str, Any]:
 def two_mounts(local_dir: Path) -> dict[str, Any]:
     """The Dataset of deploy/fluid/dataset.yaml: an S3 prefix and a directory of the node."""
     return {
-        "sharedOptions": {"cache-size": "20G"},
+        "sharedOptions": {"metadata-ttl": "indefinite"},
         "mounts": [
             {
                 "mountPoint": "s3://datasets/imagenet/train",
@@ -67,16 +62,20 @@ def secrets(tmp_path: Path) -> Path:
     return folder
 
 
-def fluid_mount(path: Path, env: dict[str, str]) -> AbstractContextManager[MountConfig]:
-    """What `pffs fluid` mounts for the config file at `path`, credentials in place."""
-    return translated(read_document(str(path)), env, str(path))
+def policy_for(tmp_path: Path, **fields: Any) -> Policy:
+    """The profile's policy of these tests: the temp dir's secrets, and its directories."""
+    return Policy(secrets_dir=str(tmp_path / "secrets"), local_roots=(str(tmp_path),), **fields)
 
 
-def load(tmp_path: Path, text: str, env: dict[str, str] | None = None) -> MountConfig:
+def load(
+    tmp_path: Path, text: str, env: dict[str, str] | None = None, policy: Policy | None = None
+) -> MountConfig:
+    """What `pffs fluid` mounts for the config `text`."""
     path = tmp_path / "config.json"
     path.write_text(text)
-    with fluid_mount(path, env or {}) as config:
-        return config
+    return translated(
+        read_document(str(path)), env or {}, str(path), policy or policy_for(tmp_path)
+    )
 
 
 def entries(config: MountConfig) -> dict[str, TableEntry]:
@@ -84,46 +83,52 @@ def entries(config: MountConfig) -> dict[str, TableEntry]:
 
 
 def test_two_mounts_with_secrets_and_shared_options(tmp_path: Path, secrets: Path) -> None:
-    text = fluid_config(
-        two_mounts(tmp_path), TARGET, secrets, runtime_options={"cache-dir": "/var/cache/pffs"}
-    )
+    text = fluid_config(two_mounts(tmp_path), TARGET, secrets, {"readahead-max": "8M"})
     assert text.count("\n") == 1 and text.endswith("}\n")  # one line, as Fluid writes it
-    path = tmp_path / "config.json"
-    path.write_text(text)
-    with fluid_mount(path, {"FLUID_RUNTIME_NS": "ml", "FLUID_RUNTIME_NAME": "imagenet"}) as c:
-        credentials = configparser.ConfigParser()
-        credentials.read(os.environ[CREDENTIALS_ENV])
-        assert dict(credentials["fluid-0"]) == {
-            "aws_access_key_id": "AKIAFLUID",
-            "aws_secret_access_key": "s3cr3t/+x",
-        }
-        assert os.stat(os.environ[CREDENTIALS_ENV]).st_mode & 0o077 == 0
-        written = os.environ[CREDENTIALS_ENV]
-    assert not os.path.exists(written) and CREDENTIALS_ENV not in os.environ
+    profile = policy_for(tmp_path, options=("cache-dir=/var/cache/pffs,cache-size=20G",))
+    env = {"FLUID_RUNTIME_NS": "ml", "FLUID_RUNTIME_NAME": "imagenet"}
+    before = dict(os.environ)
+    c = load(tmp_path, text, env, profile)
+    assert dict(os.environ) == before, "credentials are values, never the environment"
     assert c.fuse.mountpoint == TARGET
     assert c.name == "fluid:ml/imagenet"
     assert c.fuse.read_only, "Fluid's default access mode is ReadOnlyMany"
     assert c.fuse.allow_other, "the mount serves other pods' users"
     assert c.cache.disk_dir == "/var/cache/pffs" and c.cache.disk_bytes == 20 << 30
+    assert c.cache.readahead_max == 8 << 20 and c.meta.dir_ttl > 86400
     train, labels = entries(c)["train"], entries(c)["meta/labels"]
     assert train.source.url == "s3://datasets/imagenet/train"
     assert train.source.endpoint_url == "http://minio.minio:9000"
-    assert train.source.region == "eu-west-1" and train.source.profile == "fluid-0"
-    assert labels.source.url == f"file://{tmp_path}" and labels.source.profile is None
+    assert train.source.region == "eu-west-1" and train.source.profile is None
+    assert train.source.credentials == Credentials("AKIAFLUID", "s3cr3t/+x")
+    assert "s3cr3t" not in repr(c), "a logged config never shows a secret"
+    assert labels.source.url == f"file://{tmp_path}" and labels.source.credentials is None
+
+
+KEYS = [
+    encrypt("access-key-id", "s3-keys", "accessKeyId"),
+    encrypt("secret-access-key", "s3-keys", "secretAccessKey"),
+]
+
+
+def with_keys(dataset: dict[str, Any]) -> dict[str, Any]:
+    """`dataset` with the test's keys for every mount (sharedEncryptOptions)."""
+    return {**dataset, "sharedEncryptOptions": KEYS}
 
 
 def test_where_mounts_go_in_the_tree(tmp_path: Path, secrets: Path) -> None:
     # Fluid's rule (pkg/utils/ufs_path_builder.go): an absolute path, else /<name>.
-    dataset = {"mounts": [{"mountPoint": "s3://bucket-a", "name": "a"}]}
+    dataset = with_keys({"mounts": [{"mountPoint": "s3://bucket-a", "name": "a"}]})
     assert list(entries(load(tmp_path, fluid_config(dataset, TARGET, secrets)))) == ["a"]
-    dataset = {"mounts": [{"mountPoint": "s3://bucket-a", "name": "a", "path": "/"}]}
+    dataset["mounts"] = [{"mountPoint": "s3://bucket-a", "name": "a", "path": "/"}]
     assert list(entries(load(tmp_path, fluid_config(dataset, TARGET, secrets)))) == [""]
-    dataset = {"mounts": [{"mountPoint": "s3://bucket-a"}]}  # no name, no path: the root
+    dataset["mounts"] = [{"mountPoint": "s3://bucket-a"}]  # no name, no path: the root
     assert list(entries(load(tmp_path, fluid_config(dataset, TARGET, secrets)))) == [""]
 
 
 def test_read_only_per_mount_and_writable_dataset(tmp_path: Path, secrets: Path) -> None:
-    dataset = {
+    dataset: dict[str, Any] = {
+        "sharedEncryptOptions": KEYS,
         "accessModes": ["ReadWriteMany"],
         "mounts": [
             {"mountPoint": "s3://bucket-a", "name": "a", "readOnly": True},
@@ -136,20 +141,26 @@ def test_read_only_per_mount_and_writable_dataset(tmp_path: Path, secrets: Path)
 
 
 def test_option_precedence(tmp_path: Path, secrets: Path) -> None:
-    """MOUNT_OPTIONS (profile and runtime) < runtimeOptions < a mount's own options."""
-    dataset = {
+    """The profile's options < MOUNT_OPTIONS (profile and runtime) < runtimeOptions < a mount's
+    own options; the profile's whole-mount options stand."""
+    dataset: dict[str, Any] = {
+        "sharedEncryptOptions": KEYS,
         "accessModes": ["ReadWriteMany"],
         "mounts": [
             {"mountPoint": "s3://bucket-a", "name": "a", "options": {"region": "us-west-2"}},
             {"mountPoint": "s3://bucket-b", "name": "b"},
         ],
     }
-    env = {"MOUNT_OPTIONS": "ro,cache-memory=256M,region=eu-central-1,block-size=1M"}
-    runtime = {"cache-memory": "1G", "preload": "off", "allow-other": "false"}
-    config = load(tmp_path, fluid_config(dataset, TARGET, secrets, runtime), env)
+    env = {"MOUNT_OPTIONS": "ro,preload=on,region=eu-central-1,block-size=1M"}
+    runtime = {"preload": "off", "metadata-ttl": "30"}
+    profile = policy_for(
+        tmp_path, options=("cache-memory=1G,allow-other=false", "metadata-ttl=10,block-size=2M")
+    )
+    config = load(tmp_path, fluid_config(dataset, TARGET, secrets, runtime), env, profile)
     assert config.fuse.read_only  # `ro`, as Fluid adds for a ReadOnlyMany dataset
     assert config.cache.memory_bytes == 1 << 30 and config.cache.block_size == 1 << 20
     assert not config.dataset.enabled and not config.fuse.allow_other
+    assert config.meta.attr_ttl == 30
     assert entries(config)["a"].source.region == "us-west-2"
     assert entries(config)["b"].source.region == "eu-central-1"
 
@@ -174,20 +185,16 @@ def test_secret_config_storage_gives_values(tmp_path: Path, secrets: Path) -> No
             }
         ]
     }
-    path = tmp_path / "config.json"
-    path.write_text(fluid_config(dataset, TARGET, secrets))
-    with fluid_mount(path, {}):
-        credentials = configparser.ConfigParser()
-        credentials.read(os.environ[CREDENTIALS_ENV])
-        assert credentials["fluid-0"]["aws_access_key_id"] == "AKIAPLAIN"
+    [entry] = load(tmp_path, fluid_config(dataset, TARGET, secrets)).table
+    assert entry.source.credentials == Credentials("AKIAPLAIN", "plain")
 
 
 def test_shared_credentials_reach_s3_mounts_only(tmp_path: Path, secrets: Path) -> None:
     dataset = two_mounts(tmp_path)
     dataset["sharedEncryptOptions"] = dataset["mounts"][0].pop("encryptOptions")
     config = load(tmp_path, fluid_config(dataset, TARGET, secrets))
-    assert entries(config)["train"].source.profile == "fluid-0"
-    assert entries(config)["meta/labels"].source.profile is None
+    assert entries(config)["train"].source.credentials == Credentials("AKIAFLUID", "s3cr3t/+x")
+    assert entries(config)["meta/labels"].source.credentials is None
 
 
 def test_the_config_file_of_each_release(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -257,8 +264,8 @@ BAD_DATASETS = {
         r"mounts\[0\]\.options\.acess-key: unknown option",
     ),
     "bad size": (
-        {"mounts": [s3_mount(options={"cache-size": "lots"})]},
-        r"mounts\[0\]\.options\.cache-size: 'lots'",
+        {"mounts": [s3_mount(options={"readahead-max": "lots"})]},
+        r"mounts\[0\]\.options\.readahead-max: 'lots'",
     ),
     "bad per-mount value": (
         {"mounts": [s3_mount(options={"max-concurrency": "-1"})]},
@@ -275,11 +282,11 @@ BAD_DATASETS = {
     "whole-mount options that differ": (
         {
             "mounts": [
-                s3_mount(options={"cache-size": "1G"}),
-                s3_mount(name="b", options={"cache-size": "2G"}),
+                s3_mount(options={"metadata-ttl": "10"}),
+                s3_mount(name="b", options={"metadata-ttl": "20"}),
             ]
         },
-        r"mounts\[1\]\.options\.cache-size: '2G' differs from mounts\[0\]\.options\.cache-size",
+        r"mounts\[1\]\.options\.metadata-ttl: '20' differs from mounts\[0\]\.options\.metadata",
     ),
     "profile and credentials": (
         {
@@ -300,8 +307,14 @@ BAD_DATASETS = {
 
 @pytest.mark.parametrize("dataset,message", BAD_DATASETS.values(), ids=BAD_DATASETS.keys())
 def test_bad_datasets(tmp_path: Path, secrets: Path, dataset: dict[str, Any], message: str) -> None:
+    # Mounts without keys are allowed here: these are about other mistakes.
     with pytest.raises(UsageError, match=message):
-        load(tmp_path, fluid_config(dataset, TARGET, secrets))
+        load(
+            tmp_path,
+            fluid_config(dataset, TARGET, secrets),
+            {},
+            policy_for(tmp_path, node_credentials=True),
+        )
 
 
 def test_bad_runtime_option_names_its_field(tmp_path: Path, secrets: Path) -> None:
@@ -313,7 +326,7 @@ def test_bad_runtime_option_names_its_field(tmp_path: Path, secrets: Path) -> No
 
 
 def test_bad_config_is_one_line_and_exit_2(tmp_path: Path, secrets: Path) -> None:
-    dataset = {"mounts": [s3_mount(options={"cache-size": "lots"})]}
+    dataset = {"mounts": [s3_mount(options={"readahead-max": "lots"})]}
     path = tmp_path / "config.json"
     path.write_text(fluid_config(dataset, TARGET, secrets))
     for argv in (["fluid", "--config", str(path)], ["fluid", "--check", "--config", "/nope"]):
@@ -325,7 +338,9 @@ def test_bad_config_is_one_line_and_exit_2(tmp_path: Path, secrets: Path) -> Non
 
 
 def test_hdfs_mount_options(tmp_path: Path, secrets: Path) -> None:
+    write_secret(secrets, "krb", {"ccache": "a ticket cache"})  # its own credentials
     options = {"hdfs-user": "hadoop", "replication": "2", "buffer-size": "1M", "cache": "memory"}
+    options["kerberos-ticket-cache"] = str(secrets / "krb" / "ccache")
     dataset = {
         "accessModes": ["ReadWriteMany"],
         "mounts": [{"mountPoint": "hdfs://namenode:8020/logs", "name": "logs", "options": options}],
@@ -340,25 +355,22 @@ def test_hdfs_mount_options(tmp_path: Path, secrets: Path) -> None:
     assert entry.source.buffer_size == 1 << 20 and not entry.source.read_only
 
 
-def test_profiles_of_the_users_credentials_file_stay(
+def test_a_named_profile_is_the_nodes_and_keys_stay_values(
     tmp_path: Path, secrets: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A mount may name a profile of a credentials file given to the container while another
-    has keys of its own: the file pffs writes holds both."""
+    """With the profile's --allow-node-credentials a mount may name a profile of the
+    container's AWS config while another has keys of its own, as values."""
     own = tmp_path / "aws-credentials"
     own.write_text("[research]\naws_access_key_id = AKIARESEARCH\naws_secret_access_key = r\n")
-    monkeypatch.setenv(CREDENTIALS_ENV, str(own))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(own))
     dataset = two_mounts(tmp_path)
     dataset["mounts"][1] = {
         "mountPoint": "s3://bucket-b",
         "name": "b",
         "options": {"profile": "research"},
     }
-    path = tmp_path / "config.json"
-    path.write_text(fluid_config(dataset, TARGET, secrets))
-    with fluid_mount(path, {}) as config:
-        credentials = configparser.ConfigParser()
-        credentials.read(os.environ[CREDENTIALS_ENV])
-        assert set(credentials.sections()) == {"research", "fluid-0"}
-        assert entries(config)["b"].source.profile == "research"
-    assert os.environ[CREDENTIALS_ENV] == str(own)
+    text = fluid_config(dataset, TARGET, secrets)
+    config = load(tmp_path, text, {}, policy_for(tmp_path, node_credentials=True))
+    assert entries(config)["b"].source.profile == "research"
+    assert entries(config)["b"].source.credentials is None
+    assert entries(config)["train"].source.credentials == Credentials("AKIAFLUID", "s3cr3t/+x")

@@ -5,11 +5,13 @@ The schemas are Fluid v1.0.8's CRDs, kept in tests/data/fluid-crds (README there
 object is validated against its kind's openAPIV3Schema with jsonschema, strictly (an unknown
 field fails, as `kubectl apply --validate=strict` does; the API server would drop it). The
 Secret is checked against the Kubernetes schemas with kubernetes-validate. Then the objects
-are checked against the code: the profile's command and probe parse with pffs's own parser
-and run the image's entrypoint, the file system type is the one pffs mounts with, the Dataset
-and ThinRuntime turn, through a port of Fluid's controller (tests/fluid_controller.py), into a
-config that `pffs fluid` accepts with the cache where the tieredstore puts it, and the
-DataProcess warms paths the Dataset has.
+are checked against the code: the profile's command, args and probe parse with pffs's own
+parser and run the image's entrypoint, the file system type is the one pffs mounts with, the
+Dataset and ThinRuntime turn, through a port of Fluid's controller (tests/fluid_controller.py),
+into a config that `pffs fluid` accepts under the profile's policy with the cache in the
+profile's hostPath, and the DataProcess warms paths the Dataset has. The admission policy's
+CEL expressions are evaluated (cel-python) on the ThinRuntime here and on ones that set each
+field the profile keeps.
 
 Not checked here: no Fluid controller or API server runs on this machine.
 """
@@ -28,7 +30,9 @@ import pytest
 import yaml
 
 from pffs.cli import options
+from pffs.cli.fluid import policy_of
 from pffs.cli.fluidconfig import read_document, translated
+from pffs.cli.fluidpolicy import Policy
 from pffs.mounting.kernel import FSTYPE
 from pffs.version import __version__
 from tests.fluid_controller import fluid_config, write_secret
@@ -90,6 +94,8 @@ def test_the_crds_are_the_four_kinds_used() -> None:
         "Secret",
         "ThinRuntime",
         "ThinRuntimeProfile",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
     ]
 
 
@@ -122,10 +128,27 @@ def test_the_profile_runs_pffs_fluid_from_the_image() -> None:
     assert [*json.loads(" ".join(entrypoint[1:])), "fluid"] == command  # tini -- pffs fluid
     probe = options.build_parser().parse_args(fuse["livenessProbe"]["exec"]["command"][1:])
     assert probe.command == "fluid" and probe.check
+    # The cache directory the profile's options name is its hostPath volume, in the container.
+    policy = profile_policy(None)
+    [cache_dir] = [o.split("=", 1)[1] for o in policy.options[0].split(",") if "cache-dir" in o]
+    [mount] = fuse["volumeMounts"]
+    [volume] = BY_KIND["ThinRuntimeProfile"]["spec"]["volumes"]
+    assert mount["mountPath"] == cache_dir == volume["hostPath"]["path"]
+    assert mount["name"] == volume["name"] and policy.secrets_dir == "/etc/fluid/secrets"
+    assert not policy.node_credentials and policy.local_roots == ("/mnt/datasets",)
     # The probe's own timeout is above the check's wait for the mount (pffs.cli.fluid).
     from pffs.cli.fluid import CHECK_TIMEOUT
 
     assert fuse["livenessProbe"]["timeoutSeconds"] > CHECK_TIMEOUT
+
+
+def profile_policy(secrets: Path | None) -> Policy:
+    """The policy of the profile's command line (secrets read from `secrets`, if given)."""
+    fuse = BY_KIND["ThinRuntimeProfile"]["spec"]["fuse"]
+    args = options.build_parser().parse_args([*fuse["command"][3:], *fuse["args"]])
+    if secrets is not None:
+        args.secrets_dir = str(secrets)
+    return policy_of(args)
 
 
 def test_dataset_and_runtime_make_a_config_pffs_fluid_mounts(tmp_path: Path) -> None:
@@ -139,19 +162,61 @@ def test_dataset_and_runtime_make_a_config_pffs_fluid_mounts(tmp_path: Path) -> 
     config = tmp_path / "config.json"
     config.write_text(fluid_config(dataset["spec"], "/runtime-mnt/t", secrets, fuse_options))
     # MOUNT_OPTIONS: the profile's and the runtime's fuse.options, as Fluid joins them.
-    joined = {**profile["spec"]["fuse"]["options"], **fuse_options}
+    joined = {**profile["spec"]["fuse"].get("options", {}), **fuse_options}
     env = {"MOUNT_OPTIONS": ",".join(f"{k}={v}" for k, v in joined.items())}
-    with translated(read_document(str(config)), env, str(config)) as mount:
-        tree = {entry.path: entry.source.url for entry in mount.table}
-        assert tree == {
-            "train": "s3://datasets/imagenet/train",
-            "labels": "file:///mnt/datasets/imagenet-labels",
-        }
-        assert mount.fuse.read_only and mount.meta.dir_ttl > 86400
-        [level] = runtime["spec"]["tieredstore"]["levels"]
-        assert mount.cache.disk_dir == level["path"]  # the hostPath Fluid mounts
-        assert level["quota"] == "100Gi" and mount.cache.disk_bytes == 100 << 30  # pffs's G: GiB
-        assert mount.cache.memory_bytes == 1 << 30
+    policy = profile_policy(secrets)
+    mount = translated(read_document(str(config)), env, str(config), policy)
+    tree = {entry.path: entry.source.url for entry in mount.table}
+    assert tree == {
+        "train": "s3://datasets/imagenet/train",
+        "labels": "file:///mnt/datasets/imagenet-labels",
+    }
+    assert mount.fuse.read_only and mount.meta.dir_ttl > 86400  # the Dataset's indefinite
+    assert mount.meta.negative_ttl == 1.0
+    assert mount.cache.disk_dir == "/var/cache/pffs-fluid"  # the profile's hostPath
+    assert mount.cache.disk_bytes == 100 << 30 and mount.cache.memory_bytes == 1 << 30
+    [train] = [entry for entry in mount.table if entry.path == "train"]
+    assert train.source.credentials is not None
+
+
+def admission_allows(runtime: Doc) -> bool:
+    """Whether admission.yaml's policy lets `runtime` be created (its CEL, by cel-python)."""
+    import celpy
+    from celpy.adapter import json_to_cel
+
+    policy = BY_KIND["ValidatingAdmissionPolicy"]["spec"]
+    env = celpy.Environment()
+    activation = {"object": json_to_cel(runtime)}
+
+    def holds(expression: str) -> bool:
+        return bool(env.program(env.compile(expression)).evaluate(activation))
+
+    if not all(holds(c["expression"]) for c in policy["matchConditions"]):
+        return True  # not a ThinRuntime of the pffs profile
+    return all(holds(v["expression"]) for v in policy["validations"])
+
+
+KEPT_BY_THE_PROFILE = {
+    "fuse.image": ("fuse", "image", "evil/root-shell"),
+    "fuse.command": ("fuse", "command", ["sh", "-c", "id"]),
+    "fuse.args": ("fuse", "args", ["--allow-node-credentials"]),
+    "fuse.env": ("fuse", "env", [{"name": "AWS_CONFIG_FILE", "value": "/tmp/x"}]),
+    "fuse.volumeMounts": ("fuse", "volumeMounts", [{"name": "h", "mountPath": "/h"}]),
+    "fuse.lifecycle": ("fuse", "lifecycle", {"preStop": {"exec": {"command": ["id"]}}}),
+    "volumes": ("spec", "volumes", [{"name": "h", "hostPath": {"path": "/"}}]),
+    "tieredstore": ("spec", "tieredstore", {"levels": [{"path": "/etc", "quota": "1Gi"}]}),
+}
+
+
+@pytest.mark.parametrize("where,field,value", KEPT_BY_THE_PROFILE.values(), ids=KEPT_BY_THE_PROFILE)
+def test_admission_keeps_the_profiles_fields(where: str, field: str, value: Any) -> None:
+    runtime = copy.deepcopy(BY_KIND["ThinRuntime"])
+    assert admission_allows(runtime)
+    spec = runtime["spec"]
+    (spec.setdefault("fuse", {}) if where == "fuse" else spec)[field] = value
+    assert not admission_allows(runtime)
+    spec["profileName"] = "another"  # another profile's runtimes are its own business
+    assert admission_allows(runtime)
 
 
 def test_the_dataprocess_warms_the_datasets_paths() -> None:

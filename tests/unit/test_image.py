@@ -146,5 +146,8 @@ def test_systemd_unit_runs_a_pffs_command_line() -> None:
     args = options.build_parser().parse_args(start[1:])
     assert args.command == "mount" and args.foreground and args.config == "/etc/pffs/x.toml"
     assert args.mountpoint == "/mnt/x" and args.source is None
+    # allow_other, but no other user reads the data until the admin says who may.
+    assert args.allow_other and (args.file_mode, args.dir_mode) == (0o640, 0o750)
+    assert "--uid" not in start and "--gid" not in start  # root:root
     stop = lines["ExecStop"].lstrip("-").replace("%i", "x").split()
     assert options.build_parser().parse_args(stop[1:]).mountpoint == "/mnt/x"

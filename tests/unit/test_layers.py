@@ -14,12 +14,14 @@ GENERATED = {"pffs.csi.proto.csi_pb2", "pffs.csi.proto.csi_pb2_grpc"}
 CORE = (
     "pffs.version",
     "pffs.config",
+    "pffs.credentials",
     "pffs.errors",
     "pffs.sizes",
     "pffs.retry",
     "pffs.logs",
     "pffs.workers",
     "pffs.pace",
+    "pffs.privatefiles",
 )
 # Layer of a module: the longest matching prefix wins.
 LAYERS = {

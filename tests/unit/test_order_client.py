@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from pffs import jobs
+from pffs.config import OrderLimits
 from pffs.jobs import preload_order
 
 
@@ -70,3 +72,37 @@ def test_a_socket_closed_without_an_answer_is_an_error(root: Path) -> None:
             preload_order(str(root), ["a"])
         server.join(10)
     assert reset.value.errno == errno.ECONNRESET
+
+
+def test_a_long_order_goes_as_lists_within_the_caps_and_a_refusal_raises(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The client's caps are the mount's defaults; an order past them goes over as several
+    lists, in order; a list the mount refuses raises OrderRefused with its reason."""
+    limits = OrderLimits()
+    assert (limits.max_lines, limits.max_bytes) == (jobs.LIST_LINES, jobs.LIST_BYTES)
+    monkeypatch.setattr(jobs, "LIST_LINES", 3)
+    monkeypatch.setattr(jobs, "LIST_BYTES", 8)  # "aa\n" is 3 bytes: two lines fit
+    received: list[bytes] = []
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(str(root / ".pffs" / "preload.sock"))
+        listener.listen()
+
+        def serve() -> None:
+            for answer in (b"queued 2\n", b"queued 1\nx: bad\n", b"queued 1\n"):
+                serve_once(listener, answer, received)
+
+        server = threading.Thread(target=serve)
+        server.start()
+        assert preload_order(str(root), ["aa", "bb", "cc", "ddddd", "e"]) == ["x: bad"]
+        server.join(10)
+        assert received == [b"aa\nbb\n", b"cc\n", b"ddddd\ne\n"]
+
+        server = threading.Thread(
+            target=serve_once, args=(listener, b"refused: the list is over 8 bytes\n", [])
+        )
+        server.start()
+        with pytest.raises(jobs.OrderRefused) as refused:
+            preload_order(str(root), ["a"])
+        server.join(10)
+    assert refused.value.strerror == "the list is over 8 bytes"

@@ -14,6 +14,7 @@ import pytest
 
 from pffs import jobs
 from pffs.cli.fluidconfig import read_document, translated
+from pffs.cli.fluidpolicy import Policy
 from pffs.cli.options import build_parser, mount_config
 from pffs.fs.special import STATS_DIR_INO, SpecialFiles
 from tests.fluid_controller import fluid_config
@@ -63,8 +64,9 @@ def test_an_old_fluid_option_key_works_with_a_notice(
     runtime = {"prefetch-max": "8M", "dataset-prefetch": "off"}
     path = tmp_path / "config.json"
     path.write_text(fluid_config(dataset, "/runtime-mnt/x", tmp_path, runtime))
-    with translated(read_document(str(path)), {}, str(path)) as config:
-        assert config.cache.readahead_max == 8 << 20 and not config.dataset.enabled
+    policy = Policy(node_credentials=True)  # the mount has no keys: the node's chain
+    config = translated(read_document(str(path)), {}, str(path), policy)
+    assert config.cache.readahead_max == 8 << 20 and not config.dataset.enabled
     notices = sorted(capsys.readouterr().err.splitlines())
     assert notices == [
         "pffs: runtimeOptions.dataset-prefetch is deprecated and will be removed, use preload",
