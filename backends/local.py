@@ -64,6 +64,9 @@ class LocalBackend:
         if not os.access(self.root, os.R_OK | os.X_OK):
             raise PermissionDenied(f"{self.root} is not readable")
 
+    def probe(self) -> None:
+        self.check()  # a local call: no connection to hang
+
     def stat(self, path: str) -> ObjectInfo:
         full = self._resolve(path)
         try:
