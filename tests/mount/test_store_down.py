@@ -48,6 +48,7 @@ def drill(s3, bucket: str, proxy: FaultProxy, mnt: Path, scale: float) -> dict[s
     retry, request, connect, ttl = (DEFAULTS[k] * scale for k in DEFAULTS)
     files = {f"d/{name}.bin": random.randbytes(MIB + n) for n, name in enumerate("abc")}
     files["e/x.bin"] = random.randbytes(MIB)
+    files["f/y.bin"] = random.randbytes(MIB)  # f is never listed: y.bin never seen
     for key, data in files.items():
         s3.put_object(Bucket=bucket, Key=key, Body=data)
     options = (
@@ -74,7 +75,7 @@ def drill(s3, bucket: str, proxy: FaultProxy, mnt: Path, scale: float) -> dict[s
         took["stat of an expired entry"] = time.monotonic() - started
         code, took["read of another file"] = errno_of(read_all, mnt / "d" / "c.bin")
         assert code == errno.EIO, code
-        code, took["stat of a name never seen"] = errno_of(os.stat, mnt / "never-seen")
+        code, took["stat of a name never seen"] = errno_of(os.stat, mnt / "f" / "y.bin")
         assert code == errno.EIO, code
         started = time.monotonic()
         assert (mnt / "d" / "a.bin").read_bytes() == files["d/a.bin"]  # cached
