@@ -1,11 +1,11 @@
 """Directory listings: streamed from the store in chunks, kept by path for a TTL.
 
-A complete and unexpired listing answers lookups (including "no such name") and attributes
-without asking the store. Listings are kept by path, not inode, so one outlives the kernel
-forgetting the directory's inode (as it does under memory pressure or drop_caches). An expired
-listing is kept until swept, to answer while the store is offline: a listing's requests go
-through its source's breaker, so while the source is down an expired listing is answered as
-last seen at once.
+A complete and unexpired listing answers lookups (including "no such name", unless it is one
+served as last seen) and attributes without asking the store. Listings are kept by path, not
+inode, so one outlives the kernel forgetting the directory's inode (as it does under memory
+pressure or drop_caches). An expired listing is kept until swept, to answer while the store is
+offline: a listing's requests go through its source's breaker, so while the source is down an
+expired listing is answered as last seen at once.
 """
 
 from __future__ import annotations
@@ -41,6 +41,9 @@ class DirListing:
 
     names: PackedNames = field(default_factory=PackedNames)
     complete: bool = False
+    # Served as last seen because the store could not be asked: what it holds is known, what
+    # it lacks is not (a name may have come since), so it never answers "no such name".
+    last_seen: bool = False
     expires: float = 0.0
     source: Iterator[ObjectInfo] | None = None
     lock: trio.Lock = field(default_factory=trio.Lock)
@@ -168,7 +171,7 @@ class Listings:
         if listing.names or stale is None or stale is listing or not stale.complete:
             return False
         listing.take_entries(stale)
-        listing.complete = True
+        listing.complete = listing.last_seen = stale.last_seen = True
         stale.expires = self._now() + self.ttl  # ask the store again after a TTL
         # While the source is down the breaker has said so already.
         level = logging.DEBUG if isinstance(exc, SourceDown) else logging.INFO

@@ -151,9 +151,10 @@ class Namespace:
         listing = self.listings.fresh(parent_path)
         if listing is not None:
             position = listing.position(name)
-            if position is None:
+            if position is not None:
+                return self.remember_listed(path, listing, position, parent_ino)
+            if not listing.last_seen:  # else its absence is a guess: the store is asked below
                 raise NotFound(f"{path} does not exist")
-            return self.remember_listed(path, listing, position, parent_ino)
 
         expiry = self.negative.get(path)
         if expiry is not None:
