@@ -24,7 +24,8 @@ import pytest
 from pffs.testing.faults import FaultProxy
 from pffs.testing.servers import MotoServer
 from tests.conftest import mounted
-from tests.mount.test_reliability import errno_of, read_all
+from tests.mount.test_failures import source_up
+from tests.mount.test_reliability import errno_of, read_all, when_back
 
 pytestmark = pytest.mark.mount
 MIB = 1 << 20
@@ -81,7 +82,9 @@ def drill(s3, bucket: str, proxy: FaultProxy, mnt: Path, scale: float) -> dict[s
         assert (mnt / "d" / "a.bin").read_bytes() == files["d/a.bin"]  # cached
         took["read of a cached file"] = time.monotonic() - started
         proxy.resume()
-        took["back: exact bytes after"] = read_once_back(mnt / "d" / "b.bin", files["d/b.bin"])
+        started = time.monotonic()
+        assert when_back(Path.read_bytes, mnt / "d" / "b.bin", within=60) == files["d/b.bin"]
+        took["back: exact bytes after"] = time.monotonic() - started
         assert source_up(mnt) == 1
         for key, data in files.items():
             assert (mnt / key).read_bytes() == data, key
@@ -96,27 +99,6 @@ def drill(s3, bucket: str, proxy: FaultProxy, mnt: Path, scale: float) -> dict[s
             assert seconds < FAST, took
     assert took["back: exact bytes after"] < BACK, took
     return took
-
-
-def source_up(mnt: Path) -> float:
-    snapshot = json.loads((mnt / ".pffs" / "stats").read_text())
-    samples = snapshot["metrics"]["pffs_source_up"]["samples"]
-    return float(min(sample["value"] for sample in samples))
-
-
-def read_once_back(path: Path, expected: bytes) -> float:
-    """Seconds from now until `path` reads as `expected` (EIO meanwhile: still down)."""
-    started = time.monotonic()
-    while time.monotonic() - started < 60:
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            assert exc.errno == errno.EIO, exc
-            time.sleep(0.1)
-            continue
-        assert data == expected
-        return time.monotonic() - started
-    raise AssertionError(f"{path} not readable 60 s after the store answered again")
 
 
 def test_store_hangs_then_answers_scaled(s3, bucket, proxy, tmp_path) -> None:
