@@ -97,6 +97,9 @@ class ArrowBackend:
             raise NotADirectory(f"{self._where('')} is not a directory")
         self._call(lambda: self.fs.get_file_info(self._selector("")), "list", "")
 
+    def probe(self) -> None:
+        self.check()  # pyarrow's filesystems own their connections and their timeouts
+
     def stat(self, path: str) -> ObjectInfo:
         full = self._full(path)
         info = self._call(lambda: self.fs.get_file_info(full), "stat", path)

@@ -105,6 +105,11 @@ class Backend(Protocol):
     def check(self) -> None:
         """Verify the source exists and is readable; raise a one-line pffs error otherwise."""
 
+    def probe(self) -> None:
+        """Whether the store answers now, asked of a source marked down (pffs.routing.health):
+        one small request within seconds, whatever the source's own timeouts, never on a
+        connection opened before; raises while it does not answer."""
+
     def stat(self, path: str) -> ObjectInfo:
         """The entry at `path` (file or directory); NotFound when neither exists."""
 

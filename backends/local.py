@@ -75,6 +75,9 @@ class LocalBackend:
         if not os.access(self.root, os.R_OK | os.X_OK):
             raise PermissionDenied(f"{self.root} is not readable")
 
+    def probe(self) -> None:
+        self.check()  # a local call: no connection to hang
+
     def stat(self, path: str) -> ObjectInfo:
         try:
             with self._opened(path, os.O_PATH) as fd:

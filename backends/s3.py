@@ -43,7 +43,7 @@ from pffs.backends.base import (
 )
 from pffs.backends.principal import s3_principal
 from pffs.backends.s3calls import S3Calls
-from pffs.backends.s3errors import Kind, classify, error_code
+from pffs.backends.s3errors import Kind, classify, error_code, is_transient
 from pffs.backends.s3get import LeanGetEngine
 from pffs.backends.s3listing import parse_page
 from pffs.backends.s3timestamps import use_fast_timestamps
@@ -198,6 +198,15 @@ class S3Backend:
                     "(AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE or ~/.aws)"
                 ) from exc
             raise self.calls.translate(exc, "") from exc
+
+    def probe(self) -> None:
+        try:
+            self.engine.probe(self.prefix)  # one try: the breaker's schedule is the retrying
+        except Exception as exc:
+            if is_transient(exc):  # no answer, or a 5xx: still down
+                raise self.calls.translate(exc, "") from exc
+            # Any other answer (denied, no such bucket) is the store answering: it is up, and
+            # the requests that need it meet that answer themselves.
 
     def stat(self, path: str) -> ObjectInfo:
         name = path.rsplit("/", 1)[-1]

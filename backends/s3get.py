@@ -42,6 +42,11 @@ from pffs.backends.s3response import LeanResponse
 from pffs.backends.sigv4 import SigV4Signer, host_header
 from pffs.errors import UsageError
 
+# A probe's own timeouts (seconds): connecting, then each wait for the store's bytes. Whatever
+# --request-timeout says, a store that answers again is seen within seconds.
+PROBE_CONNECT_TIMEOUT = 2.0
+PROBE_ANSWER_TIMEOUT = 3.0
+
 # The S3 error code and message in an XML error body; a regex, as error bodies are small and
 # flat and this keeps an XML parser off the path.
 log = logging.getLogger(__name__)
@@ -130,6 +135,8 @@ class _Target:
     host: str  # the Host header, as signed
     key_prefix: str  # "/bucket/" (path style) or "/" (virtual-hosted)
     connections: Connections
+    # A probe's: its own short timeouts, none kept idle (each probe connects afresh).
+    probe_connections: Connections
 
     @property
     def bucket_path(self) -> str:
@@ -178,15 +185,20 @@ class LeanGetEngine:
         else:
             netloc, key_prefix = f"{self._bucket}.{endpoint.netloc}", "/"
         base = f"{endpoint.scheme}://{netloc}"
+        proxy = self._proxy_for(base)
         connections = Connections(
+            endpoint.scheme, netloc, *self._timeouts, self._verify, self._max_connections, proxy
+        )
+        probe_connections = Connections(
             endpoint.scheme,
             netloc,
-            *self._timeouts,
+            PROBE_CONNECT_TIMEOUT,
+            PROBE_ANSWER_TIMEOUT,
             self._verify,
-            self._max_connections,
-            self._proxy_for(base),
+            0,
+            proxy,
         )
-        return _Target(region, base, host_header(base), key_prefix, connections)
+        return _Target(region, base, host_header(base), key_prefix, connections, probe_connections)
 
     def _proxy_for(self, base: str) -> tuple[str, dict[str, str]] | None:
         """The proxy boto3 would go through to `base` (HTTP(S)_PROXY, NO_PROXY, the client's
@@ -227,30 +239,33 @@ class LeanGetEngine:
         by `delimiter` (None: every key below), from the continuation `token` on (None: the
         first page); keys come URL-encoded, as boto3 asks for them (a key may hold characters
         XML cannot carry)."""
-        params = {"list-type": "2", "prefix": prefix, "encoding-type": "url"}
-        if delimiter is not None:
-            params["delimiter"] = delimiter
-        if max_keys != 1000:  # S3's default page
-            params["max-keys"] = str(max_keys)
-        if token is not None:
-            params["continuation-token"] = token
-        # Encoded as SigV4's canonical query wants it, so the signature covers it as sent.
-        query = "&".join(f"{name}={quote(params[name], safe='-_.~')}" for name in sorted(params))
+        query = _list_query(prefix, token, delimiter, max_keys)
         listing = self._request(lambda target: f"{target.bucket_path}?{query}", {})
         with listing:
             return listing.read_all(MAX_LISTING_BYTES)
 
-    def _request(self, path_of: Callable[[_Target], str], headers: dict[str, str]) -> Body:
+    def probe(self, prefix: str) -> None:
+        """A one-key listing of `prefix` on a new connection with the probe's own timeouts,
+        closed after (never one opened while the store hung): whether the store answers."""
+        query = _list_query(prefix, None, "/", 1)
+        listing = self._request(lambda target: f"{target.bucket_path}?{query}", {}, probe=True)
+        with listing:
+            listing.read_all()
+
+    def _request(
+        self, path_of: Callable[[_Target], str], headers: dict[str, str], probe: bool = False
+    ) -> Body:
         """One signed GET of `path_of(target)` (a path and query), followed once to the
         bucket's own region when the store names another; an error status raises. (Not a
-        generator context manager: two of them cost 10 us a GET.)"""
+        generator context manager: two of them cost 10 us a GET.) A `probe` goes on a fresh
+        connection of the probe's timeouts."""
         target = self._target
-        body = self._send(target, path_of(target), headers)
+        body = self._send(target, path_of(target), headers, probe)
         response = body._response
         if response.status in (301, 307, 400) and self._follow(target, response):
             _drain(response)
             body.close()
-            body = self._send(self._target, path_of(self._target), headers)
+            body = self._send(self._target, path_of(self._target), headers, probe)
             response = body._response
         if response.status >= 300:
             try:
@@ -259,10 +274,10 @@ class LeanGetEngine:
                 body.close()
         return body
 
-    def _send(self, target: _Target, path: str, headers: dict[str, str]) -> Body:
+    def _send(self, target: _Target, path: str, headers: dict[str, str], probe: bool) -> Body:
         url = target.base + path
         signed = self._signed(target, url, path, headers)
-        connections = target.connections
+        connections = target.probe_connections if probe else target.connections
         if connections.absolute_form:
             request = _request_head(url, target.host, signed | connections.request_headers)
         else:
@@ -331,6 +346,19 @@ def _error(response: http.client.HTTPResponse, url: str) -> S3RequestFailed:
         code=code.group(1).decode(errors="replace") if code else "",
         message=message.group(1).decode(errors="replace") if message else response.reason,
     )
+
+
+def _list_query(prefix: str, token: str | None, delimiter: str | None, max_keys: int) -> str:
+    """The query of a ListObjectsV2 page (see `LeanGetEngine.list_page`), encoded as SigV4's
+    canonical query wants it, so the signature covers it as sent."""
+    params = {"list-type": "2", "prefix": prefix, "encoding-type": "url"}
+    if delimiter is not None:
+        params["delimiter"] = delimiter
+    if max_keys != 1000:  # S3's default page
+        params["max-keys"] = str(max_keys)
+    if token is not None:
+        params["continuation-token"] = token
+    return "&".join(f"{name}={quote(params[name], safe='-_.~')}" for name in sorted(params))
 
 
 def _request_head(target: str, host: str, headers: dict[str, str]) -> bytes:

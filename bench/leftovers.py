@@ -12,6 +12,7 @@ the server behind it).
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
 import sys
@@ -98,23 +99,88 @@ class Stopped(BaseException):
     is, so no scenario's `except Exception` takes it for a failed figure."""
 
 
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
 def _raise_stopped(signum: int, frame: object) -> None:
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
     raise Stopped(signal.Signals(signum).name)
+
+
+def _stop_exception(signum: int) -> BaseException:
+    """What a stop by `signum` raises: KeyboardInterrupt for SIGINT, Stopped for SIGTERM."""
+    if signum == signal.SIGINT:
+        return KeyboardInterrupt()
+    return Stopped(signal.Signals(signum).name)
+
+
+class _StopSignals:
+    """Which stop signal reached the process, known as soon as the kernel delivers it.
+
+    A stop signal also reaches what the bench started in its process group (a terminal's
+    Ctrl-C): a mount daemon ending on it fails the bench's read on its mountpoint (ENOTCONN)
+    before Python runs the bench's own handler, which may then never run (cleaning up ignores
+    the signals). The C-level handler writes each signal to a wakeup pipe at once: read on the
+    way out, it says whether a failure was the stop's doing.
+    """
+
+    def __init__(self) -> None:
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._read, False)
+        os.set_blocking(self._write, False)
+        self._previous = signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
+        self.received: int | None = None
+
+    def check(self) -> int | None:
+        """The first stop signal received so far, or None."""
+        while self.received is None:
+            try:
+                numbers = os.read(self._read, 256)
+            except BlockingIOError:
+                break
+            if not numbers:
+                break
+            self.received = next((n for n in numbers if n in _STOP_SIGNALS), None)
+        return self.received
+
+    def close(self) -> None:
+        signal.set_wakeup_fd(self._previous)
+        os.close(self._read)
+        os.close(self._write)
 
 
 @contextlib.contextmanager
 def stopped_cleanly() -> Iterator[None]:
     """Run the body; on the way out, however it ends, leave nothing behind. SIGTERM and SIGINT
-    stop the body; while cleaning up they are ignored, so a second one cannot cut it short."""
-    previous = signal.signal(signal.SIGTERM, _raise_stopped)
+    stop the body; while cleaning up they are ignored, so a second one cannot cut it short.
+
+    After a stop signal, any failure is part of the stop (a mount daemon in the bench's process
+    group ended on the same Ctrl-C): the body's exception, whatever it is, leaves as the stop's
+    (KeyboardInterrupt or Stopped), so the bench ends with one line and 130 or 143. A stopped
+    run leaves the signals ignored: a handler still pending must not fire on the way out.
+    """
+    previous = {signum: signal.signal(signum, _raise_stopped) for signum in _STOP_SIGNALS}
+    signals = _StopSignals()
     try:
         yield
+        stop = signals.check()
+        if stop is not None:  # it arrived as the body ended: still a stop
+            raise _stop_exception(stop)
+    except BaseException as exc:
+        stop = signals.check()
+        if stop is None or isinstance(exc, (KeyboardInterrupt, Stopped)):
+            raise
+        raise _stop_exception(stop) from exc
     finally:
-        sigint = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        for signum in _STOP_SIGNALS:
+            signal.signal(signum, signal.SIG_IGN)
         try:
             for line in clean_up():
                 print(f"bench: {line}", file=sys.stderr)
         finally:
-            signal.signal(signal.SIGTERM, previous)
-            signal.signal(signal.SIGINT, sigint)
+            stopped = signals.check() is not None
+            signals.close()
+            if not stopped:
+                for signum, handler in previous.items():
+                    signal.signal(signum, handler)

@@ -12,6 +12,11 @@ start a fresh budget. The trio side marks the moment (`asking()`, a context vari
 fetch carries it into its worker thread (`carrying()`), and every retry loop that thread enters
 stops starting attempts once `total_timeout` has passed since then. So a read gets its bytes or
 its error within `total_timeout` plus one request's timeout of asking.
+
+A request may also carry a gate (its source's breaker, pffs.routing.health): called in the
+worker thread before the request starts and before each retry, it raises when the source has
+gone down meanwhile, so a request already under way stops at its next attempt instead of
+spending the rest of its budget on a store known to be down.
 """
 
 from __future__ import annotations
@@ -52,20 +57,25 @@ def asking() -> Iterator[None]:
 
 
 def carrying(
-    fn: Callable[..., T], on_pushback: Callable[[BaseException], None] | None = None
+    fn: Callable[..., T],
+    on_pushback: Callable[[BaseException], None] | None = None,
+    gate: Callable[[], None] | None = None,
 ) -> Callable[..., T]:
-    """`fn` wrapped to run in a worker thread with the asking reader's start (if any), and
-    `on_pushback` told of each failure its retry loops retry (the pace of loading ahead)."""
+    """`fn` wrapped to run in a worker thread with the asking reader's start (if any),
+    `on_pushback` told of each failure its retry loops retry (the pace of loading ahead), and
+    `gate` called before it starts and before each retry (it raises to stop them)."""
     asked_at = _asked_at.get()
-    if asked_at is None and on_pushback is None:
+    if asked_at is None and on_pushback is None and gate is None:
         return fn
 
     def call(*args: object) -> T:
-        _thread.asked_at, _thread.on_pushback = asked_at, on_pushback
+        if gate is not None:
+            gate()
+        _thread.asked_at, _thread.on_pushback, _thread.gate = asked_at, on_pushback, gate
         try:
             return fn(*args)
         finally:
-            _thread.asked_at = _thread.on_pushback = None
+            _thread.asked_at = _thread.on_pushback = _thread.gate = None
 
     return call
 
@@ -114,6 +124,9 @@ def call_with_retry(
             if pushback is not None:
                 pushback(exc)
             time.sleep(delay)
+            gate = getattr(_thread, "gate", None)
+            if gate is not None:
+                gate()
 
 
 def _short(exc: BaseException) -> str:

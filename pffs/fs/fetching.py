@@ -97,18 +97,14 @@ async def _request(
     breaker = health.of(backend.source_id)
     if pace is not None:
         pace.settle()
-    call = retry.carrying(fn, None if pace is None else pace.pushed_back)
-
-    def guarded(*args: object) -> T:
-        if breaker is not None:  # it may have gone down while this waited for a place
-            breaker.check()
-        return call(*args)
-
-    async def request() -> T:
-        return await run_blocking(limiter, guarded, *args)
-
-    # A load ahead's failure does not mark the source down: its readers will ask themselves.
-    result = await (request() if breaker is None else breaker.observe(request, pace is None))
+    pushed_back = None if pace is None else pace.pushed_back
+    if breaker is None:  # a backend no mount table holds (warmup)
+        result = await run_blocking(limiter, retry.carrying(fn, pushed_back), *args)
+    else:
+        # A load ahead's failure does not mark the source down: its readers will ask themselves.
+        result = await breaker.call(
+            limiter, fn, *args, counts=pace is None, on_pushback=pushed_back
+        )
     if pace is not None:
         pace.settle()
         pace.went_well()

@@ -1,9 +1,11 @@
 """Directory listings: streamed from the store in chunks, kept by path for a TTL.
 
-A complete and unexpired listing answers lookups (including "no such name") and attributes
-without asking the store. Listings are kept by path, not inode, so one outlives the kernel
-forgetting the directory's inode (as it does under memory pressure or drop_caches). An expired
-listing is kept until swept, to answer while the store is offline.
+A complete and unexpired listing answers lookups (including "no such name", unless it is one
+served as last seen) and attributes without asking the store. Listings are kept by path, not
+inode, so one outlives the kernel forgetting the directory's inode (as it does under memory
+pressure or drop_caches). An expired listing is kept until swept, to answer while the store is
+offline: a listing's requests go through its source's breaker, so while the source is down an
+expired listing is answered as last seen at once.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import dataclass, field
 import trio
 
 from pffs.backends.base import ObjectInfo
-from pffs.errors import Transient
+from pffs.errors import SourceDown, Transient
 from pffs.fs.names import NameIndex, PackedNames, encode
 from pffs.fs.packed import PackedInfos
 from pffs.routing.table import MountTable
@@ -39,6 +41,9 @@ class DirListing:
 
     names: PackedNames = field(default_factory=PackedNames)
     complete: bool = False
+    # Served as last seen because the store could not be asked: what it holds is known, what
+    # it lacks is not (a name may have come since), so it never answers "no such name".
+    last_seen: bool = False
     expires: float = 0.0
     source: Iterator[ObjectInfo] | None = None
     lock: trio.Lock = field(default_factory=trio.Lock)
@@ -129,11 +134,18 @@ class Listings:
             if listing.complete:
                 return False
             routed = self.table.route(path)
-            limiter = routed[0].limiter if routed else self._local_limiter
             if listing.source is None:
                 listing.source = self.table.listing(path, self.mount_time)
             try:
-                chunk = await run_blocking(limiter, _take, listing.source, LIST_CHUNK)
+                if routed is None:  # a synthesised directory: no store to ask
+                    chunk = await run_blocking(
+                        self._local_limiter, _take, listing.source, LIST_CHUNK
+                    )
+                else:  # through the source's breaker: while it is down, at once
+                    mounted = routed[0]
+                    chunk = await mounted.health.call(
+                        mounted.limiter, _take, listing.source, LIST_CHUNK
+                    )
             except Transient as exc:
                 listing.source = None
                 if self._use_stale(path, listing, exc):
@@ -159,9 +171,11 @@ class Listings:
         if listing.names or stale is None or stale is listing or not stale.complete:
             return False
         listing.take_entries(stale)
-        listing.complete = True
+        listing.complete = listing.last_seen = stale.last_seen = True
         stale.expires = self._now() + self.ttl  # ask the store again after a TTL
-        log.info("store unreachable, listing /%s as last seen: %s", path, exc)
+        # While the source is down the breaker has said so already.
+        level = logging.DEBUG if isinstance(exc, SourceDown) else logging.INFO
+        log.log(level, "store unreachable, listing /%s as last seen: %s", path, exc)
         return True
 
 

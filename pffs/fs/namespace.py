@@ -4,7 +4,8 @@ It answers from what it knows while that is fresh (an inode's attributes for the
 a complete directory listing for the directory TTL, "no such name" for the negative TTL) and
 asks the store otherwise. Blocking backend calls run in worker threads (pffs.workers).
 
-Offline: when the store cannot be reached (a Transient error after the retry policy gave up),
+Offline: when the store cannot be reached (a Transient error after the retry policy gave up, or
+at once while its source is marked down: every request goes through the source's breaker),
 what the mount already knows is served stale rather than failed: attributes of known entries
 and expired directory listings, each then trusted for one more TTL before the store is asked
 again. Only what was never seen fails, with EIO.
@@ -21,13 +22,12 @@ import trio
 
 from pffs.backends.base import ObjectInfo, join
 from pffs.config import MetaConfig
-from pffs.errors import NotADirectory, NotFound, Transient
+from pffs.errors import NotADirectory, NotFound, SourceDown, Transient
 from pffs.fs.handles import DirHandle, Handles
 from pffs.fs.inodes import ROOT_INODE, Inode, InodeTable, TableInode
 from pffs.fs.listings import MAX_LISTINGS, DirListing, Listings
 from pffs.fs.staging import Staged
 from pffs.routing.table import Mounted, MountTable
-from pffs.workers import run_blocking
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,8 @@ class Namespace:
         if routed is not None:
             mounted, inside = routed
             try:
-                info = await run_blocking(mounted.limiter, mounted.backend.stat, inside)
+                # Through the source's breaker: while it is down, at once (pffs.routing.health).
+                info = await mounted.health.call(mounted.limiter, mounted.backend.stat, inside)
             except NotFound:
                 if not leads_to_mount:
                     raise
@@ -150,9 +151,10 @@ class Namespace:
         listing = self.listings.fresh(parent_path)
         if listing is not None:
             position = listing.position(name)
-            if position is None:
+            if position is not None:
+                return self.remember_listed(path, listing, position, parent_ino)
+            if not listing.last_seen:  # else its absence is a guess: the store is asked below
                 raise NotFound(f"{path} does not exist")
-            return self.remember_listed(path, listing, position, parent_ino)
 
         expiry = self.negative.get(path)
         if expiry is not None:
@@ -211,7 +213,9 @@ class Namespace:
                 return None
             inode = self.remember(path, info)
         inode.expires = self.now() + self.meta.attr_ttl
-        log.info("store unreachable, serving what is known of /%s: %s", path, exc)
+        # Once per entry and TTL; while the source is down the breaker has said so already.
+        level = logging.DEBUG if isinstance(exc, SourceDown) else logging.INFO
+        log.log(level, "store unreachable, serving what is known of /%s: %s", path, exc)
         return inode
 
     def listing_of(self, path: str) -> DirListing:

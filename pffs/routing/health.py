@@ -1,18 +1,24 @@
 """Each source's health: a circuit breaker, so reads fail at once while a store is down.
 
-A source is up until a reader's store request fails past its retries with a transient error (a
-timeout, a refused connection, a 5xx): then it is down. Failures of loads ahead do not count
-(their readers fetch the blocks themselves, and their failures do), so a blip in the background
-never fails a reader. While it is down, `check()` raises
-`SourceDown` (EIO) at once, so a read that needs the store does not wait out another retry
-budget; cached blocks and listings within their TTL are still served, because they never ask.
-Writes do not consult the breaker: they keep their staged data and their own errors.
+A source is up until a reader's store request (a read, a lookup, a listing) fails past its
+retries with a transient error (a timeout, a refused connection, a 5xx): then it is down.
+Failures of loads ahead do not count (their readers fetch the blocks themselves, and their
+failures do), so a blip in the background never fails a reader. Every request that needs the
+store goes through `call`: while the source is down it raises `SourceDown` (EIO) at once, so
+it does not wait out another retry budget, and a request already retrying stops at its next
+attempt (pffs.retry's gate). The namespace answers a lookup, an attribute or a listing that
+fails so from what it last saw (pffs.fs.namespace); cached blocks are still served, because
+they never ask. Writes do not consult the breaker: they keep their staged data and their own
+errors.
 
-While down, one probe at a time (the backend's `check`: on S3 a HEAD of the bucket and a
-one-key LIST of the mount's prefix, with the short retry policy of the mount's preflight) runs
-after PROBE_FIRST seconds, then at doubling intervals up to PROBE_MAX. The first probe
-that succeeds marks the source up again, without a remount. Each change is one log line and
-the gauge `pffs_source_up{source}` (in `.pffs/stats` and `pffs stats`).
+While down, probes (the backend's `probe`: on S3 a one-key LIST of the mount's prefix on a
+fresh connection, with short timeouts of its own whatever --request-timeout says) start
+PROBE_FIRST seconds after, then at doubling intervals up to PROBE_MAX, each without waiting for
+the one before (a probe sent while the store hung waits out its own timeout; the next one
+still goes out on time), at most PROBES_AT_ONCE at once. So a store that answers again is seen
+within PROBE_MAX and one round trip. The first probe that succeeds marks the source up again,
+without a remount. Each change is one log line and the gauge `pffs_source_up{source}` (in
+`.pffs/stats` and `pffs stats`).
 
 Throttling (`Throttled`: 503 SlowDown, 429) never marks a source down: the store is alive and
 asks for fewer requests, which the pace of loading ahead answers.
@@ -27,15 +33,18 @@ from typing import TypeVar
 
 import trio
 
-from pffs import metrics
+from pffs import metrics, retry
 from pffs.errors import SourceDown, Throttled, Transient
+from pffs.workers import run_blocking
 
 T = TypeVar("T")
 log = logging.getLogger("pffs.health")
 
-# Seconds before the first probe, and the cap on the doubling interval between probes.
-PROBE_FIRST = 1.0
-PROBE_MAX = 15.0
+# Seconds before the first probe, and the cap on the doubling interval between probes' starts.
+PROBE_FIRST = 0.5
+PROBE_MAX = 2.0
+# Probes under way at once: each ends by its own timeouts (seconds), the next starts on time.
+PROBES_AT_ONCE = 3
 
 _breakers: dict[str, SourceHealth] = {}  # by source id, like the metrics' labels
 
@@ -93,12 +102,23 @@ class SourceHealth:
         log.warning("source %s is down: %s; reads needing it fail at once", self.source, exc)
         trio.lowlevel.spawn_system_task(self._probing, name=f"pffs-probe {self.source}")
 
-    async def observe(self, request: Callable[[], Awaitable[T]], counts: bool = True) -> T:
-        """Await `request()` after checking the breaker, and record its outcome (a failure
-        only when it `counts`)."""
+    async def call(
+        self,
+        limiter: trio.CapacityLimiter,
+        fn: Callable[..., T],
+        *args: object,
+        counts: bool = True,
+        on_pushback: Callable[[BaseException], None] | None = None,
+    ) -> T:
+        """`fn(*args)`, a store request, in a worker thread under `limiter`, through the
+        breaker: refused at once while the source is down (also when it went down while this
+        waited for a place, or between two attempts of its retries), its outcome recorded (a
+        failure only when it `counts`). It carries the asking reader's bound and tells
+        `on_pushback` of the store's push backs (pffs.retry.carrying)."""
         self.check()
+        call = retry.carrying(fn, on_pushback, gate=self.check)
         try:
-            result = await request()
+            result = await run_blocking(limiter, call, *args)
         except Exception as exc:
             if counts:
                 self.failed(exc)
@@ -114,14 +134,20 @@ class SourceHealth:
 
     async def _probing(self) -> None:
         interval = PROBE_FIRST
-        while self.down_since is not None:
-            await trio.sleep(interval)
-            if self.down_since is None:  # a request got through meanwhile
-                return
-            try:
-                await self._probe()
-            except Exception as exc:  # still down: probe again later
-                log.debug("probe of %s failed: %s", self.source, exc)
+        async with trio.open_nursery() as probes:
+            while self.down_since is not None:
+                await trio.sleep(interval)
+                if self.down_since is None:  # a request got through meanwhile
+                    return
+                if len(probes.child_tasks) < PROBES_AT_ONCE:
+                    probes.start_soon(self._probe_once)
                 interval = min(interval * 2, PROBE_MAX)
-                continue
+
+    async def _probe_once(self) -> None:
+        try:
+            await self._probe()
+        except Exception as exc:  # still down: the next probe is already scheduled
+            log.debug("probe of %s failed: %s", self.source, exc)
+            return
+        if self.down_since is not None:
             self._mark_up()

@@ -67,12 +67,12 @@ class Mounted:
         self.limiter = trio.CapacityLimiter(self.backend.max_concurrency)
         # Readahead's own places, AIMD-paced: a reader never queues behind it (pffs.pace).
         self.ahead = Pace(self.backend.max_concurrency)
-        self._probe_limiter = trio.CapacityLimiter(1)
+        self._probe_limiter = trio.CapacityLimiter(health.PROBES_AT_ONCE)
         self.health = health.register(self.backend.source_id, self._probe)
 
     async def _probe(self) -> None:
-        """Whether the store answers again: its small check (a one-key LIST of the prefix)."""
-        await run_blocking(self._probe_limiter, self.backend.check)
+        """Whether the store answers again: its probe (short timeouts, a fresh connection)."""
+        await run_blocking(self._probe_limiter, self.backend.probe)
 
 
 class MountTable:

@@ -17,10 +17,15 @@ it can inject one of the failures a real store and network produce:
 Faults come at configured rates (a seeded random draw per request) or on demand (`inject`, a
 queue served before the rates), and only for requests a `match` predicate accepts (by default,
 object GETs, so a mount's preflight checks are not disturbed). `down()` makes every request
-fail by reset ("the store is unreachable"); `up()` restores service. `throttle_above(n)` makes
-it a store that throttles under load: a matching request arriving while `n` are already in
-flight (it would make more than `n`) gets ``503 SlowDown`` (counted as "throttle"). Every
-fault is counted in `injected`, so a test can check that its faults were actually hit.
+fail by reset ("the store is unreachable"); `up()` restores service. `hang()` makes it a store
+that stops answering: every request, on old connections and new ones alike, is read and never
+answered; `resume()` makes it answer again, though never the requests read while it hung (as a
+blackholed network drops them). A connection that carried a request during the hang and then
+carries another is counted in `reused_after_hang`: a client should have closed it.
+`throttle_above(n)` makes it a store that throttles under load: a matching request arriving
+while `n` are already in flight (it would make more than `n`) gets ``503 SlowDown`` (counted
+as "throttle"). Every fault is counted in `injected`, so a test can check that its faults were
+actually hit.
 
 One thread per client connection (HTTP/1.1 keep-alive is honoured), one upstream connection per
 client connection; a stalled connection never holds up the others.
@@ -81,6 +86,9 @@ class FaultProxy(Service):
         self._random = random.Random(seed)
         self._lock = threading.Lock()
         self._down = False
+        self._answering = threading.Event()
+        self._answering.set()
+        self.reused_after_hang = 0  # requests on a connection whose earlier request hung
         self._throttle_above: int | None = None
         self.in_flight = 0  # matching requests being forwarded now
         self._closing = threading.Event()
@@ -127,6 +135,14 @@ class FaultProxy(Service):
     def up(self) -> None:
         self._down = False
 
+    def hang(self) -> None:
+        """Read every request and answer none, until `resume()`: the store stops answering."""
+        self._answering.clear()
+
+    def resume(self) -> None:
+        """Answer again (new requests; those read while hung stay unanswered)."""
+        self._answering.set()
+
     def throttle_above(self, limit: int | None) -> None:
         """Answer 503 SlowDown to a matching request that would make more than `limit` in
         flight (None: never)."""
@@ -146,6 +162,7 @@ class FaultProxy(Service):
 
     def stop(self) -> None:
         self._closing.set()  # wakes stalled connections
+        self._answering.set()  # and hung ones
         self._server.shutdown()
         self._server.server_close()
         if self._thread is not None:
@@ -184,12 +201,22 @@ class FaultProxy(Service):
     def _serve_connection(self, client: socket.socket) -> None:
         upstream: http.client.HTTPConnection | None = None
         reader = client.makefile("rb")
+        hung = False  # a request on this connection was read while the store hung
         try:
             while not self._closing.is_set():
                 request = _read_request(reader)
                 if request is None:
                     return
                 method, path, headers, body = request
+                if hung:
+                    with self._lock:
+                        self.reused_after_hang += 1
+                if not self._answering.is_set():
+                    with self._lock:
+                        self.injected["hang"] += 1
+                    hung = True
+                    self._answering.wait()
+                    continue  # that request is never answered
                 fault = self._choose(method, path, headers)
                 if fault == "reset":
                     _reset(client)

@@ -575,3 +575,31 @@ def test_a_hostile_store_is_bounded(mode: str) -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_after_a_hang_no_connection_that_hung_is_used_and_probes_time_out_on_their_own(
+    proxy: FaultProxy, stored: tuple[str, str]
+) -> None:
+    """The store stops answering: a GET times out after the request timeout and its
+    connection is closed; a probe gives up after its own short timeout, far below the request
+    timeout; once the store answers, the next GET and probe are served on connections opened
+    since, none that carried a request while it hung."""
+    bucket, _ = stored
+    backend = _backend(proxy.endpoint_url, bucket, read_timeout=1.0)
+    assert backend.read_range("data", 0, 10, None) == DATA[:10]  # a pooled connection
+    probing = _backend(proxy.endpoint_url, bucket, read_timeout=30.0)
+    proxy.hang()
+    try:
+        with pytest.raises(Transient, match="read timed out"):
+            backend.read_range("data", 0, 10, None)
+        started = time.monotonic()
+        with pytest.raises(Transient):
+            probing.probe()
+        took = time.monotonic() - started
+        assert took < 10, took  # its own answer timeout, not the source's 30 s
+    finally:
+        proxy.resume()
+    assert proxy.injected["hang"] == QUICK_RETRIES.attempts + 1
+    probing.probe()
+    assert backend.read_range("data", 10, 10, None) == DATA[10:20]
+    assert proxy.reused_after_hang == 0

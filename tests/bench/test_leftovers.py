@@ -1,7 +1,10 @@
-"""bench.leftovers' thread pool: a failure (as a Ctrl-C would) drops the work not started."""
+"""bench.leftovers: its thread pool drops the work not started after a failure (as a Ctrl-C
+would), and `stopped_cleanly` takes any failure after a stop signal for the stop."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 
@@ -36,3 +39,42 @@ def test_every_item_runs_when_none_fails() -> None:
 
     in_threads(4, work, range(50))
     assert sorted(seen) == list(range(50))
+
+
+# A body stopped by `signal`, in a process of its own (a stopped run leaves the signals
+# ignored): the stop is swallowed by an over-broad `except`, as a scenario's may, then the body
+# fails as a read on a mount the same Ctrl-C ended does. What leaves `stopped_cleanly`?
+STOPPED_BODY = """
+import errno, os, signal, sys, time
+from bench import leftovers
+
+try:
+    with leftovers.stopped_cleanly():
+        try:
+            os.kill(os.getpid(), signal.{signal}); time.sleep(5)
+        except BaseException:
+            pass
+        raise OSError(errno.ENOTCONN, "Transport endpoint is not connected")
+except BaseException as exc:
+    print(type(exc).__name__, signal.getsignal(signal.SIGINT) is signal.SIG_IGN)
+"""
+
+
+@pytest.mark.parametrize(
+    ("signal_name", "leaves_as"), [("SIGINT", "KeyboardInterrupt"), ("SIGTERM", "Stopped")]
+)
+def test_a_failure_after_a_stop_signal_leaves_as_the_stop(signal_name: str, leaves_as: str) -> None:
+    script = STOPPED_BODY.format(signal=signal_name)
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [leaves_as, "True"], result.stdout + result.stderr
+
+
+def test_a_failure_without_a_stop_stays_itself() -> None:
+    script = STOPPED_BODY.replace("os.kill(os.getpid(), signal.{signal}); time.sleep(5)", "pass")
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert result.stdout.split() == ["OSError", "False"], result.stdout + result.stderr

@@ -51,6 +51,9 @@ class HoldingBackend:
     def check(self) -> None:
         self.inner.check()
 
+    def probe(self) -> None:
+        self.inner.probe()
+
     def stat(self, path: str) -> ObjectInfo:
         return self.inner.stat(path)
 

@@ -49,6 +49,9 @@ class FakeStore:
     def check(self) -> None:
         pass
 
+    def probe(self) -> None:
+        pass
+
     def _info(self, name: str) -> ObjectInfo:
         return ObjectInfo(name, len(self.files[name]), 1.0, f'"v{self.versions[name]}"', False)
 

@@ -41,6 +41,9 @@ class CountingBackend:
     def check(self) -> None:
         self.inner.check()
 
+    def probe(self) -> None:
+        self.inner.probe()
+
     def stat(self, path: str) -> ObjectInfo:
         self.calls["stat"] += 1
         return self.inner.stat(path)

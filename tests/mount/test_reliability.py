@@ -12,15 +12,17 @@ import random
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 from pffs.testing.faults import FaultProxy, any_request, object_gets
 from pffs.testing.servers import MotoServer
 from tests.conftest import mounted
+
+T = TypeVar("T")
 
 pytestmark = pytest.mark.mount
 MIB = 1 << 20
@@ -67,10 +69,15 @@ def read_all(path: Path) -> bytes:
 
 def read_when_back(path: Path, within: float = 10.0) -> bytes:
     """`path`'s bytes once its source, marked down, is probed back up (pffs.routing.health)."""
+    return when_back(Path.read_bytes, path, within=within)
+
+
+def when_back(fn: Callable[[Path], T], path: Path, within: float = 10.0) -> T:
+    """`fn(path)` once its source, marked down, is probed back up (EIO meanwhile)."""
     deadline = time.monotonic() + within
     while True:
         try:
-            return path.read_bytes()
+            return fn(path)
         except OSError as exc:
             if exc.errno != errno.EIO or time.monotonic() > deadline:
                 raise
@@ -193,7 +200,7 @@ def test_stalled_store_gives_eio_to_reads_and_ls_never_a_hang(s3, bucket, proxy,
         assert proxy.injected["stall"] >= 2
         proxy.set_rates({})
         proxy.match = object_gets
-        assert os.listdir(mnt / "other") == ["g.bin"]
+        assert when_back(os.listdir, mnt / "other") == ["g.bin"]
 
 
 def test_offline_cached_data_and_metadata_still_serve(s3, bucket, proxy, tmp_path) -> None:

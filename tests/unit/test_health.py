@@ -22,36 +22,97 @@ def test_down_after_a_transient_failure_then_probed_up(monkeypatch) -> None:
     monkeypatch.setattr(health, "PROBE_FIRST", 0.05)
     store_answers = [False]
     probes = []
+    calls = []
 
     async def probe() -> None:
         probes.append(trio.current_time())
         if not store_answers[0]:
             raise Transient("still down")
 
+    def failing() -> bytes:
+        calls.append("failing")
+        raise Transient("GET timed out after retries")
+
+    def answering() -> bytes:
+        return b"x"
+
     async def main() -> None:
         breaker = health.register("s3://unit", probe)
         assert health.of("s3://unit") is breaker and breaker.up
-
-        async def failing() -> bytes:
-            raise Transient("GET timed out after retries")
-
+        limiter = trio.CapacityLimiter(1)
         with pytest.raises(Transient):
-            await breaker.observe(failing)
+            await breaker.call(limiter, failing)
         assert not breaker.up
         with pytest.raises(SourceDown):  # at once, without calling the store
-            await breaker.observe(failing)
+            await breaker.call(limiter, failing)
+        assert calls == ["failing"]
         await trio.sleep(0.3)
         assert len(probes) >= 2  # probing with backoff while down
         store_answers[0] = True
         while not breaker.up:
             await trio.sleep(0.05)
-
-        async def answering() -> bytes:
-            return b"x"
-
-        assert await breaker.observe(answering) == b"x"
+        assert await breaker.call(limiter, answering) == b"x"
 
     trio.run(main)
+
+
+def test_a_probe_waiting_on_a_hung_store_does_not_hold_up_the_next(monkeypatch) -> None:
+    """The store hangs each probe sent while it hangs until that probe's own timeout, then
+    answers again: the breaker sees it within one interval, not after the hung probes."""
+    monkeypatch.setattr(health, "PROBE_FIRST", 0.05)
+    monkeypatch.setattr(health, "PROBE_MAX", 0.1)
+    probe_timeout = 1.0  # a probe's own timeout, ten intervals
+    answering_since: list[float] = []
+
+    async def probe() -> None:
+        if not answering_since:  # sent while the store hangs: never answered
+            await trio.sleep(probe_timeout)
+            raise Transient("probe timed out")
+
+    async def main() -> float:
+        breaker = health.register("s3://hung", probe)
+        breaker.failed(Transient("timed out after retries"))
+        await trio.sleep(0.5)
+        answering_since.append(trio.current_time())
+        while not breaker.up:
+            await trio.sleep(0.01)
+        return trio.current_time() - answering_since[0]
+
+    took = trio.run(main)
+    assert took < probe_timeout, took  # one interval, not the hung probes' timeout
+
+
+def test_a_request_retrying_stops_at_its_next_attempt_once_the_source_is_down() -> None:
+    """Another reader's request marks the source down: this one, already retrying, stops at
+    its next attempt with SourceDown instead of spending the rest of its budget."""
+    policy = RetryConfig(attempts=100, base_delay=0.01, max_delay=0.05, total_timeout=30.0)
+    attempts: list[float] = []
+
+    def failing() -> None:
+        attempts.append(time.monotonic())
+        raise ConnectionError("no answer")
+
+    def call() -> None:
+        retry.call_with_retry(failing, is_transient=lambda _: True, policy=policy, what="GET unit")
+
+    async def main() -> float:
+        breaker = health.register("s3://gated", lambda: trio.sleep(10))
+        started = time.monotonic()
+        async with trio.open_nursery() as nursery:
+
+            async def mark_down() -> None:
+                await trio.sleep(0.3)
+                breaker.failed(Transient("another reader's GET timed out after retries"))
+
+            nursery.start_soon(mark_down)
+            with pytest.raises(SourceDown):
+                await breaker.call(trio.CapacityLimiter(1), call)
+            nursery.cancel_scope.cancel()
+        return time.monotonic() - started
+
+    took = trio.run(main)
+    assert took < 5, took  # not the 30 s budget
+    assert len(attempts) >= 2
 
 
 def test_throttling_and_refusals_never_mark_a_source_down() -> None:
