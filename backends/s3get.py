@@ -250,7 +250,7 @@ class LeanGetEngine:
         query = _list_query(prefix, None, "/", 1)
         listing = self._request(lambda target: f"{target.bucket_path}?{query}", {}, probe=True)
         with listing:
-            listing.read_all()
+            listing.read_all(MAX_LISTING_BYTES)
 
     def _request(
         self, path_of: Callable[[_Target], str], headers: dict[str, str], probe: bool = False
