@@ -11,5 +11,5 @@ Elsewhere in this folder:
   publisher); it never imports the driver.
 - proto/ (pffs.csi.proto): csi.proto and the gRPC stubs generated from it (`./dev.sh proto`).
 
-See README, "CSI driver" and "Data-affinity scheduling".
+See docs/KUBERNETES.md, "CSI driver" and "Data-affinity scheduling".
 """

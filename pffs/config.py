@@ -85,7 +85,7 @@ class MetaConfig:
     # 60 s, as mountpoint-s3 with a cache (`--cache` makes its `--metadata-ttl` 60 s) and
     # gcsfuse's stat cache: a dataset is read many times and rarely changes under a job, and
     # every expired name costs a FUSE lookup in Python, mostly pyfuse3 and trio alone, where
-    # the kernel answers in microseconds. The price, documented in the README: a change made
+    # the kernel answers in microseconds. The price, in docs/SEMANTICS.md: a change made
     # elsewhere is seen within a minute; until then reads serve the old version whole or fail
     # with ESTALE, never a mix. Changes made through the mount show at once.
     attr_ttl: float = 60.0

@@ -231,7 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
     mount.add_argument("mountpoint", help="an empty directory (or a dead pffs mount)")
     mount.add_argument(
         "--config",
-        help="mount table file: [[mount]] entries of path, source and options (see README)",
+        help="mount table file: [[mount]] entries of path, source and options (see docs/USAGE.md)",
     )
     _add_source_options(mount)
     _add_cache_options(mount)

@@ -7,7 +7,7 @@ own, sized by its `Pace` (pffs.pace: halved when the store pushes back). A short
 version the caller opened, so a changed object raises `Changed`. Every request passes its
 source's breaker (pffs.routing.health): while the source is down it fails at once, and its
 outcome tells the breaker. A reader's request carries when the reader asked
-(pffs.retry.asking), so its retries stop within the one bound the README states.
+(pffs.retry.asking), so its retries stop within the one bound docs/RELIABILITY.md states.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A `pffs csi --mode all` driver runs in a subprocess (tests/csi/csi_driver.py) wi
 kubelet dir; volumes are real FUSE mounts (one `pffs mount` process per volume) bind mounted
 into the targets. No Kubernetes here: the tests play the kubelet's part, making the calls
 kubelet makes. csi-sanity (kubernetes-csi/csi-test, a Go binary) cannot be fetched on this
-machine; it is expected to pass against `--mode all` (see README, "CSI driver"), and
+machine; it is expected to pass against `--mode all` (see docs/KUBERNETES.md, "CSI driver"), and
 test_sanity_node_sequence walks the calls of its node suite.
 """
 

@@ -182,7 +182,7 @@ def test_node_plugin_args_volumes_and_sidecars_agree() -> None:
     assert args.node_id == "value-of-NODE_NAME"
     assert args.publish_interval > 0  # publishing for the scheduler extender is on
 
-    # The manifests use the code's defaults (README's table), so `pffs csi` run by hand and
+    # The manifests use the code's defaults (docs/KUBERNETES.md's table), so `pffs csi` run by hand and
     # in the cluster agree; each directory is the same path on the host and in the container.
     defaults = DriverConfig(endpoint="", node_id="")
     for path, default in (
@@ -461,7 +461,7 @@ def test_extender_runs_as_deployed_and_rbac_allows_exactly_its_calls(api: FakeAp
     rules = BASE[("ClusterRole", "pffs-scheduler-extender")]["rules"]
     assert all(_rules_allow(rules, verb, resource) for verb, resource in calls), calls
     granted = {(v, res) for r in rules for res in r["resources"] for v in r["verbs"]}
-    # get nodes: the extender's KubeClient may read single nodes (README: "get ... nodes").
+    # get nodes: the extender's KubeClient may read single nodes (docs/KUBERNETES.md: "get ... nodes").
     assert granted <= calls | {("get", "nodes")}
 
 
@@ -574,10 +574,10 @@ def test_chart_switches_and_optional_objects() -> None:
     assert missing.returncode != 0 and "storageClass.baseSource" in missing.stderr
 
 
-def test_readme_kubernetes_examples_are_valid() -> None:
-    """The YAML in the README's Kubernetes section: valid objects naming the real driver."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## Kubernetes") : readme.index("## Development")]
+def test_documented_kubernetes_examples_are_valid() -> None:
+    """The YAML of docs/KUBERNETES.md's install section: valid objects naming the real driver."""
+    page = (ROOT / "docs" / "KUBERNETES.md").read_text()
+    section = page[page.index("## Installing in a cluster") : page.index("## CSI driver")]
     blocks = re.findall(r"```yaml\n(.*?)```", section, flags=re.S)
     docs = [yaml.safe_load(block) for block in blocks]
     assert {d["kind"] for d in docs} == {"StorageClass", "Pod"}

@@ -1,4 +1,4 @@
-"""Names changed when "prefetch" stopped naming two things (README, "Renamed in this
+"""Names changed when "prefetch" stopped naming two things (docs/USAGE.md, "Renamed in this
 release"): the old options, the old module and the old control file still work, each with a
 one-line notice (stderr, a DeprecationWarning, a log line); the new names say nothing. The old
 command and control file on a real mount: tests/mount/test_dataset_preload.py."""
