@@ -2,9 +2,9 @@
 
 csi-sanity (kubernetes-csi/csi-test) is a Go binary that cannot be fetched on this machine.
 This test walks the same sequence its node and identity tests make, with the answers they
-expect, so a regression shows here first; the real suite is expected to pass too (docs/KUBERNETES.md,
-"CSI driver", says how to run it). Volumes come from the controller (CreateVolume) on a moto
-server, as csi-sanity creates them when CREATE_DELETE_VOLUME is advertised.
+expect, so a regression shows here first; the real suite is expected to pass too
+(docs/KUBERNETES.md, "CSI driver", says how to run it). Volumes come from the controller
+(CreateVolume) on a moto server, as csi-sanity creates them when CREATE_DELETE_VOLUME is advertised.
 """
 
 from __future__ import annotations

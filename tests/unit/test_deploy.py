@@ -182,8 +182,9 @@ def test_node_plugin_args_volumes_and_sidecars_agree() -> None:
     assert args.node_id == "value-of-NODE_NAME"
     assert args.publish_interval > 0  # publishing for the scheduler extender is on
 
-    # The manifests use the code's defaults (docs/KUBERNETES.md's table), so `pffs csi` run by hand and
-    # in the cluster agree; each directory is the same path on the host and in the container.
+    # The manifests use the code's defaults (docs/KUBERNETES.md's table), so `pffs csi` run by
+    # hand and in the cluster agree; each directory is the same path on the host and in the
+    # container.
     defaults = DriverConfig(endpoint="", node_id="")
     for path, default in (
         (config.cache_dir, defaults.cache_dir),
@@ -461,7 +462,8 @@ def test_extender_runs_as_deployed_and_rbac_allows_exactly_its_calls(api: FakeAp
     rules = BASE[("ClusterRole", "pffs-scheduler-extender")]["rules"]
     assert all(_rules_allow(rules, verb, resource) for verb, resource in calls), calls
     granted = {(v, res) for r in rules for res in r["resources"] for v in r["verbs"]}
-    # get nodes: the extender's KubeClient may read single nodes (docs/KUBERNETES.md: "get ... nodes").
+    # get nodes: the extender's KubeClient may read single nodes (docs/KUBERNETES.md:
+    # "get ... nodes").
     assert granted <= calls | {("get", "nodes")}
 
 

@@ -65,9 +65,12 @@ def broken_links(page: Path) -> list[str]:
         linked = (page.parent / path_part).resolve() if path_part else page
         if not linked.exists():
             broken.append(f"{target}: no such file")
-        elif anchor and linked.suffix == ".md":
-            if anchor not in anchors(linked.read_text(encoding="utf-8")):
-                broken.append(f"{target}: no heading with the anchor #{anchor}")
+        elif (
+            anchor
+            and linked.suffix == ".md"
+            and anchor not in anchors(linked.read_text(encoding="utf-8"))
+        ):
+            broken.append(f"{target}: no heading with the anchor #{anchor}")
     return broken
 
 
