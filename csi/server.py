@@ -189,8 +189,8 @@ def start_publisher(config: DriverConfig) -> NodeCachePublisher | None:
     if config.kube_api is None and not os.environ.get("KUBERNETES_SERVICE_HOST"):
         log.info("not in a Kubernetes cluster and no --kube-api: node labels not published")
         return None
-    from pffs.csi.affinity.kube import KubeClient, KubeError
     from pffs.csi.affinity.publisher import NodeCachePublisher
+    from pffs.kube import KubeClient, KubeError
 
     try:
         api = KubeClient.from_url(config.kube_api)

@@ -197,6 +197,18 @@ class ObserveConfig:
 
 
 @dataclass(frozen=True)
+class GroupConfig:
+    """A cache group this mount joins (pffs.group): where the member list comes from
+    (`file:///path` or `k8s://NAMESPACE/SERVICE`), the address its peer server listens on,
+    the file holding the shared secret, and this member's name in the list."""
+
+    members: str
+    listen: str
+    secret_file: str
+    self_name: str
+
+
+@dataclass(frozen=True)
 class MountConfig:
     """Everything a mount needs (`pffs.mounting.serving.serve_here`).
 
@@ -214,6 +226,8 @@ class MountConfig:
     name: str = "pffs"
     observe: ObserveConfig = field(default_factory=ObserveConfig)
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    # None: no group, the mount fetches from its stores alone.
+    group: GroupConfig | None = None
 
 
 def single_source(
@@ -256,4 +270,5 @@ def from_json(text: str) -> MountConfig:
         name=raw["name"],
         observe=ObserveConfig(**raw.get("observe", {})),
         dataset=DatasetConfig(**raw.get("dataset", {})),
+        group=GroupConfig(**raw["group"]) if raw.get("group") else None,
     )

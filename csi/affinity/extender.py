@@ -35,7 +35,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType
 from typing import Any
 
-from pffs.csi.affinity.kube import KubeClient, KubeError
 from pffs.csi.affinity.labels import DatasetCache, label_key, node_cache
 from pffs.csi.affinity.scoring import (
     OFF,
@@ -49,6 +48,7 @@ from pffs.csi.affinity.scoring import (
     score_nodes,
 )
 from pffs.errors import UsageError
+from pffs.kube import KubeClient, KubeError
 
 log = logging.getLogger("pffs.csi.extender")
 

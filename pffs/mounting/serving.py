@@ -26,6 +26,7 @@ from pffs.errors import CacheDirError, PffsError
 from pffs.fs.vfs import Vfs
 from pffs.fuse_ops import PffsOperations, serve
 from pffs.mounting.daemon import note_to_parent
+from pffs.mounting.grouping import open_group
 from pffs.mounting.kernel import prepare_mountpoint, set_kernel_readahead
 from pffs.mounting.observe import start_observing
 from pffs.mounting.ordersocket import serve_order_socket
@@ -63,6 +64,7 @@ def serve_here(config: MountConfig, on_ready: Callable[[], None] | None = None) 
         raise CacheDirError(f"staging directory {staging_dir(config)}: {exc.strerror}") from None
     if not config.fuse.read_only:
         recover_staged(staging_dir(config), table.mounted, notify=note_to_parent)
+    joined = open_group(config.group, table, cache) if config.group is not None else None
     stop_observing = start_observing(config, vfs)
     for mounted in table.mounted:
         log.info("mounting %s at %s/%s", mounted.backend.source_id, mountpoint, mounted.path)
@@ -76,12 +78,16 @@ def serve_here(config: MountConfig, on_ready: Callable[[], None] | None = None) 
             set_kernel_readahead(mountpoint, config.fuse.kernel_readahead)
             async with trio.open_nursery() as nursery:
                 await nursery.start(serve_order_socket, vfs, mountpoint)
+                if joined is not None:
+                    await nursery.start(joined.run)
                 if on_ready is not None:  # live, and a job may hand its order over at once
                     on_ready()
 
         serve(PffsOperations(vfs, config), mountpoint, after_init=after_init)
     finally:
         stop_observing()
+        if joined is not None:
+            joined.close()
         log.info("cache counters at exit: %s", cache.stats.as_dict())
         retries = {m.backend.source_id: m.backend.retries for m in table.mounted}
         log.info("transient store failures retried: %s", retries)

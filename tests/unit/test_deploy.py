@@ -39,10 +39,10 @@ import yaml
 from pffs.cli import options
 from pffs.csi import params, provision
 from pffs.csi.affinity.extender import parse_listen
-from pffs.csi.affinity.kube import KubeClient
 from pffs.csi.affinity.publisher import NodeCachePublisher
 from pffs.csi.affinity.scoring import REQUIRE, pod_mode
 from pffs.csi.server import DEFAULT_DRIVER_NAME, DriverConfig, config_from_args, socket_path
+from pffs.kube import KubeClient
 from pffs.testing.servers import free_port, wait_for_port
 from pffs.version import __version__
 from tests.csi.kube_apiserver import FakeApiServer

@@ -1,0 +1,65 @@
+"""The options of `pffs mount` that join a cache group (pffs.group), and their checks.
+
+`--group-members SOURCE --group-listen HOST:PORT --group-secret-file FILE [--group-self NAME]`.
+Everything is checked here, before a daemon starts: bad input is one line and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+
+from pffs.config import GroupConfig
+from pffs.errors import UsageError
+from pffs.group import members, signing
+from pffs.group.kubemembers import parse_k8s_source
+from pffs.group.server import parse_listen
+
+
+def add_group_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "cache group (mounts serving each other's blocks: each block from the store once)"
+    )
+    group.add_argument(
+        "--group-members",
+        metavar="SOURCE",
+        help="the member list: file:///PATH (NAME http://HOST:PORT a line) or k8s://NS/SERVICE",
+    )
+    group.add_argument("--group-listen", metavar="HOST:PORT", help="where peers reach this mount")
+    group.add_argument("--group-secret-file", metavar="FILE", help="the group's shared secret")
+    group.add_argument(
+        "--group-self",
+        metavar="NAME",
+        help="this member's name (default: $NODE_NAME, else host name)",
+    )
+
+
+def group_config(args: argparse.Namespace) -> GroupConfig | None:
+    """The group to join, or None without --group-members (a mount exactly as without groups)."""
+    source = getattr(args, "group_members", None)
+    if not source:
+        for option in ("group_listen", "group_secret_file", "group_self"):
+            if getattr(args, option, None):
+                flag = "--" + option.replace("_", "-")
+                raise UsageError(f"{flag} needs --group-members")
+        return None
+    if not args.group_listen or not args.group_secret_file:
+        raise UsageError("--group-members needs --group-listen HOST:PORT and --group-secret-file")
+    self_name = args.group_self or os.environ.get("NODE_NAME") or socket.gethostname()
+    try:
+        members.check_name(self_name)
+    except UsageError as exc:
+        raise UsageError(f"--group-self: {exc}") from None
+    if source.startswith("file:"):
+        members.read_member_file(members.file_path(source))
+    elif source.startswith("k8s:"):
+        parse_k8s_source(source)
+    else:
+        raise UsageError(
+            f"--group-members {source}: expected file:///PATH or k8s://NAMESPACE/SERVICE"
+        )
+    parse_listen(args.group_listen)
+    secret_file = os.path.abspath(args.group_secret_file)
+    signing.read_secret(secret_file)
+    return GroupConfig(source, args.group_listen, secret_file, self_name)
