@@ -110,6 +110,13 @@ class PeerClient:
 
 
 def _reason(exc: Exception) -> str:
+    cause = (
+        exc.args[1]
+        if isinstance(exc, urllib3.exceptions.ProtocolError) and len(exc.args) > 1
+        else exc
+    )
+    if isinstance(cause, urllib3.exceptions.IncompleteRead):  # the body ended before its length
+        return "short body"
     if isinstance(exc, urllib3.exceptions.NewConnectionError):  # before: it is a timeout too
         return "connection refused"
     if isinstance(exc, urllib3.exceptions.TimeoutError):

@@ -97,6 +97,9 @@ class PeerServer:
     ) -> tuple[int, bytes, list[tuple[str, str]]]:
         method, target = request.method.decode(), request.target.decode("ascii", "replace")
         headers = {name.decode(): value.decode("latin-1") for name, value in request.headers}
+        claimed = headers.get("x-pffs-from", "")[:64]  # unproven: only for the log
+        if claimed:
+            peer = f"{peer} ({claimed}?)"
         refusal = self._verifier.refusal(method, target, headers)
         if refusal is None and method != "GET":
             refusal = "method"

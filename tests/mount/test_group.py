@@ -46,7 +46,9 @@ class Cluster:
     def __init__(self, root: Path, count: int) -> None:
         self.root = root
         self.names = [f"node{n}" for n in range(count)]
-        self.addresses = {name: (f"127.0.0.{n + 2}", free_port()) for n, name in enumerate(self.names)}
+        self.addresses = {
+            name: (f"127.0.0.{n + 2}", free_port()) for n, name in enumerate(self.names)
+        }
         self.urls = {name: f"http://{host}:{port}" for name, (host, port) in self.addresses.items()}
         self.member_file = root / "members"
         write_members(self.member_file, self.urls)
@@ -67,7 +69,11 @@ class Cluster:
 
 @contextlib.contextmanager
 def group_mounts(
-    cluster: Cluster, bucket: str, endpoint: str, *extra: str, secrets: dict[str, Path] | None = None
+    cluster: Cluster,
+    bucket: str,
+    endpoint: str,
+    *extra: str,
+    secrets: dict[str, Path] | None = None,
 ) -> Iterator[dict[str, Path]]:
     with contextlib.ExitStack() as stack:
         mounts = {}
@@ -77,7 +83,10 @@ def group_mounts(
                 mounted(
                     f"s3://{bucket}",
                     cluster.root / name,
-                    "--endpoint-url", endpoint, *options, *extra,
+                    "--endpoint-url",
+                    endpoint,
+                    *options,
+                    *extra,
                 )  # fmt: skip
             )
         yield mounts
@@ -145,6 +154,181 @@ def test_each_block_comes_from_the_store_about_once(s3, bucket, proxy, tmp_path)
     assert metric_value(snapshot, "pffs_group_members") == 3
     # Each block from the store about once (a block owned by a member may be fetched by an
     # asker whose request met a busy owner: allowed, but rare), and most bytes from peers.
-    assert dataset <= from_store <= 1.3 * dataset, (from_store / dataset)
-    assert received >= dataset, (received / dataset)  # 2 of 3 members read each peer block
+    assert dataset <= from_store <= 1.3 * dataset, from_store / dataset
+    assert received >= dataset, received / dataset  # 2 of 3 members read each peer block
     assert served == received
+
+
+def log_of(cluster: Cluster, name: str) -> str:
+    return (cluster.root / f"{name}.log").read_text()
+
+
+def test_sigkill_of_a_member_mid_read_gives_no_error_elsewhere(s3, bucket, proxy, tmp_path) -> None:
+    files = put_files(s3, bucket, 16, 2 * MIB + 777)
+    cluster = Cluster(tmp_path, 3)
+    with group_mounts(cluster, bucket, proxy.endpoint_url) as mounts:
+        victim = mounts.pop("node2")
+        pid = int(stats_snapshot(victim)["pid"])
+        errors: list[str] = []
+        some_read = threading.Event()
+        names = list(files)
+
+        def reader(mnt: Path, seed: int) -> None:
+            order = names[:]
+            random.Random(seed).shuffle(order)
+            for count, name in enumerate(order):
+                if count == 4:
+                    some_read.set()
+                try:
+                    if (mnt / name).read_bytes() != files[name]:
+                        errors.append(f"{mnt.name}/{name}: wrong bytes")
+                except OSError as exc:
+                    errors.append(f"{mnt.name}/{name}: {exc}")
+
+        threads = [
+            threading.Thread(target=reader, args=(mnt, seed))
+            for seed, mnt in enumerate(mounts.values())
+        ]
+        for thread in threads:
+            thread.start()
+        some_read.wait()
+        os.kill(pid, signal.SIGKILL)
+        for thread in threads:
+            thread.join()
+        assert errors == []
+        assert read_everywhere(mounts, files) == []  # again, the dead member still listed
+        for name in mounts:
+            snapshot = stats_snapshot(mounts[name])
+            assert metric_value(snapshot, "pffs_group_member_up", member="node2") == 0
+    for name in ("node0", "node1"):
+        assert log_of(cluster, name).count("peer node2 broken") == 1, log_of(cluster, name)[-3000:]
+
+
+def test_a_member_with_the_wrong_secret_is_refused_and_reads_from_the_store(
+    s3, bucket, proxy, tmp_path
+) -> None:
+    files = put_files(s3, bucket, 8, MIB + 99)
+    cluster = Cluster(tmp_path, 2)
+    wrong = tmp_path / "wrong-secret"
+    wrong.write_text("not-the-group-secret-at-all")
+    with group_mounts(cluster, bucket, proxy.endpoint_url, secrets={"node1": wrong}) as mounts:
+        assert read_everywhere(mounts, files) == []
+        assert peer_bytes(mounts, "received") == 0
+        refused = metric_value(
+            stats_snapshot(mounts["node0"]), "pffs_group_refusals_total", reason="bad signature"
+        )
+        assert refused >= 1
+    # Each asked the other, was refused, and took its blocks from the store: one line each.
+    for name, other in (("node0", "node1"), ("node1", "node0")):
+        log = log_of(cluster, name)
+        assert log.count(f"peer {other} broken (HTTP 403)") == 1, log[-3000:]
+        assert log.count(f"({other}?): bad signature") == 1, log[-3000:]
+
+
+def test_a_malformed_member_file_keeps_the_previous_list(s3, bucket, proxy, tmp_path) -> None:
+    files = put_files(s3, bucket, 6, MIB + 5)
+    cluster = Cluster(tmp_path, 2)
+    with group_mounts(cluster, bucket, proxy.endpoint_url) as mounts:
+        good = cluster.member_file.read_text()
+        for bad in ("node0 http://127.0.0.2:1 extra\n", good + good.splitlines()[0] + "\n"):
+            cluster.member_file.write_text(bad)
+            wait_for_log(cluster, "node0", "keeping the previous member list", bad)
+        assert read_everywhere(mounts, files) == []
+        assert metric_value(stats_snapshot(mounts["node0"]), "pffs_group_members") == 2
+        assert peer_bytes(mounts, "received") > 0  # the group still works on the old list
+    log = log_of(cluster, "node0")
+    assert log.count("keeping the previous member list") == 2, log[-3000:]
+    assert "named twice" in log
+
+
+def wait_for_log(cluster: Cluster, name: str, text: str, after: str) -> None:
+    """Until the member's log says `text` once more (the member file is polled each second)."""
+    import time
+
+    before = log_of(cluster, name).count(text)
+    for _ in range(200):
+        if log_of(cluster, name).count(text) > before:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{name} never said {text!r} after {after!r}")
+
+
+class BadPeer:
+    """A member that answers block requests wrong, in one of four ways: a stand-in for a broken
+    or malicious peer (a real pffs member never answers so), on plain http.server."""
+
+    def __init__(self, host: str, mode: str) -> None:
+        import http.server
+
+        from pffs.group import protocol
+
+        self.release = threading.Event()
+        peer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:
+                request = protocol.parse_target(self.path)
+                length, version = request.length, request.blocks.version
+                body = random.randbytes(length)
+                crc = protocol.checksum(body)
+                if mode == "hang":
+                    peer.release.wait(30)
+                    return
+                if mode == "corrupt":
+                    body = bytes([body[0] ^ 1]) + body[1:]
+                if mode == "version":
+                    version = '"another-etag"'
+                self.send_response(200)
+                self.send_header("content-length", str(length))
+                self.send_header(protocol.VERSION, version)
+                self.send_header(protocol.CRC, crc)
+                self.end_headers()
+                self.wfile.write(body[: length // 2] if mode == "short" else body)
+                if mode == "short":
+                    self.close_connection = True
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer((host, 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://{host}:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize(
+    ("mode", "reason"),
+    [
+        ("corrupt", "CRC32C mismatch"),
+        ("version", "another version"),
+        ("short", "short body"),
+        ("hang", "timed out"),
+    ],
+)
+def test_a_bad_peer_costs_one_log_line_and_a_fallback(
+    mode: str, reason: str, s3, bucket, proxy, tmp_path
+) -> None:
+    files = put_files(s3, bucket, 6, MIB + 4321)
+    dataset = sum(len(data) for data in files.values())
+    cluster = Cluster(tmp_path, 1)
+    bad = BadPeer("127.0.0.9", mode)
+    try:
+        write_members(cluster.member_file, {**cluster.urls, "bad": bad.url})
+        with group_mounts(cluster, bucket, proxy.endpoint_url) as mounts:
+            assert read_everywhere(mounts, files) == []
+            snapshot = stats_snapshot(mounts["node0"])
+            assert metric_value(snapshot, "pffs_group_fallbacks_total", reason=reason) >= 1
+            assert metric_value(snapshot, "pffs_group_member_up", member="bad") == 0
+            assert peer_bytes(mounts, "received") == 0
+            assert store_bytes(mounts) >= dataset
+    finally:
+        bad.close()
+    log = log_of(cluster, "node0")
+    assert log.count("peer bad broken") == 1 and f"({reason})" in log, log[-3000:]
