@@ -173,7 +173,7 @@ async def _reply(
     body: bytes,
     headers: list[tuple[str, str]] | None = None,
 ) -> None:
-    if conn.our_state is not h11.SEND_RESPONSE:
+    if conn.our_state not in (h11.SEND_RESPONSE, h11.IDLE):  # IDLE: a malformed request
         return
     fields = [*(headers or []), ("content-length", str(len(body)))]
     if status != 200:

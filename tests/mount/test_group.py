@@ -11,6 +11,7 @@ import contextlib
 import os
 import random
 import signal
+import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +21,6 @@ import pytest
 from pffs.testing.faults import FaultProxy
 from pffs.testing.servers import MotoServer, free_port
 from tests.conftest import metric_value, mounted, stats_snapshot
-from tests.mount.test_crash_and_disk import daemon_pid
 
 pytestmark = pytest.mark.mount
 MIB = 1 << 20
@@ -332,3 +332,81 @@ def test_a_bad_peer_costs_one_log_line_and_a_fallback(
         bad.close()
     log = log_of(cluster, "node0")
     assert log.count("peer bad broken") == 1 and f"({reason})" in log, log[-3000:]
+
+
+def test_a_member_serves_only_sources_it_mounts(s3, bucket, proxy, tmp_path) -> None:
+    """Two members of one group mounting different buckets: each refuses the other's blocks
+    (the group is no way around a bucket's access rules) and both read exact bytes."""
+    other = f"{bucket}-b"
+    s3.create_bucket(Bucket=other)
+    files = {
+        bucket: put_files(s3, bucket, 4, MIB + 1),
+        other: put_files(s3, other, 4, MIB + 2, seed=2),
+    }
+    cluster = Cluster(tmp_path, 2)
+    with contextlib.ExitStack() as stack:
+        mounts = {}
+        for name, source in zip(cluster.names, files, strict=True):
+            mounts[name] = stack.enter_context(
+                mounted(
+                    f"s3://{source}",
+                    tmp_path / name,
+                    "--endpoint-url",
+                    proxy.endpoint_url,
+                    *cluster.options(name),
+                )  # fmt: skip
+            )
+        errors: list[str] = []
+        read_all(mounts["node0"], files[bucket], 0, errors)
+        read_all(mounts["node1"], files[other], 1, errors)
+        assert errors == []
+        refused = sum(
+            metric_value(
+                stats_snapshot(mnt),
+                "pffs_group_refusals_total",
+                reason="a source this member does not mount",
+            )
+            for mnt in mounts.values()
+        )
+        assert refused >= 1
+        assert peer_bytes(mounts, "received") == 0
+
+
+@pytest.mark.parametrize(
+    ("options", "fragment"),
+    [
+        (("--group-members", "file:///nonexistent/members"), "needs --group-listen"),
+        (("--group-listen", "127.0.0.2:7000"), "--group-listen needs --group-members"),
+        (("--group-members", "dns://pffs.svc", "--group-listen", "127.0.0.2:7000", "--group-secret-file", "S"), "expected file:///PATH or k8s://"),
+        (("--group-members", "file:///nonexistent/members", "--group-listen", "127.0.0.2:7000", "--group-secret-file", "S"), "No such file"),
+        (("--group-members", "file://M", "--group-listen", "nowhere", "--group-secret-file", "S"), "is not HOST:PORT"),
+        (("--group-members", "file://M", "--group-listen", "127.0.0.2:7000", "--group-secret-file", "S", "--group-self", "a/b"), "--group-self"),
+        (("--group-members", "file://M", "--group-listen", "127.0.0.2:7000", "--group-secret-file", "/nonexistent"), "--group-secret-file"),
+    ],
+)  # fmt: skip
+def test_bad_group_options(options: tuple[str, ...], fragment: str, tmp_path: Path) -> None:
+    from tests.mount.test_cli_errors import assert_one_line_error
+
+    members, secret = tmp_path / "members", tmp_path / "secret"
+    members.write_text("a http://127.0.0.2:7000\n")
+    secret.write_text(SECRET)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    options = tuple(
+        f"file://{members}" if o == "file://M" else str(secret) if o == "S" else o for o in options
+    )
+    assert_one_line_error(("mount", "s3://b", str(mnt), *options), 2, fragment)
+
+
+def test_a_taken_peer_port_is_one_line(s3, bucket, moto, tmp_path) -> None:
+    from tests.mount.test_cli_errors import assert_one_line_error
+
+    cluster = Cluster(tmp_path, 1)
+    host, port = cluster.addresses["node0"]
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    with socket.socket() as taken:
+        taken.bind((host, port))
+        taken.listen()
+        args = ("mount", f"s3://{bucket}", str(mnt), "--endpoint-url", moto.endpoint_url)
+        assert_one_line_error((*args, *cluster.options("node0")), 1, "--group-listen")
