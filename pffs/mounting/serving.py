@@ -26,7 +26,6 @@ from pffs.errors import CacheDirError, PffsError
 from pffs.fs.vfs import Vfs
 from pffs.fuse_ops import PffsOperations, serve
 from pffs.mounting.daemon import note_to_parent
-from pffs.mounting.grouping import open_group
 from pffs.mounting.kernel import prepare_mountpoint, set_kernel_readahead
 from pffs.mounting.observe import start_observing
 from pffs.mounting.ordersocket import serve_order_socket
@@ -64,7 +63,11 @@ def serve_here(config: MountConfig, on_ready: Callable[[], None] | None = None) 
         raise CacheDirError(f"staging directory {staging_dir(config)}: {exc.strerror}") from None
     if not config.fuse.read_only:
         recover_staged(staging_dir(config), table.mounted, notify=note_to_parent)
-    joined = open_group(config.group, table, cache) if config.group is not None else None
+    joined = None
+    if config.group is not None:  # imported only then: a mount without a group pays nothing
+        from pffs.mounting.grouping import open_group
+
+        joined = open_group(config.group, table, cache)
     stop_observing = start_observing(config, vfs)
     for mounted in table.mounted:
         log.info("mounting %s at %s/%s", mounted.backend.source_id, mountpoint, mounted.path)
