@@ -165,7 +165,9 @@ class Group:
                 return
             results: dict[int, bytes | None] = {}
             landed = {
-                p: trio.Event() for p, mine in zip(range(first, first + count), owned) if mine
+                p: trio.Event()
+                for p, mine in zip(range(first, first + count), owned, strict=True)
+                if mine
             }
 
             async def ask(position: int) -> None:

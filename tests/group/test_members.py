@@ -70,10 +70,11 @@ def test_ready_endpoints_own_terminating_ones_still_serve() -> None:
 
 def test_members_from_the_endpoint_slices_of_a_service() -> None:
     with FakeApiServer() as api:
-        api.set_endpoint_slice(
-            "pffs", "group-abc", "pffs-group", 7070,
-            [endpoint("node-a", "10.0.0.1", ready=True), endpoint("node-b", "10.0.0.2", ready=True)],
-        )  # fmt: skip
+        ready = [
+            endpoint("node-a", "10.0.0.1", ready=True),
+            endpoint("node-b", "10.0.0.2", ready=True),
+        ]
+        api.set_endpoint_slice("pffs", "group-abc", "pffs-group", 7070, ready)
         api.set_endpoint_slice(
             "pffs", "other-xyz", "another-service", 80, [endpoint("x", "10.9.9.9", ready=True)]
         )

@@ -6,6 +6,8 @@ request of another secret, a malformed request or target is refused, and nothing
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
+from typing import TypeVar
 
 import pytest
 import trio
@@ -18,6 +20,7 @@ from pffs.group.server import PeerServer, Refused
 from pffs.group.signing import Verifier
 
 SECRET = b"a-shared-secret-of-the-group"
+T = TypeVar("T")
 BLOCKS = ObjectBlocks("s3://bucket", "d/f.bin", '"v1"', 10_000, 4096)
 DATA = bytes(range(256)) * 40
 
@@ -31,10 +34,10 @@ async def handler(request: BlockRequest) -> bytes | None:
     return DATA[start : start + request.length]
 
 
-def serve_and(check) -> object:  # type: ignore[no-untyped-def]
+def serve_and(check: Callable[[str], T]) -> T:
     """Run the server on 127.0.0.1 and `check(url)` in a worker thread."""
 
-    async def main() -> object:
+    async def main() -> T:
         listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
         port = listener.socket.getsockname()[1]
         server = PeerServer(handler, Verifier(SECRET))

@@ -58,13 +58,19 @@ class Cluster:
     def options(self, name: str, secret: Path | None = None) -> tuple[str, ...]:
         host, port = self.addresses[name]
         return (
-            "--group-members", f"file://{self.member_file}",
-            "--group-listen", f"{host}:{port}",
-            "--group-secret-file", str(secret or self.secret),
-            "--group-self", name,
-            "--block-size", "1M",
-            "--cache-dir", str(self.root / f"cache-{name}"),
-        )  # fmt: skip
+            "--group-members",
+            f"file://{self.member_file}",
+            "--group-listen",
+            f"{host}:{port}",
+            "--group-secret-file",
+            str(secret or self.secret),
+            "--group-self",
+            name,
+            "--block-size",
+            "1M",
+            "--cache-dir",
+            str(self.root / f"cache-{name}"),
+        )
 
 
 @contextlib.contextmanager
@@ -87,7 +93,7 @@ def group_mounts(
                     endpoint,
                     *options,
                     *extra,
-                )  # fmt: skip
+                )
             )
         yield mounts
 
@@ -355,7 +361,7 @@ def test_a_member_serves_only_sources_it_mounts(s3, bucket, proxy, tmp_path) -> 
                     "--endpoint-url",
                     proxy.endpoint_url,
                     *cluster.options(name),
-                )  # fmt: skip
+                )
             )
         errors: list[str] = []
         read_all(mounts["node0"], files[bucket], 0, errors)
@@ -373,7 +379,11 @@ def test_a_member_serves_only_sources_it_mounts(s3, bucket, proxy, tmp_path) -> 
         assert peer_bytes(mounts, "received") == 0
 
 
-FULL = ("--group-members", "file://M", "--group-listen", "127.0.0.2:7000", "--group-secret-file", "S")
+FULL = (
+    *("--group-members", "file://M"),
+    *("--group-listen", "127.0.0.2:7000"),
+    *("--group-secret-file", "S"),
+)
 
 
 @pytest.mark.parametrize(
