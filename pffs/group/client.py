@@ -4,8 +4,8 @@ worker thread, with the reply checked before anyone uses it.
 Timeouts are short and apart from the store's: `connect`, `first_byte` (and any later pause
 between bytes) and `whole` for the block. Every way a reply can be wrong raises `PeerFailed`
 with a short reason: a refused or timed-out connection, a status other than 200, a version,
-length or CRC32C that is not the one asked for. A 404 to a cached-only request is `PeerMiss`:
-the peer is fine, it just does not hold the block.
+length or CRC32C that is not the one asked for. A 404 to a cached-only request is `PeerMiss`,
+a 503 `PeerStoreFailed` (the owner's store failed it): the peer is fine in both.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ CHUNK = 256 * 1024
 @dataclass(frozen=True)
 class Timeouts:
     connect: float = 0.5
-    first_byte: float = 2.0
-    whole: float = 10.0
+    # The owner answers once it holds the block: a store GET (or joining one) fits in this.
+    first_byte: float = 5.0
+    whole: float = 15.0
 
 
 class PeerFailed(Exception):
@@ -35,6 +36,10 @@ class PeerFailed(Exception):
 
 class PeerMiss(PeerFailed):
     """A cached-only request for a block the peer does not hold."""
+
+
+class PeerStoreFailed(PeerFailed):
+    """The peer answered, but could not get the block from the store (503): the peer is fine."""
 
 
 class PeerClient:
@@ -77,6 +82,8 @@ class PeerClient:
     ) -> bytes:
         if response.status == 404 and request.cached_only:
             raise PeerMiss("not held")
+        if response.status == 503:
+            raise PeerStoreFailed("the owner's store failed")
         if response.status != 200:
             raise PeerFailed(f"HTTP {response.status}")
         version = response.headers.get(protocol.VERSION)

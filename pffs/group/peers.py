@@ -20,7 +20,7 @@ import trio
 from pffs.cache.keys import Deliver, FetchRun, ObjectBlocks
 from pffs.group import stats
 from pffs.group.breaker import PeerBreaker
-from pffs.group.client import PeerClient, PeerFailed, PeerMiss
+from pffs.group.client import PeerClient, PeerFailed, PeerMiss, PeerStoreFailed
 from pffs.group.members import Member
 from pffs.group.placement import Placement
 from pffs.group.protocol import BlockRequest
@@ -142,6 +142,10 @@ class Group:
             data = await run_blocking(self.limiter, self.client.get, member.url, request)
         except PeerMiss:
             breaker.succeeded()
+            return None
+        except PeerStoreFailed as exc:  # the peer is fine; its store failed this block
+            breaker.succeeded()
+            stats.FALLBACKS.labels(reason=str(exc)).inc()
             return None
         except PeerFailed as exc:
             breaker.failed(str(exc))
