@@ -8,6 +8,8 @@ fetch of the source the block names, version pinned, so an owner fetches a block
 whole group. It serves only sources this mount mounts: the source id in the key carries the
 bucket and endpoint, so the group is never a way around a bucket's access rules. The group is
 registered with `pffs.group.join`, where the fetch path (pffs.fs.fetching) finds it.
+`asking_group` is the same group for `pffs warmup` on a member: it asks the owners, so each
+owner loads its own blocks from the store once, and the group fills in parallel.
 """
 
 from __future__ import annotations
@@ -71,21 +73,34 @@ class JoinedGroup:
 def open_group(config: GroupConfig, table: MountTable, cache: BlockCache) -> JoinedGroup:
     secret = read_secret(config.secret_file)
     group = Group(config.self_name, PeerClient(secret, config.self_name))
-    members: FileMembers | KubeMembers
-    if config.members.startswith("file:"):
-        members = FileMembers(file_path(config.members))
+    members = _member_source(config)
+    if isinstance(members, FileMembers):
         group.update(members.load())
-    else:
-        try:
-            members = KubeMembers(config.members, KubeClient.in_cluster())
-        except KubeError as exc:
-            raise UsageError(f"--group-members {config.members}: {exc}") from None
     handler = functools.partial(_serve_block, group, table, cache)
     server = PeerServer(handler, Verifier(secret))
     listening = _bind(config.listen)
     log.info("group: %s serving peers on %s", config.self_name, config.listen)
     registry.join(group)
     return JoinedGroup(group, server, listening, members)
+
+
+async def asking_group(config: GroupConfig) -> Group:
+    """The group of a mount as a process that only asks (`pffs warmup` on a member): its
+    members now, no server. Joined, so the fetch path asks the blocks' owners."""
+    group = Group(config.self_name, PeerClient(read_secret(config.secret_file), config.self_name))
+    members = _member_source(config)
+    group.update(await members.load() if isinstance(members, KubeMembers) else members.load())
+    registry.join(group)
+    return group
+
+
+def _member_source(config: GroupConfig) -> FileMembers | KubeMembers:
+    if config.members.startswith("file:"):
+        return FileMembers(file_path(config.members))
+    try:
+        return KubeMembers(config.members, KubeClient.in_cluster())
+    except KubeError as exc:
+        raise UsageError(f"--group-members {config.members}: {exc}") from None
 
 
 def _bind(address: str) -> socket.socket:

@@ -424,3 +424,30 @@ def test_a_taken_peer_port_is_one_line(s3, bucket, moto, tmp_path) -> None:
         taken.listen()
         args = ("mount", f"s3://{bucket}", str(mnt), "--endpoint-url", moto.endpoint_url)
         assert_one_line_error((*args, *cluster.options("node0")), 1, "--group-listen")
+
+
+def test_warmup_on_one_member_fills_the_group(s3, bucket, proxy, tmp_path) -> None:
+    """`pffs warmup` on node0 asks each block's owner: the owners load their blocks from the
+    store, so the other members then read the whole dataset without the store."""
+    files = put_files(s3, bucket, 9, MIB + 321)
+    cluster = Cluster(tmp_path, 3)
+    with group_mounts(cluster, bucket, proxy.endpoint_url) as mounts:
+        import time
+
+        t0 = time.monotonic()
+        result = run_pffs("warmup", str(mounts["node0"] / "data"), "--quiet")
+        print("WARMUP", time.monotonic() - t0, result.stdout, result.stderr)
+        assert result.returncode == 0, result.stderr
+        owners = {name: stats_snapshot(mounts[name]) for name in ("node1", "node2")}
+        for snapshot in owners.values():  # each owner loaded its share for the warmup
+            assert metric_value(snapshot, "pffs_group_peer_bytes_total", way="served") > 0
+        before = {
+            name: metric_value(s, "pffs_backend_received_bytes_total") for name, s in owners.items()
+        }
+        others = {name: mounts[name] for name in owners}
+        assert read_everywhere(others, files) == []
+        after = {
+            name: metric_value(stats_snapshot(mounts[name]), "pffs_backend_received_bytes_total")
+            for name in owners
+        }
+        assert after == before  # every block came from a member's cache
