@@ -432,11 +432,7 @@ def test_warmup_on_one_member_fills_the_group(s3, bucket, proxy, tmp_path) -> No
     files = put_files(s3, bucket, 9, MIB + 321)
     cluster = Cluster(tmp_path, 3)
     with group_mounts(cluster, bucket, proxy.endpoint_url) as mounts:
-        import time
-
-        t0 = time.monotonic()
         result = run_pffs("warmup", str(mounts["node0"] / "data"), "--quiet")
-        print("WARMUP", time.monotonic() - t0, result.stdout, result.stderr)
         assert result.returncode == 0, result.stderr
         owners = {name: stats_snapshot(mounts[name]) for name in ("node1", "node2")}
         for snapshot in owners.values():  # each owner loaded its share for the warmup
