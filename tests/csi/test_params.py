@@ -43,3 +43,19 @@ def test_former_attribute_names_still_work_with_a_warning(
     spec = params.volume_spec({"source": "s3://bucket/data", old: text})
     assert getattr(spec, field) == value
     assert f"volume attribute {old} is deprecated and will be removed, use {new}" in caplog.text
+
+
+def test_cache_group_attribute_joins_the_nodes_group(tmp_path) -> None:
+    from pffs.csi.volumes import Volume, VolumeManager
+
+    assert params.volume_spec({"source": "s3://bucket/data"}).cache_group is False
+    assert params.volume_spec({"source": "s3://b", "cacheGroup": "true"}).cache_group is True
+    with pytest.raises(CsiError) as refused:
+        params.volume_spec({"source": "s3://b", "cacheGroup": "maybe"})
+    assert refused.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    # A grouped volume on a node whose driver is in no group is refused before any mount.
+    manager = VolumeManager(str(tmp_path / "state"), str(tmp_path / "cache"))
+    spec = params.volume_spec({"source": "s3://b", "cacheGroup": "true"})
+    with pytest.raises(CsiError) as refused:
+        manager._spawn(Volume("v1", spec), {})
+    assert refused.value.code == grpc.StatusCode.FAILED_PRECONDITION
