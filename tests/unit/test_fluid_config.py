@@ -362,3 +362,23 @@ def test_profiles_of_the_users_credentials_file_stay(
         assert set(credentials.sections()) == {"research", "fluid-0"}
         assert entries(config)["b"].source.profile == "research"
     assert os.environ[CREDENTIALS_ENV] == str(own)
+
+
+def test_a_thin_runtime_joins_a_cache_group(tmp_path: Path, secrets: Path) -> None:
+    """The `pffs mount` options of a cache group are Fluid runtime options like any other:
+    `fuse.options` of the ThinRuntime (or its profile) join the dataset's FUSE pods to a group."""
+    (tmp_path / "group-secret").write_text("0123456789abcdef-group\n")
+    runtime = {
+        "group-members": "k8s://fluid-system/pffs-group",
+        "group-listen": "0.0.0.0:7070",
+        "group-secret-file": str(tmp_path / "group-secret"),
+    }
+    dataset = {"mounts": [{"mountPoint": "s3://bucket-a", "name": "a"}]}
+    config = load(tmp_path, fluid_config(dataset, TARGET, secrets, runtime))
+    assert config.group is not None
+    assert config.group.members == "k8s://fluid-system/pffs-group"
+    assert config.group.listen == "0.0.0.0:7070"
+    assert config.group.secret_file == str(tmp_path / "group-secret")
+    bad = {**runtime, "group-listen": "nowhere"}
+    with pytest.raises(UsageError, match="is not HOST:PORT"):
+        load(tmp_path, fluid_config(dataset, TARGET, secrets, bad))
