@@ -7,8 +7,8 @@ own, sized by its `Pace` (pffs.pace: halved when the store pushes back). A short
 version the caller opened, so a changed object raises `Changed`. Every request passes its
 source's breaker (pffs.routing.health): while the source is down it fails at once, and its
 outcome tells the breaker. A reader's request carries when the reader asked
-(pffs.retry.asking), so its retries stop within the one bound the README states. In a cache
-group (pffs.group), blocks another member owns are asked of it before the store.
+(pffs.retry.asking), so its retries stop within the one bound the README states. With a block
+source joined (pffs.group: a cache group, a shared tier), it is asked before the store.
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ async def fetch_range(
     blocks: ObjectBlocks | None = None,
 ) -> bytes:
     """Bytes [offset, offset+length) of `path` in `backend`, all of them. Given the `blocks`
-    of the object, a group member owning the block that holds them is asked first."""
+    of the object, a joined block source (pffs.group) is asked first, and hears of a whole
+    block the store served."""
     peers = group.current()
     if peers is not None and blocks is not None:
         from_peer = await peers.fetch_range(blocks, offset, length)
@@ -49,6 +50,8 @@ async def fetch_range(
     data = await _request(limiter, pace, backend, backend.read_range, path, offset, length, version)
     if len(data) != length:
         raise Corrupted(f"{path}: bytes {offset}+{length} came back with {len(data)} bytes")
+    if peers is not None and blocks is not None:
+        peers.stored(blocks, offset, data)
     return data
 
 

@@ -7,6 +7,8 @@ on the way (refused, timed out, a 5xx, a reply whose version, length or CRC32C i
 the asker fetches from the store itself; a breaker per peer (`breaker`) stops asking a broken
 one for a while. Members come from a file or Kubernetes EndpointSlices (`members`); every
 request is signed with an HMAC of a shared secret (`signing`). `peers.Group` composes them.
+Its second form is a shared tier (`shared`): an S3-compatible store near the compute that
+holds blocks for everyone. Both are block sources (`sources`), asked the same way.
 
 The group is a layer beside pffs/cache: it uses the cache's key types, and the cache never
 imports it. pffs.mounting composes it and registers it here; the fetch path
@@ -19,17 +21,21 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pffs.group.peers import Group
+    from pffs.group.sources import Asking, BlockSource
 
-_joined: Group | None = None
+_joined: Asking | None = None
 
 
-def join(group: Group | None) -> None:
-    """Make `group` the one this process's fetches go through (None: leave it)."""
+def join(source: BlockSource | None) -> None:
+    """Make `source` (a group, a shared tier) the one this process's fetches ask before the
+    store (None: none)."""
+    from pffs.group.sources import Asking
+
     global _joined
-    _joined = group
+    _joined = None if source is None else Asking(source)
 
 
-def current() -> Group | None:
-    """The group this process joined, or None (then fetches go to the store as they always did)."""
+def current() -> Asking | None:
+    """The source this process joined, or None (then fetches go to the store as they always
+    did)."""
     return _joined

@@ -1,10 +1,10 @@
-"""The group as the fetch path sees it: ask a block's owner before the store.
+"""The group as the fetch path sees it: a block source (pffs.group.sources) that asks a
+block's owner before the store.
 
-`Group.fetch_runs` wraps the store's fetch of a run of blocks (a reader's miss, readahead,
-preload, warmup): blocks another member owns are asked of it, the others (this member's own,
-and any a peer did not give) come from the store as before. `Group.fetch_range` does the same
-for one block a reader misses. A peer that fails is a fallback to the store, counted and told
-to its breaker; a reader never sees a peer's error. Asks for the same block join one request.
+Blocks another member owns are asked of it, the others (this member's own, and any a peer did
+not give) come from the store as before. A peer that fails is a fallback to the store, counted
+and told to its breaker; a reader never sees a peer's error. Asks for the same block join one
+request.
 
 The owner's side is `fetch_for_peer`: during a handover it asks the previous owner for a
 block it does not hold yet, else the store, through the caller's store fetch.
@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import trio
 
-from pffs.cache.keys import Deliver, FetchRun, ObjectBlocks
+from pffs.cache.keys import ObjectBlocks
 from pffs.group import stats
 from pffs.group.breaker import PeerBreaker
 from pffs.group.client import PeerClient, PeerFailed, PeerMiss, PeerStoreFailed
@@ -155,64 +155,13 @@ class Group:
         stats.PEER_BYTES.labels(way="received").inc(len(data))
         return data
 
-    # --- the fetch path's wrappers -----------------------------------------------------------
+    # --- as a block source (pffs.group.sources) ----------------------------------------------
 
-    def fetch_runs(self, blocks: ObjectBlocks, base: int, store_run: FetchRun) -> FetchRun:
-        """`store_run` with the blocks other members own asked of them first, in order."""
+    def asks(self, blocks: ObjectBlocks, index: int) -> bool:
+        return self.peer_owner(blocks, index) is not None
 
-        async def fetch_run(first: int, count: int, deliver: Deliver) -> None:
-            owned = [
-                self.peer_owner(blocks, base + p) is not None for p in range(first, first + count)
-            ]
-            if not any(owned):
-                await store_run(first, count, deliver)
-                return
-            results: dict[int, bytes | None] = {}
-            landed = {
-                p: trio.Event()
-                for p, mine in zip(range(first, first + count), owned, strict=True)
-                if mine
-            }
-
-            async def ask(position: int) -> None:
-                try:
-                    results[position] = await self.fetch_block(blocks, base + position)
-                finally:
-                    landed[position].set()
-
-            async with trio.open_nursery() as nursery:
-                for position in landed:
-                    nursery.start_soon(ask, position)
-                position, end = first, first + count
-                while position < end:
-                    if position not in landed:  # a run of blocks the store serves
-                        stop = position
-                        while stop < end and stop not in landed:
-                            stop += 1
-                        await store_run(position, stop - position, deliver)
-                        position = stop
-                        continue
-                    await landed[position].wait()
-                    data = results.get(position)
-                    if data is None:
-                        await store_run(position, 1, deliver)
-                    else:
-                        await deliver(position, data)
-                    position += 1
-
-        return fetch_run
-
-    async def fetch_range(self, blocks: ObjectBlocks, offset: int, length: int) -> bytes | None:
-        """Bytes [offset, offset+length) from the owner of the one block holding them; None
-        when they span blocks or no peer gave the block."""
-        index = offset // blocks.block_size
-        start = offset - blocks.start(index)
-        if length <= 0 or start + length > blocks.length(index):
-            return None
-        data = await self.fetch_block(blocks, index)
-        if data is None:
-            return None
-        return data if start == 0 and length == len(data) else data[start : start + length]
+    def landed(self, blocks: ObjectBlocks, index: int, data: bytes) -> None:
+        """A block the store served: nothing to do (its owner is this member, or a peer failed)."""
 
     def close(self) -> None:
         self.client.close()
