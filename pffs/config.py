@@ -209,6 +209,16 @@ class GroupConfig:
 
 
 @dataclass(frozen=True)
+class SharedCacheConfig:
+    """A shared tier this mount uses (pffs.group.shared): an S3-compatible store near the
+    compute holding blocks for every mount, with its own endpoint and credentials profile."""
+
+    url: str
+    endpoint_url: str | None = None
+    profile: str | None = None
+
+
+@dataclass(frozen=True)
 class MountConfig:
     """Everything a mount needs (`pffs.mounting.serving.serve_here`).
 
@@ -228,6 +238,8 @@ class MountConfig:
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
     # None: no group, the mount fetches from its stores alone.
     group: GroupConfig | None = None
+    # None: no shared tier (a mount is in a group or uses a shared tier, not both).
+    shared_cache: SharedCacheConfig | None = None
 
 
 def single_source(
@@ -271,4 +283,5 @@ def from_json(text: str) -> MountConfig:
         observe=ObserveConfig(**raw.get("observe", {})),
         dataset=DatasetConfig(**raw.get("dataset", {})),
         group=GroupConfig(**raw["group"]) if raw.get("group") else None,
+        shared_cache=SharedCacheConfig(**raw["shared_cache"]) if raw.get("shared_cache") else None,
     )

@@ -1,6 +1,8 @@
 """The options of `pffs mount` that join a cache group (pffs.group), and their checks.
 
-`--group-members SOURCE --group-listen HOST:PORT --group-secret-file FILE [--group-self NAME]`.
+`--group-members SOURCE --group-listen HOST:PORT --group-secret-file FILE [--group-self NAME]`,
+or the group's second form, a shared tier: `--shared-cache s3://BUCKET/PREFIX
+[--shared-cache-endpoint URL] [--shared-cache-profile NAME]`.
 Everything is checked here, before a daemon starts: bad input is one line and exit 2.
 """
 
@@ -10,7 +12,7 @@ import argparse
 import os
 import socket
 
-from pffs.config import GroupConfig
+from pffs.config import GroupConfig, SharedCacheConfig
 from pffs.errors import UsageError
 from pffs.group import members, signing
 from pffs.group.kubemembers import parse_k8s_source
@@ -33,6 +35,28 @@ def add_group_options(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="this member's name (default: $NODE_NAME, else host name)",
     )
+    shared = parser.add_argument_group(
+        "shared cache (a store near the compute holding blocks for every mount)"
+    )
+    shared.add_argument("--shared-cache", metavar="s3://BUCKET/PREFIX", help="where blocks go")
+    shared.add_argument("--shared-cache-endpoint", metavar="URL", help="its S3 endpoint")
+    shared.add_argument("--shared-cache-profile", metavar="NAME", help="its credentials profile")
+
+
+def shared_cache_config(args: argparse.Namespace) -> SharedCacheConfig | None:
+    """The shared tier, or None without --shared-cache."""
+    url = getattr(args, "shared_cache", None)
+    if not url:
+        for option in ("shared_cache_endpoint", "shared_cache_profile"):
+            if getattr(args, option, None):
+                raise UsageError(f"--{option.replace('_', '-')} needs --shared-cache")
+        return None
+    if getattr(args, "group_members", None):
+        raise UsageError("--shared-cache and --group-members: a mount uses one or the other")
+    bucket = url.removeprefix("s3://").split("/", 1)[0]
+    if not url.startswith("s3://") or not bucket:
+        raise UsageError(f"--shared-cache {url}: expected s3://BUCKET/PREFIX")
+    return SharedCacheConfig(url, args.shared_cache_endpoint, args.shared_cache_profile)
 
 
 def group_config(args: argparse.Namespace) -> GroupConfig | None:

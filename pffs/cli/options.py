@@ -12,7 +12,7 @@ import sys
 from typing import NoReturn
 
 from pffs.cli import argtypes
-from pffs.cli.groupoptions import add_group_options, group_config
+from pffs.cli.groupoptions import add_group_options, group_config, shared_cache_config
 from pffs.config import (
     LOG_LEVELS,
     CacheConfig,
@@ -469,4 +469,5 @@ def table_mount_config(
         observe=observe_config(args),
         dataset=dataset_config(args),
         group=group_config(args),
+        shared_cache=shared_cache_config(args),
     )

@@ -22,8 +22,10 @@ import trio
 
 from pffs import group as registry
 from pffs import retry
+from pffs.backends import open_backend
+from pffs.backends.base import Backend, WritableBackend, writable
 from pffs.cache.blocks import BlockCache
-from pffs.config import GroupConfig
+from pffs.config import GroupConfig, SharedCacheConfig, SourceConfig
 from pffs.errors import PffsError, UsageError
 from pffs.fs.fetching import fetch_range
 from pffs.group.client import PeerClient
@@ -32,6 +34,7 @@ from pffs.group.members import FileMembers, file_path
 from pffs.group.peers import Group
 from pffs.group.protocol import BlockRequest
 from pffs.group.server import PeerServer, Refused, parse_listen
+from pffs.group.shared import SharedTier
 from pffs.group.signing import Verifier, read_secret
 from pffs.kube import KubeClient, KubeError
 from pffs.routing.table import MountTable
@@ -92,6 +95,31 @@ async def asking_group(config: GroupConfig) -> Group:
     group.update(await members.load() if isinstance(members, KubeMembers) else members.load())
     registry.join(group)
     return group
+
+
+def open_shared(config: SharedCacheConfig) -> SharedTier:
+    """The shared tier, its store checked now (a one-line error before the mount serves)."""
+    source = SourceConfig(url=config.url, endpoint_url=config.endpoint_url, profile=config.profile)
+    backend = open_backend(source)
+    writer = writable(backend)
+    if writer is None:
+        raise UsageError(f"--shared-cache {config.url}: the store takes no writes")
+    try:
+        backend.check()
+    except PffsError as exc:
+        raise type(exc)(f"--shared-cache {config.url}: {exc}") from None
+    tier = SharedTier(_SharedStore(backend, writer), "", backend.max_concurrency)
+    log.info("shared cache: blocks in %s", backend.source_id)
+    registry.join(tier)
+    return tier
+
+
+class _SharedStore:
+    """A backend and its writer as the shared tier's store."""
+
+    def __init__(self, backend: Backend, writer: WritableBackend) -> None:
+        self.read_range = backend.read_range
+        self.put = writer.put
 
 
 def _member_source(config: GroupConfig) -> FileMembers | KubeMembers:

@@ -68,6 +68,11 @@ def serve_here(config: MountConfig, on_ready: Callable[[], None] | None = None) 
         from pffs.mounting.grouping import open_group
 
         joined = open_group(config.group, table, cache)
+    shared = None
+    if config.shared_cache is not None:
+        from pffs.mounting.grouping import open_shared
+
+        shared = open_shared(config.shared_cache)
     stop_observing = start_observing(config, vfs)
     for mounted in table.mounted:
         log.info("mounting %s at %s/%s", mounted.backend.source_id, mountpoint, mounted.path)
@@ -91,6 +96,8 @@ def serve_here(config: MountConfig, on_ready: Callable[[], None] | None = None) 
         stop_observing()
         if joined is not None:
             joined.close()
+        if shared is not None:
+            shared.close()
         log.info("cache counters at exit: %s", cache.stats.as_dict())
         retries = {m.backend.source_id: m.backend.retries for m in table.mounted}
         log.info("transient store failures retried: %s", retries)

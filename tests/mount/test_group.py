@@ -447,3 +447,58 @@ def test_warmup_on_one_member_fills_the_group(s3, bucket, proxy, tmp_path) -> No
             for name in owners
         }
         assert after == before  # every block came from a member's cache
+
+
+def test_a_shared_tier_serves_blocks_the_origin_sent_once(s3, bucket, proxy, tmp_path) -> None:
+    """--shared-cache on a second moto server: the first mount's blocks are written there in
+    the background, a second mount reads them from there and not from the origin, and a block
+    object corrupted there is a miss: exact bytes from the origin, one log line."""
+    import time
+
+    import boto3
+
+    from pffs.testing.servers import MotoServer
+
+    files = put_files(s3, bucket, 5, MIB + 77)
+    blocks = sum(-(-len(data) // MIB) for data in files.values())
+    origin = f"s3://{bucket}@{proxy.endpoint_url}"
+    with MotoServer() as near:
+        shared = boto3.client("s3", endpoint_url=near.endpoint_url)
+        shared.create_bucket(Bucket="shared")
+
+        def objects() -> list[str]:
+            listed = shared.list_objects_v2(Bucket="shared", Prefix="blocks/")
+            return [item["Key"] for item in listed.get("Contents", [])]
+
+        def mount(name: str):  # type: ignore[no-untyped-def]
+            return mounted(
+                f"s3://{bucket}", tmp_path / name,
+                "--endpoint-url", proxy.endpoint_url, "--block-size", "1M",
+                "--cache-dir", str(tmp_path / f"cache-{name}"),
+                "--shared-cache", "s3://shared/blocks", "--shared-cache-endpoint", near.endpoint_url,
+            )  # fmt: skip
+
+        with mount("first") as mnt:
+            assert read_everywhere({"first": mnt}, files) == []
+            for _ in range(200):  # written behind the readers
+                if len(objects()) == blocks:
+                    break
+                time.sleep(0.05)
+            assert len(objects()) == blocks
+        with mount("second") as mnt:
+            assert read_everywhere({"second": mnt}, files) == []
+            snapshot = stats_snapshot(mnt)
+            assert metric_value(snapshot, "pffs_backend_received_bytes_total", source=origin) == 0
+        for key in objects()[:2]:  # one corrupted, one cut short
+            body = shared.get_object(Bucket="shared", Key=key)["Body"].read()
+            damaged = body[:-1] + bytes([body[-1] ^ 1]) if key == objects()[0] else body[:100]
+            shared.put_object(Bucket="shared", Key=key, Body=damaged)
+        with mount("third") as mnt:
+            assert read_everywhere({"third": mnt}, files) == []
+            snapshot = stats_snapshot(mnt)
+            assert (
+                metric_value(snapshot, "pffs_group_fallbacks_total", reason="CRC32C mismatch") == 1
+            )
+            assert metric_value(snapshot, "pffs_group_fallbacks_total", reason="wrong length") == 1
+    log = (tmp_path / "third.log").read_text()
+    assert log.count("shared cache:") >= 2 and "CRC32C mismatch" in log, log[-3000:]
