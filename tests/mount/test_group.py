@@ -470,12 +470,18 @@ def test_a_shared_tier_serves_blocks_the_origin_sent_once(s3, bucket, proxy, tmp
             listed = shared.list_objects_v2(Bucket="shared", Prefix="blocks/")
             return [item["Key"] for item in listed.get("Contents", [])]
 
-        def mount(name: str):  # type: ignore[no-untyped-def]
+        tier = (
+            "--shared-cache",
+            "s3://shared/blocks",
+            "--shared-cache-endpoint",
+            near.endpoint_url,
+        )
+
+        def mount(name: str) -> contextlib.AbstractContextManager[Path]:
             return mounted(
                 f"s3://{bucket}", tmp_path / name,
                 "--endpoint-url", proxy.endpoint_url, "--block-size", "1M",
-                "--cache-dir", str(tmp_path / f"cache-{name}"),
-                "--shared-cache", "s3://shared/blocks", "--shared-cache-endpoint", near.endpoint_url,
+                "--cache-dir", str(tmp_path / f"cache-{name}"), *tier,
             )  # fmt: skip
 
         with mount("first") as mnt:
