@@ -50,6 +50,10 @@ class PeerBreaker:
             self._gauge.set(1)
             log.warning("group: peer %s answers again", self.name)
 
+    def abandoned(self) -> None:
+        """A request ended without an answer either way (cancelled): another may try."""
+        self._trying = False
+
     def failed(self, reason: str) -> None:
         self._trying = False
         if self.broken_until is None:

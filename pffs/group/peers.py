@@ -84,7 +84,7 @@ class Group:
         )
 
     def peer_owner(self, blocks: ObjectBlocks, index: int) -> Member | None:
-        """The member owning the block when it is another member, not broken."""
+        """The member owning the block when it is another member (broken or not)."""
         member = self.placement.owner(blocks.key(index))
         if member is None or member.name == self.self_name:
             return None
@@ -151,6 +151,9 @@ class Group:
             breaker.failed(str(exc))
             stats.FALLBACKS.labels(reason=str(exc)).inc()
             return None
+        except BaseException:  # cancelled (its reader went away): no verdict on the peer
+            breaker.abandoned()
+            raise
         breaker.succeeded()
         stats.PEER_BYTES.labels(way="received").inc(len(data))
         return data

@@ -1,4 +1,5 @@
-"""Joining a mount to its cache group (pffs.group): the parts composed over this mount.
+"""Joining a mount to its cache group or shared tier (pffs.group): the parts composed over
+this mount.
 
 `open_group` reads the secret, binds the peer port (a port in use is a one-line error before
 the mount serves) and reads the first member list; `JoinedGroup.run` serves peers and follows
@@ -9,7 +10,8 @@ whole group. It serves only sources this mount mounts: the source id in the key 
 bucket and endpoint, so the group is never a way around a bucket's access rules. The group is
 registered with `pffs.group.join`, where the fetch path (pffs.fs.fetching) finds it.
 `asking_group` is the same group for `pffs warmup` on a member: it asks the owners, so each
-owner loads its own blocks from the store once, and the group fills in parallel.
+owner loads its own blocks from the store once, and the group fills in parallel. `open_shared`
+joins the group's second form instead, a shared tier over a store of its own.
 """
 
 from __future__ import annotations
