@@ -4,8 +4,9 @@
 away (a delay proxy) behind a counting proxy (bench.counting). Four `pffs mount` processes on
 127.0.0.2-5, each with its own cache directory, read the whole training set at once, each in
 its own shuffled order with 8 threads: first in one group (a file:// member list), then again,
-over fresh caches, with the group off. It reports, for each run, the GETs at the store and the
-bytes the mounts received from it as multiples of the dataset, and each mount's files/s.
+over fresh caches, with the group off, then with a shared tier instead (--shared-cache on a
+second s3rver, near: 0 ms). It reports, for each run, the GETs at the store and the
+bytes the mounts received from the origin as multiples of the dataset, and each mount's files/s.
 
 Then a peer hit against a store GET: blocks of 4 MiB objects the group holds are asked of their
 owners with the group's own client (pffs.group.client), and the same ranges of the store (20
@@ -44,6 +45,7 @@ MEMBERS = 4
 BUCKET = "pffs-group-bench"
 SECRET = "bench-group-secret-0123456789"
 BLOCK = 4 * MIB
+SHARED_BUCKET = "pffs-shared-tier"
 
 
 def put_dataset(server: Server, files: int, size: int, big: int) -> tuple[list[str], list[str]]:
@@ -59,8 +61,11 @@ def put_dataset(server: Server, files: int, size: int, big: int) -> tuple[list[s
 
 
 @contextmanager
-def mounts(server: Server, root: Path, grouped: bool) -> Iterator[dict[str, Path]]:
-    """Four mounts of the bucket (in one group when `grouped`); unmounted on leaving."""
+def mounts(
+    server: Server, root: Path, grouped: bool, shared: Server | None = None
+) -> Iterator[dict[str, Path]]:
+    """Four mounts of the bucket (in one group when `grouped`, over the shared tier `shared`
+    when given); unmounted on leaving."""
     names = [f"node{n}" for n in range(MEMBERS)]
     addresses = {name: (f"127.0.0.{n + 2}", free_port()) for n, name in enumerate(names)}
     (root / "members").write_text(
@@ -80,6 +85,9 @@ def mounts(server: Server, root: Path, grouped: bool) -> Iterator[dict[str, Path
                 argv += ["--group-members", f"file://{root / 'members'}"]
                 argv += ["--group-listen", f"{host}:{port}", "--group-self", name]
                 argv += ["--group-secret-file", str(root / "secret")]
+            if shared is not None:
+                argv += ["--shared-cache", f"s3://{SHARED_BUCKET}/blocks"]
+                argv += ["--shared-cache-endpoint", shared.endpoint_url]
             subprocess.run(argv, env=server.env(), check=True, capture_output=True)
             mounted[name] = mnt
         yield mounted
@@ -100,17 +108,27 @@ def stats_of(mnt: Path) -> dict[str, float]:
     return out
 
 
-def total(stats: dict[str, float], prefix: str) -> float:
-    return sum(v for k, v in stats.items() if k == prefix or k.startswith(prefix + "{"))
+def origin_bytes(stats: dict[str, float]) -> float:
+    """Bytes the mount received from the origin (not from a shared tier)."""
+    return sum(
+        value
+        for key, value in stats.items()
+        if key.startswith("pffs_backend_received_bytes_total{") and f"source=s3://{BUCKET}@" in key
+    )
 
 
 def epoch_run(
-    server: Server, root: Path, grouped: bool, keys: list[str], size: int
+    server: Server,
+    root: Path,
+    grouped: bool,
+    keys: list[str],
+    size: int,
+    shared: Server | None = None,
 ) -> dict[str, object]:
     """All four mounts read the training set at once; the store's side and each one's pace."""
     proxy = CountingProxy(server)
     try:
-        with mounts(proxy.server, root, grouped) as mounted:
+        with mounts(proxy.server, root, grouped, shared) as mounted:
             proxy.restart_count()  # the preflight checks are not the epoch's
             rates: dict[str, float] = {}
             errors: list[str] = []
@@ -139,9 +157,7 @@ def epoch_run(
         proxy.stop()
     dataset = len(keys) * size
     return {
-        "store_bytes_x": round(
-            sum(total(s, "pffs_backend_received_bytes_total") for s in stats) / dataset, 3
-        ),
+        "store_bytes_x": round(sum(origin_bytes(s) for s in stats) / dataset, 3),
         "store_gets_x": round(counts.get("GET", 0) / len(keys), 3),
         "peer_bytes_x": round(
             sum(s.get("pffs_group_peer_bytes_total{way=received}", 0.0) for s in stats) / dataset, 3
@@ -224,10 +240,15 @@ def main(argv: list[str] | None = None) -> int:
             results["group" if grouped else "alone"] = epoch_run(
                 server, root, grouped, keys, args.size
             )
+        tier = launcher.s3rver()  # the shared tier, near (0 ms)
+        stack.callback(tier.stop)
+        client(tier).create_bucket(Bucket=SHARED_BUCKET)
+        root = Path(tempfile.mkdtemp(prefix="shared-", dir=work))
+        results["shared"] = epoch_run(server, root, False, keys, args.size, shared=tier)
         root = Path(tempfile.mkdtemp(prefix="latency-", dir=work))
         results["latency"] = latencies(server, root, bigs, args.rounds)
     print(json.dumps(results))
-    for name in ("group", "alone"):
+    for name in ("group", "alone", "shared"):
         run = results[name]
         print(f"{name}: {run}", file=sys.stderr)
     print(f"latency: {results['latency']}", file=sys.stderr)
