@@ -26,7 +26,8 @@ def add_group_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--group-members",
         metavar="SOURCE",
-        help="the member list: file:///PATH (NAME http://HOST:PORT a line) or k8s://NS/SERVICE",
+        help="the member list: file:///PATH (NAME http://HOST:PORT a line), k8s://NS/SERVICE "
+        "or dns://NAME:PORT",
     )
     group.add_argument("--group-listen", metavar="HOST:PORT", help="where peers reach this mount")
     group.add_argument("--group-secret-file", metavar="FILE", help="the group's shared secret")

@@ -31,6 +31,7 @@ from pffs.config import GroupConfig, SharedCacheConfig, SourceConfig
 from pffs.errors import PffsError, UsageError
 from pffs.fs.fetching import fetch_range
 from pffs.group.client import PeerClient
+from pffs.group.dnsmembers import DnsMembers
 from pffs.group.kubemembers import KubeMembers
 from pffs.group.members import FileMembers, file_path
 from pffs.group.peers import Group
@@ -54,7 +55,7 @@ class JoinedGroup:
         group: Group,
         server: PeerServer,
         listening: socket.socket,
-        members: FileMembers | KubeMembers,
+        members: FileMembers | KubeMembers | DnsMembers,
     ) -> None:
         self.group = group
         self.server = server
@@ -94,7 +95,7 @@ async def asking_group(config: GroupConfig) -> Group:
     members now, no server. Joined, so the fetch path asks the blocks' owners."""
     group = Group(config.self_name, PeerClient(read_secret(config.secret_file), config.self_name))
     members = _member_source(config)
-    group.update(await members.load() if isinstance(members, KubeMembers) else members.load())
+    group.update(members.load() if isinstance(members, FileMembers) else await members.load())
     registry.join(group)
     return group
 
@@ -124,9 +125,11 @@ class _SharedStore:
         self.put = writer.put
 
 
-def _member_source(config: GroupConfig) -> FileMembers | KubeMembers:
+def _member_source(config: GroupConfig) -> FileMembers | KubeMembers | DnsMembers:
     if config.members.startswith("file:"):
         return FileMembers(file_path(config.members))
+    if config.members.startswith("dns:"):
+        return DnsMembers(config.members)
     try:
         return KubeMembers(config.members, KubeClient.in_cluster())
     except KubeError as exc:

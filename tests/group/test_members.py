@@ -82,3 +82,24 @@ def test_members_from_the_endpoint_slices_of_a_service() -> None:
         found = trio.run(source.load)
     assert [m.name for m in found] == ["node-a", "node-b"]
     assert found[0].url == "http://10.0.0.1:7070" and found[0].owns
+
+
+def test_members_from_dns() -> None:
+    from pffs.group.dnsmembers import DnsMembers, members_of, parse_dns_source
+
+    assert parse_dns_source("dns://pffs-group.pffs.svc.cluster.local:7070") == (
+        "pffs-group.pffs.svc.cluster.local",
+        7070,
+    )
+    for bad in ("dns://name", "dns://:7070", "dns://name:port", "dns://name:70/path"):
+        with pytest.raises(UsageError):
+            parse_dns_source(bad)
+    assert members_of(["10.0.0.2", "10.0.0.1", "10.0.0.2", "fd00::1"], 7070) == (
+        Member("10.0.0.1", "http://10.0.0.1:7070"),
+        Member("10.0.0.2", "http://10.0.0.2:7070"),
+        Member("fd00--1", "http://[fd00::1]:7070"),
+    )
+    found = trio.run(DnsMembers("dns://localhost:7070").load)  # the resolver of this machine
+    assert Member("127.0.0.1", "http://127.0.0.1:7070") in found
+    with pytest.raises(MembershipError):
+        trio.run(DnsMembers("dns://no-such-name.invalid:7070").load)
