@@ -15,6 +15,7 @@ import socket
 from pffs.config import GroupConfig, SharedCacheConfig
 from pffs.errors import UsageError
 from pffs.group import members, signing
+from pffs.group.dnsmembers import parse_dns_source
 from pffs.group.kubemembers import parse_k8s_source
 from pffs.group.server import parse_listen
 
@@ -80,9 +81,12 @@ def group_config(args: argparse.Namespace) -> GroupConfig | None:
         members.read_member_file(members.file_path(source))
     elif source.startswith("k8s:"):
         parse_k8s_source(source)
+    elif source.startswith("dns:"):
+        parse_dns_source(source)
     else:
         raise UsageError(
-            f"--group-members {source}: expected file:///PATH or k8s://NAMESPACE/SERVICE"
+            f"--group-members {source}: expected file:///PATH, k8s://NAMESPACE/SERVICE or "
+            "dns://NAME:PORT"
         )
     parse_listen(args.group_listen)
     secret_file = os.path.abspath(args.group_secret_file)
