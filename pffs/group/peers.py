@@ -30,6 +30,9 @@ log = logging.getLogger("pffs.group")
 
 # Peer requests at once (each a worker thread, mostly waiting on the network).
 PEER_CONCURRENCY = 32
+# A handover whose first asks of previous owners all miss ends: the group started cold, and
+# asking on would cost a round trip per block for nothing.
+HANDOVER_PROBES = 16
 
 
 class _Flight:
@@ -50,6 +53,7 @@ class Group:
         self.breakers: dict[str, PeerBreaker] = {}
         self.limiter = trio.CapacityLimiter(PEER_CONCURRENCY)
         self._flights: dict[tuple[BlockRequest, str], _Flight] = {}
+        self._handover_asks = self._handover_hits = 0
         if members:
             self.update(members)
 
@@ -61,6 +65,7 @@ class Group:
         after = {m.name: m for m in members}
         if before == after:
             return
+        self._handover_asks = self._handover_hits = 0
         if not before and self.self_name in after:
             # This member's first list: the others held the blocks before it joined, so its
             # own blocks are asked of their owners of then during the handover.
@@ -111,7 +116,12 @@ class Group:
         if owner is None:  # this member owns it
             if previous is None:
                 return None
-            return await self._ask(previous, BlockRequest(blocks, index, cached_only=True))
+            data = await self._ask(previous, BlockRequest(blocks, index, cached_only=True))
+            self._handover_asks += 1
+            self._handover_hits += data is not None
+            if self._handover_asks >= HANDOVER_PROBES and not self._handover_hits:
+                self.placement.end_handover()
+            return data
         request = BlockRequest(blocks, index)
         data = await self._ask(owner, request)
         if data is None and previous is not None and previous.name != owner.name:

@@ -65,6 +65,10 @@ class Placement:
     def owner(self, key: BlockKey) -> Member | None:
         return owner(self.members, key)
 
+    def end_handover(self) -> None:
+        """Forget the previous members now (their caches turned out to hold nothing)."""
+        self._previous = ()
+
     def previous_owner(self, key: BlockKey) -> Member | None:
         """The owner before the last change, while it is recent and the owner moved."""
         if time.monotonic() - self._changed_at > HANDOVER or not self._previous:
