@@ -45,7 +45,10 @@ class SharedStore(Protocol):
 
 
 def object_name(blocks: ObjectBlocks, index: int) -> str:
-    key = "\0".join((blocks.source, blocks.path, blocks.version, str(blocks.block_size)))
+    # The principal too: a mount never reads a block another principal's mount wrote.
+    key = "\0".join(
+        (blocks.source, blocks.principal, blocks.path, blocks.version, str(blocks.block_size))
+    )
     return f"{hashlib.sha256(key.encode()).hexdigest()}/{index}"
 
 

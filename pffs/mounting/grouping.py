@@ -153,9 +153,16 @@ async def _serve_block(
     blocks, index = request.blocks, request.index
     if blocks.block_size != cache.block_size:
         raise Refused(f"block size {blocks.block_size} (this member's is {cache.block_size})")
-    mounted = next((m for m in table.mounted if m.backend.source_id == blocks.source), None)
-    if mounted is None:
-        raise Refused("a source this member does not mount")
+    mounted = next(
+        (
+            m
+            for m in table.mounted
+            if m.backend.source_id == blocks.source and m.backend.principal == blocks.principal
+        ),
+        None,
+    )
+    if mounted is None:  # never a way around the store's access rules
+        raise Refused("a source this member does not mount as that principal")
     start, length = blocks.start(index), blocks.length(index)
 
     async def from_store() -> bytes:

@@ -370,12 +370,53 @@ def test_a_member_serves_only_sources_it_mounts(s3, bucket, proxy, tmp_path) -> 
             metric_value(
                 stats_snapshot(mnt),
                 "pffs_group_refusals_total",
-                reason="a source this member does not mount",
+                reason="a source this member does not mount as that principal",
             )
             for mnt in mounts.values()
         )
         assert refused >= 1
         assert peer_bytes(mounts, "received") == 0
+
+
+def test_a_member_serves_only_the_principal_it_mounts_as(s3, bucket, proxy, tmp_path) -> None:
+    """Two members mounting one bucket with different keys: each block key carries the
+    principal, so neither serves the other (a store's per-principal rules hold across the
+    group), and both read exact bytes from the store themselves."""
+    files = put_files(s3, bucket, 4, MIB + 3, seed=3)
+    cluster = Cluster(tmp_path, 2)
+    with contextlib.ExitStack() as stack:
+        mounts = {}
+        for number, name in enumerate(cluster.names):
+            keys = tmp_path / f"keys-{name}"
+            keys.write_text(
+                f"[default]\naws_access_key_id = AKIAPEER{number}\n"
+                f"aws_secret_access_key = secret{number}\n"
+            )
+            mounts[name] = stack.enter_context(
+                mounted(
+                    f"s3://{bucket}",
+                    tmp_path / name,
+                    "--endpoint-url",
+                    proxy.endpoint_url,
+                    "--credentials-file",
+                    str(keys),
+                    *cluster.options(name),
+                )
+            )
+        errors: list[str] = []
+        read_all(mounts["node0"], files, 0, errors)
+        read_all(mounts["node1"], files, 1, errors)
+        assert errors == []
+        assert peer_bytes(mounts, "received") == 0
+        refused = sum(
+            metric_value(
+                stats_snapshot(mnt),
+                "pffs_group_refusals_total",
+                reason="a source this member does not mount as that principal",
+            )
+            for mnt in mounts.values()
+        )
+        assert refused >= 1
 
 
 FULL = (
