@@ -271,8 +271,8 @@ def _table_entry(
     if raw["readOnly"] or read_only:
         entry["read_only"] = True
     for key, text in raw["options"].items():
-        if key in SOURCE_KEYS:
-            option = SOURCE_KEYS[key]
+        option = SOURCE_KEYS.get(key)
+        if option is not None and option.toml is not None:
             entry[option.toml] = _value(option, text, f"{where}.options.{key}")
     found = runtime_credentials | _credentials(raw["options"], f"{where}.options", policy)
     if urlsplit(url).scheme != "s3" or not found:

@@ -8,10 +8,10 @@ land in `translate` below.
 
 Each `-o` option becomes a `pffs mount` long option of the same name (`endpoint_url=URL` ->
 `--endpoint-url URL`, `allow_other` -> `--allow-other`): the names are read from the option
-table (pffs.optiontable), so every mount option works and nothing else does. Options meant for mount(8), systemd
-or the kernel defaults FUSE already applies are dropped (`defaults`, `rw`, `_netdev`, `noauto`,
-`nofail`, `x-systemd.*`, `nodev`, `nosuid`, `dev`, `suid`, ...: pffs mounts are always
-nodev,nosuid); `ro` is `--read-only`; `debug` is pffs's
+table (pffs.optiontable), so every mount option works and nothing else does. Options meant
+for mount(8), systemd or the kernel defaults FUSE already applies are dropped (`defaults`,
+`rw`, `_netdev`, `noauto`, `nofail`, `x-systemd.*`, `nodev`, `nosuid`, `dev`, `suid`, ...:
+pffs mounts are always nodev,nosuid); `ro` is `--read-only`; `debug` is pffs's
 `--debug`; `credentials_file=PATH` is `--credentials-file PATH` (a mount started by systemd has
 no AWS_* variables: pffs reads the keys from the file as values). Options that would change what the
 kernel enforces but that pffs cannot apply (`noexec`, `sync`, `dirsync`) are refused rather
