@@ -41,8 +41,6 @@ from pffs.routing.table import is_under
 # Key in the file -> its option; `path` and `source` are the entry's own.
 _OPTION_KEYS: dict[str, Option] = {option.toml: option for option in OPTIONS if option.toml}
 _ENTRY_KEYS = ("path", "source", *_OPTION_KEYS)
-# Options whose SourceConfig field is not the option's dest.
-_FIELDS = {"hdfs-user": "hdfs_user", "endpoint-url": "endpoint_url"}
 
 
 def load_table_file(file: str, defaults: SourceConfig) -> tuple[TableEntry, ...]:
@@ -104,7 +102,7 @@ def _parse_entry(raw: object, defaults: SourceConfig, where: str) -> TableEntry:
     for key, value in raw.items():
         option = _OPTION_KEYS.get(key)
         if option is not None and option.name != "cache":  # the cache policy is the entry's
-            overrides[_FIELDS.get(option.name, option.dest)] = value
+            overrides[option.dest] = value  # a source option's dest is its SourceConfig field
     source = dataclasses.replace(defaults, **overrides)
     try:
         open_backend(source)  # parses and checks the URL and options; no network traffic

@@ -25,7 +25,6 @@ CLI_OPTIONS = [option for option in OPTIONS if option.cli]
 # attributes took the short name of the endpoint before the table existed.
 TOML_EXCEPTIONS = {"endpoint-url": "endpoint", "hdfs-user": "user"}
 CSI_EXCEPTIONS = {"endpoint-url": "endpoint"}
-SOURCE_FIELDS = {"endpoint-url": "endpoint_url", "hdfs-user": "hdfs_user"}
 CANDIDATES = ("3", "600", "0.5", "warning", "memory", "off", "true", "x")
 
 
@@ -144,7 +143,7 @@ def test_mount_table_key(option: Option) -> None:
     document = {"mount": [{"path": "/a", "source": "file:///tmp", str(option.toml): typed}]}
     (entry,) = parse_table(document, SourceConfig(url=""), "pffs.toml")
     fields = dataclasses.asdict(entry.source) | {"cache": entry.cache}
-    assert fields[SOURCE_FIELDS.get(option.name, option.dest)] == typed
+    assert fields[option.dest] == typed
 
 
 @pytest.mark.parametrize("option", [o for o in OPTIONS if o.renamed], ids=lambda o: o.renamed[0])
