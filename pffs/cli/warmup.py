@@ -136,5 +136,3 @@ def run_warmup(targets: list[Target], jobs: int, quiet: bool) -> int:
             progress.draw_once(end="\n")
     print(progress.summary())
     return 1 if tally.failures else 0
-
-
