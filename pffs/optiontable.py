@@ -212,6 +212,17 @@ OPTIONS: tuple[Option, ...] = (
 )
 # fmt: on
 
+# The sections of the table, as `pffs mount --help` shows them.
+SECTIONS = {
+    "s3": "S3 (credentials: --credentials-file, else boto3's chain: env, profile, files)",
+    "retry": "retries and timeouts (every source)",
+    "hdfs": "HDFS (libhdfs through pyarrow; needs Java and Hadoop)",
+    "cache": "block cache",
+    "preload": "preload",
+    "mount": "mount",
+    "observe": "observability",
+    "meta": "metadata caching (seconds)",
+}
 BY_NAME = {option.name: option for option in OPTIONS}
 # Former name -> the option it now is.
 RENAMED = {old: option for option in OPTIONS for old in option.renamed}

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pffs import optionvalues as values
-from pffs.optiontable import SWITCH, TRISTATE, Option, section
+from pffs.optiontable import SECTIONS, SWITCH, TRISTATE, Option, section
 
 
 def argtype(parse: Callable[[str], Any]) -> Callable[[str], Any]:
@@ -31,9 +31,9 @@ positive_int = argtype(values.positive_int)
 size = argtype(values.size)
 
 
-def add_section(parser: argparse.ArgumentParser, name: str, title: str) -> Any:
+def add_section(parser: argparse.ArgumentParser, name: str) -> Any:
     """The table's options of section `name`, as an argument group of `parser` (returned)."""
-    group = parser.add_argument_group(title)
+    group = parser.add_argument_group(SECTIONS[name])
     for option in section(name):
         if option.cli:
             add_option(group, option)

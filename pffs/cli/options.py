@@ -58,13 +58,8 @@ def _first(*values: float | None) -> float:
 
 
 def _add_source_options(parser: argparse.ArgumentParser) -> None:
-    argtypes.add_section(
-        parser,
-        "s3",
-        "S3 (credentials: --credentials-file, else boto3's chain: env, profile, files)",
-    )
-    argtypes.add_section(parser, "retry", "retries and timeouts (every source)")
-    argtypes.add_section(parser, "hdfs", "HDFS (libhdfs through pyarrow; needs Java and Hadoop)")
+    for section in ("s3", "retry", "hdfs"):
+        argtypes.add_section(parser, section)
 
 
 def dataset_config(args: argparse.Namespace) -> DatasetConfig:
@@ -102,12 +97,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="mount table file: [[mount]] entries of path, source and options (see README)",
     )
     _add_source_options(mount)
-    argtypes.add_section(mount, "cache", "block cache")
-    argtypes.add_section(mount, "preload", "preload")
-    opts = argtypes.add_section(mount, "mount", "mount")
+    argtypes.add_section(mount, "cache")
+    argtypes.add_section(mount, "preload")
+    opts = argtypes.add_section(mount, "mount")
     opts.add_argument("-f", "--foreground", action="store_true", help="serve in this process")
-    argtypes.add_section(mount, "observe", "observability")
-    argtypes.add_section(mount, "meta", "metadata caching (seconds)")
+    argtypes.add_section(mount, "observe")
+    argtypes.add_section(mount, "meta")
 
     umount = commands.add_parser("umount", help="unmount", description="Unmount a pffs mount.")
     umount.add_argument("mountpoint")
@@ -130,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     warmup.add_argument("--quiet", action="store_true", help="no progress bar, just the summary")
     _add_source_options(warmup)
-    argtypes.add_section(warmup, "cache", "block cache")
+    argtypes.add_section(warmup, "cache")
 
     preload = commands.add_parser(
         "preload",
