@@ -7,15 +7,16 @@ their fetches under a pace as preload by dataset's are (pffs.pace). So a mount o
 cache directory finds the blocks, a source that goes down fails the rest at once instead of
 each file waiting out its retries, and the store's push backs slow warmup down.
 
-The files are listed as the engine takes them, a directory at a time: a prefix of millions of
-objects is never held as one list. `WarmupTally` counts what was found and done; the CLI
+The files are listed as the engine takes them, a chunk of a listing at a time: a prefix of
+millions of objects is never held as one list. `WarmupTally` counts what was found and done; the CLI
 (pffs.cli.warmup) prints it.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 
 import trio
@@ -28,6 +29,9 @@ from pffs.fs.datasets import file_item
 from pffs.mounting.serving import open_cache, open_table
 from pffs.pace import Pace
 from pffs.routing.table import Mounted
+
+# Entries of a listing taken at once: an S3 page's worth.
+LIST_CHUNK = 1000
 
 
 @dataclass
@@ -95,17 +99,26 @@ async def warm_source(
 
 
 async def _files(mounted: Mounted, path: str) -> AsyncIterator[tuple[str, ObjectInfo]]:
-    """Every file at or under `path`, depth first, one listing held per directory level."""
+    """Every file at or under `path`, depth first; a listing is taken a chunk at a time (its
+    pages fetched as taken), so no directory, however large, is held whole."""
     backend = mounted.backend
     info = await mounted.health.call(mounted.limiter, backend.stat, path)
     if not info.is_dir:
         yield path, info
         return
-    entries = await mounted.health.call(mounted.limiter, lambda: list(backend.list(path)))
-    for entry in entries:
-        child = join(path, entry.name)
-        if entry.is_dir:
-            async for found in _files(mounted, child):
-                yield found
-        else:
-            yield child, entry
+    entries = iter(backend.list(path))  # a generator: no request until a chunk is taken
+    while True:
+        chunk = await mounted.health.call(mounted.limiter, _take, entries, LIST_CHUNK)
+        for entry in chunk:
+            child = join(path, entry.name)
+            if entry.is_dir:
+                async for found in _files(mounted, child):
+                    yield found
+            else:
+                yield child, entry
+        if len(chunk) < LIST_CHUNK:
+            return
+
+
+def _take(entries: Iterator[ObjectInfo], count: int) -> list[ObjectInfo]:
+    return list(itertools.islice(entries, count))

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import trio
 
 from pffs.backends import open_backend
 from pffs.config import CacheConfig, SourceConfig
+from pffs.mounting import warmup
 from pffs.mounting.warmup import WarmupTally, warm_source
 from pffs.routing import health
 
@@ -55,3 +57,17 @@ def test_warmup_goes_through_the_sources_breaker(tmp_path: Path) -> None:
     # (pffs.fs.fetching asks for it by source id; before, warmup's source had none).
     breaker = health.of(open_backend(source).source_id)
     assert breaker is not None and breaker.up
+
+
+def test_a_listing_taken_in_chunks_finds_every_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chunks of 2 over directories of 4 and 5 entries: a full last chunk and a short one
+    lose nothing."""
+    monkeypatch.setattr(warmup, "LIST_CHUNK", 2)
+    data = tmp_path / "data"
+    for name in ["a", "b", "c", "d/v", "d/w", "d/x", "d/y", "d/z"]:
+        (data / name).parent.mkdir(parents=True, exist_ok=True)
+        (data / name).write_bytes(b"z" * 10)
+    tally = warm(SourceConfig(url=f"file://{data}"), CacheConfig(disk_dir=str(tmp_path / "c")))
+    assert (tally.files_total, tally.bytes_fetched, tally.failures) == (8, 80, [])
