@@ -17,8 +17,8 @@ Volume context keys (camelCase, as Kubernetes volume attributes are written):
     cacheGroup   "true" / "false": join the node's cache group (the driver's --group-*
                  options): the volume's mounts on all nodes serve each other's blocks
 
-Every key but source, mountTable and cacheGroup is a mount option of pffs.optiontable (its `csi` name),
-read by that option's parser; an empty attribute is one not given. The former names
+Every key but source, mountTable and cacheGroup is a mount option of pffs.optiontable (its
+`csi` name), read by that option's parser; an empty attribute is one not given. The former names
 prefetchMax and datasetPrefetch still work, with a warning in the log.
 
 Node-publish and provisioner secrets: accessKeyId, secretAccessKey, optional sessionToken. They

@@ -1,11 +1,12 @@
 """The peer protocol's messages: what names a block on the wire, and what a reply must carry.
 
-A request is `GET /v1/block?s=SOURCE&a=PRINCIPAL&p=PATH&v=VERSION&i=INDEX&n=SIZE&b=BLOCK_SIZE[&c=1]`:
-the block key (the source id, which carries the bucket and endpoint, and the digest of the
-principal the asker reads it as: a member serves only a source it mounts as that same principal,
-so the group never hands one principal's bytes to another), the object's size and the group's block size
-(so the owner cuts the object into the same blocks), and `c=1` to ask only for a block the
-member holds (the handover from a previous owner). A reply of 200 carries the block, its
+A request is
+`GET /v1/block?s=SOURCE&a=PRINCIPAL&p=PATH&v=VERSION&i=INDEX&n=SIZE&b=BLOCK_SIZE[&c=1]`: the block
+key (the source id, which carries the bucket and endpoint, and the digest of the principal the
+asker reads it as: a member serves only a source it mounts as that same principal, so the group
+never hands one principal's bytes to another), the object's size and the group's block size (so
+the owner cuts the object into the same blocks), and `c=1` to ask only for a block the member
+holds (the handover from a previous owner). A reply of 200 carries the block, its
 `x-pffs-version`, a Content-Length and its `x-pffs-crc32c`; the asker checks all three.
 """
 
