@@ -33,7 +33,9 @@ from bench.counting import CountingProxy
 from bench.data import client
 from bench.epoch import read_epoch
 from bench.servers import Launcher, Server, far
+from pffs.backends import open_backend
 from pffs.cache.keys import ObjectBlocks
+from pffs.config import SourceConfig
 from pffs.group.client import PeerClient
 from pffs.group.members import Member
 from pffs.group.placement import owner
@@ -179,10 +181,13 @@ def latencies(server: Server, root: Path, bigs: list[str], rounds: int) -> dict[
         ]
         peer = PeerClient(SECRET.encode(), "bench")
         s3 = client(server)
+        # Who the mounts read as (the same keys as this process): a member serves only them.
+        reader = SourceConfig(url=f"s3://{BUCKET}", endpoint_url=server.endpoint_url)
+        principal = open_backend(reader).principal
         peer_ms, store_ms = [], []
         for _ in range(rounds):
             for key in random.sample(bigs, len(bigs)):
-                blocks = ObjectBlocks(source, key, _etag(s3, key), BLOCK, BLOCK)
+                blocks = ObjectBlocks(source, principal, key, _etag(s3, key), BLOCK, BLOCK)
                 member = owner(members, blocks.key(0))
                 assert member is not None
                 started = time.perf_counter()
