@@ -25,7 +25,7 @@ from pffs.cache.blocks import BlockCache
 from pffs.config import CacheConfig, DatasetConfig, FuseConfig, MetaConfig, SourceConfig
 from pffs.errors import ReadOnly, Throttled, Transient, Unsupported
 from pffs.fs.inodes import ROOT_INODE
-from pffs.fs.special import PRELOAD_FILE, STATS_DIR
+from pffs.fs.special import HIDDEN_DIR, PRELOAD_FILE
 from pffs.fs.vfs import Vfs
 from pffs.routing.table import MountTable
 
@@ -189,7 +189,7 @@ def test_writes_and_pffs_files_do_not_count(tmp_path: Path) -> None:
 
     async def body() -> None:
         for _ in range(3):
-            await read_whole(vfs, f"{STATS_DIR}/stats")
+            await read_whole(vfs, f"{HIDDEN_DIR}/stats")
         for path in list(files)[:3]:  # opens for writing (this source refuses them)
             with pytest.raises((ReadOnly, Unsupported)):
                 await read_whole(vfs, path, os.O_WRONLY)
@@ -245,14 +245,14 @@ def test_order_list_through_the_control_file(tmp_path: Path) -> None:
     order = ["b/004.bin", "a/002.bin", "missing/x.bin", "a/999.bin", "b/000.bin", "a"]
 
     async def body() -> None:
-        control = await resolve(vfs, f"{STATS_DIR}/{PRELOAD_FILE}")
+        control = await resolve(vfs, f"{HIDDEN_DIR}/{PRELOAD_FILE}")
         fh, _ = await vfs.open(control, os.O_WRONLY | os.O_TRUNC)
         text = "".join(f"{p}\n" for p in order).encode()
         assert await vfs.write(fh, 0, text) == len(text)
         await vfs.flush(fh)
         await vfs.release(fh)
         await vfs.datasets.engine.wait_idle()
-        report = await read_whole(vfs, f"{STATS_DIR}/{PRELOAD_FILE}")
+        report = await read_whole(vfs, f"{HIDDEN_DIR}/{PRELOAD_FILE}")
         assert report.decode().splitlines() == [
             "queued 3",
             "missing/x.bin: no such file",

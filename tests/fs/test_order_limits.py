@@ -1,5 +1,5 @@
 """The caps of the order channel through the VFS, without a kernel (pffs.fs.orders): the
-control file's lists over their bytes or lines refused with one line, the listing work of a
+preload file's lists over their bytes or lines refused with one line, the listing work of a
 list bounded, lists received at once capped, and each report its sender's alone. The socket's
 side on a real mount: tests/mount/test_order_limits.py."""
 
@@ -13,7 +13,7 @@ import pytest
 from pffs.config import OrderLimits
 from pffs.errors import Busy, TooLarge
 from pffs.fs.orders import Sender
-from pffs.fs.special import PRELOAD_FILE, STATS_DIR
+from pffs.fs.special import HIDDEN_DIR, PRELOAD_FILE
 from pffs.fs.vfs import Vfs
 from tests.fs.test_datasets import KIB, dataset, make_vfs, resolve, with_vfs
 
@@ -23,7 +23,7 @@ BOB = Sender(uid=2000, pid=200)
 
 async def hand_over(vfs: Vfs, text: bytes, sender: Sender) -> bytes:
     """Write a list through one read-write handle, then read that handle's report."""
-    control = await resolve(vfs, f"{STATS_DIR}/{PRELOAD_FILE}")
+    control = await resolve(vfs, f"{HIDDEN_DIR}/{PRELOAD_FILE}")
     fh, _ = await vfs.open(control, os.O_RDWR, sender)
     try:
         for offset in range(0, len(text), 64 * KIB):
@@ -35,7 +35,7 @@ async def hand_over(vfs: Vfs, text: bytes, sender: Sender) -> bytes:
 
 
 async def report_for(vfs: Vfs, sender: Sender) -> bytes:
-    fh, _ = await vfs.open(await resolve(vfs, f"{STATS_DIR}/{PRELOAD_FILE}"), os.O_RDONLY, sender)
+    fh, _ = await vfs.open(await resolve(vfs, f"{HIDDEN_DIR}/{PRELOAD_FILE}"), os.O_RDONLY, sender)
     try:
         return bytes(await vfs.read(fh, 0, 1 << 20))
     finally:
@@ -105,7 +105,7 @@ def test_lists_received_at_once_are_capped(tmp_path: Path) -> None:
     vfs, _ = make_vfs(tmp_path, orders=OrderLimits(connections=2))
 
     async def body() -> None:
-        control = await resolve(vfs, f"{STATS_DIR}/{PRELOAD_FILE}")
+        control = await resolve(vfs, f"{HIDDEN_DIR}/{PRELOAD_FILE}")
         first, _ = await vfs.open(control, os.O_WRONLY, ALICE)
         second, _ = await vfs.open(control, os.O_WRONLY, ALICE)
         with pytest.raises(Busy):
