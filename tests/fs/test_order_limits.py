@@ -15,7 +15,7 @@ from pffs.errors import Busy, TooLarge
 from pffs.fs.orders import Sender
 from pffs.fs.special import HIDDEN_DIR, PRELOAD_FILE
 from pffs.fs.vfs import Vfs
-from tests.fs.test_datasets import KIB, dataset, make_vfs, resolve, with_vfs
+from tests.fs.helpers import KIB, dataset, preloading_vfs, resolve, with_vfs
 
 ALICE = Sender(uid=1000, pid=100)
 BOB = Sender(uid=2000, pid=200)
@@ -44,7 +44,7 @@ async def report_for(vfs: Vfs, sender: Sender) -> bytes:
 
 def test_each_report_is_its_senders_own(tmp_path: Path) -> None:
     dataset(tmp_path, {"a": 3}, 2 * KIB)
-    vfs, _ = make_vfs(tmp_path, trigger_files=100)
+    vfs, _ = preloading_vfs(tmp_path, trigger_files=100)
 
     async def body() -> None:
         assert await hand_over(vfs, b"a/000.bin\nsecret/plan\n", ALICE) == (
@@ -63,7 +63,7 @@ def test_each_report_is_its_senders_own(tmp_path: Path) -> None:
 def test_lists_over_their_bytes_or_lines_are_refused(tmp_path: Path) -> None:
     dataset(tmp_path, {"a": 3}, 2 * KIB)
     limits = OrderLimits(max_bytes=64 * KIB, max_lines=100)
-    vfs, backend = make_vfs(tmp_path, trigger_files=100, orders=limits)
+    vfs, backend = preloading_vfs(tmp_path, trigger_files=100, orders=limits)
 
     async def body() -> None:
         with pytest.raises(TooLarge):
@@ -86,7 +86,7 @@ def test_the_listing_work_of_a_list_is_bounded(tmp_path: Path) -> None:
     """Each directory a list names is listed; over `max_listed` entries in all, the list is
     refused, its files not loaded, and no directory listed past the cap's next chunk."""
     dataset(tmp_path, {"a": 30, "b": 30, "c": 30}, KIB)
-    vfs, backend = make_vfs(tmp_path, trigger_files=1000, orders=OrderLimits(max_listed=50))
+    vfs, backend = preloading_vfs(tmp_path, trigger_files=1000, orders=OrderLimits(max_listed=50))
 
     async def body() -> None:
         text = b"a/000.bin\nb/000.bin\nc/000.bin\n"
@@ -102,7 +102,7 @@ def test_the_listing_work_of_a_list_is_bounded(tmp_path: Path) -> None:
 
 
 def test_lists_received_at_once_are_capped(tmp_path: Path) -> None:
-    vfs, _ = make_vfs(tmp_path, orders=OrderLimits(connections=2))
+    vfs, _ = preloading_vfs(tmp_path, orders=OrderLimits(connections=2))
 
     async def body() -> None:
         control = await resolve(vfs, f"{HIDDEN_DIR}/{PRELOAD_FILE}")

@@ -17,13 +17,13 @@ from pffs.fs.inodes import ROOT_INODE
 from pffs.fs.orders import order_lines
 from pffs.fs.special import HIDDEN_DIR, PRELOAD_FILE, PRELOAD_SOCKET, STATS_FILE
 from pffs.fs.vfs import Vfs
-from tests.fs.test_datasets import KIB, dataset, make_vfs, read_whole, resolve, with_vfs
+from tests.fs.helpers import KIB, dataset, preloading_vfs, read_whole, resolve, with_vfs
 
 
 def test_the_order_socket_takes_lists_and_only_its_own_mknod(tmp_path: Path) -> None:
     """Its MKNOD, its name while bound, and its lists, reported as the preload file reports."""
     dataset(tmp_path, {"a": 3}, 2 * KIB)
-    vfs, backend = make_vfs(tmp_path, trigger_files=100)
+    vfs, backend = preloading_vfs(tmp_path, trigger_files=100)
 
     async def body() -> None:
         pffs = await resolve(vfs, HIDDEN_DIR)
