@@ -18,8 +18,17 @@ import trio
 from pffs.backends import open_backend
 from pffs.backends.base import Capabilities, ObjectInfo
 from pffs.config import SourceConfig
-from pffs.errors import Changed, IsADirectory, NotADirectory, NotFound, ReadOnly, Unsupported
+from pffs.errors import (
+    Changed,
+    IsADirectory,
+    NotADirectory,
+    NotFound,
+    PffsError,
+    ReadOnly,
+    Unsupported,
+)
 from pffs.fs.inodes import ROOT_INODE, Inode
+from pffs.fs.special import HIDDEN_DIR, PRELOAD_FILE, STATS_FILE
 from pffs.fs.vfs import Vfs
 from tests.fs.helpers import LONG_TTLS, make_vfs
 
@@ -307,3 +316,46 @@ def test_listing_outlives_the_kernel_forgetting_the_directory(tree: Path) -> Non
         assert backend.calls["list"] == 2
 
     run(main)
+
+
+def test_hidden_files_open_handles_like_any_other(tree: Path) -> None:
+    """`.pffs` handles are numbered and kept with the others: one table, one release."""
+    vfs, _ = counted_vfs(tree)
+
+    async def main() -> None:
+        hidden = (await vfs.lookup(ROOT_INODE, HIDDEN_DIR)).ino
+        stats = (await vfs.lookup(hidden, STATS_FILE)).ino
+        preload = (await vfs.lookup(hidden, PRELOAD_FILE)).ino
+        file_fh, _ = await vfs.open((await vfs.lookup(ROOT_INODE, "a.txt")).ino, os.O_RDONLY)
+        stats_fh, keep = await vfs.open(stats, os.O_RDONLY)
+        order_fh, _ = await vfs.open(preload, os.O_WRONLY)
+        dir_fh = await vfs.opendir(hidden)
+        assert len({file_fh, stats_fh, order_fh, dir_fh}) == 4 and not keep
+        assert [vfs.direct_io(fh) for fh in (file_fh, stats_fh, order_fh, dir_fh)] == [
+            False,
+            True,
+            True,
+            False,
+        ]
+        assert b'"pffs_' in bytes(await vfs.read(stats_fh, 0, 1 << 20))
+        with pytest.raises(NotFound):
+            await vfs.read(dir_fh, 0, 1)  # a directory's handle is no file's
+        with pytest.raises(PffsError, match="not open for writing"):
+            await vfs.write(stats_fh, 0, b"x")
+        for fh in (file_fh, stats_fh, order_fh):
+            await vfs.release(fh)
+        vfs.releasedir(dir_fh)
+        for fh in (file_fh, stats_fh, order_fh, dir_fh):
+            assert vfs.handles.get(fh) is None
+            with pytest.raises(NotFound):
+                await vfs.read(fh, 0, 1)
+        assert vfs.special.slots.taken == 0  # the order list's slot came back
+
+    run(main)
+
+
+def test_files_being_written_are_the_writers_alone(tree: Path) -> None:
+    """The namespace reads the registry of files being written; it cannot change it."""
+    vfs, _ = counted_vfs(tree)
+    with pytest.raises(TypeError):
+        vfs.namespace.staged[1] = None  # type: ignore[index]
