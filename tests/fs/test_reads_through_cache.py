@@ -390,7 +390,7 @@ def test_a_region_read_through_page_faults_fetches_little_beyond_it() -> None:
     block = 1024 * KIB
     data = random.Random(11).randbytes(64 * block)
     store = FakeStore({"f": data})
-    vfs = make_vfs(store, cache_config(None, block=block))
+    vfs = cached_vfs(store, cache_config(None, block=block))
     start, size, region = 20 * block + 512 * KIB, 256 * KIB, 8 * block
     reads = [(offset, size) for offset in range(start, start + region, size)]
     got = trio.run(with_nursery, vfs, "f", reads)
