@@ -2,7 +2,7 @@
 Fluid's controller writes them (tests/fluid_controller.py), secrets as files in a temp dir
 (the profile's `--secrets-dir`).
 
-What the profile's policy refuses is in tests/unit/test_fluid_policy.py; the mount itself,
+What the profile's policy refuses is in tests/unit/cli/test_fluid_policy.py; the mount itself,
 SIGTERM, dead mounts, the liveness check and config changes in tests/mount/test_fluid.py."""
 
 from __future__ import annotations
