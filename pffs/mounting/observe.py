@@ -24,7 +24,7 @@ def cache_reader(vfs: Vfs) -> Callable[[], Mapping[str, int]]:
         values["memory_capacity_bytes"] = cache.memory.capacity
         values["memory_blocks"] = len(cache.memory)
         values["ahead_in_flight_bytes"] = cache.ahead_in_flight
-        values["staged_files"] = len(vfs.staged)
+        values["staged_files"] = len(vfs.writer.staged)
         engine = vfs.datasets.engine
         values.update({f"preload_{k}": v for k, v in engine.stats.as_dict().items()})
         values["preload_files_in_flight"] = engine.files_in_flight

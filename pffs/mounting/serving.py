@@ -2,7 +2,7 @@
 
 `serve_here` opens the backends of the mount table and checks each store, prepares the
 mountpoint, opens the block cache, builds the VFS over them, recovers staged writes a crash
-left behind, and serves FUSE until unmounted, with the order socket in `.pffs` once the kernel's
+left behind, and serves FUSE until unmounted, with the preload socket in `.pffs` once the kernel's
 INIT is answered (pffs.mounting.ordersocket). The foreground `pffs mount` calls it directly;
 the background one calls it in the daemon it starts (pffs.mounting.daemon).
 """
@@ -39,7 +39,7 @@ log = logging.getLogger("pffs.mounting.serving")
 
 def serve_here(config: MountConfig, on_ready: Callable[[], None] | None = None) -> None:
     """Check everything that can be checked, mount, and serve until unmounted. `on_ready`
-    runs once the mount serves, its order socket bound (or known not to be)."""
+    runs once the mount serves, its preload socket bound (or known not to be)."""
     table = open_table(config.table)
     mountpoint = prepare_mountpoint(config.fuse.mountpoint)
     for mounted in table.mounted:
@@ -63,6 +63,16 @@ def serve_here(config: MountConfig, on_ready: Callable[[], None] | None = None) 
         raise CacheDirError(f"staging directory {staging_dir(config)}: {exc.strerror}") from None
     if not config.fuse.read_only:
         recover_staged(staging_dir(config), table.mounted, notify=note_to_parent)
+    joined = None
+    if config.group is not None:  # imported only then: a mount without a group pays nothing
+        from pffs.mounting.grouping import open_group
+
+        joined = open_group(config.group, table, cache)
+    shared = None
+    if config.shared_cache is not None:
+        from pffs.mounting.grouping import open_shared
+
+        shared = open_shared(config.shared_cache)
     stop_observing = start_observing(config, vfs)
     for mounted in table.mounted:
         log.info("mounting %s at %s/%s", mounted.backend.source_id, mountpoint, mounted.path)
@@ -76,12 +86,18 @@ def serve_here(config: MountConfig, on_ready: Callable[[], None] | None = None) 
             set_kernel_readahead(mountpoint, config.fuse.kernel_readahead)
             async with trio.open_nursery() as nursery:
                 await nursery.start(serve_order_socket, vfs, mountpoint)
+                if joined is not None:
+                    await nursery.start(joined.run)
                 if on_ready is not None:  # live, and a job may hand its order over at once
                     on_ready()
 
         serve(PffsOperations(vfs, config), mountpoint, after_init=after_init)
     finally:
         stop_observing()
+        if joined is not None:
+            joined.close()
+        if shared is not None:
+            shared.close()
         log.info("cache counters at exit: %s", cache.stats.as_dict())
         retries = {m.backend.source_id: m.backend.retries for m in table.mounted}
         log.info("transient store failures retried: %s", retries)

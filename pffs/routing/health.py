@@ -57,7 +57,7 @@ def register(source: str, probe: Callable[[], Awaitable[object]]) -> SourceHealt
 
 
 def of(source: str) -> SourceHealth | None:
-    """The breaker of a mounted source; None for a backend no mount table holds (warmup)."""
+    """The breaker of a mounted source; None for a backend no mount table holds."""
     return _breakers.get(source)
 
 
