@@ -122,18 +122,29 @@ def run_warmup(targets: list[Target], jobs: int, quiet: bool) -> int:
     tally = progress.tally
     show = not quiet and sys.stderr.isatty()
 
+    async def warm_all() -> None:
+        for target in targets:
+            if target.source is None:
+                await warm_through(target.paths, jobs, partial(_read_through, tally))
+            else:
+                await warm_source(
+                    target.source, target.cache, target.paths, jobs, tally, target.group
+                )
+
     async def main() -> None:
+        if not show:
+            await warm_all()  # its error as it is: one line, not an exception group
+            return
+        failed: Exception | None = None
         async with trio.open_nursery() as nursery:
-            if show:
-                nursery.start_soon(progress.draw)
-            for target in targets:
-                if target.source is None:
-                    await warm_through(target.paths, jobs, partial(_read_through, tally))
-                else:
-                    await warm_source(
-                        target.source, target.cache, target.paths, jobs, tally, target.group
-                    )
+            nursery.start_soon(progress.draw)
+            try:
+                await warm_all()
+            except Exception as exc:  # raised below, outside the nursery's group
+                failed = exc
             nursery.cancel_scope.cancel()
+        if failed is not None:
+            raise failed
 
     try:
         trio.run(main)
