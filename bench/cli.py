@@ -81,6 +81,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--epoch-size", help="size of each training file (100K)")
     p.add_argument("--write", help="size of the sequential write, e.g. 256M (1G; 8M with --quick)")
     p.add_argument(
+        "--lazy-tensors",
+        type=int,
+        help="8 MiB tensors of the lazily loaded safetensors checkpoint (64; 16)",
+    )
+    p.add_argument(
         "--only",
         help="comma-separated metrics to measure, e.g. write_mbs (all); "
         "seq_warm_mbs needs seq_cold_mbs before it",
@@ -143,6 +148,7 @@ def sizes_from(args: argparse.Namespace) -> ds.Sizes:
         checkpoint=base.checkpoint,
         shard_files=base.shard_files,
         shard_size=base.shard_size,
+        lazy_tensors=args.lazy_tensors or base.lazy_tensors,
     )
 
 

@@ -1,7 +1,8 @@
 """The benchmark's dataset: generated, uploaded, and verified in the store before any run.
 
 One large file (sequential and random reads), a second large file (parallel readers), a
-checkpoint (one large file read in 8 MiB reads), shards (large files read whole by several
+checkpoint (one large file read in 8 MiB reads), a safetensors checkpoint (a few of its
+tensors loaded lazily, bench.lazyload), shards (large files read whole by several
 readers, bench.largeobjects), a file for time to first byte, many small files, a wide
 directory for metadata, and a training set (one directory of `epoch_files` files of
 `epoch_size` bytes, read whole by the epochs); the tree of tiny objects for metadata at scale
@@ -19,6 +20,8 @@ import boto3
 from boto3.s3.transfer import TransferConfig
 
 from bench.largeobjects import shard_keys
+from bench.lazyload import KEY as LAZY_KEY
+from bench.lazyload import write_checkpoint
 from bench.leftovers import in_threads
 from bench.servers import Server
 
@@ -39,6 +42,7 @@ class Sizes:
     checkpoint: int = 0  # the checkpoint's size (bench.largeobjects)
     shard_files: int = 0
     shard_size: int = 0
+    lazy_tensors: int = 0  # tensors of the lazily loaded checkpoint (bench.lazyload)
 
     @staticmethod
     def full() -> Sizes:
@@ -46,7 +50,7 @@ class Sizes:
         return Sizes(large=1 << 30, parallel=512 * MIB, small_files=1000, wide_files=10_000,
                      write=1 << 30, epoch_files=2000, epoch_size=100 * 1024,
                      tree_files=100_000, checkpoint=1 << 30, shard_files=16,
-                     shard_size=64 * MIB)  # fmt: skip
+                     shard_size=64 * MIB, lazy_tensors=64)  # fmt: skip
 
     @staticmethod
     def quick() -> Sizes:
@@ -55,7 +59,7 @@ class Sizes:
         return Sizes(large=32 * MIB, parallel=16 * MIB, small_files=40, wide_files=300,
                      write=8 * MIB, epoch_files=200, epoch_size=100 * 1024,
                      tree_files=1000, checkpoint=32 * MIB, shard_files=4,
-                     shard_size=4 * MIB)  # fmt: skip
+                     shard_size=4 * MIB, lazy_tensors=16)  # fmt: skip
 
 
 @dataclass
@@ -69,6 +73,7 @@ class Dataset:
     epoch_keys: list[str]
     checkpoint_sha256: str = ""
     shard_sha256: dict[str, str] = field(default_factory=dict)  # by file name
+    lazy_sha256: dict[str, str] = field(default_factory=dict)  # by tensor name
 
 
 def client(server: Server):
@@ -126,6 +131,12 @@ def upload(server: Server, sizes: Sizes, workdir: str, bucket: str = "pffs-bench
         digests[key] = make_local_file(local, size)
         s3.upload_file(local, bucket, key, Config=transfer)
         os.remove(local)
+    lazy_sha256 = {}
+    if sizes.lazy_tensors:
+        local = os.path.join(workdir, "object.bin")
+        lazy_sha256 = write_checkpoint(local, sizes.lazy_tensors)
+        s3.upload_file(local, bucket, LAZY_KEY, Config=transfer)
+        os.remove(local)
     for directory in ttfb_directories():
         s3.put_object(Bucket=bucket, Key=f"{directory}/f.bin", Body=os.urandom(MIB))
     # s3rver 3 leaves a prefix holding only sub-prefixes out of a delimited listing: one object
@@ -140,6 +151,7 @@ def upload(server: Server, sizes: Sizes, workdir: str, bucket: str = "pffs-bench
     in_threads(16, lambda kv: s3.put_object(Bucket=bucket, Key=kv[0], Body=kv[1]()), objects)
     dataset = Dataset(bucket, sizes, local_large, sha, small_keys, wide_keys, epoch_keys)
     dataset.checkpoint_sha256 = digests.pop("checkpoint.bin")
+    dataset.lazy_sha256 = lazy_sha256
     dataset.shard_sha256 = {os.path.basename(key): digest for key, digest in digests.items()}
     verify(server, dataset)
     return dataset

@@ -21,6 +21,8 @@ from typing import Any
 from bench.data import MIB, SMALL_SIZE, TTFB_SAMPLES, Dataset, client, ttfb_directories
 from bench.epoch import read_epoch
 from bench.largeobjects import checkpoint_load, read_shards, shard_keys
+from bench.lazyload import KEY as LAZY_KEY
+from bench.lazyload import TENSOR_SIZE, fetched_bytes, lazy_load, picked
 from bench.metadata import TREE_DIRS, list_long, ls_recursive, stat_after_listing, stat_all
 from bench.servers import Server
 from bench.systems import cpu_seconds, peak_rss_mib, reset_peak_rss
@@ -29,6 +31,8 @@ JOBS = os.path.join(os.path.dirname(__file__), "jobs")
 
 
 LARGER_THAN_CACHE = "epoch2_larger_cached_pct"
+LAZY = "checkpoint_lazy_s"
+LAZY_FETCHED = "checkpoint_lazy_fetched_x"
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,8 @@ METRICS = [
     Metric("checkpoint_mbs", "checkpoint load: one large file, 8 MiB reads, cold", "MB/s", True),
     Metric("checkpoint_cpu_s_per_gib", "mount CPU over the checkpoint load", "CPU-s/GiB", False),
     Metric("checkpoint_store_cpu_s_per_gib", "store CPU over it", "CPU-s/GiB", False),
+    Metric(LAZY, "checkpoint, lazy: safe_open + 6 tensors (mmap), cold", "s", False),
+    Metric(LAZY_FETCHED, "bytes fetched over the tensors' bytes in it", "x", False),
     Metric("shards_mbs", "shards read whole, 4 readers, shuffled, cold", "MB/s", True),
     Metric("shards_cpu_s_per_gib", "mount CPU over the shards", "CPU-s/GiB", False),
     Metric("shards_store_cpu_s_per_gib", "store CPU over them", "CPU-s/GiB", False),
@@ -72,7 +78,7 @@ METRICS = [
     Metric("session_peak_rss_mib", "peak RSS of the whole session (no reset)", "MiB", False),
 ]
 # Figures only pffs's own counters give: the peers show "n/a" (bench.larger_than_cache).
-PFFS_ONLY = {LARGER_THAN_CACHE}
+PFFS_ONLY = {LARGER_THAN_CACHE, LAZY_FETCHED}
 # Figures taken while another scenario runs, measured when that one is.
 TAKEN_WITH = {
     "seq_cold_cpu_s_per_gib": "seq_cold_mbs",
@@ -81,6 +87,7 @@ TAKEN_WITH = {
     "checkpoint_store_cpu_s_per_gib": "checkpoint_mbs",
     "shards_cpu_s_per_gib": "shards_mbs",
     "shards_store_cpu_s_per_gib": "shards_mbs",
+    LAZY_FETCHED: LAZY,
     "epoch_peak_rss_mib": "epoch1_files_per_s",
     "epoch2_remount_requests": "epoch2_remount_files_per_s",
     "lsr_rss_bytes_per_entry": "lsr_100k_s",
@@ -196,6 +203,7 @@ class Scenarios:
             ("lsr_100k_s", lambda: self.ls_tree(results)),
             ("parallel_mbs", self.parallel),
             ("checkpoint_mbs", lambda: self.checkpoint(results)),
+            (LAZY, lambda: self.checkpoint_lazy(results)),
             ("shards_mbs", lambda: self.shards(results)),
             ("write_mbs", lambda: self.write_verify(system)),
         ]
@@ -240,6 +248,19 @@ class Scenarios:
             sizes.checkpoint,
             lambda: checkpoint_load(path, sizes.checkpoint, digest),
         )
+
+    def checkpoint_lazy(self, results: dict[str, float | str]) -> float:
+        """`safe_open` and a few tensors of the safetensors checkpoint (bench.lazyload); on
+        pffs, the bytes it fetched meanwhile over the tensors' bytes."""
+        before = fetched_bytes(self.mnt)
+        seconds = lazy_load(self.path(LAZY_KEY), self.data.lazy_sha256)
+        after = fetched_bytes(self.mnt)
+        if before is None or after is None:
+            results[LAZY_FETCHED] = "n/a: pffs's counters only"
+        else:
+            read = len(picked(len(self.data.lazy_sha256))) * TENSOR_SIZE
+            results[LAZY_FETCHED] = round((after - before) / read, 2)
+        return seconds
 
     def shards(self, results: dict[str, float | str]) -> float:
         """The shards, read whole by four readers, and the mount's CPU-seconds per GiB."""

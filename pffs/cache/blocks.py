@@ -137,14 +137,17 @@ class BlockCache:
         length: int,
         fetch: Fetch,
         cold_start: ColdStart | None = None,
+        *,
+        alone: bool = False,
     ) -> bytes:
         """Bytes [start, start+length) of a block, for random reads and first reads.
 
         From memory when the block is there; else only the chunks needed are read from the disk
         tier (a 4 KiB read costs a 64 KiB read, not 4 MiB); else, with `cold_start`, the block
         is loaded in the background and the reader's bytes are asked of the store on their own
-        (the reader waits one round trip, not the whole block's transfer); else the whole block
-        is fetched and cached as usual.
+        (the reader waits one round trip, not the whole block's transfer), or with `alone` only
+        the reader's bytes are asked for, the block left unloaded; else the whole block is
+        fetched and cached as usual.
         """
         if not self.is_cached_or_coming(key):
             if self._disk.holds(key):
@@ -153,7 +156,7 @@ class BlockCache:
                     self.stats.memory_misses += 1
                     self.stats.disk_bytes_served += len(data)
                     return data
-            if cold_start is not None and self._start_cold(key, cold_start):
+            if cold_start is not None and (alone or self._start_cold(key, cold_start)):
                 data = await cold_start.fetch_part()
                 self.stats.memory_misses += 1
                 self.stats.store_bytes_served += len(data)

@@ -1,4 +1,4 @@
-"""Readahead policy for one open file: detect sequential reads, grow a window, reset on seeks.
+"""Readahead policy for one open file: detect sequential runs, grow a window, reset on seeks.
 
 Pure bookkeeping with no I/O, so it is tested on its own. The window starts at one block when
 a read continues where the previous one ended (or starts the file), doubles each time the reader
@@ -6,6 +6,17 @@ moves into a new block, up to a maximum, and drops to nothing on a seek: random 
 reads ahead. With a pace (pffs.cache.pacing), the maximum is the pace's window instead (the
 configured one, or more by Little's law, within the reader's share of the budget), and the
 reads of a sequential run feed the pace's rate.
+
+One handle may carry several runs at once: the page faults of a memory-mapped file read
+through one handle, and a lazy loader copying a few tensors (safetensors' `safe_open`), from
+one thread or several, makes a run per tensor, each a stretch of the kernel's read-around and
+readahead. So runs are tracked as streams, up to STREAMS per handle, each with its own window;
+a read continuing none of them starts a stream (the least recently read one is forgotten).
+
+A run that starts in the middle of the file is a region (a tensor, a column chunk): where it
+ends is unknown, so its window is also held to a share of what the run has read so far
+(REGION_SHARE): a region read whole costs at most that share more, never the rest of the file.
+A run from the start of the file is a whole-file reader and keeps the full window.
 """
 
 from __future__ import annotations
@@ -17,6 +28,27 @@ MIB = 1 << 20
 # 1 MiB backwards, and we tolerate up to two blocks forwards, before calling a read a seek.
 BACKWARD_TOLERANCE = 1 * MIB
 FORWARD_BLOCKS_TOLERANCE = 2
+# Runs followed at once in one handle (the faults of a few tensors, from a few threads).
+STREAMS = 4
+# A read at least this large is the kernel's read-around or readahead (a page fault in a mapped
+# file, a buffered reader): only such reads continue a run other than the last read's, so a
+# program's small random reads landing near an older run never make a sequential run of it.
+LARGE_READ = 128 << 10
+# A region's window is at most this share of the bytes its run has read (one block at least).
+REGION_SHARE = 0.5
+
+
+class _Stream:
+    """One sequential run (or a read that may start one) within a handle."""
+
+    __slots__ = ("current_block", "expected", "origin", "streak", "window")
+
+    def __init__(self, origin: int, streak: int) -> None:
+        self.origin = origin  # where the run started
+        self.expected = origin  # where it reads next
+        self.streak = streak  # reads in a row that continued the one before
+        self.window = 0
+        self.current_block = -1
 
 
 class Readahead:
@@ -32,29 +64,48 @@ class Readahead:
         self.last_block = (file_size - 1) // block_size if file_size > 0 else -1
         self.backward = min(BACKWARD_TOLERANCE, block_size)
         self.pace = pace
-        self.window = 0
-        self.expected = 0  # where a sequential reader reads next
-        # Reads in a row that continued the previous one. A file opened and read from offset 0
-        # counts as one already; otherwise two are needed, so a random reader whose next read
+        # Most recently read first. A file opened and read from offset 0 counts as one read
+        # of a run already; otherwise two are needed, so a random reader whose next read
         # happens to land nearby does not start a readahead.
-        self.streak = 1
+        self._streams = [_Stream(0, 1)]
         self.sequential = False  # whether the last read was part of a sequential run
-        self.current_block = -1
+        self.region = False  # whether that run started past the file's start
+
+    @property
+    def window(self) -> int:
+        """The window of the last read's run, in blocks."""
+        return self._streams[0].window
+
+    def _near(self, stream: _Stream, offset: int, primary: bool) -> bool:
+        # Another stream than the last read's must be continued closely.
+        forward = FORWARD_BLOCKS_TOLERANCE * self.block_size if primary else self.backward
+        return stream.expected - self.backward <= offset <= stream.expected + forward
+
+    def _stream_for(self, offset: int, size: int) -> tuple[_Stream, bool]:
+        """The stream this read continues (moved to the front), or a new one; whether near."""
+        streams = self._streams
+        others = len(streams) if size >= LARGE_READ else 1
+        for index, stream in enumerate(streams[:others]):
+            if self._near(stream, offset, index == 0):
+                if index:
+                    streams.insert(0, streams.pop(index))
+                return stream, True
+        stream = _Stream(offset, 0)
+        streams.insert(0, stream)
+        del streams[STREAMS:]
+        return stream, False
 
     def on_read(self, offset: int, end: int) -> range:
         """Record a read of [offset, end); return the block indices worth loading ahead."""
-        near = (
-            self.expected - self.backward
-            <= offset
-            <= self.expected + FORWARD_BLOCKS_TOLERANCE * self.block_size
-        )
-        self.streak = self.streak + 1 if near else 0
-        self.sequential = self.streak >= 2
-        self.expected = max(end, self.expected) if near else end
+        stream, near = self._stream_for(offset, end - offset)
+        stream.streak = stream.streak + 1 if near else 0
+        stream.expected = max(end, stream.expected) if near else end
+        self.sequential = stream.streak >= 2
+        self.region = stream.origin > 0
         block = (max(end, 1) - 1) // self.block_size
-        if self.streak < 2 or self.max_window == 0:
-            self.window = 0
-            self.current_block = block
+        if stream.streak < 2 or self.max_window == 0:
+            stream.window = 0
+            stream.current_block = block
             if self.pace is not None:
                 self.pace.paused()
             return range(0)
@@ -62,13 +113,16 @@ class Readahead:
         if self.pace is not None:
             self.pace.read(end - offset)
             most = max(1, self.pace.window() // self.block_size)
-        if self.window == 0:
-            self.window = 1
-        elif block > self.current_block:
-            self.window = min(most, self.window * 2)
-        self.window = min(self.window, most)
-        self.current_block = max(self.current_block, block)
-        return range(block + 1, min(self.last_block, block + self.window) + 1)
+        if self.region:
+            read = stream.expected - stream.origin
+            most = min(most, max(1, int(read * REGION_SHARE) // self.block_size))
+        if stream.window == 0:
+            stream.window = 1
+        elif block > stream.current_block:
+            stream.window = min(most, stream.window * 2)
+        stream.window = min(stream.window, most)
+        stream.current_block = max(stream.current_block, block)
+        return range(block + 1, min(self.last_block, block + stream.window) + 1)
 
     def close(self) -> None:
         """The file is closed: its pace no longer takes a share of the budget."""

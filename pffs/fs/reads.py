@@ -14,7 +14,7 @@ from pffs import retry
 from pffs.backends.base import block_runs
 from pffs.cache.blocks import BlockCache
 from pffs.cache.keys import ColdStart, ObjectBlocks
-from pffs.cache.readahead import Readahead
+from pffs.cache.readahead import LARGE_READ, Readahead
 from pffs.errors import Changed, IsADirectory
 from pffs.fs.fetching import fetch_range, fetch_runs
 from pffs.fs.handles import Handles, ReadHandle
@@ -27,6 +27,12 @@ FETCH_AT_OPEN = 1 << 20
 # A read wanting at most this share of a block nobody holds gets its bytes with a request of
 # its own while the block loads behind it (the first byte of a file, a random 4 KiB read).
 COLD_START_SHARE = 4
+# Such a read of at least this many bytes that continues no run gets its bytes alone, the
+# block not loaded behind it: it is the kernel's read-around of a page fault in a mapped file
+# (or a region's first bytes), which brings its own neighbourhood; whether the rest of the block
+# is wanted shows only when the run continues (a lazy loader's neighbour tensors mostly are
+# not), and the run's readahead then loads blocks.
+ALONE = LARGE_READ
 
 
 class Reader:
@@ -108,7 +114,10 @@ class Reader:
                         self._fetch_bytes, handle, blocks.start(index) + start, stop - start
                     ),
                 )
-                part = await self.cache.read_part(key, start, stop - start, fetch, cold_start)
+                alone = stop - start >= ALONE and not handle.readahead.sequential
+                part = await self.cache.read_part(
+                    key, start, stop - start, fetch, cold_start, alone=alone
+                )
                 pieces.append(part)
             elif handle.readahead.sequential:
                 block = await self.cache.read(key, fetch, served=stop - start)

@@ -25,7 +25,8 @@ carries another is counted in `reused_after_hang`: a client should have closed i
 `throttle_above(n)` makes it a store that throttles under load: a matching request arriving
 while `n` are already in flight (it would make more than `n`) gets ``503 SlowDown`` (counted
 as "throttle"). Every fault is counted in `injected`, so a test can check that its faults were
-actually hit.
+actually hit, and the bytes of the matching GETs' bodies it forwarded in `body_bytes` (what a
+mount fetched).
 
 One thread per client connection (HTTP/1.1 keep-alive is honoured), one upstream connection per
 client connection; a stalled connection never holds up the others.
@@ -81,6 +82,8 @@ class FaultProxy(Service):
         self.match = match
         self.injected: collections.Counter[str] = collections.Counter()
         self.forwarded = 0
+        # Bytes of the bodies of matching GETs (by default object reads) sent back to clients.
+        self.body_bytes = 0
         self._rates: dict[str, float] = {}
         self._queue: collections.deque[str] = collections.deque()
         self._random = random.Random(seed)
@@ -242,6 +245,8 @@ class FaultProxy(Service):
                             self.in_flight -= 1
                 with self._lock:
                     self.forwarded += 1
+                    if fault == _COUNTED and method == "GET":
+                        self.body_bytes += len(payload)
                 head = _response_head(status, reason, response_headers, len(payload), method)
                 if fault == "stall":  # headers, a little of the body, then silence
                     client.sendall(head + payload[: len(payload) // 4])

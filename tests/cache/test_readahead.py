@@ -35,3 +35,53 @@ def test_readahead_stops_at_the_end_of_the_file() -> None:
     assert list(ra.on_read(0, 100)) == [1]
     assert list(ra.on_read(100, 200)) == [2, 3]
     assert list(ra.on_read(200, 300)) == [3]
+
+
+def test_a_region_gets_a_window_held_to_half_of_what_its_run_read() -> None:
+    """A run starting mid-file (a tensor's page faults) is a sequential reader of its region:
+    readahead follows it, but never runs ahead more than half of what it has read, so a region
+    read whole costs little more than itself, never the rest of the file."""
+    block = 4 * KIB
+    ra = Readahead(block, max_window_bytes=8 * block, file_size=1000 * block)
+    start = 100 * block + 512
+    farthest = 0
+    for offset in range(start, start + 16 * block, block // 4):
+        end = offset + block // 4
+        ahead = ra.on_read(offset, end)
+        assert ra.region
+        if ahead:
+            farthest = max(farthest, ahead[-1])
+            beyond = (ahead[-1] - (end - 1) // block) * block
+            assert beyond <= max(block, (end - start) // 2)
+    assert farthest > (start + 8 * block) // block  # it did read ahead
+    # From the start of the file the full window is kept.
+    whole = Readahead(block, max_window_bytes=8 * block, file_size=1000 * block)
+    windows = [len(whole.on_read(o, o + block)) for o in range(0, 8 * block, block)]
+    assert max(windows) == 8 and not whole.region
+
+
+def test_interleaved_runs_of_large_reads_each_keep_their_window() -> None:
+    """Faults of two tensors copied by two threads reach one handle interleaved: each run stays
+    sequential and reads ahead for itself."""
+    block = 256 * KIB
+    ra = Readahead(block, max_window_bytes=8 * block, file_size=1000 * block)
+    size = 128 * KIB  # the kernel's readahead-sized reads
+    a, b = 100 * block, 500 * block
+    for step in range(12):
+        ahead_a = ra.on_read(a + step * size, a + (step + 1) * size)
+        assert ra.sequential == (step >= 2)
+        ahead_b = ra.on_read(b + step * size, b + (step + 1) * size)
+        assert ra.sequential == (step >= 2)
+    assert ahead_a and all(100 <= i < 110 for i in ahead_a)
+    assert ahead_b and all(500 <= i < 510 for i in ahead_b)
+
+
+def test_small_reads_near_an_older_run_stay_random() -> None:
+    """Only large reads (the kernel's) continue a run other than the last read's: a program's
+    4 KiB reads hopping between two neighbourhoods never look sequential."""
+    block = 4 * KIB * 1024
+    ra = Readahead(block, max_window_bytes=8 * block, file_size=100 * block)
+    for step in range(10):
+        assert not ra.on_read(20 * block + step * 4096, 20 * block + (step + 1) * 4096 - 8192)
+        assert not ra.on_read(5 * block + step * 4096, 5 * block + step * 4096 + 4096)
+        assert not ra.sequential

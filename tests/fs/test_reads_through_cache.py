@@ -383,3 +383,21 @@ def test_a_small_file_is_fetched_from_its_open() -> None:
             nursery.cancel_scope.cancel()
 
     trio.run(main)
+
+
+def test_a_region_read_through_page_faults_fetches_little_beyond_it() -> None:
+    """The kernel's reads of a mapped region (a tensor): 256 KiB each, from the middle of a
+    large file, front to back. The first two start no run and get their bytes alone (no block
+    loaded behind them); then the run reads ahead for itself, never the rest of the file."""
+    block = 1024 * KIB
+    data = random.Random(11).randbytes(64 * block)
+    store = FakeStore({"f": data})
+    vfs = make_vfs(store, cache_config(None, block=block))
+    start, size, region = 20 * block + 512 * KIB, 256 * KIB, 8 * block
+    reads = [(offset, size) for offset in range(start, start + region, size)]
+    got = trio.run(with_nursery, vfs, "f", reads)
+    assert b"".join(got) == data[start : start + region]
+    assert store.ranges[:2] == [(start, size), (start + size, size)]  # alone
+    fetched = sum(length for _, length in store.ranges)
+    assert fetched <= 1.75 * region
+    assert max(offset + length for offset, length in store.ranges) <= start + 1.5 * region
