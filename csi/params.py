@@ -14,6 +14,8 @@ Volume context keys (camelCase, as Kubernetes volume attributes are written):
     readOnly     "true" / "false": the whole mount refuses writes
     preload      "true" / "false": load a directory's files ahead once a job reads a few
                  of them, and order lists (default true, `--preload on|off`)
+    cacheGroup   "true" / "false": join the node's cache group (the driver's --group-*
+                 options): the volume's mounts on all nodes serve each other's blocks
 
 The former names prefetchMax and datasetPrefetch still work, with a warning in the log.
 
@@ -47,7 +49,7 @@ SIZE_KEYS = {
     "blockSize": "--block-size",
 }
 VOLUME_KEYS = frozenset(
-    {"source", "mountTable", "endpoint", "region", "readOnly", "preload", *SIZE_KEYS}
+    {"source", "mountTable", "endpoint", "region", "readOnly", "preload", "cacheGroup", *SIZE_KEYS}
 )
 # Former key -> its name now ("prefetch" used to name both readahead and preload).
 RENAMED_KEYS = {"prefetchMax": "readaheadMax", "datasetPrefetch": "preload"}
@@ -92,6 +94,8 @@ class VolumeSpec:
     mount_table: str | None = None
     # None keeps pffs's default (on).
     preload: bool | None = None
+    # Joins the node's cache group (the driver adds the group's options: VolumeManager).
+    cache_group: bool = False
 
     @property
     def name(self) -> str:
@@ -182,6 +186,7 @@ def volume_spec(context: dict[str, str]) -> VolumeSpec:
             if context.get("preload", "").strip()
             else None
         ),
+        cache_group=parse_bool("cacheGroup", context.get("cacheGroup", "false")),
     )
 
 

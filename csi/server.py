@@ -48,6 +48,22 @@ class DriverConfig:
     publish_interval: float = 10.0
     # The API server for publishing; None means the in-cluster service account (when there).
     kube_api: str | None = None
+    # The cache group volumes with cacheGroup "true" join (pffs.group): its member source,
+    # the address the volume's mount serves peers on, and the shared secret's file.
+    group_members: str | None = None
+    group_listen: str = "0.0.0.0:7070"
+    group_secret_file: str | None = None
+
+    def group_options(self) -> list[str]:
+        """The `pffs mount` options of a volume in the node's cache group ([] without one);
+        the member name is the mount's default, $NODE_NAME."""
+        if self.group_members is None or self.group_secret_file is None:
+            return []
+        return [
+            *("--group-members", self.group_members),
+            *("--group-listen", self.group_listen),
+            *("--group-secret-file", self.group_secret_file),
+        ]
 
     @property
     def serves_node(self) -> bool:
@@ -84,6 +100,10 @@ def add_parser(commands: argparse._SubParsersAction[Parser]) -> None:
         "cache (10; 0 disables; on in a cluster or with --kube-api)",
     )
     csi.add_argument("--kube-api", help="API server URL (default: the in-cluster service account)")
+    group = csi.add_argument_group('cache group (volumes with cacheGroup: "true" join it)')
+    group.add_argument("--group-members", help="file:///PATH or k8s://NAMESPACE/SERVICE")
+    group.add_argument("--group-listen", default=defaults.group_listen, help="(0.0.0.0:7070)")
+    group.add_argument("--group-secret-file", help="the group's shared secret")
 
 
 def config_from_args(args: argparse.Namespace) -> DriverConfig:
@@ -97,7 +117,12 @@ def config_from_args(args: argparse.Namespace) -> DriverConfig:
         kubelet_dir=os.path.abspath(args.kubelet_dir),
         publish_interval=args.publish_interval,
         kube_api=args.kube_api,
+        group_members=args.group_members,
+        group_listen=args.group_listen,
+        group_secret_file=args.group_secret_file,
     )
+    if bool(config.group_members) != bool(config.group_secret_file):
+        raise UsageError("--group-members and --group-secret-file go together")
     if config.publish_interval < 0:
         raise UsageError("--publish-interval must be 0 (off) or a number of seconds")
     if config.serves_node and not config.node_id:
@@ -141,7 +166,7 @@ def build_server(config: DriverConfig) -> grpc.Server:
     )
     if config.serves_node:
         os.makedirs(config.cache_dir, mode=0o700, exist_ok=True)
-        volumes = VolumeManager(config.state_dir, config.cache_dir)
+        volumes = VolumeManager(config.state_dir, config.cache_dir, config.group_options())
         volumes.recover()
         csi_pb2_grpc.add_NodeServicer_to_server(  # type: ignore[no-untyped-call]
             NodeService(config.node_id, volumes, config.kubelet_dir), server
@@ -189,8 +214,8 @@ def start_publisher(config: DriverConfig) -> NodeCachePublisher | None:
     if config.kube_api is None and not os.environ.get("KUBERNETES_SERVICE_HOST"):
         log.info("not in a Kubernetes cluster and no --kube-api: node labels not published")
         return None
-    from pffs.csi.affinity.kube import KubeClient, KubeError
     from pffs.csi.affinity.publisher import NodeCachePublisher
+    from pffs.kube import KubeClient, KubeError
 
     try:
         api = KubeClient.from_url(config.kube_api)

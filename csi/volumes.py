@@ -108,9 +108,13 @@ class Volume:
 class VolumeManager:
     """Publishes and unpublishes volumes at target paths; one instance per node driver."""
 
-    def __init__(self, state_dir: str, cache_dir: str) -> None:
+    def __init__(
+        self, state_dir: str, cache_dir: str, group_options: list[str] | None = None
+    ) -> None:
         self.state_dir = os.path.abspath(state_dir)
         self.cache_dir = os.path.abspath(cache_dir)
+        # `pffs mount` options joining the node's cache group (volumes with cacheGroup).
+        self.group_options = group_options or []
         self.volumes: dict[str, Volume] = {}
         self._guard = threading.Lock()  # self.volumes and self._busy
         self._busy: set[str] = set()
@@ -297,6 +301,14 @@ class VolumeManager:
             *("--cache-dir", self.cache_dir, "--log-file", self.log_path(volume)),
             *spec.mount_options(),
         ]
+        if spec.cache_group:
+            if not self.group_options:
+                raise CsiError(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    "the volume asks for a cache group (cacheGroup) and this node's driver is in "
+                    "none (Helm value cacheGroup.enabled)",
+                )
+            options += self.group_options
         log.info("starting pffs mount of %s for volume %s", spec.name, volume.volume_id)
         keys = mountprocess.credentials_path(self._dir(volume))
         return mountprocess.start(spec.name, options, keys, self.state_dir)

@@ -224,6 +224,28 @@ class ObserveConfig:
 
 
 @dataclass(frozen=True)
+class GroupConfig:
+    """A cache group this mount joins (pffs.group): where the member list comes from
+    (`file:///path` or `k8s://NAMESPACE/SERVICE`), the address its peer server listens on,
+    the file holding the shared secret, and this member's name in the list."""
+
+    members: str
+    listen: str
+    secret_file: str
+    self_name: str
+
+
+@dataclass(frozen=True)
+class SharedCacheConfig:
+    """A shared tier this mount uses (pffs.group.shared): an S3-compatible store near the
+    compute holding blocks for every mount, with its own endpoint and credentials profile."""
+
+    url: str
+    endpoint_url: str | None = None
+    profile: str | None = None
+
+
+@dataclass(frozen=True)
 class MountConfig:
     """Everything a mount needs (`pffs.mounting.serving.serve_here`).
 
@@ -241,6 +263,10 @@ class MountConfig:
     name: str = "pffs"
     observe: ObserveConfig = field(default_factory=ObserveConfig)
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    # None: no group, the mount fetches from its stores alone.
+    group: GroupConfig | None = None
+    # None: no shared tier (a mount is in a group or uses a shared tier, not both).
+    shared_cache: SharedCacheConfig | None = None
 
 
 def single_source(
@@ -289,6 +315,8 @@ def from_json(text: str) -> MountConfig:
         name=raw["name"],
         observe=ObserveConfig(**raw.get("observe", {})),
         dataset=_dataset_config(raw.get("dataset", {})),
+        group=GroupConfig(**raw["group"]) if raw.get("group") else None,
+        shared_cache=SharedCacheConfig(**raw["shared_cache"]) if raw.get("shared_cache") else None,
     )
 
 

@@ -36,7 +36,6 @@ from types import FrameType
 from typing import Any
 
 from pffs.csi.affinity.httpserve import Handler, HttpLimits, HttpServer
-from pffs.csi.affinity.kube import KubeClient, KubeError
 from pffs.csi.affinity.labels import DatasetCache, label_key, node_cache
 from pffs.csi.affinity.scoring import (
     OFF,
@@ -50,6 +49,7 @@ from pffs.csi.affinity.scoring import (
     score_nodes,
 )
 from pffs.errors import UsageError
+from pffs.kube import KubeClient, KubeError
 
 log = logging.getLogger("pffs.csi.extender")
 

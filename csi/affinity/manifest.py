@@ -23,10 +23,10 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from pffs.csi.affinity.kube import KubeClient, KubeError
 from pffs.csi.affinity.labels import is_pffs_label, label_key
 from pffs.csi.affinity.scoring import LookupFailed, VolumeResolver
 from pffs.errors import BackendError, UsageError
+from pffs.kube import KubeClient, KubeError
 
 PREFERRED_WEIGHT = 100
 _TEMPLATE_KINDS = {

@@ -3,7 +3,7 @@
 Entry point for the CSI node plugin (one per node, in a background thread)::
 
     from pffs.csi.affinity.publisher import NodeCachePublisher
-    from pffs.csi.affinity.kube import KubeClient
+    from pffs.kube import KubeClient
 
     publisher = NodeCachePublisher(node_name, "/var/cache/pffs", KubeClient.in_cluster())
     publisher.start()          # daemon thread; returns at once
@@ -33,7 +33,6 @@ import time
 from typing import Any
 
 from pffs.csi.affinity.inventory import DEFAULT_BLOCK_SIZE, CacheInventory, SourceTotals, summarize
-from pffs.csi.affinity.kube import KubeClient, KubeError
 from pffs.csi.affinity.labels import (
     CACHE_ANNOTATION,
     DatasetCache,
@@ -41,6 +40,7 @@ from pffs.csi.affinity.labels import (
     is_pffs_label,
     node_labels,
 )
+from pffs.kube import KubeClient, KubeError
 
 log = logging.getLogger("pffs.csi.publisher")
 

@@ -23,9 +23,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from pffs.csi.affinity.kube import KubeClient, KubeError
 from pffs.csi.affinity.labels import DRIVER_NAME, MODE_ANNOTATION, DatasetCache, dataset_id
 from pffs.errors import PffsError
+from pffs.kube import KubeClient, KubeError
 
 log = logging.getLogger("pffs.csi.affinity")
 

@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import NoReturn
 
 from pffs.cli import argtypes
+from pffs.cli.groupoptions import add_group_options, group_config, shared_cache_config
 from pffs.config import (
     LOG_LEVELS,
     CacheConfig,
@@ -258,6 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
     opts.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="as above")
     opts.add_argument("--log-file", help="daemon log (default: ~/.local/state/pffs/log/)")
     _add_observe_options(mount)
+    add_group_options(mount)
     meta = mount.add_argument_group("metadata caching (seconds)")
     meta.add_argument(
         "--metadata-ttl",
@@ -561,4 +563,6 @@ def table_mount_config(
         name=name,
         observe=observe_config(args),
         dataset=dataset_config(args),
+        group=group_config(args),
+        shared_cache=shared_cache_config(args),
     )

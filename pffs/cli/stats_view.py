@@ -13,7 +13,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from pffs.errors import MountpointError, UsageError
@@ -194,6 +194,30 @@ def dataset_lines(now: Series) -> list[str]:
     return lines
 
 
+def group_lines(now: Series, rate: Callable[..., float]) -> list[str]:
+    """The cache group (pffs.group), when the mount is in one: its members and which are
+    broken, bytes from and to peers, fallbacks to the store and refusals."""
+    if not total(now, "pffs_group_members"):
+        return []
+    broken = [
+        member
+        for member in label_values(now, "pffs_group_member_up", "member")
+        if total(now, "pffs_group_member_up", member=member) == 0
+    ]
+    return [
+        "",
+        f"group: {total(now, 'pffs_group_members'):.0f} members, "
+        + (f"broken: {', '.join(broken)}" if broken else "all up"),
+        f"  from peers {rate('pffs_group_peer_bytes_total', way='received') / MB:.1f} MB/s "
+        f"({total(now, 'pffs_group_peer_bytes_total', way='received') / MB:.0f} MB), "
+        f"served to peers {rate('pffs_group_peer_bytes_total', way='served') / MB:.1f} MB/s "
+        f"({total(now, 'pffs_group_peer_bytes_total', way='served') / MB:.0f} MB), "
+        f"from the store {total(now, 'pffs_backend_received_bytes_total') / MB:.0f} MB; "
+        f"fallbacks {total(now, 'pffs_group_fallbacks_total'):.0f}, "
+        f"refusals {total(now, 'pffs_group_refusals_total'):.0f}",
+    ]
+
+
 def render(previous: dict[str, Any] | None, current: dict[str, Any], mountpoint: str) -> str:
     """One frame: rates over the interval since `previous` (or since the mount started)."""
     now = series(current)
@@ -289,6 +313,8 @@ def render(previous: dict[str, Any] | None, current: dict[str, Any], mountpoint:
         f"{rate('pffs_uploaded_bytes_total') / MB:.1f} MB/s uploaded; "
         f"slow requests {total(now, 'pffs_backend_slow_requests_total'):.0f}"
     )
+
+    lines += group_lines(now, rate)
 
     memory_used = total(now, "pffs_cache_memory_used_bytes")
     memory_cap = total(now, "pffs_cache_memory_capacity_bytes")

@@ -8,6 +8,8 @@ used; for a source URL, the cache options on the command line. Blocks already on
 so a second run costs one database lookup per block. A path in a mount that left no record here
 (a bind mount in a Fluid or CSI pod, a mount given keys of its own) is read through the mount
 instead (pffs.cli.warmthrough).
+On a member of a cache group (pffs.group), the blocks other members own are asked of them: each
+owner loads its own from the store once, so one warmup fills the whole group in parallel.
 """
 
 from __future__ import annotations
@@ -21,12 +23,13 @@ from dataclasses import dataclass, field
 
 import trio
 
+from pffs import group
 from pffs.backends import Backend, ObjectInfo, open_backend
 from pffs.backends.base import join
 from pffs.cache.disk import DiskTier
 from pffs.cache.preload import Preloader, PreloadItem
 from pffs.cli.warmthrough import warm_through
-from pffs.config import CacheConfig, SourceConfig, TableEntry
+from pffs.config import CacheConfig, GroupConfig, SourceConfig, TableEntry
 from pffs.errors import UsageError
 from pffs.fs.datasets import file_item
 from pffs.mounting.kernel import FSTYPE, mount_table
@@ -47,6 +50,8 @@ class Target:
     source: SourceConfig | None
     cache: CacheConfig
     paths: list[str] = field(default_factory=list)
+    # The cache group of the mount (pffs.group): its blocks' owners are asked, not the store.
+    group: GroupConfig | None = None
 
 
 @dataclass
@@ -139,7 +144,7 @@ def resolve_targets(
             if entry.cache != "disk":
                 continue  # a memory-only entry has nothing to fill
             key = f"mount:{mountpoint}:{entry.path}"
-            target = targets.setdefault(key, Target(entry.source, config.cache))
+            target = targets.setdefault(key, Target(entry.source, config.cache, group=config.group))
             target.paths.append(path_in_source)
             found_any = True
         if not found_any:
@@ -192,6 +197,10 @@ async def warm(target: Target, jobs: int, progress: Progress, show: bool) -> Non
     progress.files_done += sum(1 for _, info in files if info.size == 0)
     if not cache.disk_holds(backend.source_id):
         raise UsageError(f"{target.source.url} is cached in memory only")
+    if target.group is not None:  # each owner loads its own blocks, once for the group
+        from pffs.mounting.grouping import asking_group
+
+        peers = await asking_group(target.group)
     engine = Preloader(
         cache, cache.ahead_budget, concurrency=jobs, max_concurrency=jobs, idle_after=math.inf
     )
@@ -232,6 +241,9 @@ async def warm(target: Target, jobs: int, progress: Progress, show: bool) -> Non
     finally:
         progress.blocks_skipped += cache.stats.disk_write_skips - skips_before
         cache.close()
+        if target.group is not None:
+            group.join(None)
+            peers.close()
         if show:
             sys.stderr.write("\r" + progress.line() + "\n")
 

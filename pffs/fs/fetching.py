@@ -7,7 +7,8 @@ own, sized by its `Pace` (pffs.pace: halved when the store pushes back). A short
 version the caller opened, so a changed object raises `Changed`. Every request passes its
 source's breaker (pffs.routing.health): while the source is down it fails at once, and its
 outcome tells the breaker. A reader's request carries when the reader asked
-(pffs.retry.asking), so its retries stop within the one bound the README states.
+(pffs.retry.asking), so its retries stop within the one bound the README states. With a block
+source joined (pffs.group: a cache group, a shared tier), it is asked before the store.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import TypeVar
 
 import trio
 
-from pffs import retry
+from pffs import group, retry
 from pffs.backends.base import Backend, block_runs
 from pffs.cache.keys import Deliver, FetchRun, ObjectBlocks
 from pffs.errors import Corrupted
@@ -36,11 +37,21 @@ async def fetch_range(
     offset: int,
     length: int,
     pace: Pace | None = None,
+    blocks: ObjectBlocks | None = None,
 ) -> bytes:
-    """Bytes [offset, offset+length) of `path` in `backend`, all of them."""
+    """Bytes [offset, offset+length) of `path` in `backend`, all of them. Given the `blocks`
+    of the object, a joined block source (pffs.group) is asked first, and hears of a whole
+    block the store served."""
+    peers = group.current()
+    if peers is not None and blocks is not None:
+        from_peer = await peers.fetch_range(blocks, offset, length)
+        if from_peer is not None:
+            return from_peer
     data = await _request(limiter, pace, backend, backend.read_range, path, offset, length, version)
     if len(data) != length:
         raise Corrupted(f"{path}: bytes {offset}+{length} came back with {len(data)} bytes")
+    if peers is not None and blocks is not None:
+        peers.stored(blocks, offset, data)
     return data
 
 
@@ -82,7 +93,8 @@ def fetch_runs(
             hand_over,
         )
 
-    return fetch_run
+    peers = group.current()
+    return fetch_run if peers is None else peers.fetch_runs(blocks, base, fetch_run)
 
 
 async def _request(

@@ -129,5 +129,11 @@ class Reader:
     async def _fetch_bytes(self, handle: ReadHandle, offset: int, length: int) -> bytes:
         mounted, blocks = handle.mounted, handle.blocks
         return await fetch_range(
-            mounted.limiter, mounted.backend, blocks.path, blocks.version, offset, length
+            mounted.limiter,
+            mounted.backend,
+            blocks.path,
+            blocks.version,
+            offset,
+            length,
+            blocks=blocks,
         )

@@ -63,6 +63,16 @@ def serve_here(config: MountConfig, on_ready: Callable[[], None] | None = None) 
         raise CacheDirError(f"staging directory {staging_dir(config)}: {exc.strerror}") from None
     if not config.fuse.read_only:
         recover_staged(staging_dir(config), table.mounted, notify=note_to_parent)
+    joined = None
+    if config.group is not None:  # imported only then: a mount without a group pays nothing
+        from pffs.mounting.grouping import open_group
+
+        joined = open_group(config.group, table, cache)
+    shared = None
+    if config.shared_cache is not None:
+        from pffs.mounting.grouping import open_shared
+
+        shared = open_shared(config.shared_cache)
     stop_observing = start_observing(config, vfs)
     for mounted in table.mounted:
         log.info("mounting %s at %s/%s", mounted.backend.source_id, mountpoint, mounted.path)
@@ -76,12 +86,18 @@ def serve_here(config: MountConfig, on_ready: Callable[[], None] | None = None) 
             set_kernel_readahead(mountpoint, config.fuse.kernel_readahead)
             async with trio.open_nursery() as nursery:
                 await nursery.start(serve_order_socket, vfs, mountpoint)
+                if joined is not None:
+                    await nursery.start(joined.run)
                 if on_ready is not None:  # live, and a job may hand its order over at once
                     on_ready()
 
         serve(PffsOperations(vfs, config), mountpoint, after_init=after_init)
     finally:
         stop_observing()
+        if joined is not None:
+            joined.close()
+        if shared is not None:
+            shared.close()
         log.info("cache counters at exit: %s", cache.stats.as_dict())
         retries = {m.backend.source_id: m.backend.retries for m in table.mounted}
         log.info("transient store failures retried: %s", retries)

@@ -2,7 +2,8 @@
 
 No API server can run on this machine (no Docker, no kind, no etcd), so this serves the few
 endpoints pffs uses over real HTTP (or HTTPS) on 127.0.0.1, in the API's own shapes:
-GET a PVC, a PV, a Node; LIST Nodes with a label selector (existence `key`, `key=value`, `!key`,
+GET a PVC, a PV, a Node; LIST Nodes, and the EndpointSlices of a namespace (pffs.group's
+members), with a label selector (existence `key`, `key=value`, `!key`,
 comma for AND); PATCH a Node with a JSON merge patch (RFC 7386). Unknown objects answer 404 with
 a Status body, like the real server. It records every request, can demand a bearer token, and
 can be told to fail (`fail_with`) to test error handling.
@@ -62,6 +63,7 @@ class FakeApiServer:
         self.pvcs: dict[tuple[str, str], dict[str, Any]] = {}
         self.pvs: dict[str, dict[str, Any]] = {}
         self.nodes: dict[str, dict[str, Any]] = {}
+        self.endpoint_slices: dict[tuple[str, str], dict[str, Any]] = {}
         self.requests: list[tuple[str, str, str | None, Any]] = []  # method, path, type, body
         self.token = token
         self.fail_with: int | None = None  # answer every request with this HTTP status
@@ -128,6 +130,23 @@ class FakeApiServer:
             "spec": {"csi": {"driver": driver, "volumeHandle": pv, "volumeAttributes": attributes}},
         }
 
+    def set_endpoint_slice(
+        self, namespace: str, name: str, service: str, port: int, endpoints: list[dict[str, Any]]
+    ) -> None:
+        """An EndpointSlice (discovery.k8s.io/v1) of `service`, its port named `peer`."""
+        self.endpoint_slices[(namespace, name)] = {
+            "apiVersion": "discovery.k8s.io/v1",
+            "kind": "EndpointSlice",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": {"kubernetes.io/service-name": service},
+            },
+            "addressType": "IPv4",
+            "ports": [{"name": "peer", "port": port, "protocol": "TCP"}],
+            "endpoints": endpoints,
+        }
+
     def count(self, method: str, path_start: str) -> int:
         return sum(1 for m, p, _, _ in self.requests if m == method and p.startswith(path_start))
 
@@ -185,6 +204,18 @@ class FakeApiServer:
                             if _selected(n["metadata"].get("labels") or {}, selector)
                         ]
                         self._send(200, {"kind": "NodeList", "apiVersion": "v1", "items": items})
+                        return
+                    elif m := re.fullmatch(
+                        r"/apis/discovery.k8s.io/v1/namespaces/([^/]+)/endpointslices", path
+                    ):
+                        selector = (query.get("labelSelector") or [""])[0]
+                        items = [
+                            copy.deepcopy(item)
+                            for (namespace, _), item in fake.endpoint_slices.items()
+                            if namespace == m[1] and _selected(item["metadata"]["labels"], selector)
+                        ]
+                        kind = "EndpointSliceList"
+                        self._send(200, {"kind": kind, "apiVersion": "v1", "items": items})
                         return
                     elif m := re.fullmatch(r"/api/v1/nodes/([^/]+)", path):
                         found = fake.nodes.get(m[1])

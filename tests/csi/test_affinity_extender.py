@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 
 from pffs.csi.affinity.extender import Extender, make_server
-from pffs.csi.affinity.kube import KubeClient
 from pffs.csi.affinity.labels import (
     CACHE_ANNOTATION,
     DatasetCache,
@@ -29,6 +28,7 @@ from pffs.csi.affinity.labels import (
     encode_annotation,
     node_labels,
 )
+from pffs.kube import KubeClient
 from tests.csi.kube_apiserver import FakeApiServer
 
 ATTRS_A = {"source": "s3://datasets/imagenet", "endpoint": "http://minio.storage:9000"}

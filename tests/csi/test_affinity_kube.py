@@ -1,4 +1,4 @@
-"""The Kubernetes API client (csi/affinity/kube.py) against a local stand-in for the API server.
+"""The Kubernetes API client (pffs/kube.py) against a local stand-in for the API server.
 
 No Kubernetes API server can run on this machine, so tests/csi/kube_apiserver.py serves the
 endpoints the client uses over real HTTP and HTTPS on 127.0.0.1, in the API's shapes.
@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from pffs.csi.affinity.kube import KubeClient, KubeError
+from pffs.kube import KubeClient, KubeError
 from pffs.testing.servers import free_port
 from tests.csi.kube_apiserver import FakeApiServer
 

@@ -132,7 +132,7 @@ def test_required_terms_are_anded_into_every_existing_term(api: FakeApiServer) -
             {"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["h100"]}]},
         ]
     }
-    from pffs.csi.affinity.kube import KubeClient
+    from pffs.kube import KubeClient
 
     out = yaml.safe_load(annotate(yaml.safe_dump(doc), KubeClient(api.url), required=True))
     terms = _node_affinity(out)["requiredDuringSchedulingIgnoredDuringExecution"][

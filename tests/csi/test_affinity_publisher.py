@@ -15,9 +15,9 @@ import pytest
 
 from pffs.cache.disk import DiskTier, entry_key
 from pffs.cache.keys import BlockKey
-from pffs.csi.affinity.kube import KubeClient
 from pffs.csi.affinity.labels import CACHE_ANNOTATION, dataset_id, decode_annotation, label_key
 from pffs.csi.affinity.publisher import NodeCachePublisher
+from pffs.kube import KubeClient
 from tests.csi.kube_apiserver import FakeApiServer
 
 BLOCK = 64 * 1024

@@ -18,7 +18,7 @@ import pytest
 
 from pffs.csi.affinity.extender import Extender, make_server
 from pffs.csi.affinity.httpserve import HttpLimits, HttpServer
-from pffs.csi.affinity.kube import KubeClient
+from pffs.kube import KubeClient
 from tests.csi.kube_apiserver import FakeApiServer
 from tests.csi.test_affinity_extender import ATTRS_A, PVC_A, A, _args, _node, _pod
 

@@ -60,3 +60,19 @@ def test_secrets_become_values() -> None:
     )
     assert credentials == Credentials("AKIA", "s3cr3t", "tok")
     assert params.volume_credentials({}) is None
+
+
+def test_cache_group_attribute_joins_the_nodes_group(tmp_path) -> None:
+    from pffs.csi.volumes import Volume, VolumeManager
+
+    assert params.volume_spec({"source": "s3://bucket/data"}).cache_group is False
+    assert params.volume_spec({"source": "s3://b", "cacheGroup": "true"}).cache_group is True
+    with pytest.raises(CsiError) as refused:
+        params.volume_spec({"source": "s3://b", "cacheGroup": "maybe"})
+    assert refused.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    # A grouped volume on a node whose driver is in no group is refused before any mount.
+    manager = VolumeManager(str(tmp_path / "state"), str(tmp_path / "cache"))
+    spec = params.volume_spec({"source": "s3://b", "cacheGroup": "true"})
+    with pytest.raises(CsiError) as refused:
+        manager._spawn(Volume("v1", spec), {})
+    assert refused.value.code == grpc.StatusCode.FAILED_PRECONDITION

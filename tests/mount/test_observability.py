@@ -16,6 +16,7 @@ import pytest
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
+import pffs.group.stats  # noqa: F401  (a mount in a group registers these on joining)
 from pffs import metrics
 from pffs.cache.blocks import BlockCache
 from pffs.cache.keys import BlockKey, Deliver

@@ -39,10 +39,10 @@ import yaml
 from pffs.cli import options
 from pffs.csi import params, provision
 from pffs.csi.affinity.extender import parse_listen
-from pffs.csi.affinity.kube import KubeClient
 from pffs.csi.affinity.publisher import NodeCachePublisher
 from pffs.csi.affinity.scoring import REQUIRE, pod_mode
 from pffs.csi.server import DEFAULT_DRIVER_NAME, DriverConfig, config_from_args, socket_path
+from pffs.kube import KubeClient
 from pffs.testing.servers import free_port, wait_for_port
 from pffs.version import __version__
 from tests.csi.kube_apiserver import FakeApiServer
@@ -572,6 +572,65 @@ def test_chart_switches_and_optional_objects() -> None:
 
     missing = helm_template("storageClass.create=true", check=False)
     assert missing.returncode != 0 and "storageClass.baseSource" in missing.stderr
+
+
+@requires_helm
+def test_chart_cache_group() -> None:
+    """cacheGroup.enabled: the headless Service over the node plugin pods, the NetworkPolicy
+    opening its port to them only, the RBAC to list EndpointSlices, the Secret, and the node
+    plugin's --group-* options agreeing with them."""
+    off = rendered()
+    assert ("Service", "pffs-group") not in off and ("Role", "pffs-group-members") not in off
+    docs = rendered(
+        "cacheGroup.enabled=true",
+        "cacheGroup.port=7171",
+        "cacheGroup.create=true",
+        "cacheGroup.secret=0123456789abcdef0123",
+    )
+    for doc in docs.values():
+        kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+    daemonset = docs[("DaemonSet", "pffs-csi-node")]
+    plugin = container(daemonset, "pffs-plugin")
+    config = config_from_args(pffs_args(plugin))
+    assert config.group_options() == [
+        *("--group-members", "k8s://kube-system/pffs-group"),
+        *("--group-listen", "0.0.0.0:7171"),
+        *("--group-secret-file", "/etc/pffs-group/secret"),
+    ]
+    mount, volume = volume_for(daemonset, "/etc/pffs-group", "pffs-plugin")
+    assert mount["readOnly"] and volume["secret"]["secretName"] == "pffs-group-secret"
+    assert "secret" in docs[("Secret", "pffs-group-secret")]["stringData"]
+    peer = next(p for p in plugin["ports"] if p["name"] == "peer")
+    assert peer["containerPort"] == 7171
+    service = docs[("Service", "pffs-group")]
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["selector"] == daemonset["spec"]["selector"]["matchLabels"]
+    assert service["spec"]["ports"] == [
+        {"name": "peer", "port": 7171, "targetPort": "peer", "protocol": "TCP"}
+    ]
+    policy = docs[("NetworkPolicy", "pffs-group-peers")]["spec"]
+    assert policy["podSelector"]["matchLabels"] == daemonset["spec"]["selector"]["matchLabels"]
+    assert policy["ingress"][0]["from"][0]["podSelector"] == policy["podSelector"]
+    role = docs[("Role", "pffs-group-members")]
+    assert role["rules"] == [
+        {
+            "apiGroups": ["discovery.k8s.io"],
+            "resources": ["endpointslices"],
+            "verbs": ["list", "watch"],
+        }
+    ]
+    binding = docs[("RoleBinding", "pffs-group-members")]
+    assert (
+        binding["subjects"][0]["name"]
+        == daemonset["spec"]["template"]["spec"]["serviceAccountName"]
+    )
+    # The mount's own parser takes the options the driver hands a grouped volume.
+    mount_args = options.build_parser().parse_args(
+        ["mount", "s3://b", "/mnt", *config.group_options()]
+    )
+    assert mount_args.group_members == "k8s://kube-system/pffs-group"
+    missing = helm_template("cacheGroup.enabled=true", "cacheGroup.create=true", check=False)
+    assert missing.returncode != 0 and "cacheGroup.secret" in missing.stderr
 
 
 def test_readme_kubernetes_examples_are_valid() -> None:

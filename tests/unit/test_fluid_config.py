@@ -374,3 +374,27 @@ def test_a_named_profile_is_the_nodes_and_keys_stay_values(
     assert entries(config)["b"].source.profile == "research"
     assert entries(config)["b"].source.credentials is None
     assert entries(config)["train"].source.credentials == Credentials("AKIAFLUID", "s3cr3t/+x")
+
+
+def test_a_thin_runtime_joins_a_cache_group(tmp_path: Path, secrets: Path) -> None:
+    """The `pffs mount` options of a cache group are Fluid runtime options like any other:
+    `the profile's `--options` join the dataset's FUSE pods to a group."""
+    (tmp_path / "group-secret").write_text("0123456789abcdef-group\n")
+    runtime = {
+        "group-members": "k8s://fluid-system/pffs-group",
+        "group-listen": "0.0.0.0:7070",
+        "group-secret-file": str(tmp_path / "group-secret"),
+    }
+    dataset = {"mounts": [{"mountPoint": "s3://bucket-a", "name": "a"}]}
+    options = ",".join(f"{key}={value}" for key, value in runtime.items())
+    profile = policy_for(tmp_path, options=(options,), node_credentials=True)
+    config = load(tmp_path, fluid_config(dataset, TARGET, secrets), None, profile)
+    assert config.group is not None
+    assert config.group.members == "k8s://fluid-system/pffs-group"
+    assert config.group.listen == "0.0.0.0:7070"
+    assert config.group.secret_file == str(tmp_path / "group-secret")
+    bad = policy_for(
+        tmp_path, options=(options.replace("0.0.0.0:7070", "nowhere"),), node_credentials=True
+    )
+    with pytest.raises(UsageError, match="is not HOST:PORT"):
+        load(tmp_path, fluid_config(dataset, TARGET, secrets), None, bad)

@@ -1,4 +1,5 @@
-"""A small Kubernetes API client: the few calls the data-affinity code makes, over HTTPS.
+"""A small Kubernetes API client: the few calls pffs makes (the data-affinity code of csi/affinity/,
+a cache group's membership in pffs.group), over HTTPS. It imports nothing of pffs.
 
 In a pod it uses the service account: the token and CA from
 /var/run/secrets/kubernetes.io/serviceaccount and the API server from KUBERNETES_SERVICE_HOST /
@@ -6,8 +7,9 @@ KUBERNETES_SERVICE_PORT. Elsewhere it takes a base URL (`kubectl proxy` gives on
 http://127.0.0.1:8001). The token is read again for every request, because projected service
 account tokens are rotated on disk while the process runs.
 
-Calls: GET a PVC, a PV, a Node, LIST Nodes (optionally by label selector), and a JSON merge
-patch (RFC 7386) of a Node. RBAC needed: the node plugin `get` and `patch` on nodes; the
+Calls: GET a PVC, a PV, a Node, LIST Nodes (optionally by label selector), a JSON merge
+patch (RFC 7386) of a Node, and LIST the EndpointSlices of a Service. RBAC needed: the node
+plugin `get` and `patch` on nodes (and `list` on endpointslices in a cache group); the
 scheduler extender `get` on persistentvolumeclaims and persistentvolumes, `get` and `list` on
 nodes.
 """
@@ -88,6 +90,16 @@ class KubeClient:
         items = doc.get("items") if isinstance(doc, dict) else None
         if not isinstance(items, list):
             raise KubeError("the node list has no items")
+        return [item for item in items if isinstance(item, dict)]
+
+    def list_endpoint_slices(self, namespace: str, service: str) -> list[dict[str, Any]]:
+        """The EndpointSlices (discovery.k8s.io/v1) of a Service."""
+        query = urlencode({"labelSelector": f"kubernetes.io/service-name={service}"})
+        path = f"/apis/discovery.k8s.io/v1/namespaces/{quote(namespace, '')}/endpointslices"
+        doc = self.request("GET", f"{path}?{query}")
+        items = doc.get("items") if isinstance(doc, dict) else None
+        if not isinstance(items, list):
+            raise KubeError("the EndpointSlice list has no items")
         return [item for item in items if isinstance(item, dict)]
 
     def patch_node(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:

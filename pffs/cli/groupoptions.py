@@ -1,0 +1,94 @@
+"""The options of `pffs mount` that join a cache group (pffs.group), and their checks.
+
+`--group-members SOURCE --group-listen HOST:PORT --group-secret-file FILE [--group-self NAME]`,
+or the group's second form, a shared tier: `--shared-cache s3://BUCKET/PREFIX
+[--shared-cache-endpoint URL] [--shared-cache-profile NAME]`.
+Everything is checked here, before a daemon starts: bad input is one line and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+
+from pffs.config import GroupConfig, SharedCacheConfig
+from pffs.errors import UsageError
+from pffs.group import members, signing
+from pffs.group.dnsmembers import parse_dns_source
+from pffs.group.kubemembers import parse_k8s_source
+from pffs.group.server import parse_listen
+
+
+def add_group_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "cache group (mounts serving each other's blocks: each block from the store once)"
+    )
+    group.add_argument(
+        "--group-members",
+        metavar="SOURCE",
+        help="the member list: file:///PATH (NAME http://HOST:PORT a line), k8s://NS/SERVICE "
+        "or dns://NAME:PORT",
+    )
+    group.add_argument("--group-listen", metavar="HOST:PORT", help="where peers reach this mount")
+    group.add_argument("--group-secret-file", metavar="FILE", help="the group's shared secret")
+    group.add_argument(
+        "--group-self",
+        metavar="NAME",
+        help="this member's name (default: $NODE_NAME, else host name)",
+    )
+    shared = parser.add_argument_group(
+        "shared cache (a store near the compute holding blocks for every mount)"
+    )
+    shared.add_argument("--shared-cache", metavar="s3://BUCKET/PREFIX", help="where blocks go")
+    shared.add_argument("--shared-cache-endpoint", metavar="URL", help="its S3 endpoint")
+    shared.add_argument("--shared-cache-profile", metavar="NAME", help="its credentials profile")
+
+
+def shared_cache_config(args: argparse.Namespace) -> SharedCacheConfig | None:
+    """The shared tier, or None without --shared-cache."""
+    url = getattr(args, "shared_cache", None)
+    if not url:
+        for option in ("shared_cache_endpoint", "shared_cache_profile"):
+            if getattr(args, option, None):
+                raise UsageError(f"--{option.replace('_', '-')} needs --shared-cache")
+        return None
+    if getattr(args, "group_members", None):
+        raise UsageError("--shared-cache and --group-members: a mount uses one or the other")
+    bucket = url.removeprefix("s3://").split("/", 1)[0]
+    if not url.startswith("s3://") or not bucket:
+        raise UsageError(f"--shared-cache {url}: expected s3://BUCKET/PREFIX")
+    return SharedCacheConfig(url, args.shared_cache_endpoint, args.shared_cache_profile)
+
+
+def group_config(args: argparse.Namespace) -> GroupConfig | None:
+    """The group to join, or None without --group-members (a mount exactly as without groups)."""
+    source = getattr(args, "group_members", None)
+    if not source:
+        for option in ("group_listen", "group_secret_file", "group_self"):
+            if getattr(args, option, None):
+                flag = "--" + option.replace("_", "-")
+                raise UsageError(f"{flag} needs --group-members")
+        return None
+    if not args.group_listen or not args.group_secret_file:
+        raise UsageError("--group-members needs --group-listen HOST:PORT and --group-secret-file")
+    self_name = args.group_self or os.environ.get("NODE_NAME") or socket.gethostname()
+    try:
+        members.check_name(self_name)
+    except UsageError as exc:
+        raise UsageError(f"--group-self: {exc}") from None
+    if source.startswith("file:"):
+        members.read_member_file(members.file_path(source))
+    elif source.startswith("k8s:"):
+        parse_k8s_source(source)
+    elif source.startswith("dns:"):
+        parse_dns_source(source)
+    else:
+        raise UsageError(
+            f"--group-members {source}: expected file:///PATH, k8s://NAMESPACE/SERVICE or "
+            "dns://NAME:PORT"
+        )
+    parse_listen(args.group_listen)
+    secret_file = os.path.abspath(args.group_secret_file)
+    signing.read_secret(secret_file)
+    return GroupConfig(source, args.group_listen, secret_file, self_name)

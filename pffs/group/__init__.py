@@ -1,0 +1,41 @@
+"""A cache group: mounts that serve each other's blocks, so each block comes from the store once.
+
+A block has one owner among the group's members (`placement`: rendezvous hashing of its key).
+A miss asks the owner first (`client`), which serves from its cache or fetches once through the
+same cache path its own readers use (`server`, handed that path by pffs.mounting). Any failure
+on the way (refused, timed out, a 5xx, a reply whose version, length or CRC32C is wrong) means
+the asker fetches from the store itself; a breaker per peer (`breaker`) stops asking a broken
+one for a while. Members come from a file or Kubernetes EndpointSlices (`members`); every
+request is signed with an HMAC of a shared secret (`signing`). `peers.Group` composes them.
+Its second form is a shared tier (`shared`): an S3-compatible store near the compute that
+holds blocks for everyone. Both are block sources (`sources`), asked the same way.
+
+The group is a layer beside pffs/cache: it uses the cache's key types, and the cache never
+imports it. pffs.mounting composes it and registers it here; the fetch path
+(pffs.fs.fetching) asks `current()` and, when a group is joined, wraps the store's fetches in
+it. Without a group nothing of this runs.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pffs.group.sources import Asking, BlockSource
+
+_joined: Asking | None = None
+
+
+def join(source: BlockSource | None) -> None:
+    """Make `source` (a group, a shared tier) the one this process's fetches ask before the
+    store (None: none)."""
+    from pffs.group.sources import Asking
+
+    global _joined
+    _joined = None if source is None else Asking(source)
+
+
+def current() -> Asking | None:
+    """The source this process joined, or None (then fetches go to the store as they always
+    did)."""
+    return _joined

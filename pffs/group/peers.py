@@ -1,0 +1,170 @@
+"""The group as the fetch path sees it: a block source (pffs.group.sources) that asks a
+block's owner before the store.
+
+Blocks another member owns are asked of it, the others (this member's own, and any a peer did
+not give) come from the store as before. A peer that fails is a fallback to the store, counted
+and told to its breaker; a reader never sees a peer's error. Asks for the same block join one
+request.
+
+The owner's side is `fetch_for_peer`: during a handover it asks the previous owner for a
+block it does not hold yet, else the store, through the caller's store fetch.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+
+import trio
+
+from pffs.cache.keys import ObjectBlocks
+from pffs.group import stats
+from pffs.group.breaker import PeerBreaker
+from pffs.group.client import PeerClient, PeerFailed, PeerMiss, PeerStoreFailed
+from pffs.group.members import Member
+from pffs.group.placement import Placement
+from pffs.group.protocol import BlockRequest
+from pffs.workers import run_blocking
+
+log = logging.getLogger("pffs.group")
+
+# Peer requests at once (each a worker thread, mostly waiting on the network).
+PEER_CONCURRENCY = 32
+
+
+class _Flight:
+    """A peer request under way, which askers of the same block join."""
+
+    def __init__(self) -> None:
+        self.landed = trio.Event()
+        self.data: bytes | None = None
+
+
+class Group:
+    """This member's view of the group: members, owners, peers' breakers, the client."""
+
+    def __init__(self, self_name: str, client: PeerClient, members: Sequence[Member] = ()) -> None:
+        self.self_name = self_name
+        self.client = client
+        self.placement = Placement()
+        self.breakers: dict[str, PeerBreaker] = {}
+        self.limiter = trio.CapacityLimiter(PEER_CONCURRENCY)
+        self._flights: dict[tuple[BlockRequest, str], _Flight] = {}
+        if members:
+            self.update(members)
+
+    # --- membership ----------------------------------------------------------------------
+
+    def update(self, members: Sequence[Member]) -> None:
+        """A new member list (one log line when it differs from the last)."""
+        before = {m.name: m for m in self.placement.members}
+        after = {m.name: m for m in members}
+        if before == after:
+            return
+        self.placement.update(members)
+        for name in before.keys() - after.keys():
+            breaker = self.breakers.pop(name, None)
+            if breaker is not None:
+                breaker.forget()
+        for name in after.keys() - before.keys() - {self.self_name}:
+            self.breakers[name] = PeerBreaker(name)
+        stats.MEMBERS.set(len(after))
+        joined = sorted(after.keys() - before.keys())
+        left = sorted(before.keys() - after.keys())
+        moved = sorted(n for n in after.keys() & before.keys() if after[n] != before[n])
+        log.warning(
+            "group: %d members%s%s%s%s",
+            len(after),
+            f"; joined {', '.join(joined)}" if joined else "",
+            f"; left {', '.join(left)}" if left else "",
+            f"; changed {', '.join(moved)}" if moved else "",
+            ""
+            if self.self_name in after
+            else f"; {self.self_name} itself not listed (owns nothing)",
+        )
+
+    def peer_owner(self, blocks: ObjectBlocks, index: int) -> Member | None:
+        """The member owning the block when it is another member (broken or not)."""
+        member = self.placement.owner(blocks.key(index))
+        if member is None or member.name == self.self_name:
+            return None
+        return member
+
+    # --- asking ----------------------------------------------------------------------------
+
+    async def fetch_block(self, blocks: ObjectBlocks, index: int) -> bytes | None:
+        """The block from its owner (or, during a handover, its previous owner); None when the
+        store must serve it (this member owns it, or no peer gave it)."""
+        owner = self.peer_owner(blocks, index)
+        if owner is None:
+            return None
+        request = BlockRequest(blocks, index)
+        data = await self._ask(owner, request)
+        if data is None:
+            previous = self.placement.previous_owner(blocks.key(index))
+            if previous is not None and previous.name not in (owner.name, self.self_name):
+                data = await self._ask(previous, request)
+        return data
+
+    async def fetch_for_peer(
+        self, blocks: ObjectBlocks, index: int, from_store: Callable[[], Awaitable[bytes]]
+    ) -> bytes:
+        """An owner's miss of a block a peer asked for: the previous owner's copy during a
+        handover, else the store's."""
+        previous = self.placement.previous_owner(blocks.key(index))
+        if previous is not None and previous.name != self.self_name:
+            data = await self._ask(previous, BlockRequest(blocks, index, cached_only=True))
+            if data is not None:
+                return data
+        return await from_store()
+
+    async def _ask(self, member: Member, request: BlockRequest) -> bytes | None:
+        """One request to `member` (joined with the same one under way); None on any failure."""
+        key = (request, member.name)
+        flight = self._flights.get(key)
+        if flight is not None:
+            await flight.landed.wait()
+            return flight.data
+        flight = self._flights[key] = _Flight()
+        try:
+            flight.data = await self._request(member, request)
+        finally:
+            del self._flights[key]
+            flight.landed.set()
+        return flight.data
+
+    async def _request(self, member: Member, request: BlockRequest) -> bytes | None:
+        breaker = self.breakers.get(member.name)
+        if breaker is None or not breaker.allows():
+            stats.FALLBACKS.labels(reason="peer broken").inc()
+            return None
+        try:
+            data = await run_blocking(self.limiter, self.client.get, member.url, request)
+        except PeerMiss:
+            breaker.succeeded()
+            return None
+        except PeerStoreFailed as exc:  # the peer is fine; its store failed this block
+            breaker.succeeded()
+            stats.FALLBACKS.labels(reason=str(exc)).inc()
+            return None
+        except PeerFailed as exc:
+            breaker.failed(str(exc))
+            stats.FALLBACKS.labels(reason=str(exc)).inc()
+            return None
+        except BaseException:  # cancelled (its reader went away): no verdict on the peer
+            breaker.abandoned()
+            raise
+        breaker.succeeded()
+        stats.PEER_BYTES.labels(way="received").inc(len(data))
+        return data
+
+    # --- as a block source (pffs.group.sources) ----------------------------------------------
+
+    def asks(self, blocks: ObjectBlocks, index: int) -> bool:
+        return self.peer_owner(blocks, index) is not None
+
+    def landed(self, blocks: ObjectBlocks, index: int, data: bytes) -> None:
+        """A block the store served: nothing to do (its owner is this member, or a peer failed)."""
+
+    def close(self) -> None:
+        self.client.close()

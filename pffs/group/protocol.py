@@ -1,0 +1,72 @@
+"""The peer protocol's messages: what names a block on the wire, and what a reply must carry.
+
+A request is `GET /v1/block?s=SOURCE&p=PATH&v=VERSION&i=INDEX&n=SIZE&b=BLOCK_SIZE[&c=1]`: the
+block key (the source id, which carries the bucket and endpoint, so a member holding other
+credentials for another source never matches it), the object's size and the group's block size
+(so the owner cuts the object into the same blocks), and `c=1` to ask only for a block the
+member holds (the handover from a previous owner). A reply of 200 carries the block, its
+`x-pffs-version`, a Content-Length and its `x-pffs-crc32c`; the asker checks all three.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import parse_qs, urlencode, urlsplit
+
+import crc32c
+
+from pffs.cache.keys import ObjectBlocks
+
+PATH = "/v1/block"
+VERSION = "x-pffs-version"
+CRC = "x-pffs-crc32c"
+MAX_TARGET = 8192
+
+
+class BadRequest(ValueError):
+    """A request target that names no block."""
+
+
+@dataclass(frozen=True, slots=True)
+class BlockRequest:
+    blocks: ObjectBlocks
+    index: int
+    cached_only: bool = False
+
+    def target(self) -> str:
+        b = self.blocks
+        query = {"s": b.source, "p": b.path, "v": b.version, "i": self.index, "n": b.size}
+        query["b"] = b.block_size
+        if self.cached_only:
+            query["c"] = 1
+        return f"{PATH}?{urlencode(query)}"
+
+    @property
+    def length(self) -> int:
+        return self.blocks.length(self.index)
+
+
+def parse_target(target: str) -> BlockRequest:
+    """The block a request target names, or BadRequest."""
+    if len(target) > MAX_TARGET:
+        raise BadRequest("target too long")
+    parts = urlsplit(target)
+    if parts.path != PATH:
+        raise BadRequest("unknown path")
+    query = parse_qs(parts.query, keep_blank_values=True, max_num_fields=8)
+    if any(len(values) != 1 for values in query.values()):
+        raise BadRequest("repeated field")
+    fields = {name: values[0] for name, values in query.items()}
+    try:
+        source, path, version = fields["s"], fields["p"], fields["v"]
+        index, size, block_size = int(fields["i"]), int(fields["n"]), int(fields["b"])
+    except (KeyError, ValueError):
+        raise BadRequest("missing or malformed field") from None
+    if not source or block_size <= 0 or size <= 0 or not 0 <= index < -(-size // block_size):
+        raise BadRequest("no such block")
+    blocks = ObjectBlocks(source, path, version, size, block_size)
+    return BlockRequest(blocks, index, fields.get("c") == "1")
+
+
+def checksum(data: bytes | memoryview) -> str:
+    return f"{crc32c.crc32c(data):08x}"

@@ -1,0 +1,200 @@
+"""Serving blocks to peers: HTTP/1.1 through h11 on trio, kept-alive connections.
+
+Each request is checked before anything is read from the cache: its signature
+(`signing.Verifier`), its target (`protocol.parse_target`), and then by the block handler the
+mount composed (pffs.mounting.grouping), which refuses a source this member does not mount.
+Refusals answer 403 and are logged, at most one line per peer address and reason a minute,
+so a member with the wrong secret cannot flood the log. A failure to get the block answers
+503: the asker then fetches from the store itself. Every input is bounded: the request head
+(h11's limit), a body (none is expected), the time to send a request, idle connections, and
+the number of connections.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from functools import partial
+
+import h11
+import trio
+
+from pffs.errors import UsageError
+from pffs.group import protocol, stats
+from pffs.group.protocol import BadRequest, BlockRequest
+from pffs.group.signing import Verifier
+
+log = logging.getLogger("pffs.group")
+
+MAX_CONNECTIONS = 512
+IDLE = 60.0  # an idle kept-alive connection is closed after this
+REQUEST_TIME = 10.0  # a request's head must arrive within this
+MAX_HEAD = protocol.MAX_TARGET + 4096
+REFUSAL_LOG_EVERY = 60.0
+
+
+class Refused(Exception):
+    """A request this member will not serve (logged, answered 403)."""
+
+
+# The block a request names: its bytes, or None for a cached-only request of a block this
+# member does not hold; Refused for a block it may not serve; any other error is a 503.
+BlockHandler = Callable[[BlockRequest], Awaitable[bytes | None]]
+
+
+class PeerServer:
+    def __init__(self, handler: BlockHandler, verifier: Verifier) -> None:
+        self._handler = handler
+        self._verifier = verifier
+        self._connections = 0
+        self._logged: dict[tuple[str, str], float] = {}
+
+    async def serve(
+        self,
+        listener: trio.SocketListener,
+        *,
+        task_status: trio.TaskStatus[list[trio.SocketListener]] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        await trio.serve_listeners(partial(self._connection), [listener], task_status=task_status)
+
+    async def _connection(self, stream: trio.SocketStream) -> None:
+        if self._connections >= MAX_CONNECTIONS:
+            await stream.aclose()
+            return
+        self._connections += 1
+        try:
+            peer = _address(stream)
+            conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
+            async with stream:
+                while await self._one_request(conn, stream, peer):
+                    conn.start_next_cycle()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, h11.LocalProtocolError):
+            pass  # the peer went away
+        finally:
+            self._connections -= 1
+
+    async def _one_request(
+        self, conn: h11.Connection, stream: trio.SocketStream, peer: str
+    ) -> bool:
+        """Answer one request; whether the connection may carry another."""
+        with trio.move_on_after(IDLE):
+            try:
+                request = await _read_request(conn, stream)
+            except h11.RemoteProtocolError:
+                self._refused(peer, "malformed request")
+                await _reply(conn, stream, 400, b"")
+                return False
+            if request is None:
+                return False
+            status, body, headers = await self._answer(request, peer)
+            await _reply(conn, stream, status, body, headers)
+            return conn.our_state is h11.DONE and conn.their_state is h11.DONE
+        return False
+
+    async def _answer(
+        self, request: h11.Request, peer: str
+    ) -> tuple[int, bytes, list[tuple[str, str]]]:
+        method, target = request.method.decode(), request.target.decode("ascii", "replace")
+        headers = {name.decode(): value.decode("latin-1") for name, value in request.headers}
+        claimed = headers.get("x-pffs-from", "")[:64]  # unproven: only for the log
+        if claimed:
+            peer = f"{peer} ({claimed}?)"
+        refusal = self._verifier.refusal(method, target, headers)
+        if refusal is None and method != "GET":
+            refusal = "method"
+        if refusal is not None:
+            self._refused(peer, refusal)
+            return 403, b"", []
+        try:
+            block_request = protocol.parse_target(target)
+        except BadRequest as exc:
+            self._refused(peer, str(exc))
+            return 400, b"", []
+        try:
+            data = await self._handler(block_request)
+        except Refused as exc:
+            self._refused(peer, str(exc))
+            return 403, b"", []
+        except Exception as exc:  # the store failed it: the asker fetches it itself
+            log.debug("group: block for %s failed: %s", peer, exc)
+            return 503, b"", []
+        if data is None:
+            return 404, b"", []
+        stats.PEER_BYTES.labels(way="served").inc(len(data))
+        reply = [
+            (protocol.VERSION, block_request.blocks.version),
+            (protocol.CRC, protocol.checksum(data)),
+        ]
+        return 200, data, reply
+
+    def _refused(self, peer: str, reason: str) -> None:
+        stats.REFUSALS.labels(reason=reason).inc()
+        now = time.monotonic()
+        key = (peer, reason)
+        if now - self._logged.get(key, -REFUSAL_LOG_EVERY) < REFUSAL_LOG_EVERY:
+            return
+        if len(self._logged) > 1024:
+            self._logged.clear()
+        self._logged[key] = now
+        log.warning("group: refused a request from %s: %s", peer, reason)
+
+
+async def _read_request(conn: h11.Connection, stream: trio.SocketStream) -> h11.Request | None:
+    """The next request, its (empty) body read; None when the peer closed the connection."""
+    request: h11.Request | None = None
+    deadline: float | None = None
+    while True:
+        event = conn.next_event()
+        if event is h11.NEED_DATA:
+            if deadline is None and conn.their_state is not h11.IDLE:
+                deadline = trio.current_time() + REQUEST_TIME
+            with trio.move_on_at(deadline if deadline is not None else float("inf")) as late:
+                data = await stream.receive_some(65536)
+            if late.cancelled_caught:
+                return None
+            conn.receive_data(data)
+            continue
+        if isinstance(event, h11.Request):
+            request = event
+            deadline = trio.current_time() + REQUEST_TIME
+        elif isinstance(event, h11.Data):
+            raise h11.RemoteProtocolError("a block request has no body")
+        elif isinstance(event, h11.EndOfMessage):
+            return request
+        elif isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
+            return None
+
+
+async def _reply(
+    conn: h11.Connection,
+    stream: trio.SocketStream,
+    status: int,
+    body: bytes,
+    headers: list[tuple[str, str]] | None = None,
+) -> None:
+    if conn.our_state not in (h11.SEND_RESPONSE, h11.IDLE):  # IDLE: a malformed request
+        return
+    fields = [*(headers or []), ("content-length", str(len(body)))]
+    if status != 200:
+        fields.append(("connection", "close"))
+    await stream.send_all(conn.send(h11.Response(status_code=status, headers=fields)))
+    if body:
+        await stream.send_all(conn.send(h11.Data(data=body)))
+    await stream.send_all(conn.send(h11.EndOfMessage()))
+
+
+def parse_listen(address: str) -> tuple[str, int]:
+    """`HOST:PORT` ([::1]:PORT for IPv6; :PORT for every interface) -> (host, port)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UsageError(f"--group-listen {address!r} is not HOST:PORT")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def _address(stream: trio.SocketStream) -> str:
+    try:
+        host, *_ = stream.socket.getpeername()
+    except OSError:
+        return "?"
+    return str(host)

@@ -1,0 +1,142 @@
+"""A shared tier: blocks kept in an S3-compatible store near the compute, for every mount.
+
+The group's second form (`--shared-cache s3://BUCKET/PREFIX`): instead of asking peers, a miss
+looks in the shared store before the origin, and after a fetch from the origin the block is
+written there in the background. A block object is named by the block key: a digest of (source,
+path, version, block size), then the index. It starts with a header carrying the format, the
+block's length, index, a digest of the version and a CRC32C of the bytes; all are checked on
+read, and any mismatch, a missing object or any failure of the shared store is a miss (the
+origin serves the block). The shared store is any pffs backend that reads ranges and takes
+PUTs, composed by pffs.mounting with its own endpoint and credentials.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import struct
+import tempfile
+from typing import Protocol
+
+import crc32c
+import trio
+
+from pffs.cache.keys import ObjectBlocks
+from pffs.errors import NotFound
+from pffs.group import stats
+from pffs.workers import run_blocking
+
+log = logging.getLogger("pffs.group")
+
+MAGIC = b"PFFSBLK1"
+# magic, CRC32C of the bytes, length, index, sha256 of the version
+HEADER = struct.Struct(">8sIQQ32s")
+# Blocks waiting to be written at once; past it a block is not written (a later miss writes it).
+MAX_PENDING = 64
+
+
+class SharedStore(Protocol):
+    """What the shared tier needs of a store (a pffs backend and its writer)."""
+
+    def read_range(self, path: str, start: int, length: int, version: str | None) -> bytes: ...
+
+    def put(self, path: str, local_path: str) -> object: ...
+
+
+def object_name(blocks: ObjectBlocks, index: int) -> str:
+    key = "\0".join((blocks.source, blocks.path, blocks.version, str(blocks.block_size)))
+    return f"{hashlib.sha256(key.encode()).hexdigest()}/{index}"
+
+
+def pack(blocks: ObjectBlocks, index: int, data: bytes) -> bytes:
+    version = hashlib.sha256(blocks.version.encode()).digest()
+    return HEADER.pack(MAGIC, crc32c.crc32c(data), len(data), index, version) + data
+
+
+def unpack(blocks: ObjectBlocks, index: int, raw: bytes) -> tuple[bytes | None, str]:
+    """The block in `raw` when every field matches; else None and why."""
+    length = blocks.length(index)
+    if len(raw) != HEADER.size + length:
+        return None, "wrong length"
+    magic, crc, stored_length, stored_index, version = HEADER.unpack_from(raw)
+    if magic != MAGIC or stored_length != length or stored_index != index:
+        return None, "not this block"
+    if version != hashlib.sha256(blocks.version.encode()).digest():
+        return None, "another version"
+    data = raw[HEADER.size :]
+    if crc32c.crc32c(data) != crc:
+        return None, "CRC32C mismatch"
+    return data, ""
+
+
+class SharedTier:
+    """A block source (pffs.group.sources) over a shared store."""
+
+    def __init__(self, store: SharedStore, prefix: str, concurrency: int = 16) -> None:
+        self.store = store
+        self.prefix = prefix.strip("/")
+        self.limiter = trio.CapacityLimiter(concurrency)
+        self._writes = trio.CapacityLimiter(4)
+        self._pending = 0
+        self._warned: set[str] = set()
+
+    def _name(self, blocks: ObjectBlocks, index: int) -> str:
+        name = object_name(blocks, index)
+        return f"{self.prefix}/{name}" if self.prefix else name
+
+    def asks(self, blocks: ObjectBlocks, index: int) -> bool:
+        return True
+
+    async def fetch_block(self, blocks: ObjectBlocks, index: int) -> bytes | None:
+        length = HEADER.size + blocks.length(index)
+        try:
+            raw = await run_blocking(
+                self.limiter, self.store.read_range, self._name(blocks, index), 0, length, None
+            )
+        except Exception as exc:  # absent (the usual miss) or failing: the origin serves it
+            if not isinstance(exc, NotFound):
+                self._once(f"read failed: {exc}")
+                stats.FALLBACKS.labels(reason="shared tier failed").inc()
+            return None
+        data, why = unpack(blocks, index, raw)
+        if data is None:
+            self._once(f"{self._name(blocks, index)}: {why}; read from the origin")
+            stats.FALLBACKS.labels(reason=why).inc()
+            return None
+        stats.PEER_BYTES.labels(way="received").inc(len(data))
+        return data
+
+    def landed(self, blocks: ObjectBlocks, index: int, data: bytes) -> None:
+        if self._pending >= MAX_PENDING:
+            return
+        self._pending += 1
+        trio.lowlevel.spawn_system_task(self._write, blocks, index, data)
+
+    async def _write(self, blocks: ObjectBlocks, index: int, data: bytes) -> None:
+        try:
+            await run_blocking(
+                self._writes, self._put, self._name(blocks, index), pack(blocks, index, data)
+            )
+            stats.PEER_BYTES.labels(way="served").inc(len(data))
+        except Exception as exc:  # the block stays out of the tier: a later miss writes it
+            self._once(f"write failed: {exc}")
+        finally:
+            self._pending -= 1
+
+    def _put(self, name: str, body: bytes) -> None:
+        with tempfile.NamedTemporaryFile(prefix="pffs-shared-") as f:
+            f.write(body)
+            f.flush()
+            os.fsync(f.fileno())
+            self.store.put(name, f.name)
+
+    def _once(self, message: str) -> None:
+        """One log line per kind of trouble (the counters keep the rest)."""
+        kind = message.split(":", 1)[-1][:60]
+        if kind not in self._warned and len(self._warned) < 64:
+            self._warned.add(kind)
+            log.warning("shared cache: %s", message)
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,179 @@
+"""Joining a mount to its cache group or shared tier (pffs.group): the parts composed over
+this mount.
+
+`open_group` reads the secret, binds the peer port (a port in use is a one-line error before
+the mount serves) and reads the first member list; `JoinedGroup.run` serves peers and follows
+the member list while the mount serves. The server's block handler is this mount's own read
+path: the block cache (its single flight, so one fetch serves every asker) over the store
+fetch of the source the block names, version pinned, so an owner fetches a block once for the
+whole group. It serves only sources this mount mounts: the source id in the key carries the
+bucket and endpoint, so the group is never a way around a bucket's access rules. The group is
+registered with `pffs.group.join`, where the fetch path (pffs.fs.fetching) finds it.
+`asking_group` is the same group for `pffs warmup` on a member: it asks the owners, so each
+owner loads its own blocks from the store once, and the group fills in parallel. `open_shared`
+joins the group's second form instead, a shared tier over a store of its own.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import socket
+
+import trio
+
+from pffs import group as registry
+from pffs import retry
+from pffs.backends import open_backend
+from pffs.backends.base import Backend, WritableBackend, writable
+from pffs.cache.blocks import BlockCache
+from pffs.config import GroupConfig, SharedCacheConfig, SourceConfig
+from pffs.errors import PffsError, UsageError
+from pffs.fs.fetching import fetch_range
+from pffs.group.client import PeerClient
+from pffs.group.dnsmembers import DnsMembers
+from pffs.group.kubemembers import KubeMembers
+from pffs.group.members import FileMembers, file_path
+from pffs.group.peers import Group
+from pffs.group.protocol import BlockRequest
+from pffs.group.server import PeerServer, Refused, parse_listen
+from pffs.group.shared import SharedTier
+from pffs.group.signing import Verifier, read_secret
+from pffs.kube import KubeClient, KubeError
+from pffs.routing.table import MountTable
+
+log = logging.getLogger("pffs.group")
+
+
+class _NotHeld(Exception):
+    """A cached-only request for a block this member does not hold."""
+
+
+class JoinedGroup:
+    def __init__(
+        self,
+        group: Group,
+        server: PeerServer,
+        listening: socket.socket,
+        members: FileMembers | KubeMembers | DnsMembers,
+    ) -> None:
+        self.group = group
+        self.server = server
+        self._listening = listening
+        self._members = members
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve peers and follow the member list until cancelled."""
+        listener = trio.SocketListener(trio.socket.from_stdlib_socket(self._listening))
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.server.serve, listener)
+            nursery.start_soon(self._members.watch, self.group.update)
+            task_status.started()
+
+    def close(self) -> None:
+        registry.join(None)
+        self.group.close()
+        self._listening.close()
+
+
+def open_group(config: GroupConfig, table: MountTable, cache: BlockCache) -> JoinedGroup:
+    secret = read_secret(config.secret_file)
+    group = Group(config.self_name, PeerClient(secret, config.self_name))
+    members = _member_source(config)
+    if isinstance(members, FileMembers):
+        group.update(members.load())
+    handler = functools.partial(_serve_block, group, table, cache)
+    server = PeerServer(handler, Verifier(secret))
+    listening = _bind(config.listen)
+    log.info("group: %s serving peers on %s", config.self_name, config.listen)
+    registry.join(group)
+    return JoinedGroup(group, server, listening, members)
+
+
+async def asking_group(config: GroupConfig) -> Group:
+    """The group of a mount as a process that only asks (`pffs warmup` on a member): its
+    members now, no server. Joined, so the fetch path asks the blocks' owners."""
+    group = Group(config.self_name, PeerClient(read_secret(config.secret_file), config.self_name))
+    members = _member_source(config)
+    group.update(members.load() if isinstance(members, FileMembers) else await members.load())
+    registry.join(group)
+    return group
+
+
+def open_shared(config: SharedCacheConfig) -> SharedTier:
+    """The shared tier, its store checked now (a one-line error before the mount serves)."""
+    source = SourceConfig(url=config.url, endpoint_url=config.endpoint_url, profile=config.profile)
+    backend = open_backend(source)
+    writer = writable(backend)
+    if writer is None:
+        raise UsageError(f"--shared-cache {config.url}: the store takes no writes")
+    try:
+        backend.check()
+    except PffsError as exc:
+        raise type(exc)(f"--shared-cache {config.url}: {exc}") from None
+    tier = SharedTier(_SharedStore(backend, writer), "", backend.max_concurrency)
+    log.info("shared cache: blocks in %s", backend.source_id)
+    registry.join(tier)
+    return tier
+
+
+class _SharedStore:
+    """A backend and its writer as the shared tier's store."""
+
+    def __init__(self, backend: Backend, writer: WritableBackend) -> None:
+        self.read_range = backend.read_range
+        self.put = writer.put
+
+
+def _member_source(config: GroupConfig) -> FileMembers | KubeMembers | DnsMembers:
+    if config.members.startswith("file:"):
+        return FileMembers(file_path(config.members))
+    if config.members.startswith("dns:"):
+        return DnsMembers(config.members)
+    try:
+        return KubeMembers(config.members, KubeClient.in_cluster())
+    except KubeError as exc:
+        raise UsageError(f"--group-members {config.members}: {exc}") from None
+
+
+def _bind(address: str) -> socket.socket:
+    host, port = parse_listen(address)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise PffsError(f"--group-listen {address}: {exc.strerror}") from None
+    return sock
+
+
+async def _serve_block(
+    group: Group, table: MountTable, cache: BlockCache, request: BlockRequest
+) -> bytes | None:
+    """A block a peer asked for, through this mount's cache (fetched once, version pinned)."""
+    blocks, index = request.blocks, request.index
+    if blocks.block_size != cache.block_size:
+        raise Refused(f"block size {blocks.block_size} (this member's is {cache.block_size})")
+    mounted = next((m for m in table.mounted if m.backend.source_id == blocks.source), None)
+    if mounted is None:
+        raise Refused("a source this member does not mount")
+    start, length = blocks.start(index), blocks.length(index)
+
+    async def from_store() -> bytes:
+        return await fetch_range(
+            mounted.limiter, mounted.backend, blocks.path, blocks.version, start, length
+        )
+
+    async def fetch() -> bytes:
+        if request.cached_only:
+            raise _NotHeld
+        return await group.fetch_for_peer(blocks, index, from_store)
+
+    try:
+        with retry.asking():  # the store's retries for this block stop within the usual bound
+            return await cache.read(blocks.key(index), fetch)
+    except _NotHeld:
+        return None
