@@ -18,7 +18,7 @@ from pffs.cache.background import Background
 from pffs.cache.datasetroom import DatasetRoom
 from pffs.cache.disk import DiskTier
 from pffs.cache.diskio import DiskIO
-from pffs.cache.keys import BlockKey, ColdStart, Fetch, FetchRun
+from pffs.cache.keys import BlockKey, BlockSource, ColdStart, Fetch
 from pffs.cache.memory import MemoryTier
 from pffs.cache.pacing import Pacing, ReaderPace
 from pffs.cache.readahead_engine import ReadaheadEngine
@@ -200,7 +200,7 @@ class BlockCache:
             return False
         return (
             self._engine.start(
-                [key], [cold_start.size], cold_start.fetch_run, coalesce=False, at_end=True
+                [key], [cold_start.size], cold_start.source, coalesce=False, at_end=True
             )
             > 0
         )
@@ -245,7 +245,7 @@ class BlockCache:
         self,
         keys: Sequence[BlockKey],
         sizes: Sequence[int],
-        fetch_run: FetchRun,
+        source: BlockSource,
         *,
         coalesce: bool = False,
         at_end: bool = True,
@@ -255,22 +255,20 @@ class BlockCache:
 
         `keys` are consecutive blocks of one object and `sizes` their lengths. Blocks not in
         memory or on their way are loaded in the background: from disk when they are there,
-        else from the store through `fetch_run`: with `coalesce`, in runs of up to `run_blocks`
-        consecutive blocks, one request per run. Fewer, larger requests cost the store and the
-        client less per byte, so until the window's end (`at_end`) is reached, nothing is asked
-        for before a run's worth of blocks is missing. The global `ahead_budget` bounds the
-        bytes in flight. With the reader's `pace`, a run is at most its part, and the pace is
-        told how long each request took.
+        else from `source` (the store, or a tier before it): with `coalesce`, in runs of up to
+        `run_blocks` consecutive blocks, one request per run. Fewer, larger requests cost the
+        store and the client less per byte, so until the window's end (`at_end`) is reached,
+        nothing is asked for before a run's worth of blocks is missing. The global
+        `ahead_budget` bounds the bytes in flight. With the reader's `pace`, a run is at most
+        its part, and the pace is told how long each request took.
         """
-        return self._engine.start(
-            keys, sizes, fetch_run, coalesce=coalesce, at_end=at_end, pace=pace
-        )
+        return self._engine.start(keys, sizes, source, coalesce=coalesce, at_end=at_end, pace=pace)
 
     async def load(
         self,
         keys: Sequence[BlockKey],
         sizes: Sequence[int],
-        fetch_run: FetchRun,
+        source: BlockSource,
         *,
         read_disk: bool = True,
     ) -> int:
@@ -278,12 +276,12 @@ class BlockCache:
 
         For the preload engine (pffs.cache.preload): blocks not cached or on their way get a
         flight readers join, are taken from the disk tier when it holds them, else fetched in
-        runs of up to `run_blocks` blocks, one `fetch_run` call each; each lands in memory and
+        runs of up to `run_blocks` blocks, one request of `source` each; each lands in memory and
         is written behind to disk. Returns the bytes fetched from the store; a store error is
         raised (the blocks not loaded are given up, so a reader fetches them itself). Without
         `read_disk` (warmup), blocks the disk tier holds are only checked for, not read.
         """
-        return await self._engine.load(keys, sizes, fetch_run, read_disk=read_disk)
+        return await self._engine.load(keys, sizes, source, read_disk=read_disk)
 
     async def cached_bytes(self, keys: Sequence[BlockKey], sizes: Sequence[int]) -> int:
         """Bytes of these blocks the disk tier holds (one lookup for them all)."""

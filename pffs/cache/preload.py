@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass, field
 import trio
 
 from pffs.cache.blocks import BlockCache
-from pffs.cache.keys import BlockKey, FetchRun
+from pffs.cache.keys import BlockKey, BlockSource
 from pffs.errors import Transient
 
 log = logging.getLogger("pffs.cache")
@@ -54,12 +54,12 @@ OPENS_KEPT_WITHOUT_JOBS = 4096
 @dataclass(frozen=True, eq=False)
 class PreloadItem:
     """One file to load: `ident` names it for `used` (the same file, the same ident), `keys`
-    and `sizes` its blocks, `fetch_run` loads consecutive blocks of them."""
+    and `sizes` its blocks, `source` gives them."""
 
     ident: Hashable
     keys: Sequence[BlockKey]
     sizes: Sequence[int]
-    fetch_run: FetchRun
+    source: BlockSource
 
     @property
     def size(self) -> int:
@@ -294,7 +294,7 @@ class Preloader:
         for_readers = job.for_readers
         try:
             fetched = await self.cache.load(
-                item.keys, item.sizes, item.fetch_run, read_disk=for_readers
+                item.keys, item.sizes, item.source, read_disk=for_readers
             )
         except Transient as exc:
             self._failed(item, exc, job)

@@ -32,9 +32,11 @@ from pffs.cli.warmthrough import warm_through
 from pffs.config import CacheConfig, GroupConfig, SourceConfig, TableEntry
 from pffs.errors import UsageError
 from pffs.fs.datasets import file_item
+from pffs.fs.fetching import Store
 from pffs.mounting.kernel import FSTYPE, mount_table
 from pffs.mounting.registry import registered_config
 from pffs.mounting.serving import open_cache
+from pffs.pace import Pace
 from pffs.routing.table import is_under, longest_prefix, relative
 from pffs.workers import run_blocking
 
@@ -204,14 +206,15 @@ async def warm(target: Target, jobs: int, progress: Progress, show: bool) -> Non
     engine = Preloader(
         cache, cache.ahead_budget, concurrency=jobs, max_concurrency=jobs, idle_after=math.inf
     )
-    fetch_limiter = trio.CapacityLimiter(jobs)
+    # Loads ahead, `jobs` at once at most, halved when the store pushes back (pffs.pace).
+    store = Store(backend, limiter, Pace(jobs))
     block_size = cache.block_size
     skips_before = cache.stats.disk_write_skips
 
     async def items() -> AsyncIterator[PreloadItem]:
         for path, info in files:
             if info.size > 0:
-                yield file_item(backend, path, info, block_size, fetch_limiter)
+                yield file_item(store, path, info, block_size)
 
     def done(item: PreloadItem, outcome: int | Exception) -> None:
         progress.files_done += 1

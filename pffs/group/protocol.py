@@ -1,9 +1,11 @@
 """The peer protocol's messages: what names a block on the wire, and what a reply must carry.
 
-A request is `GET /v1/block?s=SOURCE&p=PATH&v=VERSION&i=INDEX&n=SIZE&b=BLOCK_SIZE[&c=1]`: the
-block key (the source id, which carries the bucket and endpoint, so a member holding other
-credentials for another source never matches it), the object's size and the group's block size
-(so the owner cuts the object into the same blocks), and `c=1` to ask only for a block the
+A request is
+`GET /v1/block?s=SOURCE&u=PRINCIPAL&p=PATH&v=VERSION&i=INDEX&n=SIZE&b=BLOCK_SIZE[&c=1]`: the
+block key (the source id, which carries the bucket and endpoint, and the principal, a digest of
+the credentials' identity, so a member serves only blocks of a source it mounts with the same
+identity, never a way around a bucket's access rules), the object's size and the group's block
+size (so the owner cuts the object into the same blocks), and `c=1` to ask only for a block the
 member holds (the handover from a previous owner). A reply of 200 carries the block, its
 `x-pffs-version`, a Content-Length and its `x-pffs-crc32c`; the asker checks all three.
 """
@@ -35,7 +37,14 @@ class BlockRequest:
 
     def target(self) -> str:
         b = self.blocks
-        query = {"s": b.source, "p": b.path, "v": b.version, "i": self.index, "n": b.size}
+        query = {
+            "s": b.source,
+            "u": b.principal,
+            "p": b.path,
+            "v": b.version,
+            "i": self.index,
+            "n": b.size,
+        }
         query["b"] = b.block_size
         if self.cached_only:
             query["c"] = 1
@@ -58,13 +67,14 @@ def parse_target(target: str) -> BlockRequest:
         raise BadRequest("repeated field")
     fields = {name: values[0] for name, values in query.items()}
     try:
-        source, path, version = fields["s"], fields["p"], fields["v"]
+        source, principal = fields["s"], fields["u"]
+        path, version = fields["p"], fields["v"]
         index, size, block_size = int(fields["i"]), int(fields["n"]), int(fields["b"])
     except (KeyError, ValueError):
         raise BadRequest("missing or malformed field") from None
     if not source or block_size <= 0 or size <= 0 or not 0 <= index < -(-size // block_size):
         raise BadRequest("no such block")
-    blocks = ObjectBlocks(source, path, version, size, block_size)
+    blocks = ObjectBlocks(source, principal, path, version, size, block_size)
     return BlockRequest(blocks, index, fields.get("c") == "1")
 
 

@@ -29,7 +29,7 @@ from pffs.backends.base import Backend, WritableBackend, writable
 from pffs.cache.blocks import BlockCache
 from pffs.config import GroupConfig, SharedCacheConfig, SourceConfig
 from pffs.errors import PffsError, UsageError
-from pffs.fs.fetching import fetch_range
+from pffs.fs.fetching import Store, StoreBlocks
 from pffs.group.client import PeerClient
 from pffs.group.dnsmembers import DnsMembers
 from pffs.group.kubemembers import KubeMembers
@@ -157,15 +157,20 @@ async def _serve_block(
     blocks, index = request.blocks, request.index
     if blocks.block_size != cache.block_size:
         raise Refused(f"block size {blocks.block_size} (this member's is {cache.block_size})")
-    mounted = next((m for m in table.mounted if m.backend.source_id == blocks.source), None)
+    mounted = next(
+        (
+            m
+            for m in table.mounted
+            if (m.backend.source_id, m.backend.principal) == (blocks.source, blocks.principal)
+        ),
+        None,
+    )
     if mounted is None:
-        raise Refused("a source this member does not mount")
-    start, length = blocks.start(index), blocks.length(index)
+        raise Refused("a source this member does not mount with that principal")
+    store = StoreBlocks(Store.of(mounted), blocks)  # the store itself: never asks the group
 
     async def from_store() -> bytes:
-        return await fetch_range(
-            mounted.limiter, mounted.backend, blocks.path, blocks.version, start, length
-        )
+        return await store.part(blocks.start(index), blocks.length(index))
 
     async def fetch() -> bytes:
         if request.cached_only:
