@@ -33,7 +33,9 @@ from bench.counting import CountingProxy
 from bench.data import client
 from bench.epoch import read_epoch
 from bench.servers import Launcher, Server, far
+from pffs.backends import open_backend
 from pffs.cache.keys import ObjectBlocks
+from pffs.config import SourceConfig
 from pffs.group.client import PeerClient
 from pffs.group.members import Member
 from pffs.group.placement import owner
@@ -173,6 +175,11 @@ def latencies(server: Server, root: Path, bigs: list[str], rounds: int) -> dict[
         for key in bigs:  # every block now held by its owner
             (mounted["node0"] / key).read_bytes()
         source = f"s3://{BUCKET}@{server.endpoint_url}"
+        # Who the mounts read as (they share this environment's credentials): a member serves
+        # only blocks of the principal it mounts with.
+        principal = open_backend(
+            SourceConfig(url=f"s3://{BUCKET}", endpoint_url=server.endpoint_url)
+        ).principal
         members = [
             Member(line.split()[0], line.split()[1])
             for line in (root / "members").read_text().splitlines()
@@ -182,7 +189,7 @@ def latencies(server: Server, root: Path, bigs: list[str], rounds: int) -> dict[
         peer_ms, store_ms = [], []
         for _ in range(rounds):
             for key in random.sample(bigs, len(bigs)):
-                blocks = ObjectBlocks(source, key, _etag(s3, key), BLOCK, BLOCK)
+                blocks = ObjectBlocks(source, principal, key, _etag(s3, key), BLOCK, BLOCK)
                 member = owner(members, blocks.key(0))
                 assert member is not None
                 started = time.perf_counter()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
 from pathlib import Path
 
 import pytest
@@ -15,7 +15,7 @@ import trio
 import trio.testing
 
 from pffs.cache.blocks import BlockCache
-from pffs.cache.keys import BlockKey, Deliver
+from pffs.cache.keys import BlockKey
 from pffs.cache.preload import OPENS_KEPT_WITHOUT_JOBS, Preloader, PreloadItem
 from pffs.errors import NotFound, Transient
 from tests.cache.configs import KIB, cache_config
@@ -55,24 +55,37 @@ class Store:
         sizes = [min(BLOCK, size - i * BLOCK) for i in range(count)]
         keys = [BlockKey("s", "u", name, "v1", i) for i in range(count)]
 
-        async def fetch_run(first: int, run: int, deliver: Deliver) -> None:
-            self.requests.append(name)
-            self.in_flight += 1
-            self.most_in_flight = max(self.most_in_flight, self.in_flight)
-            try:
-                await self.gate.wait()
-                await trio.sleep(self.delay)
-                if name in self.throttle:
-                    raise Transient("503 SlowDown")
-                if name in self.missing:
-                    raise NotFound(name)
-                for position in range(first, first + run):
-                    start = position * BLOCK
-                    await deliver(position, self.files[name][start : start + sizes[position]])
-            finally:
-                self.in_flight -= 1
+        return PreloadItem(("s", name), keys, sizes, FileSource(self, name, sizes))
 
-        return PreloadItem(("s", name), keys, sizes, fetch_run)
+
+class FileSource:
+    """One file of the fake store as a block source: counts its requests, answers at the
+    store's gate, delay and faults."""
+
+    def __init__(self, store: Store, name: str, sizes: list[int]) -> None:
+        self.store, self.name, self.sizes = store, name, sizes
+
+    async def part(self, offset: int, length: int) -> bytes:
+        raise AssertionError("preload loads runs only")
+
+    @trio.as_safe_channel
+    async def run(self, first: int, count: int) -> AsyncGenerator[tuple[int, bytes], None]:
+        store, name = self.store, self.name
+        store.requests.append(name)
+        store.in_flight += 1
+        store.most_in_flight = max(store.most_in_flight, store.in_flight)
+        try:
+            await store.gate.wait()
+            await trio.sleep(store.delay)
+            if name in store.throttle:
+                raise Transient("503 SlowDown")
+            if name in store.missing:
+                raise NotFound(name)
+            for index in range(first, first + count):
+                start = index * BLOCK
+                yield index, store.files[name][start : start + self.sizes[index]]
+        finally:
+            store.in_flight -= 1
 
 
 async def stream(items: Iterable[PreloadItem]) -> AsyncIterator[PreloadItem]:

@@ -74,5 +74,5 @@ def test_cache_group_attribute_joins_the_nodes_group(tmp_path) -> None:
     manager = VolumeManager(str(tmp_path / "state"), str(tmp_path / "cache"))
     spec = params.volume_spec({"source": "s3://b", "cacheGroup": "true"})
     with pytest.raises(CsiError) as refused:
-        manager._spawn(Volume("v1", spec), {})
+        manager._spawn(Volume("v1", spec))
     assert refused.value.code == grpc.StatusCode.FAILED_PRECONDITION
