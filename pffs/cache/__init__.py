@@ -59,7 +59,7 @@ openentries.py  OpenEntries: a bounded LRU of open entry descriptors with their 
 entries.py      A block's entry on disk: header, a CRC32C per 64 KiB, lz4 when it pays, key
                 digest; checked reads of the whole block or a range; writes with O_DIRECT.
 readahead.py    Readahead: the per-file policy deciding which blocks are worth loading ahead.
-pacing.py       Pacing: each sequential reader's window by Little's law (its read rate x its
+window.py        Windows: each sequential reader's window by Little's law (its read rate x its
                 requests' time), carried by several GETs at once, within its fair share of the
                 budget of bytes loaded ahead among the readers streaming at the time.
 stats.py        CacheStats: the counters the metrics read.

@@ -20,10 +20,10 @@ from pffs.cache.disk import DiskTier
 from pffs.cache.diskio import DiskIO
 from pffs.cache.keys import BlockKey, BlockSource, ColdStart, Fetch
 from pffs.cache.memory import MemoryTier
-from pffs.cache.pacing import Pacing, ReaderPace
 from pffs.cache.readahead_engine import ReadaheadEngine
 from pffs.cache.singleflight import SingleFlight
 from pffs.cache.stats import CacheStats
+from pffs.cache.window import ReaderWindow, Windows
 from pffs.config import CacheConfig
 
 
@@ -37,16 +37,14 @@ class BlockCache:
         self.memory = MemoryTier(config.memory_bytes - self.ahead_budget, self.stats)
         # A window larger than half the memory tier would evict blocks loaded ahead before the
         # reader gets to them, and one larger than the budget could never be in flight.
-        self.readahead_limit = min(
-            config.readahead_max, self.memory.capacity // 2, self.ahead_budget
-        )
+        self.readahead_max = min(config.readahead_max, self.memory.capacity // 2, self.ahead_budget)
         # Blocks a load ahead asks the store for in one request (stores that can stream them).
         self.run_blocks = max(1, config.fetch_size // config.block_size)
         # Sequential readers' windows and requests, by Little's law, sharing the budget; a
-        # window never larger than half the memory tier (see readahead_limit).
-        self.pacing = Pacing(
+        # window never larger than half the memory tier (see readahead_max).
+        self.windows = Windows(
             self.ahead_budget,
-            self.readahead_limit,
+            self.readahead_max,
             min(self.memory.capacity // 2, self.ahead_budget),
             config.block_size,
             config.fetch_size,
@@ -249,7 +247,7 @@ class BlockCache:
         *,
         coalesce: bool = False,
         at_end: bool = True,
-        pace: ReaderPace | None = None,
+        window: ReaderWindow | None = None,
     ) -> int:
         """Start loading a reader's readahead window; returns how many blocks were started.
 
@@ -259,10 +257,12 @@ class BlockCache:
         `run_blocks` consecutive blocks, one request per run. Fewer, larger requests cost the
         store and the client less per byte, so until the window's end (`at_end`) is reached,
         nothing is asked for before a run's worth of blocks is missing. The global
-        `ahead_budget` bounds the bytes in flight. With the reader's `pace`, a run is at most
-        its part, and the pace is told how long each request took.
+        `ahead_budget` bounds the bytes in flight. With the reader's `window`, a run is at most
+        its part, and the window is told how long each request took.
         """
-        return self._engine.start(keys, sizes, source, coalesce=coalesce, at_end=at_end, pace=pace)
+        return self._engine.start(
+            keys, sizes, source, coalesce=coalesce, at_end=at_end, window=window
+        )
 
     async def load(
         self,

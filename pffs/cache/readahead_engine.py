@@ -29,9 +29,9 @@ from pffs.cache.background import Background
 from pffs.cache.diskio import DiskIO
 from pffs.cache.keys import BlockKey, BlockSource
 from pffs.cache.memory import MemoryTier
-from pffs.cache.pacing import ReaderPace
 from pffs.cache.singleflight import Flight, SingleFlight
 from pffs.cache.stats import CacheStats
+from pffs.cache.window import ReaderWindow
 
 log = logging.getLogger("pffs.cache")
 
@@ -43,11 +43,11 @@ class _Run:
         self,
         blocks: dict[int, tuple[BlockKey, int, Flight]],
         source: BlockSource,
-        pace: ReaderPace | None = None,
+        window: ReaderWindow | None = None,
     ) -> None:
         self.blocks = blocks
         self.source = source
-        self.pace = pace  # the reader's, told how long each request took
+        self.window = window  # the reader's, told how long each request took
 
     def spans(self, most: int) -> list[tuple[int, int]]:
         """(first, count) of consecutive blocks left to load, at most `most` long each."""
@@ -65,7 +65,7 @@ class _Run:
     def take(self, first: int, count: int) -> _Run:
         """Blocks first..first+count-1 (a span of this run) as a run of their own."""
         taken = {p: self.blocks.pop(p) for p in range(first, first + count)}
-        return _Run(taken, self.source, self.pace)
+        return _Run(taken, self.source, self.window)
 
 
 class ReadaheadEngine:
@@ -104,7 +104,7 @@ class ReadaheadEngine:
         *,
         coalesce: bool,
         at_end: bool,
-        pace: ReaderPace | None = None,
+        window: ReaderWindow | None = None,
     ) -> int:
         """Start loading a window in the background, within the budget; how many blocks were
         started (see BlockCache.read_ahead)."""
@@ -112,12 +112,12 @@ class ReadaheadEngine:
             return 0
         run_blocks = 1
         if coalesce:
-            run_blocks = self.run_blocks if pace is None else min(self.run_blocks, pace.part)
+            run_blocks = self.run_blocks if window is None else min(self.run_blocks, window.part)
         missing = [i for i, key in enumerate(keys) if not self.cached_or_coming(key)]
         if not missing or (len(missing) < min(run_blocks, len(keys)) and not at_end):
             return 0
         run = self._claim(keys, sizes, missing, source, within_budget=True)
-        run.pace = pace
+        run.window = window
         self.stats.readahead_issued += len(run.blocks)
         if run.blocks:
             self.background.spawn(self._load_quietly, run, run_blocks)
@@ -252,8 +252,8 @@ class ReadaheadEngine:
                 self._land(key, flight, data, "store")
                 self._release(run, [index])
                 self.disk.write_behind(key, data)
-        if run.pace is not None:
-            run.pace.fetched(trio.current_time() - asked)
+        if run.window is not None:
+            run.window.fetched(trio.current_time() - asked)
         return fetched
 
     def _land(self, key: BlockKey, flight: Flight, data: bytes, tier: str) -> None:

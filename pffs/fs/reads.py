@@ -60,9 +60,9 @@ class Reader:
         blocks = ObjectBlocks(
             backend.source_id, backend.principal, inside, info.version, info.size, self.block_size
         )
-        # A pace for files of several blocks: only they have blocks to load ahead.
-        pace = self.cache.pacing.reader() if info.size > 2 * self.block_size else None
-        readahead = Readahead(self.block_size, self.cache.readahead_limit, info.size, pace)
+        # A window for files of several blocks: only they have blocks to load ahead.
+        window = self.cache.windows.reader() if info.size > 2 * self.block_size else None
+        readahead = Readahead(self.block_size, self.cache.readahead_max, info.size, window)
         source = open_blocks(Store.of(mounted), blocks)
         handle = ReadHandle(inode, blocks, readahead, mounted, source)
         if 0 < info.size <= min(FETCH_AT_OPEN, self.block_size):
@@ -84,7 +84,7 @@ class Reader:
                 handle.source,
                 coalesce=block_runs(handle.mounted.backend) is not None,
                 at_end=ahead.stop > handle.readahead.last_block,
-                pace=handle.readahead.pace,
+                window=handle.readahead.reader_window,
             )
         try:
             with retry.asking():  # the bound on this read counts from now (pffs.retry)

@@ -46,6 +46,7 @@ PROBE_MAX = 2.0
 # Probes under way at once: each ends by its own timeouts (seconds), the next starts on time.
 PROBES_AT_ONCE = 3
 
+
 class SourceHealth:
     """The breaker of one source. Changed only from trio tasks; `check` only reads, so a worker
     thread may call it too."""
