@@ -32,11 +32,11 @@ def make_windows(
     return Windows(budget, readahead_max, largest, BLOCK, max_part=16 * MIB, clock=clock)
 
 
-def stream(window: ReaderWindow, clock: Clock, rate: float, seconds: float, read: int = MIB) -> None:
+def stream(reader: ReaderWindow, clock: Clock, rate: float, seconds: float, read: int = MIB) -> None:
     """The reader consumes `read`-byte reads at `rate` bytes/s for `seconds`."""
     for _ in range(round(seconds * rate / read)):
         clock.now += read / rate
-        window.read(read)
+        reader.read(read)
 
 
 def test_before_anything_is_measured_the_window_is_the_configured_one() -> None:
