@@ -32,7 +32,7 @@ def make_windows(
     return Windows(budget, readahead_max, largest, BLOCK, max_part=16 * MIB, clock=clock)
 
 
-def stream(reader: ReaderWindow, clock: Clock, rate: float, seconds: float, read: int = MIB) -> None:
+def stream(reader: ReaderWindow, clock: Clock, rate: float, seconds: float, read: int = MIB):
     """The reader consumes `read`-byte reads at `rate` bytes/s for `seconds`."""
     for _ in range(round(seconds * rate / read)):
         clock.now += read / rate
