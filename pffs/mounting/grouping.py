@@ -166,7 +166,7 @@ async def _serve_block(
         None,
     )
     if mounted is None:
-        raise Refused("a source this member does not mount with that principal")
+        raise Refused("a source this member does not mount")  # as this principal
     store = StoreBlocks(Store.of(mounted), blocks)  # the store itself: never asks the group
 
     async def from_store() -> bytes:
