@@ -35,7 +35,8 @@ readahead_engine.py
                 ReadaheadEngine: readahead windows loaded in the background within a global
                 budget of bytes in flight, as runs of consecutive missing blocks in one
                 request, from the disk tier when it holds them, each block handed over as it
-                lands; a failed or cancelled load gives its budget back; `load` is the same for
+                lands (pulled from the source's stream); a failed or cancelled load gives its
+                budget back; `load` is the same for
                 one whole object, awaited (for preload.py). It also counts readahead's blocks used
                 and wasted.
 diskio.py       DiskIO: the disk tier as trio tasks use it, each call in a worker thread under
@@ -58,9 +59,14 @@ openentries.py  OpenEntries: a bounded LRU of open entry descriptors with their 
                 headers, sized from RLIMIT_NOFILE, shrinking when descriptors run out.
 entries.py      A block's entry on disk: header, a CRC32C per 64 KiB, lz4 when it pays, key
                 digest; checked reads of the whole block or a range; writes with O_DIRECT.
-readahead.py    Readahead: the per-file policy deciding which blocks are worth loading ahead.
-window.py        Windows: each sequential reader's window by Little's law (its read rate x its
+disklayout.py   The layout a disk tier directory holds, and clearing one written in another.
+orphans.py      The sweep of entry files no index row names (a crash between the two writes).
+readahead.py    Readahead: the per-file policy deciding which blocks are worth loading ahead,
+                a window per sequential run (several per handle: a mapped file's faults, a
+                lazy loader's tensors), a run from mid-file held to a share of what it read.
+window.py       Windows: each sequential reader's window by Little's law (its read rate x its
                 requests' time), carried by several GETs at once, within its fair share of the
-                budget of bytes loaded ahead among the readers streaming at the time.
+                budget of bytes loaded ahead among the readers streaming at the time. (A
+                source's pace, pffs.pace, is another thing: its requests in flight.)
 stats.py        CacheStats: the counters the metrics read.
 """
