@@ -1,11 +1,11 @@
 """The block cache: memory, then disk, then one fetch from the store per block.
 
-It holds blocks, never files or paths of the tree, and never sees a backend: callers hand it a
-fetch function per call (docs/ARCHITECTURE.md).
+It holds blocks, never files or paths of the tree, and never sees a backend: callers hand it
+the block source of the object (keys.BlockSource), which it asks for bytes, or for runs of
+blocks it pulls as a stream (docs/ARCHITECTURE.md, the path of a read).
 
 Threading rule: worker threads, entered through `pffs.workers.run_blocking`, only move bytes and
-use file descriptors (disk tier reads and writes, CRC and lz4, the fetch function's store
-call). The cache's shared state (the memory tier, the in-flight table, the budget of bytes loaded
+use file descriptors (disk tier reads and writes, CRC and lz4, a block source's store call). The cache's shared state (the memory tier, the in-flight table, the budget of bytes loaded
 ahead and its bookkeeping, the background task count, the counters) is touched only from trio
 tasks, so it needs no lock. Reading a counter from another thread (the metrics collector) is one
 exception: it only reads. The disk tier's open entries (openentries.py) are the other: worker
@@ -14,10 +14,11 @@ entry itself when the page cache holds the bytes (RWF_NOWAIT, never waiting for 
 
 The modules, by idea; each composes the ones it needs, none inherits from another:
 
-keys.py         BlockKey (source, path, object version, index: a changed object has a new
-                version, so its old blocks are never served for it) and the fetch function
-                types: Fetch (one block), FetchRun (consecutive blocks in one request) and
-                Deliver (how a run hands over each block as it arrives).
+keys.py         BlockKey (source, principal, path, object version, index: a changed object
+                has a new version, so its old blocks are never served for it), ObjectBlocks
+                (an object version cut into blocks), and BlockSource, what any source of
+                blocks implements (the store, a cache group, a test's fake): a reader's bytes
+                as a value, runs of blocks as a stream; Fetch, one block for a reader.
 blocks.py       BlockCache, what callers use: reads from the nearest tier, single-flight, the
                 disk tier's partial reads for random access, the readahead entry point
                 (`read_ahead`) and whole-object loads (`load`). It composes every module below
