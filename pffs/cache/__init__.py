@@ -5,7 +5,8 @@ the block source of the object (keys.BlockSource), which it asks for bytes, or f
 blocks it pulls as a stream (docs/ARCHITECTURE.md, the path of a read).
 
 Threading rule: worker threads, entered through `pffs.workers.run_blocking`, only move bytes and
-use file descriptors (disk tier reads and writes, CRC and lz4, a block source's store call). The cache's shared state (the memory tier, the in-flight table, the budget of bytes loaded
+use file descriptors (disk tier reads and writes, CRC and lz4, a block source's store call).
+The cache's shared state (the memory tier, the in-flight table, the budget of bytes loaded
 ahead and its bookkeeping, the background task count, the counters) is touched only from trio
 tasks, so it needs no lock. Reading a counter from another thread (the metrics collector) is one
 exception: it only reads. The disk tier's open entries (openentries.py) are the other: worker
