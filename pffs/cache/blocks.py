@@ -85,6 +85,15 @@ class BlockCache:
     def memory_only(self, sources: set[str]) -> None:
         self._disk.memory_only = sources
 
+    def gauges(self) -> dict[str, int]:
+        """The cache's counters and gauges, as the metrics read them (any thread: reads only)."""
+        values = self.stats.as_dict()
+        values["memory_used_bytes"] = self.memory.used
+        values["memory_capacity_bytes"] = self.memory.capacity
+        values["memory_blocks"] = len(self.memory)
+        values["ahead_in_flight_bytes"] = self.ahead_in_flight
+        return values
+
     @property
     def ahead_in_flight(self) -> int:
         """Bytes of blocks loaded ahead (readahead and preload), asked for and not yet delivered

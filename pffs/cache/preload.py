@@ -131,6 +131,14 @@ class Preloader:
 
     # --- what callers use --------------------------------------------------------------------
 
+    def gauges(self) -> dict[str, int]:
+        """The engine's counters and gauges, as the metrics read them (any thread: reads only)."""
+        values = {f"preload_{k}": v for k, v in self.stats.as_dict().items()}
+        values["preload_files_in_flight"] = self.files_in_flight
+        values["preload_bytes_in_flight"] = self.bytes_in_flight
+        values["preload_concurrency"] = self.concurrency
+        return values
+
     def attach(self, nursery: trio.Nursery) -> None:
         """Start the engine's dispatcher in `nursery` (cancelling it stops the engine)."""
         self._nursery = nursery

@@ -79,6 +79,10 @@ class DatasetPreload:
         self._orders: list[str] = []
         self._order_numbers = itertools.count(1)
 
+    def gauges(self) -> dict[str, int]:
+        """Preload's counters and gauges, as the metrics read them (any thread: reads only)."""
+        return self.engine.gauges()
+
     def attach(self, nursery: trio.Nursery) -> None:
         if self.config.enabled:
             self.engine.attach(nursery)

@@ -46,7 +46,7 @@ class Store:
 
     @classmethod
     def of(cls, mounted: Mounted) -> Store:
-        return cls(mounted.backend, mounted.limiter, mounted.ahead, mounted.health)
+        return cls(mounted.backend, mounted.limiter, mounted.pace, mounted.health)
 
     async def request(self, fn: Callable[..., T], *args: object, ahead: bool) -> T:
         """`fn(*args)` in a worker thread: a reader's under the readers' limiter, a load

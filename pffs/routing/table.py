@@ -66,7 +66,7 @@ class Mounted:
         # others' threads.
         self.limiter = trio.CapacityLimiter(self.backend.max_concurrency)
         # Readahead's own places, AIMD-paced: a reader never queues behind it (pffs.pace).
-        self.ahead = Pace(self.backend.max_concurrency)
+        self.pace = Pace(self.backend.max_concurrency)
         self._probe_limiter = trio.CapacityLimiter(health.PROBES_AT_ONCE)
         # Its breaker: every request to the source passes it (pffs.fs.fetching.Store).
         self.health = health.SourceHealth(self.backend.source_id, self._probe)
