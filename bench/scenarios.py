@@ -77,7 +77,8 @@ METRICS = [
     Metric("peak_rss_mib", "peak RSS of the mount process", "MiB", False),
     Metric("session_peak_rss_mib", "peak RSS of the whole session (no reset)", "MiB", False),
 ]
-# Figures only pffs's own counters give: the peers show "n/a" (bench.larger_than_cache).
+# Figures only pffs's own counters give: the peers show "n/a" (bench.larger_than_cache,
+# bench.lazyload).
 PFFS_ONLY = {LARGER_THAN_CACHE, LAZY_FETCHED}
 # Figures taken while another scenario runs, measured when that one is.
 TAKEN_WITH = {

@@ -76,20 +76,28 @@ class Readahead:
         """The window of the last read's run, in blocks."""
         return self._streams[0].window
 
-    def _near(self, stream: _Stream, offset: int, primary: bool) -> bool:
-        # Another stream than the last read's must be continued closely.
-        forward = FORWARD_BLOCKS_TOLERANCE * self.block_size if primary else self.backward
-        return stream.expected - self.backward <= offset <= stream.expected + forward
+    def _near(self, stream: _Stream, offset: int) -> bool:
+        return (
+            stream.expected - self.backward
+            <= offset
+            <= stream.expected + FORWARD_BLOCKS_TOLERANCE * self.block_size
+        )
 
     def _stream_for(self, offset: int, size: int) -> tuple[_Stream, bool]:
-        """The stream this read continues (moved to the front), or a new one; whether near."""
+        """The stream this read continues (moved to the front), or a new one; whether near.
+
+        Of several it may continue, the longest run: a straggler of the kernel's readahead (a
+        READ answered late, behind the run) starts a stream of its own, which must not take
+        the reads that follow from the run they belong to."""
         streams = self._streams
-        others = len(streams) if size >= LARGE_READ else 1
-        for index, stream in enumerate(streams[:others]):
-            if self._near(stream, offset, index == 0):
-                if index:
-                    streams.insert(0, streams.pop(index))
-                return stream, True
+        candidates = streams if size >= LARGE_READ else streams[:1]
+        near = [stream for stream in candidates if self._near(stream, offset)]
+        if near:
+            stream = max(near, key=lambda s: s.streak)  # the first of the longest
+            if stream is not streams[0]:
+                streams.remove(stream)
+                streams.insert(0, stream)
+            return stream, True
         stream = _Stream(offset, 0)
         streams.insert(0, stream)
         del streams[STREAMS:]

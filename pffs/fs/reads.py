@@ -27,12 +27,11 @@ FETCH_AT_OPEN = 1 << 20
 # A read wanting at most this share of a block nobody holds gets its bytes with a request of
 # its own while the block loads behind it (the first byte of a file, a random 4 KiB read).
 COLD_START_SHARE = 4
-# Such a read of at least this many bytes that continues no run gets its bytes alone, the
-# block not loaded behind it: it is the kernel's read-around of a page fault in a mapped file
-# (or a region's first bytes), which brings its own neighbourhood; whether the rest of the block
-# is wanted shows only when the run continues (a lazy loader's neighbour tensors mostly are
-# not), and the run's readahead then loads blocks.
-ALONE = LARGE_READ
+# Such a read of at least LARGE_READ (pffs.cache.readahead) that continues no run gets its bytes
+# alone, the block not loaded behind it: it is the kernel's read-around of a page fault in a
+# mapped file (or a region's first bytes), which brings its own neighbourhood; whether the rest
+# of the block is wanted shows only when the run continues (a lazy loader's neighbour tensors
+# mostly are not), and the run's readahead then loads blocks.
 
 
 class Reader:
@@ -112,7 +111,7 @@ class Reader:
                         handle.source.part, blocks.start(index) + start, stop - start
                     ),
                 )
-                alone = stop - start >= ALONE and not handle.readahead.sequential
+                alone = stop - start >= LARGE_READ and not handle.readahead.sequential
                 part = await self.cache.read_part(
                     key, start, stop - start, fetch, cold_start, alone=alone
                 )

@@ -85,3 +85,19 @@ def test_small_reads_near_an_older_run_stay_random() -> None:
         assert not ra.on_read(20 * block + step * 4096, 20 * block + (step + 1) * 4096 - 8192)
         assert not ra.on_read(5 * block + step * 4096, 5 * block + step * 4096 + 4096)
         assert not ra.sequential
+
+
+def test_a_straggler_behind_a_whole_file_run_does_not_take_it_over() -> None:
+    """A READ of the kernel's readahead answered late lands behind the run: it starts a stream
+    of its own, and the reads after it still belong to the run, with its window."""
+    block = 256 * KIB
+    ra = Readahead(block, max_window_bytes=8 * block, file_size=1000 * block)
+    size = 128 * KIB
+    for offset in range(0, 40 * block, size):
+        ra.on_read(offset, offset + size)
+    window = ra.window
+    assert window == 8 and not ra.region
+    ra.on_read(38 * block, 38 * block + size)  # a straggler, 2 blocks behind
+    assert not ra.sequential
+    ahead = ra.on_read(40 * block, 40 * block + size)
+    assert ra.sequential and not ra.region and len(ahead) == window
