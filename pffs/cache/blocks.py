@@ -243,6 +243,12 @@ class BlockCache:
         up to date meanwhile, so the first read after a quiet while needs no index lookup."""
         self._disk.follow()
 
+    async def held(self, key: BlockKey) -> bytes | None:
+        """The block when a tier holds it now; never a fetch, never waiting on one (a cache
+        group's previous owner answers with this: joining a fetch there could wait on the asker)."""
+        data = self.memory.get(key)
+        return data if data is not None else await self._disk.get(key)
+
     def is_cached_or_coming(self, key: BlockKey) -> bool:
         return key in self.memory or key in self._flights
 

@@ -30,6 +30,9 @@ log = logging.getLogger("pffs.group")
 
 # Peer requests at once (each a worker thread, mostly waiting on the network).
 PEER_CONCURRENCY = 32
+# A handover whose first asks of previous owners all miss ends: the group started cold, and
+# asking on would cost a round trip per block for nothing.
+HANDOVER_PROBES = 16
 
 
 class _Flight:
@@ -50,6 +53,7 @@ class Group:
         self.breakers: dict[str, PeerBreaker] = {}
         self.limiter = trio.CapacityLimiter(PEER_CONCURRENCY)
         self._flights: dict[tuple[BlockRequest, str], _Flight] = {}
+        self._handover_asks = self._handover_hits = 0
         if members:
             self.update(members)
 
@@ -61,7 +65,13 @@ class Group:
         after = {m.name: m for m in members}
         if before == after:
             return
-        self.placement.update(members)
+        self._handover_asks = self._handover_hits = 0
+        if not before and self.self_name in after:
+            # This member's first list: the others held the blocks before it joined, so its
+            # own blocks are asked of their owners of then during the handover.
+            self.placement.update(members, [m for m in members if m.name != self.self_name])
+        else:
+            self.placement.update(members)
         for name in before.keys() - after.keys():
             breaker = self.breakers.pop(name, None)
             if breaker is not None:
@@ -92,18 +102,30 @@ class Group:
 
     # --- asking ----------------------------------------------------------------------------
 
+    def previous_owner(self, blocks: ObjectBlocks, index: int) -> Member | None:
+        """During a handover, the block's owner before the last change, when another member."""
+        previous = self.placement.previous_owner(blocks.key(index))
+        return None if previous is None or previous.name == self.self_name else previous
+
     async def fetch_block(self, blocks: ObjectBlocks, index: int) -> bytes | None:
-        """The block from its owner (or, during a handover, its previous owner); None when the
-        store must serve it (this member owns it, or no peer gave it)."""
+        """The block from its owner, or during a handover from its previous owner (after the
+        owner failed, or first when this member is the new owner: only what it holds); None
+        when the store must serve it."""
         owner = self.peer_owner(blocks, index)
-        if owner is None:
-            return None
+        previous = self.previous_owner(blocks, index)
+        if owner is None:  # this member owns it
+            if previous is None:
+                return None
+            data = await self._ask(previous, BlockRequest(blocks, index, cached_only=True))
+            self._handover_asks += 1
+            self._handover_hits += data is not None
+            if self._handover_asks >= HANDOVER_PROBES and not self._handover_hits:
+                self.placement.end_handover()
+            return data
         request = BlockRequest(blocks, index)
         data = await self._ask(owner, request)
-        if data is None:
-            previous = self.placement.previous_owner(blocks.key(index))
-            if previous is not None and previous.name not in (owner.name, self.self_name):
-                data = await self._ask(previous, request)
+        if data is None and previous is not None and previous.name != owner.name:
+            data = await self._ask(previous, request)
         return data
 
     async def fetch_for_peer(
@@ -111,8 +133,8 @@ class Group:
     ) -> bytes:
         """An owner's miss of a block a peer asked for: the previous owner's copy during a
         handover, else the store's."""
-        previous = self.placement.previous_owner(blocks.key(index))
-        if previous is not None and previous.name != self.self_name:
+        previous = self.previous_owner(blocks, index)
+        if previous is not None:
             data = await self._ask(previous, BlockRequest(blocks, index, cached_only=True))
             if data is not None:
                 return data
@@ -161,7 +183,10 @@ class Group:
     # --- as a block source (pffs.group.sources) ----------------------------------------------
 
     def asks(self, blocks: ObjectBlocks, index: int) -> bool:
-        return self.peer_owner(blocks, index) is not None
+        return (
+            self.peer_owner(blocks, index) is not None
+            or self.previous_owner(blocks, index) is not None
+        )
 
     def landed(self, blocks: ObjectBlocks, index: int, data: bytes) -> None:
         """A block the store served: nothing to do (its owner is this member, or a peer failed)."""

@@ -56,12 +56,18 @@ class Placement:
         self._previous: tuple[Member, ...] = ()
         self._changed_at = -math.inf
 
-    def update(self, members: Sequence[Member]) -> None:
-        self._previous, self.members = self.members, tuple(members)
+    def update(self, members: Sequence[Member], previous: Sequence[Member] | None = None) -> None:
+        """The members now; `previous` the list before (default: the members until now)."""
+        before = self.members if previous is None else tuple(previous)
+        self._previous, self.members = before, tuple(members)
         self._changed_at = time.monotonic()
 
     def owner(self, key: BlockKey) -> Member | None:
         return owner(self.members, key)
+
+    def end_handover(self) -> None:
+        """Forget the previous members now (their caches turned out to hold nothing)."""
+        self._previous = ()
 
     def previous_owner(self, key: BlockKey) -> Member | None:
         """The owner before the last change, while it is recent and the owner moved."""

@@ -45,10 +45,6 @@ from pffs.routing.table import MountTable
 log = logging.getLogger("pffs.group")
 
 
-class _NotHeld(Exception):
-    """A cached-only request for a block this member does not hold."""
-
-
 class JoinedGroup:
     def __init__(
         self,
@@ -172,13 +168,11 @@ async def _serve_block(
     async def from_store() -> bytes:
         return await store.part(blocks.start(index), blocks.length(index))
 
+    if request.cached_only:  # a handover: only what this member holds now
+        return await cache.held(blocks.key(index))
+
     async def fetch() -> bytes:
-        if request.cached_only:
-            raise _NotHeld
         return await group.fetch_for_peer(blocks, index, from_store)
 
-    try:
-        with retry.asking():  # the store's retries for this block stop within the usual bound
-            return await cache.read(blocks.key(index), fetch)
-    except _NotHeld:
-        return None
+    with retry.asking():  # the store's retries for this block stop within the usual bound
+        return await cache.read(blocks.key(index), fetch)

@@ -67,3 +67,11 @@ def test_the_previous_owner_is_known_after_a_change() -> None:
         assert previous is not None and previous.name == owner(members(4), key).name  # type: ignore[union-attr]
     unmoved = next(key for key in KEYS if placement.owner(key).name != "node4")  # type: ignore[union-attr]
     assert placement.previous_owner(unmoved) is None
+
+
+def test_a_handover_can_end_early() -> None:
+    placement = Placement(members(4))
+    placement.update(members(5))
+    assert any(placement.previous_owner(key) is not None for key in KEYS[:100])
+    placement.end_handover()
+    assert all(placement.previous_owner(key) is None for key in KEYS)

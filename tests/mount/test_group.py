@@ -13,6 +13,7 @@ import random
 import signal
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -250,8 +251,6 @@ def test_a_malformed_member_file_keeps_the_previous_list(s3, bucket, proxy, tmp_
 
 def wait_for_log(cluster: Cluster, name: str, text: str, after: str) -> None:
     """Until the member's log says `text` once more (the member file is polled each second)."""
-    import time
-
     before = log_of(cluster, name).count(text)
     for _ in range(200):
         if log_of(cluster, name).count(text) > before:
@@ -448,3 +447,41 @@ def test_warmup_on_one_member_fills_the_group(s3, bucket, proxy, tmp_path) -> No
             for name in owners
         }
         assert after == before  # every block came from a member's cache
+
+
+def test_a_member_joining_takes_blocks_from_their_previous_owners(
+    s3, bucket, proxy, tmp_path
+) -> None:
+    """node2 joins a group of two that read the dataset: the blocks it now owns come from
+    their previous owners (the handover), not the store, for it and for the others."""
+    files = put_files(s3, bucket, 10, MIB + 11)
+    cluster = Cluster(tmp_path, 3)
+    write_members(cluster.member_file, {n: cluster.urls[n] for n in ("node0", "node1")})
+    with contextlib.ExitStack() as stack:
+        mounts = {
+            name: stack.enter_context(
+                mounted(
+                    f"s3://{bucket}", tmp_path / name,
+                    "--endpoint-url", proxy.endpoint_url, *cluster.options(name),
+                )
+            )
+            for name in ("node0", "node1")
+        }  # fmt: skip
+        assert read_everywhere(mounts, files) == []
+        before = store_bytes(mounts)
+        write_members(cluster.member_file, cluster.urls)
+        for name in mounts:  # each polls the file every second
+            for _ in range(200):
+                if "joined node2" in log_of(cluster, name):
+                    break
+                time.sleep(0.05)
+            assert "joined node2" in log_of(cluster, name)
+        mounts["node2"] = stack.enter_context(
+            mounted(
+                f"s3://{bucket}", tmp_path / "node2",
+                "--endpoint-url", proxy.endpoint_url, *cluster.options("node2"),
+            )
+        )  # fmt: skip
+        assert read_everywhere(mounts, files) == []
+        assert store_bytes(mounts) == before
+        assert peer_bytes({"node2": mounts["node2"]}, "received") > 0
