@@ -91,7 +91,7 @@ def test_a_straggler_behind_a_whole_file_run_does_not_take_it_over() -> None:
     """A READ of the kernel's readahead answered late lands behind the run: it starts a stream
     of its own, and the reads after it still belong to the run, with its window."""
     block = 256 * KIB
-    ra = Readahead(block, max_window_bytes=8 * block, file_size=1000 * block)
+    ra = Readahead(block, readahead_max=8 * block, file_size=1000 * block)
     size = 128 * KIB
     for offset in range(0, 40 * block, size):
         ra.on_read(offset, offset + size)
