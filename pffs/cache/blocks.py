@@ -279,6 +279,12 @@ class BlockCache:
             keys, sizes, source, coalesce=coalesce, at_end=at_end, window=window
         )
 
+    def load_soon(self, keys: Sequence[BlockKey], sizes: Sequence[int], source: BlockSource) -> int:
+        """Start loading blocks a reader is about to ask for (a small file's one block, at its
+        open), in the background like a readahead window but not counted as readahead; how
+        many blocks were started."""
+        return self._engine.start(keys, sizes, source, coalesce=False, at_end=True, counted=False)
+
     async def load(
         self,
         keys: Sequence[BlockKey],

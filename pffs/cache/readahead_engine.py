@@ -105,9 +105,11 @@ class ReadaheadEngine:
         coalesce: bool,
         at_end: bool,
         window: ReaderWindow | None = None,
+        counted: bool = True,
     ) -> int:
         """Start loading a window in the background, within the budget; how many blocks were
-        started (see BlockCache.read_ahead)."""
+        started (see BlockCache.read_ahead). Unless `counted`, its blocks are not readahead's
+        (a small file's GET at open: its reader surely wants them)."""
         if not self.background.attached:
             return 0
         run_blocks = 1
@@ -116,9 +118,10 @@ class ReadaheadEngine:
         missing = [i for i, key in enumerate(keys) if not self.cached_or_coming(key)]
         if not missing or (len(missing) < min(run_blocks, len(keys)) and not at_end):
             return 0
-        run = self._claim(keys, sizes, missing, source, within_budget=True)
+        run = self._claim(keys, sizes, missing, source, within_budget=True, ahead=counted)
         run.window = window
-        self.stats.readahead_issued += len(run.blocks)
+        if counted:
+            self.stats.readahead_issued += len(run.blocks)
         if run.blocks:
             self.background.spawn(self._load_quietly, run, run_blocks)
         return len(run.blocks)
@@ -152,9 +155,11 @@ class ReadaheadEngine:
         source: BlockSource,
         *,
         within_budget: bool,
+        ahead: bool | None = None,
     ) -> _Run:
         """Register a flight for each missing position (a reader arriving first waits for it)
-        and count its bytes in flight; `within_budget`: only while the budget allows."""
+        and count its bytes in flight; `within_budget`: only while the budget allows. `ahead`
+        (default: `within_budget`): its flights count as readahead used or wasted."""
         blocks: dict[int, tuple[BlockKey, int, Flight]] = {}
         for position in missing:
             size = sizes[position]
@@ -163,7 +168,9 @@ class ReadaheadEngine:
                 break
             self._in_flight += size
             # Only a window's blocks count as readahead used or wasted (preload counts files).
-            flight = self.flights.start(keys[position], ahead=within_budget)
+            flight = self.flights.start(
+                keys[position], ahead=within_budget if ahead is None else ahead
+            )
             blocks[keys[position].block] = (keys[position], size, flight)
         return _Run(blocks, source)
 

@@ -65,7 +65,7 @@ class Reader:
         source = open_blocks(Store.of(mounted), blocks)
         handle = ReadHandle(inode, blocks, readahead, mounted, source)
         if 0 < info.size <= min(FETCH_AT_OPEN, self.block_size):
-            self.cache.read_ahead([blocks.key(0)], [info.size], source)
+            self.cache.load_soon([blocks.key(0)], [info.size], source)
         return self.handles.add(handle), keep_cache
 
     async def read(self, handle: ReadHandle, offset: int, size: int) -> bytes | memoryview:

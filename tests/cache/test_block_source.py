@@ -97,3 +97,24 @@ def test_preload_loads_a_file_from_a_new_source(tmp_path: Path) -> None:
 
 async def _no_fetch() -> bytes:
     raise AssertionError("the block is cached or on its way")
+
+
+def test_a_small_files_get_at_open_is_not_readahead(tmp_path: Path) -> None:
+    """`load_soon` (a small file's one block, at its open) loads like readahead but is not
+    counted as readahead: its reader surely wants the block."""
+    small = ObjectBlocks("mem://", "u", "small.bin", "v1", 100 * KIB // 10, BLOCK)
+    source = CountingSource(DATA, small)
+    cache = BlockCache(cache_config(tmp_path))
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            cache.attach(nursery)
+            assert cache.load_soon([small.key(0)], [small.size], source) == 1
+            assert await cache.read(small.key(0), _no_fetch) == DATA[: small.size]
+            await cache.flush()
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    assert source.runs == [(0, 1)]
+    stats = cache.stats
+    assert stats.readahead_issued == stats.readahead_used == stats.readahead_wasted == 0
