@@ -51,7 +51,7 @@ async def _run(files: int) -> None:
         ahead_budget=256 * MIB,
     )
     cache = BlockCache(config)
-    engine = Preloader(cache, budget=64 * MIB, room=1 << 40)
+    engine = Preloader(cache, budget=64 * MIB, unread_max=1 << 40)
     limiter = trio.CapacityLimiter(64)
     data = os.urandom(SIZE)
 

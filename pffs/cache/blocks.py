@@ -316,7 +316,7 @@ class BlockCache:
         return self.disk is not None and source not in self.memory_only
 
     @property
-    def preload_room(self) -> int:
+    def preload_unread_max(self) -> int:
         """Bytes the preload engine may hold loaded and not yet read.
 
         Half of what the cache can keep: the memory tier without a disk tier, else the disk

@@ -164,7 +164,7 @@ async def test_bounds_concurrency_and_budget(tmp_path: Path) -> None:
 async def test_room_for_unread_files_stops_loading_until_readers_use_them() -> None:
     store = Store(files(50, BLOCK))
     cache = BlockCache(cache_config(None, memory_bytes=256 * BLOCK))
-    engine = Preloader(cache, budget=64 * BLOCK, room=10 * BLOCK)
+    engine = Preloader(cache, budget=64 * BLOCK, unread_max=10 * BLOCK)
     async with trio.open_nursery() as nursery:
         cache.attach(nursery)
         engine.attach(nursery)
@@ -204,7 +204,7 @@ async def test_throttling_halves_concurrency_and_failures_are_dropped() -> None:
     store.throttle = {"f0001", "f0002"}
     store.missing = {"f0003"}
     cache = BlockCache(cache_config(None, memory_bytes=256 * BLOCK))
-    engine = Preloader(cache, budget=64 * BLOCK, concurrency=16, room=256 * BLOCK)
+    engine = Preloader(cache, budget=64 * BLOCK, concurrency=16, unread_max=256 * BLOCK)
     async with trio.open_nursery() as nursery:
         cache.attach(nursery)
         engine.attach(nursery)
@@ -226,7 +226,7 @@ async def test_cancelled_job_stops_taking_items() -> None:
     store = Store(files(100, BLOCK))
     store.delay = 0.01
     cache = BlockCache(cache_config(None, memory_bytes=256 * BLOCK))
-    engine = Preloader(cache, budget=4 * BLOCK, room=256 * BLOCK)
+    engine = Preloader(cache, budget=4 * BLOCK, unread_max=256 * BLOCK)
     async with trio.open_nursery() as nursery:
         cache.attach(nursery)
         engine.attach(nursery)
@@ -246,7 +246,7 @@ async def test_job_ends_when_readers_stop() -> None:
     store = Store(files(100, BLOCK))
     store.delay = 1.0
     cache = BlockCache(cache_config(None, memory_bytes=512 * BLOCK))
-    engine = Preloader(cache, budget=BLOCK, idle_after=10.0, room=512 * BLOCK)
+    engine = Preloader(cache, budget=BLOCK, idle_after=10.0, unread_max=512 * BLOCK)
     async with trio.open_nursery() as nursery:
         cache.attach(nursery)
         engine.attach(nursery)
@@ -265,7 +265,7 @@ async def test_room_held_by_a_finished_job_comes_back_when_its_readers_go() -> N
     first = Store(files(10, BLOCK))
     second = Store({f"g{i}": data for i, data in enumerate(files(10, 2 * BLOCK).values())})
     cache = BlockCache(cache_config(None, memory_bytes=512 * BLOCK))
-    engine = Preloader(cache, budget=64 * BLOCK, idle_after=10.0, room=12 * BLOCK)
+    engine = Preloader(cache, budget=64 * BLOCK, idle_after=10.0, unread_max=12 * BLOCK)
     async with trio.open_nursery() as nursery:
         cache.attach(nursery)
         engine.attach(nursery)
