@@ -186,6 +186,9 @@ def latencies(server: Server, root: Path, bigs: list[str], rounds: int) -> dict[
         ]
         peer = PeerClient(SECRET.encode(), "bench")
         s3 = client(server)
+        # Who the mounts read as (the same keys as this process): a member serves only them.
+        reader = SourceConfig(url=f"s3://{BUCKET}", endpoint_url=server.endpoint_url)
+        principal = open_backend(reader).principal
         peer_ms, store_ms = [], []
         for _ in range(rounds):
             for key in random.sample(bigs, len(bigs)):

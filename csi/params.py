@@ -17,7 +17,9 @@ Volume context keys (camelCase, as Kubernetes volume attributes are written):
     cacheGroup   "true" / "false": join the node's cache group (the driver's --group-*
                  options): the volume's mounts on all nodes serve each other's blocks
 
-The former names prefetchMax and datasetPrefetch still work, with a warning in the log.
+Every key but source, mountTable and cacheGroup is a mount option of pffs.optiontable (its
+`csi` name), read by that option's parser; an empty attribute is one not given. The former names
+prefetchMax and datasetPrefetch still work, with a warning in the log.
 
 Node-publish and provisioner secrets: accessKeyId, secretAccessKey, optional sessionToken. They
 become a Credentials value (pffs.credentials): the mount process reads them from a 0600 file
@@ -29,6 +31,8 @@ another control character is INVALID_ARGUMENT, naming its key.
 from __future__ import annotations
 
 import logging
+import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -37,22 +41,18 @@ from pffs.credentials import Credentials, value_problem
 from pffs.csi.proto import csi_pb2
 from pffs.csi.status import invalid
 from pffs.errors import UsageError
-from pffs.sizes import SizeError, parse_size
+from pffs.optiontable import OPTIONS, Option, camel
+from pffs.optionvalues import BadValue, boolean, size
 
 AccessMode = csi_pb2.VolumeCapability.AccessMode
 log = logging.getLogger(__name__)
 
-SIZE_KEYS = {
-    "cacheMemory": "--cache-memory",
-    "cacheSize": "--cache-size",
-    "readaheadMax": "--readahead-max",
-    "blockSize": "--block-size",
-}
-VOLUME_KEYS = frozenset(
-    {"source", "mountTable", "endpoint", "region", "readOnly", "preload", "cacheGroup", *SIZE_KEYS}
-)
+# The mount options a volume attribute sets, by attribute name.
+VOLUME_OPTIONS: dict[str, Option] = {option.csi: option for option in OPTIONS if option.csi}
+SIZE_KEYS = frozenset(key for key, option in VOLUME_OPTIONS.items() if option.parse is size)
+VOLUME_KEYS = frozenset({"source", "mountTable", "cacheGroup", *VOLUME_OPTIONS})
 # Former key -> its name now ("prefetch" used to name both readahead and preload).
-RENAMED_KEYS = {"prefetchMax": "readaheadMax", "datasetPrefetch": "preload"}
+RENAMED_KEYS = {camel(old): key for key, option in VOLUME_OPTIONS.items() for old in option.renamed}
 # Kubernetes adds these to volume attributes (pod info, ephemeral) and parameters (provisioner).
 K8S_PREFIX = "csi.storage.k8s.io/"
 # Secret key -> its Credentials field.
@@ -106,42 +106,30 @@ class VolumeSpec:
         return asdict(self)
 
     def mount_options(self) -> list[str]:
-        """The `pffs mount` options of this spec (no secrets here: they travel in env)."""
+        """The `pffs mount` options of this spec (no secrets here: they travel in a file)."""
         options: list[str] = []
-        if self.endpoint:
-            options += ["--endpoint-url", self.endpoint]
-        if self.region:
-            options += ["--region", self.region]
-        if self.read_only:
-            options.append("--read-only")
-        if self.preload is not None:
-            options += ["--preload", "on" if self.preload else "off"]
-        sizes = {
-            "--cache-memory": self.cache_memory,
-            "--cache-size": self.cache_size,
-            "--readahead-max": self.readahead_max,
-            "--block-size": self.block_size,
-        }
-        for flag, value in sizes.items():
+        for key, option in VOLUME_OPTIONS.items():
+            value = getattr(self, _field(key))
             if value is not None:
-                options += [flag, str(value)]
+                options += option.argv(value)
         return options
 
 
+def _field(key: str) -> str:
+    """The VolumeSpec field of an attribute: its name in snake_case."""
+    return re.sub("([A-Z])", r"_\1", key).lower()
+
+
 def parse_bool(key: str, text: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered in ("true", "yes", "1"):
-        return True
-    if lowered in ("false", "no", "0", ""):
-        return False
-    raise invalid(f"{key}={text!r} is not true or false")
+    """A boolean attribute or parameter (pffs.optionvalues' rule); empty is not given: false."""
+    return bool(_attribute(key, boolean, text)) if text.strip() else False
 
 
-def _size(key: str, text: str) -> int:
+def _attribute(key: str, parse: Callable[[str], object], text: str) -> object:
     try:
-        return parse_size(text)
-    except SizeError as exc:
-        raise invalid(f"{key}: {exc}") from None
+        return parse(text)
+    except BadValue as exc:
+        raise invalid(f"{key}={exc}") from None
 
 
 def check_source(url: str, key: str = "source") -> str:
@@ -170,23 +158,16 @@ def volume_spec(context: dict[str, str]) -> VolumeSpec:
         raise invalid("the volume context has no 'source' (the URL to mount, s3://bucket/prefix)")
     if table:
         check_mount_table(table, context.get("endpoint") or None)
-    sizes = {key: _size(key, context[key]) for key in SIZE_KEYS if context.get(key, "").strip()}
+    given: dict[str, Any] = {
+        _field(key): _attribute(key, option.parse, context[key])
+        for key, option in VOLUME_OPTIONS.items()
+        if context.get(key, "").strip()
+    }
     return VolumeSpec(
         source=check_source(source) if source else "",
         mount_table=table,
-        endpoint=context.get("endpoint") or None,
-        region=context.get("region") or None,
-        read_only=parse_bool("readOnly", context.get("readOnly", "false")),
-        cache_memory=sizes.get("cacheMemory"),
-        cache_size=sizes.get("cacheSize"),
-        readahead_max=sizes.get("readaheadMax"),
-        block_size=sizes.get("blockSize"),
-        preload=(
-            parse_bool("preload", context["preload"])
-            if context.get("preload", "").strip()
-            else None
-        ),
-        cache_group=parse_bool("cacheGroup", context.get("cacheGroup", "false")),
+        cache_group=parse_bool("cacheGroup", context.get("cacheGroup", "")),
+        **given,
     )
 
 

@@ -25,7 +25,7 @@ from pffs.config import MountConfig
 from pffs.errors import MountFailed, NotFound, PffsError, Unsupported
 from pffs.fs.inodes import Inode
 from pffs.fs.orders import Sender
-from pffs.fs.special import ORDER_SOCKET_INO
+from pffs.fs.special import PRELOAD_SOCKET_INO
 from pffs.fs.vfs import Vfs
 
 P = ParamSpec("P")
@@ -92,7 +92,7 @@ class PffsOperations(pyfuse3.Operations):
         if is_dir:
             attr.st_mode = pyfuse3.ModeT(stat.S_IFDIR | fuse.dir_mode)
             attr.st_nlink = 2
-        elif inode.ino == ORDER_SOCKET_INO:  # writable by whom `.pffs/preload` is
+        elif inode.ino == PRELOAD_SOCKET_INO:  # writable by whom `.pffs/preload` is
             attr.st_mode = pyfuse3.ModeT(stat.S_IFSOCK | fuse.file_mode)
             attr.st_nlink = 1
         else:

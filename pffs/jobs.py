@@ -2,7 +2,7 @@
 
 `preload_order(mountpoint, paths)` hands the paths (relative to the mount root, or absolute
 under the mountpoint) to the mount, through its `.pffs/preload.sock` socket or else its
-`.pffs/preload` control file; pffs then loads the files in that order, ahead of the readers
+preload file `.pffs/preload`; pffs then loads the files in that order, ahead of the readers
 (pffs.fs.datasets). It returns the bad entries, one line each; the others proceed.
 
 `PreloadOrder` wraps a sampler (any iterable of dataset indices, such as a PyTorch Sampler):
@@ -23,12 +23,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
 
 log = logging.getLogger(__name__)
 
-# The control file pffs.fs.special serves at the root of every mount, and the socket beside
+# The preload file pffs.fs.special serves at the root of every mount, and the socket beside
 # it (pffs.mounting.ordersocket).
 CONTROL_FILE = os.path.join(".pffs", "preload")
 # Its former name, served by mounts of an older pffs (a job's pffs may be newer than the mount's).
-FORMER_CONTROL_FILE = os.path.join(".pffs", "prefetch")
-ORDER_SOCKET = "preload.sock"
+FORMER_PRELOAD_FILE = os.path.join(".pffs", "prefetch")
+PRELOAD_SOCKET = "preload.sock"
 # A mount takes lists of at most so many lines and bytes (pffs.config.OrderLimits): a longer
 # order goes over as several lists, one after another, which the mount loads in turn.
 LIST_LINES = 64 * 1024
@@ -46,14 +46,14 @@ class OrderRefused(OSError):
 def preload_order(mountpoint: str, paths: Iterable[str]) -> list[str]:
     """Hand `paths` to the pffs mount at `mountpoint`, to load in that order; the bad entries.
 
-    Raises NotAMount when `mountpoint` has no `.pffs/preload` control file (nor its former
+    Raises NotAMount when `mountpoint` has no preload file `.pffs/preload` (nor its former
     name, on a mount of an older pffs).
     """
     root = os.path.abspath(mountpoint)
     control = next(
         (
             os.path.join(root, name)
-            for name in (CONTROL_FILE, FORMER_CONTROL_FILE)
+            for name in (CONTROL_FILE, FORMER_PRELOAD_FILE)
             if os.path.isfile(os.path.join(root, name))
         ),
         None,
@@ -90,13 +90,13 @@ def _lists(lines: list[str]) -> Iterator[str]:
 
 
 def _through_socket(control: str, text: str) -> str | None:
-    """The report of `text` sent to the order socket beside `control`; None without one."""
+    """The report of `text` sent to the preload socket beside `control`; None without one."""
     directory = os.open(os.path.dirname(control), os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             try:
                 # Through /proc: a mountpoint's path may exceed a socket address's 107 bytes.
-                sock.connect(f"/proc/self/fd/{directory}/{ORDER_SOCKET}")
+                sock.connect(f"/proc/self/fd/{directory}/{PRELOAD_SOCKET}")
             except OSError as exc:
                 if exc.errno in (errno.ENOENT, errno.ECONNREFUSED):
                     return None
@@ -112,12 +112,12 @@ def _through_socket(control: str, text: str) -> str | None:
     finally:
         os.close(directory)
     if not report:  # it answers every list with "queued N" at least
-        raise ConnectionResetError(errno.ECONNRESET, "the mount closed its order socket")
+        raise ConnectionResetError(errno.ECONNRESET, "the mount closed its preload socket")
     return report.decode(errors="replace")
 
 
 def _through_file(control: str, text: str) -> str:
-    """The report of `text` written to the control file."""
+    """The report of `text` written to the preload file."""
     with open(control, "w", encoding="utf-8") as handed:
         handed.write(text)
         # fsync hands the list over before close returns, also where a read-only mount has

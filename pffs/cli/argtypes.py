@@ -1,6 +1,5 @@
-"""The value types of `pffs`'s options: each turns one option's text into its value, or
-says in one line what is wrong with it; and `RenamedOption`, an option's old name kept working.
-"""
+"""The mount options of pffs.optiontable as argparse arguments, the value types of the other
+options, and `RenamedOption`, an option's old name kept working."""
 
 from __future__ import annotations
 
@@ -9,71 +8,54 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from pffs.config import INDEFINITE_TTL
-from pffs.sizes import SizeError, parse_size
+from pffs import optionvalues as values
+from pffs.optiontable import SECTIONS, SWITCH, TRISTATE, Option, section
 
 
-def mode(text: str) -> int:
-    try:
-        value = int(text, 8)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an octal mode like 644") from None
-    if not 0 <= value <= 0o7777:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a mode between 0 and 7777")
-    return value
+def argtype(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """`parse` as an argparse type: its one-line complaint becomes argparse's."""
 
-
-def number_in(low: float, high: float, what: str) -> Callable[[str], float]:
-    """An argparse type for a float with low <= value < high."""
-
-    def parse(text: str) -> float:
+    def convert(text: str) -> Any:
         try:
-            value = float(text)
-        except ValueError:
-            value = float("nan")
-        if not low <= value < high:
-            raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
-        return value
+            return parse(text)
+        except values.BadValue as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
 
-    return parse
+    convert.__name__ = getattr(parse, "__name__", "value")
+    return convert
 
 
-seconds = number_in(0, float("inf"), "a number of seconds")
-ratio = number_in(0, 1, "a fraction between 0 and 1")
-positive_seconds = number_in(0.001, float("inf"), "a positive number of seconds")
+seconds = argtype(values.seconds)
+positive_seconds = argtype(values.positive_seconds)
+positive_int = argtype(values.positive_int)
+size = argtype(values.size)
 
 
-def metadata_ttl(text: str) -> float:
-    return INDEFINITE_TTL if text.strip().lower() == "indefinite" else seconds(text)
+def add_section(parser: argparse.ArgumentParser, name: str) -> Any:
+    """The table's options of section `name`, as an argument group of `parser` (returned)."""
+    group = parser.add_argument_group(SECTIONS[name])
+    for option in section(name):
+        if option.cli:
+            add_option(group, option)
+    return group
 
 
-def size(text: str) -> int:
-    try:
-        return parse_size(text)
-    except SizeError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
-    return int(text)
-
-
-def count_up_to(high: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        if not text.isdigit() or int(text) > high:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 0 to {high}")
-        return int(text)
-
-    return parse
-
-
-def on_off(text: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered not in ("on", "off"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not on or off")
-    return lowered == "on"
+def add_option(group: Any, option: Option) -> None:
+    kwargs: dict[str, Any] = {"help": option.help or None}
+    if option.form == SWITCH:
+        kwargs |= {"action": "store_true", "default": option.default_value()}
+    elif option.form == TRISTATE:
+        kwargs |= {"action": argparse.BooleanOptionalAction, "default": option.default_value()}
+    else:
+        kwargs |= {"type": argtype(option.parse), "default": option.default_value()}
+        if option.metavar:
+            kwargs["metavar"] = option.metavar
+    if option.name == "debug":
+        # Also given before the subcommand (`pffs --debug mount`): SUPPRESS keeps that one.
+        kwargs["default"] = argparse.SUPPRESS
+    group.add_argument(option.flag, **kwargs)
+    for old in option.renamed:
+        add_renamed(group, f"--{old}", option.flag, metavar=option.metavar)
 
 
 class RenamedOption(argparse.Action):

@@ -151,7 +151,7 @@ def run(argv: Sequence[str] | None = None) -> int:
                 renamed("pffs prefetch", "pffs preload")
             return cmd_preload(args)
         if args.command == "cache":
-            from pffs.cli.warmup import cache_admin
+            from pffs.cli.cacheadmin import cache_admin
 
             return cache_admin(args.cache_dir, args.action, args.source)
         if args.command == "demo":

@@ -17,11 +17,12 @@ ReadOnlyMany dataset).
 The translation is the one of `pffs mount --config`: each Fluid mount becomes a mount table
 entry (pffs.routing.tablefile checks it), at its `path`, else at `/<name>` (Fluid's own rule,
 pkg/utils/ufs_path_builder.go; `path: /` puts the only mount at the root). Option keys are
-`pffs mount`'s long options without the dashes:
+the names of the option table (pffs.optiontable), `pffs mount`'s long options without the
+dashes, each value read by the table's parser (a switch given without a value is on):
 
-- per mount: the source's options (endpoint-url or endpoint, region, profile, path-style,
-  max-concurrency, hdfs-user, kerberos-ticket-cache, replication, buffer-size), `cache`
-  (disk or memory), and the S3 credentials access-key-id, secret-access-key, session-token;
+- per mount: the source options (endpoint-url or endpoint, region, profile, path-style,
+  max-concurrency, hdfs-user, kerberos-ticket-cache, replication, buffer-size, `cache`: disk
+  or memory), and the S3 credentials access-key-id, secret-access-key, session-token;
 - for the whole mount: every other option (cache-dir, cache-size, metadata-ttl, ...). Given
   in a Dataset mount's options (sharedOptions) they must agree across mounts.
 
@@ -46,7 +47,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from pffs.backends import REGISTRY
-from pffs.cli.argtypes import RenamedOption, renamed
+from pffs.cli.argtypes import renamed
 from pffs.cli.fluidpolicy import (
     Policy,
     check_local,
@@ -55,36 +56,28 @@ from pffs.cli.fluidpolicy import (
     read_secret,
     secret_path,
 )
-from pffs.cli.options import build_parser, source_config, table_mount_config
+from pffs.cli.options import source_config, table_mount_config
 from pffs.config import MountConfig, SourceConfig
 from pffs.credentials import Credentials
 from pffs.errors import UsageError
+from pffs.optiontable import OPTIONS, VALUE, Option, defaults, find
+from pffs.optionvalues import BadValue
 from pffs.routing.tablefile import parse_entries
 
 # Where Fluid puts the config: v1.0.1 on, then older releases (v0.9 - v1.0.0).
 CONFIG_PATHS = ("/etc/fluid/config/config.json", "/etc/fluid/config.json")
-# Option key -> mount table key, for the options each mount may set for itself.
-SOURCE_KEYS = {
-    "endpoint-url": "endpoint",
-    "endpoint": "endpoint",
-    "region": "region",
-    "profile": "profile",
-    "path-style": "path_style",
-    "max-concurrency": "max_concurrency",
-    "hdfs-user": "user",
-    "kerberos-ticket-cache": "kerberos_ticket_cache",
-    "replication": "replication",
-    "buffer-size": "buffer_size",
-    "cache": "cache",
-}
+# The options each mount may set for itself, by key; `endpoint` is endpoint-url's short name,
+# as in the mount table file.
+SOURCE_KEYS = {option.name: option for option in OPTIONS if option.scope == "source"}
+SOURCE_KEYS["endpoint"] = SOURCE_KEYS["endpoint-url"]
 # S3 credentials -> their Credentials fields.
 CREDENTIAL_KEYS = {
     "access-key-id": "access_key_id",
     "secret-access-key": "secret_access_key",
     "session-token": "session_token",
 }
-# `pffs mount` options that make no sense here: the config is Fluid's, the process stays.
-NOT_OPTIONS = {"config", "foreground", "help", "credentials-file"}
+# Options that make no sense here: keys come from a Dataset's encryptOptions.
+NOT_OPTIONS = {"credentials-file"}
 # Access modes under which the dataset may be written (Fluid's default is ReadOnlyMany).
 WRITABLE_MODES = {"ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod"}
 FLUID_PREFIX = "fluid."
@@ -192,7 +185,7 @@ def _trusted_options(policy: Policy) -> dict[str, tuple[str, str]]:
         where = f"--options {key}"
         if key in CREDENTIAL_KEYS:
             raise UsageError(f"{where}: keys come from a Dataset's encryptOptions")
-        _option_action(key, where)  # unknown keys fail here
+        _option(key, where)  # unknown keys fail here
         found[key] = (where, text)
     return found
 
@@ -201,13 +194,13 @@ def _check_untrusted(key: str, text: str, where: str, policy: Policy) -> None:
     """Refuse an option of a Dataset or ThinRuntime that the profile keeps for itself."""
     if key in CREDENTIAL_KEYS or key == "cache":
         return  # keys: read as values, or from files under the secrets directory
-    action = _option_action(key, where, notice=False)  # unknown keys fail here
+    option = _option(key, where, notice=False)  # unknown keys fail here
     if key == "profile":
         check_node_credentials(where, "a named profile", policy)
     elif key == "kerberos-ticket-cache":
         secret_path(text, where, policy)
     elif key not in SOURCE_KEYS:
-        check_whole_mount_option(action.dest, where, policy)
+        check_whole_mount_option(option.dest, where, policy)
 
 
 def _check_identity(
@@ -278,8 +271,9 @@ def _table_entry(
     if raw["readOnly"] or read_only:
         entry["read_only"] = True
     for key, text in raw["options"].items():
-        if key in SOURCE_KEYS:
-            entry[SOURCE_KEYS[key]] = _source_value(key, text, f"{where}.options.{key}")
+        option = SOURCE_KEYS.get(key)
+        if option is not None and option.toml is not None:
+            entry[option.toml] = _value(option, text, f"{where}.options.{key}")
     found = runtime_credentials | _credentials(raw["options"], f"{where}.options", policy)
     if urlsplit(url).scheme != "s3" or not found:
         return entry, None  # sharedEncryptOptions reach every mount; only S3 uses keys
@@ -305,16 +299,6 @@ def _source_url(mount_point: str, where: str) -> str:
     return mount_point
 
 
-def _source_value(key: str, text: str, where: str) -> object:
-    """A per-mount option's text as the mount table's type (the CLI option's own parser)."""
-    if key in ("endpoint", "cache"):
-        return text
-    action = _option_action(key, where)
-    if action.nargs == 0:
-        return _boolean(text, where)
-    return _converted(action, text, where)
-
-
 def _credentials(options: Mapping[str, str], where: str, policy: Policy) -> dict[str, str]:
     """The S3 credentials among `options` ({Credentials field: value}), read as values or from
     their files under the secrets directory (Fluid's encryptOptions)."""
@@ -328,67 +312,44 @@ def _credentials(options: Mapping[str, str], where: str, policy: Policy) -> dict
 
 
 def mount_arguments(target: str, options: Mapping[str, tuple[str, str]]) -> argparse.Namespace:
-    """`pffs mount TARGET --foreground` with `options` ({key: (where, text)}) applied, each
-    value checked by the option's own parser."""
-    args = build_parser().parse_args(["mount", target, "--foreground"])
+    """What `pffs mount TARGET --foreground` with `options` ({key: (where, text)}) means, each
+    value read by the option's own parser."""
     # Fluid hands the mount to other pods, whose processes run as any user (allow-other: false
     # keeps it to root).
-    args.allow_other = True
+    given = defaults() | {"allow_other": True}
     for key, (where, text) in options.items():
-        action = _option_action(key, where)
-        value = _boolean(text, where) if action.nargs == 0 else _converted(action, text, where)
-        setattr(args, action.dest, value)
-    return args
+        option = _option(key, where)
+        if not option.cli:
+            raise UsageError(f"{where}: set for each mount (a mount's options), not for all")
+        given[option.dest] = _value(option, text, where)
+    return argparse.Namespace(
+        **given, command="mount", source=None, mountpoint=target, config=None, foreground=True
+    )
 
 
 def option_dest(key: str, where: str) -> str:
-    """The dest of the `pffs mount` option `key` (its long name without the dashes)."""
-    return _option_action(key, where).dest
+    """The dest of the mount option `key` (its long name without the dashes)."""
+    return _option(key, where).dest
 
 
-def _option_action(key: str, where: str, notice: bool = True) -> argparse.Action:
-    actions = _mount_actions()
-    name = "endpoint-url" if key == "endpoint" else key
-    if name not in actions:
+def _option(key: str, where: str, notice: bool = True) -> Option:
+    found = find("endpoint-url" if key == "endpoint" else key)
+    if found is None or key in NOT_OPTIONS:
         raise UsageError(f"{where}: unknown option (a `pffs mount` option without the dashes)")
-    action = actions[name]
-    if notice and isinstance(action, RenamedOption):
-        renamed(where, action.new.removeprefix("--"))
-    return action
+    option, former = found
+    if notice and former:
+        renamed(where, option.name)
+    return option
 
 
-_ACTIONS: dict[str, argparse.Action] = {}
-
-
-def _mount_actions() -> dict[str, argparse.Action]:
-    """`pffs mount`'s long options by name, from the parser itself (one list of options)."""
-    if not _ACTIONS:
-        parser = build_parser()
-        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-        for action in commands.choices["mount"]._actions:
-            for option in action.option_strings:
-                if option.startswith("--") and option[2:] not in NOT_OPTIONS:
-                    _ACTIONS[option[2:]] = action
-    return _ACTIONS
-
-
-def _converted(action: argparse.Action, text: str, where: str) -> object:
-    try:
-        value = action.type(text) if callable(action.type) else text
-    except (argparse.ArgumentTypeError, ValueError) as exc:
-        raise UsageError(f"{where}: {exc or repr(text)}") from None
-    if action.choices is not None and value not in action.choices:
-        raise UsageError(f"{where}: {text!r} is not one of {', '.join(map(str, action.choices))}")
-    return value
-
-
-def _boolean(text: str, where: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered in ("", "true", "yes", "on", "1"):
+def _value(option: Option, text: str, where: str) -> object:
+    """An option's text as its value; a switch given without one (`ro`, `allow-other`) is on."""
+    if option.form != VALUE and not text.strip():
         return True
-    if lowered in ("false", "no", "off", "0"):
-        return False
-    raise UsageError(f"{where}: {text!r} is not true or false")
+    try:
+        return option.parse(text)
+    except BadValue as exc:
+        raise UsageError(f"{where}: {exc}") from None
 
 
 def _string_map(raw: object, where: str) -> dict[str, str]:

@@ -19,7 +19,7 @@ Fluid otherwise lets them), so that is where the trusted settings are: `pffs flu
 - a mount without keys of its own (S3 by the container's default chain, that is the node's
   role; a named profile; HDFS without a ticket cache from the secrets) only with
   `--allow-node-credentials`;
-- of the whole-mount options, only the data options of DATA_OPTIONS (and those the profile
+- of the whole-mount options, only the data options the option table marks (and those the profile
   adds with `--allow-option`): `cache-dir`, `log-file`, `metrics`, `uid`, `gid`, the modes and
   the other options that reach the node come from the profile.
 
@@ -34,28 +34,13 @@ from dataclasses import dataclass
 
 from pffs.credentials import checked
 from pffs.errors import UsageError
+from pffs.optiontable import OPTIONS
 
 SECRETS_DIR = "/etc/fluid/secrets"
 # Whole-mount options a Dataset or ThinRuntime may set (option dests, so a former name of
-# one counts too): how its data is read and kept fresh, nothing that reaches the node.
-DATA_OPTIONS = frozenset(
-    {
-        "read_only",
-        "readahead_max",
-        "block_size",
-        "metadata_ttl",
-        "attr_ttl",
-        "entry_ttl",
-        "dir_ttl",
-        "negative_ttl",
-        "preload",
-        "preload_budget",
-        "retries",
-        "retry_timeout",
-        "request_timeout",
-        "connect_timeout",
-    }
-)
+# one counts too): how its data is read and kept fresh, nothing that reaches the node. The
+# option table marks them (`dataset`).
+DATA_OPTIONS = frozenset(option.dest for option in OPTIONS if option.dataset)
 # A secret file holds one key or token: a few KiB.
 MAX_SECRET_FILE = 64 << 10
 

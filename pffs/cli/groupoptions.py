@@ -3,7 +3,9 @@
 `--group-members SOURCE --group-listen HOST:PORT --group-secret-file FILE [--group-self NAME]`,
 or the group's second form, a shared tier: `--shared-cache s3://BUCKET/PREFIX
 [--shared-cache-endpoint URL] [--shared-cache-profile NAME]`.
-Everything is checked here, before a daemon starts: bad input is one line and exit 2.
+The options themselves are rows of pffs.optiontable (section "group" and "shared"); they go
+together, so they are checked here as a whole, before a daemon starts: bad input is one line
+and exit 2.
 """
 
 from __future__ import annotations
@@ -18,31 +20,6 @@ from pffs.group import members, signing
 from pffs.group.dnsmembers import parse_dns_source
 from pffs.group.kubemembers import parse_k8s_source
 from pffs.group.server import parse_listen
-
-
-def add_group_options(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group(
-        "cache group (mounts serving each other's blocks: each block from the store once)"
-    )
-    group.add_argument(
-        "--group-members",
-        metavar="SOURCE",
-        help="the member list: file:///PATH (NAME http://HOST:PORT a line), k8s://NS/SERVICE "
-        "or dns://NAME:PORT",
-    )
-    group.add_argument("--group-listen", metavar="HOST:PORT", help="where peers reach this mount")
-    group.add_argument("--group-secret-file", metavar="FILE", help="the group's shared secret")
-    group.add_argument(
-        "--group-self",
-        metavar="NAME",
-        help="this member's name (default: $NODE_NAME, else host name)",
-    )
-    shared = parser.add_argument_group(
-        "shared cache (a store near the compute holding blocks for every mount)"
-    )
-    shared.add_argument("--shared-cache", metavar="s3://BUCKET/PREFIX", help="where blocks go")
-    shared.add_argument("--shared-cache-endpoint", metavar="URL", help="its S3 endpoint")
-    shared.add_argument("--shared-cache-profile", metavar="NAME", help="its credentials profile")
 
 
 def shared_cache_config(args: argparse.Namespace) -> SharedCacheConfig | None:

@@ -7,11 +7,11 @@ program: `pffs SOURCE MOUNTPOINT -o OPTIONS`. pffs.cli.main hands that form here
 land in `translate` below.
 
 Each `-o` option becomes a `pffs mount` long option of the same name (`endpoint_url=URL` ->
-`--endpoint-url URL`, `allow_other` -> `--allow-other`): the names are read from pffs's own
-parser, so every mount option works and nothing else does. Options meant for mount(8), systemd
-or the kernel defaults FUSE already applies are dropped (`defaults`, `rw`, `_netdev`, `noauto`,
-`nofail`, `x-systemd.*`, `nodev`, `nosuid`, `dev`, `suid`, ...: pffs mounts are always
-nodev,nosuid); `ro` is `--read-only`; `debug` is pffs's
+`--endpoint-url URL`, `allow_other` -> `--allow-other`): the names are read from the option
+table (pffs.optiontable), so every mount option works and nothing else does. Options meant
+for mount(8), systemd or the kernel defaults FUSE already applies are dropped (`defaults`,
+`rw`, `_netdev`, `noauto`, `nofail`, `x-systemd.*`, `nodev`, `nosuid`, `dev`, `suid`, ...:
+pffs mounts are always nodev,nosuid); `ro` is `--read-only`; `debug` is pffs's
 `--debug`; `credentials_file=PATH` is `--credentials-file PATH` (a mount started by systemd has
 no AWS_* variables: pffs reads the keys from the file as values). Options that would change what the
 kernel enforces but that pffs cannot apply (`noexec`, `sync`, `dirsync`) are refused rather
@@ -29,8 +29,8 @@ import sys
 from collections.abc import Sequence
 
 from pffs.cli import commands
-from pffs.cli.options import build_parser
 from pffs.errors import UsageError
+from pffs.optiontable import OPTIONS, TRISTATE, Option
 
 EXIT_USAGE = 1  # mount(8): incorrect invocation or permissions
 EXIT_MOUNT_FAILED = 32  # mount(8): mount failure
@@ -71,9 +71,6 @@ IGNORED = frozenset(
 IGNORED_PREFIXES = ("x-", "X-", "comment=")
 # Kernel-enforced options pffs cannot pass on: refusing is safer than mounting without them.
 REFUSED = frozenset({"noexec", "sync", "dirsync", "mand"})
-# `pffs mount` options that make no sense from mount(8): it waits for a detached daemon, and
-# the mount table file is the SOURCE.
-NOT_OPTIONS = frozenset({"help", "foreground", "config"})
 
 
 def is_helper_call(argv: Sequence[str]) -> bool:
@@ -81,18 +78,15 @@ def is_helper_call(argv: Sequence[str]) -> bool:
     return len(argv) >= 2 and "://" in argv[0] and not argv[0].startswith("-")
 
 
-def mount_options() -> dict[str, argparse.Action]:
-    """`pffs mount`'s long options by -o name (underscores), from pffs's own parser."""
-    parser = build_parser()
-    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    mount = commands.choices["mount"]
-    options: dict[str, argparse.Action] = {}
-    for action in mount._actions:
-        for flag in action.option_strings:
-            if flag.startswith("--"):
-                name = flag[2:].replace("-", "_")
-                if name not in NOT_OPTIONS:
-                    options[name] = action
+def mount_options() -> dict[str, Option]:
+    """`pffs mount`'s options by -o name (underscores), former names and `no_` forms included."""
+    options: dict[str, Option] = {}
+    for option in OPTIONS:
+        if option.cli:
+            names = [option.name, *option.renamed]
+            if option.form == TRISTATE:
+                names.append(f"no-{option.name}")
+            options |= dict.fromkeys((name.replace("-", "_") for name in names), option)
     return options
 
 
@@ -140,9 +134,8 @@ def translate(
             if not sloppy:
                 raise UsageError(f"option {option!r} is not supported by pffs")
         elif key in known:
-            action = known[key]
             flag = f"--{key.replace('_', '-')}"
-            takes_value = action.nargs != 0
+            takes_value = known[key].takes_value
             if takes_value and not has_value:
                 raise UsageError(f"option {name!r} needs a value: {name}=VALUE")
             if not takes_value and has_value:

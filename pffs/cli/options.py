@@ -14,9 +14,8 @@ from dataclasses import replace
 from typing import NoReturn
 
 from pffs.cli import argtypes
-from pffs.cli.groupoptions import add_group_options, group_config, shared_cache_config
+from pffs.cli.groupoptions import group_config, shared_cache_config
 from pffs.config import (
-    LOG_LEVELS,
     CacheConfig,
     DatasetConfig,
     FuseConfig,
@@ -60,144 +59,8 @@ def _first(*values: float | None) -> float:
 
 
 def _add_source_options(parser: argparse.ArgumentParser) -> None:
-    s3 = parser.add_argument_group(
-        "S3 (credentials: --credentials-file, else boto3's chain: env, profile, files)"
-    )
-    s3.add_argument("--endpoint-url", help="S3-compatible endpoint (default: $AWS_ENDPOINT_URL)")
-    s3.add_argument("--region", help="region (default: from the AWS config, else us-east-1)")
-    s3.add_argument(
-        "--profile", help="named profile from ~/.aws (with --credentials-file: its section)"
-    )
-    s3.add_argument(
-        "--credentials-file",
-        metavar="FILE",
-        help="the keys, read as values from FILE: aws_access_key_id, aws_secret_access_key "
-        "and aws_session_token of its [default] section (or --profile's); nothing else in it "
-        "is read or run",
-    )
-    s3.add_argument(
-        "--path-style",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="path-style addressing (default: on when an endpoint URL is set)",
-    )
-    s3.add_argument(
-        "--max-concurrency",
-        type=argtypes.positive_int,
-        default=16,
-        help="readers' requests in flight, and readahead's (16)",
-    )
-    _add_retry_options(parser)
-    hdfs = parser.add_argument_group("HDFS (libhdfs through pyarrow; needs Java and Hadoop)")
-    hdfs.add_argument("--hdfs-user", help="user to act as (default: login or Kerberos user)")
-    hdfs.add_argument("--kerberos-ticket-cache", help="Kerberos ticket cache path (kinit -c)")
-    hdfs.add_argument(
-        "--replication", type=int, default=0, help="replication of written files (cluster's)"
-    )
-    hdfs.add_argument(
-        "--buffer-size", type=argtypes.size, default=0, help="I/O buffer size (client's default)"
-    )
-
-
-def _add_retry_options(parser: argparse.ArgumentParser) -> None:
-    """Retries and timeouts of store requests (pffs.retry, RetryConfig, SourceConfig)."""
-    retry = parser.add_argument_group("retries and timeouts (every source)")
-    retry.add_argument(
-        "--retries",
-        type=argtypes.count_up_to(100),
-        default=RetryConfig.attempts - 1,
-        help=f"retries of a failed request after the first try ({RetryConfig.attempts - 1})",
-    )
-    retry.add_argument(
-        "--retry-timeout",
-        type=argtypes.positive_seconds,
-        default=RetryConfig.total_timeout,
-        help="give up retrying a request after this many seconds, sleeps included "
-        f"({RetryConfig.total_timeout:g})",
-    )
-    retry.add_argument(
-        "--request-timeout",
-        type=argtypes.positive_seconds,
-        default=SourceConfig.read_timeout,
-        help="seconds one request may wait for the store's next bytes "
-        f"({SourceConfig.read_timeout:g})",
-    )
-    retry.add_argument(
-        "--connect-timeout",
-        type=argtypes.positive_seconds,
-        default=SourceConfig.connect_timeout,
-        help=f"seconds to open a connection ({SourceConfig.connect_timeout:g})",
-    )
-
-
-def _add_cache_options(parser: argparse.ArgumentParser) -> None:
-    defaults = CacheConfig(disk_dir=None)
-    cache = parser.add_argument_group("block cache")
-    cache.add_argument(
-        "--cache-dir",
-        default=default_cache_dir(),
-        help=f"disk tier directory, or 'none' for memory only ({default_cache_dir()})",
-    )
-    cache.add_argument(
-        "--cache-size",
-        type=argtypes.size,
-        default=defaults.disk_bytes,
-        help="disk tier bound (100G)",
-    )
-    cache.add_argument(
-        "--cache-free-ratio",
-        type=argtypes.ratio,
-        default=defaults.free_ratio,
-        help="keep this fraction of the disk free (0.1)",
-    )
-    cache.add_argument(
-        "--cache-memory",
-        type=argtypes.size,
-        default=defaults.memory_bytes,
-        help="memory bound, blocks loaded ahead in flight included (512M)",
-    )
-    cache.add_argument(
-        "--block-size",
-        type=argtypes.size,
-        default=defaults.block_size,
-        help="cache block size (4M)",
-    )
-    cache.add_argument(
-        "--readahead-max",
-        type=argtypes.size,
-        default=defaults.readahead_max,
-        help="readahead window per open file (more for a far store), 0 disables (32M)",
-    )
-    argtypes.add_renamed(cache, "--prefetch-max", "--readahead-max")
-
-
-def _add_preload_options(parser: argparse.ArgumentParser) -> None:
-    defaults = DatasetConfig()
-    group = parser.add_argument_group("preload")
-    group.add_argument(
-        "--preload",
-        type=argtypes.on_off,
-        default=defaults.enabled,
-        metavar="on|off",
-        help="load files ahead of readers: a directory's once a job reads a few of them, and "
-        "order lists (on)",
-    )
-    argtypes.add_renamed(group, "--dataset-prefetch", "--preload", metavar="on|off")
-    group.add_argument(
-        "--preload-budget",
-        type=argtypes.size,
-        default=defaults.budget,
-        help="bytes of files preloaded in flight at most (64M)",
-    )
-    argtypes.add_renamed(group, "--dataset-prefetch-budget", "--preload-budget")
-    group.add_argument(
-        "--order-timeout",
-        type=float,
-        default=defaults.orders.seconds,
-        metavar="SECONDS",
-        help="an order list sent to .pffs/preload.sock must arrive whole within this long "
-        "of its connection, and its report be read within as long again (60)",
-    )
+    for section in ("s3", "retry", "hdfs"):
+        argtypes.add_section(parser, section)
 
 
 def dataset_config(args: argparse.Namespace) -> DatasetConfig:
@@ -235,42 +98,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="mount table file: [[mount]] entries of path, source and options (see README)",
     )
     _add_source_options(mount)
-    _add_cache_options(mount)
-    _add_preload_options(mount)
-    opts = mount.add_argument_group("mount")
-    opts.add_argument("--read-only", action="store_true", help="refuse all writes")
-    opts.add_argument("--uid", type=int, default=os.getuid(), help="owner of every entry")
-    opts.add_argument("--gid", type=int, default=os.getgid(), help="group of every entry")
-    opts.add_argument(
-        "--file-mode", type=argtypes.mode, default=0o644, help="octal mode of files (644)"
-    )
-    opts.add_argument(
-        "--dir-mode", type=argtypes.mode, default=0o755, help="octal mode of directories (755)"
-    )
-    opts.add_argument("--allow-other", action="store_true", help="let other users see the mount")
-    opts.add_argument(
-        "--kernel-readahead",
-        type=argtypes.size,
-        default=FuseConfig.kernel_readahead,
-        help="kernel readahead of the mount, needs root (4M)",
-    )
+    argtypes.add_section(mount, "cache")
+    argtypes.add_section(mount, "preload")
+    opts = argtypes.add_section(mount, "mount")
     opts.add_argument("-f", "--foreground", action="store_true", help="serve in this process")
-    # Also after the subcommand, where users type it; SUPPRESS keeps `pffs --debug mount` working.
-    opts.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="as above")
-    opts.add_argument("--log-file", help="daemon log (default: ~/.local/state/pffs/log/)")
-    _add_observe_options(mount)
-    add_group_options(mount)
-    meta = mount.add_argument_group("metadata caching (seconds)")
-    meta.add_argument(
-        "--metadata-ttl",
-        type=argtypes.metadata_ttl,
-        help="the attribute, name and listing TTLs at once: seconds, or `indefinite` for a "
-        "dataset that does not change while mounted (the three options below override it)",
-    )
-    meta.add_argument("--attr-ttl", type=argtypes.seconds, help=f"({MetaConfig.attr_ttl:g})")
-    meta.add_argument("--entry-ttl", type=argtypes.seconds, help=f"({MetaConfig.entry_ttl:g})")
-    meta.add_argument("--dir-ttl", type=argtypes.seconds, help=f"({MetaConfig.dir_ttl:g})")
-    meta.add_argument("--negative-ttl", type=argtypes.seconds, default=MetaConfig.negative_ttl)
+    argtypes.add_section(mount, "observe")
+    argtypes.add_section(mount, "meta")
+    argtypes.add_section(mount, "group")
+    argtypes.add_section(mount, "shared")
 
     umount = commands.add_parser("umount", help="unmount", description="Unmount a pffs mount.")
     umount.add_argument("mountpoint")
@@ -293,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     warmup.add_argument("--quiet", action="store_true", help="no progress bar, just the summary")
     _add_source_options(warmup)
-    _add_cache_options(warmup)
+    argtypes.add_section(warmup, "cache")
 
     preload = commands.add_parser(
         "preload",
@@ -416,29 +251,6 @@ def _add_affinity_commands(commands: argparse._SubParsersAction[_Parser]) -> Non
     aff.add_argument("--required", action="store_true", help="require instead of prefer")
     aff.add_argument("--api", help="Kubernetes API URL (default: in-cluster service account)")
     aff.add_argument("-n", "--namespace", help="namespace of PVCs when the manifest has none")
-
-
-def _add_observe_options(parser: argparse.ArgumentParser) -> None:
-    """Metrics and logs of a mount (pffs.metrics, pffs.mounting.observe, pffs.logs)."""
-    observe = parser.add_argument_group("observability")
-    observe.add_argument(
-        "--metrics",
-        metavar="ADDR",
-        help="serve Prometheus metrics at HOST:PORT, e.g. 127.0.0.1:9567; :PORT is 127.0.0.1, "
-        "every interface is 0.0.0.0:PORT (off)",
-    )
-    observe.add_argument(
-        "--slow-request",
-        type=argtypes.seconds,
-        default=ObserveConfig.slow_request,
-        metavar="SECONDS",
-        help="log store requests slower than this at WARNING (5)",
-    )
-    observe.add_argument(
-        "--log-level",
-        choices=LOG_LEVELS,
-        help="least severe level logged (info; debug with --debug)",
-    )
 
 
 def observe_config(args: argparse.Namespace) -> ObserveConfig:

@@ -1,5 +1,6 @@
 """The file system without the kernel: namespace and inodes, handles, reads, writes and staging,
-the hidden `.pffs` files, composed by one facade (`vfs.Vfs`) that pffs.fuse_ops adapts.
+renames and removals, the hidden `.pffs` files, composed by one facade (`vfs.Vfs`) that
+pffs.fuse_ops adapts.
 
 It speaks trio and pffs types; it never imports pyfuse3. Below it: pffs.routing (which source
 holds a path), pffs.cache (blocks) and the backends.

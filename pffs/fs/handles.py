@@ -1,6 +1,8 @@
 """Open handles by role, numbered for the kernel: a file read through the block cache (the
 version opened, its readahead, its pages in the kernel's page cache), a file being written (its
-staging file), or a directory (its listing)."""
+staging file), a directory (its listing); and pffs's own files under `.pffs` (pffs.fs.special):
+a generated file read (its snapshot), `.pffs/preload` written (its order list) and `.pffs`
+listed. The facade (pffs.fs.vfs) finds any handle here and routes on its role."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from pffs.cache.readahead import Readahead
 from pffs.errors import NotFound
 from pffs.fs.inodes import Inode
 from pffs.fs.listings import DirListing
+from pffs.fs.orders import OrderBuffer, Sender
 from pffs.fs.pagecache import HandlePages
 from pffs.fs.staging import Staged
 from pffs.routing.table import Mounted
@@ -46,27 +49,46 @@ class DirHandle:
     listing: DirListing
 
 
+@dataclass(eq=False)
+class SnapshotHandle:
+    """A generated file open for reading (`.pffs/stats`, or the report of `.pffs/preload`):
+    one consistent snapshot, taken at open and read with direct_io."""
+
+    content: bytes
+
+
+@dataclass(eq=False)
+class OrderHandle:
+    """`.pffs/preload` open for writing: the order list it is given, who opened it, the
+    report of its last list (what it reads)."""
+
+    buffer: OrderBuffer
+    sender: Sender
+    report: bytes = b""
+
+
+@dataclass(eq=False)
+class HiddenDirHandle:
+    """The hidden `.pffs` directory open for listing (its entries: pffs.fs.special)."""
+
+
+Handle = ReadHandle | WriteHandle | DirHandle | SnapshotHandle | OrderHandle | HiddenDirHandle
+
+
 class Handles:
     """The open handles of a mount by number."""
 
     def __init__(self) -> None:
-        self._open: dict[int, ReadHandle | WriteHandle | DirHandle] = {}
+        self._open: dict[int, Handle] = {}
         self._numbers = itertools.count(1)
 
-    def number(self) -> int:
-        """A fresh handle number (also for handles kept elsewhere, like the stats file's)."""
-        return next(self._numbers)
-
-    def add(self, handle: ReadHandle | WriteHandle | DirHandle) -> int:
-        fh = self.number()
+    def add(self, handle: Handle) -> int:
+        fh = next(self._numbers)
         self._open[fh] = handle
         return fh
 
-    def file(self, fh: int) -> ReadHandle | WriteHandle:
-        handle = self._open.get(fh)
-        if not isinstance(handle, (ReadHandle, WriteHandle)):
-            raise NotFound(f"file handle {fh} is not open")
-        return handle
+    def get(self, fh: int) -> Handle | None:
+        return self._open.get(fh)
 
     def reading(self, fh: int) -> ReadHandle:
         handle = self._open.get(fh)
@@ -80,7 +102,7 @@ class Handles:
             raise NotFound(f"directory handle {fh} is not open")
         return handle
 
-    def pop(self, fh: int) -> ReadHandle | WriteHandle | DirHandle | None:
+    def pop(self, fh: int) -> Handle | None:
         return self._open.pop(fh, None)
 
     def readers(self) -> Iterator[ReadHandle]:

@@ -41,7 +41,7 @@ _NEVER = 1 << 62
 
 
 class Namespace:
-    """Names, inodes and directories of the tree. `staged` (shared with the write side) holds
+    """Names, inodes and directories of the tree. `staged` (the write side's, read here) holds
     the files being written: they are not in the store, or its listings, yet."""
 
     def __init__(
@@ -333,9 +333,6 @@ class Namespace:
                 return
             self.inodes.lookups[inode.slot()] += 1
             position += 1
-
-    def releasedir(self, fh: int) -> None:
-        self.handles.pop(fh)
 
     # --- changes made through the mount -------------------------------------------------------
 

@@ -41,7 +41,7 @@ UNKNOWN_SENDER = Sender(-1, -1)
 
 
 def order_lines(data: bytes | bytearray) -> list[str]:
-    """The paths of an order list as handed over (the control file's and the socket's format):
+    """The paths of an order list as handed over (the preload file's and the socket's format):
     one a line, blank lines left out."""
     return [line for line in data.decode(errors="replace").splitlines() if line.strip()]
 
@@ -64,7 +64,7 @@ class OrderBuffer:
         self.data = bytearray()
 
     def write(self, offset: int, data: bytes) -> None:
-        """Bytes of the list at `offset` (the control file's writes; the socket's at its end).
+        """Bytes of the list at `offset` (the preload file's writes; the socket's at its end).
         Raises TooLarge (and holds nothing) once the list passes its byte cap."""
         end = offset + len(data)
         if end > self.limits.max_bytes:
@@ -86,7 +86,7 @@ class OrderBuffer:
 
 class OrderSlots:
     """Lists being received at once, within `OrderLimits.connections`: the socket's and the
-    control file's together."""
+    preload file's together."""
 
     def __init__(self, limits: OrderLimits) -> None:
         self.limits = limits

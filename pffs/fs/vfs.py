@@ -1,12 +1,13 @@
 """The file system's one facade: every operation the kernel adapter (pffs.fuse_ops) calls.
 
-It composes the parts and routes each operation to the part that owns it: the hidden `.pffs` files
-first (pffs.fs.special), then names and directories (namespace), reads (reads) and writes (writes);
-open handles (handles) and the kernel's page cache (pagecache) are shared by the last two.
-Read-only opens are told to preload (datasets), which
-also takes the order lists written to `.pffs/preload`. It holds no behaviour of its own beyond that
-routing, the open-files gauge and statfs. It never imports pyfuse3: it speaks trio and pffs types,
-and is tested without a kernel.
+It composes the parts and routes each operation to the part that owns it: names in the hidden
+`.pffs` directory first (pffs.fs.special), then names and directories (namespace), reads (reads),
+writes of files (writes) and name changes (renames); an operation on an open handle goes by the
+handle's role (handles), the `.pffs` files' handles included. The kernel's page cache
+(pagecache) is shared by reads and writes. Read-only opens are told to preload (datasets),
+which also takes the order lists written to `.pffs/preload` or its socket. It holds no
+behaviour of its own beyond that routing, the open-files gauge and statfs. It never imports
+pyfuse3: it speaks trio and pffs types, and is tested without a kernel.
 """
 
 from __future__ import annotations
@@ -20,17 +21,25 @@ import trio
 from pffs import metrics
 from pffs.cache.blocks import BlockCache
 from pffs.config import CacheConfig, DatasetConfig, FuseConfig, MetaConfig
-from pffs.errors import TooLarge, Unsupported
+from pffs.errors import NotFound, PffsError, TooLarge, Unsupported
 from pffs.fs.datasets import DatasetPreload
-from pffs.fs.handles import Handles, ReadHandle, WriteHandle
+from pffs.fs.handles import (
+    DirHandle,
+    Handles,
+    HiddenDirHandle,
+    OrderHandle,
+    ReadHandle,
+    SnapshotHandle,
+    WriteHandle,
+)
 from pffs.fs.inodes import ROOT_INODE, Inode
 from pffs.fs.namespace import Namespace
 from pffs.fs.orders import UNKNOWN_SENDER, Sender, refusal, report
 from pffs.fs.pagecache import KernelCache, PageCache
 from pffs.fs.reads import Reader
-from pffs.fs.special import STATS_DIR, SpecialFiles
-from pffs.fs.staging import Staged
-from pffs.fs.writes import Writer
+from pffs.fs.renames import Renamer
+from pffs.fs.special import HIDDEN_DIR, SpecialFiles
+from pffs.fs.writes import StagedFiles, Writer
 from pffs.routing.table import MountTable
 
 log = logging.getLogger(__name__)
@@ -55,14 +64,12 @@ class Vfs:
         self.cache = cache or BlockCache(CacheConfig(disk_dir=None))
         self.cache.memory_only |= {m.backend.source_id for m in table.mounted if not m.disk_cache}
         self.handles = Handles()
-        # Files open for writing, by inode number: owned by the writer, seen by the namespace.
-        self.staged: dict[int, Staged] = {}
-        self.namespace = Namespace(table, meta, self.handles, self.staged)
+        staged = StagedFiles()  # the writer's; the namespace reads it
+        self.namespace = Namespace(table, meta, self.handles, staged.view)
         self.pages = PageCache(self.cache)
         self.reader = Reader(self.namespace, self.handles, self.cache, self.pages)
-        self.writer = Writer(
-            self.namespace, self.handles, fuse, staging_dir, self.staged, self.pages
-        )
+        self.writer = Writer(self.namespace, self.handles, fuse, staging_dir, staged, self.pages)
+        self.renamer = Renamer(self.namespace, self.writer)
         dataset = dataset or DatasetConfig()
         self.special = SpecialFiles(self.namespace.mount_time, dataset.orders)
         # Whether writes are refused in every source alike (a file is in one: Writer.is_read_only),
@@ -103,7 +110,7 @@ class Vfs:
 
     def direct_io(self, fh: int) -> bool:
         """Whether reads of this handle must bypass the kernel page cache (generated files)."""
-        return fh in self.special.reads or fh in self.special.orders
+        return isinstance(self.handles.get(fh), SnapshotHandle | OrderHandle)
 
     # --- names and attributes ----------------------------------------------------------------
 
@@ -125,29 +132,27 @@ class Vfs:
     async def opendir(self, ino: int) -> int:
         self.special.check_opendir(ino)
         if ino == self.special.dir.ino:
-            fh = self.handles.number()
-            self.special.dir_handles.add(fh)
-            return fh
+            return self.handles.add(HiddenDirHandle())
         return await self.namespace.opendir(ino)
 
     async def readdir(self, fh: int, start: int, emit: Callable[[str, Inode, int], bool]) -> None:
-        if fh in self.special.dir_handles:
+        handle = self.handles.get(fh)
+        if isinstance(handle, HiddenDirHandle):
             for position, inode in enumerate(self.special.listed()[start:], start + 1):
                 if not emit(inode.info.name, inode, position):
                     break
             return
-        if self.handles.directory(fh).inode.ino == ROOT_INODE:
+        if isinstance(handle, DirHandle) and handle.inode.ino == ROOT_INODE:
             # Hidden: a store object named .pffs at the root is shadowed by ours, so hide it too.
             def hiding(name: str, inode: Inode, next_id: int) -> bool:
-                return True if name == STATS_DIR else emit(name, inode, next_id)
+                return True if name == HIDDEN_DIR else emit(name, inode, next_id)
 
             await self.namespace.readdir(fh, start, hiding)
             return
         await self.namespace.readdir(fh, start, emit)
 
     def releasedir(self, fh: int) -> None:
-        self.special.dir_handles.discard(fh)
-        self.namespace.releasedir(fh)
+        self.handles.pop(fh)
 
     # --- files -------------------------------------------------------------------------------
 
@@ -155,15 +160,13 @@ class Vfs:
         """Open a file for `sender` (the calling process: whose order list's report a `.pffs`
         handle reads). Returns (handle, keep_cache): see Reader.open."""
         for_writing = bool(flags & WRITE_FLAGS)
-        if ino in self.special.inodes:
-            fh = self.handles.number()
-            self.special.open(ino, fh, for_writing, sender)
-            return fh, False
-        staged = self.staged.get(ino)
+        ours = self.special.open(ino, for_writing, sender)
+        if ours is not None:
+            return self.handles.add(ours), False
         if for_writing:
             fh, keep_cache = await self.writer.open(ino, flags), False
-        elif staged is not None:
-            fh, keep_cache = self.writer.open_staged(self.namespace.inode(ino), staged), False
+        elif (staged_fh := self.writer.open_if_staged(ino)) is not None:
+            fh, keep_cache = staged_fh, False
         else:
             fh, keep_cache = await self.reader.open(ino)
             self.datasets.opened(self.handles.reading(fh))
@@ -171,30 +174,33 @@ class Vfs:
         return fh, keep_cache
 
     async def read(self, fh: int, offset: int, size: int) -> bytes | memoryview:
-        snapshot = self.special.snapshot(fh)
-        if snapshot is not None:
-            return snapshot[offset : offset + size]
-        handle = self.handles.file(fh)
+        handle = self._file(fh)
+        if isinstance(handle, SnapshotHandle):
+            return handle.content[offset : offset + size]
+        if isinstance(handle, OrderHandle):
+            return handle.report[offset : offset + size]
         if isinstance(handle, WriteHandle):
             return await self.writer.read(handle.staged, offset, size)
         return await self.reader.read(handle, offset, size)
 
+    def _file(self, fh: int) -> ReadHandle | WriteHandle | SnapshotHandle | OrderHandle:
+        handle = self.handles.get(fh)
+        if handle is None or isinstance(handle, DirHandle | HiddenDirHandle):
+            raise NotFound(f"file handle {fh} is not open")
+        return handle
+
     async def release(self, fh: int) -> None:
-        if fh in self.special.orders:
-            try:
-                await self.flush(fh)
-            finally:
-                self.special.release(fh)
-            return
-        if self.special.release(fh):
-            return
         handle = self.handles.pop(fh)
-        if not isinstance(handle, ReadHandle | WriteHandle):
-            return
-        metrics.OPEN_FILES.dec()
-        if isinstance(handle, WriteHandle):
+        if isinstance(handle, OrderHandle):
+            try:
+                await self._hand_over(handle)
+            finally:
+                self.special.release(handle)
+        elif isinstance(handle, WriteHandle):
+            metrics.OPEN_FILES.dec()
             await self.writer.release(handle)
-        else:
+        elif isinstance(handle, ReadHandle):
+            metrics.OPEN_FILES.dec()
             handle.readahead.close()
 
     def statfs(self) -> dict[str, int]:
@@ -223,18 +229,24 @@ class Vfs:
         return fh, inode
 
     async def write(self, fh: int, offset: int, data: bytes) -> int:
-        if fh in self.special.orders:
-            return self.special.write_order(fh, offset, data)
-        return await self.writer.write(fh, offset, data)
+        handle = self._file(fh)
+        if isinstance(handle, OrderHandle):
+            return self.special.write_order(handle, offset, data)
+        if isinstance(handle, WriteHandle):
+            return await self.writer.write(handle, offset, data)
+        raise PffsError(f"file handle {fh} is not open for writing")
 
     async def flush(self, fh: int) -> None:
-        if fh in self.special.orders:  # an order list is handed over when it is closed
-            paths = self.special.take_order(fh)  # TooLarge over a cap: refused, reported
-            if paths:
-                sender = self.special.orders[fh].sender
-                self.special.note_report(fh, await self.take_order(paths, sender))
-        elif fh not in self.special.reads:
-            await self.writer.flush(fh)
+        handle = self._file(fh)
+        if isinstance(handle, OrderHandle):  # an order list is handed over when it is closed
+            await self._hand_over(handle)
+        elif isinstance(handle, WriteHandle):
+            await self.writer.flush(handle)
+
+    async def _hand_over(self, handle: OrderHandle) -> None:
+        paths = self.special.take_order(handle)  # TooLarge over a cap: refused, reported
+        if paths:
+            self.special.note_report(handle, await self.take_order(paths, handle.sender))
 
     async def take_order(self, paths: list[str], sender: Sender = UNKNOWN_SENDER) -> bytes:
         """Hand a job's order list to preload (from `.pffs/preload` or its socket,
@@ -248,15 +260,16 @@ class Vfs:
         return report(len(paths) - len(errors), errors)
 
     async def fsync(self, fh: int) -> None:
-        if fh in self.special.orders:
-            await self.flush(fh)  # an order list is handed over as at close
-        elif fh not in self.special.reads:
-            await self.writer.fsync(fh)
+        handle = self._file(fh)
+        if isinstance(handle, OrderHandle):  # an order list is handed over as at close
+            await self._hand_over(handle)
+        elif isinstance(handle, WriteHandle):
+            await self.writer.fsync(handle)
 
     async def setattr(self, ino: int, size: int | None) -> Inode:
         ours = self.special.inode(ino)
         if ours is not None:
-            if size is None or ours is self.special.control:  # `>` truncates it: nothing kept
+            if size is None or ours is self.special.preload_file:  # `>` truncates it: nothing kept
                 return ours
             raise self.special.refuse("truncate")
         if size is None:  # chmod, chown, touch: no effect, but refused where writes are
@@ -269,10 +282,10 @@ class Vfs:
     async def unlink(self, parent_ino: int, name: str) -> None:
         if self.special.claims_name(parent_ino, name):
             raise self.special.refuse("unlink")
-        await self.writer.unlink(parent_ino, name)
+        await self.renamer.unlink(parent_ino, name)
 
     def mknod(self, parent_ino: int, name: str, is_socket: bool, caller_tid: int) -> Inode:
-        """Only the order socket's bind (pffs.fs.special); no store keeps special files."""
+        """Only the preload socket's bind (pffs.fs.special); no store keeps special files."""
         if is_socket and self.special.claims_name(parent_ino, name):
             return self.special.bind_socket(parent_ino, name, caller_tid)
         raise Unsupported("mknod: only regular files and directories can be stored")
@@ -280,12 +293,12 @@ class Vfs:
     async def mkdir(self, parent_ino: int, name: str) -> Inode:
         if self.special.claims_name(parent_ino, name):
             raise self.special.refuse_mkdir(parent_ino, name)
-        return await self.writer.mkdir(parent_ino, name)
+        return await self.renamer.mkdir(parent_ino, name)
 
     async def rmdir(self, parent_ino: int, name: str) -> None:
         if self.special.claims_name(parent_ino, name):
             raise self.special.refuse("rmdir")
-        await self.writer.rmdir(parent_ino, name)
+        await self.renamer.rmdir(parent_ino, name)
 
     async def rename(
         self, old_parent: int, old_name: str, new_parent: int, new_name: str, flags: int = 0
@@ -294,4 +307,4 @@ class Vfs:
             new_parent, new_name
         ):
             raise self.special.refuse("rename")
-        await self.writer.rename(old_parent, old_name, new_parent, new_name, flags)
+        await self.renamer.rename(old_parent, old_name, new_parent, new_name, flags)

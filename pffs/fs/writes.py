@@ -1,4 +1,4 @@
-"""The write side of the VFS: create, write, flush/fsync, truncate, unlink, mkdir, rmdir, rename.
+"""The write side of the VFS for files: create, open for writing, write, flush/fsync, truncate.
 
 Data goes to a staging file (pffs.fs.staging) and reaches the store on close (flush) and fsync,
 which return only once it is there, or with the upload's error. After a commit the tree shows
@@ -9,21 +9,19 @@ Opening an existing object for writing without O_TRUNC copies it into the stagin
 (lazily: a truncate to zero before any write skips the copy), so overwrites, appends and random
 writes work on any store, at the cost of reading the object once.
 
-Directories: mkdir makes a marker ("dir/" on S3), rmdir refuses non-empty directories
-(ENOTEMPTY), rename moves files, and directories where the store can (on S3 by copying then
-deleting every object under the prefix: not atomic, and as slow as the copies). Renames between
-two sources answer EXDEV so tools copy instead.
+The writer owns the registry of files being written (`StagedFiles`): the namespace reads it,
+and name changes (pffs.fs.renames) ask the writer to commit or drop a file in it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import itertools
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from types import MappingProxyType
 from typing import TypeVar
 
 import trio
@@ -40,12 +38,8 @@ from pffs.backends.base import (
 from pffs.config import FuseConfig
 from pffs.errors import (
     Busy,
-    CrossDevice,
-    Exists,
     IsADirectory,
     NotADirectory,
-    NotEmpty,
-    NotFound,
     PffsError,
     ReadOnly,
     Unsupported,
@@ -71,14 +65,39 @@ from pffs.workers import run_blocking
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
-RENAME_NOREPLACE, RENAME_EXCHANGE = 1, 2  # from linux/fs.h
 # Staging file operations at once (pwrite/pread/ftruncate in worker threads).
 STAGING_THREADS = 8
 
 
+class StagedFiles:
+    """The files being written, by inode number. The writer alone changes it; the namespace
+    reads `view` (files being written are not in the store, or its listings, yet)."""
+
+    def __init__(self) -> None:
+        self._by_ino: dict[int, Staged] = {}
+        self.view: Mapping[int, Staged] = MappingProxyType(self._by_ino)
+
+    def get(self, ino: int) -> Staged | None:
+        return self._by_ino.get(ino)
+
+    def add(self, ino: int, staged: Staged) -> None:
+        self._by_ino[ino] = staged
+
+    def remove(self, ino: int, staged: Staged | None = None) -> None:
+        """Forget `ino`'s file (only if it is still `staged`, when given)."""
+        if staged is None or self._by_ino.get(ino) is staged:
+            self._by_ino.pop(ino, None)
+
+    def __len__(self) -> int:
+        return len(self._by_ino)
+
+    def __iter__(self) -> Iterator[Staged]:
+        return iter(list(self._by_ino.values()))
+
+
 class Writer:
-    """Writes through the mount. `staging_dir` holds staged data (under the cache directory);
-    `staged` (shared with the namespace) holds the files being written, by inode number;
+    """Writes of files through the mount. `staging_dir` holds staged data (under the cache
+    directory); `staged` holds the files being written (the writer is its one owner);
     `pages` is told of every change of a file's bytes."""
 
     def __init__(
@@ -87,7 +106,7 @@ class Writer:
         handles: Handles,
         fuse: FuseConfig,
         staging_dir: str,
-        staged: dict[int, Staged],
+        staged: StagedFiles,
         pages: PageCache,
     ) -> None:
         self.namespace = namespace
@@ -116,7 +135,7 @@ class Writer:
 
     # --- helpers -----------------------------------------------------------------------------
 
-    def _writable(self, path: str, what: str) -> tuple[Mounted, WritableBackend, str]:
+    def writable(self, path: str, what: str) -> tuple[Mounted, WritableBackend, str]:
         """The source, its writable store and the path for a write at `path`, or EROFS /
         ENOTSUP."""
         if self.is_read_only(path):
@@ -133,14 +152,14 @@ class Writer:
         return await run_blocking(self._staging_limiter, fn, *args)
 
     async def _stage(self, inode: Inode, fill: bool) -> Staged:
-        mounted, _, inside = self._writable(inode.path, "write")
+        mounted, _, inside = self.writable(inode.path, "write")
         filled = fill and inode.info.size > 0
         state = "clean" if filled else "writing"
         staged: Staged = await self._staging_call(self.staging.create, mounted, inside, state)
         if filled:
             staged.unfilled = (inode.info.size, inode.info.version)
             staged.dirty = False
-        self.staged[inode.ino] = staged
+        self.staged.add(inode.ino, staged)
         return staged
 
     async def _fill(self, staged: Staged) -> None:
@@ -181,7 +200,7 @@ class Writer:
             raise UsageError(f"{name!r} is not a valid file name")
         path = join(parent.path, name)
         info = ObjectInfo(name, 0, time.time(), None, is_dir=False)
-        self._writable(path, "create")
+        self.writable(path, "create")
         inode = self.namespace.remember(path, info)
         staged = await self._stage(inode, fill=False)
         inode.lookups += 1  # create counts as a lookup for the kernel
@@ -206,6 +225,12 @@ class Writer:
             self._start_streaming(staged)
         return fh
 
+    def open_if_staged(self, ino: int) -> int | None:
+        """A reading open of a file being written: a handle on its staging file, or None when
+        the file is not being written."""
+        staged = self.staged.get(ino)
+        return None if staged is None else self.open_staged(self.namespace.inode(ino), staged)
+
     def open_staged(self, inode: Inode, staged: Staged) -> int:
         """A handle on a file being written: its reads and writes go to the staging file."""
         staged.handles += 1
@@ -216,10 +241,7 @@ class Writer:
         await self._fill(staged)
         return await self._staging_call(read_at, staged, offset, size)
 
-    async def write(self, fh: int, offset: int, data: bytes) -> int:
-        handle = self.handles.file(fh)
-        if not isinstance(handle, WriteHandle):
-            raise PffsError(f"{handle.inode.path} is not open for writing")
+    async def write(self, handle: WriteHandle, offset: int, data: bytes) -> int:
         staged = handle.staged
         await self._fill(staged)
         await self._mark_dirty(staged)
@@ -232,11 +254,8 @@ class Writer:
             staged.streaming.wrote(offset)
         return written
 
-    async def flush(self, fh: int) -> None:
+    async def flush(self, handle: WriteHandle) -> None:
         """close(): upload what changed; the error, if any, is close's."""
-        handle = self.handles.file(fh)
-        if not isinstance(handle, WriteHandle):
-            return
         staged = handle.staged
         try:
             await self._commit(handle.inode, staged)
@@ -246,12 +265,10 @@ class Writer:
                     await self._staging_call(write_manifest, staged, "closed")
             raise
 
-    async def fsync(self, fh: int) -> None:
+    async def fsync(self, handle: WriteHandle) -> None:
         """fsync(): upload what changed; the error, if any, is fsync's. The file stays open,
         so a failed upload leaves its data marked as still being written."""
-        handle = self.handles.file(fh)
-        if isinstance(handle, WriteHandle):
-            await self._commit(handle.inode, handle.staged)
+        await self._commit(handle.inode, handle.staged)
 
     async def release(self, handle: WriteHandle) -> None:
         """A handle on a file being written is closed; the last one retires the staging file."""
@@ -319,8 +336,7 @@ class Writer:
 
     async def _retire(self, ino: int, staged: Staged) -> None:
         """Its last handle is gone: drop the staging file, or keep it if its data is not stored."""
-        if self.staged.get(ino) is staged:
-            del self.staged[ino]
+        self.staged.remove(ino, staged)
         streaming, staged.streaming = staged.streaming, None
         if streaming is not None:  # unlinked, or its commit failed: abort what was sent
             streaming.give_up()
@@ -343,107 +359,28 @@ class Writer:
         staged.dirty = True
         self._touch(inode, staged)
 
-    # --- names -------------------------------------------------------------------------------
+    # --- for name changes (pffs.fs.renames) ----------------------------------------------------
 
-    async def unlink(self, parent_ino: int, name: str) -> None:
-        path = join(self.namespace.inode(parent_ino).path, name)
-        mounted, backend, inside = self._writable(path, "unlink")
-        if self.table.leads_to_mount(path):
-            raise Busy(f"/{path} leads to a mount table entry")
-        inode = await self.namespace.resolve(parent_ino, name)
-        if inode.is_dir:
-            raise IsADirectory(f"/{path} is a directory")
+    def unlinked(self, ino: int) -> bool:
+        """A file was unlinked: if it is being written, its data must not come back at close.
+        Whether it was being written."""
+        staged = self.staged.get(ino)
+        if staged is None:
+            return False
+        staged.unlinked = True
+        staged.unfilled = None
+        self.staged.remove(ino)
+        return True
+
+    async def commit_if_staged(self, inode: Inode) -> None:
+        """Upload a file being written, if it is one, so the store holds what is renamed."""
         staged = self.staged.get(inode.ino)
         if staged is not None:
-            staged.unlinked = True  # its data must not come back at close
-            staged.unfilled = None
-            del self.staged[inode.ino]
-        try:
-            await run_blocking(mounted.limiter, backend.delete, inside)
-        except NotFound:
-            if staged is None:
-                raise
-        self.namespace.gone(path)
+            await self._commit(inode, staged)
 
-    async def mkdir(self, parent_ino: int, name: str) -> Inode:
-        parent = self.namespace.inode(parent_ino)
-        if not is_valid_name(name):
-            raise UsageError(f"{name!r} is not a valid directory name")
-        path = join(parent.path, name)
-        mounted, backend, inside = self._writable(path, "mkdir")
-        try:
-            await self.namespace.resolve(parent_ino, name)
-        except NotFound:
-            pass
-        else:
-            raise Exists(f"/{path} already exists")
-        info = await run_blocking(mounted.limiter, backend.make_dir, inside)
-        inode = self.namespace.remember(path, dataclasses.replace(info, name=name))
-        inode.lookups += 1
-        self.namespace.changed(path)
-        return inode
-
-    async def rmdir(self, parent_ino: int, name: str) -> None:
-        path = join(self.namespace.inode(parent_ino).path, name)
-        if self.table.leads_to_mount(path):
-            raise Busy(f"/{path} is or leads to a mount table entry")
-        mounted, backend, inside = self._writable(path, "rmdir")
-        inode = await self.namespace.resolve(parent_ino, name)
-        if not inode.is_dir:
-            raise NotADirectory(f"/{path} is not a directory")
-        await self._require_empty(mounted, inside, path)
-        await run_blocking(mounted.limiter, backend.remove_dir, inside)
-        self.namespace.gone(path)
-
-    async def _require_empty(self, mounted: Mounted, inside: str, path: str) -> None:
-        def first_entry() -> list[ObjectInfo]:
-            return list(itertools.islice(mounted.backend.list(inside), 1))
-
-        if await run_blocking(mounted.limiter, first_entry):
-            raise NotEmpty(f"/{path} is not empty")
-
-    async def rename(
-        self, old_parent: int, old_name: str, new_parent: int, new_name: str, flags: int = 0
-    ) -> None:
-        """Rename within one source; across two, EXDEV tells tools like mv to copy instead."""
-        old_path = join(self.namespace.inode(old_parent).path, old_name)
-        new_path = join(self.namespace.inode(new_parent).path, new_name)
-        if flags & RENAME_EXCHANGE:
-            raise Unsupported("rename: exchanging two names is not supported")
-        old_route, new_route = self.table.route(old_path), self.table.route(new_path)
-        if old_route and new_route and old_route[0] is not new_route[0]:
-            raise CrossDevice(f"rename /{old_path} -> /{new_path}: they are in different sources")
-        mounted, backend, old_inside = self._writable(old_path, "rename")
-        _, _, new_inside = self._writable(new_path, "rename")
-        if self.table.leads_to_mount(old_path) or self.table.leads_to_mount(new_path):
-            raise Busy(f"rename /{old_path} -> /{new_path}: a mount table entry is in the way")
-        if not is_valid_name(new_name):
-            raise UsageError(f"{new_name!r} is not a valid name")
-        source = await self.namespace.resolve(old_parent, old_name)
-        await self._check_target(source, new_parent, new_name, new_path, flags)
-        staged = self.staged.get(source.ino)
-        if staged is not None:
-            await self._commit(source, staged)  # the store must hold what is renamed
-        await run_blocking(mounted.limiter, backend.rename, old_inside, new_inside)
-        self.namespace.moved(old_path, new_path, new_inside)
-        for moved in list(self.staged.values()):  # manifests name the new path from now on
+    async def renamed(self, new_inside: str) -> None:
+        """Manifests of the files being written under `new_inside` name their new path."""
+        for moved in self.staged:
             if moved.path_in_source.startswith(new_inside) and moved.fd >= 0:
                 state = "writing" if moved.dirty else "clean"
                 await self._staging_call(write_manifest, moved, state)
-
-    async def _check_target(
-        self, source: Inode, new_parent: int, new_name: str, new_path: str, flags: int
-    ) -> None:
-        try:
-            target = await self.namespace.resolve(new_parent, new_name)
-        except NotFound:
-            return
-        if flags & RENAME_NOREPLACE:
-            raise Exists(f"/{new_path} exists")
-        if target.is_dir and not source.is_dir:
-            raise IsADirectory(f"/{new_path} is a directory")
-        if source.is_dir and not target.is_dir:
-            raise NotADirectory(f"/{new_path} is not a directory")
-        if target.is_dir:
-            mounted, inside = self.namespace.route(new_path)
-            await self._require_empty(mounted, inside, new_path)

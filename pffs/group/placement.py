@@ -25,7 +25,7 @@ HANDOVER = 300.0
 
 
 def key_bytes(key: BlockKey) -> bytes:
-    return "\0".join((key.source, key.path, key.version, str(key.block))).encode()
+    return "\0".join((key.source, key.principal, key.path, key.version, str(key.block))).encode()
 
 
 def score(member: Member, key: bytes) -> float:

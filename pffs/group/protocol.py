@@ -1,12 +1,12 @@
 """The peer protocol's messages: what names a block on the wire, and what a reply must carry.
 
 A request is
-`GET /v1/block?s=SOURCE&u=PRINCIPAL&p=PATH&v=VERSION&i=INDEX&n=SIZE&b=BLOCK_SIZE[&c=1]`: the
-block key (the source id, which carries the bucket and endpoint, and the principal, a digest of
-the credentials' identity, so a member serves only blocks of a source it mounts with the same
-identity, never a way around a bucket's access rules), the object's size and the group's block
-size (so the owner cuts the object into the same blocks), and `c=1` to ask only for a block the
-member holds (the handover from a previous owner). A reply of 200 carries the block, its
+`GET /v1/block?s=SOURCE&a=PRINCIPAL&p=PATH&v=VERSION&i=INDEX&n=SIZE&b=BLOCK_SIZE[&c=1]`: the block
+key (the source id, which carries the bucket and endpoint, and the digest of the principal the
+asker reads it as: a member serves only a source it mounts as that same principal, so the group
+never hands one principal's bytes to another), the object's size and the group's block size (so
+the owner cuts the object into the same blocks), and `c=1` to ask only for a block the member
+holds (the handover from a previous owner). A reply of 200 carries the block, its
 `x-pffs-version`, a Content-Length and its `x-pffs-crc32c`; the asker checks all three.
 """
 
@@ -39,7 +39,7 @@ class BlockRequest:
         b = self.blocks
         query = {
             "s": b.source,
-            "u": b.principal,
+            "a": b.principal,
             "p": b.path,
             "v": b.version,
             "i": self.index,
@@ -62,17 +62,23 @@ def parse_target(target: str) -> BlockRequest:
     parts = urlsplit(target)
     if parts.path != PATH:
         raise BadRequest("unknown path")
-    query = parse_qs(parts.query, keep_blank_values=True, max_num_fields=8)
+    query = parse_qs(parts.query, keep_blank_values=True, max_num_fields=9)
     if any(len(values) != 1 for values in query.values()):
         raise BadRequest("repeated field")
     fields = {name: values[0] for name, values in query.items()}
     try:
-        source, principal = fields["s"], fields["u"]
+        source, principal = fields["s"], fields["a"]
         path, version = fields["p"], fields["v"]
         index, size, block_size = int(fields["i"]), int(fields["n"]), int(fields["b"])
     except (KeyError, ValueError):
         raise BadRequest("missing or malformed field") from None
-    if not source or block_size <= 0 or size <= 0 or not 0 <= index < -(-size // block_size):
+    if (
+        not source
+        or not principal
+        or block_size <= 0
+        or size <= 0
+        or not 0 <= index < -(-size // block_size)
+    ):
         raise BadRequest("no such block")
     blocks = ObjectBlocks(source, principal, path, version, size, block_size)
     return BlockRequest(blocks, index, fields.get("c") == "1")

@@ -2,13 +2,12 @@
 
 The group's second form (`--shared-cache s3://BUCKET/PREFIX`): instead of asking peers, a miss
 looks in the shared store before the origin, and after a fetch from the origin the block is
-written there in the background. A block object is named by the block key: a digest of
-(source, principal, path, version, block size), then the index. It starts with a header
-carrying the format, the block's length, index, a digest of the version and a CRC32C of the
-bytes; all are checked on read, and any mismatch, a missing object or any failure of the
-shared store is a miss (the origin serves the block). The shared store is any pffs backend
-that reads ranges and takes PUTs, composed by pffs.mounting with its own endpoint and
-credentials.
+written there in the background. A block object is named by the block key: a digest of (source,
+path, version, block size), then the index. It starts with a header carrying the format, the
+block's length, index, a digest of the version and a CRC32C of the bytes; all are checked on
+read, and any mismatch, a missing object or any failure of the shared store is a miss (the
+origin serves the block). The shared store is any pffs backend that reads ranges and takes
+PUTs, composed by pffs.mounting with its own endpoint and credentials.
 """
 
 from __future__ import annotations
@@ -46,8 +45,10 @@ class SharedStore(Protocol):
 
 
 def object_name(blocks: ObjectBlocks, index: int) -> str:
-    parts = (blocks.source, blocks.principal, blocks.path, blocks.version, str(blocks.block_size))
-    key = "\0".join(parts)
+    # The principal too: a mount never reads a block another principal's mount wrote.
+    key = "\0".join(
+        (blocks.source, blocks.principal, blocks.path, blocks.version, str(blocks.block_size))
+    )
     return f"{hashlib.sha256(key.encode()).hexdigest()}/{index}"
 
 
@@ -73,7 +74,7 @@ def unpack(blocks: ObjectBlocks, index: int, raw: bytes) -> tuple[bytes | None, 
 
 
 class SharedTier:
-    """A tier (pffs.group.sources) over a shared store."""
+    """A block source (pffs.group.sources) over a shared store."""
 
     def __init__(self, store: SharedStore, prefix: str, concurrency: int = 16) -> None:
         self.store = store

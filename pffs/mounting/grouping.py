@@ -157,12 +157,12 @@ async def _serve_block(
         (
             m
             for m in table.mounted
-            if (m.backend.source_id, m.backend.principal) == (blocks.source, blocks.principal)
+            if m.backend.source_id == blocks.source and m.backend.principal == blocks.principal
         ),
         None,
     )
-    if mounted is None:
-        raise Refused("a source this member does not mount")  # as this principal
+    if mounted is None:  # never a way around the store's access rules
+        raise Refused("a source this member does not mount as that principal")
     store = StoreBlocks(Store.of(mounted), blocks)  # the store itself: never asks the group
 
     async def from_store() -> bytes:

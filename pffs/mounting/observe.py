@@ -20,7 +20,7 @@ def cache_reader(vfs: Vfs) -> Callable[[], Mapping[str, int]]:
 
     def read() -> Mapping[str, int]:
         values = cache.gauges() | vfs.datasets.gauges()
-        values["staged_files"] = len(vfs.staged)
+        values["staged_files"] = len(vfs.writer.staged)
         return values
 
     return read

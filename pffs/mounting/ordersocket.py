@@ -1,11 +1,11 @@
-"""The order socket, `.pffs/preload.sock`: how a job's order list passes a read-only bind.
+"""The preload socket, `.pffs/preload.sock`: how a job's order list passes a read-only bind.
 
 A read-only bind of the mount (how Kubernetes hands a ReadOnlyMany volume to a pod: Fluid's CSI
 plugin, pffs's own csi/volumes.py) refuses every write with EROFS in the kernel, `.pffs/preload`
 included, while connect() to a unix socket passes it. So once the mount serves, its process
 binds a socket at `.pffs/preload.sock` (the kernel asks pffs itself for the socket's inode with
 a MKNOD, answered by pffs.fs.special) and serves each connection: the client sends an order list
-in the control file's format, shuts its side down and reads the report the file would give, its
+in the preload file's format, shuts its side down and reads the report the file would give, its
 own list's (pffs.jobs is the client). Lists go to the one handling the file's go to
 (Vfs.take_order).
 
@@ -26,7 +26,7 @@ the mount's process exits as after any unmount. A process that dies has its sock
 the kernel, and its dead mount is cleared by the next mount as before.
 
 open_tree needs CAP_SYS_ADMIN, as a bind mount does: a mount without it has no socket, and its
-control file is the one channel (docs/notes/readonly-order.md).
+preload file is the one channel (docs/notes/readonly-order.md).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ import trio
 from pffs.config import OrderLimits
 from pffs.errors import Busy, TooLarge
 from pffs.fs.orders import UNKNOWN_SENDER, OrderBuffer, Sender, refusal, report
-from pffs.fs.special import ORDER_SOCKET, STATS_DIR
+from pffs.fs.special import HIDDEN_DIR, PRELOAD_SOCKET
 from pffs.fs.vfs import Vfs
 from pffs.mounting.kernel import find_mount, mount_table
 from pffs.workers import run_blocking
@@ -82,22 +82,22 @@ async def serve_order_socket(
         vfs.special.socket_bound = False
         log.info(
             "no %s/%s (%s): a read-only bind of this mount cannot take an order list",
-            STATS_DIR,
-            ORDER_SOCKET,
+            HIDDEN_DIR,
+            PRELOAD_SOCKET,
             exc.strerror or exc,
         )
         task_status.started()
         return
-    log.debug("order socket bound at %s/%s/%s", mountpoint, STATS_DIR, ORDER_SOCKET)
+    log.debug("preload socket bound at %s/%s/%s", mountpoint, HIDDEN_DIR, PRELOAD_SOCKET)
     task_status.started()
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_accept, listener, vfs, nursery)
             await _wait_unmounted(device)
-            log.info("the last mount of this file system is gone: closing its order socket")
+            log.info("the last mount of this file system is gone: closing its preload socket")
             nursery.cancel_scope.cancel()
     except Exception:  # a fault of the socket's must not end the mount it serves beside
-        log.exception("the order socket failed; closing it")
+        log.exception("the preload socket failed; closing it")
     finally:
         vfs.special.socket_bound = False
         trio.lowlevel.notify_closing(listener)
@@ -118,7 +118,7 @@ def _bind_through_clone(mountpoint: str) -> tuple[socket.socket, str]:
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         try:
             # Through /proc: a mountpoint's path may exceed a socket address's 107 bytes.
-            listener.bind(f"/proc/self/fd/{clone}/{STATS_DIR}/{ORDER_SOCKET}")
+            listener.bind(f"/proc/self/fd/{clone}/{HIDDEN_DIR}/{PRELOAD_SOCKET}")
             listener.listen(64)
             listener.setblocking(False)
         except OSError:
@@ -183,7 +183,7 @@ async def _accept(listener: socket.socket, vfs: Vfs, nursery: trio.Nursery) -> N
         except (BlockingIOError, InterruptedError):
             continue
         except OSError as exc:  # out of descriptors: the client sees its connection reset
-            log.warning("order socket: cannot accept a connection: %s", exc)
+            log.warning("preload socket: cannot accept a connection: %s", exc)
             await trio.sleep(0.1)
             continue
         sender = _peer(connection)
@@ -214,7 +214,7 @@ async def _answer(stream: trio.SocketStream, vfs: Vfs, sender: Sender) -> None:
             if lifetime.cancelled_caught:
                 paths = TooLarge(f"no whole list within {limits.seconds:g} s")
             if isinstance(paths, TooLarge):
-                log.warning("order socket: a list from %s refused: %s", sender, paths)
+                log.warning("preload socket: a list from %s refused: %s", sender, paths)
                 text = refusal(str(paths))
             elif paths:
                 text = await vfs.take_order(paths, sender)
@@ -223,9 +223,9 @@ async def _answer(stream: trio.SocketStream, vfs: Vfs, sender: Sender) -> None:
             with trio.fail_after(limits.seconds):
                 await stream.send_all(text)
     except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError) as exc:
-        log.warning("order socket: %s cut off: %s", sender, exc or "its report was not read")
+        log.warning("preload socket: %s cut off: %s", sender, exc or "its report was not read")
     except Exception:  # ends this client's connection, not the socket
-        log.exception("order socket: a list from %s failed", sender)
+        log.exception("preload socket: a list from %s failed", sender)
     finally:
         vfs.special.slots.give_back()
 
@@ -266,6 +266,6 @@ class _TurnedAway:
             self.unlogged += 1
             return
         others = f" (and {self.unlogged} more since the last such line)" if self.unlogged else ""
-        log.warning("order socket: a connection from %s refused: %s%s", sender, reason, others)
+        log.warning("preload socket: a connection from %s refused: %s%s", sender, reason, others)
         self.unlogged = 0
         self.logged_at = now

@@ -2,7 +2,7 @@
 
 `serve_here` opens the backends of the mount table and checks each store, prepares the
 mountpoint, opens the block cache, builds the VFS over them, recovers staged writes a crash
-left behind, and serves FUSE until unmounted, with the order socket in `.pffs` once the kernel's
+left behind, and serves FUSE until unmounted, with the preload socket in `.pffs` once the kernel's
 INIT is answered (pffs.mounting.ordersocket). The foreground `pffs mount` calls it directly;
 the background one calls it in the daemon it starts (pffs.mounting.daemon).
 """
@@ -39,7 +39,7 @@ log = logging.getLogger("pffs.mounting.serving")
 
 def serve_here(config: MountConfig, on_ready: Callable[[], None] | None = None) -> None:
     """Check everything that can be checked, mount, and serve until unmounted. `on_ready`
-    runs once the mount serves, its order socket bound (or known not to be)."""
+    runs once the mount serves, its preload socket bound (or known not to be)."""
     table = open_table(config.table)
     mountpoint = prepare_mountpoint(config.fuse.mountpoint)
     for mounted in table.mounted:

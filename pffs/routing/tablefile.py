@@ -15,6 +15,8 @@
     source = "hdfs://namenode:8020/logs"
     user = "hadoop"
 
+An entry's keys besides `path` and `source` are the source options of the option table
+(pffs.optiontable, its `toml` names), each value checked by the option's own parser.
 Everything is checked before anything is mounted: unknown keys, wrong types, duplicate paths,
 sources that overlap (the same objects reachable through two entries would be cached twice and
 go stale through each other's writes) and malformed URLs each give one line naming the entry.
@@ -30,27 +32,15 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from pffs.backends import open_backend
-from pffs.config import CACHE_POLICIES, SourceConfig, TableEntry
+from pffs.config import SourceConfig, TableEntry
 from pffs.errors import PffsError, UsageError
+from pffs.optiontable import OPTIONS, Option
+from pffs.optionvalues import BadValue
 from pffs.routing.table import is_under
 
-# Key in the file -> (SourceConfig field or None for the entry's own, accepted types).
-_ENTRY_KEYS: dict[str, tuple[str | None, tuple[type, ...]]] = {
-    "path": (None, (str,)),
-    "source": ("url", (str,)),
-    "cache": (None, (str,)),
-    "read_only": ("read_only", (bool,)),
-    "endpoint": ("endpoint_url", (str,)),
-    "region": ("region", (str,)),
-    "profile": ("profile", (str,)),
-    "path_style": ("path_style", (bool,)),
-    "max_concurrency": ("max_concurrency", (int,)),
-    "user": ("hdfs_user", (str,)),
-    "kerberos_ticket_cache": ("kerberos_ticket_cache", (str,)),
-    "replication": ("replication", (int,)),
-    "buffer_size": ("buffer_size", (int,)),
-}
-_POSITIVE = {"max_concurrency"}
+# Key in the file -> its option; `path` and `source` are the entry's own.
+_OPTION_KEYS: dict[str, Option] = {option.toml: option for option in OPTIONS if option.toml}
+_ENTRY_KEYS = ("path", "source", *_OPTION_KEYS)
 
 
 def load_table_file(file: str, defaults: SourceConfig) -> tuple[TableEntry, ...]:
@@ -102,31 +92,37 @@ def _parse_entry(raw: object, defaults: SourceConfig, where: str) -> TableEntry:
         if key not in _ENTRY_KEYS:
             known = ", ".join(_ENTRY_KEYS)
             raise UsageError(f"{where}: unknown key {key!r} (known: {known})")
-        types = _ENTRY_KEYS[key][1]
-        # bool is an int in Python; a number of threads given as `true` is still a mistake.
-        if not isinstance(value, types) or (bool not in types and isinstance(value, bool)):
-            raise UsageError(f"{where}: {key} must be a {types[0].__name__}, not {value!r}")
-        if isinstance(value, int) and value < (1 if key in _POSITIVE else 0):
-            raise UsageError(f"{where}: {key} must not be {value}")
+        _check_value(key, value, where)
     for required in ("path", "source"):
         if required not in raw:
             raise UsageError(f"{where}: {required!r} is missing")
     path = _tree_path(raw["path"], where)
     where = f"{where} (/{path})"
-    cache = raw.get("cache", "disk")
-    if cache not in CACHE_POLICIES:
-        raise UsageError(f"{where}: cache must be one of {', '.join(CACHE_POLICIES)}")
-    overrides: dict[str, Any] = {}
+    overrides: dict[str, Any] = {"url": raw["source"]}
     for key, value in raw.items():
-        field_name = _ENTRY_KEYS[key][0]
-        if field_name is not None:
-            overrides[field_name] = value
+        option = _OPTION_KEYS.get(key)
+        if option is not None and option.name != "cache":  # the cache policy is the entry's
+            overrides[option.dest] = value  # a source option's dest is its SourceConfig field
     source = dataclasses.replace(defaults, **overrides)
     try:
         open_backend(source)  # parses and checks the URL and options; no network traffic
     except PffsError as exc:
         raise UsageError(f"{where}: {exc}") from None
-    return TableEntry(path, source, cache)
+    return TableEntry(path, source, raw.get("cache", "disk"))
+
+
+def _check_value(key: str, value: object, where: str) -> None:
+    """A value of the type its key takes (TOML is typed), in its option's range."""
+    option = _OPTION_KEYS.get(key)
+    types: tuple[type, ...] = (option.toml_type,) if option else (str,)
+    # bool is an int in Python; a number of threads given as `true` is still a mistake.
+    if not isinstance(value, types) or (bool not in types and isinstance(value, bool)):
+        raise UsageError(f"{where}: {key} must be a {types[0].__name__}, not {value!r}")
+    if option is not None and option.toml_type in (int, str):
+        try:
+            option.parse(str(value))
+        except BadValue as exc:
+            raise UsageError(f"{where}: {key} must not be {value!r}: {exc}") from None
 
 
 def _tree_path(text: str, where: str) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pffs.cache.orphans import GRACE, sweep_orphans
-from pffs.cli.warmup import cache_admin
+from pffs.cli.cacheadmin import cache_admin
 from tests.cache.test_disk_batch import _check_every_row, _rows, _tier, _writer
 from tests.cache.test_disk_batch import _entry_files as entry_files
 

@@ -1,18 +1,21 @@
 """A `pffs csi` driver in a subprocess, and gRPC clients for it over its unix socket.
 
-Shared by the CSI tests. The driver is the real command (`python -m pffs csi --mode all`); the
-tests speak real gRPC to it. Everything it mounts lies under the test's own directory and is
-unmounted by `cleanup_mounts`, so a failing test leaves no mount behind.
+Shared by the CSI tests (their `driver` fixture: tests/csi/conftest.py). The driver is the real
+command (`python -m pffs csi --mode all`); the tests speak real gRPC to it. Everything it mounts
+lies under the test's own directory and is unmounted by `cleanup_mounts`, so a failing test
+leaves no mount behind.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -167,6 +170,18 @@ class Driver:
         self.stop()
         cleanup_mounts(self.root)
         shutil.rmtree(self.socket_dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def running(
+    root: Path, env: dict[str, str] | None = None, extra_args: tuple[str, ...] = ()
+) -> Iterator[Driver]:
+    """A driver started under `root`, stopped and its mounts detached at the end."""
+    driver = Driver(root, env=env, extra_args=extra_args).start()
+    try:
+        yield driver
+    finally:
+        driver.cleanup()
 
 
 def cleanup_mounts(root: Path) -> None:

@@ -6,9 +6,6 @@ on the node side and read through, as the external-provisioner and kubelet would
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import grpc
 import pytest
 
@@ -17,16 +14,6 @@ from tests.conftest import fuse_available
 from tests.csi.csi_driver import AccessMode, Driver, capability, status_of
 
 GIB = 1 << 30
-
-
-@pytest.fixture
-def driver(tmp_path: Path) -> Iterator[Driver]:
-    d = Driver(tmp_path)
-    d.start()
-    try:
-        yield d
-    finally:
-        d.cleanup()
 
 
 def create(driver: Driver, name: str, parameters: dict[str, str], size: int = GIB):

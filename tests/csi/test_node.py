@@ -16,7 +16,6 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -25,7 +24,7 @@ import pytest
 from pffs.csi.proto import csi_pb2
 from pffs.jobs import preload_order
 from pffs.mounting.kernel import FSTYPE, find_mount, is_dead
-from tests.csi.csi_driver import AccessMode, Driver, capability, mount_daemons, status_of
+from tests.csi.csi_driver import AccessMode, Driver, capability, mount_daemons, running, status_of
 
 pytestmark = [pytest.mark.mount]
 
@@ -33,15 +32,9 @@ CREDENTIAL_NAMES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_T
 
 
 @pytest.fixture
-def driver(tmp_path: Path) -> Iterator[Driver]:
-    # No credentials in the driver's environment: a mount can only get them from the secrets.
-    env = {k: v for k, v in os.environ.items() if k not in CREDENTIAL_NAMES}
-    d = Driver(tmp_path, env=env)
-    d.start()
-    try:
-        yield d
-    finally:
-        d.cleanup()
+def driver_env() -> dict[str, str]:
+    """No credentials in the driver's environment: a mount can only get them from the secrets."""
+    return {k: v for k, v in os.environ.items() if k not in CREDENTIAL_NAMES}
 
 
 @pytest.fixture
@@ -304,15 +297,11 @@ def test_restart_readopts_live_mounts_and_revives_dead_ones(
 def test_probe_fails_without_fusermount(tmp_path: Path) -> None:
     empty_bin = tmp_path / "bin"
     empty_bin.mkdir()
-    d = Driver(tmp_path, env={**os.environ, "PATH": str(empty_bin)})
-    d.start()
-    try:
+    with running(tmp_path, env={**os.environ, "PATH": str(empty_bin)}) as d:
         with pytest.raises(grpc.RpcError) as failed:
             d.identity.Probe(csi_pb2.ProbeRequest())
         assert status_of(failed.value) == grpc.StatusCode.FAILED_PRECONDITION
         assert "fusermount3" in failed.value.details()
-    finally:
-        d.cleanup()
 
 
 def test_node_publishes_its_cache_for_the_scheduler(
@@ -328,8 +317,7 @@ def test_node_publishes_its_cache_for_the_scheduler(
     with FakeApiServer() as api:
         api.add_node("node-1", {}, {})
         args = ("--kube-api", api.url, "--publish-interval", "0.3")
-        driver = Driver(tmp_path, extra_args=args).start()
-        try:
+        with running(tmp_path, extra_args=args) as driver:
             context = context_for(moto, bucket)
             target = driver.target("pod-a")
             driver.publish("vol-1", target, context, {})
@@ -346,8 +334,6 @@ def test_node_publishes_its_cache_for_the_scheduler(
             published = decode_annotation(metadata["annotations"][CACHE_ANNOTATION])
             assert dataset_id(context) in published, published
             driver.unpublish("vol-1", target)
-        finally:
-            driver.cleanup()
 
 
 def test_mount_table_volume(

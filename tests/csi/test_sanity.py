@@ -10,8 +10,6 @@ server, as csi-sanity creates them when CREATE_DELETE_VOLUME is advertised.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from pathlib import Path
 
 import grpc
 import pytest
@@ -23,16 +21,6 @@ pytestmark = [pytest.mark.mount]
 # csi-sanity's default access mode for node tests.
 WRITER = AccessMode.SINGLE_NODE_WRITER
 DOMAIN_NAME = re.compile(r"^[a-zA-Z0-9]([a-zA-Z0-9.-]{0,61}[a-zA-Z0-9])?$")
-
-
-@pytest.fixture
-def driver(tmp_path: Path) -> Iterator[Driver]:
-    d = Driver(tmp_path)
-    d.start()
-    try:
-        yield d
-    finally:
-        d.cleanup()
 
 
 def expect(code: grpc.StatusCode, call, request) -> None:

@@ -9,7 +9,6 @@ The store is the real local backend, counting reads by path (tests.fs.test_datas
 from __future__ import annotations
 
 import random
-import tempfile
 from pathlib import Path
 
 import trio
@@ -18,10 +17,9 @@ from pffs import metrics
 from pffs.cache.blocks import BlockCache
 from pffs.cache.datasetroom import KEEP_SHARE, subset_point
 from pffs.cli.stats_view import dataset_lines, series
-from pffs.config import CacheConfig, DatasetConfig, FuseConfig, MetaConfig
+from pffs.config import CacheConfig, DatasetConfig
 from pffs.fs.vfs import Vfs
-from pffs.routing.table import MountTable
-from tests.fs.test_datasets import HoldingBackend, dataset, read_whole
+from tests.fs.helpers import HoldingBackend, dataset, make_vfs, read_whole
 
 KIB = 1024
 MIB = 1 << 20
@@ -29,21 +27,13 @@ FILE = 64 * KIB  # one block each
 FILES = 256  # 16 MiB: twice the disk tier below
 
 
-def make_vfs(root: Path, tmp: Path, disk_bytes: int) -> tuple[Vfs, HoldingBackend]:
+def room_vfs(root: Path, tmp: Path, disk_bytes: int) -> tuple[Vfs, HoldingBackend]:
+    """A Vfs over `root` with a disk tier of `disk_bytes`, and its store."""
     backend = HoldingBackend(root)
-    meta = MetaConfig(attr_ttl=60.0, entry_ttl=60.0, dir_ttl=60.0, negative_ttl=60.0)
     config = CacheConfig(
         block_size=FILE, memory_bytes=2 * MIB, disk_dir=str(tmp / "cache"), disk_bytes=disk_bytes
     )
-    vfs = Vfs(
-        MountTable.single(backend),
-        meta,
-        FuseConfig(mountpoint="/unused"),
-        BlockCache(config),
-        staging_dir=tempfile.mkdtemp(prefix="pffs-staging-"),
-        dataset=DatasetConfig(),
-    )
-    return vfs, backend
+    return make_vfs(backend, cache=config, dataset=DatasetConfig()), backend
 
 
 def served(cache: BlockCache) -> tuple[int, int]:
@@ -89,7 +79,7 @@ def two_epochs(vfs: Vfs, files: dict[str, bytes]) -> list[float]:
 
 def test_a_dataset_twice_the_disk_tier_keeps_a_stable_subset(tmp_path: Path) -> None:
     files = dataset(tmp_path / "store", {"train": FILES}, FILE)
-    vfs, backend = make_vfs(tmp_path / "store", tmp_path, disk_bytes=FILES * FILE // 2)
+    vfs, backend = room_vfs(tmp_path / "store", tmp_path, disk_bytes=FILES * FILE // 2)
     shares = two_epochs(vfs, files)
 
     (described,) = vfs.cache.room.describe()
@@ -115,7 +105,7 @@ def test_a_dataset_twice_the_disk_tier_keeps_a_stable_subset(tmp_path: Path) -> 
 
 def test_a_dataset_that_fits_is_cached_whole_as_before(tmp_path: Path) -> None:
     files = dataset(tmp_path / "store", {"train": FILES}, FILE)
-    vfs, backend = make_vfs(tmp_path / "store", tmp_path, disk_bytes=64 * MIB)
+    vfs, backend = room_vfs(tmp_path / "store", tmp_path, disk_bytes=64 * MIB)
     shares = two_epochs(vfs, files)
 
     (described,) = vfs.cache.room.describe()
@@ -127,7 +117,7 @@ def test_a_dataset_that_fits_is_cached_whole_as_before(tmp_path: Path) -> None:
 
 def test_the_metrics_and_pffs_stats_show_each_dataset(tmp_path: Path) -> None:
     files = dataset(tmp_path / "store", {"train": FILES}, FILE)
-    vfs, _ = make_vfs(tmp_path / "store", tmp_path, disk_bytes=FILES * FILE // 2)
+    vfs, _ = room_vfs(tmp_path / "store", tmp_path, disk_bytes=FILES * FILE // 2)
     two_epochs(vfs, files)
     describe = vfs.cache.room.describe
     metrics.cache.watch_datasets(describe)

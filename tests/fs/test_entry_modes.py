@@ -3,7 +3,6 @@ and the hidden files keep their own (kernel-free: PffsOperations driven directly
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -11,16 +10,16 @@ import trio
 
 from pffs.backends.local import LocalBackend
 from pffs.config import FuseConfig, MetaConfig, MountConfig, SourceConfig
-from pffs.fs.vfs import Vfs
 from pffs.fuse_ops import PffsOperations
 from pffs.routing.table import Mounted, MountTable
+from tests.fs.helpers import make_vfs
 
 NO_CONTEXT: Any = None  # the handlers tested never read the request context
 
 
 def operations(table: MountTable, read_only_mount: bool = False) -> PffsOperations:
+    vfs = make_vfs(table, meta=MetaConfig(), read_only=read_only_mount)
     fuse = FuseConfig(mountpoint="/unused", read_only=read_only_mount)
-    vfs = Vfs(table, MetaConfig(), fuse, staging_dir=tempfile.mkdtemp(prefix="pffs-staging-"))
     return PffsOperations(vfs, MountConfig(table=(), fuse=fuse))
 
 

@@ -18,7 +18,7 @@ from pffs.errors import NotFound
 from pffs.fs.inodes import ROOT_INODE, InodeTable, path_number
 from pffs.fs.listings import DirListing
 from pffs.fs.packed import PackedInfos
-from tests.fs.test_vfs import list_all, make_vfs
+from tests.fs.test_vfs import counted_vfs, list_all
 
 MD5 = "0123456789abcdef0123456789abcdef"
 
@@ -161,7 +161,7 @@ def test_a_walked_tree_costs_under_300_bytes_an_entry(tmp_path: Path) -> None:
         (root / f"d{d}").mkdir(parents=True)
         for f in range(2500):
             os.mknod(root / f"d{d}" / f"file-{f:06d}.bin")
-    vfs, _ = make_vfs(root)
+    vfs, _ = counted_vfs(root)
 
     async def walk() -> int:
         entries = 0

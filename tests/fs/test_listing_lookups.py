@@ -19,7 +19,7 @@ from pffs.errors import Changed, NotFound
 from pffs.fs import namespace
 from pffs.fs.inodes import ROOT_INODE
 from pffs.fs.vfs import Vfs
-from tests.fs.test_vfs import CountingBackend, list_all, make_vfs, run
+from tests.fs.test_vfs import CountingBackend, counted_vfs, list_all, run
 
 
 def dataset(tmp_path: Path, files: int = 20) -> Path:
@@ -39,7 +39,7 @@ async def listed(vfs: Vfs) -> None:
 def test_the_first_lookup_waits_for_the_directory_listing_and_none_asks_the_store(
     tmp_path: Path,
 ) -> None:
-    vfs, backend = make_vfs(dataset(tmp_path))
+    vfs, backend = counted_vfs(dataset(tmp_path))
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
@@ -63,7 +63,7 @@ def test_an_expired_listing_is_taken_again_when_lookups_have_paid_for_it(
     """Past the TTLs, a directory of 4 pages is listed again by the 4th lookup that would ask
     the store (a lone stat now and then stays one HEAD); then the rest need no store."""
     monkeypatch.setattr(namespace, "LISTING_PAGE", 5)
-    vfs, backend = make_vfs(dataset(tmp_path), attr_ttl=0.3, dir_ttl=0.3, negative_ttl=0.3)
+    vfs, backend = counted_vfs(dataset(tmp_path), attr_ttl=0.3, dir_ttl=0.3, negative_ttl=0.3)
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
@@ -91,7 +91,7 @@ def test_a_directory_too_big_is_not_listed_in_the_background_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(namespace, "BACKGROUND_LISTING_MAX", 5)
-    vfs, backend = make_vfs(dataset(tmp_path), attr_ttl=0.01, dir_ttl=0.01, negative_ttl=0.01)
+    vfs, backend = counted_vfs(dataset(tmp_path), attr_ttl=0.01, dir_ttl=0.01, negative_ttl=0.01)
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
@@ -109,7 +109,7 @@ def test_a_directory_too_big_is_not_listed_in_the_background_again(
 
 
 def test_without_a_nursery_lookups_ask_the_store(tmp_path: Path) -> None:
-    vfs, backend = make_vfs(dataset(tmp_path))
+    vfs, backend = counted_vfs(dataset(tmp_path))
     assert isinstance(backend, CountingBackend)
 
     async def main() -> None:
@@ -124,7 +124,7 @@ def test_a_read_that_meets_a_newer_version_distrusts_the_listing(tmp_path: Path)
     """Listings answer for the directory TTL; a read that finds the object changed at the
     source makes the next open ask the store, not wait out the TTL."""
     root = dataset(tmp_path)
-    vfs, _ = make_vfs(root)
+    vfs, _ = counted_vfs(root)
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
@@ -146,7 +146,7 @@ def test_a_read_that_meets_a_newer_version_distrusts_the_listing(tmp_path: Path)
 
 def test_ls_during_a_background_listing_shares_its_stream(tmp_path: Path) -> None:
     root = dataset(tmp_path)
-    vfs, backend = make_vfs(root)
+    vfs, backend = counted_vfs(root)
     gate = threading.Event()
     listing = backend.list
 
@@ -183,7 +183,7 @@ def test_a_directory_listed_lately_is_found_again_without_the_store(tmp_path: Pa
     root = dataset(tmp_path)
     (root / "sub").mkdir()
     (root / "sub" / "a").write_bytes(b"a")
-    vfs, backend = make_vfs(root, attr_ttl=1.0, entry_ttl=1.0, dir_ttl=1.0, negative_ttl=1.0)
+    vfs, backend = counted_vfs(root, attr_ttl=1.0, entry_ttl=1.0, dir_ttl=1.0, negative_ttl=1.0)
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:

@@ -1,5 +1,5 @@
 """The caps of the order channel through the VFS, without a kernel (pffs.fs.orders): the
-control file's lists over their bytes or lines refused with one line, the listing work of a
+preload file's lists over their bytes or lines refused with one line, the listing work of a
 list bounded, lists received at once capped, and each report its sender's alone. The socket's
 side on a real mount: tests/mount/test_order_limits.py."""
 
@@ -13,9 +13,9 @@ import pytest
 from pffs.config import OrderLimits
 from pffs.errors import Busy, TooLarge
 from pffs.fs.orders import Sender
-from pffs.fs.special import PRELOAD_FILE, STATS_DIR
+from pffs.fs.special import HIDDEN_DIR, PRELOAD_FILE
 from pffs.fs.vfs import Vfs
-from tests.fs.test_datasets import KIB, dataset, make_vfs, resolve, with_vfs
+from tests.fs.helpers import KIB, dataset, preloading_vfs, resolve, with_vfs
 
 ALICE = Sender(uid=1000, pid=100)
 BOB = Sender(uid=2000, pid=200)
@@ -23,7 +23,7 @@ BOB = Sender(uid=2000, pid=200)
 
 async def hand_over(vfs: Vfs, text: bytes, sender: Sender) -> bytes:
     """Write a list through one read-write handle, then read that handle's report."""
-    control = await resolve(vfs, f"{STATS_DIR}/{PRELOAD_FILE}")
+    control = await resolve(vfs, f"{HIDDEN_DIR}/{PRELOAD_FILE}")
     fh, _ = await vfs.open(control, os.O_RDWR, sender)
     try:
         for offset in range(0, len(text), 64 * KIB):
@@ -35,7 +35,7 @@ async def hand_over(vfs: Vfs, text: bytes, sender: Sender) -> bytes:
 
 
 async def report_for(vfs: Vfs, sender: Sender) -> bytes:
-    fh, _ = await vfs.open(await resolve(vfs, f"{STATS_DIR}/{PRELOAD_FILE}"), os.O_RDONLY, sender)
+    fh, _ = await vfs.open(await resolve(vfs, f"{HIDDEN_DIR}/{PRELOAD_FILE}"), os.O_RDONLY, sender)
     try:
         return bytes(await vfs.read(fh, 0, 1 << 20))
     finally:
@@ -44,7 +44,7 @@ async def report_for(vfs: Vfs, sender: Sender) -> bytes:
 
 def test_each_report_is_its_senders_own(tmp_path: Path) -> None:
     dataset(tmp_path, {"a": 3}, 2 * KIB)
-    vfs, _ = make_vfs(tmp_path, trigger_files=100)
+    vfs, _ = preloading_vfs(tmp_path, trigger_files=100)
 
     async def body() -> None:
         assert await hand_over(vfs, b"a/000.bin\nsecret/plan\n", ALICE) == (
@@ -63,7 +63,7 @@ def test_each_report_is_its_senders_own(tmp_path: Path) -> None:
 def test_lists_over_their_bytes_or_lines_are_refused(tmp_path: Path) -> None:
     dataset(tmp_path, {"a": 3}, 2 * KIB)
     limits = OrderLimits(max_bytes=64 * KIB, max_lines=100)
-    vfs, backend = make_vfs(tmp_path, trigger_files=100, orders=limits)
+    vfs, backend = preloading_vfs(tmp_path, trigger_files=100, orders=limits)
 
     async def body() -> None:
         with pytest.raises(TooLarge):
@@ -86,7 +86,7 @@ def test_the_listing_work_of_a_list_is_bounded(tmp_path: Path) -> None:
     """Each directory a list names is listed; over `max_listed` entries in all, the list is
     refused, its files not loaded, and no directory listed past the cap's next chunk."""
     dataset(tmp_path, {"a": 30, "b": 30, "c": 30}, KIB)
-    vfs, backend = make_vfs(tmp_path, trigger_files=1000, orders=OrderLimits(max_listed=50))
+    vfs, backend = preloading_vfs(tmp_path, trigger_files=1000, orders=OrderLimits(max_listed=50))
 
     async def body() -> None:
         text = b"a/000.bin\nb/000.bin\nc/000.bin\n"
@@ -102,10 +102,10 @@ def test_the_listing_work_of_a_list_is_bounded(tmp_path: Path) -> None:
 
 
 def test_lists_received_at_once_are_capped(tmp_path: Path) -> None:
-    vfs, _ = make_vfs(tmp_path, orders=OrderLimits(connections=2))
+    vfs, _ = preloading_vfs(tmp_path, orders=OrderLimits(connections=2))
 
     async def body() -> None:
-        control = await resolve(vfs, f"{STATS_DIR}/{PRELOAD_FILE}")
+        control = await resolve(vfs, f"{HIDDEN_DIR}/{PRELOAD_FILE}")
         first, _ = await vfs.open(control, os.O_WRONLY, ALICE)
         second, _ = await vfs.open(control, os.O_WRONLY, ALICE)
         with pytest.raises(Busy):

@@ -19,7 +19,7 @@ from pffs.fs.inodes import ROOT_INODE
 from pffs.fs.pagecache import CHUNK, QUEUE_LIMIT
 from pffs.fs.vfs import Vfs
 from tests.cache.configs import cache_config
-from tests.fs.test_reads_through_cache import FakeStore, make_vfs
+from tests.fs.test_reads_through_cache import FakeStore, cached_vfs
 
 MIB = 1 << 20
 
@@ -61,7 +61,7 @@ async def settled(vfs: Vfs, expected: int) -> None:
 
 
 def one_mib_blocks(tmp_path: Path | None, memory_blocks: int = 64) -> Vfs:
-    return make_vfs(STORE, cache_config(tmp_path, block=MIB, memory_bytes=memory_blocks * MIB))
+    return cached_vfs(STORE, cache_config(tmp_path, block=MIB, memory_bytes=memory_blocks * MIB))
 
 
 DATA = random.Random(18).randbytes(32 * MIB + 1000)
@@ -155,7 +155,7 @@ class Replaced:
 def replaced() -> Replaced:
     data = random.Random(5).randbytes(8 * MIB)
     store = FakeStore({"g": data})
-    vfs = make_vfs(store, cache_config(None, block=MIB, memory_bytes=64 * MIB))
+    vfs = cached_vfs(store, cache_config(None, block=MIB, memory_bytes=64 * MIB))
     return Replaced(vfs, store, data)
 
 

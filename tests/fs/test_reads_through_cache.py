@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import random
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -21,13 +20,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pffs.backends.base import Capabilities, ObjectInfo
-from pffs.cache.blocks import BlockCache
-from pffs.config import CacheConfig, FuseConfig, MetaConfig
+from pffs.config import CacheConfig, MetaConfig
 from pffs.errors import Changed, NotFound, Transient
 from pffs.fs.inodes import ROOT_INODE
 from pffs.fs.vfs import Vfs
-from pffs.routing.table import MountTable
 from tests.cache.configs import KIB, cache_config
+from tests.fs.helpers import make_vfs
 
 
 class FakeStore:
@@ -82,12 +80,12 @@ class FakeStore:
         self.versions[path] += 1
 
 
-def make_vfs(store: FakeStore, config: CacheConfig) -> Vfs:
-    meta = MetaConfig(attr_ttl=0.0, entry_ttl=0.0, dir_ttl=0.0, negative_ttl=0.0)
-    table = MountTable.single(store)
-    staging = tempfile.mkdtemp(prefix="pffs-staging-")
-    fuse = FuseConfig(mountpoint="/unused")
-    return Vfs(table, meta, fuse, BlockCache(config), staging_dir=staging)
+# Metadata never kept: every open asks the store.
+NO_TTLS = MetaConfig(attr_ttl=0.0, entry_ttl=0.0, dir_ttl=0.0, negative_ttl=0.0)
+
+
+def cached_vfs(store: FakeStore, config: CacheConfig) -> Vfs:
+    return make_vfs(store, meta=NO_TTLS, cache=config)
 
 
 async def read_file(vfs: Vfs, name: str, reads: list[tuple[int, int]]) -> list[bytes]:
@@ -124,7 +122,7 @@ def test_random_reads_match_reference(tmp_path: Path, size: int, reads, sequenti
     if sequential:  # a streaming reader, to drive readahead
         reads = [(offset, 8 * KIB) for offset in range(0, size + 8 * KIB, 8 * KIB)]
     store = FakeStore({"f": data}, delay=0.0005)
-    vfs = make_vfs(store, cache_config(None))
+    vfs = cached_vfs(store, cache_config(None))
     got = trio.run(with_nursery, vfs, "f", reads)
     assert got == [data[o : o + n] for o, n in reads]
     # Each block came from the store at most once (readahead and readers share fetches); other
@@ -142,7 +140,7 @@ def test_random_reads_match_reference(tmp_path: Path, size: int, reads, sequenti
 def test_injected_failures_never_give_wrong_bytes(tmp_path: Path, reads) -> None:
     data = random.Random(1).randbytes(250 * KIB)
     store = FakeStore({"f": data}, fail_every=3)
-    vfs = make_vfs(store, cache_config(None))
+    vfs = cached_vfs(store, cache_config(None))
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
@@ -186,7 +184,7 @@ def test_readahead_asks_for_consecutive_blocks_in_one_request() -> None:
     store = RunStore({"f": data})
     config = cache_config(None, readahead_max=16 * 16 * KIB, fetch_size=4 * 16 * KIB)
     reads = [(offset, 8 * KIB) for offset in range(0, len(data), 8 * KIB)]
-    got = trio.run(with_nursery, make_vfs(store, config), "f", reads)
+    got = trio.run(with_nursery, cached_vfs(store, config), "f", reads)
     assert b"".join(got) == data
     blocks = -(-len(data) // (16 * KIB))
     assert store.reads <= blocks  # no block fetched twice
@@ -200,7 +198,7 @@ def test_a_run_broken_midway_loses_nothing(fail_at: int) -> None:
     store = RunStore({"f": data}, fail_at=fail_at)
     config = cache_config(None, readahead_max=16 * 16 * KIB, fetch_size=4 * 16 * KIB)
     reads = [(offset, 16 * KIB) for offset in range(0, len(data), 16 * KIB)]
-    got = trio.run(with_nursery, make_vfs(store, config), "f", reads)
+    got = trio.run(with_nursery, cached_vfs(store, config), "f", reads)
     assert got == [data[o : o + n] for o, n in reads]  # readers fetched the rest themselves
 
 
@@ -216,7 +214,7 @@ def test_damaged_entries_are_dropped_and_refetched(tmp_path: Path, damage: str) 
     data = random.Random(5).randbytes(100 * KIB)
     store = FakeStore({"f": data})
     config = cache_config(tmp_path)
-    trio.run(with_nursery, make_vfs(store, config), "f", [(0, len(data))])
+    trio.run(with_nursery, cached_vfs(store, config), "f", [(0, len(data))])
     files = _entry_files(tmp_path / "cache")
     assert len(files) == 7  # 100 KiB in 16 KiB blocks, every one written behind the reader
     victim = files[3]
@@ -229,7 +227,7 @@ def test_damaged_entries_are_dropped_and_refetched(tmp_path: Path, damage: str) 
     else:
         victim.unlink()
     reads_before = store.reads
-    vfs = make_vfs(store, config)  # a fresh mount: nothing in memory
+    vfs = cached_vfs(store, config)  # a fresh mount: nothing in memory
     assert trio.run(with_nursery, vfs, "f", [(0, len(data))]) == [data]
     assert store.reads == reads_before + 1  # only the damaged block came from the store
     assert vfs.cache.stats.disk_hits == 6
@@ -241,10 +239,10 @@ def test_disk_tier_survives_a_remount(tmp_path: Path) -> None:
     data = random.Random(9).randbytes(200 * KIB)
     store = FakeStore({"f": data})
     config = cache_config(tmp_path)
-    trio.run(with_nursery, make_vfs(store, config), "f", [(0, len(data))])
+    trio.run(with_nursery, cached_vfs(store, config), "f", [(0, len(data))])
     fetched = store.reads
     assert fetched == 13
-    again = make_vfs(store, config)
+    again = cached_vfs(store, config)
     assert trio.run(with_nursery, again, "f", [(0, len(data))]) == [data]
     assert store.reads == fetched  # every block came from disk
     assert again.cache.stats.disk_hits == 13
@@ -254,7 +252,7 @@ def test_changed_object_is_refetched_not_mixed(tmp_path: Path) -> None:
     old = random.Random(1).randbytes(100 * KIB)
     new = random.Random(2).randbytes(100 * KIB)
     store = FakeStore({"f": old})
-    vfs = make_vfs(store, cache_config(tmp_path))
+    vfs = cached_vfs(store, cache_config(tmp_path))
     assert trio.run(with_nursery, vfs, "f", [(0, len(old))]) == [old]
     store.overwrite("f", new)
     assert trio.run(with_nursery, vfs, "f", [(0, len(new))]) == [new]
@@ -290,7 +288,7 @@ def test_free_space_floor_reads_around_the_cache(tmp_path: Path) -> None:
     data = random.Random(4).randbytes(64 * KIB)
     store = FakeStore({"f": data})
     # A floor no file system can meet: nothing is stored, and readers see no error.
-    vfs = make_vfs(store, cache_config(tmp_path, free_ratio=0.999999))
+    vfs = cached_vfs(store, cache_config(tmp_path, free_ratio=0.999999))
     assert trio.run(with_nursery, vfs, "f", [(0, len(data))]) == [data]
     assert vfs.cache.stats.disk_writes == 0 and vfs.cache.stats.disk_write_skips == 4
 
@@ -300,10 +298,10 @@ def test_random_reads_use_verified_chunks_of_the_disk_tier(tmp_path: Path) -> No
     data = random.Random(8).randbytes(4 * block)
     store = FakeStore({"f": data})
     config = cache_config(tmp_path, block=block)
-    trio.run(with_nursery, make_vfs(store, config), "f", [(0, len(data))])
+    trio.run(with_nursery, cached_vfs(store, config), "f", [(0, len(data))])
     fetched = store.reads
     offset = 2 * block + 70 * KIB  # inside block 2, chunk 1: not where a sequential read starts
-    vfs = make_vfs(store, config)
+    vfs = cached_vfs(store, config)
     assert trio.run(with_nursery, vfs, "f", [(offset, 100)]) == [data[offset : offset + 100]]
     assert store.reads == fetched and vfs.cache.stats.disk_hits == 1
     assert len(vfs.cache.memory) == 0  # a part of a block is not a block: memory untouched
@@ -316,7 +314,7 @@ def test_random_reads_use_verified_chunks_of_the_disk_tier(tmp_path: Path) -> No
     raw = bytearray(victim.read_bytes())
     raw[raw.find(data[offset : offset + 100]) + 5] ^= 0xFF
     victim.write_bytes(bytes(raw))
-    vfs = make_vfs(store, config)
+    vfs = cached_vfs(store, config)
     assert trio.run(with_nursery, vfs, "f", [(offset, 100)]) == [data[offset : offset + 100]]
     # The reader's 100 bytes come on their own; the block is fetched again behind them.
     assert store.reads == fetched + 2 and vfs.cache.stats.disk_corrupt == 1
@@ -340,7 +338,7 @@ def test_a_small_read_of_a_cold_block_does_not_wait_for_the_whole_block() -> Non
     block = 256 * KIB
     data = random.Random(9).randbytes(3 * block)
     store = GatedStore({"f": data}, small=4 * KIB)
-    vfs = make_vfs(store, cache_config(None, block=block))
+    vfs = cached_vfs(store, cache_config(None, block=block))
     offset = block + 1000  # a random read in the middle of the file
 
     async def main() -> None:
@@ -367,7 +365,7 @@ def test_a_small_read_of_a_cold_block_does_not_wait_for_the_whole_block() -> Non
 def test_a_small_file_is_fetched_from_its_open() -> None:
     data = random.Random(10).randbytes(10 * KIB)
     store = GatedStore({"f": data}, small=0)  # every read waits for the gate
-    vfs = make_vfs(store, cache_config(None))
+    vfs = cached_vfs(store, cache_config(None))
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
@@ -392,7 +390,7 @@ def test_a_region_read_through_page_faults_fetches_little_beyond_it() -> None:
     block = 1024 * KIB
     data = random.Random(11).randbytes(64 * block)
     store = FakeStore({"f": data})
-    vfs = make_vfs(store, cache_config(None, block=block))
+    vfs = cached_vfs(store, cache_config(None, block=block))
     start, size, region = 20 * block + 512 * KIB, 256 * KIB, 8 * block
     reads = [(offset, size) for offset in range(start, start + region, size)]
     got = trio.run(with_nursery, vfs, "f", reads)

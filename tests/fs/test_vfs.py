@@ -5,8 +5,8 @@ The store is the real local backend, wrapped to count the calls that reach it.
 
 from __future__ import annotations
 
+import dataclasses
 import os
-import tempfile
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -17,11 +17,20 @@ import trio
 
 from pffs.backends import open_backend
 from pffs.backends.base import Capabilities, ObjectInfo
-from pffs.config import FuseConfig, MetaConfig, SourceConfig
-from pffs.errors import Changed, IsADirectory, NotADirectory, NotFound, ReadOnly, Unsupported
+from pffs.config import SourceConfig
+from pffs.errors import (
+    Changed,
+    IsADirectory,
+    NotADirectory,
+    NotFound,
+    PffsError,
+    ReadOnly,
+    Unsupported,
+)
 from pffs.fs.inodes import ROOT_INODE, Inode
+from pffs.fs.special import HIDDEN_DIR, PRELOAD_FILE, STATS_FILE
 from pffs.fs.vfs import Vfs
-from pffs.routing.table import MountTable
+from tests.fs.helpers import LONG_TTLS, make_vfs
 
 T = TypeVar("T")
 
@@ -71,12 +80,11 @@ def tree(tmp_path: Path) -> Path:
     return root
 
 
-def make_vfs(root: Path, read_only: bool = False, **meta: Any) -> tuple[Vfs, CountingBackend]:
+def counted_vfs(root: Path, read_only: bool = False, **meta: Any) -> tuple[Vfs, CountingBackend]:
+    """A Vfs over `root` (TTLs of a minute unless `meta` says otherwise), and its counting store."""
     backend = CountingBackend(root)
-    ttl = {"attr_ttl": 60.0, "entry_ttl": 60.0, "dir_ttl": 60.0, "negative_ttl": 60.0, **meta}
-    fuse = FuseConfig(mountpoint="/unused", read_only=read_only)
-    staging = tempfile.mkdtemp(prefix="pffs-staging-")
-    return Vfs(MountTable.single(backend), MetaConfig(**ttl), fuse, staging_dir=staging), backend
+    ttls = dataclasses.replace(LONG_TTLS, **meta)
+    return make_vfs(backend, meta=ttls, read_only=read_only), backend
 
 
 async def list_all(vfs: Vfs, ino: int, batch: int = 10_000) -> list[tuple[str, Inode]]:
@@ -103,7 +111,7 @@ async def list_all(vfs: Vfs, ino: int, batch: int = 10_000) -> list[tuple[str, I
 
 
 def test_lookup_caches_attributes_and_misses(tree: Path) -> None:
-    vfs, backend = make_vfs(tree)
+    vfs, backend = counted_vfs(tree)
 
     async def main() -> None:
         a1 = await vfs.lookup(ROOT_INODE, "a.txt")
@@ -119,7 +127,7 @@ def test_lookup_caches_attributes_and_misses(tree: Path) -> None:
 
 
 def test_expired_attributes_are_asked_again(tree: Path) -> None:
-    vfs, backend = make_vfs(tree, attr_ttl=0.0, negative_ttl=0.0)
+    vfs, backend = counted_vfs(tree, attr_ttl=0.0, negative_ttl=0.0)
 
     async def main() -> None:
         await vfs.lookup(ROOT_INODE, "a.txt")
@@ -134,7 +142,7 @@ def test_expired_attributes_are_asked_again(tree: Path) -> None:
 
 
 def test_fresh_listing_answers_lookups(tree: Path) -> None:
-    vfs, backend = make_vfs(tree)
+    vfs, backend = counted_vfs(tree)
 
     async def main() -> None:
         dir_inode = await vfs.lookup(ROOT_INODE, "dir")
@@ -152,7 +160,7 @@ def test_fresh_listing_answers_lookups(tree: Path) -> None:
 
 
 def test_inode_numbers_are_stable_across_forget(tree: Path) -> None:
-    vfs, _ = make_vfs(tree)
+    vfs, _ = counted_vfs(tree)
 
     async def main() -> None:
         table = vfs.namespace.inodes
@@ -184,14 +192,14 @@ def test_inode_numbers_are_the_same_after_a_remount(tree: Path) -> None:
                     pending.append(inode.ino)
         return found
 
-    first = trio.run(numbers, make_vfs(tree)[0], False)
-    assert trio.run(numbers, make_vfs(tree)[0], True) == first and len(first) == 5
+    first = trio.run(numbers, counted_vfs(tree)[0], False)
+    assert trio.run(numbers, counted_vfs(tree)[0], True) == first and len(first) == 5
 
 
 def test_a_path_deleted_while_the_kernel_holds_it_comes_back_with_a_new_number(
     tree: Path,
 ) -> None:
-    vfs, _ = make_vfs(tree, negative_ttl=0.0)
+    vfs, _ = counted_vfs(tree, negative_ttl=0.0)
 
     async def main() -> None:
         held = await vfs.lookup(ROOT_INODE, "a.txt")
@@ -210,7 +218,7 @@ def test_readdir_counts_references_and_resumes(tmp_path: Path) -> None:
     names = [f"f{i:05d}" for i in range(2500)]  # more than one LIST_CHUNK
     for name in names:
         (root / name).write_bytes(b"x")
-    vfs, backend = make_vfs(root)
+    vfs, backend = counted_vfs(root)
 
     async def main() -> None:
         listed = await list_all(vfs, ROOT_INODE, batch=97)
@@ -223,7 +231,7 @@ def test_readdir_counts_references_and_resumes(tmp_path: Path) -> None:
 
 
 def test_directory_checks(tree: Path) -> None:
-    vfs, _ = make_vfs(tree)
+    vfs, _ = counted_vfs(tree)
 
     async def main() -> None:
         a = await vfs.lookup(ROOT_INODE, "a.txt")
@@ -240,7 +248,7 @@ def test_directory_checks(tree: Path) -> None:
 
 
 def test_reads_any_offset_and_size(tree: Path) -> None:
-    vfs, _ = make_vfs(tree)
+    vfs, _ = counted_vfs(tree)
     data = (tree / "dir" / "b.bin").read_bytes()
 
     async def main() -> None:
@@ -261,7 +269,7 @@ def test_reads_any_offset_and_size(tree: Path) -> None:
 
 
 def test_keep_cache_only_for_an_unchanged_object(tree: Path) -> None:
-    vfs, _ = make_vfs(tree, attr_ttl=0.0)
+    vfs, _ = counted_vfs(tree, attr_ttl=0.0)
 
     async def main() -> None:
         a = await vfs.lookup(ROOT_INODE, "a.txt")
@@ -284,7 +292,7 @@ def test_keep_cache_only_for_an_unchanged_object(tree: Path) -> None:
 def test_writes_are_refused_clearly(tree: Path) -> None:
     async def main() -> None:
         for read_only, error in ((True, ReadOnly), (False, Unsupported)):
-            vfs, _ = make_vfs(tree, read_only=read_only)
+            vfs, _ = counted_vfs(tree, read_only=read_only)
             a = await vfs.lookup(ROOT_INODE, "a.txt")
             with pytest.raises(error):
                 await vfs.open(a.ino, os.O_WRONLY)
@@ -293,7 +301,7 @@ def test_writes_are_refused_clearly(tree: Path) -> None:
 
 
 def test_listing_outlives_the_kernel_forgetting_the_directory(tree: Path) -> None:
-    vfs, backend = make_vfs(tree)
+    vfs, backend = counted_vfs(tree)
 
     async def main() -> None:
         await list_all(vfs, ROOT_INODE)
@@ -308,3 +316,46 @@ def test_listing_outlives_the_kernel_forgetting_the_directory(tree: Path) -> Non
         assert backend.calls["list"] == 2
 
     run(main)
+
+
+def test_hidden_files_open_handles_like_any_other(tree: Path) -> None:
+    """`.pffs` handles are numbered and kept with the others: one table, one release."""
+    vfs, _ = counted_vfs(tree)
+
+    async def main() -> None:
+        hidden = (await vfs.lookup(ROOT_INODE, HIDDEN_DIR)).ino
+        stats = (await vfs.lookup(hidden, STATS_FILE)).ino
+        preload = (await vfs.lookup(hidden, PRELOAD_FILE)).ino
+        file_fh, _ = await vfs.open((await vfs.lookup(ROOT_INODE, "a.txt")).ino, os.O_RDONLY)
+        stats_fh, keep = await vfs.open(stats, os.O_RDONLY)
+        order_fh, _ = await vfs.open(preload, os.O_WRONLY)
+        dir_fh = await vfs.opendir(hidden)
+        assert len({file_fh, stats_fh, order_fh, dir_fh}) == 4 and not keep
+        assert [vfs.direct_io(fh) for fh in (file_fh, stats_fh, order_fh, dir_fh)] == [
+            False,
+            True,
+            True,
+            False,
+        ]
+        assert b'"pffs_' in bytes(await vfs.read(stats_fh, 0, 1 << 20))
+        with pytest.raises(NotFound):
+            await vfs.read(dir_fh, 0, 1)  # a directory's handle is no file's
+        with pytest.raises(PffsError, match="not open for writing"):
+            await vfs.write(stats_fh, 0, b"x")
+        for fh in (file_fh, stats_fh, order_fh):
+            await vfs.release(fh)
+        vfs.releasedir(dir_fh)
+        for fh in (file_fh, stats_fh, order_fh, dir_fh):
+            assert vfs.handles.get(fh) is None
+            with pytest.raises(NotFound):
+                await vfs.read(fh, 0, 1)
+        assert vfs.special.slots.taken == 0  # the order list's slot came back
+
+    run(main)
+
+
+def test_files_being_written_are_the_writers_alone(tree: Path) -> None:
+    """The namespace reads the registry of files being written; it cannot change it."""
+    vfs, _ = counted_vfs(tree)
+    with pytest.raises(TypeError):
+        vfs.namespace.staged[1] = None  # type: ignore[index]

@@ -10,7 +10,7 @@ from pffs.cache.keys import BlockKey
 from pffs.group.members import Member
 from pffs.group.placement import Placement, owner
 
-KEYS = [BlockKey("s3://b", "u", f"d/f{n // 8}.bin", '"etag"', n % 8) for n in range(8000)]
+KEYS = [BlockKey("s3://b", "alice", f"d/f{n // 8}.bin", '"etag"', n % 8) for n in range(8000)]
 
 
 def members(count: int, **weights: float) -> list[Member]:

@@ -21,7 +21,7 @@ from pffs.group.signing import Verifier
 
 SECRET = b"a-shared-secret-of-the-group"
 T = TypeVar("T")
-BLOCKS = ObjectBlocks("s3://bucket", "u", "d/f.bin", '"v1"', 10_000, 4096)
+BLOCKS = ObjectBlocks("s3://bucket", "alice", "d/f.bin", '"v1"', 10_000, 4096)
 DATA = bytes(range(256)) * 40
 
 
@@ -71,7 +71,7 @@ def test_refusals() -> None:
             (PeerClient(b"another-secret-entirely", "x"), BlockRequest(BLOCKS, 0)),
             (
                 PeerClient(SECRET, "x"),
-                BlockRequest(ObjectBlocks("s3://other", "u", "f", "v", 9, 4), 0),
+                BlockRequest(ObjectBlocks("s3://other", "alice", "f", "v", 9, 4), 0),
             ),
         ):
             with pytest.raises(PeerFailed) as failed:

@@ -340,6 +340,17 @@ def test_a_bad_peer_costs_one_log_line_and_a_fallback(
     assert log.count("peer bad broken") == 1 and f"({reason})" in log, log[-3000:]
 
 
+NOT_MOUNTED = "a source this member does not mount as that principal"
+
+
+def refusals(mounts: dict[str, Path], reason: str) -> float:
+    """Peer requests the members refused for `reason`, in all."""
+    return sum(
+        metric_value(stats_snapshot(mnt), "pffs_group_refusals_total", reason=reason)
+        for mnt in mounts.values()
+    )
+
+
 def test_a_member_serves_only_sources_it_mounts(s3, bucket, proxy, tmp_path) -> None:
     """Two members of one group mounting different buckets: each refuses the other's blocks
     (the group is no way around a bucket's access rules) and both read exact bytes."""
@@ -366,15 +377,40 @@ def test_a_member_serves_only_sources_it_mounts(s3, bucket, proxy, tmp_path) -> 
         read_all(mounts["node0"], files[bucket], 0, errors)
         read_all(mounts["node1"], files[other], 1, errors)
         assert errors == []
-        refused = sum(
-            metric_value(
-                stats_snapshot(mnt),
-                "pffs_group_refusals_total",
-                reason="a source this member does not mount",
+        assert refusals(mounts, NOT_MOUNTED) >= 1
+        assert peer_bytes(mounts, "received") == 0
+
+
+def test_a_member_serves_only_the_principal_it_mounts_as(s3, bucket, proxy, tmp_path) -> None:
+    """Two members mounting one bucket with different keys: each block key carries the
+    principal, so neither serves the other (a store's per-principal rules hold across the
+    group), and both read exact bytes from the store themselves."""
+    files = put_files(s3, bucket, 4, MIB + 3, seed=3)
+    cluster = Cluster(tmp_path, 2)
+    with contextlib.ExitStack() as stack:
+        mounts = {}
+        for number, name in enumerate(cluster.names):
+            keys = tmp_path / f"keys-{name}"
+            keys.write_text(
+                f"[default]\naws_access_key_id = AKIAPEER{number}\n"
+                f"aws_secret_access_key = secret{number}\n"
             )
-            for mnt in mounts.values()
-        )
-        assert refused >= 1
+            mounts[name] = stack.enter_context(
+                mounted(
+                    f"s3://{bucket}",
+                    tmp_path / name,
+                    "--endpoint-url",
+                    proxy.endpoint_url,
+                    "--credentials-file",
+                    str(keys),
+                    *cluster.options(name),
+                )
+            )
+        errors: list[str] = []
+        read_all(mounts["node0"], files, 0, errors)
+        read_all(mounts["node1"], files, 1, errors)
+        assert errors == []
+        assert refusals(mounts, NOT_MOUNTED) >= 1
         assert peer_bytes(mounts, "received") == 0
 
 

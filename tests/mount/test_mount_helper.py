@@ -58,16 +58,16 @@ def test_every_pffs_mount_option_can_be_given_with_o() -> None:
     assert {"endpoint_url", "cache_size", "read_only", "allow_other", "no_path_style"} <= set(
         options
     )
-    for name, action in options.items():
-        candidates = [name] if action.nargs == 0 else [f"{name}={v}" for v in samples]
+    for name, option in options.items():
+        candidates = [f"{name}={v}" for v in samples] if option.takes_value else [name]
         changed = []
-        for option in candidates:
-            argv = mounthelper.translate("s3://b", "/mnt", [option])
+        for given in candidates:
+            argv = mounthelper.translate("s3://b", "/mnt", [given])
             try:
                 args = _pffs_mount_args(argv)
             except SystemExit:  # the sample does not fit this option's type
                 continue
-            changed.append(getattr(args, action.dest) != getattr(defaults, action.dest))
+            changed.append(getattr(args, option.dest) != getattr(defaults, option.dest))
         assert any(changed), name
 
 

@@ -1,4 +1,4 @@
-"""The order socket's caps on a real mount, against real client processes' sockets: a client
+"""The preload socket's caps on a real mount, against real client processes' sockets: a client
 streaming 1 GiB is refused at the byte cap, 1,000 idle connections are refused beyond the
 connection cap or cut off at the connection's lifetime (a short `--order-timeout`), the mount's
 RSS meanwhile grows by at most 64 MiB, reads go on with exact bytes, and a list sent afterwards
@@ -21,7 +21,7 @@ from tests.conftest import mounted
 
 pytestmark = [
     pytest.mark.mount,
-    pytest.mark.skipif(os.geteuid() != 0, reason="the order socket needs CAP_SYS_ADMIN"),
+    pytest.mark.skipif(os.geteuid() != 0, reason="the preload socket needs CAP_SYS_ADMIN"),
 ]
 
 MIB = 1 << 20
@@ -51,7 +51,7 @@ def _connect(mnt: Path) -> socket.socket:
 
 
 def _daemon_pid(mnt: Path) -> int:
-    """The mount's process, as the kernel names the other end of its order socket."""
+    """The mount's process, as the kernel names the other end of its preload socket."""
     with _connect(mnt) as sock:
         pid, _uid, _gid = struct.unpack("3i", sock.getsockopt(
             socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")

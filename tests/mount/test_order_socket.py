@@ -1,4 +1,4 @@
-"""The order socket `.pffs/preload.sock` on real mounts: every way of unmounting works while
+"""The preload socket `.pffs/preload.sock` on real mounts: every way of unmounting works while
 it is bound (`pffs umount`, umount(8) as Fluid's preStop runs it, SIGTERM of the daemon, the
 CSI driver's fusermount3 with a read-only bind beside it), and the daemon exits after each; a
 mount still bound elsewhere keeps serving; no other special file can be made; a killed daemon's

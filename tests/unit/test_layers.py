@@ -17,6 +17,8 @@ CORE = (
     "pffs.credentials",
     "pffs.errors",
     "pffs.sizes",
+    "pffs.optionvalues",
+    "pffs.optiontable",
     "pffs.retry",
     "pffs.logs",
     "pffs.workers",

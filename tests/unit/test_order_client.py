@@ -1,7 +1,7 @@
 """pffs.jobs's choice of channel, against a directory laid out as a mount's `.pffs` (no
 mount: a plain directory and a real unix socket stand in for pffs's). The socket is preferred;
 without one, or with a socket nobody listens on (a mount closing it as it unmounts), the list
-is written to the control file."""
+is written to the preload file."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Names changed when "prefetch" stopped naming two things (README, "Renamed in this
-release"): the old options, the old module and the old control file still work, each with a
+release"): the old options, the old module and the old preload file still work, each with a
 one-line notice (stderr, a DeprecationWarning, a log line); the new names say nothing. The old
-command and control file on a real mount: tests/mount/test_dataset_preload.py."""
+command and preload file on a real mount: tests/mount/test_dataset_preload.py."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pffs import jobs
 from pffs.cli.fluidconfig import read_document, translated
 from pffs.cli.fluidpolicy import Policy
 from pffs.cli.options import build_parser, mount_config
-from pffs.fs.special import STATS_DIR_INO, SpecialFiles
+from pffs.fs.special import HIDDEN_DIR_INO, SpecialFiles
 from tests.fluid_controller import fluid_config
 
 OLD_AND_NEW = [
@@ -97,9 +97,9 @@ def test_the_former_control_file_name_is_the_same_file_logged_once(
 ) -> None:
     special = SpecialFiles(time.time())
     root = special.dir  # any inode stands for the root here
-    assert special.lookup(STATS_DIR_INO, "prefetch", root) is special.control
-    assert special.lookup(STATS_DIR_INO, "prefetch", root) is special.control
-    assert special.lookup(STATS_DIR_INO, "preload", root) is special.control
+    assert special.lookup(HIDDEN_DIR_INO, "prefetch", root) is special.preload_file
+    assert special.lookup(HIDDEN_DIR_INO, "prefetch", root) is special.preload_file
+    assert special.lookup(HIDDEN_DIR_INO, "preload", root) is special.preload_file
     notices = [r.getMessage() for r in caplog.records]
     assert notices == ["/.pffs/prefetch is deprecated and will be removed, use /.pffs/preload"]
     assert [inode.path for inode in special.listed()] == [".pffs/stats", ".pffs/preload"]

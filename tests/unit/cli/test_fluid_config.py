@@ -2,7 +2,7 @@
 Fluid's controller writes them (tests/fluid_controller.py), secrets as files in a temp dir
 (the profile's `--secrets-dir`).
 
-What the profile's policy refuses is in tests/unit/test_fluid_policy.py; the mount itself,
+What the profile's policy refuses is in tests/unit/cli/test_fluid_policy.py; the mount itself,
 SIGTERM, dead mounts, the liveness check and config changes in tests/mount/test_fluid.py."""
 
 from __future__ import annotations
@@ -376,25 +376,30 @@ def test_a_named_profile_is_the_nodes_and_keys_stay_values(
     assert entries(config)["train"].source.credentials == Credentials("AKIAFLUID", "s3cr3t/+x")
 
 
-def test_a_thin_runtime_joins_a_cache_group(tmp_path: Path, secrets: Path) -> None:
-    """The `pffs mount` options of a cache group are Fluid runtime options like any other:
-    `the profile's `--options` join the dataset's FUSE pods to a group."""
+def test_the_profile_joins_a_cache_group(tmp_path: Path, secrets: Path) -> None:
+    """The `pffs mount` options of a cache group are whole-mount options: the profile's
+    `--options` join the dataset's FUSE pods to a group; a ThinRuntime's `fuse.options` may not
+    (its secret file and listener are the node's)."""
     (tmp_path / "group-secret").write_text("0123456789abcdef-group\n")
-    runtime = {
-        "group-members": "k8s://fluid-system/pffs-group",
-        "group-listen": "0.0.0.0:7070",
-        "group-secret-file": str(tmp_path / "group-secret"),
-    }
+    group = (
+        "group-members=k8s://fluid-system/pffs-group,group-listen=0.0.0.0:7070,"
+        f"group-secret-file={tmp_path / 'group-secret'}"
+    )
     dataset = {"mounts": [{"mountPoint": "s3://bucket-a", "name": "a"}]}
-    options = ",".join(f"{key}={value}" for key, value in runtime.items())
-    profile = policy_for(tmp_path, options=(options,), node_credentials=True)
-    config = load(tmp_path, fluid_config(dataset, TARGET, secrets), None, profile)
+    text = fluid_config(dataset, TARGET, secrets)
+    config = load(tmp_path, text, {}, policy_for(tmp_path, options=(group,), node_credentials=True))
     assert config.group is not None
     assert config.group.members == "k8s://fluid-system/pffs-group"
     assert config.group.listen == "0.0.0.0:7070"
     assert config.group.secret_file == str(tmp_path / "group-secret")
-    bad = policy_for(
-        tmp_path, options=(options.replace("0.0.0.0:7070", "nowhere"),), node_credentials=True
-    )
+    bad = group.replace("0.0.0.0:7070", "nowhere")
     with pytest.raises(UsageError, match="is not HOST:PORT"):
-        load(tmp_path, fluid_config(dataset, TARGET, secrets), None, bad)
+        load(tmp_path, text, {}, policy_for(tmp_path, options=(bad,), node_credentials=True))
+    runtime = {"group-members": "k8s://fluid-system/pffs-group"}
+    with pytest.raises(UsageError, match="only the profile sets this option"):
+        load(
+            tmp_path,
+            fluid_config(dataset, TARGET, secrets, runtime),
+            {},
+            policy_for(tmp_path, node_credentials=True),
+        )

@@ -36,9 +36,9 @@ from pffs.cli.fluidpolicy import Policy
 from pffs.mounting.kernel import FSTYPE
 from pffs.version import __version__
 from tests.fluid_controller import fluid_config, write_secret
-from tests.unit.test_image import _dockerfile
+from tests.unit.deploy.test_image import _dockerfile
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 FLUID = ROOT / "deploy" / "fluid"
 CRDS = ROOT / "tests" / "data" / "fluid-crds"
 KUBE_VERSION = "1.31.0"

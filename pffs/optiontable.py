@@ -1,0 +1,270 @@
+"""The mount options, declared once: every front end derives its spelling and its parsing here.
+
+Each `Option` names one setting of a mount (name, value parser, default, help, unit) and who
+may set it:
+
+- `scope`: "mount" for the whole mount, "source" for one source (a mount table entry, one of
+  Fluid's mounts); a source option given for the whole mount is every source's default;
+- `dataset`: whether the untrusted side of Fluid (a Dataset or ThinRuntime) may set this
+  whole-mount option (pffs.cli.fluidpolicy); source options are checked one by one there.
+
+The spellings, derived from `name` ("cache-size"):
+
+    CLI flag            --cache-size                 (pffs.cli.options)
+    mount(8) -o         cache_size                   (pffs.cli.mounthelper)
+    Fluid option        cache-size                   (pffs.cli.fluidconfig)
+    CSI attribute       `csi`, camelCase: cacheSize  (csi/params.py; only the options listed)
+    pffs.toml key       `toml`, snake_case           (pffs.routing.tablefile; source options)
+
+`renamed` keeps former names working everywhere a name is read, each with a notice. A value's
+text is parsed by the option's `parse` (pffs.optionvalues), the same parser in every front end.
+tests/unit/test_option_table.py walks this table through every front end.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pffs import optionvalues as values
+from pffs.config import (
+    CACHE_POLICIES,
+    LOG_LEVELS,
+    CacheConfig,
+    DatasetConfig,
+    FuseConfig,
+    MetaConfig,
+    ObserveConfig,
+    RetryConfig,
+    SourceConfig,
+    default_cache_dir,
+)
+
+# How an option is written on a command line: with a value (`--cache-size 1G`), as a switch
+# (`--read-only`), or as a switch with a `--no-` form that leaves "unset" as the default.
+VALUE, SWITCH, TRISTATE = "value", "switch", "tristate"
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str
+    parse: Callable[[str], object]
+    # The value when not given; a callable is called each time (it depends on who runs pffs).
+    default: object
+    help: str
+    section: str
+    unit: str | None = None
+    form: str = VALUE
+    scope: str = "mount"
+    dataset: bool = False
+    csi: str | None = None
+    toml: str | None = None
+    # The type a pffs.toml value has (TOML is typed); the option's parser checks its range.
+    toml_type: type = str
+    renamed: tuple[str, ...] = ()
+    # False: no flag of its own on the command line (a source's cache policy: pffs.toml only).
+    cli: bool = True
+
+    @property
+    def dest(self) -> str:
+        """The attribute of the parsed namespace, and the key of Fluid's `--allow-option`."""
+        return self.name.replace("-", "_")
+
+    @property
+    def flag(self) -> str:
+        return f"--{self.name}"
+
+    @property
+    def o_name(self) -> str:
+        """mount(8)'s `-o` spelling."""
+        return self.dest
+
+    @property
+    def metavar(self) -> str | None:
+        """What the help shows for the value: the unit, else what its parser reads."""
+        return self.unit or _UNITS.get(self.parse)
+
+    @property
+    def takes_value(self) -> bool:
+        return self.form == VALUE
+
+    def default_value(self) -> object:
+        return self.default() if callable(self.default) else self.default
+
+    def argv(self, value: object) -> list[str]:
+        """The command line that sets `value` (switches: only a true value has one)."""
+        if self.form == SWITCH:
+            return [self.flag] if value else []
+        if self.form == TRISTATE:
+            return [self.flag if value else f"--no-{self.name}"]
+        if self.parse is values.boolean:
+            return [self.flag, "on" if value else "off"]
+        return [self.flag, str(value)]
+
+
+_UNITS: dict[Callable[[str], object], str] = {
+    values.size: "SIZE",
+    values.seconds: "SECONDS",
+    values.positive_seconds: "SECONDS",
+    values.metadata_ttl: "SECONDS",
+    values.mode: "MODE",
+}
+_CACHE = CacheConfig(disk_dir=None)
+_DATASET = DatasetConfig()
+_SOURCE = SourceConfig(url="")
+
+# One option a line or a few: the table reads better unwrapped by the formatter.
+# fmt: off
+OPTIONS: tuple[Option, ...] = (
+    # S3 (whole-mount defaults of every source, and per source)
+    Option("endpoint-url", values.text, None, "S3-compatible endpoint (default: "
+           "$AWS_ENDPOINT_URL)", "s3", scope="source", csi="endpoint", toml="endpoint"),
+    Option("region", values.text, None, "region (default: from the AWS config, else us-east-1)",
+           "s3", scope="source", csi="region", toml="region"),
+    Option("profile", values.text, None, "named profile from ~/.aws (with --credentials-file: "
+           "its section)", "s3", scope="source", toml="profile"),
+    Option("credentials-file", values.text, None, "the keys, read as values from FILE: "
+           "aws_access_key_id, aws_secret_access_key and aws_session_token of its [default] "
+           "section (or --profile's); nothing else in it is read or run", "s3", unit="FILE"),
+    Option("path-style", values.boolean, None, "path-style addressing (default: on when an "
+           "endpoint URL is set)", "s3", form=TRISTATE, scope="source", toml="path_style",
+           toml_type=bool),
+    Option("max-concurrency", values.positive_int, _SOURCE.max_concurrency, "readers' requests "
+           f"in flight, and readahead's ({_SOURCE.max_concurrency})", "s3", scope="source",
+           toml="max_concurrency", toml_type=int),
+    # retries and timeouts
+    Option("retries", values.count_up_to(100), RetryConfig.attempts - 1, "retries of a failed "
+           f"request after the first try ({RetryConfig.attempts - 1})", "retry", dataset=True),
+    Option("retry-timeout", values.positive_seconds, RetryConfig.total_timeout, "give up "
+           "retrying a request after this many seconds, sleeps included "
+           f"({RetryConfig.total_timeout:g})", "retry", dataset=True),
+    Option("request-timeout", values.positive_seconds, _SOURCE.read_timeout, "seconds one "
+           f"request may wait for the store's next bytes ({_SOURCE.read_timeout:g})", "retry",
+           dataset=True),
+    Option("connect-timeout", values.positive_seconds, _SOURCE.connect_timeout, "seconds to "
+           f"open a connection ({_SOURCE.connect_timeout:g})", "retry", dataset=True),
+    # HDFS
+    Option("hdfs-user", values.text, None, "user to act as (default: login or Kerberos user)",
+           "hdfs", scope="source", toml="user"),
+    Option("kerberos-ticket-cache", values.text, None, "Kerberos ticket cache path (kinit -c)",
+           "hdfs", scope="source", toml="kerberos_ticket_cache"),
+    Option("replication", values.whole_number, 0, "replication of written files (cluster's)",
+           "hdfs", scope="source", toml="replication", toml_type=int),
+    Option("buffer-size", values.size, 0, "I/O buffer size (client's default)", "hdfs",
+           scope="source", toml="buffer_size", toml_type=int),
+    # block cache
+    Option("cache", values.one_of(*CACHE_POLICIES), "disk", "disk, or memory: never write "
+           "this source's blocks to disk", "cache", scope="source", toml="cache", cli=False),
+    Option("cache-dir", values.text, default_cache_dir, "disk tier directory, or 'none' for "
+           "memory only (~/.cache/pffs)", "cache"),
+    Option("cache-size", values.size, _CACHE.disk_bytes, "disk tier bound (100G)", "cache",
+           csi="cacheSize"),
+    Option("cache-free-ratio", values.ratio, _CACHE.free_ratio, "keep this fraction of the disk "
+           "free (0.1)", "cache"),
+    Option("cache-memory", values.size, _CACHE.memory_bytes, "memory bound, blocks loaded ahead "
+           "in flight included (512M)", "cache", csi="cacheMemory"),
+    Option("block-size", values.size, _CACHE.block_size, "cache block size (4M)", "cache",
+           dataset=True, csi="blockSize"),
+    Option("readahead-max", values.size, _CACHE.readahead_max, "readahead window per open file "
+           "(more for a far store), 0 disables (32M)", "cache", dataset=True, csi="readaheadMax",
+           renamed=("prefetch-max",)),
+    # preload
+    Option("preload", values.boolean, _DATASET.enabled, "load files ahead of readers: a "
+           "directory's once a job reads a few of them, and order lists (on)", "preload",
+           unit="on|off", dataset=True, csi="preload", renamed=("dataset-prefetch",)),
+    Option("preload-budget", values.size, _DATASET.budget, "bytes of files preloaded in flight "
+           "at most (64M)", "preload", dataset=True, renamed=("dataset-prefetch-budget",)),
+    Option("order-timeout", values.seconds, _DATASET.orders.seconds, "an order list sent to "
+           ".pffs/preload.sock must arrive whole within this long of its connection, and its "
+           "report be read within as long again (60)", "preload", unit="SECONDS"),
+    # mount
+    Option("read-only", values.boolean, False, "refuse all writes", "mount", form=SWITCH,
+           dataset=True, csi="readOnly", toml="read_only", toml_type=bool),
+    Option("uid", values.any_id, os.getuid, "owner of every entry", "mount"),
+    Option("gid", values.any_id, os.getgid, "group of every entry", "mount"),
+    Option("file-mode", values.mode, 0o644, "octal mode of files (644)", "mount"),
+    Option("dir-mode", values.mode, 0o755, "octal mode of directories (755)", "mount"),
+    Option("allow-other", values.boolean, False, "let other users see the mount", "mount",
+           form=SWITCH),
+    Option("kernel-readahead", values.size, FuseConfig.kernel_readahead, "kernel readahead of "
+           "the mount, needs root (4M)", "mount"),
+    Option("debug", values.boolean, False, "verbose logs and tracebacks", "mount", form=SWITCH),
+    Option("log-file", values.text, None, "daemon log (default: ~/.local/state/pffs/log/)",
+           "mount"),
+    # observability
+    Option("metrics", values.text, None, "serve Prometheus metrics at HOST:PORT, e.g. "
+           "127.0.0.1:9567; :PORT is 127.0.0.1, every interface is 0.0.0.0:PORT (off)",
+           "observe", unit="ADDR"),
+    Option("slow-request", values.seconds, ObserveConfig.slow_request, "log store requests "
+           "slower than this at WARNING (5)", "observe", unit="SECONDS"),
+    Option("log-level", values.one_of(*LOG_LEVELS), None, "least severe level logged (info; "
+           "debug with --debug)", "observe", unit="|".join(LOG_LEVELS)),
+    # metadata caching
+    Option("metadata-ttl", values.metadata_ttl, None, "the attribute, name and listing TTLs at "
+           "once: seconds, or `indefinite` for a dataset that does not change while mounted "
+           "(the three options below override it)", "meta", dataset=True),
+    Option("attr-ttl", values.seconds, None, f"({MetaConfig.attr_ttl:g})", "meta", dataset=True),
+    Option("entry-ttl", values.seconds, None, f"({MetaConfig.entry_ttl:g})", "meta",
+           dataset=True),
+    Option("dir-ttl", values.seconds, None, f"({MetaConfig.dir_ttl:g})", "meta", dataset=True),
+    Option("negative-ttl", values.seconds, MetaConfig.negative_ttl, "", "meta", dataset=True),
+    # cache group (checked whole by pffs.cli.groupoptions: they go together)
+    Option("group-members", values.text, None, "the member list: file:///PATH (NAME "
+           "http://HOST:PORT a line), k8s://NS/SERVICE or dns://NAME:PORT", "group",
+           unit="SOURCE"),
+    Option("group-listen", values.text, None, "where peers reach this mount", "group",
+           unit="HOST:PORT"),
+    Option("group-secret-file", values.text, None, "the group's shared secret", "group",
+           unit="FILE"),
+    Option("group-self", values.text, None, "this member's name (default: $NODE_NAME, else "
+           "host name)", "group", unit="NAME"),
+    # shared cache
+    Option("shared-cache", values.text, None, "where blocks go", "shared",
+           unit="s3://BUCKET/PREFIX"),
+    Option("shared-cache-endpoint", values.text, None, "its S3 endpoint", "shared", unit="URL"),
+    Option("shared-cache-profile", values.text, None, "its credentials profile", "shared",
+           unit="NAME"),
+)
+# fmt: on
+
+# The sections of the table, as `pffs mount --help` shows them.
+SECTIONS = {
+    "s3": "S3 (credentials: --credentials-file, else boto3's chain: env, profile, files)",
+    "retry": "retries and timeouts (every source)",
+    "hdfs": "HDFS (libhdfs through pyarrow; needs Java and Hadoop)",
+    "cache": "block cache",
+    "preload": "preload",
+    "mount": "mount",
+    "observe": "observability",
+    "meta": "metadata caching (seconds)",
+    "group": "cache group (mounts serving each other's blocks: each block from the store once)",
+    "shared": "shared cache (a store near the compute holding blocks for every mount)",
+}
+BY_NAME = {option.name: option for option in OPTIONS}
+# Former name -> the option it now is.
+RENAMED = {old: option for option in OPTIONS for old in option.renamed}
+
+
+def find(name: str) -> tuple[Option, bool] | None:
+    """The option called `name` (or by a former name: then True), None for no option."""
+    if name in BY_NAME:
+        return BY_NAME[name], False
+    if name in RENAMED:
+        return RENAMED[name], True
+    return None
+
+
+def section(name: str) -> tuple[Option, ...]:
+    return tuple(option for option in OPTIONS if option.section == name)
+
+
+def defaults() -> dict[str, object]:
+    """{dest: default} of every option: what a command line that gives none of them means."""
+    return {option.dest: option.default_value() for option in OPTIONS}
+
+
+def camel(name: str) -> str:
+    """A dashed name in camelCase, as Kubernetes attributes are written."""
+    first, *rest = name.split("-")
+    return first + "".join(part.title() for part in rest)

@@ -1,0 +1,107 @@
+"""The value parsers of mount options: each turns one option's text into its value, or raises
+`BadValue` saying in one line, starting with the text itself, what is wrong with it.
+
+Every front end parses with these (through pffs.optiontable): the CLI, mount(8)'s `-o`, the
+CSI volume attributes and Fluid's options, so a value means the same wherever it is written.
+
+The one boolean rule: `true`, `yes`, `on`, `1` and `false`, `no`, `off`, `0`, in any case;
+anything else is refused, the empty text included. A front end whose syntax has a bare key
+(`-o ro`, Fluid's `allow-other` with no value) hands "true" for it; an empty CSI attribute is
+one not given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pffs.config import INDEFINITE_TTL
+from pffs.sizes import SizeError, parse_size
+
+TRUE_WORDS = ("true", "yes", "on", "1")
+FALSE_WORDS = ("false", "no", "off", "0")
+
+
+class BadValue(ValueError):
+    """Text that is not a value of its option; the message says what was expected."""
+
+
+def boolean(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in TRUE_WORDS:
+        return True
+    if lowered in FALSE_WORDS:
+        return False
+    raise BadValue(f"{text!r} is not true or false")
+
+
+def size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except SizeError as exc:
+        raise BadValue(str(exc)) from None
+
+
+def mode(text: str) -> int:
+    try:
+        value = int(text, 8)
+    except ValueError:
+        raise BadValue(f"{text!r} is not an octal mode like 644") from None
+    if not 0 <= value <= 0o7777:
+        raise BadValue(f"{text!r} is not a mode between 0 and 7777")
+    return value
+
+
+def number_in(low: float, high: float, what: str) -> Callable[[str], float]:
+    """A parser of a float with low <= value < high."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not low <= value < high:
+            raise BadValue(f"{text!r} is not {what}")
+        return value
+
+    return parse
+
+
+seconds = number_in(0, float("inf"), "a number of seconds")
+ratio = number_in(0, 1, "a fraction between 0 and 1")
+positive_seconds = number_in(0.001, float("inf"), "a positive number of seconds")
+
+
+def metadata_ttl(text: str) -> float:
+    return INDEFINITE_TTL if text.strip().lower() == "indefinite" else seconds(text)
+
+
+def positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) <= 0:
+        raise BadValue(f"{text!r} is not a positive integer")
+    return int(text)
+
+
+def count_up_to(high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        if not text.isdigit() or int(text) > high:
+            raise BadValue(f"{text!r} is not a whole number from 0 to {high}")
+        return int(text)
+
+    return parse
+
+
+whole_number = count_up_to(1 << 31)
+any_id = count_up_to((1 << 32) - 1)
+
+
+def text(value: str) -> str:
+    return value
+
+
+def one_of(*choices: str) -> Callable[[str], str]:
+    def parse(value: str) -> str:
+        if value not in choices:
+            raise BadValue(f"{value!r} is not one of {', '.join(choices)}")
+        return value
+
+    return parse

@@ -1,0 +1,188 @@
+"""The option table (pffs.optiontable) walked through every front end: each option is spelled
+as the table says in the CLI, mount(8)'s -o, Fluid's options, the CSI volume attributes and
+pffs.toml, and a value given there reaches `pffs mount`'s parsed options as the table's parser
+reads it."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+import pytest
+
+from pffs.cli import mounthelper
+from pffs.cli.fluidconfig import SOURCE_KEYS, mount_arguments
+from pffs.cli.fluidpolicy import DATA_OPTIONS
+from pffs.cli.options import build_parser
+from pffs.config import SourceConfig
+from pffs.csi import params
+from pffs.optiontable import OPTIONS, SWITCH, Option, camel
+from pffs.optionvalues import BadValue, boolean
+from pffs.routing.tablefile import parse_table
+
+CLI_OPTIONS = [option for option in OPTIONS if option.cli]
+# Spellings that are not the table's rule, each on purpose: the mount table file and the
+# attributes took the short name of the endpoint before the table existed.
+TOML_EXCEPTIONS = {"endpoint-url": "endpoint", "hdfs-user": "user"}
+CSI_EXCEPTIONS = {"endpoint-url": "endpoint"}
+CANDIDATES = ("3", "600", "0.5", "warning", "memory", "off", "true", "x")
+
+
+def sample(option: Option) -> tuple[str, object]:
+    """A text the option's parser takes, and its value, which is not the default."""
+    for text in CANDIDATES:
+        try:
+            value = option.parse(text)
+        except BadValue:
+            continue
+        if value != option.default_value():
+            return text, value
+    raise AssertionError(f"no sample for {option.name}")
+
+
+def parsed(argv: list[str]) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
+
+
+def mount_actions() -> dict[str, argparse.Action]:
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return {
+        flag: action
+        for action in commands.choices["mount"]._actions
+        for flag in action.option_strings
+    }
+
+
+def test_every_mount_flag_is_in_the_table() -> None:
+    """The parser of `pffs mount` has no option the table lacks (but help, foreground, config)."""
+    flags = {flag for flag in mount_actions() if flag.startswith("--")}
+    from_table = {option.flag for option in CLI_OPTIONS}
+    renamed = {f"--{old}" for option in OPTIONS for old in option.renamed}
+    tristate = {f"--no-{option.name}" for option in OPTIONS if option.form == "tristate"}
+    assert flags - {"--help", "--foreground", "--config"} == from_table | renamed | tristate
+
+
+@pytest.mark.parametrize("option", CLI_OPTIONS, ids=lambda o: o.name)
+def test_cli_flag(option: Option) -> None:
+    text, value = sample(option)
+    given = option.argv(value) if option.form != "value" else [option.flag, text]
+    args = parsed(["mount", "s3://bkt", "/mnt/x", *given])
+    assert getattr(args, option.dest) == value
+    if option.name != "debug":  # given before the subcommand too, where it has its default
+        assert getattr(parsed(["mount", "s3://bkt", "/mnt/x"]), option.dest) == (
+            option.default_value()
+        )
+
+
+@pytest.mark.parametrize("option", CLI_OPTIONS, ids=lambda o: o.name)
+def test_mount_helper_option(option: Option) -> None:
+    text, value = sample(option)
+    assert mounthelper.mount_options()[option.o_name] is option
+    if option.takes_value:
+        given = f"{option.o_name}={text}"
+    else:
+        given = option.o_name if value else f"no_{option.o_name}"
+    args = parsed(mounthelper.translate("s3://bkt", "/mnt/x", [given]))
+    assert getattr(args, option.dest) == value
+
+
+@pytest.mark.parametrize("option", OPTIONS, ids=lambda o: o.name)
+def test_fluid_option(option: Option) -> None:
+    text, value = sample(option)
+    if option.scope == "source":
+        assert SOURCE_KEYS[option.name] is option
+    if option.cli and option.name != "credentials-file":  # keys come from encryptOptions
+        args = mount_arguments("/mnt/x", {option.name: ("test", text)})
+        assert getattr(args, option.dest) == value
+    assert (option.dest in DATA_OPTIONS) is option.dataset
+
+
+def test_the_dataset_may_set_only_data_options() -> None:
+    """The Fluid allowlist as it stood before the table (pffs.cli.fluidpolicy): a security
+    boundary, so a change to it shows here."""
+    assert {
+        "read_only",
+        "readahead_max",
+        "block_size",
+        "metadata_ttl",
+        "attr_ttl",
+        "entry_ttl",
+        "dir_ttl",
+        "negative_ttl",
+        "preload",
+        "preload_budget",
+        "retries",
+        "retry_timeout",
+        "request_timeout",
+        "connect_timeout",
+    } == DATA_OPTIONS
+
+
+@pytest.mark.parametrize("option", [o for o in OPTIONS if o.csi], ids=lambda o: o.name)
+def test_csi_attribute(option: Option) -> None:
+    assert option.csi == CSI_EXCEPTIONS.get(option.name, camel(option.name))
+    text, value = sample(option)
+    spec = params.volume_spec({"source": "s3://bkt/x", str(option.csi): text})
+    args = parsed(["mount", spec.source, "/mnt/x", *spec.mount_options()])
+    assert getattr(args, option.dest) == value
+
+
+def test_csi_keys_are_the_tables() -> None:
+    assert {"source", "mountTable"} | {o.csi for o in OPTIONS if o.csi} == params.VOLUME_KEYS
+    assert {"cacheMemory", "cacheSize", "readaheadMax", "blockSize"} == params.SIZE_KEYS
+    assert params.RENAMED_KEYS == {"prefetchMax": "readaheadMax", "datasetPrefetch": "preload"}
+
+
+@pytest.mark.parametrize("option", [o for o in OPTIONS if o.toml], ids=lambda o: o.name)
+def test_mount_table_key(option: Option) -> None:
+    assert option.toml == TOML_EXCEPTIONS.get(option.name, option.dest)
+    text, value = sample(option)
+    typed = value if option.toml_type is not str else text
+    # A directory's source: nothing there looks the S3 options up (a profile, an endpoint).
+    document = {"mount": [{"path": "/a", "source": "file:///tmp", str(option.toml): typed}]}
+    (entry,) = parse_table(document, SourceConfig(url=""), "pffs.toml")
+    fields = dataclasses.asdict(entry.source) | {"cache": entry.cache}
+    assert fields[option.dest] == typed
+
+
+@pytest.mark.parametrize("option", [o for o in OPTIONS if o.renamed], ids=lambda o: o.renamed[0])
+def test_former_names_work_in_every_front_end(
+    option: Option, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text, value = sample(option)
+    for old in option.renamed:
+        assert getattr(parsed(["mount", "s3://b", "/m", f"--{old}", text]), option.dest) == value
+        argv = mounthelper.translate("s3://b", "/m", [f"{old.replace('-', '_')}={text}"])
+        assert getattr(parsed(argv), option.dest) == value
+        assert getattr(mount_arguments("/m", {old: ("test", text)}), option.dest) == value
+    assert "deprecated" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("true", True), ("Yes", True), ("on", True), ("1", True), ("off", False), ("0", False)],
+)
+def test_one_boolean_rule(text: str, value: bool) -> None:
+    assert boolean(text) is value
+    assert params.parse_bool("readOnly", text) is value
+
+
+@pytest.mark.parametrize("text", ["", " ", "maybe", "2"])
+def test_a_boolean_is_never_guessed(text: str) -> None:
+    with pytest.raises(BadValue, match="is not true or false"):
+        boolean(text)
+
+
+def test_each_front_end_reads_an_empty_boolean_by_its_syntax() -> None:
+    """A bare key in a list of options is a switch turned on; an empty attribute is not given."""
+    assert parsed(mounthelper.translate("s3://b", "/m", ["ro", "allow_other"])).allow_other
+    assert mount_arguments("/m", {"read-only": ("MOUNT_OPTIONS.ro", "")}).read_only
+    assert params.volume_spec({"source": "s3://b/x", "readOnly": ""}).read_only is False
+    with pytest.raises(SystemExit):
+        parsed(["mount", "s3://b", "/m", "--preload", ""])
+
+
+def test_switches_are_switches_everywhere() -> None:
+    switches = {option.name for option in OPTIONS if option.form == SWITCH}
+    assert switches == {"read-only", "allow-other", "debug"}
