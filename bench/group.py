@@ -175,11 +175,6 @@ def latencies(server: Server, root: Path, bigs: list[str], rounds: int) -> dict[
         for key in bigs:  # every block now held by its owner
             (mounted["node0"] / key).read_bytes()
         source = f"s3://{BUCKET}@{server.endpoint_url}"
-        # Who the mounts read as (they share this environment's credentials): a member serves
-        # only blocks of the principal it mounts with.
-        principal = open_backend(
-            SourceConfig(url=f"s3://{BUCKET}", endpoint_url=server.endpoint_url)
-        ).principal
         members = [
             Member(line.split()[0], line.split()[1])
             for line in (root / "members").read_text().splitlines()
