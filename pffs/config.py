@@ -147,7 +147,7 @@ class CacheConfig:
     # Stop adding to the disk tier when the file system has less than this fraction free.
     free_ratio: float = 0.1
     # Readahead window of one open file; it starts at one block and doubles up to this, or up
-    # to more when its read rate x request time asks for more (a far store: pffs.cache.pacing).
+    # to more when its read rate x request time asks for more (a far store: pffs.cache.window).
     # 8 blocks like JuiceFS: on 2 cores a wider window only adds threads contending (measured).
     readahead_max: int = 32 * MIB
     # Largest store request of a load ahead: consecutive blocks are fetched together, one GET for

@@ -14,12 +14,12 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 
 import trio
 
 from pffs.cache.blocks import BlockCache
-from pffs.cache.keys import BlockKey, Deliver
+from pffs.cache.keys import BlockKey
 from pffs.cache.preload import Preloader, PreloadItem
 from pffs.config import CacheConfig
 from pffs.workers import run_blocking
@@ -31,10 +31,15 @@ SIZE = 100 * 1024
 def _item(limiter: trio.CapacityLimiter, number: int, data: bytes) -> PreloadItem:
     keys = [BlockKey("bench", "u", f"f{number}", "v1", 0)]
 
-    async def fetch_run(first: int, count: int, deliver: Deliver) -> None:
-        await deliver(0, await run_blocking(limiter, bytes, data))  # a copy, as a GET's
+    class Source:  # one block, a copy of `data` made in a worker thread, as a GET's
+        async def part(self, offset: int, length: int) -> bytes:
+            return await run_blocking(limiter, bytes, data)
 
-    return PreloadItem(("bench", f"f{number}"), keys, [SIZE], fetch_run)
+        @trio.as_safe_channel
+        async def run(self, first: int, count: int) -> AsyncGenerator[tuple[int, bytes], None]:
+            yield 0, await self.part(0, SIZE)
+
+    return PreloadItem(("bench", f"f{number}"), keys, [SIZE], Source())
 
 
 async def _run(files: int) -> None:
@@ -46,7 +51,7 @@ async def _run(files: int) -> None:
         ahead_budget=256 * MIB,
     )
     cache = BlockCache(config)
-    engine = Preloader(cache, budget=64 * MIB, room=1 << 40)
+    engine = Preloader(cache, budget=64 * MIB, unread_max=1 << 40)
     limiter = trio.CapacityLimiter(64)
     data = os.urandom(SIZE)
 

@@ -1,11 +1,12 @@
 """The block cache: memory, then disk, then one fetch from the store per block.
 
-It holds blocks, never files or paths of the tree, and never sees a backend: callers hand it a
-fetch function per call (docs/ARCHITECTURE.md).
+It holds blocks, never files or paths of the tree, and never sees a backend: callers hand it
+the block source of the object (keys.BlockSource), which it asks for bytes, or for runs of
+blocks it pulls as a stream (docs/ARCHITECTURE.md, the path of a read).
 
 Threading rule: worker threads, entered through `pffs.workers.run_blocking`, only move bytes and
-use file descriptors (disk tier reads and writes, CRC and lz4, the fetch function's store
-call). The cache's shared state (the memory tier, the in-flight table, the budget of bytes loaded
+use file descriptors (disk tier reads and writes, CRC and lz4, a block source's store call).
+The cache's shared state (the memory tier, the in-flight table, the budget of bytes loaded
 ahead and its bookkeeping, the background task count, the counters) is touched only from trio
 tasks, so it needs no lock. Reading a counter from another thread (the metrics collector) is one
 exception: it only reads. The disk tier's open entries (openentries.py) are the other: worker
@@ -14,10 +15,11 @@ entry itself when the page cache holds the bytes (RWF_NOWAIT, never waiting for 
 
 The modules, by idea; each composes the ones it needs, none inherits from another:
 
-keys.py         BlockKey (source, path, object version, index: a changed object has a new
-                version, so its old blocks are never served for it) and the fetch function
-                types: Fetch (one block), FetchRun (consecutive blocks in one request) and
-                Deliver (how a run hands over each block as it arrives).
+keys.py         BlockKey (source, principal, path, object version, index: a changed object
+                has a new version, so its old blocks are never served for it), ObjectBlocks
+                (an object version cut into blocks), and BlockSource, what any source of
+                blocks implements (the store, a cache group, a test's fake): a reader's bytes
+                as a value, runs of blocks as a stream; Fetch, one block for a reader.
 blocks.py       BlockCache, what callers use: reads from the nearest tier, single-flight, the
                 disk tier's partial reads for random access, the readahead entry point
                 (`read_ahead`) and whole-object loads (`load`). It composes every module below
@@ -35,7 +37,8 @@ readahead_engine.py
                 ReadaheadEngine: readahead windows loaded in the background within a global
                 budget of bytes in flight, as runs of consecutive missing blocks in one
                 request, from the disk tier when it holds them, each block handed over as it
-                lands; a failed or cancelled load gives its budget back; `load` is the same for
+                lands (pulled from the source's stream); a failed or cancelled load gives its
+                budget back; `load` is the same for
                 one whole object, awaited (for preload.py). It also counts readahead's blocks used
                 and wasted.
 diskio.py       DiskIO: the disk tier as trio tasks use it, each call in a worker thread under
@@ -58,9 +61,14 @@ openentries.py  OpenEntries: a bounded LRU of open entry descriptors with their 
                 headers, sized from RLIMIT_NOFILE, shrinking when descriptors run out.
 entries.py      A block's entry on disk: header, a CRC32C per 64 KiB, lz4 when it pays, key
                 digest; checked reads of the whole block or a range; writes with O_DIRECT.
-readahead.py    Readahead: the per-file policy deciding which blocks are worth loading ahead.
-pacing.py       Pacing: each sequential reader's window by Little's law (its read rate x its
+disklayout.py   The layout a disk tier directory holds, and clearing one written in another.
+orphans.py      The sweep of entry files no index row names (a crash between the two writes).
+readahead.py    Readahead: the per-file policy deciding which blocks are worth loading ahead,
+                a window per sequential run (several per handle: a mapped file's faults, a
+                lazy loader's tensors), a run from mid-file held to a share of what it read.
+window.py       Windows: each sequential reader's window by Little's law (its read rate x its
                 requests' time), carried by several GETs at once, within its fair share of the
-                budget of bytes loaded ahead among the readers streaming at the time.
+                budget of bytes loaded ahead among the readers streaming at the time. (A
+                source's pace, pffs.pace, is another thing: its requests in flight.)
 stats.py        CacheStats: the counters the metrics read.
 """

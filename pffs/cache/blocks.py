@@ -18,12 +18,12 @@ from pffs.cache.background import Background
 from pffs.cache.datasetroom import DatasetRoom
 from pffs.cache.disk import DiskTier
 from pffs.cache.diskio import DiskIO
-from pffs.cache.keys import BlockKey, ColdStart, Fetch, FetchRun
+from pffs.cache.keys import BlockKey, BlockSource, ColdStart, Fetch
 from pffs.cache.memory import MemoryTier
-from pffs.cache.pacing import Pacing, ReaderPace
 from pffs.cache.readahead_engine import ReadaheadEngine
 from pffs.cache.singleflight import SingleFlight
 from pffs.cache.stats import CacheStats
+from pffs.cache.window import ReaderWindow, Windows
 from pffs.config import CacheConfig
 
 
@@ -37,16 +37,14 @@ class BlockCache:
         self.memory = MemoryTier(config.memory_bytes - self.ahead_budget, self.stats)
         # A window larger than half the memory tier would evict blocks loaded ahead before the
         # reader gets to them, and one larger than the budget could never be in flight.
-        self.readahead_limit = min(
-            config.readahead_max, self.memory.capacity // 2, self.ahead_budget
-        )
+        self.readahead_max = min(config.readahead_max, self.memory.capacity // 2, self.ahead_budget)
         # Blocks a load ahead asks the store for in one request (stores that can stream them).
         self.run_blocks = max(1, config.fetch_size // config.block_size)
         # Sequential readers' windows and requests, by Little's law, sharing the budget; a
-        # window never larger than half the memory tier (see readahead_limit).
-        self.pacing = Pacing(
+        # window never larger than half the memory tier (see readahead_max).
+        self.windows = Windows(
             self.ahead_budget,
-            self.readahead_limit,
+            self.readahead_max,
             min(self.memory.capacity // 2, self.ahead_budget),
             config.block_size,
             config.fetch_size,
@@ -86,6 +84,15 @@ class BlockCache:
     @memory_only.setter
     def memory_only(self, sources: set[str]) -> None:
         self._disk.memory_only = sources
+
+    def gauges(self) -> dict[str, int]:
+        """The cache's counters and gauges, as the metrics read them (any thread: reads only)."""
+        values = self.stats.as_dict()
+        values["memory_used_bytes"] = self.memory.used
+        values["memory_capacity_bytes"] = self.memory.capacity
+        values["memory_blocks"] = len(self.memory)
+        values["ahead_in_flight_bytes"] = self.ahead_in_flight
+        return values
 
     @property
     def ahead_in_flight(self) -> int:
@@ -200,7 +207,7 @@ class BlockCache:
             return False
         return (
             self._engine.start(
-                [key], [cold_start.size], cold_start.fetch_run, coalesce=False, at_end=True
+                [key], [cold_start.size], cold_start.source, coalesce=False, at_end=True
             )
             > 0
         )
@@ -251,32 +258,38 @@ class BlockCache:
         self,
         keys: Sequence[BlockKey],
         sizes: Sequence[int],
-        fetch_run: FetchRun,
+        source: BlockSource,
         *,
         coalesce: bool = False,
         at_end: bool = True,
-        pace: ReaderPace | None = None,
+        window: ReaderWindow | None = None,
     ) -> int:
         """Start loading a reader's readahead window; returns how many blocks were started.
 
         `keys` are consecutive blocks of one object and `sizes` their lengths. Blocks not in
         memory or on their way are loaded in the background: from disk when they are there,
-        else from the store through `fetch_run`: with `coalesce`, in runs of up to `run_blocks`
-        consecutive blocks, one request per run. Fewer, larger requests cost the store and the
-        client less per byte, so until the window's end (`at_end`) is reached, nothing is asked
-        for before a run's worth of blocks is missing. The global `ahead_budget` bounds the
-        bytes in flight. With the reader's `pace`, a run is at most its part, and the pace is
-        told how long each request took.
+        else from `source` (the store, or a tier before it): with `coalesce`, in runs of up to
+        `run_blocks` consecutive blocks, one request per run. Fewer, larger requests cost the
+        store and the client less per byte, so until the window's end (`at_end`) is reached,
+        nothing is asked for before a run's worth of blocks is missing. The global
+        `ahead_budget` bounds the bytes in flight. With the reader's `window`, a run is at most
+        its part, and the window is told how long each request took.
         """
         return self._engine.start(
-            keys, sizes, fetch_run, coalesce=coalesce, at_end=at_end, pace=pace
+            keys, sizes, source, coalesce=coalesce, at_end=at_end, window=window
         )
+
+    def load_soon(self, keys: Sequence[BlockKey], sizes: Sequence[int], source: BlockSource) -> int:
+        """Start loading blocks a reader is about to ask for (a small file's one block, at its
+        open), in the background like a readahead window but not counted as readahead; how
+        many blocks were started."""
+        return self._engine.start(keys, sizes, source, coalesce=False, at_end=True, counted=False)
 
     async def load(
         self,
         keys: Sequence[BlockKey],
         sizes: Sequence[int],
-        fetch_run: FetchRun,
+        source: BlockSource,
         *,
         read_disk: bool = True,
     ) -> int:
@@ -284,12 +297,12 @@ class BlockCache:
 
         For the preload engine (pffs.cache.preload): blocks not cached or on their way get a
         flight readers join, are taken from the disk tier when it holds them, else fetched in
-        runs of up to `run_blocks` blocks, one `fetch_run` call each; each lands in memory and
+        runs of up to `run_blocks` blocks, one request of `source` each; each lands in memory and
         is written behind to disk. Returns the bytes fetched from the store; a store error is
         raised (the blocks not loaded are given up, so a reader fetches them itself). Without
         `read_disk` (warmup), blocks the disk tier holds are only checked for, not read.
         """
-        return await self._engine.load(keys, sizes, fetch_run, read_disk=read_disk)
+        return await self._engine.load(keys, sizes, source, read_disk=read_disk)
 
     async def cached_bytes(self, keys: Sequence[BlockKey], sizes: Sequence[int]) -> int:
         """Bytes of these blocks the disk tier holds (one lookup for them all)."""
@@ -303,7 +316,7 @@ class BlockCache:
         return self.disk is not None and source not in self.memory_only
 
     @property
-    def preload_room(self) -> int:
+    def preload_unread_max(self) -> int:
         """Bytes the preload engine may hold loaded and not yet read.
 
         Half of what the cache can keep: the memory tier without a disk tier, else the disk

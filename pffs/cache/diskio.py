@@ -58,10 +58,10 @@ log = logging.getLogger("pffs.cache")
 # would be most of the CPU of a 100 KiB block's write.
 _BATCH_BLOCKS = 16
 _BATCH_BYTES = 32 * 1024 * 1024
-# How long a writer waits for a batch to fill before writing what it has. Long enough for 4 MiB
-# blocks of a cold read at a few hundred MB/s to fill a batch (a shorter wait wrote them one
-# per batch, each paying a hop, an index transaction and a statvfs); a full batch never waits,
-# and the write slots bound what is held meanwhile.
+# How long a writer waits for a batch to fill before writing what it has: long enough for the
+# large blocks of a fast cold read to fill a batch (a shorter wait wrote them one per batch,
+# each paying a hop, an index transaction and a statvfs); a full batch never waits, and the
+# write slots bound what is held meanwhile (docs/notes/cost-of-a-byte.md).
 _LINGER = 0.1
 # Writers at once: two, so that one batch's index transaction or fsync-free O_DIRECT write
 # overlaps the other's, and a large block never holds the whole queue behind it alone.

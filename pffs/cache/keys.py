@@ -7,14 +7,17 @@ digest of the credentials' identity: pffs.backends.principal) never gets blocks 
 read, in memory, on disk or in flight, however many mounts share the cache directory.
 `ObjectBlocks` is the one place a file becomes block keys and block lengths, so a block loaded
 ahead is the very block a reader asks for. The cache never sees a backend; the caller hands it
-a function that loads the bytes.
+a `BlockSource`, which gives the bytes back.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
+
+from trio.abc import ReceiveChannel
 
 
 class BlockKey(NamedTuple):
@@ -75,18 +78,35 @@ class ObjectBlocks:
 
 # Loads one block from the store (a reader's miss, or warmup).
 Fetch = Callable[[], Awaitable[bytes]]
-# Hands over one block of a run as soon as it has arrived: (position in the window, bytes).
-Deliver = Callable[[int, bytes], Awaitable[None]]
-# Loads `count` consecutive blocks from window position `first` (one store request where the
-# store allows), calling `deliver` for each in order.
-FetchRun = Callable[[int, int, Deliver], Awaitable[None]]
+# A run of blocks as they land: `async with source.run(first, count) as blocks: async for ...`
+Blocks = AbstractAsyncContextManager[ReceiveChannel[tuple[int, bytes]]]
+
+
+class BlockSource(Protocol):
+    """Where the blocks of one open object version come from when the cache holds none of
+    them: its store (pffs.fs.fetching), or a tier asked before the store (pffs.group). The
+    cache asks it for runs of blocks and gets them back as a stream; it never calls the cache.
+
+    Adding a source of blocks is one class with these two methods and no change to the cache.
+    """
+
+    def run(self, first: int, count: int) -> Blocks:
+        """Blocks first..first+count-1 of the object (indices in the object), in order, each
+        sent as soon as it has arrived (loading ahead: readahead, preload, warmup). Written as
+        an async generator of (index, bytes) under `@trio.as_safe_channel`."""
+        ...
+
+    async def part(self, offset: int, length: int) -> bytes:
+        """Bytes [offset, offset+length) of the object, all of them, for a reader waiting on
+        them (a whole block, or the few bytes of a cold start)."""
+        ...
 
 
 class ColdStart(NamedTuple):
     """How a reader that wants a small part of a block nobody holds gets it early: the whole
-    block is loaded in the background through `fetch_run`, while the reader's own bytes come
-    from `fetch_part`, one request of their own, without waiting for the rest of the block."""
+    block is loaded in the background from `source`, while the reader's own bytes come from
+    `fetch_part`, one request of their own, without waiting for the rest of the block."""
 
     size: int  # the block's length
-    fetch_run: FetchRun
+    source: BlockSource
     fetch_part: Fetch

@@ -9,7 +9,7 @@ disk tier through the cache's write-behind.
 
 Bounds: items in flight <= the concurrency; bytes in flight <= the budget, and with readahead's
 <= the cache's `ahead_budget` (the memory it reserves for blocks in flight); bytes loaded and
-not yet used by a reader <= the room the cache gives (`BlockCache.preload_room`), so loading
+not yet used by a reader <= the bound the cache gives (`BlockCache.preload_unread_max`), so loading
 ahead never pushes out what it loaded before the readers get to it. One item at least is always
 allowed, however large (a file larger than the budget is loaded alone). Files the cache would
 not keep (outside the stable subset of a dataset larger than the cache, `BlockCache.room`) are
@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass, field
 import trio
 
 from pffs.cache.blocks import BlockCache
-from pffs.cache.keys import BlockKey, FetchRun
+from pffs.cache.keys import BlockKey, BlockSource
 from pffs.errors import Transient
 
 log = logging.getLogger("pffs.cache")
@@ -54,12 +54,12 @@ OPENS_KEPT_WITHOUT_JOBS = 4096
 @dataclass(frozen=True, eq=False)
 class PreloadItem:
     """One file to load: `ident` names it for `used` (the same file, the same ident), `keys`
-    and `sizes` its blocks, `fetch_run` loads consecutive blocks of them."""
+    and `sizes` its blocks, `source` gives them."""
 
     ident: Hashable
     keys: Sequence[BlockKey]
     sizes: Sequence[int]
-    fetch_run: FetchRun
+    source: BlockSource
 
     @property
     def size(self) -> int:
@@ -109,11 +109,12 @@ class Preloader:
         concurrency: int = 16,
         max_concurrency: int = 64,
         idle_after: float = 30.0,
-        room: int | None = None,
+        unread_max: int | None = None,
     ) -> None:
         self.cache = cache
         self.budget = budget  # bytes in flight at most
-        self.room = cache.preload_room if room is None else room
+        # Bytes loaded ahead and not yet read, at most (not the cache's `room`, the datasets').
+        self.unread_max = cache.preload_unread_max if unread_max is None else unread_max
         self.max_concurrency = max_concurrency
         self.concurrency = min(concurrency, max_concurrency)
         self.idle_after = idle_after
@@ -130,6 +131,14 @@ class Preloader:
         self._latency = _Latency()
 
     # --- what callers use --------------------------------------------------------------------
+
+    def gauges(self) -> dict[str, int]:
+        """The engine's counters and gauges, as the metrics read them (any thread: reads only)."""
+        values = {f"preload_{k}": v for k, v in self.stats.as_dict().items()}
+        values["preload_files_in_flight"] = self.files_in_flight
+        values["preload_bytes_in_flight"] = self.bytes_in_flight
+        values["preload_concurrency"] = self.concurrency
+        return values
 
     def attach(self, nursery: trio.Nursery) -> None:
         """Start the engine's dispatcher in `nursery` (cancelling it stops the engine)."""
@@ -152,7 +161,7 @@ class Preloader:
         """Queue a job: its items are loaded in their order, after earlier jobs' items.
 
         `report` is told of each item done. Without `for_readers` (warmup filling the disk
-        tier), what is loaded does not count against the room for unread files, and blocks the
+        tier), what is loaded does not count against the bound on unread files, and blocks the
         disk tier holds are not read back.
         """
         self._jobs.append(_Job(name, items, trio.current_time(), report, for_readers))
@@ -214,7 +223,7 @@ class Preloader:
         assert self._nursery is not None
         while True:
             item, job = await self._next()
-            if not await self._wait_for_room(item, job):
+            if not await self._wait_for_unread_bound(item, job):
                 continue
             self._handled.add(item.ident)
             self._loading.add(item.ident)
@@ -223,23 +232,23 @@ class Preloader:
             self.bytes_in_flight += item.size
             self._nursery.start_soon(self._load, item, job)
 
-    async def _wait_for_room(self, item: PreloadItem, job: _Job) -> bool:
+    async def _wait_for_unread_bound(self, item: PreloadItem, job: _Job) -> bool:
         """Wait until `item` may start (True), or until its job ended (False: it is dropped)."""
         while True:
-            self._end_idle_jobs()  # readers that went away give back the room they held
+            self._end_idle_jobs()  # readers that went away give back what they held unread
             if job not in self._jobs:
                 return False
-            if self._room_for(item):
+            if self._fits_unread(item):
                 return True
             await self._wait_change()
 
-    def _room_for(self, item: PreloadItem) -> bool:
+    def _fits_unread(self, item: PreloadItem) -> bool:
         if self.files_in_flight == 0:
-            return self.unread_bytes < self.room  # one item at least, however large
+            return self.unread_bytes < self.unread_max  # one item at least, however large
         return (
             self.files_in_flight < self.concurrency
             and self.bytes_in_flight + item.size <= self.budget
-            and self.unread_bytes + self.bytes_in_flight + item.size <= self.room
+            and self.unread_bytes + self.bytes_in_flight + item.size <= self.unread_max
             # The cache reserves its `ahead_budget` in memory for readahead and preload
             # together: readers' readahead goes first.
             and self.cache.ahead_in_flight + item.size <= self.cache.ahead_budget
@@ -277,7 +286,7 @@ class Preloader:
 
     def _end(self, job: _Job) -> None:
         """A job ends (cancelled, idle, or its stream failed): what it loaded and no reader
-        used is wasted, and its room given back."""
+        used is wasted, and its bytes leave the unread bound."""
         if job in self._jobs:
             self._jobs.remove(job)
         for ident in job.loaded:
@@ -294,7 +303,7 @@ class Preloader:
         for_readers = job.for_readers
         try:
             fetched = await self.cache.load(
-                item.keys, item.sizes, item.fetch_run, read_disk=for_readers
+                item.keys, item.sizes, item.source, read_disk=for_readers
             )
         except Transient as exc:
             self._failed(item, exc, job)

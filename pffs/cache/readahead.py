@@ -3,9 +3,9 @@
 Pure bookkeeping with no I/O, so it is tested on its own. The window starts at one block when
 a read continues where the previous one ended (or starts the file), doubles each time the reader
 moves into a new block, up to a maximum, and drops to nothing on a seek: random access never
-reads ahead. With a pace (pffs.cache.pacing), the maximum is the pace's window instead (the
+reads ahead. With a reader window (pffs.cache.window), the maximum is its size instead (the
 configured one, or more by Little's law, within the reader's share of the budget), and the
-reads of a sequential run feed the pace's rate.
+reads of a sequential run feed its rate.
 
 One handle may carry several runs at once: the page faults of a memory-mapped file read
 through one handle, and a lazy loader copying a few tensors (safetensors' `safe_open`), from
@@ -21,7 +21,7 @@ A run from the start of the file is a whole-file reader and keeps the full windo
 
 from __future__ import annotations
 
-from pffs.cache.pacing import ReaderPace
+from pffs.cache.window import ReaderWindow
 
 MIB = 1 << 20
 # The kernel may reorder or slightly skip its own readahead requests; mountpoint-s3 tolerates
@@ -55,15 +55,15 @@ class Readahead:
     def __init__(
         self,
         block_size: int,
-        max_window_bytes: int,
+        readahead_max: int,
         file_size: int,
-        pace: ReaderPace | None = None,
+        reader_window: ReaderWindow | None = None,
     ) -> None:
         self.block_size = block_size
-        self.max_window = max_window_bytes // block_size
+        self.max_blocks = readahead_max // block_size  # the configured window, in blocks
         self.last_block = (file_size - 1) // block_size if file_size > 0 else -1
         self.backward = min(BACKWARD_TOLERANCE, block_size)
-        self.pace = pace
+        self.reader_window = reader_window
         # Most recently read first. A file opened and read from offset 0 counts as one read
         # of a run already; otherwise two are needed, so a random reader whose next read
         # happens to land nearby does not start a readahead.
@@ -111,16 +111,16 @@ class Readahead:
         self.sequential = stream.streak >= 2
         self.region = stream.origin > 0
         block = (max(end, 1) - 1) // self.block_size
-        if stream.streak < 2 or self.max_window == 0:
+        if stream.streak < 2 or self.max_blocks == 0:
             stream.window = 0
             stream.current_block = block
-            if self.pace is not None:
-                self.pace.paused()
+            if self.reader_window is not None:
+                self.reader_window.paused()
             return range(0)
-        most = self.max_window
-        if self.pace is not None:
-            self.pace.read(end - offset)
-            most = max(1, self.pace.window() // self.block_size)
+        most = self.max_blocks
+        if self.reader_window is not None:
+            self.reader_window.read(end - offset)
+            most = max(1, self.reader_window.size() // self.block_size)
         if self.region:
             read = stream.expected - stream.origin
             most = min(most, max(1, int(read * REGION_SHARE) // self.block_size))
@@ -133,6 +133,6 @@ class Readahead:
         return range(block + 1, min(self.last_block, block + stream.window) + 1)
 
     def close(self) -> None:
-        """The file is closed: its pace no longer takes a share of the budget."""
-        if self.pace is not None:
-            self.pace.close()
+        """The file is closed: its window no longer takes a share of the budget."""
+        if self.reader_window is not None:
+            self.reader_window.close()

@@ -27,30 +27,30 @@ import trio
 
 from pffs.cache.background import Background
 from pffs.cache.diskio import DiskIO
-from pffs.cache.keys import BlockKey, FetchRun
+from pffs.cache.keys import BlockKey, BlockSource
 from pffs.cache.memory import MemoryTier
-from pffs.cache.pacing import ReaderPace
 from pffs.cache.singleflight import Flight, SingleFlight
 from pffs.cache.stats import CacheStats
+from pffs.cache.window import ReaderWindow
 
 log = logging.getLogger("pffs.cache")
 
 
 class _Run:
-    """Blocks of one object being loaded ahead: position -> (key, size, flight)."""
+    """Blocks of one object being loaded ahead: index in the object -> (key, size, flight)."""
 
     def __init__(
         self,
         blocks: dict[int, tuple[BlockKey, int, Flight]],
-        fetch: FetchRun,
-        pace: ReaderPace | None = None,
+        source: BlockSource,
+        window: ReaderWindow | None = None,
     ) -> None:
         self.blocks = blocks
-        self.fetch = fetch
-        self.pace = pace  # the reader's, told how long each request took
+        self.source = source
+        self.window = window  # the reader's, told how long each request took
 
     def spans(self, most: int) -> list[tuple[int, int]]:
-        """(first, count) of consecutive positions left to load, at most `most` long each."""
+        """(first, count) of consecutive blocks left to load, at most `most` long each."""
         if len(self.blocks) == 1:  # a small file: most runs are this
             return [(next(iter(self.blocks)), 1)]
         spans: list[tuple[int, int]] = []
@@ -63,9 +63,9 @@ class _Run:
         return spans
 
     def take(self, first: int, count: int) -> _Run:
-        """Positions first..first+count-1 (a span of this run) as a run of their own."""
+        """Blocks first..first+count-1 (a span of this run) as a run of their own."""
         taken = {p: self.blocks.pop(p) for p in range(first, first + count)}
-        return _Run(taken, self.fetch, self.pace)
+        return _Run(taken, self.source, self.window)
 
 
 class ReadaheadEngine:
@@ -100,25 +100,28 @@ class ReadaheadEngine:
         self,
         keys: Sequence[BlockKey],
         sizes: Sequence[int],
-        fetch_run: FetchRun,
+        source: BlockSource,
         *,
         coalesce: bool,
         at_end: bool,
-        pace: ReaderPace | None = None,
+        window: ReaderWindow | None = None,
+        counted: bool = True,
     ) -> int:
         """Start loading a window in the background, within the budget; how many blocks were
-        started (see BlockCache.read_ahead)."""
+        started (see BlockCache.read_ahead). Unless `counted`, its blocks are not readahead's
+        (a small file's GET at open: its reader surely wants them)."""
         if not self.background.attached:
             return 0
         run_blocks = 1
         if coalesce:
-            run_blocks = self.run_blocks if pace is None else min(self.run_blocks, pace.part)
+            run_blocks = self.run_blocks if window is None else min(self.run_blocks, window.part)
         missing = [i for i, key in enumerate(keys) if not self.cached_or_coming(key)]
         if not missing or (len(missing) < min(run_blocks, len(keys)) and not at_end):
             return 0
-        run = self._claim(keys, sizes, missing, fetch_run, within_budget=True)
-        run.pace = pace
-        self.stats.readahead_issued += len(run.blocks)
+        run = self._claim(keys, sizes, missing, source, within_budget=True, ahead=counted)
+        run.window = window
+        if counted:
+            self.stats.readahead_issued += len(run.blocks)
         if run.blocks:
             self.background.spawn(self._load_quietly, run, run_blocks)
         return len(run.blocks)
@@ -127,7 +130,7 @@ class ReadaheadEngine:
         self,
         keys: Sequence[BlockKey],
         sizes: Sequence[int],
-        fetch_run: FetchRun,
+        source: BlockSource,
         *,
         read_disk: bool,
     ) -> int:
@@ -141,7 +144,7 @@ class ReadaheadEngine:
         missing = [i for i, key in enumerate(keys) if not self.cached_or_coming(key)]
         if not missing:
             return 0
-        run = self._claim(keys, sizes, missing, fetch_run, within_budget=False)
+        run = self._claim(keys, sizes, missing, source, within_budget=False)
         return await self._load(run, self.run_blocks, read_disk=read_disk, spread=False)
 
     def _claim(
@@ -149,12 +152,14 @@ class ReadaheadEngine:
         keys: Sequence[BlockKey],
         sizes: Sequence[int],
         missing: Sequence[int],
-        fetch_run: FetchRun,
+        source: BlockSource,
         *,
         within_budget: bool,
+        ahead: bool | None = None,
     ) -> _Run:
         """Register a flight for each missing position (a reader arriving first waits for it)
-        and count its bytes in flight; `within_budget`: only while the budget allows."""
+        and count its bytes in flight; `within_budget`: only while the budget allows. `ahead`
+        (default: `within_budget`): its flights count as readahead used or wasted."""
         blocks: dict[int, tuple[BlockKey, int, Flight]] = {}
         for position in missing:
             size = sizes[position]
@@ -163,9 +168,11 @@ class ReadaheadEngine:
                 break
             self._in_flight += size
             # Only a window's blocks count as readahead used or wasted (preload counts files).
-            flight = self.flights.start(keys[position], ahead=within_budget)
-            blocks[position] = (keys[position], size, flight)
-        return _Run(blocks, fetch_run)
+            flight = self.flights.start(
+                keys[position], ahead=within_budget if ahead is None else ahead
+            )
+            blocks[keys[position].block] = (keys[position], size, flight)
+        return _Run(blocks, source)
 
     # --- loading a run -----------------------------------------------------------------------
 
@@ -242,20 +249,18 @@ class ReadaheadEngine:
         """Blocks first..first+count-1 of a run from the store; the bytes fetched."""
         fetched = 0
 
-        async def deliver(position: int, data: bytes) -> None:
-            nonlocal fetched
-            key, _, flight = run.blocks[position]
-            self.stats.count_fetched(data)
-            fetched += len(data)
-            self._land(key, flight, data, "store")
-            self._release(run, [position])
-            self.disk.write_behind(key, data)
-
         await self.disk.wait_for_room()  # before the request: load at the disk's pace
         asked = trio.current_time()
-        await run.fetch(first, count, deliver)
-        if run.pace is not None:
-            run.pace.fetched(trio.current_time() - asked)
+        async with run.source.run(first, count) as landing:
+            async for index, data in landing:
+                key, _, flight = run.blocks[index]
+                self.stats.count_fetched(data)
+                fetched += len(data)
+                self._land(key, flight, data, "store")
+                self._release(run, [index])
+                self.disk.write_behind(key, data)
+        if run.window is not None:
+            run.window.fetched(trio.current_time() - asked)
         return fetched
 
     def _land(self, key: BlockKey, flight: Flight, data: bytes, tier: str) -> None:

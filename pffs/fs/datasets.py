@@ -28,14 +28,14 @@ from collections.abc import AsyncIterator, Sequence
 
 import trio
 
-from pffs.backends.base import Backend, ObjectInfo, join
+from pffs.backends.base import ObjectInfo, join
 from pffs.cache.blocks import BlockCache
 from pffs.cache.datasetroom import WatchedDataset
 from pffs.cache.keys import BlockKey, ObjectBlocks
 from pffs.cache.preload import Preloader, PreloadItem
 from pffs.config import DatasetConfig
 from pffs.errors import PffsError, TooLarge
-from pffs.fs.fetching import fetch_runs
+from pffs.fs.fetching import Store, open_blocks
 from pffs.fs.handles import ReadHandle
 from pffs.fs.listings import DirListing
 from pffs.fs.namespace import Namespace
@@ -78,6 +78,10 @@ class DatasetPreload:
         # Order lists being loaded: any read in the mount keeps them alive.
         self._orders: list[str] = []
         self._order_numbers = itertools.count(1)
+
+    def gauges(self) -> dict[str, int]:
+        """Preload's counters and gauges, as the metrics read them (any thread: reads only)."""
+        return self.engine.gauges()
 
     def attach(self, nursery: trio.Nursery) -> None:
         if self.config.enabled:
@@ -265,23 +269,19 @@ class DatasetPreload:
         if routed is None or info.size == 0:
             return None
         mounted, inside = routed
-        return file_item(mounted.backend, inside, info, self.block_size, self.pace)
+        store = Store(mounted.backend, mounted.limiter, self.pace, mounted.health)
+        return file_item(store, inside, info, self.block_size)
 
 
-def file_item(
-    backend: Backend,
-    path: str,
-    info: ObjectInfo,
-    block_size: int,
-    limiter: trio.CapacityLimiter | Pace,
-) -> PreloadItem:
+def file_item(store: Store, path: str, info: ObjectInfo, block_size: int) -> PreloadItem:
     """One file of a source as the preload engine loads it (dataset preload and warmup): the
-    blocks a reader of the version `info` uses, fetched in runs under `limiter`."""
+    blocks a reader of the version `info` uses, from the store (or a tier before it) in runs
+    under the store's pace."""
+    backend = store.backend
     blocks = ObjectBlocks(
         backend.source_id, backend.principal, path, info.version, info.size, block_size
     )
-    fetch_run = fetch_runs(limiter, backend, blocks)
-    return PreloadItem(blocks.ident, blocks.keys(), blocks.lengths(), fetch_run)
+    return PreloadItem(blocks.ident, blocks.keys(), blocks.lengths(), open_blocks(store, blocks))
 
 
 def _job(root: str) -> str:

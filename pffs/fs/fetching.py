@@ -1,123 +1,140 @@
-"""Loading an object's bytes from its store: the one fetch path of readers, readahead, preload
-and warmup.
+"""Loading an object's bytes from its store: the one road of a block for readers, readahead,
+preload and warmup.
 
-Each runs under a limiter (pffs.workers): a reader's under its source's, a load ahead under its
-own, sized by its `Pace` (pffs.pace: halved when the store pushes back). A short answer is
-`Corrupted`, never a short block in the cache; `version` pins every request to the object
-version the caller opened, so a changed object raises `Changed`. Every request passes its
-source's breaker (pffs.routing.health): while the source is down it fails at once, and its
-outcome tells the breaker. A reader's request carries when the reader asked
-(pffs.retry.asking), so its retries stop within the one bound docs/RELIABILITY.md states.
-With a block source joined (pffs.group: a cache group, a shared tier), it is asked before the store.
+A `Store` is one source's parts a request goes through: its backend (the client), the readers'
+limiter, the `Pace` of loading ahead (pffs.pace: halved when the store pushes back) and its
+breaker (pffs.routing.health: while the source is down a request fails at once, and its outcome
+tells the breaker). `Store.of(mounted)` takes them from the mount table's entry. `StoreBlocks`
+is the store as the `BlockSource` (pffs.cache.keys) of one open object version: `part` for a
+reader waiting on bytes, `run` for blocks loaded ahead, yielded to the cache as they land.
+`open_blocks` puts a joined tier (pffs.group: a cache group, a shared tier) before it.
+
+A short answer is `Corrupted`, never a short block in the cache; the version pins every request
+to the object version the caller opened, so a changed object raises `Changed`. A reader's
+request carries when the reader asked (pffs.retry.asking), so its retries stop within the one
+bound docs/RELIABILITY.md states.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
 import trio
 
 from pffs import group, retry
 from pffs.backends.base import Backend, block_runs
-from pffs.cache.keys import Deliver, FetchRun, ObjectBlocks
+from pffs.cache.keys import BlockSource, ObjectBlocks
 from pffs.errors import Corrupted
 from pffs.pace import Pace
-from pffs.routing import health
+from pffs.routing.health import SourceHealth
+from pffs.routing.table import Mounted
 from pffs.workers import run_blocking
 
 T = TypeVar("T")
 
 
-async def fetch_range(
-    limiter: trio.CapacityLimiter,
-    backend: Backend,
-    path: str,
-    version: str,
-    offset: int,
-    length: int,
-    pace: Pace | None = None,
-    blocks: ObjectBlocks | None = None,
-) -> bytes:
-    """Bytes [offset, offset+length) of `path` in `backend`, all of them. Given the `blocks`
-    of the object, a joined block source (pffs.group) is asked first, and hears of a whole
-    block the store served."""
-    peers = group.current()
-    if peers is not None and blocks is not None:
-        from_peer = await peers.fetch_range(blocks, offset, length)
-        if from_peer is not None:
-            return from_peer
-    data = await _request(limiter, pace, backend, backend.read_range, path, offset, length, version)
-    if len(data) != length:
-        raise Corrupted(f"{path}: bytes {offset}+{length} came back with {len(data)} bytes")
-    if peers is not None and blocks is not None:
-        peers.stored(blocks, offset, data)
-    return data
+@dataclass(frozen=True, eq=False)
+class Store:
+    """One source as a fetch reaches it."""
+
+    backend: Backend
+    readers: trio.CapacityLimiter  # readers' places
+    pace: Pace  # loading ahead's places: a reader never queues behind it
+    breaker: SourceHealth | None = None  # None: a source no mount table holds (warmup)
+
+    @classmethod
+    def of(cls, mounted: Mounted) -> Store:
+        return cls(mounted.backend, mounted.limiter, mounted.pace, mounted.health)
+
+    async def request(self, fn: Callable[..., T], *args: object, ahead: bool) -> T:
+        """`fn(*args)` in a worker thread: a reader's under the readers' limiter, a load
+        ahead's under the pace, which hears of the store's push backs."""
+        pace = self.pace if ahead else None
+        limiter = self.pace.limiter if ahead else self.readers
+        if pace is not None:
+            pace.settle()
+        pushed_back = None if pace is None else pace.pushed_back
+        if self.breaker is None:
+            result = await run_blocking(limiter, retry.carrying(fn, pushed_back), *args)
+        else:
+            # A load ahead's failure does not mark the source down: its readers ask themselves.
+            result = await self.breaker.call(
+                limiter, fn, *args, counts=not ahead, on_pushback=pushed_back
+            )
+        if pace is not None:
+            pace.settle()
+            pace.went_well()
+        return result
 
 
-def fetch_runs(
-    limiter: trio.CapacityLimiter | Pace, backend: Backend, blocks: ObjectBlocks, base: int = 0
-) -> FetchRun:
-    """The cache's fetch of runs of `blocks`, window position p being block `base` + p: each
-    block handed over as it lands. One request for a run where the store streams runs, else one
-    per block. Under a `Pace`, the store's push backs shrink the limiter."""
-    pace = limiter if isinstance(limiter, Pace) else None
-    places = limiter.limiter if isinstance(limiter, Pace) else limiter
+class StoreBlocks:
+    """The blocks of one open object version, from its store."""
 
-    async def fetch_run(first: int, count: int, deliver: Deliver) -> None:
-        indices = range(base + first, base + first + count)
+    def __init__(self, store: Store, blocks: ObjectBlocks) -> None:
+        self.store = store
+        self.blocks = blocks
+
+    async def part(self, offset: int, length: int) -> bytes:
+        return await self._range(offset, length, ahead=False)
+
+    @trio.as_safe_channel
+    async def run(self, first: int, count: int) -> AsyncGenerator[tuple[int, bytes], None]:
+        """One request for the run where the store streams runs, else one per block."""
+        blocks, backend = self.blocks, self.store.backend
+        indices = range(first, first + count)
         streaming = block_runs(backend)
         if count == 1 or streaming is None:
-            for position, index in enumerate(indices, first):
-                offset, length = blocks.start(index), blocks.length(index)
-                data = await fetch_range(
-                    places, backend, blocks.path, blocks.version, offset, length, pace
-                )
-                await deliver(position, data)
+            for index in indices:
+                yield index, await self._range(blocks.start(index), blocks.length(index), True)
             return
-
+        # The worker thread puts each block in a channel with room for the whole run, so it
+        # never waits on the cache; the cache takes them from here as they land.
+        send, receive = trio.open_memory_channel[tuple[int, bytes]](count)
         token = trio.lowlevel.current_trio_token()
+        failure: Exception | None = None
 
         def hand_over(i: int, data: bytes) -> None:  # in the worker thread
-            trio.from_thread.run(deliver, first + i, data, trio_token=token)
+            trio.from_thread.run_sync(send.send_nowait, (first + i, data), trio_token=token)
 
-        await _request(
-            places,
-            pace,
-            backend,
-            streaming.read_blocks,
-            blocks.path,
-            blocks.start(indices.start),
-            blocks.lengths(indices),
-            blocks.version,
-            hand_over,
+        async def request() -> None:
+            nonlocal failure
+            async with send:
+                try:
+                    await self.store.request(
+                        streaming.read_blocks,
+                        blocks.path,
+                        blocks.start(first),
+                        blocks.lengths(indices),
+                        blocks.version,
+                        hand_over,
+                        ahead=True,
+                    )
+                except Exception as exc:  # raised here, after the blocks that did land
+                    failure = exc
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(request)
+            async with receive:
+                async for item in receive:
+                    yield item
+        if failure is not None:
+            raise failure
+
+    async def _range(self, offset: int, length: int, ahead: bool) -> bytes:
+        blocks, backend = self.blocks, self.store.backend
+        data = await self.store.request(
+            backend.read_range, blocks.path, offset, length, blocks.version, ahead=ahead
         )
+        if len(data) != length:
+            raise Corrupted(f"{blocks.path}: bytes {offset}+{length} came back with {len(data)}")
+        return data
 
-    peers = group.current()
-    return fetch_run if peers is None else peers.fetch_runs(blocks, base, fetch_run)
 
-
-async def _request(
-    limiter: trio.CapacityLimiter,
-    pace: Pace | None,
-    backend: Backend,
-    fn: Callable[..., T],
-    *args: object,
-) -> T:
-    """`fn(*args)` in a worker thread under `limiter`, through the source's breaker; a
-    load ahead's request (under a `pace`) tells that pace of the store's push backs."""
-    breaker = health.of(backend.source_id)
-    if pace is not None:
-        pace.settle()
-    pushed_back = None if pace is None else pace.pushed_back
-    if breaker is None:  # a backend no mount table holds (warmup)
-        result = await run_blocking(limiter, retry.carrying(fn, pushed_back), *args)
-    else:
-        # A load ahead's failure does not mark the source down: its readers will ask themselves.
-        result = await breaker.call(
-            limiter, fn, *args, counts=pace is None, on_pushback=pushed_back
-        )
-    if pace is not None:
-        pace.settle()
-        pace.went_well()
-    return result
+def open_blocks(store: Store, blocks: ObjectBlocks) -> BlockSource:
+    """Where the cache gets the blocks of one open object version: the store, with the tier
+    this process joined (pffs.group) asked first."""
+    source = StoreBlocks(store, blocks)
+    joined = group.current()
+    return source if joined is None else joined.before(source, blocks)

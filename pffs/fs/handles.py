@@ -10,7 +10,7 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from pffs.cache.keys import ObjectBlocks
+from pffs.cache.keys import BlockSource, ObjectBlocks
 from pffs.cache.readahead import Readahead
 from pffs.errors import NotFound
 from pffs.fs.inodes import Inode
@@ -30,6 +30,7 @@ class ReadHandle:
     blocks: ObjectBlocks
     readahead: Readahead
     mounted: Mounted
+    source: BlockSource  # where its blocks come from (pffs.fs.fetching.open_blocks)
     pages: HandlePages = field(default_factory=HandlePages)
 
 

@@ -16,7 +16,7 @@ from pffs.cache.blocks import BlockCache
 from pffs.cache.keys import ColdStart, ObjectBlocks
 from pffs.cache.readahead import LARGE_READ, Readahead
 from pffs.errors import Changed, IsADirectory
-from pffs.fs.fetching import fetch_range, fetch_runs
+from pffs.fs.fetching import Store, open_blocks
 from pffs.fs.handles import Handles, ReadHandle
 from pffs.fs.namespace import Namespace
 from pffs.fs.pagecache import PageCache
@@ -59,14 +59,13 @@ class Reader:
         blocks = ObjectBlocks(
             backend.source_id, backend.principal, inside, info.version, info.size, self.block_size
         )
-        # A pace for files of several blocks: only they have blocks to load ahead.
-        pace = self.cache.pacing.reader() if info.size > 2 * self.block_size else None
-        readahead = Readahead(self.block_size, self.cache.readahead_limit, info.size, pace)
-        handle = ReadHandle(inode, blocks, readahead, mounted)
+        # A window for files of several blocks: only they have blocks to load ahead.
+        window = self.cache.windows.reader() if info.size > 2 * self.block_size else None
+        readahead = Readahead(self.block_size, self.cache.readahead_max, info.size, window)
+        source = open_blocks(Store.of(mounted), blocks)
+        handle = ReadHandle(inode, blocks, readahead, mounted, source)
         if 0 < info.size <= min(FETCH_AT_OPEN, self.block_size):
-            self.cache.read_ahead(
-                [blocks.key(0)], [info.size], fetch_runs(mounted.ahead, mounted.backend, blocks)
-            )
+            self.cache.load_soon([blocks.key(0)], [info.size], source)
         return self.handles.add(handle), keep_cache
 
     async def read(self, handle: ReadHandle, offset: int, size: int) -> bytes | memoryview:
@@ -78,14 +77,13 @@ class Reader:
         # Ask for blocks ahead before waiting on this one, so both travel at once.
         ahead = handle.readahead.on_read(offset, end)
         if ahead:
-            mounted = handle.mounted
             self.cache.read_ahead(
                 blocks.keys(ahead),
                 blocks.lengths(ahead),
-                fetch_runs(mounted.ahead, mounted.backend, blocks, ahead.start),
-                coalesce=block_runs(mounted.backend) is not None,
+                handle.source,
+                coalesce=block_runs(handle.mounted.backend) is not None,
                 at_end=ahead.stop > handle.readahead.last_block,
-                pace=handle.readahead.pace,
+                window=handle.readahead.reader_window,
             )
         try:
             with retry.asking():  # the bound on this read counts from now (pffs.retry)
@@ -103,14 +101,14 @@ class Reader:
         pieces: list[bytes | memoryview] = []
         for index, start, stop in blocks.spans(offset, end):
             key, block_length = blocks.key(index), blocks.length(index)
-            fetch = functools.partial(self._fetch_bytes, handle, blocks.start(index), block_length)
+            fetch = functools.partial(handle.source.part, blocks.start(index), block_length)
             small = (stop - start) * COLD_START_SHARE <= block_length
             if small and not self.cache.is_cached_or_coming(key):  # a first or random read
                 cold_start = ColdStart(
                     block_length,
-                    fetch_runs(handle.mounted.ahead, handle.mounted.backend, blocks, index),
+                    handle.source,
                     functools.partial(
-                        self._fetch_bytes, handle, blocks.start(index) + start, stop - start
+                        handle.source.part, blocks.start(index) + start, stop - start
                     ),
                 )
                 alone = stop - start >= LARGE_READ and not handle.readahead.sequential
@@ -124,15 +122,3 @@ class Reader:
             else:  # random access: only what is asked of the disk tier
                 pieces.append(await self.cache.read_part(key, start, stop - start, fetch))
         return pieces[0] if len(pieces) == 1 else b"".join(pieces)
-
-    async def _fetch_bytes(self, handle: ReadHandle, offset: int, length: int) -> bytes:
-        mounted, blocks = handle.mounted, handle.blocks
-        return await fetch_range(
-            mounted.limiter,
-            mounted.backend,
-            blocks.path,
-            blocks.version,
-            offset,
-            length,
-            blocks=blocks,
-        )

@@ -8,12 +8,13 @@ the asker fetches from the store itself; a breaker per peer (`breaker`) stops as
 one for a while. Members come from a file or Kubernetes EndpointSlices (`members`); every
 request is signed with an HMAC of a shared secret (`signing`). `peers.Group` composes them.
 Its second form is a shared tier (`shared`): an S3-compatible store near the compute that
-holds blocks for everyone. Both are block sources (`sources`), asked the same way.
+holds blocks for everyone. Both are tiers before the store (`sources`): each object's block
+source (pffs.cache.keys.BlockSource) is then the tier, else its store.
 
 The group is a layer beside pffs/cache: it uses the cache's key types, and the cache never
 imports it. pffs.mounting composes it and registers it here; the fetch path
-(pffs.fs.fetching) asks `current()` and, when a group is joined, wraps the store's fetches in
-it. Without a group nothing of this runs.
+(pffs.fs.fetching) asks `current()` and, when a tier is joined, puts it before each object's
+store. Without a group nothing of this runs.
 """
 
 from __future__ import annotations
@@ -21,21 +22,21 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pffs.group.sources import Asking, BlockSource
+    from pffs.group.sources import Joined, Tier
 
-_joined: Asking | None = None
+_joined: Joined | None = None
 
 
-def join(source: BlockSource | None) -> None:
-    """Make `source` (a group, a shared tier) the one this process's fetches ask before the
+def join(tier: Tier | None) -> None:
+    """Make `tier` (a group, a shared tier) the one this process's fetches ask before the
     store (None: none)."""
-    from pffs.group.sources import Asking
+    from pffs.group.sources import Joined
 
     global _joined
-    _joined = None if source is None else Asking(source)
+    _joined = None if tier is None else Joined(tier)
 
 
-def current() -> Asking | None:
+def current() -> Joined | None:
     """The source this process joined, or None (then fetches go to the store as they always
     did)."""
     return _joined

@@ -1,25 +1,27 @@
-"""Block sources before the store: how the fetch path asks one, whatever it is.
+"""A tier before the store, as one more block source.
 
-A `BlockSource` is asked for the blocks it `asks` for (a peer's blocks in a cache group, every
-block for a shared tier) before the store; a block it cannot give (None) comes from the store,
-and every block the store serves is handed to its `landed` (a shared tier writes it there).
-`Asking` wraps the store's fetches in one: `fetch_runs` for a run of blocks (a reader's miss,
-readahead, preload, warmup), delivered in order, and `fetch_range` for the bytes of one block a
-reader wants. pffs.fs.fetching finds the joined source with `pffs.group.current()`.
+A `Tier` (a cache group's peers, a shared tier) is asked for the blocks it `asks` for (a peer's
+blocks in a cache group, every block for a shared tier); a block it cannot give (None) comes
+from the store, and every whole block the store serves is handed to its `landed` (a shared tier
+writes it there). `TierFirst` is the `BlockSource` (pffs.cache.keys) of one open object version
+with a tier asked before its store's own source: the cache asks it as it asks the store. The
+fetch path (pffs.fs.fetching) builds it from `Joined.before`, the tier this process joined
+(`pffs.group.current()`).
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator
 from typing import Protocol
 
 import trio
 
-from pffs.cache.keys import Deliver, FetchRun, ObjectBlocks
+from pffs.cache.keys import BlockSource, ObjectBlocks
 
 
-class BlockSource(Protocol):
+class Tier(Protocol):
     def asks(self, blocks: ObjectBlocks, index: int) -> bool:
-        """Whether this source may hold the block (else the store is asked at once)."""
+        """Whether this tier may hold the block (else the store is asked at once)."""
 
     async def fetch_block(self, blocks: ObjectBlocks, index: int) -> bytes | None:
         """The block, checked; None when the store must serve it."""
@@ -30,76 +32,75 @@ class BlockSource(Protocol):
     def close(self) -> None: ...
 
 
-class Asking:
-    """The store's fetches with a block source asked first."""
+class Joined:
+    """The tier this process joined: what it puts before each object's store."""
 
-    def __init__(self, source: BlockSource) -> None:
-        self.source = source
+    def __init__(self, tier: Tier) -> None:
+        self.tier = tier
 
-    def fetch_runs(self, blocks: ObjectBlocks, base: int, store_run: FetchRun) -> FetchRun:
-        """`store_run` with the blocks the source may hold asked of it first, in order."""
-        source = self.source
+    def before(self, store: BlockSource, blocks: ObjectBlocks) -> BlockSource:
+        return TierFirst(self.tier, store, blocks)
 
-        async def from_store(first: int, count: int, deliver: Deliver) -> None:
-            async def landed(position: int, data: bytes) -> None:
-                source.landed(blocks, base + position, data)
-                await deliver(position, data)
 
-            await store_run(first, count, landed)
+class TierFirst:
+    """The blocks of one object version: from the tier where it has them, else the store."""
 
-        async def fetch_run(first: int, count: int, deliver: Deliver) -> None:
-            end = first + count
-            asked = [p for p in range(first, end) if source.asks(blocks, base + p)]
-            if not asked:
-                await from_store(first, count, deliver)
-                return
-            results: dict[int, bytes | None] = {}
-            arrived = {position: trio.Event() for position in asked}
+    def __init__(self, tier: Tier, store: BlockSource, blocks: ObjectBlocks) -> None:
+        self.tier = tier
+        self.store = store
+        self.blocks = blocks
 
-            async def ask(position: int) -> None:
-                try:
-                    results[position] = await source.fetch_block(blocks, base + position)
-                finally:
-                    arrived[position].set()
-
-            async with trio.open_nursery() as nursery:
-                for position in asked:
-                    nursery.start_soon(ask, position)
-                position = first
-                while position < end:
-                    if position not in arrived:  # a run of blocks only the store serves
-                        stop = position
-                        while stop < end and stop not in arrived:
-                            stop += 1
-                        await from_store(position, stop - position, deliver)
-                        position = stop
-                        continue
-                    await arrived[position].wait()
-                    data = results.get(position)
-                    if data is None:
-                        await from_store(position, 1, deliver)
-                    else:
-                        await deliver(position, data)
-                    position += 1
-
-        return fetch_run
-
-    async def fetch_range(self, blocks: ObjectBlocks, offset: int, length: int) -> bytes | None:
-        """Bytes [offset, offset+length) from the source, when one block holds them and the
-        source gives it; None otherwise (then the store serves them)."""
+    async def part(self, offset: int, length: int) -> bytes:
+        """The tier's bytes when one block holds them and the tier gives it, else the store's
+        (a whole block the store served is handed to the tier)."""
+        blocks, tier = self.blocks, self.tier
         index = offset // blocks.block_size
         start = offset - blocks.start(index)
-        if length <= 0 or start + length > blocks.length(index):
-            return None
-        if not self.source.asks(blocks, index):
-            return None
-        data = await self.source.fetch_block(blocks, index)
-        if data is None:
-            return None
-        return data if start == 0 and length == len(data) else data[start : start + length]
+        whole = start == 0 and length == blocks.length(index)
+        if length > 0 and start + length <= blocks.length(index) and tier.asks(blocks, index):
+            data = await tier.fetch_block(blocks, index)
+            if data is not None:
+                return data if whole else data[start : start + length]
+        data = await self.store.part(offset, length)
+        if whole:
+            tier.landed(blocks, index, data)
+        return data
 
-    def stored(self, blocks: ObjectBlocks, offset: int, data: bytes) -> None:
-        """The store served these bytes: a whole block goes to the source's `landed`."""
-        index = offset // blocks.block_size
-        if offset == blocks.start(index) and len(data) == blocks.length(index):
-            self.source.landed(blocks, index, data)
+    @trio.as_safe_channel
+    async def run(self, first: int, count: int) -> AsyncGenerator[tuple[int, bytes], None]:
+        """The blocks the tier may hold are asked of it at once; each is yielded in order, the
+        tier's when it gave it, else the store's (in runs, for blocks only the store serves)."""
+        blocks, tier = self.blocks, self.tier
+        end = first + count
+        asked = [i for i in range(first, end) if tier.asks(blocks, i)]
+        results: dict[int, bytes | None] = {}
+        arrived = {index: trio.Event() for index in asked}
+
+        async def ask(index: int) -> None:
+            try:
+                results[index] = await tier.fetch_block(blocks, index)
+            finally:
+                arrived[index].set()
+
+        async with trio.open_nursery() as nursery:
+            for index in asked:
+                nursery.start_soon(ask, index)
+            index = first
+            while index < end:
+                if index in arrived:
+                    await arrived[index].wait()
+                    data = results.get(index)
+                    if data is not None:
+                        yield index, data
+                        index += 1
+                        continue
+                    stop = index + 1  # the tier could not give it: the store serves it
+                else:  # a run of blocks only the store serves
+                    stop = index
+                    while stop < end and stop not in arrived:
+                        stop += 1
+                async with self.store.run(index, stop - index) as landing:
+                    async for landed, data in landing:
+                        tier.landed(blocks, landed, data)
+                        yield landed, data
+                index = stop

@@ -29,7 +29,7 @@ from pffs.backends.base import Backend, WritableBackend, writable
 from pffs.cache.blocks import BlockCache
 from pffs.config import GroupConfig, SharedCacheConfig, SourceConfig
 from pffs.errors import PffsError, UsageError
-from pffs.fs.fetching import fetch_range
+from pffs.fs.fetching import Store, StoreBlocks
 from pffs.group.client import PeerClient
 from pffs.group.dnsmembers import DnsMembers
 from pffs.group.kubemembers import KubeMembers
@@ -163,12 +163,10 @@ async def _serve_block(
     )
     if mounted is None:  # never a way around the store's access rules
         raise Refused("a source this member does not mount as that principal")
-    start, length = blocks.start(index), blocks.length(index)
+    store = StoreBlocks(Store.of(mounted), blocks)  # the store itself: never asks the group
 
     async def from_store() -> bytes:
-        return await fetch_range(
-            mounted.limiter, mounted.backend, blocks.path, blocks.version, start, length
-        )
+        return await store.part(blocks.start(index), blocks.length(index))
 
     if request.cached_only:  # a handover: only what this member holds now
         return await cache.held(blocks.key(index))

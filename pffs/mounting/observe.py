@@ -19,17 +19,8 @@ def cache_reader(vfs: Vfs) -> Callable[[], Mapping[str, int]]:
     cache = vfs.cache
 
     def read() -> Mapping[str, int]:
-        values = cache.stats.as_dict()
-        values["memory_used_bytes"] = cache.memory.used
-        values["memory_capacity_bytes"] = cache.memory.capacity
-        values["memory_blocks"] = len(cache.memory)
-        values["ahead_in_flight_bytes"] = cache.ahead_in_flight
+        values = cache.gauges() | vfs.datasets.gauges()
         values["staged_files"] = len(vfs.writer.staged)
-        engine = vfs.datasets.engine
-        values.update({f"preload_{k}": v for k, v in engine.stats.as_dict().items()})
-        values["preload_files_in_flight"] = engine.files_in_flight
-        values["preload_bytes_in_flight"] = engine.bytes_in_flight
-        values["preload_concurrency"] = engine.concurrency
         return values
 
     return read

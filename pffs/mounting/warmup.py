@@ -27,6 +27,7 @@ from pffs.cache.preload import Preloader, PreloadItem
 from pffs.config import CacheConfig, GroupConfig, SourceConfig, TableEntry
 from pffs.errors import UsageError
 from pffs.fs.datasets import file_item
+from pffs.fs.fetching import Store
 from pffs.mounting.grouping import asking_group
 from pffs.mounting.serving import open_cache, open_table
 from pffs.pace import Pace
@@ -72,7 +73,9 @@ async def warm_source(
         cache, cache.ahead_budget, concurrency=jobs, max_concurrency=jobs, idle_after=math.inf
     )
     peers = await asking_group(group_config) if group_config is not None else None
-    pace = Pace(jobs)  # halved when the store pushes back, as preload's
+    # The source's parts, with a pace of warmup's own: `jobs` at once, halved when the store
+    # pushes back (pffs.pace).
+    store = Store(mounted.backend, mounted.limiter, Pace(jobs), mounted.health)
     skips_before = cache.stats.disk_write_skips
 
     async def items() -> AsyncIterator[PreloadItem]:
@@ -83,7 +86,7 @@ async def warm_source(
                 if info.size == 0:
                     tally.files_done += 1  # nothing to load
                     continue
-                yield file_item(mounted.backend, child, info, cache.block_size, pace)
+                yield file_item(store, child, info, cache.block_size)
 
     def done(item: PreloadItem, outcome: int | Exception) -> None:
         tally.files_done += 1

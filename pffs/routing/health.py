@@ -46,20 +46,6 @@ PROBE_MAX = 2.0
 # Probes under way at once: each ends by its own timeouts (seconds), the next starts on time.
 PROBES_AT_ONCE = 3
 
-_breakers: dict[str, SourceHealth] = {}  # by source id, like the metrics' labels
-
-
-def register(source: str, probe: Callable[[], Awaitable[object]]) -> SourceHealth:
-    """The breaker of a source being mounted (replacing an earlier mount's in this process)."""
-    breaker = SourceHealth(source, probe)
-    _breakers[source] = breaker
-    return breaker
-
-
-def of(source: str) -> SourceHealth | None:
-    """The breaker of a mounted source; None for a backend no mount table holds."""
-    return _breakers.get(source)
-
 
 class SourceHealth:
     """The breaker of one source. Changed only from trio tasks; `check` only reads, so a worker

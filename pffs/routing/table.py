@@ -66,9 +66,10 @@ class Mounted:
         # others' threads.
         self.limiter = trio.CapacityLimiter(self.backend.max_concurrency)
         # Readahead's own places, AIMD-paced: a reader never queues behind it (pffs.pace).
-        self.ahead = Pace(self.backend.max_concurrency)
+        self.pace = Pace(self.backend.max_concurrency)
         self._probe_limiter = trio.CapacityLimiter(health.PROBES_AT_ONCE)
-        self.health = health.register(self.backend.source_id, self._probe)
+        # Its breaker: every request to the source passes it (pffs.fs.fetching.Store).
+        self.health = health.SourceHealth(self.backend.source_id, self._probe)
 
     async def _probe(self) -> None:
         """Whether the store answers again: its probe (short timeouts, a fresh connection)."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
 from pathlib import Path
 
 import pytest
@@ -15,7 +15,7 @@ import trio
 import trio.testing
 
 from pffs.cache.blocks import BlockCache
-from pffs.cache.keys import BlockKey, Deliver
+from pffs.cache.keys import BlockKey
 from pffs.cache.preload import OPENS_KEPT_WITHOUT_JOBS, Preloader, PreloadItem
 from pffs.errors import NotFound, Transient
 from tests.cache.configs import KIB, cache_config
@@ -55,24 +55,37 @@ class Store:
         sizes = [min(BLOCK, size - i * BLOCK) for i in range(count)]
         keys = [BlockKey("s", "u", name, "v1", i) for i in range(count)]
 
-        async def fetch_run(first: int, run: int, deliver: Deliver) -> None:
-            self.requests.append(name)
-            self.in_flight += 1
-            self.most_in_flight = max(self.most_in_flight, self.in_flight)
-            try:
-                await self.gate.wait()
-                await trio.sleep(self.delay)
-                if name in self.throttle:
-                    raise Transient("503 SlowDown")
-                if name in self.missing:
-                    raise NotFound(name)
-                for position in range(first, first + run):
-                    start = position * BLOCK
-                    await deliver(position, self.files[name][start : start + sizes[position]])
-            finally:
-                self.in_flight -= 1
+        return PreloadItem(("s", name), keys, sizes, FileSource(self, name, sizes))
 
-        return PreloadItem(("s", name), keys, sizes, fetch_run)
+
+class FileSource:
+    """One file of the fake store as a block source: counts its requests, answers at the
+    store's gate, delay and faults."""
+
+    def __init__(self, store: Store, name: str, sizes: list[int]) -> None:
+        self.store, self.name, self.sizes = store, name, sizes
+
+    async def part(self, offset: int, length: int) -> bytes:
+        raise AssertionError("preload loads runs only")
+
+    @trio.as_safe_channel
+    async def run(self, first: int, count: int) -> AsyncGenerator[tuple[int, bytes], None]:
+        store, name = self.store, self.name
+        store.requests.append(name)
+        store.in_flight += 1
+        store.most_in_flight = max(store.most_in_flight, store.in_flight)
+        try:
+            await store.gate.wait()
+            await trio.sleep(store.delay)
+            if name in store.throttle:
+                raise Transient("503 SlowDown")
+            if name in store.missing:
+                raise NotFound(name)
+            for index in range(first, first + count):
+                start = index * BLOCK
+                yield index, store.files[name][start : start + self.sizes[index]]
+        finally:
+            store.in_flight -= 1
 
 
 async def stream(items: Iterable[PreloadItem]) -> AsyncIterator[PreloadItem]:
@@ -151,7 +164,7 @@ async def test_bounds_concurrency_and_budget(tmp_path: Path) -> None:
 async def test_room_for_unread_files_stops_loading_until_readers_use_them() -> None:
     store = Store(files(50, BLOCK))
     cache = BlockCache(cache_config(None, memory_bytes=256 * BLOCK))
-    engine = Preloader(cache, budget=64 * BLOCK, room=10 * BLOCK)
+    engine = Preloader(cache, budget=64 * BLOCK, unread_max=10 * BLOCK)
     async with trio.open_nursery() as nursery:
         cache.attach(nursery)
         engine.attach(nursery)
@@ -191,7 +204,7 @@ async def test_throttling_halves_concurrency_and_failures_are_dropped() -> None:
     store.throttle = {"f0001", "f0002"}
     store.missing = {"f0003"}
     cache = BlockCache(cache_config(None, memory_bytes=256 * BLOCK))
-    engine = Preloader(cache, budget=64 * BLOCK, concurrency=16, room=256 * BLOCK)
+    engine = Preloader(cache, budget=64 * BLOCK, concurrency=16, unread_max=256 * BLOCK)
     async with trio.open_nursery() as nursery:
         cache.attach(nursery)
         engine.attach(nursery)
@@ -213,7 +226,7 @@ async def test_cancelled_job_stops_taking_items() -> None:
     store = Store(files(100, BLOCK))
     store.delay = 0.01
     cache = BlockCache(cache_config(None, memory_bytes=256 * BLOCK))
-    engine = Preloader(cache, budget=4 * BLOCK, room=256 * BLOCK)
+    engine = Preloader(cache, budget=4 * BLOCK, unread_max=256 * BLOCK)
     async with trio.open_nursery() as nursery:
         cache.attach(nursery)
         engine.attach(nursery)
@@ -234,7 +247,7 @@ async def test_job_ends_when_readers_stop() -> None:
     store = Store(files(100, BLOCK))
     store.delay = 1.0
     cache = BlockCache(cache_config(None, memory_bytes=512 * BLOCK))
-    engine = Preloader(cache, budget=BLOCK, idle_after=10.0, room=512 * BLOCK)
+    engine = Preloader(cache, budget=BLOCK, idle_after=10.0, unread_max=512 * BLOCK)
     async with trio.open_nursery() as nursery:
         cache.attach(nursery)
         engine.attach(nursery)
@@ -253,7 +266,7 @@ async def test_room_held_by_a_finished_job_comes_back_when_its_readers_go() -> N
     first = Store(files(10, BLOCK))
     second = Store({f"g{i}": data for i, data in enumerate(files(10, 2 * BLOCK).values())})
     cache = BlockCache(cache_config(None, memory_bytes=512 * BLOCK))
-    engine = Preloader(cache, budget=64 * BLOCK, idle_after=10.0, room=12 * BLOCK)
+    engine = Preloader(cache, budget=64 * BLOCK, idle_after=10.0, unread_max=12 * BLOCK)
     async with trio.open_nursery() as nursery:
         cache.attach(nursery)
         engine.attach(nursery)

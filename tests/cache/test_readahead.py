@@ -10,7 +10,7 @@ from tests.cache.configs import KIB
 
 def test_readahead_grows_on_sequential_reads_and_resets_on_seek() -> None:
     block = 4 * KIB
-    ra = Readahead(block, max_window_bytes=8 * block, file_size=1000 * block)
+    ra = Readahead(block, readahead_max=8 * block, file_size=1000 * block)
     windows = []
     for offset in range(0, 20 * block, block // 2):
         windows.append(len(ra.on_read(offset, offset + block // 2)))
@@ -23,7 +23,7 @@ def test_readahead_grows_on_sequential_reads_and_resets_on_seek() -> None:
 
 def test_random_reads_never_read_ahead() -> None:
     block = 4 * KIB
-    ra = Readahead(block, max_window_bytes=8 * block, file_size=1000 * block)
+    ra = Readahead(block, readahead_max=8 * block, file_size=1000 * block)
     rng = random.Random(0)
     for _ in range(200):
         offset = rng.randrange(1, 999) * block + 7
@@ -31,7 +31,7 @@ def test_random_reads_never_read_ahead() -> None:
 
 
 def test_readahead_stops_at_the_end_of_the_file() -> None:
-    ra = Readahead(100, max_window_bytes=10_000, file_size=350)
+    ra = Readahead(100, readahead_max=10_000, file_size=350)
     assert list(ra.on_read(0, 100)) == [1]
     assert list(ra.on_read(100, 200)) == [2, 3]
     assert list(ra.on_read(200, 300)) == [3]
@@ -42,7 +42,7 @@ def test_a_region_gets_a_window_held_to_half_of_what_its_run_read() -> None:
     readahead follows it, but never runs ahead more than half of what it has read, so a region
     read whole costs little more than itself, never the rest of the file."""
     block = 4 * KIB
-    ra = Readahead(block, max_window_bytes=8 * block, file_size=1000 * block)
+    ra = Readahead(block, readahead_max=8 * block, file_size=1000 * block)
     start = 100 * block + 512
     farthest = 0
     for offset in range(start, start + 16 * block, block // 4):
@@ -55,7 +55,7 @@ def test_a_region_gets_a_window_held_to_half_of_what_its_run_read() -> None:
             assert beyond <= max(block, (end - start) // 2)
     assert farthest > (start + 8 * block) // block  # it did read ahead
     # From the start of the file the full window is kept.
-    whole = Readahead(block, max_window_bytes=8 * block, file_size=1000 * block)
+    whole = Readahead(block, readahead_max=8 * block, file_size=1000 * block)
     windows = [len(whole.on_read(o, o + block)) for o in range(0, 8 * block, block)]
     assert max(windows) == 8 and not whole.region
 
@@ -64,7 +64,7 @@ def test_interleaved_runs_of_large_reads_each_keep_their_window() -> None:
     """Faults of two tensors copied by two threads reach one handle interleaved: each run stays
     sequential and reads ahead for itself."""
     block = 256 * KIB
-    ra = Readahead(block, max_window_bytes=8 * block, file_size=1000 * block)
+    ra = Readahead(block, readahead_max=8 * block, file_size=1000 * block)
     size = 128 * KIB  # the kernel's readahead-sized reads
     a, b = 100 * block, 500 * block
     for step in range(12):
@@ -80,7 +80,7 @@ def test_small_reads_near_an_older_run_stay_random() -> None:
     """Only large reads (the kernel's) continue a run other than the last read's: a program's
     4 KiB reads hopping between two neighbourhoods never look sequential."""
     block = 4 * KIB * 1024
-    ra = Readahead(block, max_window_bytes=8 * block, file_size=100 * block)
+    ra = Readahead(block, readahead_max=8 * block, file_size=100 * block)
     for step in range(10):
         assert not ra.on_read(20 * block + step * 4096, 20 * block + (step + 1) * 4096 - 8192)
         assert not ra.on_read(5 * block + step * 4096, 5 * block + step * 4096 + 4096)
@@ -91,7 +91,7 @@ def test_a_straggler_behind_a_whole_file_run_does_not_take_it_over() -> None:
     """A READ of the kernel's readahead answered late lands behind the run: it starts a stream
     of its own, and the reads after it still belong to the run, with its window."""
     block = 256 * KIB
-    ra = Readahead(block, max_window_bytes=8 * block, file_size=1000 * block)
+    ra = Readahead(block, readahead_max=8 * block, file_size=1000 * block)
     size = 128 * KIB
     for offset in range(0, 40 * block, size):
         ra.on_read(offset, offset + size)

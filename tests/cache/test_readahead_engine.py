@@ -4,13 +4,13 @@ disk-tier lookups, failures and cancellation."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Sequence
 from pathlib import Path
 
 import trio
 
 from pffs.cache.blocks import BlockCache
-from pffs.cache.keys import BlockKey, Deliver
+from pffs.cache.keys import BlockKey
 from pffs.errors import Transient
 from tests.cache.configs import KIB, cache_config
 
@@ -26,9 +26,9 @@ def block_of(index: int) -> bytes:
 
 
 class Runs:
-    """A fetch_run for the window starting at block `base`: records (first, count) of each
-    request, can hold every request until `release` is set, and can fail after `fail_after`
-    blocks of a request were delivered."""
+    """A block source for the window starting at block `base`: records (first, count) of each
+    request (counted from `base`), can hold every request until `release` is set, and can fail
+    after `fail_after` blocks of a request were sent."""
 
     def __init__(self, base: int = 0, fail_after: int | None = None) -> None:
         self.base = base
@@ -37,14 +37,18 @@ class Runs:
         self.release = trio.Event()
         self.release.set()
 
-    async def __call__(self, first: int, count: int, deliver: Deliver) -> None:
-        self.requests.append((first, count))
+    async def part(self, offset: int, length: int) -> bytes:
+        raise AssertionError("readers fetch through fetcher() here")
+
+    @trio.as_safe_channel
+    async def run(self, first: int, count: int) -> AsyncGenerator[tuple[int, bytes], None]:
+        self.requests.append((first - self.base, count))
         await self.release.wait()
-        for n, position in enumerate(range(first, first + count)):
+        for n, index in enumerate(range(first, first + count)):
             if self.fail_after is not None and n == self.fail_after:
                 raise Transient("connection reset in the middle of a run")
             await trio.sleep(0)
-            await deliver(position, block_of(self.base + position))
+            yield index, block_of(index)
 
 
 def fetcher(index: int, calls: list[int]):
@@ -134,7 +138,7 @@ def test_before_the_windows_end_a_runs_worth_must_be_missing() -> None:
             await cache.flush()
 
     trio.run(main)
-    assert sorted(runs.requests) == [(0, 2), (4, 2)]
+    assert sorted(runs.requests) == [(4, 2), (10, 2)]  # blocks 4-5 and 10-11
     assert cache.stats.readahead_issued == 4
 
 

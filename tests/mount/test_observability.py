@@ -9,6 +9,7 @@ import logging
 import os
 import re
 import urllib.request
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 import pffs.group.stats  # noqa: F401  (a mount in a group registers these on joining)
 from pffs import metrics
 from pffs.cache.blocks import BlockCache
-from pffs.cache.keys import BlockKey, Deliver
+from pffs.cache.keys import BlockKey
 from pffs.cli.stats_view import quantile, render
 from pffs.config import CacheConfig
 from pffs.errors import MountpointError, UsageError
@@ -185,15 +186,20 @@ def test_blocks_read_ahead_and_never_read_count_as_wasted() -> None:
     async def fetch() -> bytes:
         return b"x" * block
 
-    async def fetch_run(first: int, count: int, deliver: Deliver) -> None:
-        for position in range(first, first + count):
-            await deliver(position, await fetch())
+    class Source:  # the store as a block source: every block is x's
+        async def part(self, offset: int, length: int) -> bytes:
+            return await fetch()
+
+        @trio.as_safe_channel
+        async def run(self, first: int, count: int) -> AsyncGenerator[tuple[int, bytes], None]:
+            for index in range(first, first + count):
+                yield index, await fetch()
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             cache.attach(nursery)
             keys = [BlockKey("s", "u", "p", "v", index) for index in range(2)]
-            assert cache.read_ahead(keys, [block, block], fetch_run) == 2  # loaded ahead
+            assert cache.read_ahead(keys, [block, block], Source()) == 2  # loaded ahead
             await cache.flush()
             await cache.read(BlockKey("s", "u", "p", "v", 1), fetch)  # one of them is used
             for index in range(10, 20):  # readers push everything older out of memory

@@ -38,8 +38,8 @@ def test_down_after_a_transient_failure_then_probed_up(monkeypatch) -> None:
         return b"x"
 
     async def main() -> None:
-        breaker = health.register("s3://unit", probe)
-        assert health.of("s3://unit") is breaker and breaker.up
+        breaker = health.SourceHealth("s3://unit", probe)
+        assert breaker.up
         limiter = trio.CapacityLimiter(1)
         with pytest.raises(Transient):
             await breaker.call(limiter, failing)
@@ -71,7 +71,7 @@ def test_a_probe_waiting_on_a_hung_store_does_not_hold_up_the_next(monkeypatch) 
             raise Transient("probe timed out")
 
     async def main() -> float:
-        breaker = health.register("s3://hung", probe)
+        breaker = health.SourceHealth("s3://hung", probe)
         breaker.failed(Transient("timed out after retries"))
         await trio.sleep(0.5)
         answering_since.append(trio.current_time())
@@ -97,7 +97,7 @@ def test_a_request_retrying_stops_at_its_next_attempt_once_the_source_is_down() 
         retry.call_with_retry(failing, is_transient=lambda _: True, policy=policy, what="GET unit")
 
     async def main() -> float:
-        breaker = health.register("s3://gated", lambda: trio.sleep(10))
+        breaker = health.SourceHealth("s3://gated", lambda: trio.sleep(10))
         started = time.monotonic()
         async with trio.open_nursery() as nursery:
 
@@ -118,7 +118,7 @@ def test_a_request_retrying_stops_at_its_next_attempt_once_the_source_is_down() 
 
 def test_throttling_and_refusals_never_mark_a_source_down() -> None:
     async def main() -> None:
-        breaker = health.register("s3://throttled", lambda: trio.sleep(0))
+        breaker = health.SourceHealth("s3://throttled", lambda: trio.sleep(0))
         breaker.failed(Throttled("503 SlowDown after retries"))
         breaker.failed(PermissionError("denied"))
         assert breaker.up

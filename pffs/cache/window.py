@@ -1,4 +1,6 @@
-"""Pacing sequential readers: how far ahead of each one to load, and in how many requests.
+"""Readahead windows of sequential readers: how far ahead of each one to load, and in how many
+requests. (Not to be confused with a source's pace, pffs.pace: how many requests loading ahead
+may have in flight at that source.)
 
 A reader streaming a large object is served by several ranged GETs at once, each on its own
 connection (each GET is one worker thread's call, on a connection of the source's pool), as
@@ -37,8 +39,8 @@ from collections.abc import Callable
 # The window over rate x request time: room for the rate to double before the next estimate.
 HEADROOM = 2.0
 # GETs that carry one reader's window at least: a part is half the window at most. More, smaller
-# parts cost CPU per byte (each GET signs, parses and hops; the server opens and seeks): on 2
-# cores, 4 GETs of 8 MiB read slower than 2 of 16 MiB at 0 ms (docs/notes/parallel-reads.md).
+# parts cost CPU per byte (each GET signs, parses and hops; the server opens and seeks); the
+# measurements are in docs/notes/parallel-reads.md.
 STREAMS = 2
 # A reader that asked for no window for this long no longer takes a share of the budget.
 ACTIVE_SECONDS = 1.0
@@ -52,36 +54,36 @@ def _average(old: float | None, sample: float) -> float:
     return sample if old is None else old + SMOOTHING * (sample - old)
 
 
-class Pacing:
+class Windows:
     """The readers streaming from one cache and the budget they share."""
 
     def __init__(
         self,
         budget: int,
-        window: int,
+        readahead_max: int,
         largest: int,
         block_size: int,
         max_part: int,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.budget = budget  # bytes loaded ahead in flight, all readers together
-        self.window = window  # the configured window of one reader, in bytes
-        self.largest = max(window, largest)  # the largest window Little's law may ask for
+        self.readahead_max = readahead_max  # the configured window of one reader, in bytes
+        self.largest = max(readahead_max, largest)  # the largest window Little's law may ask for
         self.block_size = block_size
         self.max_part = max(block_size, max_part)  # the largest GET of a load ahead, in bytes
         self.clock = clock
-        self._last_asked: dict[ReaderPace, float] = {}
+        self._last_asked: dict[ReaderWindow, float] = {}
         self._swept_at = clock()
 
-    def reader(self) -> ReaderPace:
-        """The pace of a new reader (one per open file)."""
-        return ReaderPace(self)
+    def reader(self) -> ReaderWindow:
+        """The window of a new reader (one per open file)."""
+        return ReaderWindow(self)
 
     def streaming(self) -> int:
         """Readers that asked for a window in the last ACTIVE_SECONDS."""
         return len(self._last_asked)
 
-    def share(self, reader: ReaderPace) -> int:
+    def share(self, reader: ReaderWindow) -> int:
         """`reader`'s share of the budget, in bytes; counts it as streaming from now."""
         now = self.clock()
         self._last_asked[reader] = now
@@ -92,18 +94,18 @@ class Pacing:
                     del self._last_asked[other]
         return self.budget // len(self._last_asked)
 
-    def forget(self, reader: ReaderPace) -> None:
+    def forget(self, reader: ReaderWindow) -> None:
         """The reader is closed: its share goes back to the others at once."""
         self._last_asked.pop(reader, None)
 
 
-class ReaderPace:
+class ReaderWindow:
     """One reader's rate and request time, and the window and parts they call for."""
 
-    __slots__ = ("_pacing", "_period_bytes", "_period_start", "part", "rate", "request_time")
+    __slots__ = ("_period_bytes", "_period_start", "_windows", "part", "rate", "request_time")
 
-    def __init__(self, pacing: Pacing) -> None:
-        self._pacing = pacing
+    def __init__(self, windows: Windows) -> None:
+        self._windows = windows
         self.rate: float | None = None  # bytes per second the reader consumes
         self.request_time: float | None = None  # seconds one of its readahead GETs takes
         self.part = 1  # blocks per request of the last window
@@ -112,7 +114,7 @@ class ReaderPace:
 
     def read(self, count: int) -> None:
         """The reader consumed `count` bytes of a sequential run."""
-        now = self._pacing.clock()
+        now = self._windows.clock()
         if self._period_start is None:
             self._period_start = now
             return  # the first read of a run starts the clock; its bytes came before it
@@ -132,22 +134,22 @@ class ReaderPace:
         """One of the reader's readahead GETs took `seconds` from the ask to its last byte."""
         self.request_time = _average(self.request_time, seconds)
 
-    def window(self) -> int:
+    def size(self) -> int:
         """Bytes to keep loaded or on their way ahead of the reader: at least one block. Sets
         `part` for it."""
-        pacing = self._pacing
-        wanted = pacing.window
+        windows = self._windows
+        wanted = windows.readahead_max
         if self.rate is not None and self.request_time is not None:
             wanted = max(wanted, int(HEADROOM * self.rate * self.request_time))
-        window = max(pacing.block_size, min(wanted, pacing.largest, pacing.share(self)))
+        window = max(windows.block_size, min(wanted, windows.largest, windows.share(self)))
         self.part = self.part_blocks(window)
         return window
 
     def part_blocks(self, window: int) -> int:
         """Blocks per GET for a window of `window` bytes: the largest readahead request, or less
         so that STREAMS GETs carry it; one block at least."""
-        pacing = self._pacing
-        return max(1, min(pacing.max_part, window // STREAMS) // pacing.block_size)
+        windows = self._windows
+        return max(1, min(windows.max_part, window // STREAMS) // windows.block_size)
 
     def close(self) -> None:
-        self._pacing.forget(self)
+        self._windows.forget(self)
