@@ -132,15 +132,13 @@ def run_warmup(targets: list[Target], jobs: int, quiet: bool) -> int:
                 )
 
     async def main() -> None:
-        if not show:
-            await warm_all()  # its error as it is: one line, not an exception group
-            return
         failed: Exception | None = None
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(progress.draw)
+            if show:
+                nursery.start_soon(progress.draw)
             try:
                 await warm_all()
-            except Exception as exc:  # raised below, outside the nursery's group
+            except Exception as exc:  # raised below as it is (one line), not in a group
                 failed = exc
             nursery.cancel_scope.cancel()
         if failed is not None:
