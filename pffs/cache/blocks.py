@@ -20,7 +20,7 @@ from pffs.cache.disk import DiskTier
 from pffs.cache.diskio import DiskIO
 from pffs.cache.keys import BlockKey, BlockSource, ColdStart, Fetch
 from pffs.cache.memory import MemoryTier
-from pffs.cache.readahead_engine import ReadaheadEngine
+from pffs.cache.readahead_engine import AheadUsage, ReadaheadEngine
 from pffs.cache.singleflight import SingleFlight
 from pffs.cache.stats import CacheStats
 from pffs.cache.window import ReaderWindow, Windows
@@ -28,13 +28,24 @@ from pffs.config import CacheConfig
 
 
 class BlockCache:
-    def __init__(self, config: CacheConfig, stats: CacheStats | None = None) -> None:
+    def __init__(
+        self,
+        config: CacheConfig,
+        stats: CacheStats | None = None,
+        *,
+        memory_only: frozenset[str] = frozenset(),
+    ) -> None:
+        """`memory_only`: the sources whose blocks stay in memory, never written to disk (a
+        mount table entry's `cache = "memory"`)."""
         self.config = config
         self.block_size = config.block_size
         self.stats = stats or CacheStats()
         # Blocks loaded ahead in flight count against the memory bound, so reserve their budget.
         self.ahead_budget = min(config.ahead_budget, config.memory_bytes // 2)
-        self.memory = MemoryTier(config.memory_bytes - self.ahead_budget, self.stats)
+        self._usage = AheadUsage(self.stats)
+        self.memory = MemoryTier(
+            config.memory_bytes - self.ahead_budget, self.stats, on_evict=self._usage.evicted
+        )
         # A window larger than half the memory tier would evict blocks loaded ahead before the
         # reader gets to them, and one larger than the budget could never be in flight.
         self.readahead_max = min(config.readahead_max, self.memory.capacity // 2, self.ahead_budget)
@@ -56,8 +67,18 @@ class BlockCache:
         )
         self._background = Background()
         self._flights = SingleFlight()
+        # Datasets being consumed that do not fit keep a stable subset on disk (datasetroom.py).
+        self.room = DatasetRoom(config.disk_bytes if self.disk is not None else 0)
         self._disk = DiskIO(
-            self.disk, config.block_size, config.disk_threads, self.stats, self._background
+            self.disk,
+            config.block_size,
+            config.disk_threads,
+            self.stats,
+            self._background,
+            memory_only=memory_only,
+            # A random read of a compressed disk entry decompresses the whole block: keep it.
+            keep_block=self.memory.put,
+            admit=self.room.admit,
         )
         self._engine = ReadaheadEngine(
             self.ahead_budget,
@@ -68,22 +89,9 @@ class BlockCache:
             self._disk,
             self._background,
             self.stats,
+            self._usage,
         )
-        self.memory.on_evict = self._engine.evicted
-        # A random read of a compressed disk entry decompresses the whole block: keep it.
-        self._disk.keep_block = self.memory.put
-        # Datasets being consumed that do not fit keep a stable subset on disk (datasetroom.py).
-        self.room = DatasetRoom(config.disk_bytes if self.disk is not None else 0)
-        self._disk.admit = self.room.admit
-
-    @property
-    def memory_only(self) -> set[str]:
-        """Sources whose blocks stay in memory only (a mount table entry's `cache = "memory"`)."""
-        return self._disk.memory_only
-
-    @memory_only.setter
-    def memory_only(self, sources: set[str]) -> None:
-        self._disk.memory_only = sources
+        self.memory_only = memory_only
 
     def gauges(self) -> dict[str, int]:
         """The cache's counters and gauges, as the metrics read them (any thread: reads only)."""
@@ -121,7 +129,7 @@ class BlockCache:
             if data is not None:
                 self.stats.memory_hits += 1
                 self.stats.memory_bytes_served += len(data) if served is None else served
-                self._engine.read_from_memory(key)
+                self._usage.read(key)
                 return data
             flight = self._flights.get(key)
             if flight is None:

@@ -100,7 +100,14 @@ class DiskIO:
         threads: int,
         stats: CacheStats,
         background: Background,
+        *,
+        memory_only: frozenset[str] = frozenset(),
+        keep_block: Callable[[BlockKey, bytes], None] | None = None,
+        admit: Callable[[BlockKey, int], bool] | None = None,
     ) -> None:
+        """`memory_only`: sources whose blocks never come here; `keep_block`: where a whole
+        block read for a part of it goes (the memory tier), if anywhere; `admit`: whether a
+        fetched block may be written (a dataset's stable subset: datasetroom.py)."""
         self.tier = tier
         self.block_size = block_size
         self.stats = stats
@@ -121,11 +128,9 @@ class DiskIO:
         self._queued_bytes = 0
         self._readers = 0
         self._collecting = False
-        self.memory_only: set[str] = set()
-        # Where a whole block read for a part of it goes (the memory tier), if anywhere.
-        self.keep_block: Callable[[BlockKey, bytes], None] | None = None
-        # Whether a fetched block may be written (a dataset's stable subset: datasetroom.py).
-        self.admit: Callable[[BlockKey, int], bool] | None = None
+        self.memory_only = memory_only
+        self.keep_block = keep_block
+        self.admit = admit
         # The tier's keys, read from its index by _read_keys at most every _FOLLOW_PERIOD
         # while blocks are looked up, and when (trio clock) the last read began.
         self.keys = DiskKeys(0)

@@ -12,13 +12,19 @@ from pffs.cache.stats import CacheStats
 
 
 class MemoryTier:
-    def __init__(self, capacity: int, stats: CacheStats) -> None:
+    def __init__(
+        self,
+        capacity: int,
+        stats: CacheStats,
+        on_evict: Callable[[Hashable], None] | None = None,
+    ) -> None:
+        """`on_evict` is told of each block evicted to make room (the cache counts those
+        loaded ahead, never read)."""
         self.capacity = max(0, capacity)
         self.used = 0
         self.stats = stats
         self._blocks: OrderedDict[Hashable, bytes] = OrderedDict()
-        # Told of each block evicted to make room (the cache counts those loaded ahead, never read).
-        self.on_evict: Callable[[Hashable], None] | None = None
+        self.on_evict = on_evict
 
     def get(self, key: Hashable) -> bytes | None:
         data = self._blocks.get(key)

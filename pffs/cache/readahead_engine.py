@@ -68,6 +68,35 @@ class _Run:
         return _Run(taken, self.source, self.window)
 
 
+class AheadUsage:
+    """What loading ahead was worth: blocks loaded ahead into memory are counted used when a
+    reader takes one, wasted when the memory tier evicts one unread."""
+
+    def __init__(self, stats: CacheStats) -> None:
+        self.stats = stats
+        self._unread: set[object] = set()  # loaded ahead into memory, not yet read
+
+    def loaded(self, key: BlockKey, in_memory: int) -> None:
+        """A block loaded ahead landed in memory (which holds `in_memory` blocks)."""
+        # Remembered only to count the blocks loaded ahead that are used; bounded, so blocks
+        # evicted unread are forgotten.
+        if len(self._unread) > 4 * max(1, in_memory):
+            self._unread.clear()
+        self._unread.add(key)
+
+    def read(self, key: BlockKey) -> None:
+        """A reader took the block from memory: count it as used if it was loaded ahead."""
+        if key in self._unread:
+            self._unread.discard(key)
+            self.stats.readahead_used += 1
+
+    def evicted(self, key: object) -> None:
+        """The memory tier dropped the block: wasted if it was loaded ahead and never read."""
+        if key in self._unread:
+            self._unread.discard(key)
+            self.stats.readahead_wasted += 1
+
+
 class ReadaheadEngine:
     def __init__(
         self,
@@ -79,6 +108,7 @@ class ReadaheadEngine:
         disk: DiskIO,
         background: Background,
         stats: CacheStats,
+        usage: AheadUsage,
     ) -> None:
         self.budget = budget  # bytes of blocks loaded ahead in flight at most
         self.run_blocks = run_blocks  # blocks asked of the store in one request at most
@@ -88,8 +118,8 @@ class ReadaheadEngine:
         self.disk = disk
         self.background = background
         self.stats = stats
+        self.usage = usage
         self._in_flight = 0
-        self._unread_ahead: set[BlockKey] = set()  # loaded ahead into memory, not yet read
 
     @property
     def in_flight(self) -> int:
@@ -267,7 +297,7 @@ class ReadaheadEngine:
         """A block arrived: into memory, and to everyone waiting on its flight."""
         self.memory.put(key, data)
         if flight.ahead:  # loaded ahead and not yet asked for
-            self._note_ahead(key)
+            self.usage.loaded(key, len(self.memory))
         self.flights.land(key, flight, data, tier)
 
     def _release(self, run: _Run, positions: Sequence[int]) -> None:
@@ -277,24 +307,3 @@ class ReadaheadEngine:
             self._in_flight -= size
             if not flight.done.is_set():
                 self.flights.abandon(key, flight, None)
-
-    # --- what loading ahead was worth --------------------------------------------------------
-
-    def _note_ahead(self, key: BlockKey) -> None:
-        # Remembered only to count the blocks loaded ahead that are used; bounded, so blocks
-        # evicted unread are forgotten.
-        if len(self._unread_ahead) > 4 * max(1, len(self.memory)):
-            self._unread_ahead.clear()
-        self._unread_ahead.add(key)
-
-    def read_from_memory(self, key: BlockKey) -> None:
-        """A reader took the block from memory: count it as used if it was loaded ahead."""
-        if key in self._unread_ahead:
-            self._unread_ahead.discard(key)
-            self.stats.readahead_used += 1
-
-    def evicted(self, key: object) -> None:
-        """The memory tier dropped the block: wasted if it was loaded ahead and never read."""
-        if key in self._unread_ahead:
-            self._unread_ahead.discard(key)
-            self.stats.readahead_wasted += 1

@@ -61,8 +61,8 @@ class Vfs:
         dataset: DatasetConfig | None = None,
     ) -> None:
         self.table = table
+        # The cache comes with its policy (which sources stay in memory) set at construction.
         self.cache = cache or BlockCache(CacheConfig(disk_dir=None))
-        self.cache.memory_only |= {m.backend.source_id for m in table.mounted if not m.disk_cache}
         self.handles = Handles()
         staged = StagedFiles()  # the writer's; the namespace reads it
         self.namespace = Namespace(table, meta, self.handles, staged.view)

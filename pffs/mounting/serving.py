@@ -49,7 +49,7 @@ def serve_here(config: MountConfig, on_ready: Callable[[], None] | None = None) 
     os.umask(0o077)
     tune_malloc(config.cache.block_size)
     raise_descriptor_limit()
-    cache = open_cache(config.cache)
+    cache = open_cache(config.cache, table.memory_only)
     try:
         vfs = Vfs(
             table,
@@ -129,18 +129,19 @@ def _naming_entry(path: str, entries: int) -> Iterator[None]:
         raise
 
 
-def open_cache(config: CacheConfig) -> BlockCache:
-    """The block cache, or a one-line error when its directory cannot be used.
+def open_cache(config: CacheConfig, memory_only: frozenset[str] = frozenset()) -> BlockCache:
+    """The block cache (the blocks of sources in `memory_only` never written to disk), or a
+    one-line error when its directory cannot be used.
 
     A full disk is no reason to refuse a mount: the disk tier is then left out (a warning
     says so) and reads go around it, from memory and the store.
     """
     try:
-        return BlockCache(config)
+        return BlockCache(config, memory_only=memory_only)
     except (OSError, sqlite3.Error) as exc:
         if _disk_full(exc):
             log.warning("cache directory %s: disk full, caching in memory only", config.disk_dir)
-            return BlockCache(dataclasses.replace(config, disk_dir=None))
+            return BlockCache(dataclasses.replace(config, disk_dir=None), memory_only=memory_only)
         detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise CacheDirError(f"cache directory {config.disk_dir}: {detail}") from None
 

@@ -63,9 +63,10 @@ async def warm_source(
     """Fill the disk tier with the files at or under `paths` of `source`, `jobs` files at a
     time at most; each file's outcome counted in `tally`. With the mount's `group_config`, the
     blocks other members own are asked of them (each owner loads its own once)."""
-    (mounted,) = open_table([TableEntry("", source)]).mounted
+    table = open_table([TableEntry("", source)])
+    (mounted,) = table.mounted
     await mounted.health.call(mounted.limiter, mounted.backend.check)
-    cache = open_cache(cache_config)
+    cache = open_cache(cache_config, table.memory_only)
     if not cache.disk_holds(mounted.backend.source_id):
         cache.close()
         raise UsageError(f"{source.url} is cached in memory only")

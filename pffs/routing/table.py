@@ -90,6 +90,11 @@ class MountTable:
         """One source at the root: what `pffs mount SOURCE MOUNTPOINT` builds."""
         return cls([Mounted("", backend, read_only)])
 
+    @property
+    def memory_only(self) -> frozenset[str]:
+        """The sources whose blocks the cache keeps in memory only (`cache = "memory"`)."""
+        return frozenset(m.backend.source_id for m in self.mounted if not m.disk_cache)
+
     def route(self, path: str) -> tuple[Mounted, str] | None:
         """The source serving `path` and the path inside that source, or None."""
         mounted = longest_prefix(self.mounted, path)

@@ -261,8 +261,7 @@ def test_blocks_read_ahead_on_disk_are_not_asked_of_the_store(tmp_path: Path) ->
 
 def test_memory_only_sources_never_look_at_the_disk(tmp_path: Path) -> None:
     _fill_disk(tmp_path, range(0, 3))
-    cache = BlockCache(cache_config(tmp_path, fetch_size=4 * BLOCK))
-    cache.memory_only.add("s")
+    cache = BlockCache(cache_config(tmp_path, fetch_size=4 * BLOCK), memory_only=frozenset({"s"}))
     runs = Runs()
 
     async def main() -> None:

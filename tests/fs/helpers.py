@@ -43,7 +43,7 @@ def make_vfs(
         table,
         meta,
         FuseConfig(mountpoint="/unused", read_only=read_only),
-        BlockCache(cache) if cache is not None else None,
+        BlockCache(cache, memory_only=table.memory_only) if cache is not None else None,
         staging_dir=tempfile.mkdtemp(prefix="pffs-staging-"),
         dataset=dataset,
     )

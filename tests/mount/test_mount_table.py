@@ -112,7 +112,7 @@ def _tree(tmp_path: Path) -> tuple[Path, Path, Path]:
     return local, arrow, nested
 
 
-def _vfs(tmp_path: Path, cache: BlockCache | None = None) -> Vfs:
+def _vfs(tmp_path: Path, cache_dir: Path | None = None) -> Vfs:
     local, arrow, nested = _tree(tmp_path)
 
     def backend(url: str) -> Any:
@@ -127,6 +127,12 @@ def _vfs(tmp_path: Path, cache: BlockCache | None = None) -> Vfs:
     )
     meta = MetaConfig(attr_ttl=60, entry_ttl=60, dir_ttl=60, negative_ttl=60)
     fuse = FuseConfig(mountpoint="/unused")
+    # The cache as a mount opens it: its memory-only sources from the table, at construction.
+    cache = (
+        None
+        if cache_dir is None
+        else BlockCache(CacheConfig(disk_dir=str(cache_dir)), memory_only=table.memory_only)
+    )
     return Vfs(table, meta, fuse, cache, staging_dir=str(tmp_path / "staging"))
 
 
@@ -194,10 +200,10 @@ def test_per_entry_read_only_and_cross_source_rename(tmp_path: Path) -> None:
 
 
 def test_memory_only_entry_never_reaches_the_disk_tier(tmp_path: Path) -> None:
-    cache = BlockCache(CacheConfig(disk_dir=str(tmp_path / "cache")))
+    vfs = _vfs(tmp_path, tmp_path / "cache")
+    cache = vfs.cache
 
     async def main() -> None:
-        vfs = _vfs(tmp_path, cache)
         async with trio.open_nursery() as nursery:
             vfs.attach(nursery)
             assert await _read(vfs, "data/arrow/d/deeper/n.txt") == b"nested n"
