@@ -25,6 +25,7 @@ import itertools
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -41,6 +42,9 @@ from pffs.fs.listings import DirListing
 from pffs.fs.namespace import Namespace
 from pffs.pace import Pace
 
+if TYPE_CHECKING:  # a mount without a group never imports pffs.group
+    from pffs.group.sources import Joined
+
 log = logging.getLogger(__name__)
 
 # Directories whose recent opens are remembered at once; beyond it the oldest are forgotten.
@@ -52,8 +56,15 @@ MEASURE_BATCH = 512
 class DatasetPreload:
     """Detects datasets from opens and feeds their files to the preload engine."""
 
-    def __init__(self, namespace: Namespace, cache: BlockCache, config: DatasetConfig) -> None:
+    def __init__(
+        self,
+        namespace: Namespace,
+        cache: BlockCache,
+        config: DatasetConfig,
+        tier: Joined | None = None,  # a cache group or shared tier asked before the store
+    ) -> None:
         self.namespace = namespace
+        self.tier = tier
         self.cache = cache
         self.config = config
         self.block_size = cache.block_size
@@ -269,7 +280,7 @@ class DatasetPreload:
         if routed is None or info.size == 0:
             return None
         mounted, inside = routed
-        store = Store(mounted.backend, mounted.limiter, self.pace, mounted.health)
+        store = Store(mounted.backend, mounted.limiter, self.pace, mounted.health, self.tier)
         return file_item(store, inside, info, self.block_size)
 
 

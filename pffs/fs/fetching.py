@@ -7,7 +7,8 @@ breaker (pffs.routing.health: while the source is down a request fails at once, 
 tells the breaker). `Store.of(mounted)` takes them from the mount table's entry. `StoreBlocks`
 is the store as the `BlockSource` (pffs.cache.keys) of one open object version: `part` for a
 reader waiting on bytes, `run` for blocks loaded ahead, yielded to the cache as they land.
-`open_blocks` puts a joined tier (pffs.group: a cache group, a shared tier) before it.
+`open_blocks` puts the store's joined tier (pffs.group: a cache group, a shared tier, handed to
+the store when it is built) before it.
 
 A short answer is `Corrupted`, never a short block in the cache; the version pins every request
 to the object version the caller opened, so a changed object raises `Changed`. A reader's
@@ -19,11 +20,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import trio
 
-from pffs import group, retry
+from pffs import retry
 from pffs.backends.base import Backend, block_runs
 from pffs.cache.keys import BlockSource, ObjectBlocks
 from pffs.errors import Corrupted
@@ -31,6 +32,9 @@ from pffs.pace import Pace
 from pffs.routing.health import SourceHealth
 from pffs.routing.table import Mounted
 from pffs.workers import run_blocking
+
+if TYPE_CHECKING:  # a mount without a group never imports pffs.group
+    from pffs.group.sources import Joined
 
 T = TypeVar("T")
 
@@ -42,11 +46,12 @@ class Store:
     backend: Backend
     readers: trio.CapacityLimiter  # readers' places
     pace: Pace  # loading ahead's places: a reader never queues behind it
-    breaker: SourceHealth | None = None  # None: a source no mount table holds (warmup)
+    breaker: SourceHealth | None = None  # None: a source no mount table holds
+    tier: Joined | None = None  # a cache group or shared tier asked before the store
 
     @classmethod
-    def of(cls, mounted: Mounted) -> Store:
-        return cls(mounted.backend, mounted.limiter, mounted.pace, mounted.health)
+    def of(cls, mounted: Mounted, tier: Joined | None = None) -> Store:
+        return cls(mounted.backend, mounted.limiter, mounted.pace, mounted.health, tier)
 
     async def request(self, fn: Callable[..., T], *args: object, ahead: bool) -> T:
         """`fn(*args)` in a worker thread: a reader's under the readers' limiter, a load
@@ -133,8 +138,7 @@ class StoreBlocks:
 
 
 def open_blocks(store: Store, blocks: ObjectBlocks) -> BlockSource:
-    """Where the cache gets the blocks of one open object version: the store, with the tier
-    this process joined (pffs.group) asked first."""
+    """Where the cache gets the blocks of one open object version: the store, with its joined
+    tier (pffs.group), if any, asked first."""
     source = StoreBlocks(store, blocks)
-    joined = group.current()
-    return source if joined is None else joined.before(source, blocks)
+    return source if store.tier is None else store.tier.before(source, blocks)

@@ -9,6 +9,7 @@ memory tier, random reads only the bytes asked of the disk tier.
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 from pffs import retry
 from pffs.backends.base import block_runs
@@ -20,6 +21,9 @@ from pffs.fs.fetching import Store, open_blocks
 from pffs.fs.handles import Handles, ReadHandle
 from pffs.fs.namespace import Namespace
 from pffs.fs.pagecache import PageCache
+
+if TYPE_CHECKING:  # a mount without a group never imports pffs.group
+    from pffs.group.sources import Joined
 
 # A file this small is fetched whole from its open on: the kernel's first read (up to the
 # mount's max_read) will want all of it, and the GET then overlaps the open's reply.
@@ -38,9 +42,16 @@ class Reader:
     """Opens files for reading and serves their bytes from the cache or the store."""
 
     def __init__(
-        self, namespace: Namespace, handles: Handles, cache: BlockCache, pages: PageCache
+        self,
+        namespace: Namespace,
+        handles: Handles,
+        cache: BlockCache,
+        pages: PageCache,
+        tier: Joined | None = None,
     ) -> None:
+        """`tier`: the cache group or shared tier the mount joined, asked before the store."""
         self.namespace = namespace
+        self.tier = tier
         self.handles = handles
         self.cache = cache
         self.block_size = cache.block_size
@@ -62,7 +73,7 @@ class Reader:
         # A window for files of several blocks: only they have blocks to load ahead.
         window = self.cache.windows.reader() if info.size > 2 * self.block_size else None
         readahead = Readahead(self.block_size, self.cache.readahead_max, info.size, window)
-        source = open_blocks(Store.of(mounted), blocks)
+        source = open_blocks(Store.of(mounted, self.tier), blocks)
         handle = ReadHandle(inode, blocks, readahead, mounted, source)
         if 0 < info.size <= min(FETCH_AT_OPEN, self.block_size):
             self.cache.load_soon([blocks.key(0)], [info.size], source)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -42,6 +43,9 @@ from pffs.fs.special import HIDDEN_DIR, SpecialFiles
 from pffs.fs.writes import StagedFiles, Writer
 from pffs.routing.table import MountTable
 
+if TYPE_CHECKING:  # a mount without a group never imports pffs.group
+    from pffs.group.sources import Joined
+
 log = logging.getLogger(__name__)
 
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND
@@ -59,7 +63,9 @@ class Vfs:
         *,
         staging_dir: str,
         dataset: DatasetConfig | None = None,
+        tier: Joined | None = None,
     ) -> None:
+        """`tier`: the cache group or shared tier the mount joined, asked before each store."""
         self.table = table
         # The cache comes with its policy (which sources stay in memory) set at construction.
         self.cache = cache or BlockCache(CacheConfig(disk_dir=None))
@@ -67,7 +73,7 @@ class Vfs:
         staged = StagedFiles()  # the writer's; the namespace reads it
         self.namespace = Namespace(table, meta, self.handles, staged.view)
         self.pages = PageCache(self.cache)
-        self.reader = Reader(self.namespace, self.handles, self.cache, self.pages)
+        self.reader = Reader(self.namespace, self.handles, self.cache, self.pages, tier)
         self.writer = Writer(self.namespace, self.handles, fuse, staging_dir, staged, self.pages)
         self.renamer = Renamer(self.namespace, self.writer)
         dataset = dataset or DatasetConfig()
@@ -76,7 +82,7 @@ class Vfs:
         # None when the sources differ.
         flags = {fuse.read_only or mounted.read_only for mounted in table.mounted}
         self._sources_read_only = flags.pop() if len(flags) == 1 else None
-        self.datasets = DatasetPreload(self.namespace, self.cache, dataset)
+        self.datasets = DatasetPreload(self.namespace, self.cache, dataset, tier)
 
     def attach(self, nursery: trio.Nursery) -> None:
         """Hand the VFS a nursery for background work (listings, preload, uploads, disk writes)."""

@@ -12,31 +12,7 @@ holds blocks for everyone. Both are tiers before the store (`sources`): each obj
 source (pffs.cache.keys.BlockSource) is then the tier, else its store.
 
 The group is a layer beside pffs/cache: it uses the cache's key types, and the cache never
-imports it. pffs.mounting composes it and registers it here; the fetch path
-(pffs.fs.fetching) asks `current()` and, when a tier is joined, puts it before each object's
-store. Without a group nothing of this runs.
+imports it. pffs.mounting composes it and hands the tier joined (`sources.Joined`) to the parts
+that build block sources (the VFS's reader, warmup), which put it before each object's store
+(pffs.fs.fetching). Without a group nothing of this is imported.
 """
-
-from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from pffs.group.sources import Joined, Tier
-
-_joined: Joined | None = None
-
-
-def join(tier: Tier | None) -> None:
-    """Make `tier` (a group, a shared tier) the one this process's fetches ask before the
-    store (None: none)."""
-    from pffs.group.sources import Joined
-
-    global _joined
-    _joined = None if tier is None else Joined(tier)
-
-
-def current() -> Joined | None:
-    """The source this process joined, or None (then fetches go to the store as they always
-    did)."""
-    return _joined

@@ -5,8 +5,8 @@ blocks in a cache group, every block for a shared tier); a block it cannot give 
 from the store, and every whole block the store serves is handed to its `landed` (a shared tier
 writes it there). `TierFirst` is the `BlockSource` (pffs.cache.keys) of one open object version
 with a tier asked before its store's own source: the cache asks it as it asks the store. The
-fetch path (pffs.fs.fetching) builds it from `Joined.before`, the tier this process joined
-(`pffs.group.current()`).
+fetch path (pffs.fs.fetching) builds it from `Joined.before`: the tier a mount or warmup joined,
+handed to the parts that open block sources when they are built (pffs.mounting).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ class Tier(Protocol):
 
 
 class Joined:
-    """The tier this process joined: what it puts before each object's store."""
+    """The tier a mount joined: what it puts before each object's store."""
 
     def __init__(self, tier: Tier) -> None:
         self.tier = tier

@@ -7,11 +7,12 @@ the member list while the mount serves. The server's block handler is this mount
 path: the block cache (its single flight, so one fetch serves every asker) over the store
 fetch of the source the block names, version pinned, so an owner fetches a block once for the
 whole group. It serves only sources this mount mounts: the source id in the key carries the
-bucket and endpoint, so the group is never a way around a bucket's access rules. The group is
-registered with `pffs.group.join`, where the fetch path (pffs.fs.fetching) finds it.
-`asking_group` is the same group for `pffs warmup` on a member: it asks the owners, so each
-owner loads its own blocks from the store once, and the group fills in parallel. `open_shared`
-joins the group's second form instead, a shared tier over a store of its own.
+bucket and endpoint, so the group is never a way around a bucket's access rules. The group,
+as the tier joined (`JoinedGroup.tier`), is handed to the VFS, whose reads put it before each
+object's store (pffs.fs.fetching). `asking_group` is the same group for `pffs warmup` on a
+member: it asks the owners, so each owner loads its own blocks from the store once, and the
+group fills in parallel. `open_shared` joins the group's second form instead, a shared tier
+over a store of its own.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import socket
 
 import trio
 
-from pffs import group as registry
 from pffs import retry
 from pffs.backends import open_backend
 from pffs.backends.base import Backend, WritableBackend, writable
@@ -39,6 +39,7 @@ from pffs.group.protocol import BlockRequest
 from pffs.group.server import PeerServer, Refused, parse_listen
 from pffs.group.shared import SharedTier
 from pffs.group.signing import Verifier, read_secret
+from pffs.group.sources import Joined
 from pffs.kube import KubeClient, KubeError
 from pffs.routing.table import MountTable
 
@@ -54,6 +55,7 @@ class JoinedGroup:
         members: FileMembers | KubeMembers | DnsMembers,
     ) -> None:
         self.group = group
+        self.tier = Joined(group)  # what the mount's reads ask before the store
         self.server = server
         self._listening = listening
         self._members = members
@@ -67,7 +69,6 @@ class JoinedGroup:
             task_status.started()
 
     def close(self) -> None:
-        registry.join(None)
         self.group.close()
         self._listening.close()
 
@@ -82,22 +83,21 @@ def open_group(config: GroupConfig, table: MountTable, cache: BlockCache) -> Joi
     server = PeerServer(handler, Verifier(secret))
     listening = _bind(config.listen)
     log.info("group: %s serving peers on %s", config.self_name, config.listen)
-    registry.join(group)
     return JoinedGroup(group, server, listening, members)
 
 
 async def asking_group(config: GroupConfig) -> Group:
     """The group of a mount as a process that only asks (`pffs warmup` on a member): its
-    members now, no server. Joined, so the fetch path asks the blocks' owners."""
+    members now, no server: warmup puts it before the store, so it asks the blocks' owners."""
     group = Group(config.self_name, PeerClient(read_secret(config.secret_file), config.self_name))
     members = _member_source(config)
     group.update(members.load() if isinstance(members, FileMembers) else await members.load())
-    registry.join(group)
     return group
 
 
-def open_shared(config: SharedCacheConfig) -> SharedTier:
-    """The shared tier, its store checked now (a one-line error before the mount serves)."""
+def open_shared(config: SharedCacheConfig) -> Joined:
+    """The shared tier joined, its store checked now (a one-line error before the mount
+    serves)."""
     source = SourceConfig(url=config.url, endpoint_url=config.endpoint_url, profile=config.profile)
     backend = open_backend(source)
     writer = writable(backend)
@@ -109,8 +109,7 @@ def open_shared(config: SharedCacheConfig) -> SharedTier:
         raise type(exc)(f"--shared-cache {config.url}: {exc}") from None
     tier = SharedTier(_SharedStore(backend, writer), "", backend.max_concurrency)
     log.info("shared cache: blocks in %s", backend.source_id)
-    registry.join(tier)
-    return tier
+    return Joined(tier)
 
 
 class _SharedStore:

@@ -16,6 +16,7 @@ import logging
 import os
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -34,6 +35,10 @@ from pffs.mounting.recovery import recover_staged
 from pffs.mounting.registry import register_mount, staging_dir
 from pffs.routing.table import Mounted, MountTable
 
+if TYPE_CHECKING:  # imported only with a group or a shared tier
+    from pffs.group.sources import Joined
+    from pffs.mounting.grouping import JoinedGroup
+
 log = logging.getLogger("pffs.mounting.serving")
 
 
@@ -50,6 +55,19 @@ def serve_here(config: MountConfig, on_ready: Callable[[], None] | None = None) 
     tune_malloc(config.cache.block_size)
     raise_descriptor_limit()
     cache = open_cache(config.cache, table.memory_only)
+    # The tier asked before the stores, handed to the VFS that opens block sources.
+    joined: JoinedGroup | None = None
+    shared: Joined | None = None
+    tier: Joined | None = None
+    if config.group is not None:  # imported only then: a mount without a group pays nothing
+        from pffs.mounting.grouping import open_group
+
+        joined = open_group(config.group, table, cache)
+        tier = joined.tier
+    if config.shared_cache is not None:
+        from pffs.mounting.grouping import open_shared
+
+        shared = tier = open_shared(config.shared_cache)
     try:
         vfs = Vfs(
             table,
@@ -58,21 +76,12 @@ def serve_here(config: MountConfig, on_ready: Callable[[], None] | None = None) 
             cache,
             staging_dir=staging_dir(config),
             dataset=config.dataset,
+            tier=tier,
         )
     except OSError as exc:
         raise CacheDirError(f"staging directory {staging_dir(config)}: {exc.strerror}") from None
     if not config.fuse.read_only:
         recover_staged(staging_dir(config), table.mounted, notify=note_to_parent)
-    joined = None
-    if config.group is not None:  # imported only then: a mount without a group pays nothing
-        from pffs.mounting.grouping import open_group
-
-        joined = open_group(config.group, table, cache)
-    shared = None
-    if config.shared_cache is not None:
-        from pffs.mounting.grouping import open_shared
-
-        shared = open_shared(config.shared_cache)
     stop_observing = start_observing(config, vfs)
     for mounted in table.mounted:
         log.info("mounting %s at %s/%s", mounted.backend.source_id, mountpoint, mounted.path)
@@ -97,7 +106,7 @@ def serve_here(config: MountConfig, on_ready: Callable[[], None] | None = None) 
         if joined is not None:
             joined.close()
         if shared is not None:
-            shared.close()
+            shared.tier.close()
         log.info("cache counters at exit: %s", cache.stats.as_dict())
         retries = {m.backend.source_id: m.backend.retries for m in table.mounted}
         log.info("transient store failures retried: %s", retries)

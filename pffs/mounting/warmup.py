@@ -21,13 +21,13 @@ from dataclasses import dataclass, field
 
 import trio
 
-from pffs import group
 from pffs.backends.base import ObjectInfo, join
 from pffs.cache.preload import Preloader, PreloadItem
 from pffs.config import CacheConfig, GroupConfig, SourceConfig, TableEntry
 from pffs.errors import UsageError
 from pffs.fs.datasets import file_item
 from pffs.fs.fetching import Store
+from pffs.group.sources import Joined
 from pffs.mounting.grouping import asking_group
 from pffs.mounting.serving import open_cache, open_table
 from pffs.pace import Pace
@@ -75,8 +75,9 @@ async def warm_source(
     )
     peers = await asking_group(group_config) if group_config is not None else None
     # The source's parts, with a pace of warmup's own: `jobs` at once, halved when the store
-    # pushes back (pffs.pace).
-    store = Store(mounted.backend, mounted.limiter, Pace(jobs), mounted.health)
+    # pushes back (pffs.pace); the group's owners asked before the store.
+    tier = None if peers is None else Joined(peers)
+    store = Store(mounted.backend, mounted.limiter, Pace(jobs), mounted.health, tier)
     skips_before = cache.stats.disk_write_skips
 
     async def items() -> AsyncIterator[PreloadItem]:
@@ -110,7 +111,6 @@ async def warm_source(
         tally.blocks_skipped += cache.stats.disk_write_skips - skips_before
         cache.close()
         if peers is not None:
-            group.join(None)
             peers.close()
 
 
