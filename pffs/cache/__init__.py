@@ -19,7 +19,7 @@ keys.py         BlockKey (source, principal, path, object version, index: a chan
                 has a new version, so its old blocks are never served for it), ObjectBlocks
                 (an object version cut into blocks), and BlockSource, what any source of
                 blocks implements (the store, a cache group, a test's fake): a reader's bytes
-                as a value, runs of blocks as a stream; Fetch, one block for a reader.
+                as a value, runs of blocks as a stream.
 blocks.py       BlockCache, what callers use: reads from the nearest tier, single-flight, the
                 disk tier's partial reads for random access, the readahead entry point
                 (`read_ahead`) and whole-object loads (`load`). It composes every module below

@@ -1,8 +1,8 @@
 """BlockCache: blocks from the nearest tier that has them, each fetched from the store once.
 
 A read looks in the memory tier, then joins the block's flight when one is under way, else
-loads it itself: from the disk tier, else through the fetch function it was handed, and writes
-it behind to disk. A random read takes only the bytes it asks for from the disk tier. The cache
+loads it itself: from the disk tier, else from the block source it was handed, and writes it
+behind to disk. A random read takes only the bytes it asks for from the disk tier. The cache
 composes the tiers (memory.py, disk.py through diskio.py), single-flight (singleflight.py), the
 readahead engine (readahead_engine.py) and its background tasks (background.py); the threading
 rule they all follow is in pffs/cache/__init__.py.
@@ -18,7 +18,7 @@ from pffs.cache.background import Background
 from pffs.cache.datasetroom import DatasetRoom
 from pffs.cache.disk import DiskTier
 from pffs.cache.diskio import DiskIO
-from pffs.cache.keys import BlockKey, BlockSource, ColdStart, Fetch
+from pffs.cache.keys import BlockKey, BlockSource
 from pffs.cache.memory import MemoryTier
 from pffs.cache.readahead_engine import AheadUsage, ReadaheadEngine
 from pffs.cache.singleflight import SingleFlight
@@ -118,8 +118,11 @@ class BlockCache:
 
     # --- reading -----------------------------------------------------------------------------
 
-    async def read(self, key: BlockKey, fetch: Fetch, served: int | None = None) -> bytes:
-        """The block's bytes, from the nearest tier that has them.
+    async def read(
+        self, key: BlockKey, source: BlockSource, length: int, served: int | None = None
+    ) -> bytes:
+        """The block's `length` bytes, from the nearest tier that has them, else asked of
+        `source` (the block source of the object the key names).
 
         `served` is how many of them the reader takes (for the bytes-served counters; default
         the whole block).
@@ -134,7 +137,7 @@ class BlockCache:
             flight = self._flights.get(key)
             if flight is None:
                 self.stats.memory_misses += 1
-                return await self._load(key, fetch, served)
+                return await self._load(key, source, length, served)
             self.stats.single_flight_waits += 1
             if flight.ahead:
                 self.stats.readahead_used += 1
@@ -150,19 +153,21 @@ class BlockCache:
         key: BlockKey,
         start: int,
         length: int,
-        fetch: Fetch,
-        cold_start: ColdStart | None = None,
+        source: BlockSource,
+        block_length: int,
         *,
+        cold_start: bool = False,
         alone: bool = False,
     ) -> bytes:
-        """Bytes [start, start+length) of a block, for random reads and first reads.
+        """Bytes [start, start+length) of a block of `block_length` bytes, for random reads
+        and first reads.
 
         From memory when the block is there; else only the chunks needed are read from the disk
-        tier (a 4 KiB read costs a 64 KiB read, not 4 MiB); else, with `cold_start`, the block
-        is loaded in the background and the reader's bytes are asked of the store on their own
-        (the reader waits one round trip, not the whole block's transfer), or with `alone` only
-        the reader's bytes are asked for, the block left unloaded; else the whole block is
-        fetched and cached as usual.
+        tier (a 4 KiB read costs a 64 KiB read, not 4 MiB); else, with `cold_start` (a reader
+        wanting a small part of a block nobody holds), the block is loaded in the background
+        and the reader's bytes are asked of `source` on their own (the reader waits one round
+        trip, not the whole block's transfer), or with `alone` only the reader's bytes are
+        asked for, the block left unloaded; else the whole block is fetched and cached as usual.
         """
         if not self.is_cached_or_coming(key):
             if self._disk.holds(key):
@@ -171,12 +176,12 @@ class BlockCache:
                     self.stats.memory_misses += 1
                     self.stats.disk_bytes_served += len(data)
                     return data
-            if cold_start is not None and (alone or self._start_cold(key, cold_start)):
-                data = await cold_start.fetch_part()
+            if cold_start and (alone or self._start_cold(key, block_length, source)):
+                data = await source.part(key.block * self.block_size + start, length)
                 self.stats.memory_misses += 1
                 self.stats.store_bytes_served += len(data)
                 return data
-        block = await self.read(key, fetch, served=length)
+        block = await self.read(key, source, block_length, served=length)
         return block[start : start + length]
 
     def part_reader(
@@ -207,18 +212,13 @@ class BlockCache:
 
         return read_disk
 
-    def _start_cold(self, key: BlockKey, cold_start: ColdStart) -> bool:
+    def _start_cold(self, key: BlockKey, size: int, source: BlockSource) -> bool:
         """Load a block no one holds in the background; False when it could not start (no
         background tasks, or the budget of bytes loaded ahead is spent: the reader then loads
         it)."""
         if key in self._flights:  # arrived on its way while the disk was asked
             return False
-        return (
-            self._engine.start(
-                [key], [cold_start.size], cold_start.source, coalesce=False, at_end=True
-            )
-            > 0
-        )
+        return self._engine.start([key], [size], source, coalesce=False, at_end=True) > 0
 
     def _count_served(self, tier: str, count: int) -> None:
         if tier == "disk":
@@ -226,14 +226,16 @@ class BlockCache:
         else:
             self.stats.store_bytes_served += count
 
-    async def _load(self, key: BlockKey, fetch: Fetch, served: int | None) -> bytes:
-        """Load a block a reader asked for: from disk, else from the store."""
+    async def _load(
+        self, key: BlockKey, source: BlockSource, length: int, served: int | None
+    ) -> bytes:
+        """Load a block a reader asked for: from disk, else from its source."""
         flight = self._flights.start(key)
         try:
             data = await self._disk.get(key)
             fetched = data is None
             if data is None:
-                data = await fetch()
+                data = await source.part(key.block * self.block_size, length)
                 self.stats.count_fetched(data)
             tier = "store" if fetched else "disk"
             self._count_served(tier, len(data) if served is None else served)

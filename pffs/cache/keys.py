@@ -1,4 +1,4 @@
-"""What names a block, and the shapes of the fetch functions the cache is handed.
+"""What names a block, and what the cache asks for blocks it holds none of.
 
 Shared by every module of the cache and by its callers (the read path, dataset preload,
 warmup). A block is identified by (source, principal, path, object version, index): a changed
@@ -12,7 +12,6 @@ a `BlockSource`, which gives the bytes back.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
@@ -77,7 +76,6 @@ class ObjectBlocks:
 
 
 # Loads one block from the store (a reader's miss, or warmup).
-Fetch = Callable[[], Awaitable[bytes]]
 # A run of blocks as they land: `async with source.run(first, count) as blocks: async for ...`
 Blocks = AbstractAsyncContextManager[ReceiveChannel[tuple[int, bytes]]]
 
@@ -100,13 +98,3 @@ class BlockSource(Protocol):
         """Bytes [offset, offset+length) of the object, all of them, for a reader waiting on
         them (a whole block, or the few bytes of a cold start)."""
         ...
-
-
-class ColdStart(NamedTuple):
-    """How a reader that wants a small part of a block nobody holds gets it early: the whole
-    block is loaded in the background from `source`, while the reader's own bytes come from
-    `fetch_part`, one request of their own, without waiting for the rest of the block."""
-
-    size: int  # the block's length
-    source: BlockSource
-    fetch_part: Fetch

@@ -8,13 +8,12 @@ memory tier, random reads only the bytes asked of the disk tier.
 
 from __future__ import annotations
 
-import functools
 from typing import TYPE_CHECKING
 
 from pffs import retry
 from pffs.backends.base import block_runs
 from pffs.cache.blocks import BlockCache
-from pffs.cache.keys import ColdStart, ObjectBlocks
+from pffs.cache.keys import ObjectBlocks
 from pffs.cache.readahead import LARGE_READ, Readahead
 from pffs.errors import Changed, IsADirectory
 from pffs.fs.fetching import Store, open_blocks
@@ -108,28 +107,21 @@ class Reader:
         return data
 
     async def _read_blocks(self, handle: ReadHandle, offset: int, end: int) -> bytes | memoryview:
-        blocks = handle.blocks
+        # The cache asks the handle's source itself on a miss: nothing is built per block.
+        blocks, source, cache = handle.blocks, handle.source, self.cache
         pieces: list[bytes | memoryview] = []
         for index, start, stop in blocks.spans(offset, end):
             key, block_length = blocks.key(index), blocks.length(index)
-            fetch = functools.partial(handle.source.part, blocks.start(index), block_length)
             small = (stop - start) * COLD_START_SHARE <= block_length
-            if small and not self.cache.is_cached_or_coming(key):  # a first or random read
-                cold_start = ColdStart(
-                    block_length,
-                    handle.source,
-                    functools.partial(
-                        handle.source.part, blocks.start(index) + start, stop - start
-                    ),
-                )
+            if small and not cache.is_cached_or_coming(key):  # a first or random read
                 alone = stop - start >= LARGE_READ and not handle.readahead.sequential
-                part = await self.cache.read_part(
-                    key, start, stop - start, fetch, cold_start, alone=alone
+                part = await cache.read_part(
+                    key, start, stop - start, source, block_length, cold_start=True, alone=alone
                 )
                 pieces.append(part)
             elif handle.readahead.sequential:
-                block = await self.cache.read(key, fetch, served=stop - start)
+                block = await cache.read(key, source, block_length, served=stop - start)
                 pieces.append(memoryview(block)[start:stop])
             else:  # random access: only what is asked of the disk tier
-                pieces.append(await self.cache.read_part(key, start, stop - start, fetch))
+                pieces.append(await cache.read_part(key, start, stop - start, source, block_length))
         return pieces[0] if len(pieces) == 1 else b"".join(pieces)

@@ -27,6 +27,7 @@ from pffs import retry
 from pffs.backends import open_backend
 from pffs.backends.base import Backend, WritableBackend, writable
 from pffs.cache.blocks import BlockCache
+from pffs.cache.keys import Blocks
 from pffs.config import GroupConfig, SharedCacheConfig, SourceConfig
 from pffs.errors import PffsError, UsageError
 from pffs.fs.fetching import Store, StoreBlocks
@@ -162,16 +163,29 @@ async def _serve_block(
     )
     if mounted is None:  # never a way around the store's access rules
         raise Refused("a source this member does not mount as that principal")
-    store = StoreBlocks(Store.of(mounted), blocks)  # the store itself: never asks the group
-
-    async def from_store() -> bytes:
-        return await store.part(blocks.start(index), blocks.length(index))
-
     if request.cached_only:  # a handover: only what this member holds now
         return await cache.held(blocks.key(index))
-
-    async def fetch() -> bytes:
-        return await group.fetch_for_peer(blocks, index, from_store)
-
+    # The store itself (never asking the group), through the owner's side of a miss.
+    source = _OwnerSide(group, StoreBlocks(Store.of(mounted), blocks))
     with retry.asking():  # the store's retries for this block stop within the usual bound
-        return await cache.read(blocks.key(index), fetch)
+        return await cache.read(blocks.key(index), source, blocks.length(index))
+
+
+class _OwnerSide:
+    """The blocks an owner serves its peers: the previous owner's copy during a handover,
+    else the store's (Group.fetch_for_peer)."""
+
+    def __init__(self, group: Group, store: StoreBlocks) -> None:
+        self.group = group
+        self.store = store
+
+    async def part(self, offset: int, length: int) -> bytes:
+        blocks = self.store.blocks
+
+        async def from_store() -> bytes:
+            return await self.store.part(offset, length)
+
+        return await self.group.fetch_for_peer(blocks, offset // blocks.block_size, from_store)
+
+    def run(self, first: int, count: int) -> Blocks:
+        return self.store.run(first, count)

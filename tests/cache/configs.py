@@ -1,8 +1,12 @@
-"""Small cache configurations for the cache's own tests: 16 KiB blocks, a memory tier of 64."""
+"""Small cache configurations for the cache's own tests (16 KiB blocks, a memory tier of 64),
+and `FetchSource`, the block source of a test that plays the store with a fetch function."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from pathlib import Path
+
+import trio
 
 from pffs.config import CacheConfig
 
@@ -19,3 +23,19 @@ def cache_config(tmp_path: Path | None, block: int = 16 * KIB, **kwargs) -> Cach
         **kwargs,
     }
     return CacheConfig(**settings_)
+
+
+class FetchSource:
+    """A block source whose every part is what `fetch` returns: a test's store for readers
+    asking for one block at a time. Loading ahead never asks it."""
+
+    def __init__(self, fetch: Callable[[], Awaitable[bytes]]) -> None:
+        self.fetch = fetch
+
+    async def part(self, offset: int, length: int) -> bytes:
+        return await self.fetch()
+
+    @trio.as_safe_channel
+    async def run(self, first: int, count: int) -> AsyncGenerator[tuple[int, bytes], None]:
+        raise AssertionError("loading ahead asked a source meant for readers")
+        yield first, b""  # an async generator all the same

@@ -13,7 +13,7 @@ from pathlib import Path
 import trio
 
 from pffs.cache.blocks import BlockCache
-from pffs.cache.keys import BlockSource, ColdStart, ObjectBlocks
+from pffs.cache.keys import BlockSource, ObjectBlocks
 from pffs.cache.preload import Preloader, PreloadItem
 from tests.cache.configs import KIB, cache_config
 
@@ -57,11 +57,10 @@ def test_the_cache_reads_through_a_new_source_with_no_change(tmp_path: Path) -> 
             assert started == 4
             await cache.flush()
             for index in window:  # all in memory now: no request more
-                block = await cache.read(BLOCKS.key(index), _no_fetch)
+                block = await cache.read(BLOCKS.key(index), source, BLOCKS.length(index))
                 assert block == DATA[BLOCKS.start(index) : BLOCKS.start(index + 1)]
             # A reader's first bytes of block 0: its own request, the block loaded behind it.
-            cold = ColdStart(BLOCK, source, lambda: source.part(10, 20))
-            part = await cache.read_part(BLOCKS.key(0), 10, 20, _no_fetch, cold)
+            part = await cache.read_part(BLOCKS.key(0), 10, 20, source, BLOCK, cold_start=True)
             assert part == DATA[10:30]
             await cache.flush()
             nursery.cancel_scope.cancel()
@@ -95,10 +94,6 @@ def test_preload_loads_a_file_from_a_new_source(tmp_path: Path) -> None:
     assert source.runs == [(0, 2), (2, 2), (4, 2)]  # in runs of fetch_size
 
 
-async def _no_fetch() -> bytes:
-    raise AssertionError("the block is cached or on its way")
-
-
 def test_a_small_files_get_at_open_is_not_readahead(tmp_path: Path) -> None:
     """`load_soon` (a small file's one block, at its open) loads like readahead but is not
     counted as readahead: its reader surely wants the block."""
@@ -110,11 +105,11 @@ def test_a_small_files_get_at_open_is_not_readahead(tmp_path: Path) -> None:
         async with trio.open_nursery() as nursery:
             cache.attach(nursery)
             assert cache.load_soon([small.key(0)], [small.size], source) == 1
-            assert await cache.read(small.key(0), _no_fetch) == DATA[: small.size]
+            assert await cache.read(small.key(0), source, small.size) == DATA[: small.size]
             await cache.flush()
             nursery.cancel_scope.cancel()
 
     trio.run(main)
-    assert source.runs == [(0, 1)]
+    assert source.runs == [(0, 1)] and source.parts == []  # the reader joined the load
     stats = cache.stats
     assert stats.readahead_issued == stats.readahead_used == stats.readahead_wasted == 0

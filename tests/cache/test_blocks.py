@@ -7,7 +7,7 @@ import trio
 from pffs.cache.blocks import BlockCache
 from pffs.cache.keys import BlockKey
 from pffs.errors import Transient
-from tests.cache.configs import KIB, cache_config
+from tests.cache.configs import KIB, FetchSource, cache_config
 
 # --- single-flight ---------------------------------------------------------------------------
 
@@ -27,7 +27,7 @@ def test_concurrent_readers_share_one_fetch() -> None:
         results = []
 
         async def reader() -> None:
-            results.append(await cache.read(key, fetch))
+            results.append(await cache.read(key, FetchSource(fetch), 16 * KIB))
 
         async with trio.open_nursery() as nursery:
             for _ in range(10):
@@ -58,7 +58,7 @@ def test_a_failed_fetch_reaches_every_waiter_and_is_retried_later() -> None:
         async def reader() -> None:
             nonlocal errors
             try:
-                await cache.read(key, fetch)
+                await cache.read(key, FetchSource(fetch), 16 * KIB)
             except Transient:
                 errors += 1
 
@@ -66,7 +66,7 @@ def test_a_failed_fetch_reaches_every_waiter_and_is_retried_later() -> None:
             for _ in range(3):
                 nursery.start_soon(reader)
         assert errors == 3
-        assert await cache.read(key, fetch) == b"ok"
+        assert await cache.read(key, FetchSource(fetch), 16 * KIB) == b"ok"
 
     trio.run(main)
     assert attempts == 2
@@ -85,7 +85,7 @@ def test_memory_tier_stays_within_its_bound() -> None:
             async def fetch() -> bytes:
                 return bytes(16 * KIB)
 
-            await cache.read(BlockKey("s", "u", "p", "v", index), fetch)
+            await cache.read(BlockKey("s", "u", "p", "v", index), FetchSource(fetch), 16 * KIB)
             assert cache.memory.used <= cache.memory.capacity
 
     trio.run(main)

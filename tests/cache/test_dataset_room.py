@@ -13,7 +13,7 @@ import trio
 from pffs.cache.blocks import BlockCache
 from pffs.cache.datasetroom import KEEP_SHARE, DatasetRoom, subset_point
 from pffs.cache.keys import BlockKey
-from tests.cache.configs import cache_config
+from tests.cache.configs import FetchSource, cache_config
 
 MIB = 1 << 20
 FILE = MIB // 2
@@ -158,7 +158,7 @@ def test_the_disk_tier_declines_blocks_outside_the_subset(tmp_path: Path) -> Non
                 async def fetch() -> bytes:
                     return b"x" * block
 
-                await cache.read(key, fetch)
+                await cache.read(key, FetchSource(fetch), block)
             await cache.flush()
             present = await cache.cached_bytes(blocks, [block] * len(blocks))
             nursery.cancel_scope.cancel()

@@ -28,7 +28,7 @@ from pffs.cache.diskio import DiskIO
 from pffs.cache.entries import CHUNK
 from pffs.cache.keys import BlockKey
 from pffs.cache.stats import CacheStats
-from tests.cache.configs import KIB, cache_config
+from tests.cache.configs import KIB, FetchSource, cache_config
 
 BLOCK = 256 * KIB  # four 64 KiB chunks
 
@@ -338,9 +338,9 @@ def test_a_compressed_entry_read_in_part_is_kept_in_memory(tmp_path: Path) -> No
         raise AssertionError("the store was asked")
 
     async def main() -> None:
-        assert await cache.read_part(key, 1000, 50, no_store) == text[1000:1050]
+        assert await cache.read_part(key, 1000, 50, FetchSource(no_store), BLOCK) == text[1000:1050]
         assert key in cache.memory  # decompressed once, then served from memory
-        assert await cache.read_part(key, 9000, 50, no_store) == text[9000:9050]
+        assert await cache.read_part(key, 9000, 50, FetchSource(no_store), BLOCK) == text[9000:9050]
 
     trio.run(main)
     assert cache.stats.disk_hits == 1

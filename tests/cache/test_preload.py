@@ -18,7 +18,7 @@ from pffs.cache.blocks import BlockCache
 from pffs.cache.keys import BlockKey
 from pffs.cache.preload import OPENS_KEPT_WITHOUT_JOBS, Preloader, PreloadItem
 from pffs.errors import NotFound, Transient
-from tests.cache.configs import KIB, cache_config
+from tests.cache.configs import KIB, FetchSource, cache_config
 
 BLOCK = 16 * KIB
 
@@ -104,7 +104,7 @@ async def read_back(cache: BlockCache, store: Store, name: str) -> bytes:
     async def not_cached() -> bytes:
         raise AssertionError(f"{name} block was not in the cache")
 
-    blocks = [await cache.read(key, not_cached) for key in item.keys]
+    blocks = [await cache.read(key, FetchSource(not_cached), BLOCK) for key in item.keys]
     return b"".join(blocks)
 
 

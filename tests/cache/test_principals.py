@@ -7,6 +7,7 @@ what the second one reads; it must reach the store and be refused."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from pffs.cache.datasetroom import DatasetRoom
 from pffs.cache.disk import entry_key
 from pffs.cache.keys import BlockKey, ObjectBlocks
 from pffs.errors import PermissionDenied
-from tests.cache.configs import KIB, cache_config
+from tests.cache.configs import KIB, FetchSource, cache_config
 
 BLOCK = 16 * KIB
 SECRET = b"top secret " * (BLOCK // 11)
@@ -55,7 +56,10 @@ def test_a_block_one_principal_cached_on_disk_is_not_served_to_another(tmp_path:
         cache = BlockCache(cache_config(tmp_path, BLOCK))
         async with trio.open_nursery() as nursery:
             cache.attach(nursery)
-            assert await cache.read(_blocks("alice").key(0), _allowed) == SECRET[:100]
+            assert (
+                await cache.read(_blocks("alice").key(0), FetchSource(_allowed), 100)
+                == SECRET[:100]
+            )
             await cache.flush()
             nursery.cancel_scope.cancel()
         cache.close()
@@ -65,9 +69,11 @@ def test_a_block_one_principal_cached_on_disk_is_not_served_to_another(tmp_path:
         async with trio.open_nursery() as nursery:
             cache.attach(nursery)
             with pytest.raises(PermissionDenied):
-                await cache.read(_blocks("bob").key(0), _denied)
+                await cache.read(_blocks("bob").key(0), FetchSource(_denied), 100)
             # The first principal's block is there all the same: the keys differ, not the data.
-            assert await cache.read(_blocks("alice").key(0), _denied) == SECRET[:100]
+            assert (
+                await cache.read(_blocks("alice").key(0), FetchSource(_denied), 100) == SECRET[:100]
+            )
             nursery.cancel_scope.cancel()
         cache.close()
 
@@ -84,9 +90,11 @@ def test_two_principals_in_one_process_share_neither_memory_nor_a_fetch() -> Non
         await trio.sleep(0.05)
         return SECRET[:100]
 
-    async def reader(principal: str, fetch: object) -> None:
+    async def reader(principal: str, fetch: Callable[[], Awaitable[bytes]]) -> None:
         try:
-            results[principal] = await cache.read(_blocks(principal).key(0), fetch)  # type: ignore[arg-type]
+            results[principal] = await cache.read(
+                _blocks(principal).key(0), FetchSource(fetch), 100
+            )
         except PermissionDenied as exc:
             results[principal] = exc
 

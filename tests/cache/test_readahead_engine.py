@@ -12,7 +12,7 @@ import trio
 from pffs.cache.blocks import BlockCache
 from pffs.cache.keys import BlockKey
 from pffs.errors import Transient
-from tests.cache.configs import KIB, cache_config
+from tests.cache.configs import KIB, FetchSource, cache_config
 
 BLOCK = 16 * KIB
 
@@ -71,7 +71,9 @@ def read_ahead_all_then_read(cache: BlockCache, count: int, runs: Runs) -> list[
             await cache.flush()
             assert cache.ahead_in_flight == 0
             for index, key in enumerate(keys(count)):
-                assert await cache.read(key, fetcher(index, calls)) == block_of(index)
+                assert await cache.read(key, FetchSource(fetcher(index, calls)), BLOCK) == block_of(
+                    index
+                )
 
     trio.run(main)
     return calls
@@ -85,14 +87,18 @@ def test_consecutive_missing_blocks_come_in_runs_of_fetch_size() -> None:
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             cache.attach(nursery)
-            await cache.read(keys(1, 3)[0], fetcher(3, calls))  # block 3 is in memory
+            await cache.read(
+                keys(1, 3)[0], FetchSource(fetcher(3, calls)), BLOCK
+            )  # block 3 is in memory
             started = cache.read_ahead(keys(8), [BLOCK] * 8, runs, coalesce=True)
             assert started == 7
             assert cache.ahead_in_flight == 7 * BLOCK
             await cache.flush()
             assert cache.ahead_in_flight == 0
             for index, key in enumerate(keys(8)):
-                assert await cache.read(key, fetcher(index, calls)) == block_of(index)
+                assert await cache.read(key, FetchSource(fetcher(index, calls)), BLOCK) == block_of(
+                    index
+                )
 
     trio.run(main)
     assert sorted(runs.requests) == [(0, 3), (4, 4)]  # around the block already held, 4 at most
@@ -125,7 +131,7 @@ def test_before_the_windows_end_a_runs_worth_must_be_missing() -> None:
         async with trio.open_nursery() as nursery:
             cache.attach(nursery)
             for index, key in enumerate(keys(4)):
-                await cache.read(key, fetcher(index, calls))
+                await cache.read(key, FetchSource(fetcher(index, calls)), BLOCK)
             window = keys(6)
             assert cache.read_ahead(window, [BLOCK] * 6, runs, coalesce=True, at_end=False) == 0
             assert cache.read_ahead(window, [BLOCK] * 6, runs, coalesce=True, at_end=True) == 2
@@ -189,7 +195,9 @@ def test_a_reader_arriving_first_waits_for_the_readahead() -> None:
                 runs.release.set()
 
             nursery.start_soon(let_go)
-            assert await cache.read(keys(1)[0], fetcher(0, calls), served=10) == block_of(0)
+            assert await cache.read(
+                keys(1)[0], FetchSource(fetcher(0, calls)), BLOCK, served=10
+            ) == block_of(0)
             await cache.flush()
 
     trio.run(main)
@@ -224,7 +232,9 @@ def test_cancelled_readaheads_give_their_budget_back() -> None:
         assert cache.ahead_in_flight == 0
         await cache.flush()  # nothing left in the background
         for index, key in enumerate(keys(4)):  # no reader waits on an abandoned load ahead
-            assert await cache.read(key, fetcher(index, calls)) == block_of(index)
+            assert await cache.read(key, FetchSource(fetcher(index, calls)), BLOCK) == block_of(
+                index
+            )
 
     trio.run(main)
     assert sorted(runs.requests) == [(0, 2), (2, 2)]
@@ -238,7 +248,7 @@ def _fill_disk(tmp_path: Path, indices: range) -> None:
         async with trio.open_nursery() as nursery:
             cache.attach(nursery)
             for index in indices:
-                await cache.read(keys(1, index)[0], fetcher(index, []))
+                await cache.read(keys(1, index)[0], FetchSource(fetcher(index, [])), BLOCK)
             await cache.flush()
 
     trio.run(main)
@@ -307,7 +317,9 @@ def test_a_slow_disk_never_stalls_a_request_in_the_middle(tmp_path: Path) -> Non
                 assert cache.read_ahead(keys(6), [BLOCK] * 6, runs, coalesce=True) == 6
                 with trio.fail_after(10):
                     for index, key in enumerate(keys(6)):
-                        assert await cache.read(key, fetcher(index, calls)) == block_of(index)
+                        assert await cache.read(
+                            key, FetchSource(fetcher(index, calls)), BLOCK
+                        ) == block_of(index)
             finally:
                 free.set()
             await cache.flush()

@@ -201,9 +201,9 @@ def test_blocks_read_ahead_and_never_read_count_as_wasted() -> None:
             keys = [BlockKey("s", "u", "p", "v", index) for index in range(2)]
             assert cache.read_ahead(keys, [block, block], Source()) == 2  # loaded ahead
             await cache.flush()
-            await cache.read(BlockKey("s", "u", "p", "v", 1), fetch)  # one of them is used
+            await cache.read(BlockKey("s", "u", "p", "v", 1), Source(), block)  # one is used
             for index in range(10, 20):  # readers push everything older out of memory
-                await cache.read(BlockKey("s", "u", "p", "v", index), fetch, served=100)
+                await cache.read(BlockKey("s", "u", "p", "v", index), Source(), block, served=100)
 
     trio.run(main)
     stats = cache.stats
