@@ -41,7 +41,7 @@ from pffs.errors import (
     Transient,
     UsageError,
 )
-from pffs.retry import call_with_retry
+from pffs.retry import RetryTerms, call_with_retry
 
 T = TypeVar("T")
 # Bytes copied per write into an output stream.
@@ -100,16 +100,18 @@ class ArrowBackend:
     def probe(self) -> None:
         self.check()  # pyarrow's filesystems own their connections and their timeouts
 
-    def stat(self, path: str) -> ObjectInfo:
+    def stat(self, path: str, terms: RetryTerms | None = None) -> ObjectInfo:
         full = self._full(path)
-        info = self._call(lambda: self.fs.get_file_info(full), "stat", path)
+        info = self._call(lambda: self.fs.get_file_info(full), "stat", path, terms=terms)
         if info.type == pafs.FileType.NotFound:
             raise NotFound(f"{self._where(path)} does not exist")
         return _object_info(posixpath.basename(path), info)
 
-    def list(self, path: str) -> Iterator[ObjectInfo]:
+    def list(self, path: str, terms: RetryTerms | None = None) -> Iterator[ObjectInfo]:
         selector = self._selector(path)
-        infos = self._call(lambda: self.fs.get_file_info(selector), "list", path, listing=True)
+        infos = self._call(
+            lambda: self.fs.get_file_info(selector), "list", path, listing=True, terms=terms
+        )
         for info in sorted(infos, key=lambda i: i.base_name):
             if (
                 is_valid_name(info.base_name)
@@ -118,7 +120,14 @@ class ArrowBackend:
             ):
                 yield _object_info(info.base_name, info)
 
-    def read_range(self, path: str, start: int, length: int, version: str | None) -> bytes:
+    def read_range(
+        self,
+        path: str,
+        start: int,
+        length: int,
+        version: str | None,
+        terms: RetryTerms | None = None,
+    ) -> bytes:
         full = self._full(path)
 
         def read() -> bytes:
@@ -133,7 +142,7 @@ class ArrowBackend:
                     return b""
                 return bytes(f.read_at(min(length, f.size() - start), start))
 
-        return self._call(read, "read", path)
+        return self._call(read, "read", path, terms=terms)
 
     # --- writing -----------------------------------------------------------------------------
     # No multipart here: put() streams the staged file through the filesystem's output stream
@@ -193,7 +202,14 @@ class ArrowBackend:
     def _where(self, path: str) -> str:
         return f"{self.source_id}/{path}" if path else self.source_id
 
-    def _call(self, fn: Callable[[], T], what: str, path: str, listing: bool = False) -> T:
+    def _call(
+        self,
+        fn: Callable[[], T],
+        what: str,
+        path: str,
+        listing: bool = False,
+        terms: RetryTerms | None = None,
+    ) -> T:
         try:
             # Counted, timed and logged when slow by pffs.metrics (retries included).
             with metrics.BackendRequest(self.source_id, what, path, self._count_retry) as request:
@@ -204,6 +220,7 @@ class ArrowBackend:
                         policy=self.retry_policy,
                         what=f"{what} {self._where(path)}",
                         on_retry=request.retried,
+                        terms=terms,
                     )
                 )
             return result

@@ -8,7 +8,9 @@ given to a backend are relative to the source root, '/'-separated, without a lea
 trailing slash; "" is the root. Every object has a version (its etag, or its mtime and size): a
 read given a version that no longer matches raises Changed, so an open file never mixes two
 versions. Backends are synchronous and thread-safe: the VFS calls them from worker threads
-under a per-backend limiter. They raise only `pffs.errors` types.
+under a per-backend limiter. They raise only `pffs.errors` types. A read (stat, list, a range,
+a run of blocks) takes the `RetryTerms` of its request (pffs.retry: when its reader asked, the
+source's breaker, who hears of push backs), which its retries answer to.
 
 What a store can do beyond reading is declared, never probed: each backend class has a
 `capabilities` class attribute (a `Capabilities`), and for each declared capability it
@@ -27,6 +29,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol, cast
+
+from pffs.retry import RetryTerms
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,13 +114,20 @@ class Backend(Protocol):
         one small request within seconds, whatever the source's own timeouts, never on a
         connection opened before; raises while it does not answer."""
 
-    def stat(self, path: str) -> ObjectInfo:
+    def stat(self, path: str, terms: RetryTerms | None = None) -> ObjectInfo:
         """The entry at `path` (file or directory); NotFound when neither exists."""
 
-    def list(self, path: str) -> Iterator[ObjectInfo]:
+    def list(self, path: str, terms: RetryTerms | None = None) -> Iterator[ObjectInfo]:
         """The entries directly under directory `path`, streamed in the store's order."""
 
-    def read_range(self, path: str, start: int, length: int, version: str | None) -> bytes:
+    def read_range(
+        self,
+        path: str,
+        start: int,
+        length: int,
+        version: str | None,
+        terms: RetryTerms | None = None,
+    ) -> bytes:
         """Up to `length` bytes from `start`; Changed if `version` no longer matches."""
 
 
@@ -130,6 +141,7 @@ class BlockRunReader(Backend, Protocol):
         lengths: Sequence[int],
         version: str | None,
         deliver: Callable[[int, bytes], None],
+        terms: RetryTerms | None = None,
     ) -> None:
         """Blocks of `lengths` from `start`, each given to `deliver(index, bytes)` on arrival."""
 

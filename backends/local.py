@@ -36,6 +36,7 @@ from pffs.errors import (
     PffsError,
     UsageError,
 )
+from pffs.retry import RetryTerms
 
 # A new file: created here, never through a name that exists (a symlink planted there).
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -78,7 +79,9 @@ class LocalBackend:
     def probe(self) -> None:
         self.check()  # a local call: no connection to hang
 
-    def stat(self, path: str) -> ObjectInfo:
+    # A local directory is never retried: a read's terms (pffs.retry) have nothing to bound.
+
+    def stat(self, path: str, terms: RetryTerms | None = None) -> ObjectInfo:
         try:
             with self._opened(path, os.O_PATH) as fd:
                 st = os.fstat(fd)
@@ -86,7 +89,7 @@ class LocalBackend:
             raise self._translate(exc, path) from exc
         return _info(os.path.basename(path), st)
 
-    def list(self, path: str) -> Iterator[ObjectInfo]:
+    def list(self, path: str, terms: RetryTerms | None = None) -> Iterator[ObjectInfo]:
         try:
             with self._opened(path, os.O_RDONLY | os.O_DIRECTORY) as fd:
                 with os.scandir(fd) as it:
@@ -104,7 +107,14 @@ class LocalBackend:
             raise self._translate(exc, path, listing=True) from exc
         yield from infos
 
-    def read_range(self, path: str, start: int, length: int, version: str | None) -> bytes:
+    def read_range(
+        self,
+        path: str,
+        start: int,
+        length: int,
+        version: str | None,
+        terms: RetryTerms | None = None,
+    ) -> bytes:
         try:
             with self._opened(path, os.O_RDONLY) as fd:
                 if version is not None:

@@ -50,6 +50,7 @@ from pffs.backends.s3timestamps import use_fast_timestamps
 from pffs.backends.s3writes import PART_LIMITS, S3Writes
 from pffs.config import DatasetConfig, SourceConfig
 from pffs.errors import Changed, NotFound, PermissionDenied, PffsError, Transient, UsageError
+from pffs.retry import RetryTerms
 
 T = TypeVar("T")
 log = logging.getLogger("pffs.s3")
@@ -208,12 +209,12 @@ class S3Backend:
             # Any other answer (denied, no such bucket) is the store answering: it is up, and
             # the requests that need it meet that answer themselves.
 
-    def stat(self, path: str) -> ObjectInfo:
+    def stat(self, path: str, terms: RetryTerms | None = None) -> ObjectInfo:
         name = path.rsplit("/", 1)[-1]
         if not path:
             return _dir_info("")
         key = self.prefix + path
-        head = self.calls.head(self.client, self.bucket, key, path)
+        head = self.calls.head(self.client, self.bucket, key, path, terms)
         if head is not None:
             return ObjectInfo(
                 name=name,
@@ -224,22 +225,31 @@ class S3Backend:
             )
         # Not an object: a directory if anything lives under "key/" (marker object or not).
         first = functools.partial(self._list_page, key + "/", None, max_keys=1)
-        page = self.calls.do(first, "LIST", path)
+        page = self.calls.do(first, "LIST", path, terms)
         if page.get("KeyCount", 0) > 0 or page.get("Contents") or page.get("CommonPrefixes"):
             return _dir_info(name)
         raise NotFound(f"{self.calls.url(path)} does not exist")
 
-    def list(self, path: str) -> Iterator[ObjectInfo]:
+    def list(self, path: str, terms: RetryTerms | None = None) -> Iterator[ObjectInfo]:
         prefix = self.prefix + (path + "/" if path else "")
         token: str | None = None
         while True:
-            page = self.calls.do(functools.partial(self._list_page, prefix, token), "LIST", path)
+            page = self.calls.do(
+                functools.partial(self._list_page, prefix, token), "LIST", path, terms
+            )
             yield from self._page_entries(page, prefix)
             if not page.get("IsTruncated"):
                 return
             token = page.get("NextContinuationToken")
 
-    def read_range(self, path: str, start: int, length: int, version: str | None) -> bytes:
+    def read_range(
+        self,
+        path: str,
+        start: int,
+        length: int,
+        version: str | None,
+        terms: RetryTerms | None = None,
+    ) -> bytes:
         if length <= 0:
             return b""
 
@@ -254,7 +264,7 @@ class S3Backend:
             return data
 
         try:
-            return self._get(get, path)
+            return self._get(get, path, terms)
         except _RangeNotSatisfiable:
             return b""
 
@@ -265,6 +275,7 @@ class S3Backend:
         lengths: Sequence[int],
         version: str | None,
         deliver: Callable[[int, bytes], None],
+        terms: RetryTerms | None = None,
     ) -> None:
         """Consecutive blocks from `start` in one GET, each handed to `deliver(index, bytes)`
         as soon as its bytes are in; a retry asks only for the blocks not yet delivered.
@@ -288,15 +299,15 @@ class S3Backend:
                     done += 1
 
         try:
-            self._get(get, path)
+            self._get(get, path, terms)
         except _RangeNotSatisfiable as exc:  # the object is shorter than when it was opened
             raise Changed(f"{self.calls.url(path)} changed at the source while open") from exc
 
-    def _get(self, get: Callable[[], T], path: str) -> T:
+    def _get(self, get: Callable[[], T], path: str, terms: RetryTerms | None) -> T:
         """A GET with retries and its errors translated (a range past the end raised as
         _RangeNotSatisfiable)."""
         try:
-            return self.calls.run(get, "GET", path)
+            return self.calls.run(get, "GET", path, terms=terms)
         except Exception as exc:
             if classify(exc) is Kind.BAD_RANGE:
                 raise _RangeNotSatisfiable from exc

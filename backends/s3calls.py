@@ -13,7 +13,7 @@ from pffs import metrics
 from pffs.backends.s3errors import Kind, classify, is_transient, translate
 from pffs.config import RetryConfig
 from pffs.errors import PffsError
-from pffs.retry import call_with_retry
+from pffs.retry import RetryTerms, call_with_retry
 
 T = TypeVar("T")
 
@@ -31,8 +31,16 @@ class S3Calls:
         self.policy = policy
         self.retries = 0  # transient failures retried, for stats
 
-    def run(self, fn: Callable[[], T], what: str, path: str = "", quick: bool = False) -> T:
-        """`fn()` retried while it fails transiently; its last failure raised as it is."""
+    def run(
+        self,
+        fn: Callable[[], T],
+        what: str,
+        path: str = "",
+        quick: bool = False,
+        terms: RetryTerms | None = None,
+    ) -> T:
+        """`fn()` retried while it fails transiently, under the request's `terms`; its last
+        failure raised as it is."""
         # Counted, timed and logged when slow by pffs.metrics (one request, retries included).
         with metrics.BackendRequest(self.source_id, what, path, self._count_retry) as request:
             result: T = request.received(
@@ -42,23 +50,26 @@ class S3Calls:
                     policy=QUICK if quick else self.policy,
                     what=f"{what} {self.source_id}",
                     on_retry=request.retried,
+                    terms=terms,
                 )
             )
         return result
 
-    def do(self, fn: Callable[[], T], what: str, path: str) -> T:
+    def do(self, fn: Callable[[], T], what: str, path: str, terms: RetryTerms | None = None) -> T:
         """`run`, its failure translated into a pffs error about `path`."""
         try:
-            return self.run(fn, what, path)
+            return self.run(fn, what, path, terms=terms)
         except Exception as exc:
             raise self.translate(exc, path) from exc
 
-    def head(self, client: Any, bucket: str, key: str, path: str) -> dict[str, Any] | None:
+    def head(
+        self, client: Any, bucket: str, key: str, path: str, terms: RetryTerms | None = None
+    ) -> dict[str, Any] | None:
         """The HEAD answer of the object at `key` (`path` in the source), or None where there
         is none."""
         try:
             answer: dict[str, Any] = self.run(
-                lambda: client.head_object(Bucket=bucket, Key=key), "HEAD", path
+                lambda: client.head_object(Bucket=bucket, Key=key), "HEAD", path, terms=terms
             )
         except Exception as exc:
             if classify(exc) is Kind.NOT_FOUND:

@@ -6,17 +6,21 @@ passes its own `is_transient(exc)`.
 
 This runs inside worker threads (backend calls are blocking), so it sleeps with time.sleep.
 
-A reader's bound counts from when it asked, not from when its request started: a read that
-waited for a place in a limiter, or joined a load ahead of its block that then failed, must not
-start a fresh budget. The trio side marks the moment (`asking()`, a context variable), the
-fetch carries it into its worker thread (`carrying()`), and every retry loop that thread enters
-stops starting attempts once `total_timeout` has passed since then. So a read gets its bytes or
-its error within `total_timeout` plus one request's timeout of asking.
+What a request's retries answer to is handed down to them as a value, `RetryTerms`, built on
+the trio side (`terms()`) and passed with the request to the backend, whose retry loops take it
+as an argument; nothing travels beside the call:
 
-A request may also carry a gate (its source's breaker, pffs.routing.health): called in the
-worker thread before the request starts and before each retry, it raises when the source has
-gone down meanwhile, so a request already under way stops at its next attempt instead of
-spending the rest of its budget on a store known to be down.
+- when its reader asked. A reader's bound counts from then, not from when its request started:
+  a read that waited for a place in a limiter, or joined a load ahead of its block that then
+  failed, must not start a fresh budget. The trio side marks the moment (`asking()`, a context
+  variable of the reader's task), and the retry loop stops starting attempts once
+  `total_timeout` has passed since then. So a read gets its bytes or its error within
+  `total_timeout` plus one request's timeout of asking.
+- a gate (its source's breaker, pffs.routing.health): called before each attempt, it raises
+  when the source has gone down meanwhile, so a request already under way stops at its next
+  attempt instead of spending the rest of its budget on a store known to be down.
+- who hears of the store's push backs (the pace of loading ahead, pffs.pace): told of each
+  failure the loop retries, while it retries.
 """
 
 from __future__ import annotations
@@ -25,9 +29,9 @@ import contextlib
 import contextvars
 import logging
 import random
-import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TypeVar
 
 from pffs.config import RetryConfig
@@ -36,10 +40,20 @@ from pffs.errors import Transient
 T = TypeVar("T")
 log = logging.getLogger("pffs.retry")
 
-# When the reader whose request this is asked (time.monotonic), on the trio side...
+# When the reader whose request this is asked (time.monotonic), in the reader's trio task.
 _asked_at: contextvars.ContextVar[float | None] = contextvars.ContextVar("asked_at", default=None)
-# ...and in the worker thread running its request.
-_thread = threading.local()
+
+
+@dataclass(frozen=True, slots=True)
+class RetryTerms:
+    """What one store request's retries answer to (see the module's docstring)."""
+
+    asked_at: float | None = None  # time.monotonic() its reader asked; None: its first attempt
+    gate: Callable[[], None] | None = None  # raises to stop the attempts (the source's breaker)
+    on_pushback: Callable[[BaseException], None] | None = None  # told of each failure retried
+
+
+_NO_TERMS = RetryTerms()
 
 
 @contextlib.contextmanager
@@ -56,28 +70,13 @@ def asking() -> Iterator[None]:
         _asked_at.reset(token)
 
 
-def carrying(
-    fn: Callable[..., T],
-    on_pushback: Callable[[BaseException], None] | None = None,
+def terms(
     gate: Callable[[], None] | None = None,
-) -> Callable[..., T]:
-    """`fn` wrapped to run in a worker thread with the asking reader's start (if any),
-    `on_pushback` told of each failure its retry loops retry (the pace of loading ahead), and
-    `gate` called before it starts and before each retry (it raises to stop them)."""
-    asked_at = _asked_at.get()
-    if asked_at is None and on_pushback is None and gate is None:
-        return fn
-
-    def call(*args: object) -> T:
-        if gate is not None:
-            gate()
-        _thread.asked_at, _thread.on_pushback, _thread.gate = asked_at, on_pushback, gate
-        try:
-            return fn(*args)
-        finally:
-            _thread.asked_at = _thread.on_pushback = _thread.gate = None
-
-    return call
+    on_pushback: Callable[[BaseException], None] | None = None,
+) -> RetryTerms:
+    """The terms of a request made now, from a trio task: its budget counted from when its
+    reader asked (`asking()`), if it is a reader's."""
+    return RetryTerms(_asked_at.get(), gate, on_pushback)
 
 
 def backoff_delay(policy: RetryConfig, attempt: int) -> float:
@@ -93,17 +92,22 @@ def call_with_retry(
     policy: RetryConfig,
     what: str,
     on_retry: Callable[[BaseException], None] | None = None,
+    terms: RetryTerms | None = None,
 ) -> T:
     """Call `fn` until it succeeds, fails permanently, or the policy's bounds are reached.
 
     The last exception is re-raised unchanged, so the backend translates it at its own edge.
-    The budget counts from the asking reader's start when this thread carries one.
+    Under `terms`, the budget counts from when the reader asked, the gate is passed before
+    each attempt and the push backs are told.
     """
-    asked_at = getattr(_thread, "asked_at", None)
+    terms = terms or _NO_TERMS
+    asked_at, gate, pushback = terms.asked_at, terms.gate, terms.on_pushback
     deadline = (time.monotonic() if asked_at is None else asked_at) + policy.total_timeout
     attempt = 0
     while True:
         attempt += 1
+        if gate is not None:
+            gate()
         if attempt == 1 and time.monotonic() >= deadline:
             raise Transient(f"{what}: no time left of {policy.total_timeout:g}s to try it")
         try:
@@ -120,13 +124,9 @@ def call_with_retry(
             log.log(level, "%s failed (%s), retry %d in %.2fs", what, _short(exc), attempt, delay)
             if on_retry is not None:
                 on_retry(exc)
-            pushback = getattr(_thread, "on_pushback", None)
             if pushback is not None:
                 pushback(exc)
             time.sleep(delay)
-            gate = getattr(_thread, "gate", None)
-            if gate is not None:
-                gate()
 
 
 def _short(exc: BaseException) -> str:

@@ -54,20 +54,21 @@ class Store:
         return cls(mounted.backend, mounted.limiter, mounted.pace, mounted.health, tier)
 
     async def request(self, fn: Callable[..., T], *args: object, ahead: bool) -> T:
-        """`fn(*args)` in a worker thread: a reader's under the readers' limiter, a load
-        ahead's under the pace, which hears of the store's push backs."""
+        """`fn(*args, terms)` in a worker thread: a reader's under the readers' limiter, a
+        load ahead's under the pace, which hears of the store's push backs through the
+        request's `terms`."""
         pace = self.pace if ahead else None
         limiter = self.pace.limiter if ahead else self.readers
         if pace is not None:
             pace.settle()
+        # The request's terms go down with it, as its last argument (pffs.retry.RetryTerms).
         pushed_back = None if pace is None else pace.pushed_back
         if self.breaker is None:
-            result = await run_blocking(limiter, retry.carrying(fn, pushed_back), *args)
+            result = await run_blocking(limiter, fn, *args, retry.terms(None, pushed_back))
         else:
             # A load ahead's failure does not mark the source down: its readers ask themselves.
-            result = await self.breaker.call(
-                limiter, fn, *args, counts=not ahead, on_pushback=pushed_back
-            )
+            terms = self.breaker.terms(pushed_back)
+            result = await self.breaker.call(limiter, fn, *args, terms, counts=not ahead)
         if pace is not None:
             pace.settle()
             pace.went_well()

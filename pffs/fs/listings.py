@@ -135,7 +135,9 @@ class Listings:
                 return False
             routed = self.table.route(path)
             if listing.source is None:
-                listing.source = self.table.listing(path, self.mount_time)
+                # Its pages' retries stop when the source goes down (its breaker, the gate).
+                terms = None if routed is None else routed[0].health.terms()
+                listing.source = self.table.listing(path, self.mount_time, terms)
             try:
                 if routed is None:  # a synthesised directory: no store to ask
                     chunk = await run_blocking(

@@ -87,7 +87,9 @@ class Namespace:
             mounted, inside = routed
             try:
                 # Through the source's breaker: while it is down, at once (pffs.routing.health).
-                info = await mounted.health.call(mounted.limiter, mounted.backend.stat, inside)
+                info = await mounted.health.call(
+                    mounted.limiter, mounted.backend.stat, inside, mounted.health.terms()
+                )
             except NotFound:
                 if not leads_to_mount:
                     raise

@@ -118,13 +118,16 @@ async def _files(mounted: Mounted, path: str) -> AsyncIterator[tuple[str, Object
     """Every file at or under `path`, depth first; a listing is taken a chunk at a time (its
     pages fetched as taken), so no directory, however large, is held whole."""
     backend = mounted.backend
-    info = await mounted.health.call(mounted.limiter, backend.stat, path)
+    health = mounted.health
+    info = await health.call(mounted.limiter, backend.stat, path, health.terms())
     if not info.is_dir:
         yield path, info
         return
-    entries = iter(backend.list(path))  # a generator: no request until a chunk is taken
+    # A generator: no request until a chunk is taken; its pages' retries stop when the source
+    # goes down.
+    entries = iter(backend.list(path, health.terms()))
     while True:
-        chunk = await mounted.health.call(mounted.limiter, _take, entries, LIST_CHUNK)
+        chunk = await health.call(mounted.limiter, _take, entries, LIST_CHUNK)
         for entry in chunk:
             child = join(path, entry.name)
             if entry.is_dir:

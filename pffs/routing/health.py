@@ -5,11 +5,11 @@ retries with a transient error (a timeout, a refused connection, a 5xx): then it
 Failures of loads ahead do not count (their readers fetch the blocks themselves, and their
 failures do), so a blip in the background never fails a reader. Every request that needs the
 store goes through `call`: while the source is down it raises `SourceDown` (EIO) at once, so
-it does not wait out another retry budget, and a request already retrying stops at its next
-attempt (pffs.retry's gate). The namespace answers a lookup, an attribute or a listing that
-fails so from what it last saw (pffs.fs.namespace); cached blocks are still served, because
-they never ask. Writes do not consult the breaker: they keep their staged data and their own
-errors.
+it does not wait out another retry budget; and a request carries the breaker as the gate of
+its `terms` (pffs.retry.RetryTerms), so one already retrying stops at its next attempt. The
+namespace answers a lookup, an attribute or a listing that fails so from what it last saw
+(pffs.fs.namespace); cached blocks are still served, because they never ask. Writes do not
+consult the breaker: they keep their staged data and their own errors.
 
 While down, probes (the backend's `probe`: on S3 a one-key LIST of the mount's prefix on a
 fresh connection, with short timeouts of its own whatever --request-timeout says) start
@@ -88,23 +88,26 @@ class SourceHealth:
         log.warning("source %s is down: %s; reads needing it fail at once", self.source, exc)
         trio.lowlevel.spawn_system_task(self._probing, name=f"pffs-probe {self.source}")
 
+    def terms(self, on_pushback: Callable[[BaseException], None] | None = None) -> retry.RetryTerms:
+        """The terms of a request to this source made now (from a trio task): the breaker as
+        its gate, the asking reader's bound, `on_pushback` told of the store's push backs."""
+        return retry.terms(self.check, on_pushback)
+
     async def call(
         self,
         limiter: trio.CapacityLimiter,
         fn: Callable[..., T],
         *args: object,
         counts: bool = True,
-        on_pushback: Callable[[BaseException], None] | None = None,
     ) -> T:
         """`fn(*args)`, a store request, in a worker thread under `limiter`, through the
-        breaker: refused at once while the source is down (also when it went down while this
-        waited for a place, or between two attempts of its retries), its outcome recorded (a
-        failure only when it `counts`). It carries the asking reader's bound and tells
-        `on_pushback` of the store's push backs (pffs.retry.carrying)."""
+        breaker: refused at once while the source is down, its outcome recorded (a failure
+        only when it `counts`). A request that hands its backend this breaker's `terms` is
+        also stopped when the source goes down while it waits for a place or between two
+        attempts of its retries."""
         self.check()
-        call = retry.carrying(fn, on_pushback, gate=self.check)
         try:
-            result = await run_blocking(limiter, call, *args)
+            result = await run_blocking(limiter, fn, *args)
         except Exception as exc:
             if counts:
                 self.failed(exc)

@@ -20,6 +20,7 @@ import trio
 from pffs.backends.base import Backend, ObjectInfo
 from pffs.errors import NotADirectory, NotFound
 from pffs.pace import Pace
+from pffs.retry import RetryTerms
 from pffs.routing import health
 from pffs.workers import run_blocking
 
@@ -114,8 +115,11 @@ class MountTable:
         """Whether `path` is a mount point or a directory above one (it always exists)."""
         return any(is_under(m.path, path) for m in self.mounted)
 
-    def listing(self, path: str, mtime: float) -> Iterator[ObjectInfo]:
-        """Directory `path` as the tree shows it: mount points first, then the source's entries.
+    def listing(
+        self, path: str, mtime: float, terms: RetryTerms | None = None
+    ) -> Iterator[ObjectInfo]:
+        """Directory `path` as the tree shows it: mount points first, then the source's entries
+        (its pages' retries under `terms`).
 
         Blocking (it iterates the backend's listing): run it in a worker thread.
         """
@@ -127,7 +131,7 @@ class MountTable:
             return
         mounted, inside = routed
         try:
-            for info in mounted.backend.list(inside):
+            for info in mounted.backend.list(inside, terms):
                 if info.name not in junctions:
                     yield info
         except (NotFound, NotADirectory):

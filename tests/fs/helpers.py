@@ -21,6 +21,7 @@ from pffs.config import CacheConfig, DatasetConfig, FuseConfig, MetaConfig, Sour
 from pffs.errors import Throttled
 from pffs.fs.inodes import ROOT_INODE
 from pffs.fs.vfs import Vfs
+from pffs.retry import RetryTerms
 from pffs.routing.table import MountTable
 
 KIB = 1024
@@ -71,19 +72,26 @@ class HoldingBackend:
     def probe(self) -> None:
         self.inner.probe()
 
-    def stat(self, path: str) -> ObjectInfo:
-        return self.inner.stat(path)
+    def stat(self, path: str, terms: RetryTerms | None = None) -> ObjectInfo:
+        return self.inner.stat(path, terms)
 
-    def list(self, path: str) -> Iterator[ObjectInfo]:
-        return self.inner.list(path)
+    def list(self, path: str, terms: RetryTerms | None = None) -> Iterator[ObjectInfo]:
+        return self.inner.list(path, terms)
 
-    def read_range(self, path: str, start: int, length: int, version: str | None) -> bytes:
+    def read_range(
+        self,
+        path: str,
+        start: int,
+        length: int,
+        version: str | None,
+        terms: RetryTerms | None = None,
+    ) -> bytes:
         self.reads[path] += 1
         if path in self.held:
             self.release.wait(10)
         if path in self.throttled:
             raise Throttled(f"{path}: 503 SlowDown")  # what S3 maps a SlowDown to
-        return self.inner.read_range(path, start, length, version)
+        return self.inner.read_range(path, start, length, version, terms)
 
 
 def dataset(root: Path, layout: dict[str, int], size: int) -> dict[str, bytes]:

@@ -19,6 +19,7 @@ from pffs.errors import Changed, NotFound
 from pffs.fs import namespace
 from pffs.fs.inodes import ROOT_INODE
 from pffs.fs.vfs import Vfs
+from pffs.retry import RetryTerms
 from tests.fs.test_vfs import CountingBackend, counted_vfs, list_all, run
 
 
@@ -150,9 +151,9 @@ def test_ls_during_a_background_listing_shares_its_stream(tmp_path: Path) -> Non
     gate = threading.Event()
     listing = backend.list
 
-    def held_list(path: str) -> Iterator[ObjectInfo]:  # consumed in a worker thread
-        gate.wait(timeout=10)
-        yield from listing(path)
+    def held_list(path: str, terms: RetryTerms | None = None) -> Iterator[ObjectInfo]:
+        gate.wait(timeout=10)  # consumed in a worker thread
+        yield from listing(path, terms)
 
     backend.list = held_list  # type: ignore[method-assign]
 

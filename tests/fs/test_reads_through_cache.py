@@ -24,6 +24,7 @@ from pffs.config import CacheConfig, MetaConfig
 from pffs.errors import Changed, NotFound, Transient
 from pffs.fs.inodes import ROOT_INODE
 from pffs.fs.vfs import Vfs
+from pffs.retry import RetryTerms
 from tests.cache.configs import KIB, cache_config
 from tests.fs.helpers import make_vfs
 
@@ -53,18 +54,25 @@ class FakeStore:
     def _info(self, name: str) -> ObjectInfo:
         return ObjectInfo(name, len(self.files[name]), 1.0, f'"v{self.versions[name]}"', False)
 
-    def stat(self, path: str) -> ObjectInfo:
+    def stat(self, path: str, terms: RetryTerms | None = None) -> ObjectInfo:
         if path == "":
             return ObjectInfo("", 0, 1.0, None, True)
         if path not in self.files:
             raise NotFound(path)
         return self._info(path)
 
-    def list(self, path: str) -> Iterator[ObjectInfo]:
+    def list(self, path: str, terms: RetryTerms | None = None) -> Iterator[ObjectInfo]:
         for name in sorted(self.files):
             yield self._info(name)
 
-    def read_range(self, path: str, start: int, length: int, version: str | None) -> bytes:
+    def read_range(
+        self,
+        path: str,
+        start: int,
+        length: int,
+        version: str | None,
+        terms: RetryTerms | None = None,
+    ) -> bytes:
         self.reads += 1
         self.ranges.append((start, length))
         if self.delay:
@@ -167,7 +175,7 @@ class RunStore(FakeStore):
         self.blocks_delivered = 0
         self.fail_at = fail_at
 
-    def read_blocks(self, path, start, lengths, version, deliver) -> None:
+    def read_blocks(self, path, start, lengths, version, deliver, terms=None) -> None:
         self.requests += 1
         offset = start
         for index, length in enumerate(lengths):
@@ -328,10 +336,17 @@ class GatedStore(FakeStore):
         self.small = small
         self.gate = threading.Event()
 
-    def read_range(self, path: str, start: int, length: int, version: str | None) -> bytes:
+    def read_range(
+        self,
+        path: str,
+        start: int,
+        length: int,
+        version: str | None,
+        terms: RetryTerms | None = None,
+    ) -> bytes:
         if length > self.small and not self.gate.wait(timeout=10):
             raise Transient("the gate never opened")
-        return super().read_range(path, start, length, version)
+        return super().read_range(path, start, length, version, terms)
 
 
 def test_a_small_read_of_a_cold_block_does_not_wait_for_the_whole_block() -> None:

@@ -30,6 +30,7 @@ from pffs.errors import (
 from pffs.fs.inodes import ROOT_INODE, Inode
 from pffs.fs.special import HIDDEN_DIR, PRELOAD_FILE, STATS_FILE
 from pffs.fs.vfs import Vfs
+from pffs.retry import RetryTerms
 from tests.fs.helpers import LONG_TTLS, make_vfs
 
 T = TypeVar("T")
@@ -53,17 +54,24 @@ class CountingBackend:
     def probe(self) -> None:
         self.inner.probe()
 
-    def stat(self, path: str) -> ObjectInfo:
+    def stat(self, path: str, terms: RetryTerms | None = None) -> ObjectInfo:
         self.calls["stat"] += 1
-        return self.inner.stat(path)
+        return self.inner.stat(path, terms)
 
-    def list(self, path: str) -> Iterator[ObjectInfo]:
+    def list(self, path: str, terms: RetryTerms | None = None) -> Iterator[ObjectInfo]:
         self.calls["list"] += 1
-        return self.inner.list(path)
+        return self.inner.list(path, terms)
 
-    def read_range(self, path: str, start: int, length: int, version: str | None) -> bytes:
+    def read_range(
+        self,
+        path: str,
+        start: int,
+        length: int,
+        version: str | None,
+        terms: RetryTerms | None = None,
+    ) -> bytes:
         self.calls["read"] += 1
-        return self.inner.read_range(path, start, length, version)
+        return self.inner.read_range(path, start, length, version, terms)
 
 
 def run(fn: Callable[[], Awaitable[T]]) -> T:

@@ -93,8 +93,10 @@ def test_a_request_retrying_stops_at_its_next_attempt_once_the_source_is_down() 
         attempts.append(time.monotonic())
         raise ConnectionError("no answer")
 
-    def call() -> None:
-        retry.call_with_retry(failing, is_transient=lambda _: True, policy=policy, what="GET unit")
+    def call(terms: retry.RetryTerms) -> None:
+        retry.call_with_retry(
+            failing, is_transient=lambda _: True, policy=policy, what="GET unit", terms=terms
+        )
 
     async def main() -> float:
         breaker = health.SourceHealth("s3://gated", lambda: trio.sleep(10))
@@ -107,7 +109,7 @@ def test_a_request_retrying_stops_at_its_next_attempt_once_the_source_is_down() 
 
             nursery.start_soon(mark_down)
             with pytest.raises(SourceDown):
-                await breaker.call(trio.CapacityLimiter(1), call)
+                await breaker.call(trio.CapacityLimiter(1), call, breaker.terms())
             nursery.cancel_scope.cancel()
         return time.monotonic() - started
 
@@ -155,8 +157,10 @@ def test_a_readers_budget_counts_from_when_it_asked() -> None:
         attempts.append(time.monotonic())
         raise ConnectionError("no answer")
 
-    def call() -> None:
-        retry.call_with_retry(failing, is_transient=lambda _: True, policy=policy, what="GET unit")
+    def call(terms: retry.RetryTerms) -> None:
+        retry.call_with_retry(
+            failing, is_transient=lambda _: True, policy=policy, what="GET unit", terms=terms
+        )
 
     async def main() -> float:
         limiter = trio.CapacityLimiter(1)
@@ -164,7 +168,7 @@ def test_a_readers_budget_counts_from_when_it_asked() -> None:
             started = time.monotonic()
             await trio.sleep(0.4)  # waited behind someone else's fetch
             with pytest.raises(ConnectionError):
-                await run_blocking(limiter, retry.carrying(call))
+                await run_blocking(limiter, call, retry.terms())
         return time.monotonic() - started
 
     took = trio.run(main)
@@ -174,7 +178,7 @@ def test_a_readers_budget_counts_from_when_it_asked() -> None:
         async def late() -> None:
             with retry.asking():
                 await trio.sleep(0.6)
-                await run_blocking(trio.CapacityLimiter(1), retry.carrying(call))
+                await run_blocking(trio.CapacityLimiter(1), call, retry.terms())
 
         attempts.clear()
         trio.run(late)
