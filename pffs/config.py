@@ -148,12 +148,13 @@ class CacheConfig:
     free_ratio: float = 0.1
     # Readahead window of one open file; it starts at one block and doubles up to this, or up
     # to more when its read rate x request time asks for more (a far store: pffs.cache.window).
-    # 8 blocks like JuiceFS: on 2 cores a wider window only adds threads contending (measured).
+    # 8 blocks like JuiceFS: on a small machine a wider window only adds threads contending
+    # (docs/notes/parallel-reads.md).
     readahead_max: int = 32 * MIB
     # Largest store request of a load ahead: consecutive blocks are fetched together, one GET for
-    # up to this many bytes. Per request, boto3 and the server spend as much CPU as on megabytes
-    # of data: 16 MiB blocks instead of 4 MiB made a cold read markedly faster, and runs give
-    # that without making random reads fetch 16 MiB.
+    # up to this many bytes. Per request, the client and the server spend as much CPU as on
+    # megabytes of data, so fewer, larger requests make a cold read faster, and runs give that
+    # without making random reads fetch a whole run (docs/notes/cold-and-warm-reads.md).
     fetch_size: int = 16 * MIB
     # Bytes loaded ahead (readahead and preload) in flight across all files: bounds memory and
     # the store's load.

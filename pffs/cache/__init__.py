@@ -26,7 +26,8 @@ blocks.py       BlockCache, what callers use: reads from the nearest tier, singl
                 but preload.py.
 preload.py      Preloader: whole files loaded ahead of readers (dataset preload, order lists,
                 warmup), lazily from jobs, concurrency by Little's law, halved on throttling,
-                within a budget of bytes in flight and the room the cache has for unread files.
+                within a budget of bytes in flight and a bound on the bytes loaded and not yet
+                read.
 datasetroom.py  DatasetRoom: the datasets being consumed share most of the disk tier; one that
                 does not fit its share keeps a subset chosen by a hash of its names, the
                 blocks of its other files are not written to disk, nor preloaded.
@@ -38,9 +39,9 @@ readahead_engine.py
                 budget of bytes in flight, as runs of consecutive missing blocks in one
                 request, from the disk tier when it holds them, each block handed over as it
                 lands (pulled from the source's stream); a failed or cancelled load gives its
-                budget back; `load` is the same for
-                one whole object, awaited (for preload.py). It also counts readahead's blocks used
-                and wasted.
+                budget back; `load` is the same for one whole object, awaited (for
+                preload.py). Beside it, AheadUsage counts the blocks loaded ahead that readers
+                used and those evicted unread.
 diskio.py       DiskIO: the disk tier as trio tasks use it, each call in a worker thread under
                 one limiter and counted, and write-behind with a capped number of write slots,
                 in batches (one worker-thread hop and one index transaction per batch); asks

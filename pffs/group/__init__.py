@@ -5,7 +5,8 @@ A miss asks the owner first (`client`), which serves from its cache or fetches o
 same cache path its own readers use (`server`, handed that path by pffs.mounting). Any failure
 on the way (refused, timed out, a 5xx, a reply whose version, length or CRC32C is wrong) means
 the asker fetches from the store itself; a breaker per peer (`breaker`) stops asking a broken
-one for a while. Members come from a file or Kubernetes EndpointSlices (`members`); every
+one for a while. Members come from a file (`members`), a DNS name (`dnsmembers`) or Kubernetes
+EndpointSlices (`kubemembers`); every
 request is signed with an HMAC of a shared secret (`signing`). `peers.Group` composes them.
 Its second form is a shared tier (`shared`): an S3-compatible store near the compute that
 holds blocks for everyone. Both are tiers before the store (`sources`): each object's block
@@ -13,6 +14,7 @@ source (pffs.cache.keys.BlockSource) is then the tier, else its store.
 
 The group is a layer beside pffs/cache: it uses the cache's key types, and the cache never
 imports it. pffs.mounting composes it and hands the tier joined (`sources.Joined`) to the parts
-that build block sources (the VFS's reader, warmup), which put it before each object's store
+that build block sources (the VFS's reader and dataset preload, warmup), which put it before
+each object's store
 (pffs.fs.fetching). Without a group nothing of this is imported.
 """
