@@ -10,50 +10,32 @@ directory never pushes back by itself.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import trio
 
-from pffs.backends import open_backend
-from pffs.backends.base import Backend, ObjectInfo
 from pffs.cache.keys import ObjectBlocks
-from pffs.config import RetryConfig, SourceConfig
+from pffs.config import RetryConfig
 from pffs.errors import SourceDown, Throttled, Transient
 from pffs.fs.fetching import Store, StoreBlocks
 from pffs.retry import RetryTerms, call_with_retry
 from pffs.routing.table import Mounted
+from tests.fs.helpers import HoldingBackend
 
 POLICY = RetryConfig(attempts=5, base_delay=0.001, max_delay=0.001, total_timeout=10.0)
 DATA = bytes(range(256)) * 16
 
 
-class PushingBack:
+class PushingBack(HoldingBackend):
     """The local backend whose reads are retried by pffs.retry, each read's first `refusals`
     attempts refused with a push back; `attempts` counts them all."""
 
     def __init__(self, root: Path, refusals: int) -> None:
-        self.inner: Backend = open_backend(SourceConfig(url=f"file://{root}"))
-        self.source_id, self.principal = self.inner.source_id, self.inner.principal
-        self.max_concurrency = 4
-        self.capabilities = self.inner.capabilities
-        self.retries = 0
+        super().__init__(root)
         self.refusals = refusals
         self.attempts = 0
         self.on_attempt = lambda: None
-
-    def check(self) -> None:
-        self.inner.check()
-
-    def probe(self) -> None:
-        self.inner.probe()
-
-    def stat(self, path: str, terms: RetryTerms | None = None) -> ObjectInfo:
-        return self.inner.stat(path, terms)
-
-    def list(self, path: str, terms: RetryTerms | None = None) -> Iterator[ObjectInfo]:
-        return self.inner.list(path, terms)
 
     def read_range(
         self,
@@ -63,7 +45,7 @@ class PushingBack:
         version: str | None,
         terms: RetryTerms | None = None,
     ) -> bytes:
-        refused = 0
+        refused, read = 0, super().read_range
 
         def attempt() -> bytes:
             nonlocal refused
@@ -72,7 +54,7 @@ class PushingBack:
             if refused < self.refusals:
                 refused += 1
                 raise Throttled(f"{path}: 503 SlowDown")
-            return self.inner.read_range(path, start, length, version)
+            return read(path, start, length, version)
 
         return call_with_retry(
             attempt,
