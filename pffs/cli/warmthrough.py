@@ -15,10 +15,10 @@ from collections.abc import Callable, Iterator
 
 import trio
 
+from pffs.fs.special import HIDDEN_DIR
 from pffs.workers import run_blocking
 
 CHUNK = 1 << 20  # FUSE's largest read request
-CONTROL_DIR = ".pffs"  # the mount's control files (pffs.fs.special), not data
 
 
 def files_under(paths: list[str]) -> Iterator[tuple[str, int]]:
@@ -28,7 +28,8 @@ def files_under(paths: list[str]) -> Iterator[tuple[str, int]]:
             yield top, os.path.getsize(top)
             continue
         for folder, subdirs, names in os.walk(top):
-            subdirs[:] = sorted(d for d in subdirs if d != CONTROL_DIR)
+            # The mount's hidden `.pffs` directory (stats, the preload file) is not data.
+            subdirs[:] = sorted(d for d in subdirs if d != HIDDEN_DIR)
             for name in sorted(names):
                 path = os.path.join(folder, name)
                 if os.path.isfile(path):
