@@ -101,13 +101,15 @@ class SourceHealth:
         counts: bool = True,
     ) -> T:
         """`fn(*args)`, a store request, in a worker thread under `limiter`, through the
-        breaker: refused at once while the source is down, its outcome recorded (a failure
-        only when it `counts`). A request that hands its backend this breaker's `terms` is
-        also stopped when the source goes down while it waits for a place or between two
-        attempts of its retries."""
+        breaker: refused at once while the source is down, also when it went down while this
+        waited for a place (checked again in the thread: a call that then asks the store
+        nothing, the rest of a listing already fetched, must not pass for the store's answer
+        and mark the source up), its outcome recorded (a failure only when it `counts`). A
+        request that hands its backend this breaker's `terms` is also stopped when the source
+        goes down between two attempts of its retries."""
         self.check()
         try:
-            result = await run_blocking(limiter, fn, *args)
+            result: T = await run_blocking(limiter, _checked, self.check, fn, *args)
         except Exception as exc:
             if counts:
                 self.failed(exc)
@@ -140,3 +142,9 @@ class SourceHealth:
             return
         if self.down_since is not None:
             self._mark_up()
+
+
+def _checked(check: Callable[[], None], fn: Callable[..., T], *args: object) -> T:
+    """`fn(*args)` once `check` passes (in the worker thread)."""
+    check()
+    return fn(*args)

@@ -118,6 +118,44 @@ def test_a_request_retrying_stops_at_its_next_attempt_once_the_source_is_down() 
     assert len(attempts) >= 2
 
 
+def test_a_call_that_waited_while_the_source_went_down_asks_nothing_and_marks_nothing_up() -> None:
+    """A call waiting for a place when another reader marks the source down is refused in its
+    thread: one that would ask the store nothing (the rest of a listing already fetched) must
+    not pass for the store's answer and mark the source up."""
+    called = []
+
+    def nothing_asked() -> str:
+        called.append(True)
+        return "entries fetched before"
+
+    async def main() -> None:
+        breaker = health.SourceHealth("s3://waiting", lambda: trio.sleep(10))
+        limiter = trio.CapacityLimiter(1)
+        release, refused = trio.Event(), trio.Event()
+
+        async def hold(task_status: trio.TaskStatus[None]) -> None:
+            async with limiter:
+                task_status.started()
+                await release.wait()
+
+        async def call() -> None:
+            with pytest.raises(SourceDown):
+                await breaker.call(limiter, nothing_asked)
+            refused.set()
+
+        async with trio.open_nursery() as nursery:
+            await nursery.start(hold)
+            nursery.start_soon(call)
+            await trio.testing.wait_all_tasks_blocked()  # the call waits for its place
+            breaker.failed(Transient("another reader's GET timed out after retries"))
+            release.set()
+            await refused.wait()
+        assert not breaker.up
+
+    trio.run(main)
+    assert called == []
+
+
 def test_throttling_and_refusals_never_mark_a_source_down() -> None:
     async def main() -> None:
         breaker = health.SourceHealth("s3://throttled", lambda: trio.sleep(0))
