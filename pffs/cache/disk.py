@@ -159,6 +159,8 @@ class DiskTier:
         self.open_entries = OpenEntries(
             descriptor_share() if open_entries is None else open_entries
         )
+        # diskcache builds its Disk itself, from settings it stores in SQLite (no place for a
+        # function there): the one hook set after construction.
         self._cache.disk.on_remove = self.open_entries.drop_path
         self.index = BatchIndex(directory, capacity, float(self._cache.timeout))
         self._nowait = hasattr(os, "RWF_NOWAIT")  # off once the file system refuses it
