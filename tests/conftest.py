@@ -18,9 +18,10 @@ from typing import Any
 import boto3
 import pytest
 
-from pffs.mounting.kernel import find_mount, wait_unmounted
+from pffs.mounting.kernel import wait_unmounted
 from pffs.testing.rgw import RgwCluster, RgwUnavailable
 from pffs.testing.servers import DUMMY_CREDENTIALS, MotoServer
+from tests.fusecheck import HangGuard, clear_mount
 
 for _key, _value in DUMMY_CREDENTIALS.items():
     os.environ[_key] = _value
@@ -52,6 +53,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("mount") is not None:
             item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def hang_guard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HangGuard]:
+    """No FUSE hang outlasts a test by much, and no mount outlasts the session
+    (tests/fusecheck.py)."""
+    with HangGuard([tmp_path_factory.getbasetemp(), Path(_scratch)]) as guard:
+        yield guard
+
+
+@pytest.fixture(autouse=True)
+def each_test_guarded(hang_guard: HangGuard, request: pytest.FixtureRequest) -> Iterator[None]:
+    hang_guard.begin(request.node.nodeid)
+    yield
+    hang_guard.end()
 
 
 @pytest.fixture(scope="session")
@@ -107,9 +123,9 @@ def run_pffs(*args: str, timeout: float = 60, **kwargs) -> subprocess.CompletedP
 
 
 def unmount_quietly(mountpoint: Path) -> None:
-    entry = find_mount(str(mountpoint))
-    if entry is not None and entry.fstype.startswith("fuse"):
-        subprocess.run(["fusermount3", "-u", "-z", str(mountpoint)], check=False)
+    """Teardown of a mount that `pffs umount` did not take, or whose daemon was killed: its
+    connection aborted and the mount detached, never waiting on it (tests/fusecheck.py)."""
+    clear_mount(mountpoint)
 
 
 @contextlib.contextmanager

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from pffs.testing.rgw import missing_binaries
+from tests.fusecheck import clear_mount, fuse_mounts_under
 
 pytestmark = [
     pytest.mark.mount,
@@ -50,18 +51,6 @@ def marked_processes(token: str) -> dict[int, str]:
         except OSError:  # gone meanwhile, or a zombie
             continue
     return found
-
-
-def fuse_mounts_under(directory: Path) -> list[str]:
-    """FUSE mountpoints under `directory`, from this mount namespace's mountinfo."""
-    out = []
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            fields = line.split()
-            fstype = fields[fields.index("-") + 1]
-            if fstype.startswith("fuse") and fields[4].startswith(str(directory)):
-                out.append(fields[4])
-    return out
 
 
 # Each server by the command of its process: s3rver, and Ceph's gateway (beside its monitor and
@@ -105,7 +94,7 @@ def test_a_stopped_bench_leaves_no_process_and_no_mount(
             bench.kill()
             bench.wait()
         for mountpoint in fuse_mounts_under(scratch):
-            subprocess.run(["fusermount3", "-u", "-z", mountpoint], check=False)
+            clear_mount(mountpoint)
         for pid in marked_processes(token):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)

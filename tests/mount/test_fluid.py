@@ -4,7 +4,6 @@ dead mount left by a killed container, the liveness check and a changed config."
 
 from __future__ import annotations
 
-import errno
 import os
 import re
 import signal
@@ -19,8 +18,9 @@ import pytest
 from pffs.jobs import preload_order
 from pffs.mounting.kernel import FSTYPE, MountEntry, find_mount, mount_table, wait_unmounted
 from pffs.testing.servers import DUMMY_CREDENTIALS, MotoServer
-from tests.conftest import PFFS, run_pffs, unmount_quietly
+from tests.conftest import PFFS, run_pffs
 from tests.fluid_controller import fluid_config, write_secret
+from tests.fusecheck import clear_mount, is_dead
 
 pytestmark = pytest.mark.mount
 
@@ -114,22 +114,12 @@ def start(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        unmount_quietly(target)
+        clear_mount(target)
 
 
 def _live(target: Path) -> bool:
     entry = find_mount(str(target))
-    return entry is not None and entry.fstype == FSTYPE and not _dead(target)
-
-
-def _dead(target: Path) -> bool:
-    """statfs, which the kernel always forwards: a stat here would put the root's attributes
-    in the kernel's cache, and a stat of a killed mount would then still succeed."""
-    try:
-        os.statvfs(target)
-    except OSError as exc:
-        return exc.errno == errno.ENOTCONN
-    return False
+    return entry is not None and entry.fstype == FSTYPE and not is_dead(target)
 
 
 def _log(tmp_path: Path, index: int) -> str:
@@ -164,7 +154,7 @@ def test_clears_a_dead_mount_left_by_a_killed_container(fluid: dict[str, Any], s
     target = fluid["target"]
     start(fluid).kill()  # kill -9: the kernel mount stays, dead
     deadline = time.monotonic() + 10
-    while not _dead(target):
+    while not is_dead(target):
         assert time.monotonic() < deadline, "the killed mount did not go dead"
         time.sleep(0.05)
     result = check(fluid["config"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
@@ -16,6 +17,7 @@ import pytest
 
 from pffs.mounting.kernel import find_mount, wait_unmounted
 from tests.conftest import PFFS, metric_value, mounted, run_pffs, stats_snapshot
+from tests.fusecheck import clear_mount, is_dead, os_errno
 
 pytestmark = [pytest.mark.mount]
 
@@ -138,7 +140,7 @@ def test_sigterm_unmounts_cleanly(moto, s3, bucket, tmp_path: Path) -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
-        subprocess.run(["fusermount3", "-u", "-z", str(mnt)], check=False, capture_output=True)
+        clear_mount(mnt)
 
 
 def test_dead_mount_is_cleared_by_the_next_mount(moto, s3, bucket, tmp_path: Path) -> None:
@@ -150,10 +152,12 @@ def test_dead_mount_is_cleared_by_the_next_mount(moto, s3, bucket, tmp_path: Pat
     assert first.returncode == 0, first.stderr
     pid = int(first.stdout.split("pid ")[1].split(",")[0])
     os.kill(pid, signal.SIGKILL)
-    time.sleep(0.3)
-    with pytest.raises(OSError) as err:
-        os.listdir(mnt)
-    assert err.value.errno == 107  # ENOTCONN: "Transport endpoint is not connected"
+    deadline = time.monotonic() + 10
+    while not is_dead(mnt):
+        assert time.monotonic() < deadline, "the killed mount did not go dead"
+        time.sleep(0.05)
+    # "Transport endpoint is not connected"
+    assert os_errno("listdir", mnt) == errno.ENOTCONN
     second = run_pffs(*args)
     try:
         assert second.returncode == 0, second.stderr
