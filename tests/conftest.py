@@ -78,7 +78,7 @@ def moto() -> Iterator[MotoServer]:
 
 @pytest.fixture(scope="session")
 def rgw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RgwCluster]:
-    """One Ceph cluster with a gateway for the whole session (it takes about 15 s to start),
+    """One Ceph cluster with a gateway for the whole session (it takes a few seconds to start),
     with a user whose keys are the tests' own (DUMMY_CREDENTIALS), so pffs and boto3 reach it
     as they reach moto; the tests that ask for it skip, with the reason, where Ceph cannot run."""
     try:

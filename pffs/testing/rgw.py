@@ -105,6 +105,9 @@ mon data avail crit = 1
 client mount timeout = 30
 [mon]
 mon data = {d}/$name
+# A change of the maps is proposed at once, not batched for a second: the gateway makes its
+# pools one after another, each waiting for a proposal (most of a start otherwise).
+paxos propose interval = 0.05
 [osd]
 osd data = {d}/$name
 osd objectstore = {objectstore}

@@ -76,7 +76,7 @@ def test_missing_ceph_is_one_clear_error(tmp_path: Path, monkeypatch: pytest.Mon
         RgwCluster.start(tmp_path / "c")
 
 
-@pytest.mark.slow  # a monitor and an OSD start before the gateway fails: about 14 s
+@pytest.mark.slow  # a monitor and an OSD start before the gateway fails
 def test_a_cluster_that_does_not_come_up_is_one_error_and_leaves_nothing(tmp_path: Path) -> None:
     """The gateway's port taken: the gateway cannot listen, the start says so, and every daemon
     it had started (monitor, OSD) is killed and the directory removed."""
@@ -93,7 +93,7 @@ def test_a_cluster_that_does_not_come_up_is_one_error_and_leaves_nothing(tmp_pat
     assert not (tmp_path / "c").exists()
 
 
-@pytest.mark.slow  # a cluster of its own: about 15 s
+@pytest.mark.slow  # a cluster of its own
 def test_a_killed_holder_takes_every_daemon_with_it(tmp_path: Path) -> None:
     """SIGKILL of the process holding a cluster, which no `finally` sees: its monitor, OSD and
     gateway die with it (each is marked, so found in /proc whatever became of it)."""
