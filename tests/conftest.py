@@ -32,6 +32,10 @@ os.environ.pop("AWS_ENDPOINT_URL", None)
 _scratch = tempfile.mkdtemp(prefix="pffs-tests-")
 os.environ["XDG_CACHE_HOME"] = os.path.join(_scratch, "cache")
 os.environ["XDG_STATE_HOME"] = os.path.join(_scratch, "state")
+# The tests start hundreds of Python processes (pffs's commands and daemons, servers, the
+# bench): each would compile pffs's modules again where the environment forbids writing their
+# bytecode (PYTHONDONTWRITEBYTECODE); the site-packages' own is there already.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 PFFS = [sys.executable, "-m", "pffs"]
 
