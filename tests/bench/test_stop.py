@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from pffs.testing.rgw import missing_binaries
+from tests.bench.sizes import SMALL_DATASET
 from tests.fusecheck import clear_mount, fuse_mounts_under
 from tests.processes import marked_processes
 
@@ -55,8 +56,8 @@ def test_a_stopped_bench_leaves_no_process_and_no_mount(
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     env = {**os.environ, "TMPDIR": str(scratch), MARK: token}
-    argv = [sys.executable, "-m", "bench", "--quick", "--latency", "20ms"]
-    argv += ["--systems", "rclone,pffs", "--epoch-files", "20", "--tree-files", "100"]
+    argv = [sys.executable, "-m", "bench", "--quick", "--latency", "20ms", *SMALL_DATASET]
+    argv += ["--systems", "rclone,pffs"]
     argv += ["--servers", server, "--out", str(tmp_path / "results")]
     log = tmp_path / "bench.log"
     with open(log, "wb") as out:
