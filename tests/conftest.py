@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from pffs.mounting.kernel import fusermount, wait_unmounted
 from pffs.testing.rgw import RgwCluster, RgwUnavailable
 from pffs.testing.servers import DUMMY_CREDENTIALS, MotoServer
 from tests.fusecheck import HangGuard, clear_mount
+from tests.processes import wait_exited
 
 for _key, _value in DUMMY_CREDENTIALS.items():
     os.environ[_key] = _value
@@ -138,14 +140,18 @@ def mounted(
     source: str, mountpoint: Path, *options: str, env: dict[str, str] | None = None
 ) -> Iterator[Path]:
     """`pffs mount` (the daemon way), yield, then unmount as `pffs umount` does (fusermount3,
-    called from here: one CLI start fewer per mount; tests of `pffs umount` run it); never
-    leaves a mount behind."""
+    called from here: one CLI start fewer per mount; tests of `pffs umount` run it) and wait
+    for the daemon to exit, its work done (the disk tier's writes behind flushed, staged files
+    uploaded): what follows may look at its cache or mount it again. Never leaves a mount
+    behind."""
     mountpoint.mkdir(parents=True, exist_ok=True)
     log_file = mountpoint.parent / f"{mountpoint.name}.log"
     result = run_pffs(
         "mount", source, str(mountpoint), "--log-file", str(log_file), *options, env=env
     )
     assert result.returncode == 0, result.stderr + _tail(log_file)
+    daemon = re.search(r"\(pid (\d+),", result.stdout)
+    assert daemon, result.stdout
     try:
         yield mountpoint
     finally:
@@ -154,6 +160,7 @@ def mounted(
         except PffsError:  # busy, or already gone
             unmount_quietly(mountpoint)
         assert wait_unmounted(str(mountpoint)), f"{mountpoint} still mounted"
+        assert wait_exited(int(daemon.group(1))), f"the daemon of {mountpoint} still runs"
 
 
 def _tail(path: Path) -> str:

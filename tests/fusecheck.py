@@ -23,7 +23,7 @@ import threading
 import time
 from pathlib import Path
 
-from pffs.mounting.kernel import MountEntry, find_mount, mount_table
+from pffs.mounting.kernel import FSTYPE, MountEntry, find_mount, mount_table
 
 # How long a probe may go unanswered before the mount is taken as hung: far longer than a live
 # pffs takes (it answers statfs from memory), short enough that a hang fails the test promptly.
@@ -71,6 +71,17 @@ def is_dead(mountpoint: Path | str) -> bool:
     """Whether the FUSE mount at `mountpoint` has lost its daemon. Asked with statfs, which the
     kernel always forwards (a stat may be answered from its attribute cache), in a child."""
     return os_errno("statvfs", mountpoint) in (errno.ENOTCONN, errno.ECONNABORTED)
+
+
+def serves(mountpoint: Path | str, fstype: str = FSTYPE) -> bool:
+    """Whether a live mount of `fstype` is at `mountpoint`: the same one in the mount table
+    before and after a statfs it answered (one replaced meanwhile, as a restarted daemon
+    replaces a dead mount, is not taken for it: the statfs may have reached the directory
+    beneath)."""
+    before = find_mount(str(mountpoint))
+    if before is None or before.fstype != fstype or is_dead(mountpoint):
+        return False
+    return find_mount(str(mountpoint)) == before
 
 
 def connection(entry: MountEntry) -> Path | None:

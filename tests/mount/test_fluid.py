@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 
 from pffs.jobs import preload_order
-from pffs.mounting.kernel import FSTYPE, MountEntry, find_mount, mount_table, wait_unmounted
+from pffs.mounting.kernel import FSTYPE, MountEntry, mount_table, wait_unmounted
 from pffs.testing.servers import DUMMY_CREDENTIALS, MotoServer
 from tests.conftest import PFFS, run_pffs
 from tests.fluid_controller import fluid_config, write_secret
-from tests.fusecheck import clear_mount, is_dead
+from tests.fusecheck import clear_mount, is_dead, serves
 
 pytestmark = pytest.mark.mount
 
@@ -103,7 +103,7 @@ def start(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
         log.close()
         started.append((proc, target))
         deadline = time.monotonic() + 60
-        while not _live(target):
+        while not serves(target):
             assert proc.poll() is None, _log(tmp_path, len(started) - 1)
             assert time.monotonic() < deadline, "no mount after 60s"
             time.sleep(0.1)
@@ -115,11 +115,6 @@ def start(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
             proc.kill()
             proc.wait()
         clear_mount(target)
-
-
-def _live(target: Path) -> bool:
-    entry = find_mount(str(target))
-    return entry is not None and entry.fstype == FSTYPE and not is_dead(target)
 
 
 def _log(tmp_path: Path, index: int) -> str:
@@ -179,7 +174,7 @@ def test_a_changed_config_exits_9_and_a_broken_one_is_ignored(
     text = config.read_text()
     config.write_text(text[:-10])  # torn: logged, still serving
     time.sleep(1)
-    assert proc.poll() is None and _live(target)
+    assert proc.poll() is None and serves(target)
 
     dataset = fluid["dataset"]
     dataset["mounts"][1]["path"] = "/meta/labels"  # the Dataset's mounts changed
