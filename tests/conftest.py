@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -18,9 +19,12 @@ from typing import Any
 import boto3
 import pytest
 
-from pffs.mounting.kernel import find_mount, wait_unmounted
+from pffs.errors import PffsError
+from pffs.mounting.kernel import fusermount, wait_unmounted
 from pffs.testing.rgw import RgwCluster, RgwUnavailable
 from pffs.testing.servers import DUMMY_CREDENTIALS, MotoServer
+from tests.fusecheck import HangGuard, clear_mount
+from tests.processes import wait_exited
 
 for _key, _value in DUMMY_CREDENTIALS.items():
     os.environ[_key] = _value
@@ -30,6 +34,10 @@ os.environ.pop("AWS_ENDPOINT_URL", None)
 _scratch = tempfile.mkdtemp(prefix="pffs-tests-")
 os.environ["XDG_CACHE_HOME"] = os.path.join(_scratch, "cache")
 os.environ["XDG_STATE_HOME"] = os.path.join(_scratch, "state")
+# The tests start hundreds of Python processes (pffs's commands and daemons, servers, the
+# bench): each would compile pffs's modules again where the environment forbids writing their
+# bytecode (PYTHONDONTWRITEBYTECODE); the site-packages' own is there already.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 PFFS = [sys.executable, "-m", "pffs"]
 
@@ -54,6 +62,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.skip(reason=reason))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def hang_guard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HangGuard]:
+    """No FUSE hang outlasts a test by much, and no mount outlasts the session
+    (tests/fusecheck.py)."""
+    with HangGuard([tmp_path_factory.getbasetemp(), Path(_scratch)]) as guard:
+        yield guard
+
+
+@pytest.fixture(autouse=True)
+def each_test_guarded(hang_guard: HangGuard, request: pytest.FixtureRequest) -> Iterator[None]:
+    hang_guard.begin(request.node.nodeid)
+    yield
+    hang_guard.end()
+
+
 @pytest.fixture(scope="session")
 def moto() -> Iterator[MotoServer]:
     with MotoServer() as server:
@@ -62,7 +85,7 @@ def moto() -> Iterator[MotoServer]:
 
 @pytest.fixture(scope="session")
 def rgw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RgwCluster]:
-    """One Ceph cluster with a gateway for the whole session (it takes about 15 s to start),
+    """One Ceph cluster with a gateway for the whole session (it takes a few seconds to start),
     with a user whose keys are the tests' own (DUMMY_CREDENTIALS), so pffs and boto3 reach it
     as they reach moto; the tests that ask for it skip, with the reason, where Ceph cannot run."""
     try:
@@ -107,29 +130,37 @@ def run_pffs(*args: str, timeout: float = 60, **kwargs) -> subprocess.CompletedP
 
 
 def unmount_quietly(mountpoint: Path) -> None:
-    entry = find_mount(str(mountpoint))
-    if entry is not None and entry.fstype.startswith("fuse"):
-        subprocess.run(["fusermount3", "-u", "-z", str(mountpoint)], check=False)
+    """Teardown of a mount that `pffs umount` did not take, or whose daemon was killed: its
+    connection aborted and the mount detached, never waiting on it (tests/fusecheck.py)."""
+    clear_mount(mountpoint)
 
 
 @contextlib.contextmanager
 def mounted(
     source: str, mountpoint: Path, *options: str, env: dict[str, str] | None = None
 ) -> Iterator[Path]:
-    """`pffs mount` (the daemon way), yield, then `pffs umount`; never leaves a mount behind."""
+    """`pffs mount` (the daemon way), yield, then unmount as `pffs umount` does (fusermount3,
+    called from here: one CLI start fewer per mount; tests of `pffs umount` run it) and wait
+    for the daemon to exit, its work done (the disk tier's writes behind flushed, staged files
+    uploaded): what follows may look at its cache or mount it again. Never leaves a mount
+    behind."""
     mountpoint.mkdir(parents=True, exist_ok=True)
     log_file = mountpoint.parent / f"{mountpoint.name}.log"
     result = run_pffs(
         "mount", source, str(mountpoint), "--log-file", str(log_file), *options, env=env
     )
     assert result.returncode == 0, result.stderr + _tail(log_file)
+    daemon = re.search(r"\(pid (\d+),", result.stdout)
+    assert daemon, result.stdout
     try:
         yield mountpoint
     finally:
-        result = run_pffs("umount", str(mountpoint))
-        if result.returncode != 0:
+        try:
+            fusermount(str(mountpoint))
+        except PffsError:  # busy, or already gone
             unmount_quietly(mountpoint)
         assert wait_unmounted(str(mountpoint)), f"{mountpoint} still mounted"
+        assert wait_exited(int(daemon.group(1))), f"the daemon of {mountpoint} still runs"
 
 
 def _tail(path: Path) -> str:

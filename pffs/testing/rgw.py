@@ -3,15 +3,18 @@ tests and the bench.
 
 One monitor, one OSD (memstore, its data in RAM; or BlueStore on a file), no manager (S3 needs
 none) and one gateway, each a plain foreground process of ours in a session of its own, with
-every file (config, data, sockets, logs) under one directory. The steps are those of Ceph's own
-src/vstart.sh: a monitor map, `ceph-mon --mkfs`, `ceph osd create`, `ceph-osd --mkfs`, then the
-gateway, which creates its pools itself. Stopping is SIGKILL: memstore writes its whole store
-to disk on a clean shutdown, and nothing of it is wanted afterwards.
+every file (config, data, sockets, logs) under one directory, each dying with the thread that
+started it (PR_SET_PDEATHSIG), so that a test or bench killed outright leaves no daemon behind.
+The steps are those of Ceph's own src/vstart.sh: a monitor map, `ceph-mon --mkfs`, `ceph osd
+create`, `ceph-osd --mkfs`, then the gateway, which creates its pools itself. Stopping is
+SIGKILL: memstore writes its whole store to disk on a clean shutdown, and nothing of it is
+wanted afterwards.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import secrets
@@ -38,6 +41,21 @@ BLUESTORE_BYTES = 32 << 30  # a sparse file
 START_TIMEOUT_S = 90.0
 ADMIN_TIMEOUT_S = 60.0
 GATEWAY_NAME = "client.rgw.pffs"
+_PR_SET_PDEATHSIG = 1  # prctl(2)
+_libc = ctypes.CDLL(None, use_errno=True)  # loaded here: the child between fork and exec must
+# only call it (a dlopen there could wait on a lock another thread of the parent held)
+
+
+def _die_with_parent(parent: int) -> Callable[[], None]:
+    """A preexec_fn: the child is sent SIGKILL when the thread that forked it ends, as when the
+    process holding the cluster is killed (a stop by signal that no `finally` sees). Checked
+    against `parent`, the forking process's pid, for a parent gone before the prctl."""
+
+    def preexec() -> None:
+        if _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL) != 0 or os.getppid() != parent:
+            os._exit(1)  # no guard, or no parent left: this child must not run on
+
+    return preexec
 
 
 class RgwUnavailable(Exception):
@@ -87,6 +105,9 @@ mon data avail crit = 1
 client mount timeout = 30
 [mon]
 mon data = {d}/$name
+# A change of the maps is proposed at once, not batched for a second: the gateway makes its
+# pools one after another, each waiting for a proposal (most of a start otherwise).
+paxos propose interval = 0.05
 [osd]
 osd data = {d}/$name
 osd objectstore = {objectstore}
@@ -128,7 +149,9 @@ class RgwCluster:
         on_spawn: Callable[[subprocess.Popen[bytes]], None] | None = None,
     ) -> RgwCluster:
         """Start a cluster whose every file is under `directory` (created; removed by stop).
-        `on_spawn` is told of each daemon the moment it starts (the bench records them)."""
+        `on_spawn` is told of each daemon the moment it starts (the bench records them). Call
+        it (and start_gateway) from a thread that outlives the cluster, such as the main
+        thread: the daemons die with the thread that started them."""
         if objectstore not in OBJECTSTORES:
             raise ValueError(f"objectstore {objectstore!r}: one of {', '.join(OBJECTSTORES)}")
         missing = missing_binaries()
@@ -185,7 +208,13 @@ class RgwCluster:
         """Run a Ceph command to completion; its output, or RgwUnavailable with its error."""
         try:
             result = subprocess.run(
-                argv, env=self._env, capture_output=True, text=True, timeout=timeout, check=False
+                argv,
+                env=self._env,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+                preexec_fn=_die_with_parent(os.getpid()),
             )
         except subprocess.TimeoutExpired:
             raise RgwUnavailable(f"`{' '.join(argv[:3])}` took over {timeout:.0f}s") from None
@@ -202,7 +231,12 @@ class RgwCluster:
     def _spawn(self, name: str, *argv: str) -> None:
         with open(self.directory / "log" / f"{name}.out", "ab") as out:
             proc = subprocess.Popen(
-                argv, env=self._env, stdout=out, stderr=out, start_new_session=True
+                argv,
+                env=self._env,
+                stdout=out,
+                stderr=out,
+                start_new_session=True,
+                preexec_fn=_die_with_parent(os.getpid()),
             )
         self.processes[name] = proc
         if self._on_spawn is not None:

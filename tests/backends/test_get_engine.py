@@ -284,11 +284,27 @@ def test_a_connection_the_store_closed_while_idle_is_not_used(
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3rver.secret_key)
     backend = _backend(s3rver.endpoint_url, "creds")
     assert backend.read_range("data", 0, 10, None) == DATA[:10]
-    # s3rver (node) closes a keep-alive connection idle for 5 s; node's timers run late on a
-    # loaded machine, and a close racing the request is a reset, which counts as a failure.
-    time.sleep(8)
+    # s3rver (node) closes a keep-alive connection idle for 5 s: wait until it has, so that the
+    # next request cannot race the close (a reset, which would count as a failure).
+    port = urlsplit(s3rver.endpoint_url).port
+    assert port is not None
+    wait_closed_by_server(port)
     assert backend.read_range("data", 10, 10, None) == DATA[10:20]
     assert backend.retries == 0  # the closed connection was dropped, not tried and retried
+
+
+def wait_closed_by_server(port: int, timeout: float = 60) -> None:
+    """Wait until a connection to 127.0.0.1:`port` was closed by the server while the client
+    keeps it: the kernel's TCP table shows it in CLOSE_WAIT (state 08)."""
+    remote = f"0100007F:{port:04X}"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with open("/proc/net/tcp") as table:
+            rows = [line.split() for line in table.readlines()[1:]]
+        if any(row[2] == remote and row[3] == "08" for row in rows):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"no connection to port {port} was closed by the server in {timeout}s")
 
 
 class _Ranges(http.server.BaseHTTPRequestHandler):

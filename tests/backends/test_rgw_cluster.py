@@ -1,18 +1,36 @@
 """The one-node Ceph of pffs.testing.rgw serves S3: a bucket, a PUT, a ranged GET, a user of
-its own; and a cluster stopped leaves neither a daemon nor its directory behind."""
+its own; and a cluster stopped, or whose holder is killed, leaves no daemon behind."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import signal
 import socket
 import subprocess
+import sys
+import time
 import uuid
 from pathlib import Path
 
 import boto3
 import pytest
 
-from pffs.testing.rgw import RgwCluster, RgwUnavailable
+from pffs.testing.rgw import RgwCluster, RgwUnavailable, missing_binaries
+from tests.processes import marked_processes
+
+MARK = "PFFS_RGW_HOLDER_TEST"
+# A process holding a cluster: starts it, writes its daemons' pids, then waits to be killed.
+HOLDER = """
+import json, os, sys, time
+from pathlib import Path
+from pffs.testing.rgw import RgwCluster
+cluster = RgwCluster.start(Path(sys.argv[1]))
+Path(sys.argv[2] + ".tmp").write_text(json.dumps(cluster.pids()))
+os.replace(sys.argv[2] + ".tmp", sys.argv[2])
+time.sleep(3600)
+"""
 
 
 def client(rgw: RgwCluster, keys: tuple[str, str]):
@@ -58,7 +76,7 @@ def test_missing_ceph_is_one_clear_error(tmp_path: Path, monkeypatch: pytest.Mon
         RgwCluster.start(tmp_path / "c")
 
 
-@pytest.mark.slow  # a monitor and an OSD start before the gateway fails: about 14 s
+@pytest.mark.slow  # a monitor and an OSD start before the gateway fails
 def test_a_cluster_that_does_not_come_up_is_one_error_and_leaves_nothing(tmp_path: Path) -> None:
     """The gateway's port taken: the gateway cannot listen, the start says so, and every daemon
     it had started (monitor, OSD) is killed and the directory removed."""
@@ -73,3 +91,39 @@ def test_a_cluster_that_does_not_come_up_is_one_error_and_leaves_nothing(tmp_pat
     assert len(started) == 3  # mon, osd, gateway
     assert all(proc.poll() is not None for proc in started)
     assert not (tmp_path / "c").exists()
+
+
+@pytest.mark.slow  # a cluster of its own
+def test_a_killed_holder_takes_every_daemon_with_it(tmp_path: Path) -> None:
+    """SIGKILL of the process holding a cluster, which no `finally` sees: its monitor, OSD and
+    gateway die with it (each is marked, so found in /proc whatever became of it)."""
+    if missing_binaries():
+        pytest.skip(f"Ceph is not installed ({', '.join(missing_binaries())} missing)")
+    token = uuid.uuid4().hex
+    pids_file, log = tmp_path / "pids.json", tmp_path / "holder.log"
+    argv = [sys.executable, "-c", HOLDER, str(tmp_path / "c"), str(pids_file)]
+    with open(log, "wb") as out:
+        holder = subprocess.Popen(argv, env={**os.environ, MARK: token}, stdout=out, stderr=out)
+    try:
+        deadline = time.monotonic() + 180  # the start's own bound (90 s) and its commands
+        while not pids_file.exists():
+            assert holder.poll() is None, log.read_text()[-2000:]
+            assert time.monotonic() < deadline, "the cluster never came up"
+            time.sleep(0.2)
+        daemons = json.loads(pids_file.read_text())
+        assert sorted(daemons) == ["mon.a", "osd.0", "rgw"]
+        assert set(daemons.values()) <= set(marked_processes(MARK, token))
+
+        holder.kill()
+        holder.wait()
+        deadline = time.monotonic() + 30  # the kernel's signal, then each daemon's exit
+        while marked_processes(MARK, token) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert marked_processes(MARK, token) == {}
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+        for pid in marked_processes(MARK, token):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

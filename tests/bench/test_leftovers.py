@@ -48,6 +48,9 @@ STOPPED_BODY = """
 import errno, os, signal, sys, time
 from bench import leftovers
 
+# Python's own SIGINT handler, as from a terminal: a run started in the background (nohup,
+# `&`) inherits SIGINT ignored, and would show it ignored after any body.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 try:
     with leftovers.stopped_cleanly():
         try:

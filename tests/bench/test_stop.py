@@ -24,6 +24,9 @@ from pathlib import Path
 import pytest
 
 from pffs.testing.rgw import missing_binaries
+from tests.bench.sizes import SMALL_DATASET
+from tests.fusecheck import clear_mount, fuse_mounts_under
+from tests.processes import marked_processes
 
 pytestmark = [
     pytest.mark.mount,
@@ -32,36 +35,6 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("rclone") is None, reason="rclone is missing"),
 ]
 MARK = "PFFS_BENCH_STOP_TEST"
-
-
-def marked_processes(token: str) -> dict[int, str]:
-    """Every live process whose environment carries MARK=token: pid -> command line."""
-    found = {}
-    needle = f"{MARK}={token}".encode()
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/environ", "rb") as f:
-                if needle not in f.read().split(b"\0"):
-                    continue
-            with open(f"/proc/{name}/cmdline", "rb") as f:
-                found[int(name)] = f.read().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:  # gone meanwhile, or a zombie
-            continue
-    return found
-
-
-def fuse_mounts_under(directory: Path) -> list[str]:
-    """FUSE mountpoints under `directory`, from this mount namespace's mountinfo."""
-    out = []
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            fields = line.split()
-            fstype = fields[fields.index("-") + 1]
-            if fstype.startswith("fuse") and fields[4].startswith(str(directory)):
-                out.append(fields[4])
-    return out
 
 
 # Each server by the command of its process: s3rver, and Ceph's gateway (beside its monitor and
@@ -83,8 +56,8 @@ def test_a_stopped_bench_leaves_no_process_and_no_mount(
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     env = {**os.environ, "TMPDIR": str(scratch), MARK: token}
-    argv = [sys.executable, "-m", "bench", "--quick", "--latency", "20ms"]
-    argv += ["--systems", "rclone,pffs", "--epoch-files", "20", "--tree-files", "100"]
+    argv = [sys.executable, "-m", "bench", "--quick", "--latency", "20ms", *SMALL_DATASET]
+    argv += ["--systems", "rclone,pffs"]
     argv += ["--servers", server, "--out", str(tmp_path / "results")]
     log = tmp_path / "bench.log"
     with open(log, "wb") as out:
@@ -94,10 +67,10 @@ def test_a_stopped_bench_leaves_no_process_and_no_mount(
         assert bench.wait(timeout=180) == exit_code, log.read_text()[-3000:]
         # Mount daemons end on their own once unmounted: give them a moment.
         deadline = time.monotonic() + 10
-        while marked_processes(token) and time.monotonic() < deadline:
+        while marked_processes(MARK, token) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert fuse_mounts_under(scratch) == [], log.read_text()[-3000:]
-        assert marked_processes(token) == {}, (started, log.read_text()[-3000:])
+        assert marked_processes(MARK, token) == {}, (started, log.read_text()[-3000:])
         assert "stopped by" in log.read_text()
         assert list(scratch.glob("pffs-bench-*/rgw")) == []  # the cluster's directory too
     finally:  # a failing bench leaves nothing behind either
@@ -105,8 +78,8 @@ def test_a_stopped_bench_leaves_no_process_and_no_mount(
             bench.kill()
             bench.wait()
         for mountpoint in fuse_mounts_under(scratch):
-            subprocess.run(["fusermount3", "-u", "-z", mountpoint], check=False)
-        for pid in marked_processes(token):
+            clear_mount(mountpoint)
+        for pid in marked_processes(MARK, token):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 
@@ -124,13 +97,13 @@ def stop_partway(
     while True:
         assert bench.poll() is None, log.read_text()[-3000:]
         assert time.monotonic() < deadline, "the bench never got its mounts up"
-        commands = " ".join(marked_processes(token).values())
+        commands = " ".join(marked_processes(MARK, token).values())
         up = server_command in commands and "testing.delay" in commands
         if fuse_mounts_under(scratch) and up:
             break
         time.sleep(0.2)
     time.sleep(1.0)  # into the scenarios
-    started = marked_processes(token)
+    started = marked_processes(MARK, token)
     if signum == signal.SIGINT:
         os.killpg(bench.pid, signum)  # a terminal's Ctrl-C reaches the whole group
     else:

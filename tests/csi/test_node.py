@@ -23,8 +23,9 @@ import pytest
 
 from pffs.csi.proto import csi_pb2
 from pffs.jobs import preload_order
-from pffs.mounting.kernel import FSTYPE, find_mount, is_dead
+from pffs.mounting.kernel import FSTYPE, find_mount
 from tests.csi.csi_driver import AccessMode, Driver, capability, mount_daemons, running, status_of
+from tests.fusecheck import is_dead
 
 pytestmark = [pytest.mark.mount]
 
@@ -268,7 +269,7 @@ def test_restart_readopts_live_mounts_and_revives_dead_ones(
     b_state = next(s for s in volume_states(driver) if s["volume_id"] == "vol-b")
     os.kill(b_state["pid"], signal.SIGKILL)
     # At once, though the kernel still holds the root's attributes (is_dead asks with statfs).
-    deadline = time.monotonic() + 2
+    deadline = time.monotonic() + 10
     while not is_dead(str(b1)) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert is_dead(str(b1))

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import trio
+from trio.testing import wait_all_tasks_blocked
 
 from pffs.backends.base import ObjectInfo
 from pffs.errors import Changed, NotFound
@@ -156,20 +157,26 @@ def test_ls_during_a_background_listing_shares_its_stream(tmp_path: Path) -> Non
         yield from listing(path, terms)
 
     backend.list = held_list  # type: ignore[method-assign]
+    names: list[str] = []
+
+    def emit(name: str, inode: object, position: int) -> bool:
+        names.append(name)
+        return True
+
+    async def ls() -> None:
+        fh = await vfs.opendir(ROOT_INODE)
+        await vfs.readdir(fh, 0, emit)
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             vfs.attach(nursery)
-            await vfs.lookup(ROOT_INODE, "f00")  # starts the background listing, held
-            fh = await vfs.opendir(ROOT_INODE)
-            gate.set()
-            names: list[str] = []
-
-            def emit(name: str, inode: object, position: int) -> bool:
-                names.append(name)
-                return True
-
-            await vfs.readdir(fh, 0, emit)
+            async with trio.open_nursery() as both:
+                both.start_soon(vfs.lookup, ROOT_INODE, "f00")  # starts the listing, held
+                await wait_all_tasks_blocked()
+                both.start_soon(ls)  # while the listing is held under way
+                await wait_all_tasks_blocked()
+                assert names == []  # ls waits on the listing's stream
+                gate.set()
             assert sorted(names) == [f"f{i:02d}" for i in range(20)]
             assert backend.calls["list"] == 1  # one stream for both
             nursery.cancel_scope.cancel()

@@ -4,7 +4,6 @@ dead mount left by a killed container, the liveness check and a changed config."
 
 from __future__ import annotations
 
-import errno
 import os
 import re
 import signal
@@ -17,10 +16,11 @@ from typing import Any
 import pytest
 
 from pffs.jobs import preload_order
-from pffs.mounting.kernel import FSTYPE, MountEntry, find_mount, mount_table, wait_unmounted
+from pffs.mounting.kernel import FSTYPE, MountEntry, mount_table, wait_unmounted
 from pffs.testing.servers import DUMMY_CREDENTIALS, MotoServer
-from tests.conftest import PFFS, run_pffs, unmount_quietly
+from tests.conftest import PFFS, run_pffs
 from tests.fluid_controller import fluid_config, write_secret
+from tests.fusecheck import clear_mount, is_dead, serves
 
 pytestmark = pytest.mark.mount
 
@@ -103,7 +103,7 @@ def start(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
         log.close()
         started.append((proc, target))
         deadline = time.monotonic() + 60
-        while not _live(target):
+        while not serves(target):
             assert proc.poll() is None, _log(tmp_path, len(started) - 1)
             assert time.monotonic() < deadline, "no mount after 60s"
             time.sleep(0.1)
@@ -114,22 +114,7 @@ def start(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        unmount_quietly(target)
-
-
-def _live(target: Path) -> bool:
-    entry = find_mount(str(target))
-    return entry is not None and entry.fstype == FSTYPE and not _dead(target)
-
-
-def _dead(target: Path) -> bool:
-    """statfs, which the kernel always forwards: a stat here would put the root's attributes
-    in the kernel's cache, and a stat of a killed mount would then still succeed."""
-    try:
-        os.statvfs(target)
-    except OSError as exc:
-        return exc.errno == errno.ENOTCONN
-    return False
+        clear_mount(target)
 
 
 def _log(tmp_path: Path, index: int) -> str:
@@ -164,7 +149,7 @@ def test_clears_a_dead_mount_left_by_a_killed_container(fluid: dict[str, Any], s
     target = fluid["target"]
     start(fluid).kill()  # kill -9: the kernel mount stays, dead
     deadline = time.monotonic() + 10
-    while not _dead(target):
+    while not is_dead(target):
         assert time.monotonic() < deadline, "the killed mount did not go dead"
         time.sleep(0.05)
     result = check(fluid["config"])
@@ -189,7 +174,7 @@ def test_a_changed_config_exits_9_and_a_broken_one_is_ignored(
     text = config.read_text()
     config.write_text(text[:-10])  # torn: logged, still serving
     time.sleep(1)
-    assert proc.poll() is None and _live(target)
+    assert proc.poll() is None and serves(target)
 
     dataset = fluid["dataset"]
     dataset["mounts"][1]["path"] = "/meta/labels"  # the Dataset's mounts changed
