@@ -2,9 +2,11 @@
 preload and warmup.
 
 A `Store` is one source's parts a request goes through: its backend (the client), the readers'
-limiter, the `Pace` of loading ahead (pffs.pace: halved when the store pushes back) and its
-breaker (pffs.routing.health: while the source is down a request fails at once, and its outcome
-tells the breaker). `Store.of(mounted)` takes them from the mount table's entry. `StoreBlocks`
+limiter, the source's one `Pace` (pffs.pace: the places of loading ahead, halved when the store
+pushes back, shared by readahead, preload and warmup by urgency) with the use its loads ahead
+count as, and its breaker (pffs.routing.health: while the source is down a request fails at
+once, and its outcome tells the breaker). `Store.of(mounted, use)` takes them from the mount
+table's entry. `StoreBlocks`
 is the store as the `BlockSource` (pffs.cache.keys) of one open object version: `part` for a
 reader waiting on bytes, `run` for blocks loaded ahead, yielded to the cache as they land.
 `open_blocks` puts a joined tier (pffs.group: a cache group, a shared tier) before it.
@@ -23,14 +25,13 @@ from typing import TypeVar
 
 import trio
 
-from pffs import group, retry
+from pffs import group
 from pffs.backends.base import Backend, block_runs
 from pffs.cache.keys import BlockSource, ObjectBlocks
-from pffs.errors import Corrupted
-from pffs.pace import Pace
+from pffs.errors import Corrupted, SourceDown, Transient
+from pffs.pace import Pace, Use
 from pffs.routing.health import SourceHealth
 from pffs.routing.table import Mounted
-from pffs.workers import run_blocking
 
 T = TypeVar("T")
 
@@ -42,30 +43,31 @@ class Store:
     backend: Backend
     readers: trio.CapacityLimiter  # readers' places
     pace: Pace  # loading ahead's places: a reader never queues behind it
-    breaker: SourceHealth | None = None  # None: a source no mount table holds (warmup)
+    breaker: SourceHealth
+    use: Use = "readahead"  # what this store's loads ahead are, for the pace's rule
 
     @classmethod
-    def of(cls, mounted: Mounted) -> Store:
-        return cls(mounted.backend, mounted.limiter, mounted.pace, mounted.health)
+    def of(cls, mounted: Mounted, use: Use = "readahead") -> Store:
+        return cls(mounted.backend, mounted.limiter, mounted.pace, mounted.health, use)
 
     async def request(self, fn: Callable[..., T], *args: object, ahead: bool) -> T:
         """`fn(*args)` in a worker thread: a reader's under the readers' limiter, a load
-        ahead's under the pace, which hears of the store's push backs."""
-        pace = self.pace if ahead else None
-        limiter = self.pace.limiter if ahead else self.readers
-        if pace is not None:
-            pace.settle()
-        pushed_back = None if pace is None else pace.pushed_back
-        if self.breaker is None:
-            result = await run_blocking(limiter, retry.carrying(fn, pushed_back), *args)
-        else:
+        ahead's in a place of the pace, which hears of the store's push backs."""
+        if not ahead:
+            return await self.breaker.call(self.readers, fn, *args)
+        pace = self.pace
+        try:
             # A load ahead's failure does not mark the source down: its readers ask themselves.
             result = await self.breaker.call(
-                limiter, fn, *args, counts=not ahead, on_pushback=pushed_back
+                pace.place(self.use), fn, *args, counts=False, on_pushback=pace.pushed_back
             )
-        if pace is not None:
-            pace.settle()
-            pace.went_well()
+        except SourceDown:
+            raise  # refused by the breaker: the store never saw it
+        except Transient:
+            pace.pushed_back()  # pushed back beyond its retries
+            raise
+        pace.settle()
+        pace.went_well()
         return result
 
 
