@@ -12,10 +12,12 @@ the same crowding); every `current` requests that went well add one place back, 
 ceiling. So under throttling loading ahead gives way first and grows back slowly once the store
 keeps up.
 
-Who gets them, the one rule: a place that frees goes to the most urgent use waiting, in the
-order of `USES` (readahead, then preload, then warmup), first come first served within a use.
-Readahead is urgent because a reader is about to read what it loads; preload and warmup load
-for later and take what readahead leaves.
+Who gets them, the one rule: readahead first. A place that frees goes to the most urgent use
+waiting, in the order of `USES` (readahead, then preload, then warmup), first come first served
+within a use; and preload and warmup together hold at most `BACKGROUND_SHARE` of the places (one
+at least), so a readahead request finds a place free even while the store stalls every preload.
+Readahead is urgent because a reader is about to read what it loads (a reader's first READ
+joins the GET at its open); preload and warmup load for later and take what readahead leaves.
 
 Push backs are seen in worker threads (pffs.retry calls `pushed_back` from its loop), so they
 are only noted there; the places change on the trio side when a request next takes or gives
@@ -37,6 +39,8 @@ COOLDOWN = 1.0
 # Loading ahead's places per place of the source's readers (its `max_concurrency`): many small
 # requests in flight hide the store's round trip, which readers waiting on bytes do not need.
 AHEAD_PER_READER_PLACE = 4
+# The share of the places preload and warmup may hold between them; the rest waits for readahead.
+BACKGROUND_SHARE = 0.75
 
 Use = Literal["readahead", "preload", "warmup"]
 USES: tuple[Use, ...] = ("readahead", "preload", "warmup")  # most urgent first
@@ -123,10 +127,23 @@ class Pace:
     def _taken(self) -> int:
         return sum(self.in_flight.values())
 
+    def share(self, use: Use) -> int:
+        """The places requests of `use` may hold now (if no other use holds any)."""
+        if use == "readahead":
+            return self.current
+        return max(1, int(BACKGROUND_SHARE * self.current))
+
+    def _free_for(self, use: Use) -> bool:
+        """Whether a request of `use` may take a place now (waiters aside)."""
+        if self._taken() >= self.current:
+            return False
+        background = self._taken() - self.in_flight["readahead"]
+        return use == "readahead" or background < self.share(use)
+
     async def _take(self, use: Use) -> None:
         await trio.lowlevel.checkpoint_if_cancelled()
         ahead_of_it = USES[: USES.index(use) + 1]
-        if self._taken() < self.current and not any(self._waiting[u] for u in ahead_of_it):
+        if self._free_for(use) and not any(self._waiting[u] for u in ahead_of_it):
             self.in_flight[use] += 1
             await trio.lowlevel.cancel_shielded_checkpoint()
             return
@@ -148,8 +165,8 @@ class Pace:
 
     def _hand_over(self) -> None:
         """Give free places to the waiters, the most urgent use first."""
-        while self._taken() < self.current:
-            use = next((u for u in USES if self._waiting[u]), None)
+        while True:
+            use = next((u for u in USES if self._waiting[u] and self._free_for(u)), None)
             if use is None:
                 return
             waiter = self._waiting[use].popleft()

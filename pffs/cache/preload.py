@@ -19,8 +19,10 @@ passed over.
 
 How many requests reach the store is not the engine's to decide: each item's requests take
 places of its source's one pace (pffs.pace: halved when the store pushes back, readahead served
-first), so the engine's `concurrency` is only the files it works on at once, enough to keep the
-pace's places full. A failed item is dropped (debug log, counter): its reader fetches the file
+first). The engine's `concurrency`, the files it works on at once, is what its caller reads off
+the pace (the places preload or warmup may hold now), so the files it starts find places and
+none waits in the pace's queue: a file still queued here is left to a reader who opens it,
+where one waiting for a place would keep its reader waiting behind the preload. A failed item is dropped (debug log, counter): its reader fetches the file
 itself and sees exactly what it would without preload.
 
 Priority: the engine has none to give readers, because it never serves them. A reader's open
@@ -114,7 +116,7 @@ class Preloader:
         cache: BlockCache,
         budget: int,
         *,
-        concurrency: int = 64,
+        concurrency: int | Callable[[], int] = 64,
         idle_after: float = 30.0,
         unread_max: int | None = None,
     ) -> None:
@@ -122,7 +124,8 @@ class Preloader:
         self.budget = budget  # bytes in flight at most
         # Bytes loaded ahead and not yet read, at most (not the cache's `room`, the datasets').
         self.unread_max = cache.preload_unread_max if unread_max is None else unread_max
-        self.concurrency = concurrency  # files at once; their requests are the pace's to allow
+        # Files at once: a number, or a function asked before each file starts.
+        self._concurrency = concurrency
         self.idle_after = idle_after
         self.stats = PreloadStats()
         self.files_in_flight = 0
@@ -149,6 +152,12 @@ class Preloader:
         self._nursery = nursery
         nursery.start_soon(self._dispatch)
         nursery.start_soon(self._tick)
+
+    @property
+    def concurrency(self) -> int:
+        """Files the engine may work on at once now."""
+        concurrency = self._concurrency
+        return concurrency if isinstance(concurrency, int) else concurrency()
 
     @property
     def unread_bytes(self) -> int:

@@ -62,7 +62,7 @@ class DatasetPreload:
         self.engine = Preloader(
             cache,
             min(config.budget, cache.ahead_budget // 2),
-            concurrency=config.concurrency,
+            concurrency=self._files_at_once,
             idle_after=config.idle_after,
         )
         cache.room.idle_after = config.idle_after
@@ -77,6 +77,12 @@ class DatasetPreload:
         # Order lists being loaded: any read in the mount keeps them alive.
         self._orders: list[str] = []
         self._order_numbers = itertools.count(1)
+
+    def _files_at_once(self) -> int:
+        """Files the engine loads at once: the places its sources' paces give preload now, so
+        each file it starts finds one (within the configured bound)."""
+        places = sum(mounted.pace.share("preload") for mounted in self.namespace.table.mounted)
+        return min(self.config.concurrency, places)
 
     def gauges(self) -> dict[str, int]:
         """Preload's counters and gauges, as the metrics read them (any thread: reads only)."""

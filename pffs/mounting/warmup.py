@@ -69,7 +69,13 @@ async def warm_source(
     if not cache.disk_holds(mounted.backend.source_id):
         cache.close()
         raise UsageError(f"{source.url} is cached in memory only")
-    engine = Preloader(cache, cache.ahead_budget, concurrency=jobs, idle_after=math.inf)
+    # `jobs` files at once at most, and no more than the places the pace gives warmup now.
+    engine = Preloader(
+        cache,
+        cache.ahead_budget,
+        concurrency=lambda: min(jobs, mounted.pace.share("warmup")),
+        idle_after=math.inf,
+    )
     peers = await asking_group(group_config) if group_config is not None else None
     store = Store.of(mounted, "warmup")
     skips_before = cache.stats.disk_write_skips

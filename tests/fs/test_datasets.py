@@ -18,6 +18,7 @@ import trio
 from pffs.errors import ReadOnly, Transient, Unsupported
 from pffs.fs.special import HIDDEN_DIR, PRELOAD_FILE
 from pffs.fs.vfs import Vfs
+from pffs.pace import BACKGROUND_SHARE
 from tests.fs.helpers import (
     KIB,
     dataset,
@@ -118,20 +119,25 @@ def test_disabled_preloads_nothing(tmp_path: Path) -> None:
 
 def test_reader_is_not_starved_while_preload_is_saturated(tmp_path: Path) -> None:
     files = dataset(tmp_path, {"d": 40}, KIB)
-    vfs, backend = preloading_vfs(tmp_path, concurrency=8)
+    vfs, backend = preloading_vfs(tmp_path)
     paths = list(files)
-    # Every preload request stalls at the store: all the preload slots are taken.
+    # Every preload request stalls at the store: preload takes all the places of the source's
+    # pace it may (its share: the rest is readahead's), and starts no file beyond them.
     backend.held = set(paths[3:-1])
+    pace = vfs.table.mounted[0].pace
+    share = int(BACKGROUND_SHARE * pace.current)
 
     async def body() -> None:
         for path in paths[:3]:
             await read_whole(vfs, path)
         with trio.fail_after(5):
-            while vfs.datasets.engine.files_in_flight < 8:
+            while pace.in_flight["preload"] < share:
                 await trio.sleep(0.01)
         await trio.sleep(0.1)
-        assert vfs.datasets.engine.files_in_flight == 8
-        with trio.fail_after(5):  # the reader's own request goes around the stalled preload
+        assert pace.in_flight["preload"] == share < pace.current
+        assert vfs.datasets.engine.files_in_flight == share
+        assert pace.gauges()["preload_waiting"] == 0
+        with trio.fail_after(5):  # the reader's own requests go around the stalled preload
             assert await read_whole(vfs, paths[-1]) == files[paths[-1]]
         backend.release.set()
         await vfs.datasets.engine.wait_idle()
