@@ -21,9 +21,10 @@ How many requests reach the store is not the engine's to decide: each item's req
 places of its source's one pace (pffs.pace: halved when the store pushes back, readahead served
 first). The engine's `concurrency`, the files it works on at once, is what its caller reads off
 the pace (the places preload or warmup may hold now), so the files it starts find places and
-none waits in the pace's queue: a file still queued here is left to a reader who opens it,
-where one waiting for a place would keep its reader waiting behind the preload. A failed item is dropped (debug log, counter): its reader fetches the file
-itself and sees exactly what it would without preload.
+none waits in the pace's queue: a file still queued here is left to a reader who opens it, where
+one waiting for a place would keep its reader waiting behind the preload. A failed item is
+dropped (debug log, counter): its reader fetches the file itself and sees exactly what it would
+without preload.
 
 Priority: the engine has none to give readers, because it never serves them. A reader's open
 of a file still queued here tells the engine (`used`), which then never loads it; the reader's

@@ -1,6 +1,7 @@
-"""A source's breaker (pffs.routing.health) and a reader's retry budget counted from when it asked (pffs.retry), in a real trio run with real
-worker threads. The store is a function that fails or answers as the test says: no server is
-needed to show the state changes (the mount tests show them against a real one)."""
+"""A source's breaker (pffs.routing.health) and a reader's retry budget counted from when it asked
+(pffs.retry), in a real trio run with real worker threads. The store is a function that fails or
+answers as the test says: no server is needed to show the state changes (the mount tests show
+them against a real one)."""
 
 from __future__ import annotations
 
