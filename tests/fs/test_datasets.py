@@ -1,6 +1,7 @@
 """Dataset preload through the VFS, without a kernel: detection from opens (flat and nested),
-bytes exact, a reader not starved while preload is saturated, `.pffs/preload` order lists
-with bad entries, and what does not count (writes, `.pffs`).
+bytes exact, a reader not starved while preload is saturated (preload within its share of the
+source's pace), `.pffs/preload` order lists with bad entries, what does not count (writes,
+`.pffs`), and a throttling store halving the source's pace, seen in its metrics.
 
 The store is the real local backend, wrapped to count reads by path and to hold the reads of
 chosen paths (a store that stalls, which a real server cannot do on demand).
@@ -15,9 +16,12 @@ from pathlib import Path
 import pytest
 import trio
 
+from pffs import metrics
+from pffs.cli.stats_view import pace_lines, series
 from pffs.errors import ReadOnly, Transient, Unsupported
 from pffs.fs.special import HIDDEN_DIR, PRELOAD_FILE
 from pffs.fs.vfs import Vfs
+from pffs.mounting.observe import pace_reader
 from pffs.pace import BACKGROUND_SHARE
 from tests.fs.helpers import (
     KIB,
@@ -209,5 +213,19 @@ def test_throttled_preload_backs_off_and_readers_see_what_they_would_without_it(
             pace = vfs.table.mounted[0].pace
             assert pace.pushbacks >= 1 and pace.halvings >= 1
             assert pace.current < pace.ceiling
+            # ...and says so in the metrics and `pffs stats`, by source.
+            paces = pace_reader(vfs)
+            metrics.paces.watch(paces)
+            try:
+                values = series(metrics.snapshot())
+            finally:
+                metrics.paces.unwatch(paces)
+            source = (("source", vfs.table.mounted[0].backend.source_id),)
+            assert values[("pffs_pace_places", source)] == pace.current
+            assert values[("pffs_pace_halvings_total", source)] == pace.halvings
+            in_flight = (*source, ("use", "preload"))
+            assert values[("pffs_pace_in_flight", tuple(sorted(in_flight)))] == 0
+            (line,) = pace_lines(values)
+            assert f"places {pace.current}/{pace.ceiling}" in line
     assert outcomes[True] == outcomes[False]
     assert outcomes[True][2] == f"{paths[5]}: 503 SlowDown"
