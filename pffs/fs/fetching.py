@@ -6,10 +6,10 @@ limiter, the source's one `Pace` (pffs.pace: the places of loading ahead, halved
 pushes back, shared by readahead, preload and warmup by urgency) with the use its loads ahead
 count as, and its breaker (pffs.routing.health: while the source is down a request fails at
 once, and its outcome tells the breaker). `Store.of(mounted, use)` takes them from the mount
-table's entry. `StoreBlocks`
-is the store as the `BlockSource` (pffs.cache.keys) of one open object version: `part` for a
-reader waiting on bytes, `run` for blocks loaded ahead, yielded to the cache as they land.
-`open_blocks` puts a joined tier (pffs.group: a cache group, a shared tier) before it.
+table's entry. `StoreBlocks` is the store as the `BlockSource` (pffs.cache.keys) of one open
+object version: `part` for a reader waiting on bytes, `run` for blocks loaded ahead, yielded to
+the cache as they land. `open_blocks` puts a joined tier (pffs.group: a cache group, a shared
+tier) before it.
 
 A short answer is `Corrupted`, never a short block in the cache; the version pins every request
 to the object version the caller opened, so a changed object raises `Changed`. A reader's
