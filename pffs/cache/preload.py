@@ -26,13 +26,14 @@ one waiting for a place would keep its reader waiting behind the preload. A fail
 dropped (debug log, counter): its reader fetches the file itself and sees exactly what it would
 without preload.
 
-Priority: the engine has none to give readers, because it never serves them. A reader's open
-of a file still queued here tells the engine (`used`), which then never loads it; the reader's
-reads fetch it themselves, at once, under the source's own limiter (a first GET at the open,
-a cold read's own request: pffs.fs.reads), and a file the engine is loading already is joined
-through its blocks' flights. So a file a reader asks for is always ahead of this queue, and
-moving it to the queue's front would only load it twice. Jobs end when their channel ends, when
-cancelled, or when no reader has touched them for `idle_after` seconds.
+Priority: the engine has none to give readers, because it never serves them. A reader's open of
+a file still queued here tells the engine (`used`), which then never loads it; the reader's
+reads fetch it themselves, at once (a first GET at the open, first in the source's pace as
+readahead; a cold read's own request, in the readers' limiter: pffs.fs.reads), and a file the
+engine is loading already is joined through its blocks' flights. So a file a reader asks for is
+always ahead of this queue, and moving it to the queue's front would only load it twice. Jobs
+end when their channel ends, when cancelled, or when no reader has touched them for `idle_after`
+seconds.
 """
 
 from __future__ import annotations
