@@ -46,6 +46,12 @@ class Requests:
         self.leave[name] = trio.Event()
         self.nursery.start_soon(self._hold, name, use)
 
+    async def fill(self) -> None:
+        """Readahead requests r0, r1, ... in every place, once they all hold one."""
+        for number in range(self.pace.current):
+            self.start(f"r{number}", "readahead")
+        await trio.testing.wait_all_tasks_blocked()
+
     async def _hold(self, name: str, use: Use) -> None:
         async with self.pace.place(use):
             self.served.append(name)
@@ -57,9 +63,7 @@ def test_a_freed_place_goes_to_readahead_then_preload_then_warmup() -> None:
         pace = Pace(4)
         async with trio.open_nursery() as nursery:
             requests = Requests(pace, nursery)
-            for number in range(4):
-                requests.start(f"r{number}", "readahead")
-            await trio.testing.wait_all_tasks_blocked()
+            await requests.fill()
             # Arriving in the reverse of their urgency, two of each use wait.
             for use in reversed(USES):
                 for number in range(2):
@@ -92,9 +96,7 @@ def test_a_halving_holds_new_requests_until_enough_places_are_given_back() -> No
         pace = Pace(8)
         async with trio.open_nursery() as nursery:
             requests = Requests(pace, nursery)
-            for number in range(8):
-                requests.start(f"r{number}", "readahead")
-            await trio.testing.wait_all_tasks_blocked()
+            await requests.fill()
             pace.pushed_back()
             pace.settle()
             assert pace.current == 4
