@@ -48,8 +48,9 @@ from pffs.backends.s3get import LeanGetEngine
 from pffs.backends.s3listing import parse_page
 from pffs.backends.s3timestamps import use_fast_timestamps
 from pffs.backends.s3writes import PART_LIMITS, S3Writes
-from pffs.config import DatasetConfig, SourceConfig
+from pffs.config import SourceConfig
 from pffs.errors import Changed, NotFound, PermissionDenied, PffsError, Transient, UsageError
+from pffs.pace import ceiling_for
 from pffs.retry import RetryTerms
 
 T = TypeVar("T")
@@ -158,10 +159,10 @@ class S3Backend:
             credentials,
             self.bucket,
             verify,
-            # Idle connections kept: as many as GETs may be in flight, the source's own and
-            # preload's (its own limiter). A smaller pool closes the extra ones after
+            # Idle connections kept: as many as GETs may be in flight, the readers' and the
+            # places of loading ahead (pffs.pace). A smaller pool closes the extra ones after
             # each burst and connects anew.
-            config.max_pool_connections + DatasetConfig.max_concurrency,
+            config.max_pool_connections + ceiling_for(source.max_concurrency),
             # On AWS itself a bucket of another region is followed there, as boto3 does.
             regional_endpoint=None if self.endpoint_url else _aws_endpoint,
         )

@@ -199,10 +199,9 @@ class DatasetConfig:
     # Bytes of files preloaded in flight at most (also capped at half the cache's
     # `ahead_budget`, so readahead keeps the other half).
     budget: int = 64 * MIB
-    # Files fetched at once to start with, and at most: Little's law (files/s x latency) moves it
-    # between; at its ceiling of 64 in flight, a 20 ms round trip to the store is hidden.
-    concurrency: int = 16
-    max_concurrency: int = 64
+    # Files loaded at once at most; fewer while the sources' paces give preload fewer places
+    # (pffs.pace decides how many requests reach a store).
+    concurrency: int = 64
     # A dataset no reader touched for this long stops being loaded (the job ended or moved on).
     idle_after: float = 30.0
     orders: OrderLimits = OrderLimits()

@@ -131,7 +131,7 @@ OPTIONS: tuple[Option, ...] = (
            "endpoint URL is set)", "s3", form=TRISTATE, scope="source", toml="path_style",
            toml_type=bool),
     Option("max-concurrency", values.positive_int, _SOURCE.max_concurrency, "readers' requests "
-           f"in flight, and readahead's ({_SOURCE.max_concurrency})", "s3", scope="source",
+           f"in flight; loading ahead 4x as many ({_SOURCE.max_concurrency})", "s3", scope="source",
            toml="max_concurrency", toml_type=int),
     # retries and timeouts
     Option("retries", values.count_up_to(100), RetryConfig.attempts - 1, "retries of a failed "

@@ -28,6 +28,7 @@ import functools
 import queue
 import threading
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from typing import TypeVar
 
 import outcome
@@ -103,8 +104,11 @@ def _cannot_abort(_: object) -> trio.lowlevel.Abort:
     return trio.lowlevel.Abort.FAILED  # the call runs to its end: see the module doc
 
 
-async def run_blocking(limiter: trio.CapacityLimiter, fn: Callable[..., T], *args: object) -> T:
-    """Run `fn(*args)` in a worker thread, holding a place in `limiter` meanwhile."""
+async def run_blocking(
+    limiter: AbstractAsyncContextManager[object], fn: Callable[..., T], *args: object
+) -> T:
+    """Run `fn(*args)` in a worker thread, holding a place in `limiter` meanwhile (a trio
+    CapacityLimiter, or a place of a source's pace: pffs.pace)."""
     async with limiter:
         _pool.submit(_Job(functools.partial(fn, *args), trio.lowlevel.current_task()))
         # The worker's outcome comes back unwrapped: the call's value, or its exception raised.

@@ -14,13 +14,13 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 
 import trio
 
 from pffs.cache.blocks import BlockCache
 from pffs.cache.keys import BlockKey
-from pffs.cache.preload import Preloader, PreloadItem
+from pffs.cache.preload import Preloader, PreloadItem, job_channel
 from pffs.config import CacheConfig
 from pffs.workers import run_blocking
 
@@ -55,15 +55,19 @@ async def _run(files: int) -> None:
     limiter = trio.CapacityLimiter(64)
     data = os.urandom(SIZE)
 
-    async def items() -> AsyncIterator[PreloadItem]:
-        for number in range(files):
-            yield _item(limiter, number, data)
+    send, receive = job_channel()
+
+    async def feed() -> None:
+        async with send:
+            for number in range(files):
+                await send.send(_item(limiter, number, data))
 
     async with trio.open_nursery() as nursery:
         cache.attach(nursery)
         engine.attach(nursery)
         cpu, wall = time.process_time(), time.perf_counter()
-        engine.add("bench", items(), for_readers=False)
+        engine.add("bench", receive, for_readers=False)
+        nursery.start_soon(feed)
         await engine.wait_idle()
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
         print(f"{cpu / files * 1e6:6.1f} us of CPU per file, {files / wall:7.0f} files/s")

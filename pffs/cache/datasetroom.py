@@ -68,7 +68,6 @@ class WatchedDataset:
     size: int = 0  # bytes of its files counted so far
     files: int = 0
     listed: bool = False  # its counting ended (size is the whole size, unless listing failed)
-    files_placed: int = 0  # files counted when `threshold` was last placed
     cached: int = 0  # bytes of it the disk tier holds: found at detection, plus admitted since
     room: int = 0  # the bytes of the cache it may keep (set by DatasetRoom)
     # The files whose subset_point is below it are kept (1.0: all of them; set with `room`).
@@ -95,7 +94,6 @@ class WatchedDataset:
 
     def place_threshold(self) -> None:
         """Set `threshold` so the files below it take at most `room` bytes (all when it fits)."""
-        self.files_placed = self.files
         if self.fits:
             self.threshold = 1.0
             return

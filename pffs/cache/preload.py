@@ -1,9 +1,11 @@
 """The preload engine: whole files loaded into the cache in the background, ahead of readers.
 
 Path-free like the rest of the cache. Callers (dataset detection, a job's order list, warmup)
-hand it jobs, each a lazy stream of items; an item is one file: its block keys and sizes and the
-function that fetches a run of its blocks (as readahead runs are fetched). Items are pulled from
-a job only when the bounds let one start, so a job over a million files holds one item at a time.
+hand it jobs, each the receiving end of a bounded channel of items (`job_channel`) that the
+caller's own task fills as it lists (the cache never lists a store); an item is one file: its
+block keys and sizes and the block source that gives a run of its blocks (as readahead runs are
+fetched). Items are taken from a job only when the bounds let one start, so a job over a
+million files holds a channel's worth at a time, and its sender waits.
 Each item is loaded through `BlockCache.load`: flights a reader joins, the memory tier, and the
 disk tier through the cache's write-behind.
 
@@ -15,40 +17,43 @@ allowed, however large (a file larger than the budget is loaded alone). Files th
 not keep (outside the stable subset of a dataset larger than the cache, `BlockCache.room`) are
 passed over.
 
-Concurrency follows Little's law: requests in flight = files/s x latency. It starts moderate
-and grows while the latency stays near the lowest seen (the store keeps up, so more in flight
-means more files/s); once the latency climbs (requests queue at the store), it is set to the
-observed files/s x the lowest latency, what the store sustains without queueing. A Transient
-error (503 SlowDown, a timeout) halves it. A failed item is dropped (debug log, counter): its
-reader fetches the file itself and sees exactly what it would without preload.
+How many requests reach the store is not the engine's to decide: each item's requests take
+places of its source's one pace (pffs.pace: halved when the store pushes back, readahead served
+first). The engine's `concurrency`, the files it works on at once, is what its caller reads off
+the pace (the places preload or warmup may hold now), so the files it starts find places and
+none waits in the pace's queue: a file still queued here is left to a reader who opens it, where
+one waiting for a place would keep its reader waiting behind the preload. A failed item is
+dropped (debug log, counter): its reader fetches the file itself and sees exactly what it would
+without preload.
 
-Priority: the engine has none to give readers, because it never serves them. A reader's open
-of a file still queued here tells the engine (`used`), which then never loads it; the reader's
-reads fetch it themselves, at once, under the source's own limiter (a first GET at the open,
-a cold read's own request: pffs.fs.reads), and a file the engine is loading already is joined
-through its blocks' flights. So a file a reader asks for is always ahead of this queue, and
-moving it to the queue's front would only load it twice. Jobs end when their stream ends, when
-cancelled, or when no reader has touched them for `idle_after` seconds.
+Priority: the engine has none to give readers, because it never serves them. A reader's open of
+a file still queued here tells the engine (`used`), which then never loads it; the reader's
+reads fetch it themselves, at once (a first GET at the open, first in the source's pace as
+readahead; a cold read's own request, in the readers' limiter: pffs.fs.reads), and a file the
+engine is loading already is joined through its blocks' flights. So a file a reader asks for is
+always ahead of this queue, and moving it to the queue's front would only load it twice. Jobs
+end when their channel ends, when cancelled, or when no reader has touched them for `idle_after`
+seconds.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import asdict, dataclass, field
 
 import trio
 
 from pffs.cache.blocks import BlockCache
 from pffs.cache.keys import BlockKey, BlockSource
-from pffs.errors import Transient
 
 log = logging.getLogger("pffs.cache")
 
 # Files opened while no job runs, remembered so a job starting soon leaves them to their readers.
 OPENS_KEPT_WITHOUT_JOBS = 4096
+# Items a job's channel holds before its sender waits for the engine to take one.
+ITEMS_QUEUED = 256
 
 
 @dataclass(frozen=True, eq=False)
@@ -77,7 +82,6 @@ class PreloadStats:
     bytes_fetched: int = 0
     files_used: int = 0  # loaded ahead, then opened by a reader
     files_wasted: int = 0  # loaded ahead, and the job ended before a reader opened it
-    throttled: int = 0  # Transient errors that halved the concurrency
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -85,18 +89,26 @@ class PreloadStats:
 
 # Told of each item of a job when it is done: the bytes fetched from the store, or the error.
 Report = Callable[[PreloadItem, "int | Exception"], None]
+Items = trio.MemoryReceiveChannel[PreloadItem]
+
+
+def job_channel() -> tuple[trio.MemorySendChannel[PreloadItem], Items]:
+    """A job's channel: the caller sends items as it lists them, the engine receives them
+    (`Preloader.add`). The sender closes it after the last item; a job the engine ends closes
+    the receiving end, and the sender's next send raises `trio.BrokenResourceError`."""
+    return trio.open_memory_channel[PreloadItem](ITEMS_QUEUED)
 
 
 @dataclass(eq=False)
 class _Job:
     name: Hashable
-    items: AsyncIterator[PreloadItem]
+    items: Items
     touched: float
     report: Report | None = None
     # Loads wait for readers (dataset preload); a fill of the disk tier (warmup) does not.
     for_readers: bool = True
     loaded: set[Hashable] = field(default_factory=set)  # loaded, not yet used by a reader
-    # Its stream is finished; it stays (its loads counted as unread) until its readers go idle.
+    # Its channel ended; it stays (its loads counted as unread) until its readers go idle.
     exhausted: bool = False
 
 
@@ -106,8 +118,7 @@ class Preloader:
         cache: BlockCache,
         budget: int,
         *,
-        concurrency: int = 16,
-        max_concurrency: int = 64,
+        concurrency: int | Callable[[], int] = 64,
         idle_after: float = 30.0,
         unread_max: int | None = None,
     ) -> None:
@@ -115,8 +126,8 @@ class Preloader:
         self.budget = budget  # bytes in flight at most
         # Bytes loaded ahead and not yet read, at most (not the cache's `room`, the datasets').
         self.unread_max = cache.preload_unread_max if unread_max is None else unread_max
-        self.max_concurrency = max_concurrency
-        self.concurrency = min(concurrency, max_concurrency)
+        # Files at once: a number, or a function asked before each file starts.
+        self._concurrency = concurrency
         self.idle_after = idle_after
         self.stats = PreloadStats()
         self.files_in_flight = 0
@@ -128,7 +139,6 @@ class Preloader:
         self._jobs: deque[_Job] = deque()
         self._changed = trio.Event()
         self._nursery: trio.Nursery | None = None
-        self._latency = _Latency()
 
     # --- what callers use --------------------------------------------------------------------
 
@@ -137,7 +147,6 @@ class Preloader:
         values = {f"preload_{k}": v for k, v in self.stats.as_dict().items()}
         values["preload_files_in_flight"] = self.files_in_flight
         values["preload_bytes_in_flight"] = self.bytes_in_flight
-        values["preload_concurrency"] = self.concurrency
         return values
 
     def attach(self, nursery: trio.Nursery) -> None:
@@ -147,18 +156,25 @@ class Preloader:
         nursery.start_soon(self._tick)
 
     @property
+    def concurrency(self) -> int:
+        """Files the engine may work on at once now."""
+        concurrency = self._concurrency
+        return concurrency if isinstance(concurrency, int) else concurrency()
+
+    @property
     def unread_bytes(self) -> int:
         return self._unread_bytes
 
     def add(
         self,
         name: Hashable,
-        items: AsyncIterator[PreloadItem],
+        items: Items,
         *,
         report: Report | None = None,
         for_readers: bool = True,
     ) -> None:
-        """Queue a job: its items are loaded in their order, after earlier jobs' items.
+        """Queue a job: its items (from `job_channel`) are loaded in their order, after earlier
+        jobs' items.
 
         `report` is told of each item done. Without `for_readers` (warmup filling the disk
         tier), what is loaded does not count against the bound on unread files, and blocks the
@@ -199,7 +215,7 @@ class Preloader:
         return not streaming and self.files_in_flight == 0
 
     async def wait_idle(self) -> None:
-        """Wait until every job's stream has ended and every load has finished."""
+        """Wait until every job's channel has ended and every load has finished."""
         while not self.idle():
             await self._wait_change()
 
@@ -264,14 +280,12 @@ class Preloader:
                 continue
             job = streaming[0]
             try:
-                item = await anext(job.items)
-            except StopAsyncIteration:
+                item = await job.items.receive()
+            except trio.EndOfChannel:  # its sender is done (a listing that failed, too)
                 job.exhausted = True
                 self._wake()
                 continue
-            except Exception as exc:  # the job's listing failed: the readers go on without it
-                log.debug("preload job %s stopped: %s", job.name, exc)
-                self._end(job)
+            except trio.ClosedResourceError:  # the job ended while this waited
                 continue
             # A file the cache would not keep (outside the stable subset of a dataset larger
             # than the cache: datasetroom.py) would be fetched only to be dropped.
@@ -285,10 +299,11 @@ class Preloader:
             self._end(job)
 
     def _end(self, job: _Job) -> None:
-        """A job ends (cancelled, idle, or its stream failed): what it loaded and no reader
+        """A job ends (cancelled, or idle): what it loaded and no reader
         used is wasted, and its bytes leave the unread bound."""
         if job in self._jobs:
             self._jobs.remove(job)
+        job.items.close()  # its sender stops at its next send
         for ident in job.loaded:
             if self._take_unread(ident):
                 self.stats.files_wasted += 1
@@ -299,15 +314,11 @@ class Preloader:
     # --- one item ----------------------------------------------------------------------------
 
     async def _load(self, item: PreloadItem, job: _Job) -> None:
-        started = trio.current_time()
         for_readers = job.for_readers
         try:
             fetched = await self.cache.load(
                 item.keys, item.sizes, item.source, read_disk=for_readers
             )
-        except Transient as exc:
-            self._failed(item, exc, job)
-            self._throttled()
         except Exception as exc:
             self._failed(item, exc, job)
         else:
@@ -316,8 +327,6 @@ class Preloader:
             if fetched:
                 self.stats.files_fetched += 1
                 self.stats.bytes_fetched += fetched
-                self._latency.add(trio.current_time() - started)
-                self._adapt()
             else:
                 self.stats.files_cached += 1
             if fetched and for_readers and item.ident in self._loading:  # not opened yet
@@ -342,54 +351,3 @@ class Preloader:
         log.debug("preload of %s failed: %s", item.ident, exc)
         if job.report is not None:
             job.report(item, exc)
-
-    # --- concurrency -------------------------------------------------------------------------
-
-    def _throttled(self) -> None:
-        """The store pushed back: halve the concurrency, and grow again only after a while."""
-        self.stats.throttled += 1
-        self.concurrency = max(1, self.concurrency // 2)
-        self._latency.hold_until = trio.current_time() + 1.0
-
-    def _adapt(self) -> None:
-        """Little's law, once per window of completions (see the module docstring)."""
-        window = self._latency.window()
-        if window is None or trio.current_time() < self._latency.hold_until:
-            return
-        files_per_second, latency, lowest = window
-        if latency <= 1.5 * lowest:
-            in_use = files_per_second * latency  # the requests in flight the figures imply
-            if in_use >= 0.7 * self.concurrency:
-                self.concurrency = min(self.max_concurrency, math.ceil(self.concurrency * 1.25))
-        elif latency > 2 * lowest:
-            self.concurrency = max(4, min(self.concurrency, math.ceil(files_per_second * lowest)))
-
-
-class _Latency:
-    """Completions and their latencies over a window, and the lowest latency seen lately."""
-
-    def __init__(self, now: Callable[[], float] = trio.current_time) -> None:
-        self._now = now
-        self._start: float | None = None
-        self._samples: list[float] = []
-        self.lowest = math.inf
-        self.hold_until = 0.0
-
-    def add(self, seconds: float) -> None:
-        if self._start is None:
-            self._start = self._now() - seconds
-        self._samples.append(seconds)
-
-    def window(self) -> tuple[float, float, float] | None:
-        """(files/s, mean latency, lowest latency) once 16 completions were seen, else None."""
-        if len(self._samples) < 16 or self._start is None:
-            return None
-        elapsed = max(self._now() - self._start, 1e-6)
-        mean = sum(self._samples) / len(self._samples)
-        # The lowest mean of a window stands for the store's latency without queueing; it decays
-        # slowly so a store that got slower for good is believed after a while.
-        self.lowest = min(self.lowest * 1.05, mean)
-        figures = (len(self._samples) / elapsed, mean, self.lowest)
-        self._samples.clear()
-        self._start = self._now()
-        return figures

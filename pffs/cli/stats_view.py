@@ -113,6 +113,23 @@ def label_values(values: Series, name: str, label: str) -> list[str]:
     return sorted(v for v in found if v is not None)
 
 
+def pace_lines(values: Series) -> list[str]:
+    """One line per source: its pace's places and the requests of each use in them."""
+    lines = []
+    for source in label_values(values, "pffs_pace_places", "source"):
+        uses = "  ".join(
+            f"{use} {total(values, 'pffs_pace_in_flight', source=source, use=use):.0f}"
+            f"+{total(values, 'pffs_pace_waiting', source=source, use=use):.0f}"
+            for use in label_values(values, "pffs_pace_in_flight", "use")
+        )
+        lines.append(
+            f"  pace {source}: places {total(values, 'pffs_pace_places', source=source):.0f}"
+            f"/{total(values, 'pffs_pace_ceiling', source=source):.0f}  {uses} (in flight"
+            f"+waiting)  push backs {total(values, 'pffs_pace_pushbacks_total', source=source):.0f}"
+        )
+    return lines
+
+
 def quantile(buckets: Iterable[tuple[float, float]], q: float) -> float | None:
     """The q-quantile from cumulative (upper bound, count) buckets, interpolated linearly."""
     pairs = sorted(buckets)
@@ -281,13 +298,13 @@ def render(previous: dict[str, Any] | None, current: dict[str, Any], mountpoint:
     lines.append(
         f"  preload: files/s {rate('pffs_preload_files_fetched_total'):.1f}  "
         f"{rate('pffs_preload_files_fetched_bytes_total') / MB:.1f} MB/s  "
-        f"in flight {total(now, 'pffs_preload_files_in_flight'):.0f}"
-        f"/{total(now, 'pffs_preload_concurrency'):.0f}  "
+        f"in flight {total(now, 'pffs_preload_files_in_flight'):.0f}  "
         f"used {total(now, 'pffs_preload_files_used_total'):.0f}  "
         f"wasted {total(now, 'pffs_preload_files_wasted_total'):.0f}  "
         f"failed {total(now, 'pffs_preload_files_failed_total'):.0f}"
     )
     lines += dataset_lines(now)
+    lines += pace_lines(now)
 
     lines += [
         "",

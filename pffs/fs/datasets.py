@@ -2,21 +2,23 @@
 
 A part the facade (pffs.fs.vfs) composes. It is told of every read-only open of a file in a
 source. When `trigger_files` distinct files of one directory were opened within `trigger_window`
-seconds, in any order, the directory is a dataset: its files are listed through the namespace's
-listings (streamed, so a million-entry directory is read as the engine asks for more) and handed
-to the preload engine (pffs.cache.preload). When the opens span two or more sibling directories
-of one parent (ImageNet keeps one directory per class), the parent and its subdirectories, one
-level down, are one dataset. An order list (`preload_paths`, the `.pffs/preload` control file)
-is a dataset in the job's own order.
+seconds, in any order, the directory is a dataset: one listing pass, a task of this part, lists
+its files through the namespace's listings and sends them into the job's bounded channel, which
+the preload engine (pffs.cache.preload) takes them from; a full channel holds the pass, so a
+million-entry directory is listed as the engine takes its files. When the opens span two or
+more sibling directories of one parent (ImageNet keeps one directory per class), the parent
+and its subdirectories, one level down, are one dataset. An order list (`preload_paths`, the
+`.pffs/preload` control file) is a dataset in the job's own order.
 
-Each dataset is also measured (its size from its listing, and what of it the disk tier holds)
-for the cache's room for datasets (pffs.cache.datasetroom): one larger than its room keeps a
-stable subset in the cache, and only that subset is loaded ahead.
+The same pass measures the dataset for the cache's room for datasets (pffs.cache.datasetroom):
+it counts each batch of files it lists (and looks up what of it the disk tier holds) before it
+sends them, so the room has placed its subset as far as the engine has come; one larger than its
+room keeps a stable subset in the cache, and only that subset is loaded ahead.
 
-Files are fetched under this part's own thread limiter, never the source's: a reader's request
-never waits behind a preload. Each open tells the engine the file is used (a file not loaded
-yet is left to its reader) and keeps its dataset alive; a dataset no reader touches for
-`idle_after` seconds ends.
+Files are fetched in places of their source's pace as preload (pffs.pace), never in a reader's:
+a reader's request never waits behind a preload, and readahead is served first. Each open tells
+the engine the file is used (a file not loaded yet is left to its reader) and keeps its dataset
+alive; a dataset no reader touches for `idle_after` seconds ends.
 """
 
 from __future__ import annotations
@@ -32,15 +34,14 @@ import trio
 from pffs.backends.base import ObjectInfo, join
 from pffs.cache.blocks import BlockCache
 from pffs.cache.datasetroom import WatchedDataset
-from pffs.cache.keys import BlockKey, ObjectBlocks
-from pffs.cache.preload import Preloader, PreloadItem
+from pffs.cache.keys import ObjectBlocks
+from pffs.cache.preload import Preloader, PreloadItem, job_channel
 from pffs.config import DatasetConfig
 from pffs.errors import PffsError, TooLarge
 from pffs.fs.fetching import Store, open_blocks
 from pffs.fs.handles import ReadHandle
 from pffs.fs.listings import DirListing
 from pffs.fs.namespace import Namespace
-from pffs.pace import Pace
 
 if TYPE_CHECKING:  # a mount without a group never imports pffs.group
     from pffs.group.sources import Joined
@@ -49,7 +50,7 @@ log = logging.getLogger(__name__)
 
 # Directories whose recent opens are remembered at once; beyond it the oldest are forgotten.
 MAX_WATCHED = 4096
-# Blocks of a dataset looked up in the disk tier at once while it is measured (one SELECT).
+# Blocks of a dataset counted, and looked up in the disk tier (one SELECT), before they are sent.
 MEASURE_BATCH = 512
 
 
@@ -72,11 +73,9 @@ class DatasetPreload:
         self.engine = Preloader(
             cache,
             min(config.budget, cache.ahead_budget // 2),
-            concurrency=config.concurrency,
-            max_concurrency=config.max_concurrency,
+            concurrency=self._files_at_once,
             idle_after=config.idle_after,
         )
-        self.pace = Pace(config.max_concurrency)  # halved when the store pushes back
         cache.room.idle_after = config.idle_after
         self._nursery: trio.Nursery | None = None
         # directory -> recent opens (time, name); parent -> recent opens (time, child directory)
@@ -89,6 +88,12 @@ class DatasetPreload:
         # Order lists being loaded: any read in the mount keeps them alive.
         self._orders: list[str] = []
         self._order_numbers = itertools.count(1)
+
+    def _files_at_once(self) -> int:
+        """Files the engine loads at once: the places its sources' paces give preload now, so
+        each file it starts finds one (within the configured bound)."""
+        places = sum(mounted.pace.share("preload") for mounted in self.namespace.table.mounted)
+        return min(self.config.concurrency, places)
 
     def gauges(self) -> dict[str, int]:
         """Preload's counters and gauges, as the metrics read them (any thread: reads only)."""
@@ -145,49 +150,63 @@ class DatasetPreload:
         if root not in self._datasets and len(self._datasets) >= MAX_WATCHED:
             del self._datasets[next(iter(self._datasets))]
         self._datasets[root] = (depth, trio.current_time())
-        routed = self.namespace.table.route(root)
-        source = routed[0].backend.source_id if routed is not None else ""
-        if self._nursery is None or routed is None or not self.cache.disk_holds(source):
-            self.engine.add(_job(root), self._files_below(root, depth))
+        if self._nursery is None:
             return
-        prefix = f"{routed[1]}/" if routed[1] else ""
-        principal = routed[0].backend.principal
-        watched = self.cache.room.watch(f"/{root}", source, principal, prefix)
-        self._nursery.start_soon(self._measure, watched, root, depth)
-        self.engine.add(_job(root), self._behind_measure(watched, root, depth))
+        routed = self.namespace.table.route(root)
+        watched = None
+        if routed is not None and self.cache.disk_holds(routed[0].backend.source_id):
+            backend = routed[0].backend
+            prefix = f"{routed[1]}/" if routed[1] else ""
+            source, principal = backend.source_id, backend.principal
+            watched = self.cache.room.watch(f"/{root}", source, principal, prefix)
+        send, receive = job_channel()
+        self.engine.add(_job(root), receive)
+        self._nursery.start_soon(self._feed, send, root, depth, watched)
 
-    async def _behind_measure(
-        self, watched: WatchedDataset, root: str, depth: int
-    ) -> AsyncIterator[PreloadItem]:
-        """The dataset's files, each once `_measure` has counted it: the room then knows
-        whether the dataset fits as far as the engine has come (it waits only at the start,
-        or while the measure looks up what the disk tier holds)."""
-        position = 0
-        async for item in self._files_below(root, depth):
-            position += 1
-            while watched.files_placed < position and not watched.listed:
-                await trio.sleep(0.01)
-            yield item
+    async def _feed(
+        self,
+        send: trio.MemorySendChannel[PreloadItem],
+        root: str,
+        depth: int,
+        watched: WatchedDataset | None,
+    ) -> None:
+        """The dataset's one listing pass: its files sent to the engine, each batch counted
+        for the room first (when the room watches it)."""
+        batch: list[PreloadItem] = []
+        blocks = 0
+        async with send:
+            try:
+                async for item in self._files_below(root, depth):
+                    batch.append(item)
+                    blocks += len(item.keys)
+                    if watched is None or blocks >= MEASURE_BATCH:
+                        await self._send(send, batch, watched, complete=False)
+                        batch, blocks = [], 0
+                await self._send(send, batch, watched, complete=True)
+            except trio.BrokenResourceError:
+                pass  # the engine ended the job: its readers went away
+            except Exception as exc:  # a listing that failed: the room goes by what was listed
+                log.debug("listing dataset /%s stopped: %s", root, exc)
+                if watched is not None:
+                    self.cache.room.listed(watched, complete=True)
 
-    async def _measure(self, watched: WatchedDataset, root: str, depth: int) -> None:
-        """Tell the cache's room the dataset's size as its listing is read, and how many of
-        its bytes the disk tier holds."""
-        room = self.cache.room
-        keys: list[BlockKey] = []
-        sizes: list[int] = []
-        try:
-            async for item in self._files_below(root, depth):
+    async def _send(
+        self,
+        send: trio.MemorySendChannel[PreloadItem],
+        batch: list[PreloadItem],
+        watched: WatchedDataset | None,
+        complete: bool,
+    ) -> None:
+        """Count `batch` for the room (the whole dataset when `complete`), then send it."""
+        if watched is not None:
+            for item in batch:
                 watched.count(item.keys[0].path, item.size)
-                keys += item.keys
-                sizes += item.sizes
-                if len(keys) >= MEASURE_BATCH:
-                    room.listed(watched, complete=False)
-                    watched.cached += await self.cache.cached_bytes(keys, sizes)
-                    keys, sizes = [], []
+            self.cache.room.listed(watched, complete)
+            keys = [key for item in batch for key in item.keys]
+            sizes = [size for item in batch for size in item.sizes]
             watched.cached += await self.cache.cached_bytes(keys, sizes)
-        except Exception as exc:  # a listing that failed: the room goes by what was listed
-            log.debug("measuring dataset /%s stopped: %s", root, exc)
-        room.listed(watched, complete=True)
+        for item in batch:
+            await send.send(item)
 
     # --- order lists -------------------------------------------------------------------------
 
@@ -216,18 +235,26 @@ class DatasetPreload:
                 errors.append(f"{raw.strip()}: not a file of a source")
             else:
                 infos.append((path, info))
-        if infos and self.config.enabled:
-
-            async def ordered() -> AsyncIterator[PreloadItem]:
-                for path, info in infos:
-                    item = self._item(path, info)
-                    if item is not None:
-                        yield item
-
+        if infos and self._nursery is not None:
             name = f"order list {next(self._order_numbers)}"
             self._orders.append(name)
-            self.engine.add(name, ordered())
+            send, receive = job_channel()
+            self.engine.add(name, receive)
+            self._nursery.start_soon(self._feed_order, send, infos)
         return errors
+
+    async def _feed_order(
+        self, send: trio.MemorySendChannel[PreloadItem], infos: list[tuple[str, ObjectInfo]]
+    ) -> None:
+        async with send:
+            for path, info in infos:
+                item = self._item(path, info)
+                if item is None:
+                    continue
+                try:
+                    await send.send(item)
+                except trio.BrokenResourceError:
+                    return  # the engine ended the job
 
     # --- a dataset's files -------------------------------------------------------------------
 
@@ -280,14 +307,13 @@ class DatasetPreload:
         if routed is None or info.size == 0:
             return None
         mounted, inside = routed
-        store = Store(mounted.backend, mounted.limiter, self.pace, mounted.health, self.tier)
-        return file_item(store, inside, info, self.block_size)
+        return file_item(Store.of(mounted, "preload", self.tier), inside, info, self.block_size)
 
 
 def file_item(store: Store, path: str, info: ObjectInfo, block_size: int) -> PreloadItem:
     """One file of a source as the preload engine loads it (dataset preload and warmup): the
     blocks a reader of the version `info` uses, from the store (or a tier before it) in runs
-    under the store's pace."""
+    in places of the source's pace (the store's use)."""
     backend = store.backend
     blocks = ObjectBlocks(
         backend.source_id, backend.principal, path, info.version, info.size, block_size

@@ -2,13 +2,14 @@
 preload and warmup.
 
 A `Store` is one source's parts a request goes through: its backend (the client), the readers'
-limiter, the `Pace` of loading ahead (pffs.pace: halved when the store pushes back) and its
-breaker (pffs.routing.health: while the source is down a request fails at once, and its outcome
-tells the breaker). `Store.of(mounted)` takes them from the mount table's entry. `StoreBlocks`
-is the store as the `BlockSource` (pffs.cache.keys) of one open object version: `part` for a
-reader waiting on bytes, `run` for blocks loaded ahead, yielded to the cache as they land.
-`open_blocks` puts the store's joined tier (pffs.group: a cache group, a shared tier, handed to
-the store when it is built) before it.
+limiter, the source's one `Pace` (pffs.pace: the places of loading ahead, halved when the store
+pushes back, shared by readahead, preload and warmup by urgency) with the use its loads ahead
+count as, and its breaker (pffs.routing.health: while the source is down a request fails at
+once, and its outcome tells the breaker). `Store.of(mounted, use, tier)` takes them from the
+mount table's entry. `StoreBlocks` is the store as the `BlockSource` (pffs.cache.keys) of one
+open object version: `part` for a reader waiting on bytes, `run` for blocks loaded ahead,
+yielded to the cache as they land. `open_blocks` puts the store's joined tier (pffs.group: a
+cache group, a shared tier, handed to the store when it is built) before it.
 
 A short answer is `Corrupted`, never a short block in the cache; the version pins every request
 to the object version the caller opened, so a changed object raises `Changed`. A reader's
@@ -24,14 +25,12 @@ from typing import TYPE_CHECKING, TypeVar
 
 import trio
 
-from pffs import retry
 from pffs.backends.base import Backend, block_runs
 from pffs.cache.keys import BlockSource, ObjectBlocks
-from pffs.errors import Corrupted
-from pffs.pace import Pace
+from pffs.errors import Corrupted, SourceDown, Transient
+from pffs.pace import Pace, Use
 from pffs.routing.health import SourceHealth
 from pffs.routing.table import Mounted
-from pffs.workers import run_blocking
 
 if TYPE_CHECKING:  # a mount without a group never imports pffs.group
     from pffs.group.sources import Joined
@@ -46,32 +45,33 @@ class Store:
     backend: Backend
     readers: trio.CapacityLimiter  # readers' places
     pace: Pace  # loading ahead's places: a reader never queues behind it
-    breaker: SourceHealth | None = None  # None: a source no mount table holds
+    breaker: SourceHealth
+    use: Use = "readahead"  # what this store's loads ahead are, for the pace's rule
     tier: Joined | None = None  # a cache group or shared tier asked before the store
 
     @classmethod
-    def of(cls, mounted: Mounted, tier: Joined | None = None) -> Store:
-        return cls(mounted.backend, mounted.limiter, mounted.pace, mounted.health, tier)
+    def of(cls, mounted: Mounted, use: Use = "readahead", tier: Joined | None = None) -> Store:
+        return cls(mounted.backend, mounted.limiter, mounted.pace, mounted.health, use, tier)
 
     async def request(self, fn: Callable[..., T], *args: object, ahead: bool) -> T:
-        """`fn(*args, terms)` in a worker thread: a reader's under the readers' limiter, a
-        load ahead's under the pace, which hears of the store's push backs through the
-        request's `terms`."""
-        pace = self.pace if ahead else None
-        limiter = self.pace.limiter if ahead else self.readers
-        if pace is not None:
-            pace.settle()
-        # The request's terms go down with it, as its last argument (pffs.retry.RetryTerms).
-        pushed_back = None if pace is None else pace.pushed_back
-        if self.breaker is None:
-            result = await run_blocking(limiter, fn, *args, retry.terms(None, pushed_back))
-        else:
+        """`fn(*args, terms)` in a worker thread: a reader's under the readers' limiter, a load
+        ahead's in a place of the pace, which hears of the store's push backs through the
+        request's `terms` (pffs.retry.RetryTerms, handed down as its last argument)."""
+        if not ahead:
+            return await self.breaker.call(self.readers, fn, *args, self.breaker.terms())
+        pace = self.pace
+        try:
             # A load ahead's failure does not mark the source down: its readers ask themselves.
-            terms = self.breaker.terms(pushed_back)
-            result = await self.breaker.call(limiter, fn, *args, terms, counts=not ahead)
-        if pace is not None:
-            pace.settle()
-            pace.went_well()
+            result = await self.breaker.call(
+                pace.place(self.use), fn, *args, self.breaker.terms(pace.pushed_back), counts=False
+            )
+        except SourceDown:
+            raise  # refused by the breaker: the store never saw it
+        except Transient:
+            pace.pushed_back()  # pushed back beyond its retries
+            raise
+        pace.settle()
+        pace.went_well()
         return result
 
 

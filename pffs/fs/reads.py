@@ -72,7 +72,7 @@ class Reader:
         # A window for files of several blocks: only they have blocks to load ahead.
         window = self.cache.windows.reader() if info.size > 2 * self.block_size else None
         readahead = Readahead(self.block_size, self.cache.readahead_max, info.size, window)
-        source = open_blocks(Store.of(mounted, self.tier), blocks)
+        source = open_blocks(Store.of(mounted, tier=self.tier), blocks)
         handle = ReadHandle(inode, blocks, readahead, mounted, source)
         if 0 < info.size <= min(FETCH_AT_OPEN, self.block_size):
             self.cache.load_soon([blocks.key(0)], [info.size], source)

@@ -40,6 +40,7 @@ from prometheus_client.registry import Collector
 
 from pffs.errors import UsageError
 from pffs.metrics import cache as cache  # its collectors count from the first import on
+from pffs.metrics import paces as paces
 from pffs.metrics.registry import REGISTRY as REGISTRY  # the one registry, for every reader
 
 log = logging.getLogger("pffs.metrics")

@@ -154,11 +154,6 @@ _CACHE_COUNTERS: dict[str, tuple[str, str, dict[str, str]]] = {
         "Files loaded ahead whose dataset ended before a reader opened them",
         {},
     ),
-    "preload_throttled": (
-        "pffs_preload_throttled",
-        "Store errors (503 SlowDown, timeouts) that halved the preload concurrency",
-        {},
-    ),
 }
 _CACHE_GAUGES: dict[str, tuple[str, str]] = {
     "memory_used_bytes": ("pffs_cache_memory_used_bytes", "Bytes held by the memory tier"),
@@ -176,10 +171,6 @@ _CACHE_GAUGES: dict[str, tuple[str, str]] = {
     "preload_bytes_in_flight": (
         "pffs_preload_files_in_flight_bytes",
         "Bytes of files being loaded ahead now",
-    ),
-    "preload_concurrency": (
-        "pffs_preload_concurrency",
-        "Files preload may load at once now (Little's law, halved on throttling)",
     ),
 }
 

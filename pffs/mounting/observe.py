@@ -1,5 +1,5 @@
-"""Wiring a mount to pffs.metrics: the cache's counters, the mount's facts shown in the
-snapshot, the slow-request threshold and the Prometheus endpoint (`--metrics ADDR`)."""
+"""Wiring a mount to pffs.metrics: the cache's counters, its sources' paces, the mount's facts
+shown in the snapshot, the slow-request threshold and the Prometheus endpoint (`--metrics ADDR`)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,16 @@ def cache_reader(vfs: Vfs) -> Callable[[], Mapping[str, int]]:
     return read
 
 
+def pace_reader(vfs: Vfs) -> Callable[[], Mapping[str, Mapping[str, int]]]:
+    """What the metrics collector reads of the sources' paces (pffs.pace), by source id."""
+    mounted = list(vfs.table.mounted)
+
+    def read() -> Mapping[str, Mapping[str, int]]:
+        return {entry.backend.source_id: entry.pace.gauges() for entry in mounted}
+
+    return read
+
+
 def start_observing(config: MountConfig, vfs: Vfs) -> Callable[[], None]:
     """Connect a mount to pffs.metrics; returns the function that disconnects it.
 
@@ -42,6 +52,8 @@ def start_observing(config: MountConfig, vfs: Vfs) -> Callable[[], None]:
     )
     reader = cache_reader(vfs)
     metrics.cache.watch(reader)
+    paces = pace_reader(vfs)
+    metrics.paces.watch(paces)
     datasets = vfs.cache.room.describe
     metrics.cache.watch_datasets(datasets)
     server = None
@@ -50,6 +62,7 @@ def start_observing(config: MountConfig, vfs: Vfs) -> Callable[[], None]:
             server, _ = metrics.serve_http(observe.metrics_address)
         except OSError as exc:
             metrics.cache.unwatch(reader)
+            metrics.paces.unwatch(paces)
             metrics.cache.unwatch_datasets(datasets)
             raise UsageError(
                 f"--metrics {observe.metrics_address}: cannot listen ({exc.strerror or exc})"
@@ -58,6 +71,7 @@ def start_observing(config: MountConfig, vfs: Vfs) -> Callable[[], None]:
 
     def stop() -> None:
         metrics.cache.unwatch(reader)
+        metrics.paces.unwatch(paces)
         metrics.cache.unwatch_datasets(datasets)
         if server is not None:
             server.shutdown()

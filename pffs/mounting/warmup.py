@@ -3,13 +3,14 @@
 The source is opened as a mount opens it (pffs.mounting.serving's `open_table`: its backend,
 its limiter and its breaker), the cache as a mount opens it (`open_cache`), and its files go
 through the preload engine (pffs.cache.preload), the one code path that fills the cache, with
-their fetches under a pace as preload by dataset's are (pffs.pace). So a mount over the same
-cache directory finds the blocks, a source that goes down fails the rest at once instead of
-each file waiting out its retries, and the store's push backs slow warmup down.
+their fetches in places of the source's pace as warmup (pffs.pace: after readahead and
+preload). So a mount over the same cache directory finds the blocks, a source that goes down
+fails the rest at once instead of each file waiting out its retries, and the store's push
+backs slow warmup down.
 
-The files are listed as the engine takes them, a chunk of a listing at a time: a prefix of
-millions of objects is never held as one list. `WarmupTally` counts what was found and done; the CLI
-(pffs.cli.warmup) prints it.
+One task lists the files, a chunk of a listing at a time, and sends them into the job's bounded
+channel as the engine takes them: a prefix of millions of objects is never held as one list.
+`WarmupTally` counts what was found and done; the CLI (pffs.cli.warmup) prints it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 import trio
 
 from pffs.backends.base import ObjectInfo, join
-from pffs.cache.preload import Preloader, PreloadItem
+from pffs.cache.preload import Preloader, PreloadItem, job_channel
 from pffs.config import CacheConfig, GroupConfig, SourceConfig, TableEntry
 from pffs.errors import UsageError
 from pffs.fs.datasets import file_item
@@ -30,7 +31,6 @@ from pffs.fs.fetching import Store
 from pffs.group.sources import Joined
 from pffs.mounting.grouping import asking_group
 from pffs.mounting.serving import open_cache, open_table
-from pffs.pace import Pace
 from pffs.routing.table import Mounted
 
 # Entries of a listing taken at once: an S3 page's worth.
@@ -70,25 +70,31 @@ async def warm_source(
     if not cache.disk_holds(mounted.backend.source_id):
         cache.close()
         raise UsageError(f"{source.url} is cached in memory only")
+    # `jobs` files at once at most, and no more than the places the pace gives warmup now.
     engine = Preloader(
-        cache, cache.ahead_budget, concurrency=jobs, max_concurrency=jobs, idle_after=math.inf
+        cache,
+        cache.ahead_budget,
+        concurrency=lambda: min(jobs, mounted.pace.share("warmup")),
+        idle_after=math.inf,
     )
     peers = await asking_group(group_config) if group_config is not None else None
-    # The source's parts, with a pace of warmup's own: `jobs` at once, halved when the store
-    # pushes back (pffs.pace); the group's owners asked before the store.
+    # The source's parts: warmup's share of its one pace (pffs.pace), the group's owners asked
+    # before the store.
     tier = None if peers is None else Joined(peers)
-    store = Store(mounted.backend, mounted.limiter, Pace(jobs), mounted.health, tier)
+    store = Store.of(mounted, "warmup", tier)
     skips_before = cache.stats.disk_write_skips
+    send, receive = job_channel()
 
-    async def items() -> AsyncIterator[PreloadItem]:
-        for path in paths:
-            async for child, info in _files(mounted, path):
-                tally.files_total += 1
-                tally.bytes_total += info.size
-                if info.size == 0:
-                    tally.files_done += 1  # nothing to load
-                    continue
-                yield file_item(store, child, info, cache.block_size)
+    async def list_files() -> None:
+        async with send:
+            for path in paths:
+                async for child, info in _files(mounted, path):
+                    tally.files_total += 1
+                    tally.bytes_total += info.size
+                    if info.size == 0:
+                        tally.files_done += 1  # nothing to load
+                        continue
+                    await send.send(file_item(store, child, info, cache.block_size))
 
     def done(item: PreloadItem, outcome: int | Exception) -> None:
         tally.files_done += 1
@@ -103,7 +109,8 @@ async def warm_source(
         async with trio.open_nursery() as nursery:
             cache.attach(nursery)
             engine.attach(nursery)
-            engine.add("warmup", items(), report=done, for_readers=False)
+            engine.add("warmup", receive, report=done, for_readers=False)
+            nursery.start_soon(list_files)
             await engine.wait_idle()
             await cache.flush()  # every block written before the cache is closed
             nursery.cancel_scope.cancel()

@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import TypeVar
 
 import trio
@@ -95,7 +96,7 @@ class SourceHealth:
 
     async def call(
         self,
-        limiter: trio.CapacityLimiter,
+        limiter: AbstractAsyncContextManager[object],
         fn: Callable[..., T],
         *args: object,
         counts: bool = True,

@@ -19,7 +19,7 @@ import trio
 
 from pffs.backends.base import Backend, ObjectInfo
 from pffs.errors import NotADirectory, NotFound
-from pffs.pace import Pace
+from pffs.pace import Pace, ceiling_for
 from pffs.retry import RetryTerms
 from pffs.routing import health
 from pffs.workers import run_blocking
@@ -66,8 +66,9 @@ class Mounted:
         # One limiter per backend (docs/ARCHITECTURE.md): a slow store cannot starve the
         # others' threads.
         self.limiter = trio.CapacityLimiter(self.backend.max_concurrency)
-        # Readahead's own places, AIMD-paced: a reader never queues behind it (pffs.pace).
-        self.pace = Pace(self.backend.max_concurrency)
+        # Loading ahead's places (readahead, preload, warmup), AIMD-paced and shared by
+        # urgency: a reader never queues behind them (pffs.pace).
+        self.pace = Pace(ceiling_for(self.backend.max_concurrency))
         self._probe_limiter = trio.CapacityLimiter(health.PROBES_AT_ONCE)
         # Its breaker: every request to the source passes it (pffs.fs.fetching.Store).
         self.health = health.SourceHealth(self.backend.source_id, self._probe)

@@ -7,14 +7,14 @@ bytes from it, and preloads a file from it, exactly as it does from a store or a
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from pathlib import Path
 
 import trio
 
 from pffs.cache.blocks import BlockCache
 from pffs.cache.keys import BlockSource, ObjectBlocks
-from pffs.cache.preload import Preloader, PreloadItem
+from pffs.cache.preload import Preloader, PreloadItem, job_channel
 from tests.cache.configs import KIB, cache_config
 
 BLOCK = 16 * KIB
@@ -73,18 +73,18 @@ def test_the_cache_reads_through_a_new_source_with_no_change(tmp_path: Path) -> 
 def test_preload_loads_a_file_from_a_new_source(tmp_path: Path) -> None:
     source = CountingSource(DATA, BLOCKS)
     cache = BlockCache(cache_config(tmp_path, fetch_size=2 * BLOCK))
-    engine = Preloader(cache, cache.ahead_budget, concurrency=1, max_concurrency=1)
+    engine = Preloader(cache, cache.ahead_budget, concurrency=1)
     item = PreloadItem(BLOCKS.ident, BLOCKS.keys(), BLOCKS.lengths(), source)
     outcomes: list[int | Exception] = []
 
-    async def items() -> AsyncIterator[PreloadItem]:
-        yield item
-
     async def main() -> None:
+        send, receive = job_channel()
+        send.send_nowait(item)
+        send.close()
         async with trio.open_nursery() as nursery:
             cache.attach(nursery)
             engine.attach(nursery)
-            engine.add("job", items(), report=lambda _, outcome: outcomes.append(outcome))
+            engine.add("job", receive, report=lambda _, outcome: outcomes.append(outcome))
             await engine.wait_idle()
             await cache.flush()
             nursery.cancel_scope.cancel()

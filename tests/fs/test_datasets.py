@@ -1,6 +1,7 @@
 """Dataset preload through the VFS, without a kernel: detection from opens (flat and nested),
-bytes exact, a reader not starved while preload is saturated, `.pffs/preload` order lists
-with bad entries, and what does not count (writes, `.pffs`).
+bytes exact, a reader not starved while preload is saturated (preload within its share of the
+source's pace), `.pffs/preload` order lists with bad entries, what does not count (writes,
+`.pffs`), and a throttling store halving the source's pace, seen in its metrics.
 
 The store is the real local backend, wrapped to count reads by path and to hold the reads of
 chosen paths (a store that stalls, which a real server cannot do on demand).
@@ -15,9 +16,13 @@ from pathlib import Path
 import pytest
 import trio
 
+from pffs import metrics
+from pffs.cli.stats_view import pace_lines, series
 from pffs.errors import ReadOnly, Transient, Unsupported
 from pffs.fs.special import HIDDEN_DIR, PRELOAD_FILE
 from pffs.fs.vfs import Vfs
+from pffs.mounting.observe import pace_reader
+from pffs.pace import BACKGROUND_SHARE
 from tests.fs.helpers import (
     KIB,
     dataset,
@@ -118,20 +123,25 @@ def test_disabled_preloads_nothing(tmp_path: Path) -> None:
 
 def test_reader_is_not_starved_while_preload_is_saturated(tmp_path: Path) -> None:
     files = dataset(tmp_path, {"d": 40}, KIB)
-    vfs, backend = preloading_vfs(tmp_path, concurrency=8, max_concurrency=8)
+    vfs, backend = preloading_vfs(tmp_path)
     paths = list(files)
-    # Every preload request stalls at the store: all the preload slots are taken.
+    # Every preload request stalls at the store: preload takes all the places of the source's
+    # pace it may (its share: the rest is readahead's), and starts no file beyond them.
     backend.held = set(paths[3:-1])
+    pace = vfs.table.mounted[0].pace
+    share = int(BACKGROUND_SHARE * pace.current)
 
     async def body() -> None:
         for path in paths[:3]:
             await read_whole(vfs, path)
         with trio.fail_after(5):
-            while vfs.datasets.engine.files_in_flight < 8:
+            while pace.in_flight["preload"] < share:
                 await trio.sleep(0.01)
         await trio.sleep(0.1)
-        assert vfs.datasets.engine.files_in_flight == 8
-        with trio.fail_after(5):  # the reader's own request goes around the stalled preload
+        assert pace.in_flight["preload"] == share < pace.current
+        assert vfs.datasets.engine.files_in_flight == share
+        assert pace.gauges()["preload_waiting"] == 0
+        with trio.fail_after(5):  # the reader's own requests go around the stalled preload
             assert await read_whole(vfs, paths[-1]) == files[paths[-1]]
         backend.release.set()
         await vfs.datasets.engine.wait_idle()
@@ -145,7 +155,7 @@ def test_reader_is_not_starved_while_preload_is_saturated(tmp_path: Path) -> Non
 def test_order_list_through_the_control_file(tmp_path: Path) -> None:
     files = dataset(tmp_path, {"a": 5, "b": 5}, 2 * KIB)
     # Detection off in effect: only the order list preloads here.
-    vfs, backend = preloading_vfs(tmp_path, concurrency=1, max_concurrency=1, trigger_files=100)
+    vfs, backend = preloading_vfs(tmp_path, concurrency=1, trigger_files=100)
     order = ["b/004.bin", "a/002.bin", "missing/x.bin", "a/999.bin", "b/000.bin", "a"]
 
     async def body() -> None:
@@ -198,8 +208,24 @@ def test_throttled_preload_backs_off_and_readers_see_what_they_would_without_it(
         outcomes[enabled] = seen
         if enabled:
             stats = vfs.datasets.engine.stats
-            assert stats.files_failed == 4 and stats.throttled == 4
-            assert vfs.datasets.engine.concurrency < 16
-            assert stats.files_fetched == 23
+            assert stats.files_failed == 4 and stats.files_fetched == 23
+            # The source's one pace heard the push backs and halved its places.
+            pace = vfs.table.mounted[0].pace
+            assert pace.pushbacks >= 1 and pace.halvings >= 1
+            assert pace.current < pace.ceiling
+            # ...and says so in the metrics and `pffs stats`, by source.
+            paces = pace_reader(vfs)
+            metrics.paces.watch(paces)
+            try:
+                values = series(metrics.snapshot())
+            finally:
+                metrics.paces.unwatch(paces)
+            source = (("source", vfs.table.mounted[0].backend.source_id),)
+            assert values[("pffs_pace_places", source)] == pace.current
+            assert values[("pffs_pace_halvings_total", source)] == pace.halvings
+            in_flight = (*source, ("use", "preload"))
+            assert values[("pffs_pace_in_flight", tuple(sorted(in_flight)))] == 0
+            (line,) = pace_lines(values)
+            assert f"places {pace.current}/{pace.ceiling}" in line
     assert outcomes[True] == outcomes[False]
     assert outcomes[True][2] == f"{paths[5]}: 503 SlowDown"

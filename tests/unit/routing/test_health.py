@@ -1,7 +1,7 @@
-"""A source's breaker (pffs.routing.health), the pace of loading ahead (pffs.pace) and a
-reader's retry budget counted from when it asked (pffs.retry), in a real trio run with real
-worker threads. The store is a function that fails or answers as the test says: no server is
-needed to show the state changes (the mount tests show them against a real one)."""
+"""A source's breaker (pffs.routing.health) and a reader's retry budget counted from when it asked
+(pffs.retry), in a real trio run with real worker threads. The store is a function that fails or
+answers as the test says: no server is needed to show the state changes (the mount tests show
+them against a real one)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ import trio.testing
 from pffs import retry
 from pffs.config import RetryConfig
 from pffs.errors import SourceDown, Throttled, Transient
-from pffs.pace import COOLDOWN, Pace
 from pffs.routing import health
 from pffs.workers import run_blocking
 
@@ -162,27 +161,6 @@ def test_throttling_and_refusals_never_mark_a_source_down() -> None:
         breaker.failed(Throttled("503 SlowDown after retries"))
         breaker.failed(PermissionError("denied"))
         assert breaker.up
-
-    trio.run(main)
-
-
-def test_pace_halves_once_per_cooldown_and_grows_back_slowly() -> None:
-    async def main() -> None:
-        pace = Pace(16)
-        for _ in range(5):  # five push backs from the requests in flight: one halving
-            pace.pushed_back()
-        pace.settle()
-        assert pace.current == 8
-        pace.pushed_back()
-        pace.settle()
-        assert pace.current == 8  # within the cooldown: the same crowding
-        for _ in range(8):  # one window of requests that went well: one place more
-            pace.went_well()
-        assert pace.current == 9
-        pace._last_halving -= COOLDOWN
-        pace.pushed_back()
-        pace.settle()
-        assert pace.current == 4
 
     trio.run(main)
 
