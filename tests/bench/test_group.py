@@ -13,6 +13,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,7 +28,7 @@ TINY = group.GroupSizes(files=12, size=64 * 1024, big=2, rounds=1, shared=False)
 
 
 @pytest.fixture(scope="module")
-def figures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+def figures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     work = tmp_path_factory.mktemp("group-bench")
     launcher = Launcher(str(work))
     near = launcher.moto()
@@ -37,7 +38,7 @@ def figures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
         near.stop()
 
 
-def test_the_group_fetches_less_and_every_reader_gets_exact_bytes(figures: dict) -> None:
+def test_the_group_fetches_less_and_every_reader_gets_exact_bytes(figures: dict[str, Any]) -> None:
     grouped, alone = figures["group"], figures["alone"]
     assert isinstance(grouped, dict) and isinstance(alone, dict), figures
     for run in (grouped, alone):
@@ -52,7 +53,7 @@ def test_the_group_fetches_less_and_every_reader_gets_exact_bytes(figures: dict)
     assert isinstance(latency, dict) and latency["samples"] == TINY.big * TINY.rounds
 
 
-def test_a_member_killed_mid_epoch_costs_its_peers_no_error(figures: dict) -> None:
+def test_a_member_killed_mid_epoch_costs_its_peers_no_error(figures: dict[str, Any]) -> None:
     kill = figures["kill"]
     assert isinstance(kill, dict), kill
     assert kill["killed"] == group.VICTIM and kill["killed_after_files"] is not None
@@ -61,7 +62,7 @@ def test_a_member_killed_mid_epoch_costs_its_peers_no_error(figures: dict) -> No
     assert kill["bound_x"] == 1.25
 
 
-def test_the_tables_and_the_benchmarks_section(figures: dict, tmp_path: Path) -> None:
+def test_the_tables_and_the_benchmarks_section(figures: dict[str, Any], tmp_path: Path) -> None:
     table = group_tables([figures])
     assert "#### moto: a cache group of 4 mounts, the store 20 ms away" in table
     assert "| group off |" in table and "one member SIGKILLed" in table
