@@ -307,13 +307,11 @@ def runs_group(args: argparse.Namespace, systems: list[System]) -> bool:
     return wanted and any(isinstance(system, Pffs) for system in systems)
 
 
-def group_of(
-    server: Server, launcher: Launcher, args: argparse.Namespace, workdir: str
-) -> dict[str, Any]:
+def group_of(server: Server, args: argparse.Namespace, workdir: str) -> dict[str, Any]:
     """The cache group scenario against `server` (near; bench.group puts it 20 ms away)."""
     sizes = group.GroupSizes.quick() if args.quick else group.GroupSizes.full()
     try:
-        return group.scenario(server, launcher, sizes, workdir)
+        return group.scenario(server, sizes, workdir)
     except Exception as exc:  # reported as the scenario's figure; the session goes on
         name = server.name.split(",")[0]
         return {"server": name, "error": str(exc).splitlines()[0][:200]}
@@ -380,7 +378,7 @@ def run_session(
             server_dir = tempfile.mkdtemp(prefix=f"{server.name.split()[0]}-", dir=workdir)
             if runs_group(args, systems):
                 progress.note(f"{server.name}: the cache group scenario (bench.group)")
-                groups.append(group_of(server, launcher, args, server_dir))
+                groups.append(group_of(server, args, server_dir))
             if not runs_systems(args):
                 continue
             progress.note(f"{server.name}: uploading the dataset")

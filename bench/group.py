@@ -14,7 +14,7 @@ file's bytes checked:
   third of their files: its peers' readers must see no error and exact bytes, and the store
   must send at most (1 + 1/N)x the dataset;
 - `shared` (the full run only): not grouped, each over a shared tier (--shared-cache on a
-  second s3rver, near);
+  bucket of the same server, near: 0 ms);
 - `latency`: on the group's mounts, 4 MiB blocks the group holds asked of their owners with the
   group's own client (pffs.group.client), and the same ranges of the store with boto3, one at a
   time: p50 and p99 of each.
@@ -237,7 +237,7 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
-def scenario(near: Server, launcher: Launcher, sizes: GroupSizes, workdir: str) -> dict[str, Any]:
+def scenario(near: Server, sizes: GroupSizes, workdir: str) -> dict[str, Any]:
     """Every run of the scenario against `near` (put RTT_MS away here); one dict of figures.
     A run that fails is its error ("error: ..."), and the others still run."""
     data = put_dataset(near, sizes)
@@ -256,16 +256,12 @@ def scenario(near: Server, launcher: Launcher, sizes: GroupSizes, workdir: str) 
             ("alone", {"grouped": False}),
             ("kill", {"grouped": True, "kill": True}),
         ]
-        if sizes.shared:
-            runs.append(("shared", {"grouped": False, "shared": "tier"}))
+        if sizes.shared:  # the tier: a bucket of the same server, near (0 ms)
+            client(near).create_bucket(Bucket=SHARED_BUCKET)
+            runs.append(("shared", {"grouped": False, "shared": near}))
         for name, options in runs:
             root = Path(tempfile.mkdtemp(prefix=f"group-{name}-", dir=workdir))
             try:
-                if options.get("shared"):
-                    tier = launcher.s3rver()  # the shared tier, near (0 ms)
-                    stack.callback(tier.stop)
-                    client(tier).create_bucket(Bucket=SHARED_BUCKET)
-                    options = {**options, "shared": tier}
                 figures = run(server, root, data, **options)
             except (Unavailable, RuntimeError, OSError) as exc:
                 result[name] = f"error: {str(exc).splitlines()[0][:200]}"
@@ -287,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         launcher = Launcher(work)
         near = launcher.s3rver()
         stack.callback(near.stop)
-        result = scenario(near, launcher, sizes, work)
+        result = scenario(near, sizes, work)
     print(json.dumps(result))
     return 0
 

@@ -24,7 +24,7 @@ from bench.servers import Launcher
 from bench.systems import Pffs
 
 pytestmark = [pytest.mark.mount, pytest.mark.slow]
-TINY = group.GroupSizes(files=12, size=64 * 1024, big=2, rounds=1, shared=False)
+TINY = group.GroupSizes(files=12, size=64 * 1024, big=2, rounds=1, shared=True)
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +33,7 @@ def figures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     launcher = Launcher(str(work))
     near = launcher.moto()
     try:
-        return group.scenario(near, launcher, TINY, str(work))
+        return group.scenario(near, TINY, str(work))
     finally:
         near.stop()
 
@@ -49,6 +49,8 @@ def test_the_group_fetches_less_and_every_reader_gets_exact_bytes(figures: dict[
     # Each block from the store about once (a busy owner may let an asker fetch one itself).
     assert grouped["store_gets_x"] < 2.0 < alone["store_gets_x"], (grouped, alone)
     assert grouped["peer_bytes_x"] > 0
+    shared = figures["shared"]  # the tier: no reader error either, and bytes read from it
+    assert isinstance(shared, dict) and shared["reader_errors"] == shared["wrong_bytes"] == 0
     latency = figures["latency"]
     assert isinstance(latency, dict) and latency["samples"] == TINY.big * TINY.rounds
 
