@@ -192,7 +192,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.benchmarks:
             if not summary.get("groups"):
                 raise HeadlineError(f"{args.results}: no cache group scenario in this run")
-            write_section(args.benchmarks, summary["groups"], summary.get("command", ""))
+            machine = summary.get("machine", {})
+            taken = f"  # {summary.get('commit')}, {summary.get('date')}, "
+            taken += f"load average {machine.get('load_average')} at its start"
+            write_section(args.benchmarks, summary["groups"], summary.get("command", "") + taken)
         if summary["servers"] or not args.benchmarks:
             out = args.out or os.path.dirname(os.path.abspath(args.results))
             charts = draw_charts(summary, out)
