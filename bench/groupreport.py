@@ -110,13 +110,17 @@ def group_tables(groups: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
-def write_section(path: str, groups: list[dict[str, Any]], command: str) -> None:
-    """Replace the text between BEGIN and END in `path` with the group tables."""
+def replace_section(path: str, begin: str, end: str, body: str) -> None:
+    """Replace the text between the `begin` and `end` lines of the file at `path` with `body`."""
     doc = Path(path)
     text = doc.read_text(encoding="utf-8")
-    if BEGIN not in text or END not in text:
-        raise ValueError(f"{path}: no {BEGIN!r} ... {END!r} markers")
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    body = f"```sh\n{command}\n```\n\n{group_tables(groups)}"
-    doc.write_text(f"{head}{BEGIN}\n\n{body}\n{END}{tail}", encoding="utf-8")
+    if begin not in text or end not in text:
+        raise ValueError(f"{path}: no {begin!r} ... {end!r} markers")
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    doc.write_text(f"{head}{begin}\n\n{body}\n{end}{tail}", encoding="utf-8")
+
+
+def write_section(path: str, groups: list[dict[str, Any]], command: str) -> None:
+    """The group tables of `groups` (taken by `command`) into `path`, between BEGIN and END."""
+    replace_section(path, BEGIN, END, f"```sh\n{command}\n```\n\n{group_tables(groups)}")

@@ -30,8 +30,8 @@ import random
 import sys
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from bench.groupreport import replace_section
 from pffs.cache.keys import BlockKey
 from pffs.group.members import Member
 from pffs.group.placement import HANDOVER, owner
@@ -314,18 +314,6 @@ def table(params: Params, rows: list[dict[str, float | str]]) -> str:
     return head + "\n".join(lines) + "\n"
 
 
-def write_section(path: str, text: str, command: str) -> None:
-    doc = Path(path)
-    body = doc.read_text(encoding="utf-8")
-    if BEGIN not in body or END not in body:
-        raise ValueError(f"{path}: no {BEGIN!r} ... {END!r} markers")
-    head, rest = body.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    doc.write_text(
-        f"{head}{BEGIN}\n\n```sh\n{command}\n```\n\n{text}\n{END}{tail}", encoding="utf-8"
-    )
-
-
 def parse_args(argv: list[str] | None) -> tuple[Params, argparse.Namespace]:
     p = argparse.ArgumentParser(prog="python -m bench.groupsim", description=__doc__)
     d = Params()
@@ -372,7 +360,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.markdown:
         command = "python -m bench.groupsim " + " ".join(argv if argv is not None else sys.argv[1:])
         try:
-            write_section(args.markdown, text, command.strip())
+            body = f"```sh\n{command.strip()}\n```\n\n{text}"
+            replace_section(args.markdown, BEGIN, END, body)
         except (OSError, ValueError) as exc:
             print(f"bench.groupsim: {exc}", file=sys.stderr)
             return 1
