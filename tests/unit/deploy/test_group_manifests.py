@@ -15,7 +15,6 @@ import subprocess
 from pathlib import Path
 
 import kubernetes_validate
-import pytest
 import yaml
 
 from pffs.csi.server import config_from_args
