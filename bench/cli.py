@@ -20,7 +20,7 @@ from dataclasses import replace
 from typing import Any
 
 from bench import data as ds
-from bench import leftovers, report
+from bench import group, leftovers, report
 from bench.charts import draw_charts
 from bench.epoch import store_files_per_s
 from bench.larger_than_cache import epoch2_cached_share
@@ -45,6 +45,8 @@ from pffs.testing.rgw import OBJECTSTORES
 
 # The servers --servers may name, each started by the Launcher method of that name.
 SERVERS = ("moto", "s3rver", "rgw", "minio")
+GROUP = "group"  # --only's name of the cache group scenario (bench.group)
+GROUP_SECONDS = {True: 90.0, False: 240.0}  # its rough length per server, by --quick
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -88,7 +90,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--only",
         help="comma-separated metrics to measure, e.g. write_mbs (all); "
-        "seq_warm_mbs needs seq_cold_mbs before it",
+        f"seq_warm_mbs needs seq_cold_mbs before it; {GROUP}: the cache group scenario",
     )
     p.add_argument("--out", default="results", help="results directory (results/)")
     args = p.parse_args(argv)
@@ -98,7 +100,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown_servers = [n for n in args.servers.split(",") if n not in SERVERS]
     if unknown_servers:
         p.exit(2, f"bench: unknown server {unknown_servers[0]!r}: one of {', '.join(SERVERS)}\n")
-    keys = [m.key for m in METRICS]
+    keys = [m.key for m in METRICS] + [GROUP]
     unknown = set(args.only.split(",")) - set(keys) if args.only else set()
     if unknown:
         p.error(f"unknown metric {sorted(unknown)[0]!r}: one of {', '.join(keys)}")
@@ -290,7 +292,29 @@ def measured_steps(only: str | None) -> set[str] | None:
     """The scenarios to run for `--only`: a figure taken during another names that one."""
     if not only:
         return None
-    return {TAKEN_WITH.get(key, key) for key in only.split(",")}
+    return {TAKEN_WITH.get(key, key) for key in only.split(",")} - {GROUP}
+
+
+def runs_systems(args: argparse.Namespace) -> bool:
+    """Whether the systems' runs are wanted: not with `--only group` alone."""
+    steps = measured_steps(args.only)
+    return steps is None or bool(steps)
+
+
+def runs_group(args: argparse.Namespace, systems: list[System]) -> bool:
+    """The cache group scenario: pffs's, in a full session or when `--only` names it."""
+    wanted = not args.only or GROUP in args.only.split(",")
+    return wanted and any(isinstance(system, Pffs) for system in systems)
+
+
+def group_of(server: Server, args: argparse.Namespace, workdir: str) -> dict[str, Any]:
+    """The cache group scenario against `server` (near; bench.group puts it 20 ms away)."""
+    sizes = group.GroupSizes.quick() if args.quick else group.GroupSizes.full()
+    try:
+        return group.scenario(server, sizes, workdir)
+    except Exception as exc:  # reported as the scenario's figure; the session goes on
+        name = server.name.split(",")[0]
+        return {"server": name, "error": str(exc).splitlines()[0][:200]}
 
 
 def plan(args: argparse.Namespace, systems: list[System]) -> Progress:
@@ -307,19 +331,26 @@ def plan(args: argparse.Namespace, systems: list[System]) -> Progress:
         for system in systems
     ]
     per_run = sum(fixed) / len(fixed) if fixed else 0.0
-    expected = expected_seconds(
-        sizes_from(args), servers, args.latencies, len(systems), reps, per_run
-    )
-    return Progress(servers * len(args.latencies) * reps * len(systems), expected)
+    expected = 0.0
+    if runs_systems(args):
+        expected = expected_seconds(
+            sizes_from(args), servers, args.latencies, len(systems), reps, per_run
+        )
+    if runs_group(args, systems):
+        expected += servers * GROUP_SECONDS[bool(args.quick)]
+    runs = servers * len(args.latencies) * reps * len(systems) if runs_systems(args) else 0
+    return Progress(runs, expected)
 
 
 def run_session(
     args: argparse.Namespace, workdir: str, systems: list[System], unavailable: dict[str, str]
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Every server, latency, repetition and system: the runs, and each server's entry."""
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every server, latency, repetition and system: the runs, each server's entry, and each
+    server's cache group scenario."""
     progress = plan(args, systems)
     all_runs: list[dict[str, Any]] = []
     servers: list[dict[str, Any]] = []
+    groups: list[dict[str, Any]] = []
     with contextlib.ExitStack() as stack:
         launcher = Launcher(workdir)
         starters = {
@@ -345,6 +376,11 @@ def run_session(
                 continue
             stack.callback(server.stop)
             server_dir = tempfile.mkdtemp(prefix=f"{server.name.split()[0]}-", dir=workdir)
+            if runs_group(args, systems):
+                progress.note(f"{server.name}: the cache group scenario (bench.group)")
+                groups.append(group_of(server, args, server_dir))
+            if not runs_systems(args):
+                continue
             progress.note(f"{server.name}: uploading the dataset")
             data = ds.upload(server, sizes_from(args), server_dir)  # near: uploads are no figure
             progress.note(f"{server.name}: creating the tree of {data.sizes.tree_files:,} objects")
@@ -367,7 +403,7 @@ def run_session(
                     "ceiling_runs": ceilings, "unavailable": {**unavailable, **failed},
                 })  # fmt: skip
                 all_runs += runs
-    return all_runs, servers
+    return all_runs, servers, groups
 
 
 def commit() -> str | None:
@@ -403,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
     page_cache_dropped = drop_caches()
     try:
         with leftovers.stopped_cleanly():
-            all_runs, servers = run_session(args, workdir, systems, unavailable)
+            all_runs, servers, groups = run_session(args, workdir, systems, unavailable)
     except (KeyboardInterrupt, leftovers.Stopped) as exc:
         why = "Ctrl-C" if isinstance(exc, KeyboardInterrupt) else str(exc)
         print(f"bench: stopped by {why}; its mounts and servers are gone", file=sys.stderr)
@@ -413,6 +449,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
     summary = report.summarize(all_runs, [s for s in servers if "error" not in s])
     summary["skipped_servers"] = {s["name"]: s["error"] for s in servers if "error" in s}
+    summary["groups"] = groups
     summary["machine"] = {
         "cpus": os.cpu_count(),
         "platform": platform.platform(),

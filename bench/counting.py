@@ -9,7 +9,9 @@ stream is read (request heads, bodies skipped by Content-Length or chunk sizes).
 It runs as a process of its own, so its CPU never competes with the GIL of the readers it
 counts: `python -m bench.counting --upstream 127.0.0.1:9000` prints its port, serves until
 SIGTERM, then prints the counts as one JSON line (on SIGUSR1 too, and counts again from 0).
-`CountingProxy` starts, reads and stops it.
+Beside the counts it adds up the bytes the store sent back (response heads and bodies: what
+a store bills as egress), reported under `STORE_BYTES` in the same line. `CountingProxy`
+starts, reads and stops it.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from bench.leftovers import track_process
 from bench.servers import Server, Unavailable
 
 KINDS = ("GET", "HEAD", "LIST", "OTHER")
+STORE_BYTES = "store_bytes"  # the report line's key for the bytes the store sent
 _READ = 256 * 1024
 # Query parameters that make a GET of a bucket a listing (ListObjects v1 and v2).
 _LISTING = {"list-type", "prefix", "delimiter", "marker", "continuation-token", "max-keys"}
@@ -122,12 +125,17 @@ class RequestParser:
 
 
 async def _pipe(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, parser: RequestParser | None
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    parser: RequestParser | None,
+    counted: Counter[str] | None = None,
 ) -> None:
     try:
         while data := await reader.read(_READ):
             if parser is not None:
                 parser.feed(data)
+            if counted is not None:
+                counted[STORE_BYTES] += len(data)
             writer.write(data)
             await writer.drain()
         if writer.can_write_eof():
@@ -140,6 +148,7 @@ class _Proxy:
     def __init__(self, host: str, port: int) -> None:
         self.upstream = (host, port)
         self.parsers: list[RequestParser] = []
+        self.sent: Counter[str] = Counter()  # STORE_BYTES: what the store sent back
         self.open: set[asyncio.Task[object]] = set()  # connections being served
 
     async def handle(
@@ -159,7 +168,7 @@ class _Proxy:
         try:
             await asyncio.gather(
                 _pipe(client_reader, store_writer, parser),
-                _pipe(store_reader, client_writer, None),
+                _pipe(store_reader, client_writer, None, self.sent),
             )
         except asyncio.CancelledError:
             pass  # the proxy is stopping: what was counted stands
@@ -174,10 +183,12 @@ class _Proxy:
         return {kind: total[kind] for kind in KINDS}
 
     def report(self) -> None:
-        """Print the counts since the last report as one JSON line, and start again from 0."""
-        print(json.dumps(self.totals()), flush=True)
+        """Print the counts and the store's bytes since the last report as one JSON line, and
+        start again from 0."""
+        print(json.dumps({**self.totals(), STORE_BYTES: self.sent[STORE_BYTES]}), flush=True)
         for parser in self.parsers:
             parser.counts.clear()
+        self.sent.clear()
 
 
 async def _serve(proxy: _Proxy) -> None:
@@ -209,7 +220,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 class CountingProxy:
-    """`server` behind a counting proxy process; `stop()` ends it and returns the counts."""
+    """`server` behind a counting proxy process; `stop()` ends it and returns the counts.
+
+    Each reading (`restart_count`, `stop`) also sets `store_bytes`: the bytes the store sent
+    over the same span.
+    """
 
     def __init__(self, server: Server) -> None:
         upstream = urllib.parse.urlsplit(server.endpoint_url)
@@ -226,13 +241,18 @@ class CountingProxy:
             self._proc.wait()
             raise Unavailable("the counting proxy did not start")
         self.server = replace(server, endpoint_url=f"http://127.0.0.1:{line}", stop=lambda: None)
+        self.store_bytes = 0
+
+    def _reading(self, line: str) -> dict[str, int]:
+        reading: dict[str, int] = json.loads(line)
+        self.store_bytes = reading.pop(STORE_BYTES)
+        return reading
 
     def restart_count(self) -> dict[str, int]:
         """The requests forwarded so far, by kind; counting starts again from 0."""
         assert self._proc.stdout is not None
         self._proc.send_signal(signal.SIGUSR1)
-        counts: dict[str, int] = json.loads(self._proc.stdout.readline())
-        return counts
+        return self._reading(self._proc.stdout.readline())
 
     def stop(self) -> dict[str, int]:
         """Stop the proxy; the requests it forwarded since the last restart_count, by kind."""
@@ -244,8 +264,7 @@ class CountingProxy:
             self._proc.kill()
             self._proc.wait()
             raise RuntimeError("the counting proxy did not stop") from None
-        counts: dict[str, int] = json.loads(out.strip().splitlines()[-1])
-        return counts
+        return self._reading(out.strip().splitlines()[-1])
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@ redraws a run's charts and the README's headline from its JSON.
 
 `python -m bench.report results/<time>/results.json --out docs/bench --readme README.md`
 writes the charts (bench.charts) into --out and the headline table (bench.headline) into the
-README between its marker comments.
+README between its marker comments; `--benchmarks docs/BENCHMARKS.md` writes the cache group
+scenario's tables (bench.groupreport) into that file between its markers.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import sys
 from typing import Any
 
 from bench.charts import draw_charts
+from bench.groupreport import group_tables, write_section
 from bench.headline import HeadlineError, update_readme
 from bench.scenarios import METRICS, Metric
 
@@ -92,6 +94,8 @@ def markdown(summary: dict[str, Any]) -> str:
         for system, reason in server.get("unavailable", {}).items():
             lines.append(f"\n{system}: not run ({reason})")
         lines.append("")
+    if summary.get("groups"):
+        lines.append(group_tables(summary["groups"]))
     return "\n".join(lines)
 
 
@@ -177,21 +181,39 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("results", help="a results.json written by python -m bench")
     p.add_argument("--out", help="directory of the charts (the results file's own)")
     p.add_argument("--readme", help="README to write the headline into, between its markers")
+    p.add_argument(
+        "--benchmarks",
+        help="docs/BENCHMARKS.md: write the cache group tables into it, between its markers",
+    )
     args = p.parse_args(argv)
+    charts: list[str] = []
     try:
         summary = load_summary(args.results)
-        charts = draw_charts(summary, args.out or os.path.dirname(os.path.abspath(args.results)))
-        if not charts:
-            raise HeadlineError("no charts drawn (matplotlib missing, or no server in the run)")
+        if args.benchmarks:
+            if not summary.get("groups"):
+                raise HeadlineError(f"{args.results}: no cache group scenario in this run")
+            machine = summary.get("machine", {})
+            taken = f"  # {summary.get('commit')}, {summary.get('date')}, "
+            taken += f"load average {machine.get('load_average')} at its start"
+            write_section(args.benchmarks, summary["groups"], summary.get("command", "") + taken)
+        if summary["servers"] or not args.benchmarks:
+            out = args.out or os.path.dirname(os.path.abspath(args.results))
+            charts = draw_charts(summary, out)
+            if not charts:
+                raise HeadlineError("no charts drawn (matplotlib missing, or no server in the run)")
         if args.readme:
+            if not charts:
+                raise HeadlineError(f"{args.results}: no server's figures for the headline")
             update_readme(args.readme, summary, charts[-1])  # the summary chart is the last
-    except HeadlineError as exc:
+    except (HeadlineError, ValueError, OSError) as exc:
         print(f"bench.report: {exc}", file=sys.stderr)
         return 1
     for path in charts:
         print(path)
     if args.readme:
         print(f"{args.readme}: headline updated")
+    if args.benchmarks:
+        print(f"{args.benchmarks}: cache group tables updated")
     return 0
 
 

@@ -77,6 +77,7 @@ def test_s3_traffic_through_the_proxy_is_counted_and_answered(
         )
         through.get_object(Bucket=bucket, Key="d/o0")["Body"].read()
         before_restart = proxy.restart_count()
+        first_get_bytes = proxy.store_bytes
         bodies = [through.get_object(Bucket=bucket, Key=f"d/o{i}")["Body"].read() for i in range(3)]
         through.head_object(Bucket=bucket, Key="d/o4")
         pages = through.get_paginator("list_objects_v2").paginate(
@@ -90,3 +91,6 @@ def test_s3_traffic_through_the_proxy_is_counted_and_answered(
     assert listed == [f"d/o{i}" for i in range(5)]
     assert before_restart == {"GET": 1, "HEAD": 0, "LIST": 0, "OTHER": 0}
     assert counts == {"GET": 3, "HEAD": 1, "LIST": 3, "OTHER": 1}
+    # The store's bytes: each GET's body and its response head, nothing of the requests.
+    assert 1000 < first_get_bytes < 1000 + 2000, first_get_bytes
+    assert 3000 < proxy.store_bytes < 100_000, proxy.store_bytes
