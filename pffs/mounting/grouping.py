@@ -127,7 +127,7 @@ def _member_source(config: GroupConfig) -> FileMembers | KubeMembers | DnsMember
     if config.members.startswith("dns:"):
         return DnsMembers(config.members)
     try:
-        return KubeMembers(config.members, KubeClient.in_cluster())
+        return KubeMembers(config.members, KubeClient.from_url(config.kube_api))
     except KubeError as exc:
         raise UsageError(f"--group-members {config.members}: {exc}") from None
 
