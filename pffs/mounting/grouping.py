@@ -11,7 +11,8 @@ bucket and endpoint, so the group is never a way around a bucket's access rules.
 registered with `pffs.group.join`, where the fetch path (pffs.fs.fetching) finds it.
 `asking_group` is the same group for `pffs warmup` on a member: it asks the owners, so each
 owner loads its own blocks from the store once, and the group fills in parallel. `open_shared`
-joins the group's second form instead, a shared tier over a store of its own.
+joins the group's second form instead, a shared tier over a store of its own, after checking
+whether that store honours `If-None-Match: *` (pffs.group.claims).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import functools
 import logging
 import socket
+from collections.abc import Callable
 
 import trio
 
@@ -30,6 +32,8 @@ from pffs.cache.blocks import BlockCache
 from pffs.config import GroupConfig, SharedCacheConfig, SourceConfig
 from pffs.errors import PffsError, UsageError
 from pffs.fs.fetching import Store, StoreBlocks
+from pffs.group import claims
+from pffs.group.claims import Claims
 from pffs.group.client import PeerClient
 from pffs.group.dnsmembers import DnsMembers
 from pffs.group.kubemembers import KubeMembers
@@ -107,8 +111,18 @@ def open_shared(config: SharedCacheConfig) -> SharedTier:
         backend.check()
     except PffsError as exc:
         raise type(exc)(f"--shared-cache {config.url}: {exc}") from None
-    tier = SharedTier(_SharedStore(backend, writer), "", backend.max_concurrency)
-    log.info("shared cache: blocks in %s", backend.source_id)
+    store = _SharedStore(backend, writer)
+    try:
+        conditional = claims.probe(store, "")
+    except PffsError as exc:
+        raise type(exc)(f"--shared-cache {config.url}: {exc}") from None
+    limiter = trio.CapacityLimiter(backend.max_concurrency)
+    tier = SharedTier(store, "", backend.max_concurrency, Claims(store, conditional, limiter))
+    log.info(
+        "shared cache: blocks in %s; claims %s",
+        backend.source_id,
+        "with If-None-Match" if conditional else "read back (the store ignores If-None-Match)",
+    )
     registry.join(tier)
     return tier
 
@@ -119,6 +133,9 @@ class _SharedStore:
     def __init__(self, backend: Backend, writer: WritableBackend) -> None:
         self.read_range = backend.read_range
         self.put = writer.put
+        self.delete = writer.delete
+        # S3's writer (the one --shared-cache takes) writes an object only where none is.
+        self.put_new: Callable[[str, bytes], bool] = writer.put_new  # type: ignore[attr-defined]
 
 
 def _member_source(config: GroupConfig) -> FileMembers | KubeMembers | DnsMembers:

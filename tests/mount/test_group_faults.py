@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -43,7 +43,7 @@ pytestmark = pytest.mark.mount
 
 @contextlib.contextmanager
 def members_mounted(
-    cluster: Cluster, bucket: str, endpoint: str, extra: dict[str, tuple[str, ...]]
+    cluster: Cluster, bucket: str, endpoint: str, extra: Mapping[str, tuple[str, ...]]
 ) -> Iterator[dict[str, Path]]:
     """Every member of `cluster` mounted, `extra` options of its own last (they win)."""
     with contextlib.ExitStack() as stack:
