@@ -1,17 +1,20 @@
 """The peer protocol's messages: what names a block on the wire, and what a reply must carry.
 
 A request is
-`GET /v1/block?s=SOURCE&a=PRINCIPAL&p=PATH&v=VERSION&i=INDEX&n=SIZE&b=BLOCK_SIZE[&c=1]`: the block
+`GET /v2/block?s=SOURCE&a=PRINCIPAL&p=PATH&v=VERSION&i=INDEX&n=SIZE&b=BLOCK_SIZE[&c=1]`: the block
 key (the source id, which carries the bucket and endpoint, and the digest of the principal the
 asker reads it as: a member serves only a source it mounts as that same principal, so the group
 never hands one principal's bytes to another), the object's size and the group's block size (so
 the owner cuts the object into the same blocks), and `c=1` to ask only for a block the member
-holds (the handover from a previous owner). A reply of 200 carries the block, its
-`x-pffs-version`, a Content-Length and its `x-pffs-crc32c`; the asker checks all three.
+holds (the handover from a previous owner). A reply of 200 carries the block's
+`x-pffs-version`, a Content-Length of the block's length and 4, then the block, sent as the
+owner gets it (it may still be on its way from the owner's store), then its CRC32C (`FOOTER`,
+big-endian): the asker checks all three before it uses the block.
 """
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from urllib.parse import parse_qs, urlencode, urlsplit
 
@@ -19,9 +22,9 @@ import crc32c
 
 from pffs.cache.keys import ObjectBlocks
 
-PATH = "/v1/block"
+PATH = "/v2/block"
 VERSION = "x-pffs-version"
-CRC = "x-pffs-crc32c"
+FOOTER = struct.Struct(">I")  # the block's CRC32C, after its last byte
 MAX_TARGET = 8192
 
 
@@ -84,5 +87,6 @@ def parse_target(target: str) -> BlockRequest:
     return BlockRequest(blocks, index, fields.get("c") == "1")
 
 
-def checksum(data: bytes | memoryview) -> str:
-    return f"{crc32c.crc32c(data):08x}"
+def footer(data: bytes | memoryview) -> bytes:
+    """What follows a block of `data` in a reply."""
+    return FOOTER.pack(crc32c.crc32c(data))

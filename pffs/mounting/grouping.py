@@ -3,11 +3,10 @@ this mount.
 
 `open_group` reads the secret, binds the peer port (a port in use is a one-line error before
 the mount serves) and reads the first member list; `JoinedGroup.run` serves peers and follows
-the member list while the mount serves. The server's block handler is this mount's own read
-path: the block cache (its single flight, so one fetch serves every asker) over the store
-fetch of the source the block names, version pinned, so an owner fetches a block once for the
-whole group. It serves only sources this mount mounts: the source id in the key carries the
-bucket and endpoint, so the group is never a way around a bucket's access rules. The group is
+the member list while the mount serves. The server's block handler (pffs.mounting.peerblocks)
+is this mount's own read path: the block cache (its single flight, so one fetch serves every
+asker) over the store of the source the block names, version pinned, so an owner fetches a
+block once for the whole group, streamed to the askers as it arrives. The group is
 registered with `pffs.group.join`, where the fetch path (pffs.fs.fetching) finds it.
 `asking_group` is the same group for `pffs warmup` on a member: it asks the owners, so each
 owner loads its own blocks from the store once, and the group fills in parallel. `open_shared`
@@ -17,7 +16,6 @@ whether that store honours `If-None-Match: *` (pffs.group.claims).
 
 from __future__ import annotations
 
-import functools
 import logging
 import socket
 from collections.abc import Callable
@@ -25,13 +23,11 @@ from collections.abc import Callable
 import trio
 
 from pffs import group as registry
-from pffs import retry
 from pffs.backends import open_backend
 from pffs.backends.base import Backend, WritableBackend, writable
 from pffs.cache.blocks import BlockCache
 from pffs.config import GroupConfig, SharedCacheConfig, SourceConfig
 from pffs.errors import PffsError, UsageError
-from pffs.fs.fetching import Store, StoreBlocks
 from pffs.group import claims
 from pffs.group.claims import Claims
 from pffs.group.client import PeerClient
@@ -39,11 +35,11 @@ from pffs.group.dnsmembers import DnsMembers
 from pffs.group.kubemembers import KubeMembers
 from pffs.group.members import FileMembers, file_path
 from pffs.group.peers import Group
-from pffs.group.protocol import BlockRequest
-from pffs.group.server import PeerServer, Refused, parse_listen
+from pffs.group.server import PeerServer, parse_listen
 from pffs.group.shared import SharedTier
 from pffs.group.signing import Verifier, read_secret
 from pffs.kube import KubeClient, KubeError
+from pffs.mounting.peerblocks import PeerBlocks
 from pffs.routing.table import MountTable
 
 log = logging.getLogger("pffs.group")
@@ -82,8 +78,7 @@ def open_group(config: GroupConfig, table: MountTable, cache: BlockCache) -> Joi
     members = _member_source(config)
     if isinstance(members, FileMembers):
         group.update(members.load())
-    handler = functools.partial(_serve_block, group, table, cache)
-    server = PeerServer(handler, Verifier(secret))
+    server = PeerServer(PeerBlocks(group, table, cache).serve, Verifier(secret))
     listening = _bind(config.listen)
     log.info("group: %s serving peers on %s", config.self_name, config.listen)
     registry.join(group)
@@ -161,35 +156,3 @@ def _bind(address: str) -> socket.socket:
         sock.close()
         raise PffsError(f"--group-listen {address}: {exc.strerror}") from None
     return sock
-
-
-async def _serve_block(
-    group: Group, table: MountTable, cache: BlockCache, request: BlockRequest
-) -> bytes | None:
-    """A block a peer asked for, through this mount's cache (fetched once, version pinned)."""
-    blocks, index = request.blocks, request.index
-    if blocks.block_size != cache.block_size:
-        raise Refused(f"block size {blocks.block_size} (this member's is {cache.block_size})")
-    mounted = next(
-        (
-            m
-            for m in table.mounted
-            if m.backend.source_id == blocks.source and m.backend.principal == blocks.principal
-        ),
-        None,
-    )
-    if mounted is None:  # never a way around the store's access rules
-        raise Refused("a source this member does not mount as that principal")
-    store = StoreBlocks(Store.of(mounted), blocks)  # the store itself: never asks the group
-
-    async def from_store() -> bytes:
-        return await store.part(blocks.start(index), blocks.length(index))
-
-    if request.cached_only:  # a handover: only what this member holds now
-        return await cache.held(blocks.key(index))
-
-    async def fetch() -> bytes:
-        return await group.fetch_for_peer(blocks, index, from_store)
-
-    with retry.asking():  # the store's retries for this block stop within the usual bound
-        return await cache.read(blocks.key(index), fetch)
