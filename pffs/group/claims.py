@@ -32,7 +32,7 @@ log = logging.getLogger("pffs.group")
 
 WAIT = 5.0  # the longest a mount waits for another's claimed block before the origin
 PERIOD = 60.0  # a claim lapses at the end of its period (wall clock: every mount's the same)
-SETTLE = 0.05  # without conditional writes: how long writes of one claim may race
+SETTLE = 0.02  # without conditional writes: how long writes of one claim may race
 MAX_CLAIM = 64  # a claim object's size bound (a token)
 MAX_HELD = 4096  # claims this mount remembers to release
 

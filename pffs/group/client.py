@@ -6,8 +6,8 @@ between bytes) and `whole` for the block. The body is read as the owner sends it
 then its CRC32C: pffs.group.protocol) and checked once whole. Every way a reply can be wrong
 raises `PeerFailed` with a short reason: a refused or timed-out connection, a status other
 than 200, a version, length or CRC32C that is not the one asked for. A 404 to a cached-only
-request is `PeerMiss`, a 503 `PeerStoreFailed` (the owner's store failed it): the peer is fine
-in both.
+request is `PeerMiss`, a 503 `PeerStoreFailed` (the owner's store failed it), a 307
+`PeerAskSecond` (a hot block: pffs.group.hot): the peer is fine in all three.
 """
 
 from __future__ import annotations
@@ -39,6 +39,10 @@ class PeerFailed(Exception):
 
 class PeerMiss(PeerFailed):
     """A cached-only request for a block the peer does not hold."""
+
+
+class PeerAskSecond(PeerFailed):
+    """The owner of a hot block sends this request to its second copy (307): the peer is fine."""
 
 
 class PeerStoreFailed(PeerFailed):
@@ -85,6 +89,8 @@ class PeerClient:
     ) -> bytes:
         if response.status == 404 and request.cached_only:
             raise PeerMiss("not held")
+        if response.status == 307:
+            raise PeerAskSecond("hot: ask the second copy")
         if response.status == 503:
             raise PeerStoreFailed("the owner's store failed")
         if response.status != 200:

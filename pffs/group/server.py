@@ -47,9 +47,13 @@ class Refused(Exception):
     """A request this member will not serve (logged, answered 403)."""
 
 
+class AskSecond(Exception):
+    """A hot block's request the owner sends to its second copy (answered 307)."""
+
+
 # The block a request names: its bytes (whole, or in pieces as they arrive), or None for a
 # cached-only request of a block this member does not hold; Refused for a block it may not
-# serve; any other error is a 503.
+# serve; AskSecond for a hot block's request its second copy serves; any other error is a 503.
 BlockHandler = Callable[[BlockRequest], Awaitable[bytes | Pieces | None]]
 Body = bytes | Pieces
 
@@ -131,6 +135,8 @@ class PeerServer:
         except Refused as exc:
             self._refused(peer, str(exc))
             return 403, b"", []
+        except AskSecond:
+            return 307, b"", []
         except Exception as exc:  # the store failed it: the asker fetches it itself
             log.debug("group: block for %s failed: %s", peer, exc)
             return 503, b"", []

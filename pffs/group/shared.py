@@ -42,7 +42,7 @@ MAX_PENDING = 64
 MAX_CLAIMED = 4096
 # How often a mount waiting for a block another mount claimed looks for it: from the first
 # pause, growing by half each time, to the last.
-POLL_FIRST, POLL_LAST = 0.02, 0.25
+POLL_FIRST, POLL_LAST = 0.01, 0.1
 
 
 class SharedStore(Protocol):
@@ -133,12 +133,14 @@ class SharedTier:
             await trio.sleep(pause)
             pause = min(pause * 1.5, POLL_LAST)
             with contextlib.suppress(NotFound):
-                return await self._read(blocks, index)
+                return await self._read(blocks, index, coming=True)
         stats.FALLBACKS.labels(reason="claimed block late").inc()
         return None
 
-    async def _read(self, blocks: ObjectBlocks, index: int) -> bytes | None:
-        """The block object checked; NotFound when absent, None when it cannot be used."""
+    async def _read(self, blocks: ObjectBlocks, index: int, coming: bool = False) -> bytes | None:
+        """The block object checked; NotFound when absent (or, when it is `coming`, still
+        short: a store whose PUTs are not atomic shows it while it is written), None when it
+        cannot be used."""
         length = HEADER.size + blocks.length(index)
         try:
             raw = await run_blocking(
@@ -150,6 +152,8 @@ class SharedTier:
             self._once(f"read failed: {exc}")
             stats.FALLBACKS.labels(reason="shared tier failed").inc()
             return None
+        if coming and len(raw) < length:
+            raise NotFound(self._name(blocks, index))
         data, why = unpack(blocks, index, raw)
         if data is None:
             self._once(f"{self._name(blocks, index)}: {why}; read from the origin")
@@ -166,8 +170,10 @@ class SharedTier:
         trio.lowlevel.spawn_system_task(self._write, name, pack(blocks, index, data), len(data))
 
     async def _write(self, name: str, body: bytes, length: int) -> None:
+        # Other mounts wait for a block this one claimed: it does not queue behind the rest.
+        limiter = self.limiter if name in self._claimed else self._writes
         try:
-            await run_blocking(self._writes, self._put, name, body)
+            await run_blocking(limiter, self._put, name, body)
             stats.PEER_BYTES.labels(way="served").inc(length)
             if self.claims is not None:
                 await self.claims.release(name)  # the block is there: its claim has served

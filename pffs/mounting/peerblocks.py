@@ -5,8 +5,10 @@ memory or disk, else fetched once for every asker (the cache's single flight), f
 previous owner during a handover (pffs.group.peers), else the store. A fetch from the store
 streams: the block's pieces are sent to every peer request that joined it as the store sends
 them (pffs.group.pieces), so an asker gets the first bytes as soon as this member does, and the
-whole block lands in the cache as usual. It serves only sources this mount mounts, as the
-principal the block key names, so the group is never a way around a bucket's access rules.
+whole block lands in the cache as usual. Every second request for a hot block this member
+owns is sent to the block's second copy (pffs.group.hot). It serves only sources this mount
+mounts, as the principal the block key names, so the group is never a way around a bucket's
+access rules.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pffs.fs.fetching import Store, StoreBlocks
 from pffs.group.peers import Group
 from pffs.group.pieces import Pieces
 from pffs.group.protocol import BlockRequest
-from pffs.group.server import Refused
+from pffs.group.server import AskSecond, Refused
 from pffs.routing.table import MountTable
 
 PIECE = 256 * 1024  # the bytes of a block streamed at a time
@@ -41,6 +43,8 @@ class PeerBlocks:
         key = blocks.key(index)
         if request.cached_only:  # a handover: only what this member holds now
             return await self.cache.held(key)
+        if not request.forwarded and self.group.to_second(blocks, index):
+            raise AskSecond(key)
         pieces = self._streams.get(key)
         if pieces is not None:
             return pieces
@@ -51,9 +55,9 @@ class PeerBlocks:
                 return await whole.part(blocks.start(index), blocks.length(index))
 
             with retry.asking():  # the store's retries for this block stop within the usual bound
-                return await self.cache.read(key, self._fetch(blocks, index, from_store))
+                return await self.cache.read(key, self._fetch(request, from_store))
         pieces = self._streams[key] = Pieces(blocks.length(index))
-        trio.lowlevel.spawn_system_task(self._stream, store, blocks, index, pieces)
+        trio.lowlevel.spawn_system_task(self._stream, store, request, pieces)
         return pieces
 
     def _store_of(self, blocks: ObjectBlocks) -> Store:
@@ -67,15 +71,18 @@ class PeerBlocks:
                 return Store.of(mounted)  # the store itself: never asks the group
         raise Refused("a source this member does not mount as that principal")
 
-    def _fetch(self, blocks: ObjectBlocks, index: int, from_store: Fetch) -> Fetch:
+    def _fetch(self, request: BlockRequest, from_store: Fetch) -> Fetch:
         async def fetch() -> bytes:
-            return await self.group.fetch_for_peer(blocks, index, from_store)
+            return await self.group.fetch_for_peer(
+                request.blocks, request.index, from_store, request.forwarded
+            )
 
         return fetch
 
-    async def _stream(self, store: Store, blocks: ObjectBlocks, index: int, pieces: Pieces) -> None:
+    async def _stream(self, store: Store, request: BlockRequest, pieces: Pieces) -> None:
         """Load the block into the cache, its pieces to `pieces` as they arrive (a system task:
         the fetch ends, and fills the cache, whoever stops listening)."""
+        blocks, index = request.blocks, request.index
         key = blocks.key(index)
 
         async def from_store() -> bytes:
@@ -83,7 +90,7 @@ class PeerBlocks:
 
         try:
             with retry.asking():
-                data = await self.cache.read(key, self._fetch(blocks, index, from_store))
+                data = await self.cache.read(key, self._fetch(request, from_store))
         except Exception as exc:
             pieces.fail(exc)
         else:

@@ -16,10 +16,10 @@ import urllib3
 
 from pffs.cache.keys import ObjectBlocks
 from pffs.group import protocol, signing
-from pffs.group.client import PeerClient, PeerFailed, PeerMiss
+from pffs.group.client import PeerAskSecond, PeerClient, PeerFailed, PeerMiss
 from pffs.group.pieces import Pieces
 from pffs.group.protocol import BadRequest, BlockRequest
-from pffs.group.server import PeerServer, Refused
+from pffs.group.server import AskSecond, PeerServer, Refused
 from pffs.group.signing import Verifier
 
 SECRET = b"a-shared-secret-of-the-group"
@@ -41,6 +41,8 @@ async def handler(request: BlockRequest) -> bytes | Pieces | None:
         raise Refused("a source this member does not mount")
     if request.cached_only:
         return None
+    if request.blocks.path == "d/hot.bin" and not request.forwarded:
+        raise AskSecond("hot")
     start = request.blocks.start(request.index)
     data = DATA[start : start + request.length]
     if request.blocks.path != STREAMED.path:
@@ -118,6 +120,19 @@ def test_a_block_is_streamed_as_it_arrives() -> None:
     assert waited_out == [False]
     assert first + rest == DATA[:4096] + protocol.footer(DATA[:4096])
     assert failures == ["short body", "the owner's store failed"]
+
+
+def test_a_hot_block_is_sent_to_its_second_copy() -> None:
+    """A 307 is PeerAskSecond; the same request forwarded gets the block."""
+    hot = ObjectBlocks("s3://bucket", "alice", "d/hot.bin", '"v1"', 4096, 4096)
+
+    def check(url: str) -> bytes:
+        client = PeerClient(SECRET, "asker")
+        with pytest.raises(PeerAskSecond):
+            client.get(url, BlockRequest(hot, 0))
+        return client.get(url, BlockRequest(hot, 0, forwarded=True))
+
+    assert serve_and(check) == DATA[:4096]
 
 
 def test_refusals() -> None:
