@@ -4,6 +4,8 @@ second rendezvous choice, which is the owner the block would have without its ow
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from pffs.cache.keys import BlockKey
@@ -19,7 +21,7 @@ KEY = BlockKey("s3://b", "alice", "d/f.bin", '"etag"', 3)
 
 def test_every_second_request_of_a_hot_block_goes_to_its_second_copy(monkeypatch) -> None:
     now = [1000.0]
-    monkeypatch.setattr(hot.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
     asked = Asked()
     sent = [asked.to_second(KEY) for _ in range(12)]
     assert [n + 1 for n, second in enumerate(sent) if second] == [8, 10, 12]
