@@ -141,3 +141,16 @@ def test_k8s_members_from_endpoint_slices(s3, bucket, proxy, tmp_path) -> None:
         assert api.count("GET", "/apis/discovery.k8s.io/v1/namespaces/pffs/endpointslices") >= 2
     for name in cluster.names:
         assert log_of(cluster, name).count("group: 2 members; joined node0, node1") == 1
+
+
+def test_a_bad_kube_api_url_is_one_line(tmp_path: Path) -> None:
+    from tests.mount.test_cli_errors import assert_one_line_error
+
+    cluster = Cluster(tmp_path, 1)
+    options = list(cluster.options("node0"))
+    options[1] = "k8s://pffs/pffs-group"
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    env = {**os.environ, "PFFS_KUBE_API": "127.0.0.1:8001"}
+    args = ("mount", "s3://b", str(mnt), *options)
+    assert_one_line_error(args, 2, "PFFS_KUBE_API=127.0.0.1:8001: expected", env=env)
