@@ -67,7 +67,13 @@ class Claims:
         self.conditional = conditional
         self.limiter = limiter
         self.token = os.urandom(8).hex().encode()
-        self._names: dict[str, str] = {}  # block object -> this mount's claim of it
+        # Block objects this mount claimed and has not released: its claim, and when.
+        self._held: dict[str, tuple[str, float]] = {}
+
+    def mine(self, name: str) -> bool:
+        """Whether this mount claimed block object `name` lately (it is fetching it)."""
+        held = self._held.get(name)
+        return held is not None and time.monotonic() - held[1] < WAIT
 
     async def claim(self, name: str) -> bool:
         """Whether this mount is the one to fetch block object `name` (else: wait for it).
@@ -87,17 +93,18 @@ class Claims:
             log.debug("shared cache: claim %s failed: %s", claim, exc)
             return True
         if won:
-            if len(self._names) >= MAX_HELD:  # claims never released: forgotten (they lapse)
-                self._names.clear()
-            self._names[name] = claim
+            if len(self._held) >= MAX_HELD:  # claims never released: forgotten (they lapse)
+                self._held.clear()
+            self._held[name] = (claim, time.monotonic())
         return won
 
     async def release(self, name: str) -> None:
         """Remove this mount's claim of block object `name`, now written (a claim left behind
         lapses at the end of its period)."""
-        claim = self._names.pop(name, None)
-        if claim is None:
+        held = self._held.pop(name, None)
+        if held is None:
             return
+        claim = held[0]
         try:
             await run_blocking(self.limiter, self.store.delete, claim)
         except Exception as exc:

@@ -39,7 +39,6 @@ HEADER = struct.Struct(">8sIQQ32s")
 # Blocks waiting to be written at once; past it a block is not written (a later miss writes it)
 # unless this mount claimed it: other mounts are waiting for that one.
 MAX_PENDING = 64
-MAX_CLAIMED = 4096
 # How often a mount waiting for a block another mount claimed looks for it: from the first
 # pause, growing by half each time, to the last.
 POLL_FIRST, POLL_LAST = 0.01, 0.1
@@ -98,8 +97,6 @@ class SharedTier:
         self.claims = claims
         self._writes = trio.CapacityLimiter(4)
         self._pending = 0
-        # Blocks this mount claimed and has not written yet, and when it claimed them.
-        self._claimed: dict[str, float] = {}
         self._warned: set[str] = set()
 
     def _name(self, blocks: ObjectBlocks, index: int) -> str:
@@ -113,8 +110,7 @@ class SharedTier:
         """The block from the tier; else None, after waiting for it when another mount
         claimed it."""
         name = self._name(blocks, index)
-        claimed_at = self._claimed.get(name)
-        if claimed_at is not None and trio.current_time() - claimed_at < WAIT:
+        if self._mine(name):
             return None  # this mount is fetching it from the origin already
         try:
             return await self._read(blocks, index)
@@ -123,10 +119,7 @@ class SharedTier:
         if self.claims is None:
             return None
         if await self.claims.claim(name):
-            if len(self._claimed) >= MAX_CLAIMED:  # blocks claimed and never landed: forgotten
-                self._claimed.clear()
-            self._claimed[name] = trio.current_time()  # written when it lands, come what may
-            return None
+            return None  # written when it lands, whatever the writes pending
         deadline = trio.current_time() + WAIT
         pause = POLL_FIRST
         while trio.current_time() + pause < deadline:
@@ -164,14 +157,14 @@ class SharedTier:
 
     def landed(self, blocks: ObjectBlocks, index: int, data: bytes) -> None:
         name = self._name(blocks, index)
-        if self._pending >= MAX_PENDING and name not in self._claimed:
+        if self._pending >= MAX_PENDING and not self._mine(name):
             return
         self._pending += 1
         trio.lowlevel.spawn_system_task(self._write, name, pack(blocks, index, data), len(data))
 
     async def _write(self, name: str, body: bytes, length: int) -> None:
         # Other mounts wait for a block this one claimed: it does not queue behind the rest.
-        limiter = self.limiter if name in self._claimed else self._writes
+        limiter = self.limiter if self._mine(name) else self._writes
         try:
             await run_blocking(limiter, self._put, name, body)
             stats.PEER_BYTES.labels(way="served").inc(length)
@@ -181,7 +174,9 @@ class SharedTier:
             self._once(f"write failed: {exc}")
         finally:
             self._pending -= 1
-            self._claimed.pop(name, None)
+
+    def _mine(self, name: str) -> bool:
+        return self.claims is not None and self.claims.mine(name)
 
     def _put(self, name: str, body: bytes) -> None:
         with tempfile.NamedTemporaryFile(prefix="pffs-shared-") as f:
