@@ -131,9 +131,10 @@ class SharedTier:
         return None
 
     async def _read(self, blocks: ObjectBlocks, index: int, coming: bool = False) -> bytes | None:
-        """The block object checked; NotFound when absent (or, when it is `coming`, still
-        short: a store whose PUTs are not atomic shows it while it is written), None when it
-        cannot be used."""
+        """The block object checked; NotFound when absent or short (a store whose PUTs are not
+        atomic, s3rver, shows it short while it is written: it is claimed, or waited for, as
+        an absent one; counted as damaged unless it is `coming`), None when it cannot be
+        used."""
         length = HEADER.size + blocks.length(index)
         try:
             raw = await run_blocking(
@@ -145,12 +146,13 @@ class SharedTier:
             self._once(f"read failed: {exc}")
             stats.FALLBACKS.labels(reason="shared tier failed").inc()
             return None
-        if coming and len(raw) < length:
+        if len(raw) < length:
+            if not coming:
+                self._damaged(blocks, index, "wrong length")
             raise NotFound(self._name(blocks, index))
         data, why = unpack(blocks, index, raw)
         if data is None:
-            self._once(f"{self._name(blocks, index)}: {why}; read from the origin")
-            stats.FALLBACKS.labels(reason=why).inc()
+            self._damaged(blocks, index, why)
             return None
         stats.PEER_BYTES.labels(way="received").inc(len(data))
         return data
@@ -183,6 +185,10 @@ class SharedTier:
             f.write(body)
             f.flush()  # read back by the upload: no need to reach the disk
             self.store.put(name, f.name)
+
+    def _damaged(self, blocks: ObjectBlocks, index: int, why: str) -> None:
+        self._once(f"{self._name(blocks, index)}: {why}; read from the origin")
+        stats.FALLBACKS.labels(reason=why).inc()
 
     def _once(self, message: str) -> None:
         """One log line per kind of trouble (the counters keep the rest)."""
