@@ -75,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
             "hit_first": [],
             "hit_last": [],
         }
+        os.environ.update(server.env())  # this process reads as the mounts do: one principal
         with mounts(server, root, grouped=True) as _mounted:
             members = [
                 Member(line.split()[0], line.split()[1])
