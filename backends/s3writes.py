@@ -26,7 +26,7 @@ from pffs.backends.base import MultipartBackend, ObjectInfo, PartLimits
 from pffs.backends.s3calls import S3Calls
 from pffs.backends.s3get import LeanGetEngine
 from pffs.backends.s3listing import parse_page
-from pffs.errors import NotFound
+from pffs.errors import Changed, NotFound
 
 # The largest object one CopyObject request may copy (S3's limit).
 COPY_LIMIT = 5 << 30
@@ -64,6 +64,23 @@ class S3Writes:
 
         response = self._do(send, "PUT", path)
         return _written(path, os.path.getsize(local_path), response["ETag"])
+
+    def put_new(self, path: str, body: bytes) -> bool:
+        """PUT `body` as `path` unless an object is there (`If-None-Match: *`): whether it was
+        written. A store that ignores the condition (s3rver) writes it anyway: True."""
+        digest = base64.b64encode(hashlib.md5(body, usedforsecurity=False).digest()).decode()
+        key = self.prefix + path
+
+        def send() -> None:
+            self.client.put_object(
+                Bucket=self.bucket, Key=key, Body=body, ContentMD5=digest, IfNoneMatch="*"
+            )
+
+        try:
+            self._do(send, "PUT", path)
+        except Changed:  # 412: the object is there
+            return False
+        return True
 
     def begin_upload(self, path: str) -> str:
         response = self._do(

@@ -227,12 +227,15 @@ class ObserveConfig:
 class GroupConfig:
     """A cache group this mount joins (pffs.group): where the member list comes from
     (`file:///path` or `k8s://NAMESPACE/SERVICE`), the address its peer server listens on,
-    the file holding the shared secret, and this member's name in the list."""
+    the file holding the shared secret, and this member's name in the list. `kube_api` is the
+    Kubernetes API's URL for `k8s://` outside a pod (`kubectl proxy`); None: the pod's service
+    account."""
 
     members: str
     listen: str
     secret_file: str
     self_name: str
+    kube_api: str | None = None
 
 
 @dataclass(frozen=True)

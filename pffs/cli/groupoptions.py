@@ -1,8 +1,9 @@
 """The options of `pffs mount` that join a cache group (pffs.group), and their checks.
 
-`--group-members SOURCE --group-listen HOST:PORT --group-secret-file FILE [--group-self NAME]`,
-or the group's second form, a shared tier: `--shared-cache s3://BUCKET/PREFIX
-[--shared-cache-endpoint URL] [--shared-cache-profile NAME]`.
+`--group-members SOURCE --group-listen HOST:PORT --group-secret-file FILE [--group-self NAME]`
+(`k8s://` reads the API as the pod's service account, or outside a pod at $PFFS_KUBE_API, such
+as `kubectl proxy`'s http://127.0.0.1:8001), or the group's second form, a shared tier:
+`--shared-cache s3://BUCKET/PREFIX [--shared-cache-endpoint URL] [--shared-cache-profile NAME]`.
 The options themselves are rows of pffs.optiontable (section "group" and "shared"); they go
 together, so they are checked here as a whole, before a daemon starts: bad input is one line
 and exit 2.
@@ -20,6 +21,9 @@ from pffs.group import members, signing
 from pffs.group.dnsmembers import parse_dns_source
 from pffs.group.kubemembers import parse_k8s_source
 from pffs.group.server import parse_listen
+
+# The Kubernetes API outside a pod, for `k8s://` members (inside one: the service account).
+KUBE_API_ENV = "PFFS_KUBE_API"
 
 
 def shared_cache_config(args: argparse.Namespace) -> SharedCacheConfig | None:
@@ -54,10 +58,14 @@ def group_config(args: argparse.Namespace) -> GroupConfig | None:
         members.check_name(self_name)
     except UsageError as exc:
         raise UsageError(f"--group-self: {exc}") from None
+    kube_api = None
     if source.startswith("file:"):
         members.read_member_file(members.file_path(source))
     elif source.startswith("k8s:"):
         parse_k8s_source(source)
+        kube_api = os.environ.get(KUBE_API_ENV) or None
+        if kube_api is not None and not kube_api.startswith(("http://", "https://")):
+            raise UsageError(f"{KUBE_API_ENV}={kube_api}: expected an http:// or https:// URL")
     elif source.startswith("dns:"):
         parse_dns_source(source)
     else:
@@ -68,4 +76,4 @@ def group_config(args: argparse.Namespace) -> GroupConfig | None:
     parse_listen(args.group_listen)
     secret_file = os.path.abspath(args.group_secret_file)
     signing.read_secret(secret_file)
-    return GroupConfig(source, args.group_listen, secret_file, self_name)
+    return GroupConfig(source, args.group_listen, secret_file, self_name, kube_api)

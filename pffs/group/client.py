@@ -2,10 +2,12 @@
 worker thread, with the reply checked before anyone uses it.
 
 Timeouts are short and apart from the store's: `connect`, `first_byte` (and any later pause
-between bytes) and `whole` for the block. Every way a reply can be wrong raises `PeerFailed`
-with a short reason: a refused or timed-out connection, a status other than 200, a version,
-length or CRC32C that is not the one asked for. A 404 to a cached-only request is `PeerMiss`,
-a 503 `PeerStoreFailed` (the owner's store failed it): the peer is fine in both.
+between bytes) and `whole` for the block. The body is read as the owner sends it (the block,
+then its CRC32C: pffs.group.protocol) and checked once whole. Every way a reply can be wrong
+raises `PeerFailed` with a short reason: a refused or timed-out connection, a status other
+than 200, a version, length or CRC32C that is not the one asked for. A 404 to a cached-only
+request is `PeerMiss`, a 503 `PeerStoreFailed` (the owner's store failed it), a 307
+`PeerAskSecond` (a hot block: pffs.group.hot): the peer is fine in all three.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ CHUNK = 256 * 1024
 @dataclass(frozen=True)
 class Timeouts:
     connect: float = 0.5
-    # The owner answers once it holds the block: a store GET (or joining one) fits in this.
+    # The owner answers once the block's first bytes are in: a store GET's first byte (or
+    # joining one) fits in this.
     first_byte: float = 5.0
     whole: float = 15.0
 
@@ -36,6 +39,10 @@ class PeerFailed(Exception):
 
 class PeerMiss(PeerFailed):
     """A cached-only request for a block the peer does not hold."""
+
+
+class PeerAskSecond(PeerFailed):
+    """The owner of a hot block sends this request to its second copy (307): the peer is fine."""
 
 
 class PeerStoreFailed(PeerFailed):
@@ -82,6 +89,8 @@ class PeerClient:
     ) -> bytes:
         if response.status == 404 and request.cached_only:
             raise PeerMiss("not held")
+        if response.status == 307:
+            raise PeerAskSecond("hot: ask the second copy")
         if response.status == 503:
             raise PeerStoreFailed("the owner's store failed")
         if response.status != 200:
@@ -90,13 +99,13 @@ class PeerClient:
         if version != request.blocks.version:
             raise PeerFailed("another version")
         expected = request.length
-        if response.headers.get("content-length") != str(expected):
+        if response.headers.get("content-length") != str(expected + protocol.FOOTER.size):
             raise PeerFailed("wrong length")
         pieces: list[bytes] = []
-        got = 0
+        got, wanted = 0, expected + protocol.FOOTER.size
         try:
-            while got < expected:
-                piece = response.read(min(CHUNK, expected - got))
+            while got < wanted:
+                piece = response.read(min(CHUNK, wanted - got))
                 if not piece:
                     break
                 pieces.append(piece)
@@ -105,10 +114,12 @@ class PeerClient:
                     raise PeerFailed("block too slow")
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise PeerFailed(_reason(exc)) from None
-        data = b"".join(pieces)
-        if len(data) != expected:
+        body = b"".join(pieces)
+        if len(body) != wanted:
             raise PeerFailed("short body")
-        if response.headers.get(protocol.CRC) != f"{crc32c.crc32c(data):08x}":
+        data, footer = body[:expected], body[expected:]
+        crc = crc32c.crc32c(data)
+        if protocol.FOOTER.unpack(footer)[0] != crc:
             raise PeerFailed("CRC32C mismatch")
         return data
 

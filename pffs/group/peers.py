@@ -7,7 +7,9 @@ and told to its breaker; a reader never sees a peer's error. Asks for the same b
 request.
 
 The owner's side is `fetch_for_peer`: during a handover it asks the previous owner for a
-block it does not hold yet, else the store, through the caller's store fetch.
+block it does not hold yet, else the store, through the caller's store fetch; and `to_second`,
+which sends every second request for a hot block to its second copy (pffs.group.hot), which
+gets it from the owner once.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ import trio
 from pffs.cache.keys import ObjectBlocks
 from pffs.group import stats
 from pffs.group.breaker import PeerBreaker
-from pffs.group.client import PeerClient, PeerFailed, PeerMiss, PeerStoreFailed
+from pffs.group.client import PeerAskSecond, PeerClient, PeerFailed, PeerMiss, PeerStoreFailed
+from pffs.group.hot import Asked
 from pffs.group.members import Member
 from pffs.group.placement import Placement
 from pffs.group.protocol import BlockRequest
@@ -33,6 +36,8 @@ PEER_CONCURRENCY = 32
 # A handover whose first asks of previous owners all miss ends: the group started cold, and
 # asking on would cost a round trip per block for nothing.
 HANDOVER_PROBES = 16
+# What `_ask` gives for "ask the block's second copy" (a hot block): a block is never empty.
+ASK_SECOND = b""
 
 
 class _Flight:
@@ -54,6 +59,7 @@ class Group:
         self.limiter = trio.CapacityLimiter(PEER_CONCURRENCY)
         self._flights: dict[tuple[BlockRequest, str], _Flight] = {}
         self._handover_asks = self._handover_hits = 0
+        self.asked = Asked()  # requests for the blocks this member owns (hot blocks)
         if members:
             self.update(members)
 
@@ -124,15 +130,50 @@ class Group:
             return data
         request = BlockRequest(blocks, index)
         data = await self._ask(owner, request)
+        if data == ASK_SECOND:
+            data = await self._from_second(blocks, index, owner)
         if data is None and previous is not None and previous.name != owner.name:
             data = await self._ask(previous, request)
         return data
 
+    async def _from_second(self, blocks: ObjectBlocks, index: int, owner: Member) -> bytes | None:
+        """A hot block its owner sent this asker away for: from its second copy, else (it
+        failed, or this member is that copy) from the owner, forwarded."""
+        second = self.placement.second(blocks.key(index))
+        data = None
+        if second is not None and second.name not in (self.self_name, owner.name):
+            data = await self._ask(second, BlockRequest(blocks, index))
+        if not data:
+            data = await self._ask(owner, BlockRequest(blocks, index, forwarded=True))
+        return data or None
+
+    def to_second(self, blocks: ObjectBlocks, index: int) -> bool:
+        """Whether a peer's request for a block this member owns goes to its second copy (a
+        hot block, every second request; pffs.group.hot)."""
+        if self.peer_owner(blocks, index) is not None:
+            return False
+        key = blocks.key(index)
+        second = self.placement.second(key)
+        if second is None or second.name == self.self_name:
+            return False
+        breaker = self.breakers.get(second.name)
+        return breaker is not None and breaker.allows() and self.asked.to_second(key)
+
     async def fetch_for_peer(
-        self, blocks: ObjectBlocks, index: int, from_store: Callable[[], Awaitable[bytes]]
+        self,
+        blocks: ObjectBlocks,
+        index: int,
+        from_store: Callable[[], Awaitable[bytes]],
+        forwarded: bool = False,
     ) -> bytes:
-        """An owner's miss of a block a peer asked for: the previous owner's copy during a
-        handover, else the store's."""
+        """A miss of a block a peer asked for: at a member that does not own it (a hot block's
+        second copy, or the asker's member list differs), the owner's copy unless the request
+        was `forwarded` already; during a handover, the previous owner's; else the store's."""
+        owner = self.peer_owner(blocks, index)
+        if owner is not None and not forwarded:
+            data = await self._ask(owner, BlockRequest(blocks, index, forwarded=True))
+            if data:
+                return data
         previous = self.previous_owner(blocks, index)
         if previous is not None:
             data = await self._ask(previous, BlockRequest(blocks, index, cached_only=True))
@@ -165,6 +206,9 @@ class Group:
         except PeerMiss:
             breaker.succeeded()
             return None
+        except PeerAskSecond:
+            breaker.succeeded()
+            return ASK_SECOND
         except PeerStoreFailed as exc:  # the peer is fine; its store failed this block
             breaker.succeeded()
             stats.FALLBACKS.labels(reason=str(exc)).inc()

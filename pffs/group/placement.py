@@ -5,6 +5,7 @@ membership moves only the blocks of the members that came or went (about 1/N of 
 every member computes the same owner from the same list, with no coordination. A member's
 weight scales its share (weighted rendezvous: score = -weight / ln(hash in (0, 1))).
 
+The second highest score is where a hot block's second copy goes (pffs.group.hot).
 Only members that own blocks (`Member.owns`: not a terminating endpoint) are candidates. For
 `HANDOVER` seconds after a change, the owner a block had before it is remembered, so a new owner
 missing the block asks the previous one before the store.
@@ -13,6 +14,7 @@ missing the block asks the previous one before the store.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import math
 import time
 from collections.abc import Sequence
@@ -34,18 +36,22 @@ def score(member: Member, key: bytes) -> float:
     return -member.weight / math.log(unit)
 
 
+def ranked(members: Sequence[Member], key: BlockKey, count: int) -> list[Member]:
+    """The first `count` members by their score for `key` (only members that own blocks):
+    its owner first, then where its second copy goes."""
+    raw = key_bytes(key)
+    scored = heapq.nlargest(
+        count,
+        ((score(member, raw), member.name, member) for member in members if member.owns),
+        key=lambda item: (item[0], item[1]),
+    )
+    return [member for _score, _name, member in scored]
+
+
 def owner(members: Sequence[Member], key: BlockKey) -> Member | None:
     """The member owning `key` among `members` (None when none owns blocks)."""
-    raw = key_bytes(key)
-    best: Member | None = None
-    best_score = -1.0
-    for member in members:
-        if not member.owns:
-            continue
-        value = score(member, raw)
-        if value > best_score or (value == best_score and best and member.name > best.name):
-            best, best_score = member, value
-    return best
+    first = ranked(members, key, 1)
+    return first[0] if first else None
 
 
 class Placement:
@@ -64,6 +70,11 @@ class Placement:
 
     def owner(self, key: BlockKey) -> Member | None:
         return owner(self.members, key)
+
+    def second(self, key: BlockKey) -> Member | None:
+        """Where a hot block's second copy goes: its second choice, when there is one."""
+        choices = ranked(self.members, key, 2)
+        return choices[1] if len(choices) == 2 else None
 
     def end_handover(self) -> None:
         """Forget the previous members now (their caches turned out to hold nothing)."""

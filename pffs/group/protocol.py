@@ -1,17 +1,22 @@
 """The peer protocol's messages: what names a block on the wire, and what a reply must carry.
 
 A request is
-`GET /v1/block?s=SOURCE&a=PRINCIPAL&p=PATH&v=VERSION&i=INDEX&n=SIZE&b=BLOCK_SIZE[&c=1]`: the block
-key (the source id, which carries the bucket and endpoint, and the digest of the principal the
-asker reads it as: a member serves only a source it mounts as that same principal, so the group
-never hands one principal's bytes to another), the object's size and the group's block size (so
-the owner cuts the object into the same blocks), and `c=1` to ask only for a block the member
-holds (the handover from a previous owner). A reply of 200 carries the block, its
-`x-pffs-version`, a Content-Length and its `x-pffs-crc32c`; the asker checks all three.
+`GET /v2/block?s=SOURCE&a=PRINCIPAL&p=PATH&v=VERSION&i=INDEX&n=SIZE&b=BLOCK_SIZE[&c=1][&f=1]`:
+the block key (the source id, which carries the bucket and endpoint, and the digest of the
+principal the asker reads it as: a member serves only a source it mounts as that same
+principal, so the group never hands one principal's bytes to another), the object's size and
+the group's block size (so the owner cuts the object into the same blocks), `c=1` to ask only
+for a block the member holds (the handover from a previous owner), `f=1` for a request a hot
+block's second copy sends its owner (pffs.group.hot: never redirected). A reply of 307 says:
+ask the block's second copy. A reply of 200 carries the block's `x-pffs-version`, a
+Content-Length of the block's length and 4, then the block, sent as the owner gets it (it may
+still be on its way from the owner's store), then its CRC32C (`FOOTER`, big-endian): the asker
+checks all three before it uses the block.
 """
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from urllib.parse import parse_qs, urlencode, urlsplit
 
@@ -19,9 +24,9 @@ import crc32c
 
 from pffs.cache.keys import ObjectBlocks
 
-PATH = "/v1/block"
+PATH = "/v2/block"
 VERSION = "x-pffs-version"
-CRC = "x-pffs-crc32c"
+FOOTER = struct.Struct(">I")  # the block's CRC32C, after its last byte
 MAX_TARGET = 8192
 
 
@@ -34,6 +39,7 @@ class BlockRequest:
     blocks: ObjectBlocks
     index: int
     cached_only: bool = False
+    forwarded: bool = False  # from a hot block's second copy: served, never sent on
 
     def target(self) -> str:
         b = self.blocks
@@ -48,6 +54,8 @@ class BlockRequest:
         query["b"] = b.block_size
         if self.cached_only:
             query["c"] = 1
+        if self.forwarded:
+            query["f"] = 1
         return f"{PATH}?{urlencode(query)}"
 
     @property
@@ -62,7 +70,7 @@ def parse_target(target: str) -> BlockRequest:
     parts = urlsplit(target)
     if parts.path != PATH:
         raise BadRequest("unknown path")
-    query = parse_qs(parts.query, keep_blank_values=True, max_num_fields=9)
+    query = parse_qs(parts.query, keep_blank_values=True, max_num_fields=10)
     if any(len(values) != 1 for values in query.values()):
         raise BadRequest("repeated field")
     fields = {name: values[0] for name, values in query.items()}
@@ -81,8 +89,9 @@ def parse_target(target: str) -> BlockRequest:
     ):
         raise BadRequest("no such block")
     blocks = ObjectBlocks(source, principal, path, version, size, block_size)
-    return BlockRequest(blocks, index, fields.get("c") == "1")
+    return BlockRequest(blocks, index, fields.get("c") == "1", fields.get("f") == "1")
 
 
-def checksum(data: bytes | memoryview) -> str:
-    return f"{crc32c.crc32c(data):08x}"
+def footer(data: bytes | memoryview) -> bytes:
+    """What follows a block of `data` in a reply."""
+    return FOOTER.pack(crc32c.crc32c(data))

@@ -4,8 +4,11 @@ Each request is checked before anything is read from the cache: its signature
 (`signing.Verifier`), its target (`protocol.parse_target`), and then by the block handler the
 mount composed (pffs.mounting.grouping), which refuses a source this member does not mount.
 Refusals answer 403 and are logged, at most one line per peer address and reason a minute,
-so a member with the wrong secret cannot flood the log. A failure to get the block answers
-503: the asker then fetches from the store itself. Every input is bounded: the request head
+so a member with the wrong secret cannot flood the log. A block is sent as its handler gives
+it: whole, or in pieces as the owner's store sends them (pffs.group.pieces), its length known
+from the request and its CRC32C after its last byte (pffs.group.protocol). A failure to get the
+block before any byte of it answers 503 (after, the connection is closed): the asker then
+fetches from the store itself. Every input is bounded: the request head
 (h11's limit), a body (none is expected), the time to send a request, idle connections, and
 the number of connections.
 """
@@ -14,14 +17,16 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
 
+import crc32c
 import h11
 import trio
 
 from pffs.errors import UsageError
 from pffs.group import protocol, stats
+from pffs.group.pieces import Pieces
 from pffs.group.protocol import BadRequest, BlockRequest
 from pffs.group.signing import Verifier
 
@@ -34,13 +39,23 @@ MAX_HEAD = protocol.MAX_TARGET + 4096
 REFUSAL_LOG_EVERY = 60.0
 
 
+class _Unfinished(Exception):
+    """A block whose fetch failed after some of it was sent: its connection is closed."""
+
+
 class Refused(Exception):
     """A request this member will not serve (logged, answered 403)."""
 
 
-# The block a request names: its bytes, or None for a cached-only request of a block this
-# member does not hold; Refused for a block it may not serve; any other error is a 503.
-BlockHandler = Callable[[BlockRequest], Awaitable[bytes | None]]
+class AskSecond(Exception):
+    """A hot block's request the owner sends to its second copy (answered 307)."""
+
+
+# The block a request names: its bytes (whole, or in pieces as they arrive), or None for a
+# cached-only request of a block this member does not hold; Refused for a block it may not
+# serve; AskSecond for a hot block's request its second copy serves; any other error is a 503.
+BlockHandler = Callable[[BlockRequest], Awaitable[bytes | Pieces | None]]
+Body = bytes | Pieces
 
 
 class PeerServer:
@@ -71,6 +86,8 @@ class PeerServer:
                     conn.start_next_cycle()
         except (trio.BrokenResourceError, trio.ClosedResourceError, h11.LocalProtocolError):
             pass  # the peer went away
+        except _Unfinished as exc:
+            log.debug("group: a block for %s stopped mid-way: %s", peer, exc)
         finally:
             self._connections -= 1
 
@@ -94,7 +111,7 @@ class PeerServer:
 
     async def _answer(
         self, request: h11.Request, peer: str
-    ) -> tuple[int, bytes, list[tuple[str, str]]]:
+    ) -> tuple[int, Body, list[tuple[str, str]]]:
         method, target = request.method.decode(), request.target.decode("ascii", "replace")
         headers = {name.decode(): value.decode("latin-1") for name, value in request.headers}
         claimed = headers.get("x-pffs-from", "")[:64]  # unproven: only for the log
@@ -112,21 +129,20 @@ class PeerServer:
             self._refused(peer, str(exc))
             return 400, b"", []
         try:
-            data = await self._handler(block_request)
+            body = await self._handler(block_request)
+            if isinstance(body, Pieces) and not await body.started():
+                raise body.error or RuntimeError("no bytes")
         except Refused as exc:
             self._refused(peer, str(exc))
             return 403, b"", []
+        except AskSecond:
+            return 307, b"", []
         except Exception as exc:  # the store failed it: the asker fetches it itself
             log.debug("group: block for %s failed: %s", peer, exc)
             return 503, b"", []
-        if data is None:
+        if body is None:
             return 404, b"", []
-        stats.PEER_BYTES.labels(way="served").inc(len(data))
-        reply = [
-            (protocol.VERSION, block_request.blocks.version),
-            (protocol.CRC, protocol.checksum(data)),
-        ]
-        return 200, data, reply
+        return 200, body, [(protocol.VERSION, block_request.blocks.version)]
 
     def _refused(self, peer: str, reason: str) -> None:
         stats.REFUSALS.labels(reason=reason).inc()
@@ -170,18 +186,38 @@ async def _reply(
     conn: h11.Connection,
     stream: trio.SocketStream,
     status: int,
-    body: bytes,
+    body: Body,
     headers: list[tuple[str, str]] | None = None,
 ) -> None:
+    """The response; a block's (status 200) followed by its CRC32C (protocol.FOOTER)."""
     if conn.our_state not in (h11.SEND_RESPONSE, h11.IDLE):  # IDLE: a malformed request
         return
-    fields = [*(headers or []), ("content-length", str(len(body)))]
+    length = body.length if isinstance(body, Pieces) else len(body)
+    if status == 200:
+        length += protocol.FOOTER.size
+    fields = [*(headers or []), ("content-length", str(length))]
     if status != 200:
         fields.append(("connection", "close"))
     await stream.send_all(conn.send(h11.Response(status_code=status, headers=fields)))
-    if body:
-        await stream.send_all(conn.send(h11.Data(data=body)))
+    if status == 200:
+        crc = 0
+        pieces = body.stream() if isinstance(body, Pieces) else _whole(body)
+        while True:
+            try:
+                piece = await anext(pieces)
+            except StopAsyncIteration:
+                break
+            except Exception as exc:  # the owner's fetch failed mid-block: close the connection
+                raise _Unfinished(str(exc)) from exc
+            crc = crc32c.crc32c(piece, crc)
+            await stream.send_all(conn.send(h11.Data(data=piece)))
+        await stream.send_all(conn.send(h11.Data(data=protocol.FOOTER.pack(crc))))
+        stats.PEER_BYTES.labels(way="served").inc(length - protocol.FOOTER.size)
     await stream.send_all(conn.send(h11.EndOfMessage()))
+
+
+async def _whole(body: bytes) -> AsyncIterator[bytes]:
+    yield body
 
 
 def parse_listen(address: str) -> tuple[str, int]:

@@ -6,15 +6,18 @@ written there in the background. A block object is named by the block key: a dig
 path, version, block size), then the index. It starts with a header carrying the format, the
 block's length, index, a digest of the version and a CRC32C of the bytes; all are checked on
 read, and any mismatch, a missing object or any failure of the shared store is a miss (the
-origin serves the block). The shared store is any pffs backend that reads ranges and takes
-PUTs, composed by pffs.mounting with its own endpoint and credentials.
+origin serves the block). A missing object is first claimed (`claims`): the mount that claims
+it fetches it from the origin and writes it, while the others wait for it to appear, so mounts
+missing one block at once fetch it from the origin once. The shared store is any pffs backend
+that reads ranges and takes PUTs, composed by pffs.mounting with its own endpoint and
+credentials.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
-import os
 import struct
 import tempfile
 from typing import Protocol
@@ -25,6 +28,7 @@ import trio
 from pffs.cache.keys import ObjectBlocks
 from pffs.errors import NotFound
 from pffs.group import stats
+from pffs.group.claims import WAIT, Claims
 from pffs.workers import run_blocking
 
 log = logging.getLogger("pffs.group")
@@ -32,8 +36,12 @@ log = logging.getLogger("pffs.group")
 MAGIC = b"PFFSBLK1"
 # magic, CRC32C of the bytes, length, index, sha256 of the version
 HEADER = struct.Struct(">8sIQQ32s")
-# Blocks waiting to be written at once; past it a block is not written (a later miss writes it).
+# Blocks waiting to be written at once; past it a block is not written (a later miss writes it)
+# unless this mount claimed it: other mounts are waiting for that one.
 MAX_PENDING = 64
+# How often a mount waiting for a block another mount claimed looks for it: from the first
+# pause, growing by half each time, to the last.
+POLL_FIRST, POLL_LAST = 0.01, 0.1
 
 
 class SharedStore(Protocol):
@@ -76,10 +84,17 @@ def unpack(blocks: ObjectBlocks, index: int, raw: bytes) -> tuple[bytes | None, 
 class SharedTier:
     """A block source (pffs.group.sources) over a shared store."""
 
-    def __init__(self, store: SharedStore, prefix: str, concurrency: int = 16) -> None:
+    def __init__(
+        self,
+        store: SharedStore,
+        prefix: str,
+        concurrency: int = 16,
+        claims: Claims | None = None,
+    ) -> None:
         self.store = store
         self.prefix = prefix.strip("/")
         self.limiter = trio.CapacityLimiter(concurrency)
+        self.claims = claims
         self._writes = trio.CapacityLimiter(4)
         self._pending = 0
         self._warned: set[str] = set()
@@ -92,47 +107,88 @@ class SharedTier:
         return True
 
     async def fetch_block(self, blocks: ObjectBlocks, index: int) -> bytes | None:
+        """The block from the tier; else None, after waiting for it when another mount
+        claimed it."""
+        name = self._name(blocks, index)
+        if self._mine(name):
+            return None  # this mount is fetching it from the origin already
+        try:
+            return await self._read(blocks, index)
+        except NotFound:
+            pass
+        if self.claims is None:
+            return None
+        if await self.claims.claim(name):
+            return None  # written when it lands, whatever the writes pending
+        deadline = trio.current_time() + WAIT
+        pause = POLL_FIRST
+        while trio.current_time() + pause < deadline:
+            await trio.sleep(pause)
+            pause = min(pause * 1.5, POLL_LAST)
+            with contextlib.suppress(NotFound):
+                return await self._read(blocks, index, coming=True)
+        stats.FALLBACKS.labels(reason="claimed block late").inc()
+        return None
+
+    async def _read(self, blocks: ObjectBlocks, index: int, coming: bool = False) -> bytes | None:
+        """The block object checked; NotFound when absent or short (a store whose PUTs are not
+        atomic, s3rver, shows it short while it is written: it is claimed, or waited for, as
+        an absent one; counted as damaged unless it is `coming`), None when it cannot be
+        used."""
         length = HEADER.size + blocks.length(index)
         try:
             raw = await run_blocking(
                 self.limiter, self.store.read_range, self._name(blocks, index), 0, length, None
             )
-        except Exception as exc:  # absent (the usual miss) or failing: the origin serves it
-            if not isinstance(exc, NotFound):
-                self._once(f"read failed: {exc}")
-                stats.FALLBACKS.labels(reason="shared tier failed").inc()
+        except NotFound:
+            raise
+        except Exception as exc:  # failing: the origin serves it
+            self._once(f"read failed: {exc}")
+            stats.FALLBACKS.labels(reason="shared tier failed").inc()
             return None
+        if len(raw) < length:
+            if not coming:
+                self._damaged(blocks, index, "wrong length")
+            raise NotFound(self._name(blocks, index))
         data, why = unpack(blocks, index, raw)
         if data is None:
-            self._once(f"{self._name(blocks, index)}: {why}; read from the origin")
-            stats.FALLBACKS.labels(reason=why).inc()
+            self._damaged(blocks, index, why)
             return None
         stats.PEER_BYTES.labels(way="received").inc(len(data))
         return data
 
     def landed(self, blocks: ObjectBlocks, index: int, data: bytes) -> None:
-        if self._pending >= MAX_PENDING:
+        name = self._name(blocks, index)
+        if self._pending >= MAX_PENDING and not self._mine(name):
             return
         self._pending += 1
-        trio.lowlevel.spawn_system_task(self._write, blocks, index, data)
+        trio.lowlevel.spawn_system_task(self._write, name, pack(blocks, index, data), len(data))
 
-    async def _write(self, blocks: ObjectBlocks, index: int, data: bytes) -> None:
+    async def _write(self, name: str, body: bytes, length: int) -> None:
+        # Other mounts wait for a block this one claimed: it does not queue behind the rest.
+        limiter = self.limiter if self._mine(name) else self._writes
         try:
-            await run_blocking(
-                self._writes, self._put, self._name(blocks, index), pack(blocks, index, data)
-            )
-            stats.PEER_BYTES.labels(way="served").inc(len(data))
+            await run_blocking(limiter, self._put, name, body)
+            stats.PEER_BYTES.labels(way="served").inc(length)
+            if self.claims is not None:
+                await self.claims.release(name)  # the block is there: its claim has served
         except Exception as exc:  # the block stays out of the tier: a later miss writes it
             self._once(f"write failed: {exc}")
         finally:
             self._pending -= 1
 
+    def _mine(self, name: str) -> bool:
+        return self.claims is not None and self.claims.mine(name)
+
     def _put(self, name: str, body: bytes) -> None:
         with tempfile.NamedTemporaryFile(prefix="pffs-shared-") as f:
             f.write(body)
-            f.flush()
-            os.fsync(f.fileno())
+            f.flush()  # read back by the upload: no need to reach the disk
             self.store.put(name, f.name)
+
+    def _damaged(self, blocks: ObjectBlocks, index: int, why: str) -> None:
+        self._once(f"{self._name(blocks, index)}: {why}; read from the origin")
+        stats.FALLBACKS.labels(reason=why).inc()
 
     def _once(self, message: str) -> None:
         """One log line per kind of trouble (the counters keep the rest)."""

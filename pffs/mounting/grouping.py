@@ -3,45 +3,45 @@ this mount.
 
 `open_group` reads the secret, binds the peer port (a port in use is a one-line error before
 the mount serves) and reads the first member list; `JoinedGroup.run` serves peers and follows
-the member list while the mount serves. The server's block handler is this mount's own read
-path: the block cache (its single flight, so one fetch serves every asker) over the store
-fetch of the source the block names, version pinned, so an owner fetches a block once for the
-whole group. It serves only sources this mount mounts: the source id in the key carries the
-bucket and endpoint, so the group is never a way around a bucket's access rules. The group,
-as the tier joined (`JoinedGroup.tier`), is handed to the VFS, whose reads put it before each
-object's store (pffs.fs.fetching). `asking_group` is the same group for `pffs warmup` on a
-member: it asks the owners, so each owner loads its own blocks from the store once, and the
-group fills in parallel. `open_shared` joins the group's second form instead, a shared tier
-over a store of its own.
+the member list while the mount serves. The server's block handler (pffs.mounting.peerblocks)
+is this mount's own read path: the block cache (its single flight, so one fetch serves every
+asker) over the store of the source the block names, version pinned, so an owner fetches a
+block once for the whole group, streamed to the askers as it arrives. It serves only sources
+this mount mounts: the source id in the key carries the bucket and endpoint, so the group is
+never a way around a bucket's access rules. The group, as the tier joined
+(`JoinedGroup.tier`), is handed to the VFS, whose reads put it before each object's store
+(pffs.fs.fetching). `asking_group` is the same group for `pffs warmup` on a member: it asks
+the owners, so each owner loads its own blocks from the store once, and the group fills in
+parallel. `open_shared` joins the group's second form instead, a shared tier over a store of
+its own, after checking whether that store honours `If-None-Match: *` (pffs.group.claims).
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import socket
+from collections.abc import Callable
 
 import trio
 
-from pffs import retry
 from pffs.backends import open_backend
 from pffs.backends.base import Backend, WritableBackend, writable
 from pffs.cache.blocks import BlockCache
-from pffs.cache.keys import Blocks
 from pffs.config import GroupConfig, SharedCacheConfig, SourceConfig
 from pffs.errors import PffsError, UsageError
-from pffs.fs.fetching import Store, StoreBlocks
+from pffs.group import claims
+from pffs.group.claims import Claims
 from pffs.group.client import PeerClient
 from pffs.group.dnsmembers import DnsMembers
 from pffs.group.kubemembers import KubeMembers
 from pffs.group.members import FileMembers, file_path
 from pffs.group.peers import Group
-from pffs.group.protocol import BlockRequest
-from pffs.group.server import PeerServer, Refused, parse_listen
+from pffs.group.server import PeerServer, parse_listen
 from pffs.group.shared import SharedTier
 from pffs.group.signing import Verifier, read_secret
 from pffs.group.sources import Joined
 from pffs.kube import KubeClient, KubeError
+from pffs.mounting.peerblocks import PeerBlocks
 from pffs.routing.table import MountTable
 
 log = logging.getLogger("pffs.group")
@@ -80,8 +80,7 @@ def open_group(config: GroupConfig, table: MountTable, cache: BlockCache) -> Joi
     members = _member_source(config)
     if isinstance(members, FileMembers):
         group.update(members.load())
-    handler = functools.partial(_serve_block, group, table, cache)
-    server = PeerServer(handler, Verifier(secret))
+    server = PeerServer(PeerBlocks(group, table, cache).serve, Verifier(secret))
     listening = _bind(config.listen)
     log.info("group: %s serving peers on %s", config.self_name, config.listen)
     return JoinedGroup(group, server, listening, members)
@@ -108,8 +107,18 @@ def open_shared(config: SharedCacheConfig) -> Joined:
         backend.check()
     except PffsError as exc:
         raise type(exc)(f"--shared-cache {config.url}: {exc}") from None
-    tier = SharedTier(_SharedStore(backend, writer), "", backend.max_concurrency)
-    log.info("shared cache: blocks in %s", backend.source_id)
+    store = _SharedStore(backend, writer)
+    try:
+        conditional = claims.probe(store, "")
+    except PffsError as exc:
+        raise type(exc)(f"--shared-cache {config.url}: {exc}") from None
+    limiter = trio.CapacityLimiter(backend.max_concurrency)
+    tier = SharedTier(store, "", backend.max_concurrency, Claims(store, conditional, limiter))
+    log.info(
+        "shared cache: blocks in %s; claims %s",
+        backend.source_id,
+        "with If-None-Match" if conditional else "read back (the store ignores If-None-Match)",
+    )
     return Joined(tier)
 
 
@@ -119,6 +128,9 @@ class _SharedStore:
     def __init__(self, backend: Backend, writer: WritableBackend) -> None:
         self.read_range = backend.read_range
         self.put = writer.put
+        self.delete = writer.delete
+        # S3's writer (the one --shared-cache takes) writes an object only where none is.
+        self.put_new: Callable[[str, bytes], bool] = writer.put_new  # type: ignore[attr-defined]
 
 
 def _member_source(config: GroupConfig) -> FileMembers | KubeMembers | DnsMembers:
@@ -127,7 +139,7 @@ def _member_source(config: GroupConfig) -> FileMembers | KubeMembers | DnsMember
     if config.members.startswith("dns:"):
         return DnsMembers(config.members)
     try:
-        return KubeMembers(config.members, KubeClient.in_cluster())
+        return KubeMembers(config.members, KubeClient.from_url(config.kube_api))
     except KubeError as exc:
         raise UsageError(f"--group-members {config.members}: {exc}") from None
 
@@ -144,48 +156,3 @@ def _bind(address: str) -> socket.socket:
         sock.close()
         raise PffsError(f"--group-listen {address}: {exc.strerror}") from None
     return sock
-
-
-async def _serve_block(
-    group: Group, table: MountTable, cache: BlockCache, request: BlockRequest
-) -> bytes | None:
-    """A block a peer asked for, through this mount's cache (fetched once, version pinned)."""
-    blocks, index = request.blocks, request.index
-    if blocks.block_size != cache.block_size:
-        raise Refused(f"block size {blocks.block_size} (this member's is {cache.block_size})")
-    mounted = next(
-        (
-            m
-            for m in table.mounted
-            if m.backend.source_id == blocks.source and m.backend.principal == blocks.principal
-        ),
-        None,
-    )
-    if mounted is None:  # never a way around the store's access rules
-        raise Refused("a source this member does not mount as that principal")
-    if request.cached_only:  # a handover: only what this member holds now
-        return await cache.held(blocks.key(index))
-    # The store itself (never asking the group), through the owner's side of a miss.
-    source = _OwnerSide(group, StoreBlocks(Store.of(mounted), blocks))
-    with retry.asking():  # the store's retries for this block stop within the usual bound
-        return await cache.read(blocks.key(index), source, blocks.length(index))
-
-
-class _OwnerSide:
-    """The blocks an owner serves its peers: the previous owner's copy during a handover,
-    else the store's (Group.fetch_for_peer)."""
-
-    def __init__(self, group: Group, store: StoreBlocks) -> None:
-        self.group = group
-        self.store = store
-
-    async def part(self, offset: int, length: int) -> bytes:
-        blocks = self.store.blocks
-
-        async def from_store() -> bytes:
-            return await self.store.part(offset, length)
-
-        return await self.group.fetch_for_peer(blocks, offset // blocks.block_size, from_store)
-
-    def run(self, first: int, count: int) -> Blocks:
-        return self.store.run(first, count)

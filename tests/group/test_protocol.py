@@ -6,17 +6,20 @@ request of another secret, a malformed request or target is refused, and nothing
 from __future__ import annotations
 
 import socket
+import threading
 from collections.abc import Callable
 from typing import TypeVar
 
 import pytest
 import trio
+import urllib3
 
 from pffs.cache.keys import ObjectBlocks
-from pffs.group import protocol
-from pffs.group.client import PeerClient, PeerFailed, PeerMiss
+from pffs.group import protocol, signing
+from pffs.group.client import PeerAskSecond, PeerClient, PeerFailed, PeerMiss
+from pffs.group.pieces import Pieces
 from pffs.group.protocol import BadRequest, BlockRequest
-from pffs.group.server import PeerServer, Refused
+from pffs.group.server import AskSecond, PeerServer, Refused
 from pffs.group.signing import Verifier
 
 SECRET = b"a-shared-secret-of-the-group"
@@ -25,13 +28,41 @@ BLOCKS = ObjectBlocks("s3://bucket", "alice", "d/f.bin", '"v1"', 10_000, 4096)
 DATA = bytes(range(256)) * 40
 
 
-async def handler(request: BlockRequest) -> bytes | None:
+# The blocks of STREAMED come in pieces: the first half at once, the rest once `released`
+# (or after 10 s: then the first half was not sent before the rest was in), or its fetch
+# fails after the first half (index 1) or before any byte (index 2).
+STREAMED = ObjectBlocks("s3://bucket", "alice", "d/streamed.bin", '"v1"', 3 * 4096, 4096)
+released = threading.Event()
+waited_out: list[bool] = []
+
+
+async def handler(request: BlockRequest) -> bytes | Pieces | None:
     if request.blocks.source != BLOCKS.source:
         raise Refused("a source this member does not mount")
     if request.cached_only:
         return None
+    if request.blocks.path == "d/hot.bin" and not request.forwarded:
+        raise AskSecond("hot")
     start = request.blocks.start(request.index)
-    return DATA[start : start + request.length]
+    data = DATA[start : start + request.length]
+    if request.blocks.path != STREAMED.path:
+        return data
+    pieces = Pieces(len(data))
+
+    async def produce() -> None:
+        if request.index == 2:
+            pieces.fail(OSError("the store is down"))
+            return
+        pieces.add(data[:2048])
+        if request.index == 1:
+            await trio.sleep(0)
+            pieces.fail(OSError("the store went away"))
+            return
+        waited_out.append(not await trio.to_thread.run_sync(released.wait, 10))
+        pieces.finish(data)
+
+    trio.lowlevel.spawn_system_task(produce)
+    return pieces
 
 
 def serve_and(check: Callable[[str], T]) -> T:
@@ -64,6 +95,46 @@ def test_blocks_over_one_kept_alive_connection() -> None:
     assert got == [DATA[:4096], DATA[4096:8192], DATA[8192:10_000]]
 
 
+def test_a_block_is_streamed_as_it_arrives() -> None:
+    """The first half of a block reaches the asker before the owner has the rest; a fetch
+    failing mid-block closes the connection (a short body), one failing first answers 503."""
+
+    def check(url: str) -> tuple[bytes, bytes, list[str]]:
+        target = BlockRequest(STREAMED, 0).target()
+        response = urllib3.PoolManager().request(
+            "GET", url + target, headers=signing.sign(SECRET, "GET", target), preload_content=False
+        )
+        assert response.headers["content-length"] == str(4096 + protocol.FOOTER.size)
+        first = response.read(2048)
+        released.set()
+        rest = response.read()
+        client = PeerClient(SECRET, "asker")
+        failures = []
+        for index in (1, 2):
+            with pytest.raises(PeerFailed) as failed:
+                client.get(url, BlockRequest(STREAMED, index))
+            failures.append(str(failed.value))
+        return first, rest, failures
+
+    first, rest, failures = serve_and(check)
+    assert waited_out == [False]
+    assert first + rest == DATA[:4096] + protocol.footer(DATA[:4096])
+    assert failures == ["short body", "the owner's store failed"]
+
+
+def test_a_hot_block_is_sent_to_its_second_copy() -> None:
+    """A 307 is PeerAskSecond; the same request forwarded gets the block."""
+    hot = ObjectBlocks("s3://bucket", "alice", "d/hot.bin", '"v1"', 4096, 4096)
+
+    def check(url: str) -> bytes:
+        client = PeerClient(SECRET, "asker")
+        with pytest.raises(PeerAskSecond):
+            client.get(url, BlockRequest(hot, 0))
+        return client.get(url, BlockRequest(hot, 0, forwarded=True))
+
+    assert serve_and(check) == DATA[:4096]
+
+
 def test_refusals() -> None:
     def check(url: str) -> list[str]:
         reasons = []
@@ -79,7 +150,7 @@ def test_refusals() -> None:
             reasons.append(str(failed.value))
         host, port = url.removeprefix("http://").split(":")
         with socket.create_connection((host, int(port)), timeout=5) as raw:
-            raw.sendall(b"GET /v1/block HTTP/1.1\r\nHost: x\r\n\r\n")  # unsigned
+            raw.sendall(b"GET /v2/block HTTP/1.1\r\nHost: x\r\n\r\n")  # unsigned
             reasons.append(raw.recv(100).split(b"\r\n")[0].decode())
         with socket.create_connection((host, int(port)), timeout=5) as raw:
             raw.sendall(b"\x00\x01garbage\r\n\r\n")
@@ -92,11 +163,11 @@ def test_refusals() -> None:
 @pytest.mark.parametrize(
     "target",
     [
-        "/v1/other?s=a",
-        "/v1/block?s=a&p=f&v=e&i=3&n=10&b=4",  # no block 3 of 10 bytes in 4-byte blocks
-        "/v1/block?s=a&p=f&v=e&i=0&n=10&b=4&s=b",
-        "/v1/block?s=a&p=f&v=e&i=x&n=10&b=4",
-        "/v1/block?" + "s=a&" * 5000,
+        "/v2/other?s=a",
+        "/v2/block?s=a&p=f&v=e&i=3&n=10&b=4",  # no block 3 of 10 bytes in 4-byte blocks
+        "/v2/block?s=a&p=f&v=e&i=0&n=10&b=4&s=b",
+        "/v2/block?s=a&p=f&v=e&i=x&n=10&b=4",
+        "/v2/block?" + "s=a&" * 5000,
     ],
 )
 def test_bad_targets(target: str) -> None:

@@ -285,7 +285,7 @@ class BadPeer:
                 request = protocol.parse_target(self.path)
                 length, version = request.length, request.blocks.version
                 body = random.randbytes(length)
-                crc = protocol.checksum(body)
+                footer = protocol.footer(body)
                 if mode == "hang":
                     peer.release.wait(30)
                     return
@@ -294,11 +294,10 @@ class BadPeer:
                 if mode == "version":
                     version = '"another-etag"'
                 self.send_response(200)
-                self.send_header("content-length", str(length))
+                self.send_header("content-length", str(length + len(footer)))
                 self.send_header(protocol.VERSION, version)
-                self.send_header(protocol.CRC, crc)
                 self.end_headers()
-                self.wfile.write(body[: length // 2] if mode == "short" else body)
+                self.wfile.write(body[: length // 2] if mode == "short" else body + footer)
                 if mode == "short":
                     self.close_connection = True
 

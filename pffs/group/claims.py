@@ -1,0 +1,122 @@
+"""Single flight across the mounts of a shared tier: the first mount to miss a block claims it.
+
+A claim is a small object beside the block's, holding a token of the mount, written with
+`If-None-Match: *`, so where the shared store honours the condition (moto, Ceph RGW, S3 and S3
+Express) exactly one mount's write succeeds. That mount fetches the block from the origin,
+writes it to the tier and removes its claim; the others poll the tier for the block object
+(pffs.group.shared) for at most `WAIT` seconds, then fetch it from the origin themselves: a
+claimant that died or failed costs its waiters that wait, never a wrong byte. A claim is named
+by its `PERIOD` too (`NAME.claim-N`, N the number of periods since the epoch), so a claim left
+by a dead mount lapses at the next period with nothing to delete or overwrite; a block claimed
+just before a period ends may be claimed once more just after it.
+
+Whether the store honours the condition is checked once, when the tier opens (`probe`). Where
+it does not (s3rver answers every PUT with 200), a claim is written only when none is there,
+then read back after `SETTLE` seconds: the mount whose token is there won. Two mounts that both
+found none and wrote more than `SETTLE` apart may both win, costing one more origin fetch.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Protocol
+
+import trio
+
+from pffs.errors import NotFound
+from pffs.workers import run_blocking
+
+log = logging.getLogger("pffs.group")
+
+WAIT = 5.0  # the longest a mount waits for another's claimed block before the origin
+PERIOD = 60.0  # a claim lapses at the end of its period (wall clock: every mount's the same)
+SETTLE = 0.02  # without conditional writes: how long writes of one claim may race
+MAX_CLAIM = 64  # a claim object's size bound (a token)
+MAX_HELD = 4096  # claims this mount remembers to release
+
+
+class ClaimStore(Protocol):
+    """What claims need of the shared store (a pffs backend and its writer)."""
+
+    def read_range(self, path: str, start: int, length: int, version: str | None) -> bytes: ...
+
+    def put_new(self, path: str, body: bytes) -> bool: ...
+
+    def delete(self, path: str) -> None: ...
+
+
+def probe(store: ClaimStore, prefix: str) -> bool:
+    """Whether the store refuses a second `If-None-Match: *` write of one name (blocking)."""
+    name = f"{prefix}claims-probe-{os.urandom(8).hex()}"
+    try:
+        return store.put_new(name, b"1") and not store.put_new(name, b"2")
+    finally:
+        try:
+            store.delete(name)
+        except Exception as exc:  # a leftover probe object harms nothing
+            log.debug("shared cache: probe %s left behind: %s", name, exc)
+
+
+class Claims:
+    """This mount's claims in one shared tier."""
+
+    def __init__(self, store: ClaimStore, conditional: bool, limiter: trio.CapacityLimiter) -> None:
+        self.store = store
+        self.conditional = conditional
+        self.limiter = limiter
+        self.token = os.urandom(8).hex().encode()
+        # Block objects this mount claimed and has not released: its claim, and when.
+        self._held: dict[str, tuple[str, float]] = {}
+
+    def mine(self, name: str) -> bool:
+        """Whether this mount claimed block object `name` lately (it is fetching it)."""
+        held = self._held.get(name)
+        return held is not None and time.monotonic() - held[1] < WAIT
+
+    async def claim(self, name: str) -> bool:
+        """Whether this mount is the one to fetch block object `name` (else: wait for it).
+        A failing store is a claim won: the origin serves, as without claims."""
+        claim = f"{name}.claim-{int(time.time() // PERIOD)}"
+        try:
+            if self.conditional:
+                won = await self._put_new(claim)
+            else:
+                held = await self._read(claim)
+                if held is not None:
+                    return held == self.token
+                await self._put_new(claim)  # the condition ignored: written whatever is there
+                await trio.sleep(SETTLE)
+                won = await self._read(claim) in (None, self.token)
+        except Exception as exc:
+            log.debug("shared cache: claim %s failed: %s", claim, exc)
+            return True
+        if won:
+            if len(self._held) >= MAX_HELD:  # claims never released: forgotten (they lapse)
+                self._held.clear()
+            self._held[name] = (claim, time.monotonic())
+        return won
+
+    async def release(self, name: str) -> None:
+        """Remove this mount's claim of block object `name`, now written (a claim left behind
+        lapses at the end of its period)."""
+        held = self._held.pop(name, None)
+        if held is None:
+            return
+        claim = held[0]
+        try:
+            await run_blocking(self.limiter, self.store.delete, claim)
+        except Exception as exc:
+            log.debug("shared cache: claim %s left behind: %s", claim, exc)
+
+    async def _put_new(self, claim: str) -> bool:
+        return await run_blocking(self.limiter, self.store.put_new, claim, self.token)
+
+    async def _read(self, claim: str) -> bytes | None:
+        try:
+            return await run_blocking(
+                self.limiter, self.store.read_range, claim, 0, MAX_CLAIM, None
+            )
+        except NotFound:
+            return None
