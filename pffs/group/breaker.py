@@ -42,6 +42,13 @@ class PeerBreaker:
         self._trying = True
         return True
 
+    def stands_aside(self) -> bool:
+        """Whether askers should use a stand-in for this peer's blocks now: it is broken, and
+        its pause has not ended or a trial is under way (so every asker chooses the same)."""
+        return self.broken_until is not None and (
+            self._trying or time.monotonic() < self.broken_until
+        )
+
     def succeeded(self) -> None:
         self._trying = False
         if self.broken_until is not None:

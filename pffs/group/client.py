@@ -5,7 +5,8 @@ Timeouts are short and apart from the store's: `connect`, `first_byte` (and any 
 between bytes) and `whole` for the block. Every way a reply can be wrong raises `PeerFailed`
 with a short reason: a refused or timed-out connection, a status other than 200, a version,
 length or CRC32C that is not the one asked for. A 404 to a cached-only request is `PeerMiss`,
-a 503 `PeerStoreFailed` (the owner's store failed it): the peer is fine in both.
+a 503 `PeerStoreFailed` (the owner's store failed it), a 421 `PeerNotServed` (the peer does not
+serve that source): the peer is fine in all three.
 """
 
 from __future__ import annotations
@@ -36,6 +37,10 @@ class PeerFailed(Exception):
 
 class PeerMiss(PeerFailed):
     """A cached-only request for a block the peer does not hold."""
+
+
+class PeerNotServed(PeerFailed):
+    """The peer does not serve the block's source (421: not mounted there): the peer is fine."""
 
 
 class PeerStoreFailed(PeerFailed):
@@ -82,6 +87,8 @@ class PeerClient:
     ) -> bytes:
         if response.status == 404 and request.cached_only:
             raise PeerMiss("not held")
+        if response.status == 421:
+            raise PeerNotServed("source not served there")
         if response.status == 503:
             raise PeerStoreFailed("the owner's store failed")
         if response.status != 200:

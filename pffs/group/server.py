@@ -38,6 +38,12 @@ class Refused(Exception):
     """A request this member will not serve (logged, answered 403)."""
 
 
+class NotServed(Refused):
+    """A block of a source this member does not serve (not mounted here, or with another block
+    size): logged, answered 421, after which askers leave this member out of that source's
+    owners for a while (pffs.group.peers)."""
+
+
 # The block a request names: its bytes, or None for a cached-only request of a block this
 # member does not hold; Refused for a block it may not serve; any other error is a 503.
 BlockHandler = Callable[[BlockRequest], Awaitable[bytes | None]]
@@ -113,6 +119,9 @@ class PeerServer:
             return 400, b"", []
         try:
             data = await self._handler(block_request)
+        except NotServed as exc:
+            self._refused(peer, str(exc))
+            return 421, b"", []
         except Refused as exc:
             self._refused(peer, str(exc))
             return 403, b"", []

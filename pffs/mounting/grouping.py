@@ -37,7 +37,7 @@ from pffs.group.kubemembers import KubeMembers
 from pffs.group.members import FileMembers, file_path
 from pffs.group.peers import Group
 from pffs.group.protocol import BlockRequest
-from pffs.group.server import PeerServer, Refused, parse_listen
+from pffs.group.server import NotServed, PeerServer, parse_listen
 from pffs.group.shared import SharedTier
 from pffs.group.signing import Verifier, read_secret
 from pffs.group.sources import Joined
@@ -152,7 +152,7 @@ async def _serve_block(
     """A block a peer asked for, through this mount's cache (fetched once, version pinned)."""
     blocks, index = request.blocks, request.index
     if blocks.block_size != cache.block_size:
-        raise Refused(f"block size {blocks.block_size} (this member's is {cache.block_size})")
+        raise NotServed(f"block size {blocks.block_size} (this member's is {cache.block_size})")
     mounted = next(
         (
             m
@@ -162,7 +162,7 @@ async def _serve_block(
         None,
     )
     if mounted is None:  # never a way around the store's access rules
-        raise Refused("a source this member does not mount as that principal")
+        raise NotServed("a source this member does not mount as that principal")
     if request.cached_only:  # a handover: only what this member holds now
         return await cache.held(blocks.key(index))
     # The store itself (never asking the group), through the owner's side of a miss.
