@@ -166,7 +166,9 @@ class Group:
             return await self._ask(previous, request)
         return await self._handed_over(previous, blocks, index)  # this member owns it
 
-    async def _handed_over(self, previous: Member, blocks: ObjectBlocks, index: int) -> bytes | None:
+    async def _handed_over(
+        self, previous: Member, blocks: ObjectBlocks, index: int
+    ) -> bytes | None:
         """What the previous owner holds of a block this member owns now (a handover ask)."""
         data = await self._ask(previous, BlockRequest(blocks, index, cached_only=True))
         self._handover_misses = 0 if data is not None else self._handover_misses + 1

@@ -22,6 +22,7 @@ from collections.abc import Iterator, Sequence
 from pffs.cache.keys import BlockKey
 from pffs.group.members import Member
 
+
 def key_bytes(key: BlockKey) -> bytes:
     return "\0".join((key.source, key.principal, key.path, key.version, str(key.block))).encode()
 

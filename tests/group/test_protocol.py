@@ -16,7 +16,7 @@ from pffs.cache.keys import ObjectBlocks
 from pffs.group import protocol
 from pffs.group.client import PeerClient, PeerFailed, PeerMiss
 from pffs.group.protocol import BadRequest, BlockRequest
-from pffs.group.server import PeerServer, Refused
+from pffs.group.server import NotServed, PeerServer
 from pffs.group.signing import Verifier
 
 SECRET = b"a-shared-secret-of-the-group"
@@ -27,7 +27,7 @@ DATA = bytes(range(256)) * 40
 
 async def handler(request: BlockRequest) -> bytes | None:
     if request.blocks.source != BLOCKS.source:
-        raise Refused("a source this member does not mount")
+        raise NotServed("a source this member does not mount")
     if request.cached_only:
         return None
     start = request.blocks.start(request.index)
@@ -86,7 +86,12 @@ def test_refusals() -> None:
             reasons.append(raw.recv(100).split(b"\r\n")[0].decode())
         return reasons
 
-    assert serve_and(check) == ["HTTP 403", "HTTP 403", "HTTP/1.1 403 ", "HTTP/1.1 400 "]
+    assert serve_and(check) == [
+        "HTTP 403",
+        "source not served there",
+        "HTTP/1.1 403 ",
+        "HTTP/1.1 400 ",
+    ]
 
 
 @pytest.mark.parametrize(
