@@ -43,8 +43,8 @@ class PeerBreaker:
         return True
 
     def stands_aside(self) -> bool:
-        """Whether askers should use a stand-in for this peer's blocks now: it is broken, and
-        its pause has not ended or a trial is under way (so every asker chooses the same)."""
+        """Whether this peer's blocks go to their stand-ins now: it is broken, and its pause has
+        not ended or a trial is under way (the trial is the only request it gets)."""
         return self.broken_until is not None and (
             self._trying or time.monotonic() < self.broken_until
         )

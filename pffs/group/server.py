@@ -3,7 +3,8 @@
 Each request is checked before anything is read from the cache: its signature
 (`signing.Verifier`), its target (`protocol.parse_target`), and then by the block handler the
 mount composed (pffs.mounting.grouping), which refuses a source this member does not mount.
-Refusals answer 403 and are logged, at most one line per peer address and reason a minute,
+Refusals answer 403 (421 for a source this member does not serve, which askers remember) and
+are logged, at most one line per peer address and reason a minute,
 so a member with the wrong secret cannot flood the log. A failure to get the block answers
 503: the asker then fetches from the store itself. Every input is bounded: the request head
 (h11's limit), a body (none is expected), the time to send a request, idle connections, and
