@@ -3,8 +3,8 @@
 Like a source's breaker (pffs.routing.health), but a broken peer costs nothing to go around:
 its blocks go to stand-ins (pffs.group.peers) or the store. A failure (refused, timed out, a
 5xx, a wrong reply) marks the peer broken for `FIRST_PAUSE` seconds, doubling up to `MAX_PAUSE`
-while it keeps failing; after the pause one request tries it again. Each change is one log line and the gauge
-`pffs_group_member_up{member}`. Touched only from trio tasks.
+while it keeps failing; after the pause one request tries it again. Each change is one log line
+and the gauge `pffs_group_member_up{member}`. Touched only from trio tasks.
 """
 
 from __future__ import annotations

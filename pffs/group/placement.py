@@ -33,20 +33,6 @@ def score(member: Member, key: bytes) -> float:
     return -member.weight / math.log(unit)
 
 
-def owner(members: Sequence[Member], key: BlockKey) -> Member | None:
-    """The member owning `key` among `members` (None when none owns blocks)."""
-    raw = key_bytes(key)
-    best: Member | None = None
-    best_score = -1.0
-    for member in members:
-        if not member.owns:
-            continue
-        value = score(member, raw)
-        if value > best_score or (value == best_score and best and member.name > best.name):
-            best, best_score = member, value
-    return best
-
-
 def ranked(members: Sequence[Member], key: BlockKey) -> Iterator[Member]:
     """The members that own blocks in their score order for `key`: its owner first."""
     raw = key_bytes(key)
@@ -58,8 +44,13 @@ def ranked(members: Sequence[Member], key: BlockKey) -> Iterator[Member]:
     return (member for _score, _name, member in scored)
 
 
+def owner(members: Sequence[Member], key: BlockKey) -> Member | None:
+    """The member owning `key` among `members` (None when none owns blocks)."""
+    return next(ranked(members, key), None)
+
+
 class Placement:
-    """The members now, and for a while after a change, the members before it."""
+    """The members now, and until the handover ends, the members before the last change."""
 
     def __init__(self, members: Sequence[Member] = ()) -> None:
         self.members: tuple[Member, ...] = tuple(members)
