@@ -4,11 +4,14 @@ A cluster of `--cluster` nodes (128) runs a data-parallel job on `--job` of them
 `--dataset` (10 TiB) of 4 MiB blocks over `--epochs` (10): each epoch every block is read once,
 by the rank a seeded shuffle gives it, each rank at `--node-mbs` (MB/s). Every `--churn-s`
 (3600: one an hour) a job node is lost with its cache, a spare node takes its rank, and the
-member list learns of both `--detect-s` later (until then askers find the lost owner dead and
-read from the store). Owners come from pffs.group.placement (rendezvous hashing, `owner`) over
-the members; for placement.HANDOVER seconds after a change a new owner missing a block asks
-its previous owner, as pffs does. A member serves only a volume it mounts: a member without the
-job's volume refuses, and the asker reads from the store itself. Two member lists:
+member list learns of both `--detect-s` later (until then askers find the lost owner dead, its
+breaker opens, and they ask its stand-in). Owners come from pffs.group.placement (rendezvous
+hashing, `owner`, `ranked`) over the members; until the next change a new owner missing a block
+asks its previous owner, as pffs does (pffs also ends a handover after a run of misses, which
+caches this large never give). A member serves only a volume it mounts: a member without the
+job's volume refuses, and askers leave it out of that volume's owners, as pffs does: a block's
+acting owner is the first member in its rendezvous order that serves it (its stand-in; the one
+refused request per asker and member that teaches this is not counted). Two member lists:
 
 - `job`: the job's nodes (a member file or a Service over the job's own pods);
 - `cluster`: every node's plugin pod, as the Helm chart's Service over the DaemonSet lists them
@@ -34,7 +37,7 @@ from dataclasses import dataclass, field
 from bench.groupreport import replace_section
 from pffs.cache.keys import BlockKey
 from pffs.group.members import Member
-from pffs.group.placement import HANDOVER, owner
+from pffs.group.placement import owner, ranked
 from pffs.sizes import SizeError, parse_size
 
 TIB = 1 << 40
@@ -85,7 +88,6 @@ class Change:
 class Outcome:
     variant: str
     store: int = 0  # sampled block fetches from the store
-    fallbacks: int = 0  # of which an asker's, its owner dead or not serving
     served: Counter[str] = field(default_factory=Counter)  # sampled blocks served, by node
     changes: list[Change] = field(default_factory=list)
     reads: int = 0
@@ -111,7 +113,7 @@ class Simulation:
         self.members = [Member(name, f"http://{name}:7070") for name in listed]
         self.owners = [self._owner(self.members, key) for key in self.keys]
         self.previous: list[str] | None = None  # owners before the last change
-        self.changed_at = -HANDOVER
+        self.stand_ins: dict[int, str] = {}  # block -> acting owner, when its owner does not serve
         self.change_of: list[Change | None] = [None] * len(self.keys)
         blocks = max(1, int(params.cache / params.scale))
         self.capacity = blocks
@@ -135,11 +137,10 @@ class Simulation:
     def _serves(self, node: str) -> bool:
         return node in self.alive and node in self.ranks
 
-    def _store(self, node: str, block: int, fallback: bool = False) -> None:
+    def _store(self, node: str, block: int) -> None:
         self.out.store += 1
-        self.out.fallbacks += fallback
         change = self.change_of[block]
-        if self.fetched[block] and change is not None and not fallback:
+        if self.fetched[block] and change is not None:
             change.refetched += 1
         self.fetched[block] = True
         self._hold(node, block)
@@ -147,7 +148,7 @@ class Simulation:
     def _fill(self, holder: str, block: int, now: float) -> None:
         """`holder` owns `block` and lacks it: from its previous owner in a handover, else the
         store."""
-        if self.previous is not None and now - self.changed_at <= HANDOVER:
+        if self.previous is not None:
             before = self.previous[block]
             if before != holder and self._serves(before) and block in self.caches[before]:
                 self.out.served[before] += 1
@@ -164,12 +165,9 @@ class Simulation:
             self.out.local += 1
             self.caches[node].move_to_end(block)
             return
-        holder = self.owners[block]
+        holder = self._acting_owner(block)
         if holder == node:
             self._fill(node, block, now)
-            return
-        if not self._serves(holder):  # dead, or holding no such volume: the asker's store GET
-            self._store(node, block, fallback=True)
             return
         if block in self.caches[holder]:
             self.caches[holder].move_to_end(block)  # serving it is a use
@@ -177,6 +175,19 @@ class Simulation:
             self._fill(holder, block, now)
         self.out.served[holder] += 1
         self._hold(node, block)
+
+    def _acting_owner(self, block: int) -> str:
+        """The block's owner, or its stand-in while the owner does not serve (dead and still
+        listed, or without the job's volume): the next in its order that serves."""
+        holder = self.owners[block]
+        if self._serves(holder):
+            return holder
+        found = self.stand_ins.get(block)
+        if found is None or not self._serves(found):
+            ranks = ranked(self.members, self.keys[block])
+            found = next(m.name for m in ranks if self._serves(m.name))
+            self.stand_ins[block] = found
+        return found
 
     def _relist(self, now: float, members: list[Member], kind: str) -> None:
         change = Change(kind, now)
@@ -198,7 +209,8 @@ class Simulation:
             if old != new:
                 change.reassigned += 1
                 self.change_of[block] = change
-        self.members, self.previous, self.changed_at = members, before, now
+        self.members, self.previous = members, before
+        self.stand_ins.clear()
         self.out.changes.append(change)
 
     def lose_one(self, now: float) -> None:
@@ -206,6 +218,7 @@ class Simulation:
         learns of it detect_s later (`settle`)."""
         lost = self.rng.choice(self.ranks)
         self.alive.discard(lost)
+        self.stand_ins.clear()
         self.caches[lost].clear()
         self.ranks[self.ranks.index(lost)] = self.spares.pop(0)
 
@@ -266,7 +279,6 @@ def summarize(params: Params, out: Outcome) -> dict[str, float | str]:
     return {
         "members": out.variant,
         "store_x": round(out.store * scale / dataset, 3),
-        "fallback_x": round(out.fallbacks * scale / dataset, 3),
         "changes": len(out.changes),
         "lost_reassigned_gib": round(per(lost, "reassigned") / (1 << 30), 1),
         "lost_refetched_gib": round(per(lost, "refetched") / (1 << 30), 1),
@@ -294,7 +306,6 @@ def table(params: Params, rows: list[dict[str, float | str]]) -> str:
     columns = [
         "members",
         "store (x dataset)",
-        "of it askers' fallbacks",
         "changes",
         "per loss: reassigned / refetched (GiB)",
         "per join: reassigned / handed over / refetched (GiB)",
@@ -304,7 +315,7 @@ def table(params: Params, rows: list[dict[str, float | str]]) -> str:
     lines = ["| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
     for r in rows:
         lines.append(
-            f"| {r['members']} | {r['store_x']:.2f} | {r['fallback_x']:.2f} | {r['changes']} | "
+            f"| {r['members']} | {r['store_x']:.2f} | {r['changes']} | "
             f"{r['lost_reassigned_gib']:g} / {r['lost_refetched_gib']:g} | "
             f"{r['joined_reassigned_gib']:g} / {r['joined_handed_over_gib']:g} / "
             f"{r['joined_refetched_gib']:g} | {float(r['busiest_share']):.2%} "

@@ -1,10 +1,10 @@
 """A breaker per peer: stop asking a member that failed, try it again after a while.
 
 Like a source's breaker (pffs.routing.health), but a broken peer costs nothing to go around:
-its blocks come from the store. A failure (refused, timed out, a 5xx, a wrong reply) marks the
-peer broken for `FIRST_PAUSE` seconds, doubling up to `MAX_PAUSE` while it keeps failing; after
-the pause one request tries it again. Each change is one log line and the gauge
-`pffs_group_member_up{member}`. Touched only from trio tasks.
+its blocks go to stand-ins (pffs.group.peers) or the store. A failure (refused, timed out, a
+5xx, a wrong reply) marks the peer broken for `FIRST_PAUSE` seconds, doubling up to `MAX_PAUSE`
+while it keeps failing; after the pause one request tries it again. Each change is one log line
+and the gauge `pffs_group_member_up{member}`. Touched only from trio tasks.
 """
 
 from __future__ import annotations
@@ -42,6 +42,13 @@ class PeerBreaker:
         self._trying = True
         return True
 
+    def stands_aside(self) -> bool:
+        """Whether this peer's blocks go to their stand-ins now: it is broken, and its pause has
+        not ended or a trial is under way (the trial is the only request it gets)."""
+        return self.broken_until is not None and (
+            self._trying or time.monotonic() < self.broken_until
+        )
+
     def succeeded(self) -> None:
         self._trying = False
         if self.broken_until is not None:
@@ -57,9 +64,7 @@ class PeerBreaker:
     def failed(self, reason: str) -> None:
         self._trying = False
         if self.broken_until is None:
-            log.warning(
-                "group: peer %s broken (%s); its blocks come from the store", self.name, reason
-            )
+            log.warning("group: peer %s broken (%s); its blocks go to stand-ins", self.name, reason)
             self._gauge.set(0)
         else:  # a trial after the pause failed again: already said
             log.debug("group: peer %s still broken (%s)", self.name, reason)

@@ -7,7 +7,8 @@ then its CRC32C: pffs.group.protocol) and checked once whole. Every way a reply 
 raises `PeerFailed` with a short reason: a refused or timed-out connection, a status other
 than 200, a version, length or CRC32C that is not the one asked for. A 404 to a cached-only
 request is `PeerMiss`, a 503 `PeerStoreFailed` (the owner's store failed it), a 307
-`PeerAskSecond` (a hot block: pffs.group.hot): the peer is fine in all three.
+`PeerAskSecond` (a hot block: pffs.group.hot), a 421 `PeerNotServed` (the peer does not serve
+that source): the peer is fine in all four.
 """
 
 from __future__ import annotations
@@ -43,6 +44,10 @@ class PeerMiss(PeerFailed):
 
 class PeerAskSecond(PeerFailed):
     """The owner of a hot block sends this request to its second copy (307): the peer is fine."""
+
+
+class PeerNotServed(PeerFailed):
+    """The peer does not serve the block's source (421: not mounted there): the peer is fine."""
 
 
 class PeerStoreFailed(PeerFailed):
@@ -91,6 +96,8 @@ class PeerClient:
             raise PeerMiss("not held")
         if response.status == 307:
             raise PeerAskSecond("hot: ask the second copy")
+        if response.status == 421:
+            raise PeerNotServed("source not served there")
         if response.status == 503:
             raise PeerStoreFailed("the owner's store failed")
         if response.status != 200:

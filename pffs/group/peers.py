@@ -6,6 +6,16 @@ not give) come from the store as before. A peer that fails is a fallback to the 
 and told to its breaker; a reader never sees a peer's error. Asks for the same block join one
 request.
 
+A block's owner is the first member in its rendezvous order (pffs.group.placement) that this
+member may ask: a member whose breaker is open, or that answered it does not serve the block's
+source (not mounted there; remembered for `NOT_SERVED_FOR` seconds), is passed over, and the
+next member stands in for it. Every asker that sees the same passes over the same members, so
+the stand-in fetches the block from the store once and serves all of them.
+
+A handover (after a membership change, the previous owner asked before the store) lasts until
+the next change, or until `HANDOVER_PROBES` asks of previous owners in a row miss: as long as
+it pays.
+
 The owner's side is `fetch_for_peer`: during a handover it asks the previous owner for a
 block it does not hold yet, else the store, through the caller's store fetch; and `to_second`,
 which sends every second request for a hot block to its second copy (pffs.group.hot), which
@@ -15,6 +25,7 @@ gets it from the owner once.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 
 import trio
@@ -22,7 +33,14 @@ import trio
 from pffs.cache.keys import ObjectBlocks
 from pffs.group import stats
 from pffs.group.breaker import PeerBreaker
-from pffs.group.client import PeerAskSecond, PeerClient, PeerFailed, PeerMiss, PeerStoreFailed
+from pffs.group.client import (
+    PeerAskSecond,
+    PeerClient,
+    PeerFailed,
+    PeerMiss,
+    PeerNotServed,
+    PeerStoreFailed,
+)
 from pffs.group.hot import Asked
 from pffs.group.members import Member
 from pffs.group.placement import Placement
@@ -33,11 +51,17 @@ log = logging.getLogger("pffs.group")
 
 # Peer requests at once (each a worker thread, mostly waiting on the network).
 PEER_CONCURRENCY = 32
-# A handover whose first asks of previous owners all miss ends: the group started cold, and
-# asking on would cost a round trip per block for nothing.
+# A handover ends once this many asks of previous owners in a row missed: the group started
+# cold, or the previous owners no longer hold their old blocks, and asking on would cost a round
+# trip per block for nothing.
 HANDOVER_PROBES = 16
 # What `_ask` gives for "ask the block's second copy" (a hot block): a block is never empty.
 ASK_SECOND = b""
+# How long a member that does not serve a source is left out of that source's owners; then it
+# is asked again (it may mount the source by then).
+NOT_SERVED_FOR = 600.0
+# Members asked for one block at most: the owner, then stand-ins as each fails.
+MAX_ASKED = 3
 
 
 class _Flight:
@@ -58,7 +82,9 @@ class Group:
         self.breakers: dict[str, PeerBreaker] = {}
         self.limiter = trio.CapacityLimiter(PEER_CONCURRENCY)
         self._flights: dict[tuple[BlockRequest, str], _Flight] = {}
-        self._handover_asks = self._handover_hits = 0
+        self._handover_misses = 0  # asks of previous owners that missed, in a row
+        # (member, source, principal) -> when that member may be asked for that source again
+        self._not_served: dict[tuple[str, str, str], float] = {}
         self.asked = Asked()  # requests for the blocks this member owns (hot blocks)
         if members:
             self.update(members)
@@ -71,7 +97,7 @@ class Group:
         after = {m.name: m for m in members}
         if before == after:
             return
-        self._handover_asks = self._handover_hits = 0
+        self._handover_misses = 0
         if not before and self.self_name in after:
             # This member's first list: the others held the blocks before it joined, so its
             # own blocks are asked of their owners of then during the handover.
@@ -79,6 +105,7 @@ class Group:
         else:
             self.placement.update(members)
         for name in before.keys() - after.keys():
+            self._forget_not_served(name)
             breaker = self.breakers.pop(name, None)
             if breaker is not None:
                 breaker.forget()
@@ -100,11 +127,30 @@ class Group:
         )
 
     def peer_owner(self, blocks: ObjectBlocks, index: int) -> Member | None:
-        """The member owning the block when it is another member (broken or not)."""
-        member = self.placement.owner(blocks.key(index))
-        if member is None or member.name == self.self_name:
-            return None
-        return member
+        """The member to ask for the block when it is another member: its owner, or the stand-in
+        for an owner this member may not ask now; None when this member owns or stands in."""
+        for member in self.placement.ranked(blocks.key(index)):
+            if member.name == self.self_name:
+                return None
+            if self._may_ask(member, blocks):
+                return member
+        return None
+
+    def _may_ask(self, member: Member, blocks: ObjectBlocks) -> bool:
+        breaker = self.breakers.get(member.name)
+        if breaker is None or breaker.stands_aside():
+            return False
+        until = self._not_served.get((member.name, blocks.source, blocks.principal))
+        if until is None:
+            return True
+        if time.monotonic() < until:
+            return False
+        del self._not_served[(member.name, blocks.source, blocks.principal)]
+        return True
+
+    def _forget_not_served(self, name: str) -> None:
+        for entry in [entry for entry in self._not_served if entry[0] == name]:
+            del self._not_served[entry]
 
     # --- asking ----------------------------------------------------------------------------
 
@@ -117,23 +163,32 @@ class Group:
         """The block from its owner, or during a handover from its previous owner (after the
         owner failed, or first when this member is the new owner: only what it holds); None
         when the store must serve it."""
-        owner = self.peer_owner(blocks, index)
-        previous = self.previous_owner(blocks, index)
-        if owner is None:  # this member owns it
-            if previous is None:
-                return None
-            data = await self._ask(previous, BlockRequest(blocks, index, cached_only=True))
-            self._handover_asks += 1
-            self._handover_hits += data is not None
-            if self._handover_asks >= HANDOVER_PROBES and not self._handover_hits:
-                self.placement.end_handover()
-            return data
         request = BlockRequest(blocks, index)
-        data = await self._ask(owner, request)
-        if data == ASK_SECOND:
-            data = await self._from_second(blocks, index, owner)
-        if data is None and previous is not None and previous.name != owner.name:
-            data = await self._ask(previous, request)
+        asked: set[str] = set()
+        owner = self.peer_owner(blocks, index)
+        while owner is not None and owner.name not in asked and len(asked) < MAX_ASKED:
+            asked.add(owner.name)
+            data = await self._ask(owner, request)
+            if data == ASK_SECOND:
+                data = await self._from_second(blocks, index, owner)
+            if data is not None:
+                return data
+            owner = self.peer_owner(blocks, index)  # a stand-in, if that one broke or refused
+        previous = self.previous_owner(blocks, index)
+        if previous is None or previous.name in asked:
+            return None
+        if asked:  # the owners failed: the previous owner, which fetches it if it must
+            return await self._ask(previous, request)
+        return await self._handed_over(previous, blocks, index)  # this member owns it
+
+    async def _handed_over(
+        self, previous: Member, blocks: ObjectBlocks, index: int
+    ) -> bytes | None:
+        """What the previous owner holds of a block this member owns now (a handover ask)."""
+        data = await self._ask(previous, BlockRequest(blocks, index, cached_only=True))
+        self._handover_misses = 0 if data is not None else self._handover_misses + 1
+        if self._handover_misses >= HANDOVER_PROBES:
+            self.placement.end_handover()
         return data
 
     async def _from_second(self, blocks: ObjectBlocks, index: int, owner: Member) -> bytes | None:
@@ -176,7 +231,7 @@ class Group:
                 return data
         previous = self.previous_owner(blocks, index)
         if previous is not None:
-            data = await self._ask(previous, BlockRequest(blocks, index, cached_only=True))
+            data = await self._handed_over(previous, blocks, index)
             if data is not None:
                 return data
         return await from_store()
@@ -209,6 +264,14 @@ class Group:
         except PeerAskSecond:
             breaker.succeeded()
             return ASK_SECOND
+        except PeerNotServed as exc:  # the peer is fine; it does not mount that source
+            breaker.succeeded()
+            blocks = request.blocks
+            self._not_served[(member.name, blocks.source, blocks.principal)] = (
+                time.monotonic() + NOT_SERVED_FOR
+            )
+            stats.FALLBACKS.labels(reason=str(exc)).inc()
+            return None
         except PeerStoreFailed as exc:  # the peer is fine; its store failed this block
             breaker.succeeded()
             stats.FALLBACKS.labels(reason=str(exc)).inc()

@@ -5,25 +5,23 @@ membership moves only the blocks of the members that came or went (about 1/N of 
 every member computes the same owner from the same list, with no coordination. A member's
 weight scales its share (weighted rendezvous: score = -weight / ln(hash in (0, 1))).
 
-The second highest score is where a hot block's second copy goes (pffs.group.hot).
-Only members that own blocks (`Member.owns`: not a terminating endpoint) are candidates. For
-`HANDOVER` seconds after a change, the owner a block had before it is remembered, so a new owner
-missing the block asks the previous one before the store.
+The members in a block's score order (`ranked`) are where it goes when its owner cannot serve
+it: the first one an asker may use is the block's stand-in owner, the same at every asker that
+knows the same (pffs.group.peers); the second is where a hot block's second copy goes
+(pffs.group.hot). Only members that own blocks (`Member.owns`: not a terminating endpoint) are
+candidates. After a change, the owner a block had before it is remembered until the next change
+(or `end_handover`), so a new owner missing the block asks the previous one before the store.
 """
 
 from __future__ import annotations
 
 import hashlib
-import heapq
+import itertools
 import math
-import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from pffs.cache.keys import BlockKey
 from pffs.group.members import Member
-
-# Seconds after a membership change during which the previous owner is asked first.
-HANDOVER = 300.0
 
 
 def key_bytes(key: BlockKey) -> bytes:
@@ -36,53 +34,52 @@ def score(member: Member, key: bytes) -> float:
     return -member.weight / math.log(unit)
 
 
-def ranked(members: Sequence[Member], key: BlockKey, count: int) -> list[Member]:
-    """The first `count` members by their score for `key` (only members that own blocks):
-    its owner first, then where its second copy goes."""
+def ranked(members: Sequence[Member], key: BlockKey) -> Iterator[Member]:
+    """The members that own blocks in their score order for `key`: its owner first."""
     raw = key_bytes(key)
-    scored = heapq.nlargest(
-        count,
+    scored = sorted(
         ((score(member, raw), member.name, member) for member in members if member.owns),
         key=lambda item: (item[0], item[1]),
+        reverse=True,
     )
-    return [member for _score, _name, member in scored]
+    return (member for _score, _name, member in scored)
 
 
 def owner(members: Sequence[Member], key: BlockKey) -> Member | None:
     """The member owning `key` among `members` (None when none owns blocks)."""
-    first = ranked(members, key, 1)
-    return first[0] if first else None
+    return next(ranked(members, key), None)
 
 
 class Placement:
-    """The members now, and for a while after a change, the members before it."""
+    """The members now, and until the handover ends, the members before the last change."""
 
     def __init__(self, members: Sequence[Member] = ()) -> None:
         self.members: tuple[Member, ...] = tuple(members)
         self._previous: tuple[Member, ...] = ()
-        self._changed_at = -math.inf
 
     def update(self, members: Sequence[Member], previous: Sequence[Member] | None = None) -> None:
         """The members now; `previous` the list before (default: the members until now)."""
         before = self.members if previous is None else tuple(previous)
         self._previous, self.members = before, tuple(members)
-        self._changed_at = time.monotonic()
 
     def owner(self, key: BlockKey) -> Member | None:
         return owner(self.members, key)
 
+    def ranked(self, key: BlockKey) -> Iterator[Member]:
+        return ranked(self.members, key)
+
     def second(self, key: BlockKey) -> Member | None:
         """Where a hot block's second copy goes: its second choice, when there is one."""
-        choices = ranked(self.members, key, 2)
+        choices = list(itertools.islice(ranked(self.members, key), 2))
         return choices[1] if len(choices) == 2 else None
 
     def end_handover(self) -> None:
-        """Forget the previous members now (their caches turned out to hold nothing)."""
+        """Forget the previous members now (their caches stopped holding what was asked)."""
         self._previous = ()
 
     def previous_owner(self, key: BlockKey) -> Member | None:
-        """The owner before the last change, while it is recent and the owner moved."""
-        if time.monotonic() - self._changed_at > HANDOVER or not self._previous:
+        """The owner before the last change, while the handover lasts and the owner moved."""
+        if not self._previous:
             return None
         before = owner(self._previous, key)
         now = self.owner(key)

@@ -3,7 +3,8 @@
 Each request is checked before anything is read from the cache: its signature
 (`signing.Verifier`), its target (`protocol.parse_target`), and then by the block handler the
 mount composed (pffs.mounting.grouping), which refuses a source this member does not mount.
-Refusals answer 403 and are logged, at most one line per peer address and reason a minute,
+Refusals answer 403 (421 for a source this member does not serve, which askers remember) and
+are logged, at most one line per peer address and reason a minute,
 so a member with the wrong secret cannot flood the log. A block is sent as its handler gives
 it: whole, or in pieces as the owner's store sends them (pffs.group.pieces), its length known
 from the request and its CRC32C after its last byte (pffs.group.protocol). A failure to get the
@@ -47,13 +48,19 @@ class Refused(Exception):
     """A request this member will not serve (logged, answered 403)."""
 
 
+class NotServed(Refused):
+    """A block of a source this member does not serve (not mounted here, or with another block
+    size): logged, answered 421, after which askers leave this member out of that source's
+    owners for a while (pffs.group.peers)."""
+
+
 class AskSecond(Exception):
     """A hot block's request the owner sends to its second copy (answered 307)."""
 
 
 # The block a request names: its bytes (whole, or in pieces as they arrive), or None for a
 # cached-only request of a block this member does not hold; Refused for a block it may not
-# serve; AskSecond for a hot block's request its second copy serves; any other error is a 503.
+# serve (NotServed: 421); AskSecond for a hot block's request its second copy serves; any other error is a 503.
 BlockHandler = Callable[[BlockRequest], Awaitable[bytes | Pieces | None]]
 Body = bytes | Pieces
 
@@ -132,6 +139,9 @@ class PeerServer:
             body = await self._handler(block_request)
             if isinstance(body, Pieces) and not await body.started():
                 raise body.error or RuntimeError("no bytes")
+        except NotServed as exc:
+            self._refused(peer, str(exc))
+            return 421, b"", []
         except Refused as exc:
             self._refused(peer, str(exc))
             return 403, b"", []

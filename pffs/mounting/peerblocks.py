@@ -26,7 +26,7 @@ from pffs.fs.fetching import Store, StoreBlocks
 from pffs.group.peers import Group
 from pffs.group.pieces import Pieces
 from pffs.group.protocol import BlockRequest
-from pffs.group.server import AskSecond, Refused
+from pffs.group.server import AskSecond, NotServed
 from pffs.routing.table import MountTable
 
 PIECE = 256 * 1024  # the bytes of a block streamed at a time
@@ -65,14 +65,14 @@ class PeerBlocks:
 
     def _store_of(self, blocks: ObjectBlocks) -> Store:
         if blocks.block_size != self.cache.block_size:
-            raise Refused(
+            raise NotServed(
                 f"block size {blocks.block_size} (this member's is {self.cache.block_size})"
             )
         for mounted in self.table.mounted:
             backend = mounted.backend
             if backend.source_id == blocks.source and backend.principal == blocks.principal:
                 return Store.of(mounted)  # the store itself: never asks the group
-        raise Refused("a source this member does not mount as that principal")
+        raise NotServed("a source this member does not mount as that principal")
 
     async def _stream(self, store: Store, request: BlockRequest, pieces: Pieces) -> None:
         """Load the block into the cache, its pieces to `pieces` as they arrive (a system task:

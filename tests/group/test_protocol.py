@@ -19,7 +19,7 @@ from pffs.group import protocol, signing
 from pffs.group.client import PeerAskSecond, PeerClient, PeerFailed, PeerMiss
 from pffs.group.pieces import Pieces
 from pffs.group.protocol import BadRequest, BlockRequest
-from pffs.group.server import AskSecond, PeerServer, Refused
+from pffs.group.server import AskSecond, NotServed, PeerServer
 from pffs.group.signing import Verifier
 
 SECRET = b"a-shared-secret-of-the-group"
@@ -38,7 +38,7 @@ waited_out: list[bool] = []
 
 async def handler(request: BlockRequest) -> bytes | Pieces | None:
     if request.blocks.source != BLOCKS.source:
-        raise Refused("a source this member does not mount")
+        raise NotServed("a source this member does not mount")
     if request.cached_only:
         return None
     if request.blocks.path == "d/hot.bin" and not request.forwarded:
@@ -157,7 +157,12 @@ def test_refusals() -> None:
             reasons.append(raw.recv(100).split(b"\r\n")[0].decode())
         return reasons
 
-    assert serve_and(check) == ["HTTP 403", "HTTP 403", "HTTP/1.1 403 ", "HTTP/1.1 400 "]
+    assert serve_and(check) == [
+        "HTTP 403",
+        "source not served there",
+        "HTTP/1.1 403 ",
+        "HTTP/1.1 400 ",
+    ]
 
 
 @pytest.mark.parametrize(
