@@ -60,7 +60,8 @@ class AskSecond(Exception):
 
 # The block a request names: its bytes (whole, or in pieces as they arrive), or None for a
 # cached-only request of a block this member does not hold; Refused for a block it may not
-# serve (NotServed: 421); AskSecond for a hot block's request its second copy serves; any other error is a 503.
+# serve (NotServed: 421); AskSecond for a hot block's request its second copy serves; any
+# other error is a 503.
 BlockHandler = Callable[[BlockRequest], Awaitable[bytes | Pieces | None]]
 Body = bytes | Pieces
 
