@@ -9,6 +9,12 @@ GET. Here a request is one string written with one `sendall`, and answers are re
 made once per connection. http.client still connects (TCP_NODELAY, TLS, CONNECT tunnels through
 a proxy) and still frames the answer (pffs.backends.s3response's LeanResponse).
 
+A warm spare: when a request takes the pool's last idle connection (or finds none), one more is
+opened in a thread of its own and kept idle, so the next request does not pay a connection's
+round trip (TCP, and TLS) on its own path. A reader's cold start sends two GETs at once (its
+few bytes and the block behind them): with one idle connection, the one that lost the race
+opened a connection while the reader waited on it (docs/notes/rgw.md).
+
 Timeouts: a plain socket is left in blocking mode with SO_RCVTIMEO / SO_SNDTIMEO set, so that
 no poll precedes each recv and send; a recv or send the kernel timed out fails with EAGAIN,
 which `SocketReader` and `send` raise as TimeoutError, the very error a Python-side timeout
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import http.client
 import io
+import logging
 import select
 import socket
 import ssl
@@ -29,9 +36,13 @@ from urllib.parse import urlsplit
 
 from botocore.httpsession import get_cert_path
 
+log = logging.getLogger(__name__)
+
 # Room for an answer's status and headers and the start of its body in one recv; a larger
 # body is read straight into the bytes object it ends in (BufferedReader reads past its buffer).
 READ_BUFFER = 64 * 1024
+# Linux's TCP_QUICKACK (None elsewhere): see Connection.send.
+QUICKACK: int | None = getattr(socket, "TCP_QUICKACK", None)
 
 
 class SocketReader(io.RawIOBase):
@@ -74,6 +85,13 @@ class Connection:
             self.sock.sendall(request)
         except BlockingIOError as exc:  # SO_SNDTIMEO ran out
             raise TimeoutError("timed out sending to the store") from exc
+        if QUICKACK is not None:
+            # Acknowledge the answer's first segment at once, not after the kernel's delayed
+            # ACK (40 ms): a server that leaves Nagle's algorithm on (RGW's beast frontend by
+            # default) holds a small body written after its headers until they are ACKed, so
+            # a 4 KiB GET or a listing page would take a round trip and 40 ms more. Set per
+            # request: the kernel leaves quick-ACK mode by itself on a request-answer exchange.
+            self.sock.setsockopt(socket.IPPROTO_TCP, QUICKACK, 1)
 
     def idle_and_open(self) -> bool:
         """Whether the connection can carry a request: nothing to read on it (a keep-alive
@@ -119,6 +137,8 @@ class Connections:
         self._max_idle = max_idle
         self._idle: list[Connection] = []
         self._lock = threading.Lock()
+        self._spare_opening = False  # one spare at a time
+        self._closed = False
         self._tls: ssl.SSLContext | None = None
         if scheme == "https":
             # The CA bundle botocore itself would load (the given one, else its default).
@@ -130,18 +150,44 @@ class Connections:
 
     def take(self) -> tuple[Connection, bool]:
         """An idle connection the server has not closed meanwhile (and True), or a new
-        connected one (and False)."""
+        connected one (and False). Leaving none idle, it has a spare opened (see above)."""
         while True:
             with self._lock:
                 if not self._idle:
                     break
                 connection = self._idle.pop()
+                last = not self._idle
             # Sending on a connection the server closed would fail, and the failure would be
             # counted and retried as the store's.
             if connection.idle_and_open():
+                if last:
+                    self._open_spare()
                 return connection, True
             connection.close()
+        self._open_spare()
         return Connection(self._connect()), False
+
+    def _open_spare(self) -> None:
+        """Open one connection more in a thread of its own and keep it idle (none while one
+        is being opened, none for a pool that keeps no idle connection)."""
+        with self._lock:
+            if self._spare_opening or self._closed or self._max_idle == 0:
+                return
+            self._spare_opening = True
+        threading.Thread(target=self._spare, name="pffs-spare-connection", daemon=True).start()
+
+    def _spare(self) -> None:
+        try:
+            connection = Connection(self._connect())
+        except (OSError, http.client.HTTPException) as exc:  # ssl.SSLError is an OSError
+            # Nothing waits on a spare: the request that needs a connection opens its own
+            # and meets the error there.
+            log.debug("a spare connection could not be opened: %s", exc)
+            return
+        finally:
+            with self._lock:
+                self._spare_opening = False
+        self.give(connection)
 
     def _connect(self) -> socket.socket:
         """A connected socket (through the proxy's tunnel for HTTPS), its timeouts set."""
@@ -169,13 +215,14 @@ class Connections:
 
     def give(self, connection: Connection) -> None:
         with self._lock:
-            if len(self._idle) < self._max_idle:
+            if not self._closed and len(self._idle) < self._max_idle:
                 self._idle.append(connection)
                 return
         connection.close()
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True  # a spare still being opened is closed when it arrives
             idle, self._idle = self._idle, []
         for connection in idle:
             connection.close()

@@ -291,6 +291,13 @@ class LeanGetEngine:
                 raise S3RequestFailed(url, unanswered=Unanswered.TLS) from exc
             except OSError as exc:
                 raise S3RequestFailed(url, unanswered=Unanswered.UNREACHABLE) from exc
+            if log.isEnabledFor(logging.DEBUG):  # which requests paid a connection's round trip
+                log.debug(
+                    "GET %s %s on a %s connection",
+                    path,
+                    headers.get("Range", ""),
+                    "kept-alive" if reused else "new",
+                )
             try:
                 connection.send(request)
                 response = LeanResponse(connection, method="GET")  # type: ignore[arg-type]

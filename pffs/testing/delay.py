@@ -25,6 +25,7 @@ import argparse
 import asyncio
 import collections
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Callable
@@ -34,6 +35,8 @@ from pffs.testing.servers import Service
 # Bytes a transport may buffer before the opposite side stops being read: a bandwidth-delay
 # product's worth at a few hundred MB/s, so backpressure never throttles a healthy stream.
 _WRITE_BUFFER_HIGH = 8 << 20
+# Linux's TCP_QUICKACK (None elsewhere): see _Link.received.
+_QUICKACK: int | None = getattr(socket, "TCP_QUICKACK", None)
 _EOF = None  # the marker a pipe carries when its source stopped sending
 
 
@@ -130,6 +133,16 @@ class _Link:
 
     def received(self, side: int, data: bytes | None) -> None:
         self.pipes[side].push(data)
+        upstream = self.transports[1]
+        if side == 1 and _QUICKACK is not None and upstream is not None:
+            # The proxy is a wire, not a client: its own delayed ACKs (40 ms) must not hold
+            # back a server that leaves Nagle's algorithm on (RGW by default), which waits
+            # for the ACK of an answer's headers before a small body. So it acknowledges at
+            # once, as a client that sets TCP_QUICKACK does (pffs does); a client that delays
+            # its ACKs would pay them against a real far server, which the proxy cannot show.
+            sock = upstream.get_extra_info("socket")
+            if sock is not None:
+                sock.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
 
     def lost(self, side: int) -> None:
         # Nothing more can reach this side; what it sent still travels to the other side,
