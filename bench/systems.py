@@ -18,7 +18,7 @@ import time
 from bench.leftovers import track_mount
 from bench.leftovers import unmount as unmount  # where the bench's scripts have imported it
 from bench.servers import Server, Unavailable
-from pffs.cli.options import build_parser, dataset_config, metadata_config
+from pffs.cli.options import build_parser, metadata_config, preload_config
 from pffs.mounting.kernel import find_mount
 
 # libfuse's entry and attribute timeouts when a file system sets none (s3fs sets none).
@@ -175,7 +175,7 @@ class Pffs(System):
     def rest_after_epochs(self) -> float:
         # Dataset preload takes opens in sibling directories within its trigger window for
         # one dataset, and would then load the whole bucket behind the scenarios that follow.
-        datasets = dataset_config(self._parsed())
+        datasets = preload_config(self._parsed())
         return datasets.trigger_window + 1 if datasets.enabled else 0.0
 
     def mount(self, server: Server, bucket: str, mountpoint: str, cache_dir: str) -> int | None:

@@ -186,7 +186,7 @@ class OrderLimits:
 
 
 @dataclass(frozen=True)
-class DatasetConfig:
+class PreloadConfig:
     """Preload: a directory a job starts consuming, or a job's order list, is loaded ahead
     (pffs.fs.datasets)."""
 
@@ -265,7 +265,7 @@ class MountConfig:
     debug: bool = False
     name: str = "pffs"
     observe: ObserveConfig = field(default_factory=ObserveConfig)
-    dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    dataset: PreloadConfig = field(default_factory=PreloadConfig)
     # None: no group, the mount fetches from its stores alone.
     group: GroupConfig | None = None
     # None: no shared tier (a mount is in a group or uses a shared tier, not both).
@@ -317,14 +317,14 @@ def from_json(text: str) -> MountConfig:
         debug=raw["debug"],
         name=raw["name"],
         observe=ObserveConfig(**raw.get("observe", {})),
-        dataset=_dataset_config(raw.get("dataset", {})),
+        dataset=_preload_config(raw.get("dataset", {})),
         group=GroupConfig(**raw["group"]) if raw.get("group") else None,
         shared_cache=SharedCacheConfig(**raw["shared_cache"]) if raw.get("shared_cache") else None,
     )
 
 
-def _dataset_config(raw: dict[str, Any]) -> DatasetConfig:
+def _preload_config(raw: dict[str, Any]) -> PreloadConfig:
     fields = dict(raw)
     if "orders" in fields:
         fields["orders"] = OrderLimits(**fields["orders"])
-    return DatasetConfig(**fields)
+    return PreloadConfig(**fields)

@@ -32,10 +32,10 @@ from pffs.config import (
     CACHE_POLICIES,
     LOG_LEVELS,
     CacheConfig,
-    DatasetConfig,
     FuseConfig,
     MetaConfig,
     ObserveConfig,
+    PreloadConfig,
     RetryConfig,
     SourceConfig,
     default_cache_dir,
@@ -111,7 +111,7 @@ _UNITS: dict[Callable[[str], object], str] = {
     values.mode: "MODE",
 }
 _CACHE = CacheConfig(disk_dir=None)
-_DATASET = DatasetConfig()
+_PRELOAD = PreloadConfig()
 _SOURCE = SourceConfig(url="")
 
 # One option a line or a few: the table reads better unwrapped by the formatter.
@@ -170,12 +170,12 @@ OPTIONS: tuple[Option, ...] = (
            "(more for a far store), 0 disables (32M)", "cache", dataset=True, csi="readaheadMax",
            renamed=("prefetch-max",)),
     # preload
-    Option("preload", values.boolean, _DATASET.enabled, "load files ahead of readers: a "
+    Option("preload", values.boolean, _PRELOAD.enabled, "load files ahead of readers: a "
            "directory's once a job reads a few of them, and order lists (on)", "preload",
            unit="on|off", dataset=True, csi="preload", renamed=("dataset-prefetch",)),
-    Option("preload-budget", values.size, _DATASET.budget, "bytes of files preloaded in flight "
+    Option("preload-budget", values.size, _PRELOAD.budget, "bytes of files preloaded in flight "
            "at most (64M)", "preload", dataset=True, renamed=("dataset-prefetch-budget",)),
-    Option("order-timeout", values.seconds, _DATASET.orders.seconds, "an order list sent to "
+    Option("order-timeout", values.seconds, _PRELOAD.orders.seconds, "an order list sent to "
            ".pffs/preload.sock must arrive whole within this long of its connection, and its "
            "report be read within as long again (60)", "preload", unit="SECONDS"),
     # mount

@@ -17,11 +17,11 @@ from pffs.cli import argtypes
 from pffs.cli.groupoptions import group_config, shared_cache_config
 from pffs.config import (
     CacheConfig,
-    DatasetConfig,
     FuseConfig,
     MetaConfig,
     MountConfig,
     ObserveConfig,
+    PreloadConfig,
     RetryConfig,
     SourceConfig,
     TableEntry,
@@ -63,13 +63,13 @@ def _add_source_options(parser: argparse.ArgumentParser) -> None:
         argtypes.add_section(parser, section)
 
 
-def dataset_config(args: argparse.Namespace) -> DatasetConfig:
+def preload_config(args: argparse.Namespace) -> PreloadConfig:
     if args.preload_budget <= 0:
         raise UsageError("--preload-budget must be above 0 (use --preload off)")
     if not 0 < args.order_timeout < float("inf"):
         raise UsageError("--order-timeout must be a number of seconds above 0")
-    orders = replace(DatasetConfig().orders, seconds=args.order_timeout)
-    return DatasetConfig(enabled=args.preload, budget=args.preload_budget, orders=orders)
+    orders = replace(PreloadConfig().orders, seconds=args.order_timeout)
+    return PreloadConfig(enabled=args.preload, budget=args.preload_budget, orders=orders)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -374,7 +374,7 @@ def table_mount_config(
         debug=args.debug,
         name=name,
         observe=observe_config(args),
-        dataset=dataset_config(args),
+        dataset=preload_config(args),
         group=group_config(args),
         shared_cache=shared_cache_config(args),
     )

@@ -36,7 +36,7 @@ from pffs.cache.blocks import BlockCache
 from pffs.cache.datasetroom import WatchedDataset
 from pffs.cache.keys import ObjectBlocks
 from pffs.cache.preload import Preloader, PreloadItem, job_channel
-from pffs.config import DatasetConfig
+from pffs.config import PreloadConfig
 from pffs.errors import PffsError, TooLarge
 from pffs.fs.fetching import Store, open_blocks
 from pffs.fs.handles import ReadHandle
@@ -61,7 +61,7 @@ class DatasetPreload:
         self,
         namespace: Namespace,
         cache: BlockCache,
-        config: DatasetConfig,
+        config: PreloadConfig,
         tier: Joined | None = None,  # a cache group or shared tier asked before the store
     ) -> None:
         self.namespace = namespace
@@ -330,7 +330,7 @@ def _recent(
     key: str,
     now: float,
     value: str,
-    config: DatasetConfig,
+    config: PreloadConfig,
 ) -> int:
     """Note `value` under `key` at `now`; how many distinct values it saw within the window."""
     if key not in table and len(table) >= MAX_WATCHED:

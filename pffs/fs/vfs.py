@@ -21,7 +21,7 @@ import trio
 
 from pffs import metrics
 from pffs.cache.blocks import BlockCache
-from pffs.config import CacheConfig, DatasetConfig, FuseConfig, MetaConfig
+from pffs.config import CacheConfig, FuseConfig, MetaConfig, PreloadConfig
 from pffs.errors import NotFound, PffsError, TooLarge, Unsupported
 from pffs.fs.datasets import DatasetPreload
 from pffs.fs.handles import (
@@ -62,7 +62,7 @@ class Vfs:
         cache: BlockCache | None = None,
         *,
         staging_dir: str,
-        dataset: DatasetConfig | None = None,
+        dataset: PreloadConfig | None = None,
         tier: Joined | None = None,
     ) -> None:
         """`tier`: the cache group or shared tier the mount joined, asked before each store."""
@@ -76,7 +76,7 @@ class Vfs:
         self.reader = Reader(self.namespace, self.handles, self.cache, self.pages, tier)
         self.writer = Writer(self.namespace, self.handles, fuse, staging_dir, staged, self.pages)
         self.renamer = Renamer(self.namespace, self.writer)
-        dataset = dataset or DatasetConfig()
+        dataset = dataset or PreloadConfig()
         self.special = SpecialFiles(self.namespace.mount_time, dataset.orders)
         # Whether writes are refused in every source alike (a file is in one: Writer.is_read_only),
         # None when the sources differ.

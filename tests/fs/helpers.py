@@ -17,7 +17,7 @@ import trio
 from pffs.backends import open_backend
 from pffs.backends.base import Backend, Capabilities, ObjectInfo
 from pffs.cache.blocks import BlockCache
-from pffs.config import CacheConfig, DatasetConfig, FuseConfig, MetaConfig, SourceConfig
+from pffs.config import CacheConfig, FuseConfig, MetaConfig, PreloadConfig, SourceConfig
 from pffs.errors import Throttled
 from pffs.fs.inodes import ROOT_INODE
 from pffs.fs.vfs import Vfs
@@ -34,7 +34,7 @@ def make_vfs(
     *,
     meta: MetaConfig = LONG_TTLS,
     cache: CacheConfig | None = None,
-    dataset: DatasetConfig | None = None,
+    dataset: PreloadConfig | None = None,
     read_only: bool = False,
 ) -> Vfs:
     """A Vfs over one store at the root (or a whole mount table), its staging in a fresh
@@ -139,5 +139,5 @@ BLOCKS = CacheConfig(block_size=64 * KIB, memory_bytes=64 << 20, disk_dir=None)
 def preloading_vfs(root: Path, **dataset_options: object) -> tuple[Vfs, HoldingBackend]:
     """A Vfs over `root` with the given preload options, and its store."""
     backend = HoldingBackend(root)
-    config = DatasetConfig(**dataset_options)  # type: ignore[arg-type]
+    config = PreloadConfig(**dataset_options)  # type: ignore[arg-type]
     return make_vfs(backend, cache=BLOCKS, dataset=config), backend

@@ -17,7 +17,7 @@ from pffs import metrics
 from pffs.cache.blocks import BlockCache
 from pffs.cache.datasetroom import KEEP_SHARE, subset_point
 from pffs.cli.stats_view import dataset_lines, series
-from pffs.config import CacheConfig, DatasetConfig
+from pffs.config import CacheConfig, PreloadConfig
 from pffs.fs.vfs import Vfs
 from tests.fs.helpers import HoldingBackend, dataset, make_vfs, read_whole
 
@@ -33,7 +33,7 @@ def room_vfs(root: Path, tmp: Path, disk_bytes: int) -> tuple[Vfs, HoldingBacken
     config = CacheConfig(
         block_size=FILE, memory_bytes=2 * MIB, disk_dir=str(tmp / "cache"), disk_bytes=disk_bytes
     )
-    return make_vfs(backend, cache=config, dataset=DatasetConfig()), backend
+    return make_vfs(backend, cache=config, dataset=PreloadConfig()), backend
 
 
 def served(cache: BlockCache) -> tuple[int, int]:
