@@ -8,7 +8,7 @@ the preload engine (pffs.cache.preload) takes them from; a full channel holds th
 million-entry directory is listed as the engine takes its files. When the opens span two or
 more sibling directories of one parent (ImageNet keeps one directory per class), the parent
 and its subdirectories, one level down, are one dataset. An order list (`preload_paths`, the
-`.pffs/preload` control file) is a dataset in the job's own order.
+`.pffs/preload`, the preload file) is a dataset in the job's own order.
 
 The same pass measures the dataset for the cache's room for datasets (pffs.cache.datasetroom):
 it counts each batch of files it lists (and looks up what of it the disk tier holds) before it

@@ -150,7 +150,7 @@ def test_a_read_only_bind_takes_the_list_through_the_order_socket(
     tmp_path: Path,
     options: tuple[str, ...],
 ) -> None:
-    """A pod's ReadOnlyMany volume is a read-only bind: the kernel refuses the control file's
+    """A pod's ReadOnlyMany volume is a read-only bind: the kernel refuses the preload file's
     write there, and the list goes through `.pffs/preload.sock` (docs/notes/readonly-order.md),
     from the sampler and from `pffs preload`."""
     if os.geteuid() != 0:
