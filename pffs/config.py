@@ -177,7 +177,7 @@ class OrderLimits:
     # Entries the directories one list names may hold in all (each is listed to find its
     # files): an ImageNet train set (1.28 million in 1,000 directories) fits three times.
     max_listed: int = 4 * 1024 * 1024
-    # Lists being received at once (socket connections and control-file handles open for
+    # Lists being received at once (socket connections and preload-file handles open for
     # writing, each): beyond it a new one is refused. With `max_bytes`, the memory all take.
     connections: int = 8
     # A connection has this long, from its accept, to send its whole list, and as long again

@@ -152,7 +152,7 @@ def test_reader_is_not_starved_while_preload_is_saturated(tmp_path: Path) -> Non
     assert backend.reads[paths[-1]] == 1
 
 
-def test_order_list_through_the_control_file(tmp_path: Path) -> None:
+def test_order_list_through_the_preload_file(tmp_path: Path) -> None:
     files = dataset(tmp_path, {"a": 5, "b": 5}, 2 * KIB)
     # Detection off in effect: only the order list preloads here.
     vfs, backend = preloading_vfs(tmp_path, concurrency=1, trigger_files=100)

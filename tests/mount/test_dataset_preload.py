@@ -94,7 +94,7 @@ def test_preload_order_command_reports_bad_entries(
 
 
 @pytest.mark.mount
-def test_the_former_command_and_control_file_still_work(
+def test_the_former_command_and_preload_file_name_still_work(
     mount_s3, bucket: str, dataset: dict[str, bytes], tmp_path: Path
 ) -> None:
     """`pffs prefetch --order` and `.pffs/prefetch` (names before this release) hand lists over

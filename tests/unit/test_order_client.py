@@ -24,14 +24,14 @@ def root(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_without_a_socket_the_list_goes_to_the_control_file(root: Path) -> None:
+def test_without_a_socket_the_list_goes_to_the_preload_file(root: Path) -> None:
     # A plain file reads back what was written: the list, whose first line stands for the report's
     # "queued N".
     assert preload_order(str(root), ["a", f"{root}/b", "/c"]) == ["b", "c"]
     assert (root / ".pffs" / "preload").read_text() == "a\nb\nc\n"
 
 
-def test_a_socket_nobody_listens_on_leaves_the_control_file(root: Path) -> None:
+def test_a_socket_nobody_listens_on_leaves_the_preload_file(root: Path) -> None:
     with socket.socket(socket.AF_UNIX) as closed:
         closed.bind(str(root / ".pffs" / "preload.sock"))  # bound, never listening
     assert preload_order(str(root), ["x", "y"]) == ["y"]

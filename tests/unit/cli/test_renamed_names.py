@@ -83,7 +83,7 @@ def test_the_former_module_warns_and_gives_the_new_names() -> None:
     assert former.NotAMount is jobs.NotAMount
 
 
-def test_a_job_hands_its_list_to_the_former_control_file_of_an_older_mount(
+def test_a_job_hands_its_list_to_the_former_preload_file_of_an_older_mount(
     tmp_path: Path,
 ) -> None:
     (tmp_path / ".pffs").mkdir()
@@ -92,7 +92,7 @@ def test_a_job_hands_its_list_to_the_former_control_file_of_an_older_mount(
     assert (tmp_path / ".pffs" / "prefetch").read_text() == "a\nb\n"
 
 
-def test_the_former_control_file_name_is_the_same_file_logged_once(
+def test_the_former_preload_file_name_is_the_same_file_logged_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     special = SpecialFiles(time.time())
