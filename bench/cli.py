@@ -209,7 +209,7 @@ def run_on_server(
                 only = measured_steps(args.only)
                 scenarios = Scenarios(
                     mountpoint, data, server, args.quick, only, pid, system.kernel_ttl(),
-                    system.rest_after_epochs(), progress.scenario,
+                    progress.scenario,
                 )  # fmt: skip
                 try:
                     results = scenarios.run_all(system.name)
@@ -321,12 +321,10 @@ def plan(args: argparse.Namespace, systems: list[System]) -> Progress:
     """The session's progress, which starts by saying how many runs and about how long."""
     servers = len(args.servers.split(",")) + bool(args.endpoint_url)
     reps = repetitions(args)
-    # A run's fixed part: the rest after the epochs, the random reads' timed runs and the wait
-    # past the kernel's TTL.
+    # A run's fixed part: the random reads' timed runs and the wait past the kernel's TTL.
     longest_wait = LONGEST_TTL_WAITED_QUICK if args.quick else LONGEST_TTL_WAITED
     fixed = [
-        system.rest_after_epochs()
-        + 2 * (1 if args.quick else 10)
+        2 * (1 if args.quick else 10)
         + (system.kernel_ttl() + 1 if system.kernel_ttl() <= longest_wait else 0)
         for system in systems
     ]

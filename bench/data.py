@@ -157,9 +157,16 @@ def upload(server: Server, sizes: Sizes, workdir: str, bucket: str = "pffs-bench
     return dataset
 
 
+# The training set's directory. One level down, as a bucket of datasets lays one out, so no
+# other scenario opens files in a directory beside it: pffs's dataset preload takes opens in
+# sibling directories within its trigger window for one dataset (ImageNet's classes), and at the
+# bucket's top the training set and the scenarios after it would be siblings.
+EPOCH_DIRECTORY = "datasets/train"
+
+
 def epoch_names(count: int) -> list[str]:
     """The training set's keys: one directory, as a dataset of samples is laid out."""
-    return [f"train/sample{i:06d}.bin" for i in range(count)]
+    return [f"{EPOCH_DIRECTORY}/sample{i:06d}.bin" for i in range(count)]
 
 
 def verify(server: Server, dataset: Dataset) -> None:
@@ -177,7 +184,7 @@ def verify(server: Server, dataset: Dataset) -> None:
     for prefix, expected in (
         ("small/", len(dataset.small_keys)),
         ("wide/", len(dataset.wide_keys)),
-        ("train/", len(dataset.epoch_keys)),
+        (f"{EPOCH_DIRECTORY}/", len(dataset.epoch_keys)),
     ):
         pages = s3.get_paginator("list_objects_v2").paginate(Bucket=dataset.bucket, Prefix=prefix)
         count = sum(len(page.get("Contents", [])) for page in pages)

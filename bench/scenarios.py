@@ -167,14 +167,12 @@ class Scenarios:
         only: set[str] | None = None,
         pid: int | None = None,
         kernel_ttl: float = 1.0,
-        rest_after_epochs: float = 0.0,
         progress: Callable[[str, int, int], None] | None = None,
     ) -> None:
         self.only = only  # metric keys to measure; None: all of them
         self.pid = pid  # the mount process, for its CPU time and RSS
         self.kernel_ttl = kernel_ttl  # the system's entry/attribute timeout, for stat_expired
         self.longest_ttl_waited = LONGEST_TTL_WAITED_QUICK if quick else LONGEST_TTL_WAITED
-        self.rest_after_epochs = rest_after_epochs  # see System.rest_after_epochs
         self.progress = progress  # told of each scenario as it starts: key, n, of how many
         self.peak_rss_before_reset: float | None = None  # VmHWM before epoch 1 reset it
         self.mnt = mountpoint
@@ -212,8 +210,6 @@ class Scenarios:
         for index, (key, step) in enumerate(steps, 1):
             if self.progress is not None:
                 self.progress(key, index, len(steps))
-            if key == "ttfb_ms" and "epoch1_files_per_s" in results:
-                time.sleep(self.rest_after_epochs)
             drop_caches()
             try:
                 results[key] = round(step(), 3)

@@ -18,7 +18,7 @@ import time
 from bench.leftovers import track_mount
 from bench.leftovers import unmount as unmount  # where the bench's scripts have imported it
 from bench.servers import Server, Unavailable
-from pffs.cli.options import build_parser, metadata_config, preload_config
+from pffs.cli.options import build_parser, metadata_config
 from pffs.mounting.kernel import find_mount
 
 # libfuse's entry and attribute timeouts when a file system sets none (s3fs sets none).
@@ -151,12 +151,6 @@ class System:
         """How long the kernel trusts this mount's entries and attributes, in seconds."""
         return LIBFUSE_DEFAULT_TTL
 
-    def rest_after_epochs(self) -> float:
-        """Seconds to rest after the training epochs, so that the system's access-pattern
-        heuristics do not link the epochs' directory to the next scenario's (none: no such
-        heuristics)."""
-        return 0.0
-
 
 class Pffs(System):
     name = "pffs"
@@ -171,12 +165,6 @@ class Pffs(System):
     def kernel_ttl(self) -> float:
         meta = metadata_config(self._parsed())
         return max(meta.attr_ttl, meta.entry_ttl)
-
-    def rest_after_epochs(self) -> float:
-        # Dataset preload takes opens in sibling directories within its trigger window for
-        # one dataset, and would then load the whole bucket behind the scenarios that follow.
-        datasets = preload_config(self._parsed())
-        return datasets.trigger_window + 1 if datasets.enabled else 0.0
 
     def mount(self, server: Server, bucket: str, mountpoint: str, cache_dir: str) -> int | None:
         argv = [sys.executable, "-m", "pffs", "mount", f"s3://{bucket}", mountpoint]

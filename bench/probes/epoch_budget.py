@@ -23,6 +23,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -86,7 +87,8 @@ def _epoch(
     try:
         drop_caches()
         if profile is not None and pid is not None:
-            argv = ["py-spy", "record", "-p", str(pid), "-o", profile, "-f", "raw", "--gil"]
+            spy_binary = os.path.join(os.path.dirname(sys.executable), "py-spy")
+            argv = [spy_binary, "record", "-p", str(pid), "-o", profile, "-f", "raw", "--gil"]
             spy = subprocess.Popen(
                 [*argv, "--rate", "250"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
             )
@@ -120,7 +122,9 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=100 * 1024)
     parser.add_argument("--rtt-ms", type=float, default=20.0)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--peers", default="", help="peers' epochs too, in each round (s3fs,rclone)")
+    parser.add_argument(
+        "--peers", default="", help="peers' epochs too, in each round (s3fs,rclone)"
+    )
     parser.add_argument("--pffs-options", default="", help="options of pffs mount, one string")
     parser.add_argument("--profile", help="py-spy's raw stacks of each pffs epoch: PROFILE.N")
     args = parser.parse_args()
@@ -140,7 +144,9 @@ def main() -> None:
             data = upload(store, sizes, root)
             far_store = far(store, args.rtt_ms, os.path.join(root, "proxy.log"))
             try:
-                print(f"{args.server}, {args.rtt_ms:g} ms, {os.cpu_count()} cores, {args.files} files")
+                print(
+                    f"{args.server}, {args.rtt_ms:g} ms, {os.cpu_count()} cores, {args.files} files"
+                )
                 for round_number in range(args.rounds):
                     print(_store(store, far_store, data), flush=True)
                     for system in systems:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench.cli import parse_args, parse_latencies
-from bench.data import Dataset, Sizes, epoch_names
+from bench.data import EPOCH_DIRECTORY, Dataset, Sizes, client, epoch_names, upload
 from bench.epoch import read_epoch, shuffled, store_files_per_s
 from bench.scenarios import Scenarios
 from bench.servers import Server, far
@@ -116,3 +116,26 @@ def test_bad_bench_options_are_one_line_errors(
         parse_args(argv)
     assert exited.value.code == 2
     assert message in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_no_object_of_the_bench_lies_beside_the_training_set(
+    moto: MotoServer, tmp_path: Path
+) -> None:
+    # The bench no longer rests after the epochs: pffs's dataset preload would take opens in a
+    # directory beside the training set, within its trigger window, for one dataset with it,
+    # and load the whole parent behind the scenarios that follow. So nothing the bench uploads
+    # may share the training set's parent: checked on what `upload` really put in the bucket.
+    env = os.environ
+    near = Server("moto", moto.endpoint_url, env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"])
+    sizes = Sizes(
+        large=4096, parallel=4096, small_files=2, wide_files=2, write=0, epoch_files=3,
+        epoch_size=100, checkpoint=4096, shard_files=2, shard_size=4096, lazy_tensors=2,
+    )  # fmt: skip
+    dataset = upload(near, sizes, str(tmp_path), bucket="layout")
+    pages = client(near).get_paginator("list_objects_v2").paginate(Bucket="layout")
+    keys = {item["Key"] for page in pages for item in page.get("Contents", [])}
+    assert set(dataset.epoch_keys) <= keys
+    parent = EPOCH_DIRECTORY.rpartition("/")[0]
+    assert parent, "the training set must not be a directory at the bucket's top"
+    beside = [key for key in keys - set(dataset.epoch_keys) if key.startswith(f"{parent}/")]
+    assert beside == []
