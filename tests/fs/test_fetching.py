@@ -105,3 +105,36 @@ def test_the_breaker_stops_a_request_between_two_attempts(tmp_path: Path) -> Non
 
     trio.run(main)
     assert backend.attempts == 1
+
+
+def test_a_run_of_one_block_or_of_several_gives_each_block_once_in_order(tmp_path: Path) -> None:
+    # A run of one block takes the channel without a task of its own (pffs.fs.fetching's
+    # _OneBlock); it must land what as_safe_channel's run of several lands.
+    backend, _, source = _source(tmp_path, refusals=0)
+
+    async def main() -> None:
+        async with source.run(2, 1) as landing:
+            assert [item async for item in landing] == [(2, DATA[2048:3072])]
+            with pytest.raises(trio.EndOfChannel):
+                await landing.receive()  # one block, then the end
+        async with source.run(0, 3) as landing:
+            assert [item async for item in landing] == [
+                (index, DATA[index * 1024 : (index + 1) * 1024]) for index in range(3)
+            ]
+        async with source.run(3, 1):
+            pass  # left unread: no request made
+
+    trio.run(main)
+    assert backend.attempts == 4
+
+
+def test_a_run_of_one_block_raises_its_requests_failure(tmp_path: Path) -> None:
+    _, _, source = _source(tmp_path, refusals=99)  # beyond the retries: Throttled
+
+    async def main() -> None:
+        async with source.run(0, 1) as landing:
+            with pytest.raises(Transient):
+                async for _ in landing:
+                    pass
+
+    trio.run(main)
