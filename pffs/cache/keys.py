@@ -91,7 +91,8 @@ class BlockSource(Protocol):
     def run(self, first: int, count: int) -> Blocks:
         """Blocks first..first+count-1 of the object (indices in the object), in order, each
         sent as soon as it has arrived (loading ahead: readahead, preload, warmup). Written as
-        an async generator of (index, bytes) under `@trio.as_safe_channel`."""
+        an async generator of (index, bytes) under `@trio.as_safe_channel`, or as a channel
+        of its own where that costs too much (the store's run of one block, pffs.fs.fetching)."""
         ...
 
     async def part(self, offset: int, length: int) -> bytes:
