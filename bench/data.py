@@ -142,6 +142,7 @@ def upload(server: Server, sizes: Sizes, workdir: str, bucket: str = "pffs-bench
     # s3rver 3 leaves a prefix holding only sub-prefixes out of a delimited listing: one object
     # directly in ttfb/ makes it show at the top of the bucket (as tree/'s marker does).
     s3.put_object(Bucket=bucket, Key="ttfb/about", Body=b"first byte samples")
+    s3.put_object(Bucket=bucket, Key=EPOCH_PARENT_MARKER, Body=b"the training set is in train/")
     small_keys = [f"small/f{i:05d}.bin" for i in range(sizes.small_files)]
     wide_keys = [f"wide/o{i:05d}" for i in range(sizes.wide_files)]
     epoch_keys = epoch_names(sizes.epoch_files)
@@ -162,6 +163,9 @@ def upload(server: Server, sizes: Sizes, workdir: str, bucket: str = "pffs-bench
 # sibling directories within its trigger window for one dataset (ImageNet's classes), and at the
 # bucket's top the training set and the scenarios after it would be siblings.
 EPOCH_DIRECTORY = "datasets/train"
+# One object directly in the training set's parent, for s3rver 3 (as ttfb/about): a file, so no
+# directory beside the training set; no scenario opens it.
+EPOCH_PARENT_MARKER = "datasets/about"
 
 
 def epoch_names(count: int) -> list[str]:

@@ -123,8 +123,9 @@ def test_no_object_of_the_bench_lies_beside_the_training_set(
 ) -> None:
     # The bench no longer rests after the epochs: pffs's dataset preload would take opens in a
     # directory beside the training set, within its trigger window, for one dataset with it,
-    # and load the whole parent behind the scenarios that follow. So nothing the bench uploads
-    # may share the training set's parent: checked on what `upload` really put in the bucket.
+    # and load the whole parent behind the scenarios that follow. So no directory the bench
+    # uploads to may share the training set's parent (a file in the parent itself is no
+    # sibling: s3rver needs one there to list the parent): checked on what `upload` put.
     env = os.environ
     near = Server("moto", moto.endpoint_url, env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"])
     sizes = Sizes(
@@ -137,5 +138,10 @@ def test_no_object_of_the_bench_lies_beside_the_training_set(
     assert set(dataset.epoch_keys) <= keys
     parent = EPOCH_DIRECTORY.rpartition("/")[0]
     assert parent, "the training set must not be a directory at the bucket's top"
-    beside = [key for key in keys - set(dataset.epoch_keys) if key.startswith(f"{parent}/")]
+    beside = [
+        key
+        for key in keys - set(dataset.epoch_keys)
+        if key.startswith(f"{parent}/") and "/" in key[len(parent) + 1 :]
+    ]
     assert beside == []
+    assert f"{parent}/about" in keys  # what s3rver needs to list the parent at the top
