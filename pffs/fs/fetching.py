@@ -146,8 +146,7 @@ class StoreBlocks:
 class _OneBlock(trio.abc.ReceiveChannel[tuple[int, bytes]]):
     """The run of one block as a channel that fetches it when first asked: what
     `as_safe_channel` gives, without the task, nursery and memory channel it spends per run
-    (a cold epoch's file is one block, and they were a tenth of the mount's time holding the
-    GIL: docs/notes/rgw-first-epoch.md)."""
+    (every file of a cold epoch of small files is one such run: docs/notes/rgw-first-epoch.md)."""
 
     def __init__(self, source: StoreBlocks, index: int) -> None:
         self._source = source
