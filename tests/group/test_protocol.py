@@ -15,9 +15,9 @@ import trio
 import urllib3
 
 from pffs.cache.keys import ObjectBlocks
+from pffs.cache.pieces import Pieces
 from pffs.group import protocol, signing
 from pffs.group.client import PeerAskSecond, PeerClient, PeerFailed, PeerMiss
-from pffs.group.pieces import Pieces
 from pffs.group.protocol import BadRequest, BlockRequest
 from pffs.group.server import AskSecond, NotServed, PeerServer
 from pffs.group.signing import Verifier
