@@ -185,6 +185,8 @@ class StoreBlocks:
                 if number + 1 == len(plan) or plan[number + 1] != index:
                     data = received[0] if len(received) == 1 else b"".join(received)
                     received.clear()
+                    if index in pieces:
+                        pieces[index].finish(data)
                     landed(index, data)
 
             token = trio.lowlevel.current_trio_token()
