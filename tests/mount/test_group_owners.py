@@ -5,7 +5,7 @@ moto server behind a FaultProxy, 1 MiB blocks.
   bytes as they arrive: the store's reply is held after its first 256 KiB, and the asker gets
   them through a relay that counts what the owner sends it before the rest is let through
   (the order is the signal: nothing here is timed);
-- a member whose peer port resets every connection: its breaker opens at every asker, and its
+- a member whose peer port resets every connection, or answers 500: its breaker opens at every asker, and its
   blocks are read through one stand-in each, fetched from the store once for all.
 """
 
@@ -144,17 +144,22 @@ def test_a_peer_joining_an_owners_own_fetch_gets_bytes_as_they_arrive(
     assert "broken" not in log_of(cluster, "node1")
 
 
-def test_a_broken_members_blocks_come_through_one_stand_in(s3, bucket, proxy, tmp_path) -> None:
+@pytest.mark.parametrize("fault", ["reset", "500"])
+def test_a_broken_members_blocks_come_through_one_stand_in(
+    fault: str, s3, bucket, proxy, tmp_path
+) -> None:
     """Three mounts; node2's peer port, as the member list names it, is a proxy that resets
-    every connection. node0 and node1 read everything: node2's breaker opens at both, and each
+    every connection, or answers each request 500. node0 and node1 read everything: node2's breaker opens at both, and each
     of its blocks is fetched from the store once, by the stand-in both askers agree on, which
     serves the other. Exact bytes, no reader error, node2 serves nothing."""
     files = put_files(s3, bucket, 12, 2 * MIB + 4321)
     dataset = sum(len(data) for data in files.values())
     cluster = Cluster(tmp_path, 3)
     host, port = cluster.addresses["node2"]
-    with FaultProxy(port, match=any_request, upstream_host=host) as broken:
-        broken.down()
+    rates = {"500": 1.0} if fault == "500" else {}
+    with FaultProxy(port, rates=rates, match=any_request, upstream_host=host) as broken:
+        if fault == "reset":
+            broken.down()
         write_members(cluster.member_file, {**cluster.urls, "node2": broken.endpoint_url})
         with contextlib.ExitStack() as stack:
             mounts = {
@@ -174,7 +179,8 @@ def test_a_broken_members_blocks_come_through_one_stand_in(s3, bucket, proxy, tm
             from_store = store_bytes(readers)
             received, served = peer_bytes(readers, "received"), peer_bytes(readers, "served")
             snapshots = {name: stats_snapshot(mnt) for name, mnt in mounts.items()}
-        assert broken.injected["down"] >= 2  # each asker tried node2 and found it broken
+        # Each asker tried node2 and found it broken.
+        assert broken.injected["down" if fault == "reset" else "500"] >= 2
     for name in readers:
         assert metric_value(snapshots[name], "pffs_group_member_up", member="node2") == 0
         assert log_of(cluster, name).count("peer node2 broken") == 1, log_of(cluster, name)[-3000:]
