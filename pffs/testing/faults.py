@@ -26,9 +26,9 @@ carries another is counted in `reused_after_hang`: a client should have closed i
 while `n` are already in flight (it would make more than `n`) gets ``503 SlowDown`` (counted
 as "throttle"). `hold_tail(count)` holds the next matching GET's body after its first `count`
 bytes (its head and those sent, `holding` set) until `release()`: a store whose reply is on its
-way, for a test that acts while a fetch is half done. Every fault is counted in `injected`, so a test can check that its faults were
-actually hit, and the bytes of the matching GETs' bodies it forwarded in `body_bytes` (what a
-mount fetched).
+way, for a test that acts while a fetch is half done. Every fault is counted in `injected`, so
+a test can check that its faults were actually hit, and the bytes of the matching GETs'
+bodies it forwarded in `body_bytes` (what a mount fetched).
 
 One thread per client connection (HTTP/1.1 keep-alive is honoured), one upstream connection per
 client connection; a stalled connection never holds up the others.

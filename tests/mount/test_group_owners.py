@@ -5,8 +5,9 @@ moto server behind a FaultProxy, 1 MiB blocks.
   bytes as they arrive: the store's reply is held after its first 256 KiB, and the asker gets
   them through a relay that counts what the owner sends it before the rest is let through
   (the order is the signal: nothing here is timed);
-- a member whose peer port resets every connection, or answers 500: its breaker opens at every asker, and its
-  blocks are read through one stand-in each, fetched from the store once for all.
+- a member whose peer port resets every connection, or answers 500: its breaker opens at
+  every asker, and its blocks are read through one stand-in each, fetched from the store once
+  for all.
 """
 
 from __future__ import annotations
@@ -149,9 +150,9 @@ def test_a_broken_members_blocks_come_through_one_stand_in(
     fault: str, s3, bucket, proxy, tmp_path
 ) -> None:
     """Three mounts; node2's peer port, as the member list names it, is a proxy that resets
-    every connection, or answers each request 500. node0 and node1 read everything: node2's breaker opens at both, and each
-    of its blocks is fetched from the store once, by the stand-in both askers agree on, which
-    serves the other. Exact bytes, no reader error, node2 serves nothing."""
+    every connection, or answers each request 500. node0 and node1 read everything: node2's
+    breaker opens at both, and each of its blocks is fetched from the store once, by the
+    stand-in both askers agree on, which serves the other. Exact bytes, no reader error, node2 serves nothing."""
     files = put_files(s3, bucket, 12, 2 * MIB + 4321)
     dataset = sum(len(data) for data in files.values())
     cluster = Cluster(tmp_path, 3)
