@@ -152,7 +152,8 @@ def test_a_broken_members_blocks_come_through_one_stand_in(
     """Three mounts; node2's peer port, as the member list names it, is a proxy that resets
     every connection, or answers each request 500. node0 and node1 read everything: node2's
     breaker opens at both, and each of its blocks is fetched from the store once, by the
-    stand-in both askers agree on, which serves the other. Exact bytes, no reader error, node2 serves nothing."""
+    stand-in both askers agree on, which serves the other. Exact bytes, no reader error,
+    node2 serves nothing."""
     files = put_files(s3, bucket, 12, 2 * MIB + 4321)
     dataset = sum(len(data) for data in files.values())
     cluster = Cluster(tmp_path, 3)
