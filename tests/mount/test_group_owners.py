@@ -5,6 +5,7 @@ moto server behind a FaultProxy, 1 MiB blocks.
   bytes as they arrive: the store's reply is held after its first 256 KiB, and the asker gets
   them through a relay that counts what the owner sends it before the rest is let through
   (the order is the signal: nothing here is timed);
+- a member's preload asks the blocks' owners, not the store;
 - a member whose peer port resets every connection, or answers 500: its breaker opens at
   every asker, and its blocks are read through one stand-in each, fetched from the store once
   for all.
@@ -22,13 +23,16 @@ import pytest
 
 from pffs.testing.faults import FaultProxy, any_request
 from tests.conftest import metric_value, mounted, stats_snapshot
+from tests.mount.test_dataset_preload import wait_for
 from tests.mount.test_group import (
     MIB,
     Cluster,
+    group_mounts,
     log_of,
     peer_bytes,
     proxy,
     put_files,
+    read_all,
     read_everywhere,
     store_bytes,
     write_members,
@@ -193,3 +197,30 @@ def test_a_broken_members_blocks_come_through_one_stand_in(
     assert dataset <= from_store <= 1.12 * dataset, from_store / dataset
     assert served == received
     assert received >= dataset * 0.9, received / dataset  # every block but one copy via a peer
+
+
+def test_preload_asks_the_owners(s3, bucket, proxy, tmp_path) -> None:
+    """node0 opens three files of a directory, so its preload loads the rest: the blocks node1
+    owns come from node1 (which fetches them from the store for it), not from the store; then
+    node0 reads everything with no more store traffic, exact bytes."""
+    files = put_files(s3, bucket, 16, MIB)
+    cluster = Cluster(tmp_path, 2)
+    with group_mounts(cluster, bucket, proxy.endpoint_url) as mounts:
+        node0 = {"node0": mounts["node0"]}
+        names = sorted(files)
+        for name in names[:3]:
+            assert (mounts["node0"] / name).read_bytes() == files[name]
+        received = peer_bytes(node0, "received")
+        loaded = wait_for(mounts["node0"], "pffs_preload_files_fetched_total", len(files) - 3)
+        assert metric_value(loaded, "pffs_preload_files_fetched_total") == len(files) - 3
+        # 13 blocks preloaded, each owned by node1 half the time: some came from it.
+        assert peer_bytes(node0, "received") > received
+        served = peer_bytes({"node1": mounts["node1"]}, "served")
+        assert served == peer_bytes(node0, "received")
+        assert store_bytes({"node1": mounts["node1"]}) == served  # fetched for node0 alone
+        before = store_bytes(node0)
+        assert store_bytes(node0) + served <= 1.1 * sum(map(len, files.values()))
+        errors: list[str] = []
+        read_all(mounts["node0"], files, 0, errors)
+        assert errors == []
+        assert store_bytes(node0) == before
