@@ -60,8 +60,8 @@ class Relay:
             while True:
                 client, _ = self._listener.accept()
                 server = socket.create_connection(self.upstream)
-                threading.Thread(target=self._pipe, args=(client, server, False)).start()
-                threading.Thread(target=self._pipe, args=(server, client, True)).start()
+                for ends in ((client, server, False), (server, client, True)):
+                    threading.Thread(target=self._pipe, args=ends, daemon=True).start()
 
     def _pipe(self, source: socket.socket, target: socket.socket, counted: bool) -> None:
         with contextlib.suppress(OSError):
