@@ -72,4 +72,7 @@ window.py       Windows: each sequential reader's window by Little's law (its re
                 budget of bytes loaded ahead among the readers streaming at the time. (A
                 source's pace, pffs.pace, is another thing: its requests in flight.)
 stats.py        CacheStats: the counters the metrics read.
+pieces.py       Pieces, a block's bytes as its store sends them, and Arriving, the board of
+                blocks on their way by key: filled by the fetch path (pffs.fs.fetching) in a
+                cache group, streamed to peers that join a fetch; the cache never uses it.
 """

@@ -8,7 +8,10 @@ count as, and its breaker (pffs.routing.health: while the source is down a reque
 once, and its outcome tells the breaker). `Store.of(mounted, use, tier)` takes them from the
 mount table's entry. `StoreBlocks` is the store as the `BlockSource` (pffs.cache.keys) of one
 open object version: `part` for a reader waiting on bytes, `run` for blocks loaded ahead,
-yielded to the cache as they land. `open_blocks` puts the store's joined tier (pffs.group: a
+yielded to the cache as they land; both come in one GET through one path (`_get`), which,
+in a cache group, announces each whole block on the mount's board of arriving blocks
+(pffs.cache.pieces) piece by piece, so a peer's request joining the fetch, whoever started
+it, streams the bytes as they arrive. `open_blocks` puts the store's joined tier (pffs.group: a
 cache group, a shared tier, handed to the store when it is built) before it.
 
 A short answer is `Corrupted`, never a short block in the cache; the version pins every request
@@ -19,6 +22,7 @@ bound docs/RELIABILITY.md states.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
@@ -27,6 +31,7 @@ import trio
 
 from pffs.backends.base import Backend, block_runs
 from pffs.cache.keys import Blocks, BlockSource, ObjectBlocks
+from pffs.cache.pieces import Arriving
 from pffs.errors import Corrupted, SourceDown, Transient
 from pffs.pace import Pace, Use
 from pffs.routing.health import SourceHealth
@@ -36,6 +41,8 @@ if TYPE_CHECKING:  # a mount without a group never imports pffs.group
     from pffs.group.sources import Joined
 
 T = TypeVar("T")
+
+PIECE = 256 * 1024  # the bytes of a block announced at a time, for peers joining its fetch
 
 
 @dataclass(frozen=True, eq=False)
@@ -48,10 +55,24 @@ class Store:
     breaker: SourceHealth
     use: Use = "readahead"  # what this store's loads ahead are, for the pace's rule
     tier: Joined | None = None  # a cache group or shared tier asked before the store
+    # Where the blocks this store sends are announced as they arrive, piece by piece (a cache
+    # group's: a peer's request for one joins its fetch); None: blocks arrive whole.
+    arriving: Arriving | None = None
 
     @classmethod
-    def of(cls, mounted: Mounted, use: Use = "readahead", tier: Joined | None = None) -> Store:
-        return cls(mounted.backend, mounted.limiter, mounted.pace, mounted.health, use, tier)
+    def of(
+        cls,
+        mounted: Mounted,
+        use: Use = "readahead",
+        tier: Joined | None = None,
+        arriving: Arriving | None = None,
+    ) -> Store:
+        """The source's parts; `arriving` defaults to the board of the tier joined."""
+        if arriving is None and tier is not None:
+            arriving = tier.arriving
+        return cls(
+            mounted.backend, mounted.limiter, mounted.pace, mounted.health, use, tier, arriving
+        )
 
     async def request(self, fn: Callable[..., T], *args: object, ahead: bool) -> T:
         """`fn(*args, terms)` in a worker thread: a reader's under the readers' limiter, a load
@@ -83,45 +104,41 @@ class StoreBlocks:
         self.blocks = blocks
 
     async def part(self, offset: int, length: int) -> bytes:
+        """A reader's bytes; a whole block streamed in pieces when the store has a board of
+        arriving blocks (a cache group's peers join the fetch)."""
+        blocks = self.blocks
+        index = offset // blocks.block_size
+        whole = offset == blocks.start(index) and length == blocks.length(index)
+        if whole and self.store.arriving is not None and block_runs(self.store.backend):
+            landed: list[bytes] = []
+            await self._get(index, 1, False, lambda _, data: landed.append(data))
+            return landed[0]
         return await self._range(offset, length, ahead=False)
 
     def run(self, first: int, count: int) -> Blocks:
         """One request for the run where the store streams runs, else one per block."""
-        if count == 1:  # a small file's one block: no task and no channel of its own
-            return _OneBlock(self, first)
+        if count == 1 and self.store.arriving is None:
+            return _OneBlock(self, first)  # a small file's one block: no task, no channel
         return self._runs(first, count)
 
     @trio.as_safe_channel
     async def _runs(self, first: int, count: int) -> AsyncGenerator[tuple[int, bytes], None]:
-        blocks, backend = self.blocks, self.store.backend
+        blocks = self.blocks
         indices = range(first, first + count)
-        streaming = block_runs(backend)
-        if streaming is None:
+        if block_runs(self.store.backend) is None:
             for index in indices:
                 yield index, await self._range(blocks.start(index), blocks.length(index), True)
             return
-        # The worker thread puts each block in a channel with room for the whole run, so it
+        # Each block lands in a channel with room for the whole run, so the store's worker
         # never waits on the cache; the cache takes them from here as they land.
         send, receive = trio.open_memory_channel[tuple[int, bytes]](count)
-        token = trio.lowlevel.current_trio_token()
         failure: Exception | None = None
-
-        def hand_over(i: int, data: bytes) -> None:  # in the worker thread
-            trio.from_thread.run_sync(send.send_nowait, (first + i, data), trio_token=token)
 
         async def request() -> None:
             nonlocal failure
             async with send:
                 try:
-                    await self.store.request(
-                        streaming.read_blocks,
-                        blocks.path,
-                        blocks.start(first),
-                        blocks.lengths(indices),
-                        blocks.version,
-                        hand_over,
-                        ahead=True,
-                    )
+                    await self._get(first, count, True, lambda i, d: send.send_nowait((i, d)))
                 except Exception as exc:  # raised here, after the blocks that did land
                     failure = exc
 
@@ -132,6 +149,69 @@ class StoreBlocks:
                     yield item
         if failure is not None:
             raise failure
+
+    async def _get(
+        self, first: int, count: int, ahead: bool, landed: Callable[[int, bytes], None]
+    ) -> None:
+        """Blocks first..first+count-1 in one GET (a store that streams runs), each handed to
+        `landed` in this trio thread once its last byte is in. With a board of arriving blocks
+        (pffs.cache.pieces), each block is announced on it for the GET's time and asked for in
+        pieces of `PIECE` bytes, each added to its `Pieces` as it arrives, so a peer's request
+        joining the fetch streams the bytes as they come."""
+        blocks, board = self.blocks, self.store.arriving
+        streaming = block_runs(self.store.backend)
+        assert streaming is not None  # callers check
+        indices = range(first, first + count)
+        plan: list[int] = []  # the block of each piece, in order
+        lengths: list[int] = []
+        for index in indices:
+            length = blocks.length(index)
+            step = length if board is None else PIECE
+            for at in range(0, length, step):
+                plan.append(index)
+                lengths.append(min(step, length - at))
+        with contextlib.ExitStack() as announced:
+            pieces = {}
+            if board is not None:
+                for index in indices:
+                    expecting = board.expecting(blocks.key(index), blocks.length(index))
+                    pieces[index] = announced.enter_context(expecting)
+            received: list[bytes] = []
+            ended = False
+
+            def arrived(number: int, piece: bytes) -> None:  # in this trio thread, in order
+                if ended:
+                    return  # a worker abandoned at a cancellation: nobody waits any more
+                index = plan[number]
+                received.append(piece)
+                if index in pieces:
+                    pieces[index].add(piece)
+                if number + 1 == len(plan) or plan[number + 1] != index:
+                    data = received[0] if len(received) == 1 else b"".join(received)
+                    received.clear()
+                    if index in pieces:
+                        pieces[index].finish(data)
+                    landed(index, data)
+
+            token = trio.lowlevel.current_trio_token()
+
+            def deliver(number: int, piece: bytes) -> None:  # in the worker thread
+                token.run_sync_soon(arrived, number, piece)
+
+            try:
+                # The worker's last callback is queued after every piece's: all have run
+                # in order when the request returns.
+                await self.store.request(
+                    streaming.read_blocks,
+                    blocks.path,
+                    blocks.start(first),
+                    lengths,
+                    blocks.version,
+                    deliver,
+                    ahead=ahead,
+                )
+            finally:
+                ended = True
 
     async def _range(self, offset: int, length: int, ahead: bool) -> bytes:
         blocks, backend = self.blocks, self.store.backend

@@ -112,7 +112,9 @@ class PeerClient:
         got, wanted = 0, expected + protocol.FOOTER.size
         try:
             while got < wanted:
-                piece = response.read(min(CHUNK, wanted - got))
+                # At most what one receive gives, so the whole-block deadline holds against a
+                # peer that trickles (read(n) waits for all n bytes).
+                piece = response.read1(min(CHUNK, wanted - got))
                 if not piece:
                     break
                 pieces.append(piece)

@@ -6,7 +6,7 @@ mount composed (pffs.mounting.grouping), which refuses a source this member does
 Refusals answer 403 (421 for a source this member does not serve, which askers remember) and
 are logged, at most one line per peer address and reason a minute,
 so a member with the wrong secret cannot flood the log. A block is sent as its handler gives
-it: whole, or in pieces as the owner's store sends them (pffs.group.pieces), its length known
+it: whole, or in pieces as the owner's store sends them (pffs.cache.pieces), its length known
 from the request and its CRC32C after its last byte (pffs.group.protocol). A failure to get the
 block before any byte of it answers 503 (after, the connection is closed): the asker then
 fetches from the store itself. Every input is bounded: the request head
@@ -25,9 +25,9 @@ import crc32c
 import h11
 import trio
 
+from pffs.cache.pieces import Pieces
 from pffs.errors import UsageError
 from pffs.group import protocol, stats
-from pffs.group.pieces import Pieces
 from pffs.group.protocol import BadRequest, BlockRequest
 from pffs.group.signing import Verifier
 

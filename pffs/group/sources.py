@@ -17,6 +17,7 @@ from typing import Protocol
 import trio
 
 from pffs.cache.keys import BlockSource, ObjectBlocks
+from pffs.cache.pieces import Arriving
 
 
 class Tier(Protocol):
@@ -33,10 +34,13 @@ class Tier(Protocol):
 
 
 class Joined:
-    """The tier a mount joined: what it puts before each object's store."""
+    """The tier a mount joined: what it puts before each object's store, and where the
+    store's blocks are announced as they arrive (`arriving`: a cache group's, whose peers join
+    the fetches; None for a shared tier or an asker that serves no peers)."""
 
-    def __init__(self, tier: Tier) -> None:
+    def __init__(self, tier: Tier, arriving: Arriving | None = None) -> None:
         self.tier = tier
+        self.arriving = arriving
 
     def before(self, store: BlockSource, blocks: ObjectBlocks) -> BlockSource:
         return TierFirst(self.tier, store, blocks)

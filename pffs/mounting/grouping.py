@@ -27,6 +27,7 @@ import trio
 from pffs.backends import open_backend
 from pffs.backends.base import Backend, WritableBackend, writable
 from pffs.cache.blocks import BlockCache
+from pffs.cache.pieces import Arriving
 from pffs.config import GroupConfig, SharedCacheConfig, SourceConfig
 from pffs.errors import PffsError, UsageError
 from pffs.group import claims
@@ -54,9 +55,12 @@ class JoinedGroup:
         server: PeerServer,
         listening: socket.socket,
         members: FileMembers | KubeMembers | DnsMembers,
+        arriving: Arriving,
     ) -> None:
         self.group = group
-        self.tier = Joined(group)  # what the mount's reads ask before the store
+        # What the mount's reads ask before the store, and where its store's blocks are
+        # announced as they arrive (the peer server's handler streams them).
+        self.tier = Joined(group, arriving)
         self.server = server
         self._listening = listening
         self._members = members
@@ -80,10 +84,11 @@ def open_group(config: GroupConfig, table: MountTable, cache: BlockCache) -> Joi
     members = _member_source(config)
     if isinstance(members, FileMembers):
         group.update(members.load())
-    server = PeerServer(PeerBlocks(group, table, cache).serve, Verifier(secret))
+    arriving = Arriving()
+    server = PeerServer(PeerBlocks(group, table, cache, arriving).serve, Verifier(secret))
     listening = _bind(config.listen)
     log.info("group: %s serving peers on %s", config.self_name, config.listen)
-    return JoinedGroup(group, server, listening, members)
+    return JoinedGroup(group, server, listening, members, arriving)
 
 
 async def asking_group(config: GroupConfig) -> Group:

@@ -24,9 +24,11 @@ blackholed network drops them). A connection that carried a request during the h
 carries another is counted in `reused_after_hang`: a client should have closed it.
 `throttle_above(n)` makes it a store that throttles under load: a matching request arriving
 while `n` are already in flight (it would make more than `n`) gets ``503 SlowDown`` (counted
-as "throttle"). Every fault is counted in `injected`, so a test can check that its faults were
-actually hit, and the bytes of the matching GETs' bodies it forwarded in `body_bytes` (what a
-mount fetched).
+as "throttle"). `hold_tail(count)` holds the next matching GET's body after its first `count`
+bytes (its head and those sent, `holding` set) until `release()`: a store whose reply is on its
+way, for a test that acts while a fetch is half done. Every fault is counted in `injected`, so
+a test can check that its faults were actually hit, and the bytes of the matching GETs'
+bodies it forwarded in `body_bytes` (what a mount fetched).
 
 One thread per client connection (HTTP/1.1 keep-alive is honoured), one upstream connection per
 client connection; a stalled connection never holds up the others.
@@ -94,6 +96,9 @@ class FaultProxy(Service):
         self.reused_after_hang = 0  # requests on a connection whose earlier request hung
         self._throttle_above: int | None = None
         self.in_flight = 0  # matching requests being forwarded now
+        self._hold_after: int | None = None
+        self.holding = threading.Event()  # a GET's body is held (hold_tail)
+        self._released = threading.Event()
         self._closing = threading.Event()
         self.set_rates(rates or {})
         proxy = self
@@ -151,6 +156,29 @@ class FaultProxy(Service):
         flight (None: never)."""
         self._throttle_above = limit
 
+    def hold_tail(self, count: int) -> None:
+        """Hold the next matching GET's body after its first `count` bytes until `release()`."""
+        self._released.clear()
+        self.holding.clear()
+        self._hold_after = count
+
+    def release(self) -> None:
+        self._released.set()
+
+    def _held(self, client: socket.socket, head: bytes, payload: bytes) -> bool:
+        """Send a reply whose tail is to be held (False: none is, or this body is no longer
+        than what is sent before the hold)."""
+        with self._lock:
+            count = self._hold_after
+            if count is None or len(payload) <= count:
+                return False
+            self._hold_after = None
+        client.sendall(head + payload[:count])
+        self.holding.set()
+        self._released.wait()  # stop() sets it too
+        client.sendall(payload[count:])
+        return True
+
     @property
     def total_injected(self) -> int:
         with self._lock:
@@ -166,6 +194,7 @@ class FaultProxy(Service):
     def stop(self) -> None:
         self._closing.set()  # wakes stalled connections
         self._answering.set()  # and hung ones
+        self._released.set()  # and held ones
         self._server.shutdown()
         self._server.server_close()
         if self._thread is not None:
@@ -255,7 +284,8 @@ class FaultProxy(Service):
                 if fault == "truncate" and len(payload) > 1:
                     client.sendall(head + payload[: len(payload) // 2])
                     return
-                client.sendall(head + (b"" if method == "HEAD" else payload))
+                if fault != _COUNTED or method != "GET" or not self._held(client, head, payload):
+                    client.sendall(head + (b"" if method == "HEAD" else payload))
                 if headers.get("connection", "").lower() == "close":
                     return
         except (OSError, http.client.HTTPException, ValueError):

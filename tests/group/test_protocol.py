@@ -15,9 +15,9 @@ import trio
 import urllib3
 
 from pffs.cache.keys import ObjectBlocks
+from pffs.cache.pieces import Pieces
 from pffs.group import protocol, signing
-from pffs.group.client import PeerAskSecond, PeerClient, PeerFailed, PeerMiss
-from pffs.group.pieces import Pieces
+from pffs.group.client import PeerAskSecond, PeerClient, PeerFailed, PeerMiss, Timeouts
 from pffs.group.protocol import BadRequest, BlockRequest
 from pffs.group.server import AskSecond, NotServed, PeerServer
 from pffs.group.signing import Verifier
@@ -178,3 +178,45 @@ def test_refusals() -> None:
 def test_bad_targets(target: str) -> None:
     with pytest.raises(BadRequest):
         protocol.parse_target(target)
+
+
+def test_a_trickling_peer_is_cut_off_at_the_whole_block_timeout() -> None:
+    """A peer that keeps sending, one byte at a time, never long enough apart for the
+    first-byte timeout: the whole block's timeout ends the request (a stand-in for a slow or
+    malicious peer on a raw socket; no pffs member answers so)."""
+    stop = threading.Event()
+    listener = socket.create_server(("127.0.0.1", 0))
+    request = BlockRequest(BLOCKS, 0)
+
+    def trickle() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            connection.recv(65536)
+            head = (
+                "HTTP/1.1 200 OK\r\n"
+                f"{protocol.VERSION}: {BLOCKS.version}\r\n"
+                f"content-length: {request.length + protocol.FOOTER.size}\r\n\r\n"
+            )
+            connection.sendall(head.encode())
+            while not stop.wait(0.02):
+                try:
+                    connection.sendall(b"x")
+                except OSError:
+                    return
+
+    threading.Thread(target=trickle, daemon=True).start()
+    client = PeerClient(SECRET, "asker", Timeouts(connect=0.5, first_byte=2.0, whole=0.3))
+    outcome: list[str] = []
+
+    def ask() -> None:
+        try:
+            client.get(f"http://127.0.0.1:{listener.getsockname()[1]}", request)
+        except PeerFailed as exc:
+            outcome.append(str(exc))
+
+    asker = threading.Thread(target=ask)
+    asker.start()
+    asker.join(20)  # a bound for a failing run only: the block would take 80 s to trickle
+    stop.set()
+    listener.close()
+    assert outcome == ["block too slow"]

@@ -1,0 +1,44 @@
+"""`--group-self` as the interface states it: the option, else the node name ($NODE_NAME, as a
+Kubernetes pod is given it), else the host name."""
+
+from __future__ import annotations
+
+import argparse
+import socket
+from pathlib import Path
+
+import pytest
+
+from pffs.cli.groupoptions import group_config
+
+
+def args(tmp_path: Path, group_self: str | None) -> argparse.Namespace:
+    members, secret = tmp_path / "members", tmp_path / "secret"
+    members.write_text("node-a http://127.0.0.2:7000\n")
+    secret.write_text("a-shared-secret-of-the-group")
+    return argparse.Namespace(
+        group_members=f"file://{members}",
+        group_listen="127.0.0.2:7000",
+        group_secret_file=str(secret),
+        group_self=group_self,
+    )
+
+
+@pytest.mark.parametrize(
+    ("option", "node_name", "expected"),
+    [("node-a", "node-b", "node-a"), (None, "node-b", "node-b"), (None, None, None)],
+)
+def test_group_self_defaults_to_the_node_name_then_the_host_name(
+    option: str | None,
+    node_name: str | None,
+    expected: str | None,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    if node_name is None:
+        monkeypatch.delenv("NODE_NAME", raising=False)
+    else:
+        monkeypatch.setenv("NODE_NAME", node_name)
+    config = group_config(args(tmp_path, option))
+    assert config is not None
+    assert config.self_name == (expected or socket.gethostname())
