@@ -155,10 +155,34 @@ def run(
         "wrong_bytes": sum(r.wrong_bytes for r in survivors.values()),
         "first_errors": [e for r in survivors.values() for e in r.errors][:3],
     })  # fmt: skip
+    if shared is not None:
+        out["tier"] = tier_counts(stats)
     if killer is not None:
         out["killed"] = VICTIM
         out["killed_after_files"] = killer.killed_after
         out["bound_x"] = round(1 + 1 / MEMBERS, 3)
+    return out
+
+
+# The shared tier's counters (pffs.group.stats), summed over the mounts: its origin fetches by
+# reason, its claims by outcome, its writes by outcome.
+TIER_COUNTERS = {
+    "origin": "pffs_group_tier_origin_total",
+    "claims": "pffs_group_claims_total",
+    "writes": "pffs_group_tier_writes_total",
+}
+
+
+def tier_counts(stats: list[dict[str, float]]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for short, metric in TIER_COUNTERS.items():
+        counts: dict[str, int] = {}
+        for mount in stats:
+            for key, value in mount.items():
+                if key.startswith(metric + "{"):
+                    label = key[len(metric) + 1 : -1].split("=", 1)[1]
+                    counts[label] = counts.get(label, 0) + int(value)
+        out[short] = dict(sorted(counts.items()))
     return out
 
 

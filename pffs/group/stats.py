@@ -33,7 +33,28 @@ REFUSALS = Counter(
 )
 FALLBACKS = Counter(
     "pffs_group_fallbacks",
-    "Blocks a peer was asked for and the store then served, by reason",
+    "Blocks a peer or the shared tier was asked for and the store then served, by reason",
     ["reason"],
+    registry=REGISTRY,
+)
+# The shared tier's origin fetches, each block asked of the tier once: `claimed` is the one
+# expected per block; every other reason is a fetch the tier's single flight did not save.
+TIER_ORIGIN = Counter(
+    "pffs_group_tier_origin",
+    "Blocks the shared tier was asked for and the origin then served, by reason",
+    ["reason"],
+    registry=REGISTRY,
+)
+TIER_WRITES = Counter(
+    "pffs_group_tier_writes",
+    "Blocks the origin served handed to the shared tier: written, dropped (too many pending) "
+    "or failed",
+    ["outcome"],
+    registry=REGISTRY,
+)
+CLAIMS = Counter(
+    "pffs_group_claims",
+    "Claims of missed blocks in the shared tier, by outcome",
+    ["outcome"],
     registry=REGISTRY,
 )
