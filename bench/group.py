@@ -165,7 +165,7 @@ def run(
 
 
 # The shared tier's counters (pffs.group.stats), summed over the mounts: its origin fetches by
-# reason, its claims by outcome, its writes by outcome.
+# reason, its claims by outcome, its writes by outcome; then its waiters' waits and polls.
 TIER_COUNTERS = {
     "origin": "pffs_group_tier_origin_total",
     "claims": "pffs_group_claims_total",
@@ -173,8 +173,8 @@ TIER_COUNTERS = {
 }
 
 
-def tier_counts(stats: list[dict[str, float]]) -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = {}
+def tier_counts(stats: list[dict[str, float]]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
     for short, metric in TIER_COUNTERS.items():
         counts: dict[str, int] = {}
         for mount in stats:
@@ -183,7 +183,26 @@ def tier_counts(stats: list[dict[str, float]]) -> dict[str, dict[str, int]]:
                     label = key[len(metric) + 1 : -1].split("=", 1)[1]
                     counts[label] = counts.get(label, 0) + int(value)
         out[short] = dict(sorted(counts.items()))
+    out["waits"] = histogram(stats, "pffs_group_tier_wait_seconds")
+    out["waits"]["polls"] = int(sum(m.get("pffs_group_tier_polls_total", 0.0) for m in stats))
+    out["claim_lives"] = histogram(stats, "pffs_group_claim_seconds")
     return out
+
+
+def histogram(stats: list[dict[str, float]], metric: str) -> dict[str, Any]:
+    """A histogram summed over the mounts: count, mean, and how many within each bound."""
+    count = sum(m.get(f"{metric}_count", 0.0) for m in stats)
+    total = sum(m.get(f"{metric}_sum", 0.0) for m in stats)
+    return {
+        "count": int(count),
+        "mean_ms": round(1000 * total / count, 1) if count else 0.0,
+        "within_ms": {
+            str(int(float(le) * 1000)): int(
+                sum(m.get(f"{metric}_bucket{{le={le}}}", 0.0) for m in stats)
+            )
+            for le in ("0.05", "0.1", "0.25", "0.5", "1.0", "5.0")
+        },
+    }
 
 
 class Killer:

@@ -136,6 +136,7 @@ class Claims:
         if held is None:
             return
         claim = held[0]
+        stats.CLAIM_LIVES.observe(time.monotonic() - held[1])
         try:
             await run_blocking(self.limiter, self.store.delete, claim)
         except Exception as exc:

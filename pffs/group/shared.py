@@ -130,11 +130,19 @@ class SharedTier:
                     await self.claims.release(name)
                     return data
             return self._origin("claimed")  # written when it lands, whatever the writes pending
-        deadline = trio.current_time() + WAIT
+        started = trio.current_time()
+        try:
+            return await self._wait(blocks, index, started + WAIT)
+        finally:
+            stats.TIER_WAITS.observe(trio.current_time() - started)
+
+    async def _wait(self, blocks: ObjectBlocks, index: int, deadline: float) -> bytes | None:
+        """The block another mount claimed, once it is in the tier; None past `deadline`."""
         pause = POLL_FIRST
         while trio.current_time() + pause < deadline:
             await trio.sleep(pause)
             pause = min(pause * 1.5, POLL_LAST)
+            stats.TIER_POLLS.inc()
             with contextlib.suppress(NotFound):
                 return await self._read(blocks, index, coming=True) or self._origin(
                     "read failed or damaged"
