@@ -7,8 +7,9 @@ writes it to the tier and removes its claim; the others poll the tier for the bl
 (pffs.group.shared) for at most `WAIT` seconds, then fetch it from the origin themselves: a
 claimant that died or failed costs its waiters that wait, never a wrong byte. A claim is named
 by its `PERIOD` too (`NAME.claim-N`, N the number of periods since the epoch), so a claim left
-by a dead mount lapses at the next period with nothing to delete or overwrite; a block claimed
-just before a period ends may be claimed once more just after it.
+by a dead mount lapses at the next period with nothing to delete or overwrite; in a period's
+first `WAIT` seconds a claim won is checked against the previous period's, so a block claimed
+just before a period ends is not claimed once more just after it.
 
 Whether the store honours the condition is checked once, when the tier opens (`probe`). Where
 it does not (s3rver answers every PUT with 200), a claim is written only when none is there,
