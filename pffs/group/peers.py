@@ -295,9 +295,6 @@ class Group:
             or self.previous_owner(blocks, index) is not None
         )
 
-    def awaited(self, blocks: ObjectBlocks, index: int) -> bool:
-        return False  # a peer waits on this member's block cache, not on its load ahead
-
     def landed(self, blocks: ObjectBlocks, index: int, data: bytes) -> None:
         """A block the store served: nothing to do (its owner is this member, or a peer failed)."""
 

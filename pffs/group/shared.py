@@ -182,9 +182,6 @@ class SharedTier:
         stats.PEER_BYTES.labels(way="received").inc(len(data))
         return data
 
-    def awaited(self, blocks: ObjectBlocks, index: int) -> bool:
-        return self._mine(self._name(blocks, index))
-
     def landed(self, blocks: ObjectBlocks, index: int, data: bytes) -> None:
         name = self._name(blocks, index)
         if self._pending >= MAX_PENDING and not self._mine(name):

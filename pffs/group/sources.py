@@ -26,10 +26,6 @@ class Tier(Protocol):
     async def fetch_block(self, blocks: ObjectBlocks, index: int) -> bytes | None:
         """The block, checked; None when the store must serve it."""
 
-    def awaited(self, blocks: ObjectBlocks, index: int) -> bool:
-        """Whether other mounts wait for this mount's fetch of the block (it claimed it): the
-        store is then asked for it in a reader's place, never behind loads ahead."""
-
     def landed(self, blocks: ObjectBlocks, index: int, data: bytes) -> None:
         """A block the store served (called from the trio task that received it)."""
 
@@ -73,8 +69,7 @@ class TierFirst:
     @trio.as_safe_channel
     async def run(self, first: int, count: int) -> AsyncGenerator[tuple[int, bytes], None]:
         """The blocks the tier may hold are asked of it at once; each is yielded in order, the
-        tier's when it gave it, else the store's (in runs, for blocks only the store serves; a
-        block other mounts await at once, in a reader's place)."""
+        tier's when it gave it, else the store's (in runs, for blocks only the store serves)."""
         blocks, tier = self.blocks, self.tier
         end = first + count
         asked = [i for i in range(first, end) if tier.asks(blocks, i)]
@@ -95,9 +90,6 @@ class TierFirst:
                 if index in arrived:
                     await arrived[index].wait()
                     data = results.get(index)
-                    if data is None and tier.awaited(blocks, index):
-                        data = await self.store.part(blocks.start(index), blocks.length(index))
-                        tier.landed(blocks, index, data)
                     if data is not None:
                         yield index, data
                         index += 1
