@@ -13,8 +13,10 @@ just before a period ends is not claimed once more just after it.
 
 Whether the store honours the condition is checked once, when the tier opens (`probe`). Where
 it does not (s3rver answers every PUT with 200), a claim is written only when none is there,
-then read back after `SETTLE` seconds: the mount whose token is there won. Two mounts that both
-found none and wrote more than `SETTLE` apart may both win, costing one more origin fetch.
+then read back after twice the time its write took (at least `SETTLE` seconds): the mount whose
+token is there won. A mount that found none at the same time writes about as slowly, so its
+write has landed by then; one whose write took more than twice as long may win too, costing
+one more origin fetch.
 """
 
 from __future__ import annotations
@@ -126,8 +128,11 @@ class Claims:
         held = await self._read(claim)
         if held is not None:
             return held == self.token
+        started = trio.current_time()
         await self._put_new(claim)  # the condition ignored: written whatever is there
-        await trio.sleep(SETTLE)
+        # Another mount that found none when this one did writes as slowly as this one wrote:
+        # read back once its write has surely landed too (twice this write's time).
+        await trio.sleep(max(SETTLE, 2 * (trio.current_time() - started)))
         return await self._read(claim) in (None, self.token)
 
     async def release(self, name: str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -218,3 +219,37 @@ def test_a_won_claim_looks_again_before_the_origin(moto, bucket) -> None:
     assert metric_value(snapshot(), "pffs_group_tier_origin_total", reason="claimed") == before
     with pytest.raises(NotFound):  # released: no waiter waits on it
         store.read_range(claims.claim_name(name, mid_period()), 0, 64, None)
+
+
+class SlowWrites:
+    """The real s3rver store, each claim write taking `delay` seconds more (a loaded server):
+    every request reaches s3rver, only slower."""
+
+    def __init__(self, store: _SharedStore, delay: float) -> None:
+        self.store, self.delay = store, delay
+        self.read_range = store.read_range
+        self.delete = store.delete
+
+    def put_new(self, path: str, body: bytes) -> bool:
+        time.sleep(self.delay)
+        return self.store.put_new(path, body)
+
+
+def test_s3rver_read_back_waits_out_a_slow_write_of_another_mount(s3rver_store) -> None:
+    """Mount B found no claim while mount A's write was on its way, and B's write lands after
+    A's; A reads back after its own write's time twice, so it sees B's: one of them wins."""
+    slow = SlowWrites(s3rver_store, 0.5)
+    outcomes: list[str] = []
+
+    async def main() -> None:
+        async def one(start: float) -> None:
+            await trio.sleep(start)
+            claimer = Claims(slow, False, trio.CapacityLimiter(1), clock=mid_period)
+            outcomes.append(await claimer.claim("g/0"))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(one, 0.0)
+            nursery.start_soon(one, 0.1)
+
+    trio.run(main)
+    assert sorted(outcomes) == ["lost", "won"]
