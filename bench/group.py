@@ -155,11 +155,54 @@ def run(
         "wrong_bytes": sum(r.wrong_bytes for r in survivors.values()),
         "first_errors": [e for r in survivors.values() for e in r.errors][:3],
     })  # fmt: skip
+    if shared is not None:
+        out["tier"] = tier_counts(stats)
     if killer is not None:
         out["killed"] = VICTIM
         out["killed_after_files"] = killer.killed_after
         out["bound_x"] = round(1 + 1 / MEMBERS, 3)
     return out
+
+
+# The shared tier's counters (pffs.group.stats), summed over the mounts: its origin fetches by
+# reason, its claims by outcome, its writes by outcome; then its waiters' waits and polls.
+TIER_COUNTERS = {
+    "origin": "pffs_group_tier_origin_total",
+    "claims": "pffs_group_claims_total",
+    "writes": "pffs_group_tier_writes_total",
+}
+
+
+def tier_counts(stats: list[dict[str, float]]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for short, metric in TIER_COUNTERS.items():
+        counts: dict[str, int] = {}
+        for mount in stats:
+            for key, value in mount.items():
+                if key.startswith(metric + "{"):
+                    label = key[len(metric) + 1 : -1].split("=", 1)[1]
+                    counts[label] = counts.get(label, 0) + int(value)
+        out[short] = dict(sorted(counts.items()))
+    out["waits"] = histogram(stats, "pffs_group_tier_wait_seconds")
+    out["waits"]["polls"] = int(sum(m.get("pffs_group_tier_polls_total", 0.0) for m in stats))
+    out["claim_lives"] = histogram(stats, "pffs_group_claim_seconds")
+    return out
+
+
+def histogram(stats: list[dict[str, float]], metric: str) -> dict[str, Any]:
+    """A histogram summed over the mounts: count, mean, and how many within each bound."""
+    count = sum(m.get(f"{metric}_count", 0.0) for m in stats)
+    total = sum(m.get(f"{metric}_sum", 0.0) for m in stats)
+    return {
+        "count": int(count),
+        "mean_ms": round(1000 * total / count, 1) if count else 0.0,
+        "within_ms": {
+            str(int(float(le) * 1000)): int(
+                sum(m.get(f"{metric}_bucket{{le={le}}}", 0.0) for m in stats)
+            )
+            for le in ("0.05", "0.1", "0.25", "0.5", "1.0", "5.0")
+        },
+    }
 
 
 class Killer:

@@ -94,15 +94,21 @@ def mounts(
 
 
 def stats_of(mnt: Path) -> dict[str, float]:
-    """The mount's metrics (.pffs/stats), each sample by name{labels}; "pid" its process."""
+    """The mount's metrics (.pffs/stats), each sample by name{labels}, an unlabelled
+    histogram's as name_count, name_sum and name_bucket{le=...}; "pid" its process."""
     snapshot = json.loads((mnt / ".pffs" / "stats").read_text())
     out: dict[str, float] = {"pid": float(snapshot["pid"])}
     for name, family in snapshot["metrics"].items():
         for sample in family.get("samples", ()):
+            label = ",".join(f"{k}={v}" for k, v in sorted(sample["labels"].items()))
             if "value" in sample:
-                label = ",".join(f"{k}={v}" for k, v in sorted(sample["labels"].items()))
                 key = f"{name}{{{label}}}" if label else name
                 out[key] = out.get(key, 0.0) + float(sample["value"])
+            elif not label:  # a histogram: its count, sum and cumulative buckets
+                out[f"{name}_count"] = float(sample["count"])
+                out[f"{name}_sum"] = float(sample["sum"])
+                for le, count in sample["buckets"]:
+                    out[f"{name}_bucket{{le={le}}}"] = float(count)
     return out
 
 

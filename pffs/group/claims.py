@@ -7,13 +7,16 @@ writes it to the tier and removes its claim; the others poll the tier for the bl
 (pffs.group.shared) for at most `WAIT` seconds, then fetch it from the origin themselves: a
 claimant that died or failed costs its waiters that wait, never a wrong byte. A claim is named
 by its `PERIOD` too (`NAME.claim-N`, N the number of periods since the epoch), so a claim left
-by a dead mount lapses at the next period with nothing to delete or overwrite; a block claimed
-just before a period ends may be claimed once more just after it.
+by a dead mount lapses at the next period with nothing to delete or overwrite; in a period's
+first `WAIT` seconds a claim won is checked against the previous period's, so a block claimed
+just before a period ends is not claimed once more just after it.
 
 Whether the store honours the condition is checked once, when the tier opens (`probe`). Where
 it does not (s3rver answers every PUT with 200), a claim is written only when none is there,
-then read back after `SETTLE` seconds: the mount whose token is there won. Two mounts that both
-found none and wrote more than `SETTLE` apart may both win, costing one more origin fetch.
+then read back after twice the time its write took (at least `SETTLE` seconds): the mount whose
+token is there won. A mount that found none at the same time writes about as slowly, so its
+write has landed by then; one whose write took more than twice as long may win too, costing
+one more origin fetch.
 """
 
 from __future__ import annotations
@@ -21,11 +24,13 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Protocol
+from collections.abc import Callable
+from typing import Literal, Protocol
 
 import trio
 
 from pffs.errors import NotFound
+from pffs.group import stats
 from pffs.workers import run_blocking
 
 log = logging.getLogger("pffs.group")
@@ -35,6 +40,14 @@ PERIOD = 60.0  # a claim lapses at the end of its period (wall clock: every moun
 SETTLE = 0.02  # without conditional writes: how long writes of one claim may race
 MAX_CLAIM = 64  # a claim object's size bound (a token)
 MAX_HELD = 4096  # claims this mount remembers to release
+
+
+Outcome = Literal["won", "lost", "failed"]
+
+
+def claim_name(name: str, when: float) -> str:
+    """The claim of block object `name` made at wall-clock time `when`."""
+    return f"{name}.claim-{int(when // PERIOD)}"
 
 
 class ClaimStore(Protocol):
@@ -62,8 +75,15 @@ def probe(store: ClaimStore, prefix: str) -> bool:
 class Claims:
     """This mount's claims in one shared tier."""
 
-    def __init__(self, store: ClaimStore, conditional: bool, limiter: trio.CapacityLimiter) -> None:
+    def __init__(
+        self,
+        store: ClaimStore,
+        conditional: bool,
+        limiter: trio.CapacityLimiter,
+        clock: Callable[[], float] = time.time,  # the wall clock, every mount's the same
+    ) -> None:
         self.store = store
+        self.clock = clock
         self.conditional = conditional
         self.limiter = limiter
         self.token = os.urandom(8).hex().encode()
@@ -75,28 +95,45 @@ class Claims:
         held = self._held.get(name)
         return held is not None and time.monotonic() - held[1] < WAIT
 
-    async def claim(self, name: str) -> bool:
-        """Whether this mount is the one to fetch block object `name` (else: wait for it).
-        A failing store is a claim won: the origin serves, as without claims."""
-        claim = f"{name}.claim-{int(time.time() // PERIOD)}"
+    async def claim(self, name: str) -> Outcome:
+        """Whether this mount is the one to fetch block object `name` ("won"), or waits for
+        it ("lost"); "failed" when the store fails (the origin serves, as without claims)."""
+        now = self.clock()
+        claim = claim_name(name, now)
         try:
-            if self.conditional:
-                won = await self._put_new(claim)
-            else:
-                held = await self._read(claim)
-                if held is not None:
-                    return held == self.token
-                await self._put_new(claim)  # the condition ignored: written whatever is there
-                await trio.sleep(SETTLE)
-                won = await self._read(claim) in (None, self.token)
+            won = await self._write(claim)
+            if won and now % PERIOD < WAIT:
+                # A claim of the previous period may be a few seconds old: its claimant is
+                # still fetching, and its waiters would see this block fetched twice.
+                previous = await self._read(claim_name(name, now - PERIOD))
+                if previous not in (None, self.token):
+                    await run_blocking(self.limiter, self.store.delete, claim)
+                    stats.CLAIMS.labels(outcome="lost to the previous period").inc()
+                    return "lost"
         except Exception as exc:
             log.debug("shared cache: claim %s failed: %s", claim, exc)
-            return True
+            stats.CLAIMS.labels(outcome="failed").inc()
+            return "failed"
+        stats.CLAIMS.labels(outcome="won" if won else "lost").inc()
         if won:
             if len(self._held) >= MAX_HELD:  # claims never released: forgotten (they lapse)
                 self._held.clear()
             self._held[name] = (claim, time.monotonic())
-        return won
+        return "won" if won else "lost"
+
+    async def _write(self, claim: str) -> bool:
+        """Whether this mount's token is the claim `claim` now."""
+        if self.conditional:
+            return await self._put_new(claim)
+        held = await self._read(claim)
+        if held is not None:
+            return held == self.token
+        started = trio.current_time()
+        await self._put_new(claim)  # the condition ignored: written whatever is there
+        # Another mount that found none when this one did writes as slowly as this one wrote:
+        # read back once its write has surely landed too (twice this write's time).
+        await trio.sleep(max(SETTLE, 2 * (trio.current_time() - started)))
+        return await self._read(claim) in (None, self.token)
 
     async def release(self, name: str) -> None:
         """Remove this mount's claim of block object `name`, now written (a claim left behind
@@ -105,6 +142,7 @@ class Claims:
         if held is None:
             return
         claim = held[0]
+        stats.CLAIM_LIVES.observe(time.monotonic() - held[1])
         try:
             await run_blocking(self.limiter, self.store.delete, claim)
         except Exception as exc:

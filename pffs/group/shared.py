@@ -108,26 +108,51 @@ class SharedTier:
 
     async def fetch_block(self, blocks: ObjectBlocks, index: int) -> bytes | None:
         """The block from the tier; else None, after waiting for it when another mount
-        claimed it."""
+        claimed it. Each None is counted by why the origin serves it."""
         name = self._name(blocks, index)
         if self._mine(name):
-            return None  # this mount is fetching it from the origin already
+            return self._origin("claimed already")  # this mount is fetching it already
         try:
-            return await self._read(blocks, index)
+            return await self._read(blocks, index) or self._origin("read failed or damaged")
         except NotFound:
             pass
         if self.claims is None:
-            return None
-        if await self.claims.claim(name):
-            return None  # written when it lands, whatever the writes pending
-        deadline = trio.current_time() + WAIT
+            return self._origin("no claims")
+        outcome = await self.claims.claim(name)
+        if outcome == "failed":
+            return self._origin("claim failed")
+        if outcome == "won":
+            # The block may have landed, and its claim gone, between the look above and this
+            # claim: look once more (the tier is near) before the origin.
+            with contextlib.suppress(NotFound):
+                data = await self._read(blocks, index, coming=True)
+                if data is not None:
+                    await self.claims.release(name)
+                    return data
+            return self._origin("claimed")  # written when it lands, whatever the writes pending
+        started = trio.current_time()
+        try:
+            return await self._wait(blocks, index, started + WAIT)
+        finally:
+            stats.TIER_WAITS.observe(trio.current_time() - started)
+
+    async def _wait(self, blocks: ObjectBlocks, index: int, deadline: float) -> bytes | None:
+        """The block another mount claimed, once it is in the tier; None past `deadline`."""
         pause = POLL_FIRST
         while trio.current_time() + pause < deadline:
             await trio.sleep(pause)
             pause = min(pause * 1.5, POLL_LAST)
+            stats.TIER_POLLS.inc()
             with contextlib.suppress(NotFound):
-                return await self._read(blocks, index, coming=True)
+                return await self._read(blocks, index, coming=True) or self._origin(
+                    "read failed or damaged"
+                )
         stats.FALLBACKS.labels(reason="claimed block late").inc()
+        return self._origin("waited too long")
+
+    @staticmethod
+    def _origin(reason: str) -> None:
+        stats.TIER_ORIGIN.labels(reason=reason).inc()
         return None
 
     async def _read(self, blocks: ObjectBlocks, index: int, coming: bool = False) -> bytes | None:
@@ -160,6 +185,7 @@ class SharedTier:
     def landed(self, blocks: ObjectBlocks, index: int, data: bytes) -> None:
         name = self._name(blocks, index)
         if self._pending >= MAX_PENDING and not self._mine(name):
+            stats.TIER_WRITES.labels(outcome="dropped").inc()
             return
         self._pending += 1
         trio.lowlevel.spawn_system_task(self._write, name, pack(blocks, index, data), len(data))
@@ -170,9 +196,11 @@ class SharedTier:
         try:
             await run_blocking(limiter, self._put, name, body)
             stats.PEER_BYTES.labels(way="served").inc(length)
+            stats.TIER_WRITES.labels(outcome="written").inc()
             if self.claims is not None:
                 await self.claims.release(name)  # the block is there: its claim has served
         except Exception as exc:  # the block stays out of the tier: a later miss writes it
+            stats.TIER_WRITES.labels(outcome="failed").inc()
             self._once(f"write failed: {exc}")
         finally:
             self._pending -= 1

@@ -6,7 +6,7 @@ block fetched by an owner for its peers counts once, where it was fetched.
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge
+from prometheus_client import Counter, Gauge, Histogram
 
 from pffs.metrics import REGISTRY
 
@@ -33,7 +33,45 @@ REFUSALS = Counter(
 )
 FALLBACKS = Counter(
     "pffs_group_fallbacks",
-    "Blocks a peer was asked for and the store then served, by reason",
+    "Blocks a peer or the shared tier was asked for and the store then served, by reason",
     ["reason"],
+    registry=REGISTRY,
+)
+# The shared tier's origin fetches, each block asked of the tier once: `claimed` is the one
+# expected per block; every other reason is a fetch the tier's single flight did not save.
+TIER_ORIGIN = Counter(
+    "pffs_group_tier_origin",
+    "Blocks the shared tier was asked for and the origin then served, by reason",
+    ["reason"],
+    registry=REGISTRY,
+)
+TIER_WRITES = Counter(
+    "pffs_group_tier_writes",
+    "Blocks the origin served handed to the shared tier: written, dropped (too many pending) "
+    "or failed",
+    ["outcome"],
+    registry=REGISTRY,
+)
+CLAIMS = Counter(
+    "pffs_group_claims",
+    "Claims of missed blocks in the shared tier, by outcome",
+    ["outcome"],
+    registry=REGISTRY,
+)
+TIER_WAITS = Histogram(
+    "pffs_group_tier_wait_seconds",
+    "How long a mount waited for a block another mount claimed in the shared tier",
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+    registry=REGISTRY,
+)
+TIER_POLLS = Counter(
+    "pffs_group_tier_polls",
+    "Looks in the shared tier for a block another mount claimed",
+    registry=REGISTRY,
+)
+CLAIM_LIVES = Histogram(
+    "pffs_group_claim_seconds",
+    "From a claim won in the shared tier to its block written there (what its waiters wait for)",
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
     registry=REGISTRY,
 )
