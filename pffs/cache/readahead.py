@@ -40,12 +40,6 @@ REGION_SHARE = 0.5
 # not in blocks (pffs.fs.regionparts): a tensor's region is a few blocks at most, and whole
 # blocks would fetch up to one past its end; a longer run loads blocks ahead as usual.
 REGION_PARTS_BLOCKS = 4
-# What such a run fetches ahead of its last read: as much as it has read, within these bounds.
-# The least is fetched from its first read on (a page fault's read-around), so the reads that
-# follow do not each wait a round trip; the most bounds what a region's end costs beyond the
-# kernel's own last read.
-REGION_AHEAD_LEAST = 2 * MIB
-REGION_AHEAD_MOST = 3 * MIB
 
 
 class _Stream:
@@ -124,18 +118,6 @@ class Readahead:
         self.region = stream.origin > 0
         self.parts_ahead = None
         block = (max(end, 1) - 1) // self.block_size
-        read = stream.expected - stream.origin
-        if (
-            self.region
-            and self.max_blocks > 0
-            and end - offset >= LARGE_READ
-            and read < REGION_PARTS_BLOCKS * self.block_size
-        ):
-            # A fault's read-around already (streak 0): its tensor most likely goes on past it.
-            self.parts_ahead = min(REGION_AHEAD_MOST, max(REGION_AHEAD_LEAST, read))
-            stream.window = 0
-            stream.current_block = block
-            return range(0)
         if stream.streak < 2 or self.max_blocks == 0:
             stream.window = 0
             stream.current_block = block
@@ -147,6 +129,11 @@ class Readahead:
             self.reader_window.read(end - offset)
             most = max(1, self.reader_window.size() // self.block_size)
         if self.region:
+            read = stream.expected - stream.origin
+            if read < REGION_PARTS_BLOCKS * self.block_size and end - offset >= LARGE_READ:
+                self.parts_ahead = min(most * self.block_size, int(read * REGION_SHARE))
+                stream.current_block = block
+                return range(0)
             most = min(most, max(1, int(read * REGION_SHARE) // self.block_size))
         if stream.window == 0:
             stream.window = 1
