@@ -36,10 +36,6 @@ STREAMS = 4
 LARGE_READ = 128 << 10
 # A region's window is at most this share of the bytes its run has read (one block at least).
 REGION_SHARE = 0.5
-# A region run that has read less than this many blocks reads ahead in parts of its reads' size,
-# not in blocks (pffs.fs.regionparts): a tensor's region is a few blocks at most, and whole
-# blocks would fetch up to one past its end; a longer run loads blocks ahead as usual.
-REGION_PARTS_BLOCKS = 4
 
 
 class _Stream:
@@ -74,8 +70,6 @@ class Readahead:
         self._streams = [_Stream(0, 1)]
         self.sequential = False  # whether the last read was part of a sequential run
         self.region = False  # whether that run started past the file's start
-        # Bytes to fetch ahead in parts when that run is a short region, else None.
-        self.parts_ahead: int | None = None
 
     @property
     def window(self) -> int:
@@ -116,7 +110,6 @@ class Readahead:
         stream.expected = max(end, stream.expected) if near else end
         self.sequential = stream.streak >= 2
         self.region = stream.origin > 0
-        self.parts_ahead = None
         block = (max(end, 1) - 1) // self.block_size
         if stream.streak < 2 or self.max_blocks == 0:
             stream.window = 0
@@ -130,10 +123,6 @@ class Readahead:
             most = max(1, self.reader_window.size() // self.block_size)
         if self.region:
             read = stream.expected - stream.origin
-            if read < REGION_PARTS_BLOCKS * self.block_size and end - offset >= LARGE_READ:
-                self.parts_ahead = min(most * self.block_size, int(read * REGION_SHARE))
-                stream.current_block = block
-                return range(0)
             most = min(most, max(1, int(read * REGION_SHARE) // self.block_size))
         if stream.window == 0:
             stream.window = 1

@@ -17,7 +17,6 @@ from pffs.fs.inodes import Inode
 from pffs.fs.listings import DirListing
 from pffs.fs.orders import OrderBuffer, Sender
 from pffs.fs.pagecache import HandlePages
-from pffs.fs.regionparts import RegionParts
 from pffs.fs.staging import Staged
 from pffs.routing.table import Mounted
 
@@ -33,7 +32,6 @@ class ReadHandle:
     mounted: Mounted
     source: BlockSource  # where its blocks come from (pffs.fs.fetching.open_blocks)
     pages: HandlePages = field(default_factory=HandlePages)
-    parts: RegionParts | None = None  # parts fetched ahead of its short region runs, if any
 
 
 @dataclass(eq=False)

@@ -20,7 +20,6 @@ from pffs.fs.fetching import Store, open_blocks
 from pffs.fs.handles import Handles, ReadHandle
 from pffs.fs.namespace import Namespace
 from pffs.fs.pagecache import PageCache
-from pffs.fs.regionparts import RegionParts
 
 if TYPE_CHECKING:  # a mount without a group never imports pffs.group
     from pffs.group.sources import Joined
@@ -36,10 +35,6 @@ COLD_START_SHARE = 4
 # mapped file (or a region's first bytes), which brings its own neighbourhood; whether the rest
 # of the block is wanted shows only when the run continues (a lazy loader's neighbour tensors
 # mostly are not), and the run's readahead then loads blocks.
-# A short region run (Readahead.parts_ahead) loads no blocks: its reads are served from parts of
-# their own size fetched just ahead (pffs.fs.regionparts), at most this many blocks' bytes held
-# per open file.
-REGION_PARTS_HELD_BLOCKS = 4
 
 
 class Reader:
@@ -100,13 +95,9 @@ class Reader:
                 at_end=ahead.stop > handle.readahead.last_block,
                 window=handle.readahead.reader_window,
             )
-        parts_ahead = handle.readahead.parts_ahead
         try:
             with retry.asking():  # the bound on this read counts from now (pffs.retry)
-                if parts_ahead is None:
-                    data = await self._read_blocks(handle, offset, end)
-                else:
-                    data = await self._read_region(handle, offset, end, parts_ahead)
+                data = await self._read_blocks(handle, offset, end)
         except Changed:
             # The store holds a newer version: this open keeps failing (never mixing versions),
             # the next open must not trust the listing or attributes that named the old one.
@@ -115,32 +106,7 @@ class Reader:
         self.pages.after_read(handle, offset)
         return data
 
-    async def _read_region(
-        self, handle: ReadHandle, offset: int, end: int, parts_ahead: int
-    ) -> bytes | memoryview:
-        """A read of a short region run: parts fetched ahead of it, no blocks loaded."""
-        blocks, cache = handle.blocks, self.cache
-        if handle.parts is None:
-            held_max = REGION_PARTS_HELD_BLOCKS * self.block_size
-            handle.parts = RegionParts(handle.source, cache.background, held_max)
-        size = end - offset
-        # Whole parts of the read's size, so the kernel's next reads (of that size, on the same
-        # grid) each find one part; none where the cache holds or loads the blocks already.
-        stop = min(blocks.size, end + size * max(1, round(parts_ahead / size)))
-        covered = range(end // self.block_size, (stop - 1) // self.block_size + 1)
-        if stop > end and not any(cache.holds(key) for key in blocks.keys(covered)):
-            handle.parts.ahead(end, stop, size)
-        data = await handle.parts.take(offset, end)
-        if data is None:
-            return await self._read_blocks(handle, offset, end, alone=True)
-        self.cache.stats.store_bytes_served += len(data)
-        return data
-
-    async def _read_blocks(
-        self, handle: ReadHandle, offset: int, end: int, *, alone: bool = False
-    ) -> bytes | memoryview:
-        """Through the block cache; with `alone`, a read of a part of a block nobody holds
-        gets its bytes without loading the block."""
+    async def _read_blocks(self, handle: ReadHandle, offset: int, end: int) -> bytes | memoryview:
         # The cache asks the handle's source itself on a miss: nothing is built per block.
         blocks, source, cache = handle.blocks, handle.source, self.cache
         pieces: list[bytes | memoryview] = []
@@ -148,14 +114,9 @@ class Reader:
             key, block_length = blocks.key(index), blocks.length(index)
             small = (stop - start) * COLD_START_SHARE <= block_length
             if small and not cache.is_cached_or_coming(key):  # a first or random read
+                alone = stop - start >= LARGE_READ and not handle.readahead.sequential
                 part = await cache.read_part(
-                    key,
-                    start,
-                    stop - start,
-                    source,
-                    block_length,
-                    cold_start=True,
-                    alone=alone or (stop - start >= LARGE_READ and not handle.readahead.sequential),
+                    key, start, stop - start, source, block_length, cold_start=True, alone=alone
                 )
                 pieces.append(part)
             elif handle.readahead.sequential:
