@@ -1,8 +1,8 @@
 """`python -m bench`: servers, dataset, systems, scenarios, repetitions, report.
 
-Repetitions are interleaved across systems (A B C A B C ...) so drift on a shared machine hits
-every system alike; each repetition mounts with empty caches. Everything started is stopped
-on the way out, failures, Ctrl-C and SIGTERM included (bench.leftovers).
+Repetitions are interleaved across systems and rotated (A B C, B C A, ...) so drift on a
+shared machine hits every system alike; each repetition mounts with empty caches. Everything
+started is stopped on the way out, failures, Ctrl-C and SIGTERM included (bench.leftovers).
 """
 
 from __future__ import annotations
@@ -190,7 +190,10 @@ def run_on_server(
             "store_files_per_s": round(store_files_per_s(server, data), 1),
             "local_disk_mbs": round(local_disk_ceiling(data), 1),
         })  # fmt: skip
-        for system in systems:  # interleaved: A B C, then A B C again
+        # Interleaved and rotated (A B C, then B C A, ...): no system is always the first
+        # to read the data after its upload, which costs RGW more (docs/notes/rgw-large-reads.md).
+        turn = rep % len(systems) if systems else 0
+        for system in systems[turn:] + systems[:turn]:
             progress.run(Run(server.name.split(",")[0], latency, rep, system.name), reps)
             if system.name in unavailable:
                 progress.run_done()
