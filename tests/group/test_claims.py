@@ -213,7 +213,7 @@ def test_a_won_claim_looks_again_before_the_origin(moto, bucket) -> None:
     tier = SharedTier(racing, "", 2, Claims(racing, True, limiter, clock=mid_period))
     before = metric_value(snapshot(), "pffs_group_tier_origin_total", reason="claimed")
 
-    async def main() -> bytes | None:
+    async def main() -> object:
         return await tier.fetch_block(blocks, 0)
 
     assert trio.run(main) == data
@@ -268,7 +268,7 @@ class CountingOrigin:
         return self.data[offset : offset + length]
 
     @trio.as_safe_channel
-    async def run(self, first: int, count: int):  # type: ignore[no-untyped-def]
+    async def run(self, first: int, count: int):
         for index in range(first, first + count):
             self.asked += 1
             start = self.blocks.start(index)
