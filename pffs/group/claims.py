@@ -95,10 +95,9 @@ class Claims:
         held = self._held.get(name)
         return held is not None and time.monotonic() - held[1] < WAIT
 
-    async def claim(self, name: str, ahead: bool = False) -> Outcome:
+    async def claim(self, name: str) -> Outcome:
         """Whether this mount is the one to fetch block object `name` ("won"), or waits for
-        it ("lost"; counted "left to its claimant" for a load `ahead`, which does not wait);
-        "failed" when the store fails (the origin serves, as without claims)."""
+        it ("lost"); "failed" when the store fails (the origin serves, as without claims)."""
         now = self.clock()
         claim = claim_name(name, now)
         try:
@@ -115,8 +114,7 @@ class Claims:
             log.debug("shared cache: claim %s failed: %s", claim, exc)
             stats.CLAIMS.labels(outcome="failed").inc()
             return "failed"
-        lost = "left to its claimant" if ahead else "lost"
-        stats.CLAIMS.labels(outcome="won" if won else lost).inc()
+        stats.CLAIMS.labels(outcome="won" if won else "lost").inc()
         if won:
             if len(self._held) >= MAX_HELD:  # claims never released: forgotten (they lapse)
                 self._held.clear()

@@ -159,12 +159,10 @@ class Group:
         previous = self.placement.previous_owner(blocks.key(index))
         return None if previous is None or previous.name == self.self_name else previous
 
-    async def fetch_block(
-        self, blocks: ObjectBlocks, index: int, ahead: bool = False
-    ) -> bytes | None:
-        """The block from its owner (the same for a load `ahead`), or during a handover from
-        its previous owner (after the owner failed, or first when this member is the new
-        owner: only what it holds); None when the store must serve it."""
+    async def fetch_block(self, blocks: ObjectBlocks, index: int) -> bytes | None:
+        """The block from its owner, or during a handover from its previous owner (after the
+        owner failed, or first when this member is the new owner: only what it holds); None
+        when the store must serve it."""
         request = BlockRequest(blocks, index)
         asked: set[str] = set()
         owner = self.peer_owner(blocks, index)

@@ -29,7 +29,6 @@ from pffs.cache.keys import ObjectBlocks
 from pffs.errors import NotFound
 from pffs.group import stats
 from pffs.group.claims import WAIT, Claims
-from pffs.group.sources import Left
 from pffs.workers import run_blocking
 
 log = logging.getLogger("pffs.group")
@@ -107,13 +106,9 @@ class SharedTier:
     def asks(self, blocks: ObjectBlocks, index: int) -> bool:
         return True
 
-    async def fetch_block(
-        self, blocks: ObjectBlocks, index: int, ahead: bool = False
-    ) -> bytes | Left | None:
+    async def fetch_block(self, blocks: ObjectBlocks, index: int) -> bytes | None:
         """The block from the tier; else None, after waiting for it when another mount
-        claimed it. Each None is counted by why the origin serves it. A load `ahead` never
-        waits: a block another mount claimed is left to it (`Left`), so the load moves on
-        and the mounts' preloads spread over the listing instead of queueing in lockstep."""
+        claimed it. Each None is counted by why the origin serves it."""
         name = self._name(blocks, index)
         if self._mine(name):
             return self._origin("claimed already")  # this mount is fetching it already
@@ -123,7 +118,7 @@ class SharedTier:
             pass
         if self.claims is None:
             return self._origin("no claims")
-        outcome = await self.claims.claim(name, ahead)
+        outcome = await self.claims.claim(name)
         if outcome == "failed":
             return self._origin("claim failed")
         if outcome == "won":
@@ -135,8 +130,6 @@ class SharedTier:
                     await self.claims.release(name)
                     return data
             return self._origin("claimed")  # written when it lands, whatever the writes pending
-        if ahead:
-            return Left.TO_ITS_CLAIMANT
         started = trio.current_time()
         try:
             return await self._wait(blocks, index, started + WAIT)

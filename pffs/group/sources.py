@@ -11,7 +11,6 @@ handed to the parts that open block sources when they are built (pffs.mounting).
 
 from __future__ import annotations
 
-import enum
 from collections.abc import AsyncGenerator
 from typing import Protocol
 
@@ -21,22 +20,12 @@ from pffs.cache.keys import BlockSource, ObjectBlocks
 from pffs.cache.pieces import Arriving
 
 
-class Left(enum.Enum):
-    """A tier's answer to a load ahead for a block another mount is fetching: nothing is
-    fetched or cached for it, the load ahead moves on, and a reader later asks for it."""
-
-    TO_ITS_CLAIMANT = "left to its claimant"
-
-
 class Tier(Protocol):
     def asks(self, blocks: ObjectBlocks, index: int) -> bool:
         """Whether this tier may hold the block (else the store is asked at once)."""
 
-    async def fetch_block(
-        self, blocks: ObjectBlocks, index: int, ahead: bool = False
-    ) -> bytes | Left | None:
-        """The block, checked; None when the store must serve it. For a load `ahead` (no
-        reader waits on it), `Left` when another mount is fetching it: never waited for."""
+    async def fetch_block(self, blocks: ObjectBlocks, index: int) -> bytes | None:
+        """The block, checked; None when the store must serve it."""
 
     def landed(self, blocks: ObjectBlocks, index: int, data: bytes) -> None:
         """A block the store served (called from the trio task that received it)."""
@@ -73,9 +62,9 @@ class TierFirst:
         start = offset - blocks.start(index)
         whole = start == 0 and length == blocks.length(index)
         if length > 0 and start + length <= blocks.length(index) and tier.asks(blocks, index):
-            got = await tier.fetch_block(blocks, index)  # a reader's: never Left
-            if isinstance(got, bytes):
-                return got if whole else got[start : start + length]
+            data = await tier.fetch_block(blocks, index)
+            if data is not None:
+                return data if whole else data[start : start + length]
         data = await self.store.part(offset, length)
         if whole:
             tier.landed(blocks, index, data)
@@ -83,19 +72,17 @@ class TierFirst:
 
     @trio.as_safe_channel
     async def run(self, first: int, count: int) -> AsyncGenerator[tuple[int, bytes], None]:
-        """The blocks the tier may hold are asked of it at once (as a load ahead); each is
-        yielded in order, the tier's when it gave it, none when the tier left it to another
-        mount fetching it (the cache abandons a block a run does not send: its reader fetches
-        it), else the store's (in runs, for blocks only the store serves)."""
+        """The blocks the tier may hold are asked of it at once; each is yielded in order, the
+        tier's when it gave it, else the store's (in runs, for blocks only the store serves)."""
         blocks, tier = self.blocks, self.tier
         end = first + count
         asked = [i for i in range(first, end) if tier.asks(blocks, i)]
-        results: dict[int, bytes | Left | None] = {}
+        results: dict[int, bytes | None] = {}
         arrived = {index: trio.Event() for index in asked}
 
         async def ask(index: int) -> None:
             try:
-                results[index] = await tier.fetch_block(blocks, index, ahead=True)
+                results[index] = await tier.fetch_block(blocks, index)
             finally:
                 arrived[index].set()
 
@@ -106,10 +93,9 @@ class TierFirst:
             while index < end:
                 if index in arrived:
                     await arrived[index].wait()
-                    got = results.get(index)
-                    if got is not None:
-                        if isinstance(got, bytes):
-                            yield index, got
+                    data = results.get(index)
+                    if data is not None:
+                        yield index, data
                         index += 1
                         continue
                     stop = index + 1  # the tier could not give it: the store serves it

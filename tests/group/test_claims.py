@@ -24,7 +24,6 @@ from pffs.errors import NotFound
 from pffs.group import claims, shared
 from pffs.group.claims import Claims
 from pffs.group.shared import SharedTier
-from pffs.group.sources import Joined
 from pffs.metrics import snapshot
 from pffs.mounting.grouping import _SharedStore
 from tests.conftest import metric_value
@@ -213,7 +212,7 @@ def test_a_won_claim_looks_again_before_the_origin(moto, bucket) -> None:
     tier = SharedTier(racing, "", 2, Claims(racing, True, limiter, clock=mid_period))
     before = metric_value(snapshot(), "pffs_group_tier_origin_total", reason="claimed")
 
-    async def main() -> object:
+    async def main() -> bytes | None:
         return await tier.fetch_block(blocks, 0)
 
     assert trio.run(main) == data
@@ -254,72 +253,3 @@ def test_s3rver_read_back_waits_out_a_slow_write_of_another_mount(s3rver_store) 
 
     trio.run(main)
     assert sorted(outcomes) == ["lost", "won"]
-
-
-class CountingOrigin:
-    """The origin's block source, counting what it is asked for: the blocks are what the
-    test wrote, so only the asking is observed (the tier under test is the real moto one)."""
-
-    def __init__(self, blocks: ObjectBlocks, data: bytes) -> None:
-        self.blocks, self.data, self.asked = blocks, data, 0
-
-    async def part(self, offset: int, length: int) -> bytes:
-        self.asked += 1
-        return self.data[offset : offset + length]
-
-    @trio.as_safe_channel
-    async def run(self, first: int, count: int):
-        for index in range(first, first + count):
-            self.asked += 1
-            start = self.blocks.start(index)
-            yield index, self.data[start : start + self.blocks.length(index)]
-
-
-def test_a_load_ahead_leaves_a_claimed_block_and_a_reader_waits_for_it(moto, bucket) -> None:
-    """Mount A claimed block 0 and is fetching it. Mount B's load ahead of blocks 0-1 gives
-    block 0 up at once (no poll, no origin fetch, counted as left to its claimant) and loads
-    block 1; B's reader of block 0 waits until A writes it, then reads it from the tier."""
-    store = store_of(moto.endpoint_url, bucket)
-    blocks = ObjectBlocks("s3://origin", "me", "train/1.bin", "etag-1", 2000, 1000)
-    data = os.urandom(2000)
-    name = shared.object_name(blocks, 0)
-    limiter = trio.CapacityLimiter(4)
-    mount_a = SharedTier(store, "", 2, Claims(store, True, limiter, clock=mid_period))
-    mount_b = SharedTier(store, "", 2, Claims(store, True, limiter, clock=mid_period))
-    origin = CountingOrigin(blocks, data)
-    source = Joined(mount_b).before(origin, blocks)
-
-    def counts() -> tuple[float, float, float]:
-        now = snapshot()
-        return (
-            metric_value(now, "pffs_group_tier_polls_total"),
-            metric_value(now, "pffs_group_claims_total", outcome="left to its claimant"),
-            metric_value(now, "pffs_group_tier_origin_total"),
-        )
-
-    polls, left, origin_fetches = counts()
-
-    async def main() -> tuple[list[int], bytes]:
-        assert await mount_a.claims.claim(name) == "won"  # type: ignore[union-attr]
-        async with source.run(0, 2) as landing:
-            got = [index async for index, _ in landing]
-        assert counts()[0] == polls  # never waited for block 0
-        assert origin.asked == 1  # block 1 only
-
-        async def mount_a_lands_it() -> None:
-            await trio.sleep(0.2)
-            mount_a.landed(blocks, 0, data[:1000])
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(mount_a_lands_it)
-            read = await source.part(0, 1000)
-        return got, read
-
-    got, read = trio.run(main)
-    assert got == [1]
-    assert read == data[:1000]
-    assert origin.asked == 1  # the reader's block came from the tier, after a wait
-    now_polls, now_left, now_origin = counts()
-    assert now_polls > polls
-    assert now_left == left + 1
-    assert now_origin == origin_fetches + 1  # block 1's claim, won by B's load ahead
