@@ -52,8 +52,6 @@ TIER_WRITES = Counter(
     ["outcome"],
     registry=REGISTRY,
 )
-# Seconds, from a poll's pause to the longest wait for a claimed block (claims.WAIT) and past it.
-WAIT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 CLAIMS = Counter(
     "pffs_group_claims",
     "Claims of missed blocks in the shared tier, by outcome",
@@ -63,7 +61,7 @@ CLAIMS = Counter(
 TIER_WAITS = Histogram(
     "pffs_group_tier_wait_seconds",
     "How long a mount waited for a block another mount claimed in the shared tier",
-    buckets=WAIT_BUCKETS,
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
     registry=REGISTRY,
 )
 TIER_POLLS = Counter(
@@ -74,6 +72,6 @@ TIER_POLLS = Counter(
 CLAIM_LIVES = Histogram(
     "pffs_group_claim_seconds",
     "From a claim won in the shared tier to its block written there (what its waiters wait for)",
-    buckets=WAIT_BUCKETS,
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
     registry=REGISTRY,
 )
