@@ -17,7 +17,7 @@ the next change, or until `HANDOVER_PROBES` asks of previous owners in a row mis
 it pays.
 
 The owner's side is `fetch_for_peer`: during a handover it asks the previous owner for a
-block it does not hold yet, else the store, through the caller's store fetch; and `to_second`,
+block it does not hold yet (None: the caller fetches it from its store); and `to_second`,
 which sends every second request for a hot block to its second copy (pffs.group.hot), which
 gets it from the owner once.
 """
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 
 import trio
 
@@ -215,15 +215,12 @@ class Group:
         return breaker is not None and breaker.allows() and self.asked.to_second(key)
 
     async def fetch_for_peer(
-        self,
-        blocks: ObjectBlocks,
-        index: int,
-        from_store: Callable[[], Awaitable[bytes]],
-        forwarded: bool = False,
-    ) -> bytes:
+        self, blocks: ObjectBlocks, index: int, forwarded: bool = False
+    ) -> bytes | None:
         """A miss of a block a peer asked for: at a member that does not own it (a hot block's
         second copy, or the asker's member list differs), the owner's copy unless the request
-        was `forwarded` already; during a handover, the previous owner's; else the store's."""
+        was `forwarded` already; during a handover, the previous owner's; None: the caller's
+        store serves it."""
         owner = self.peer_owner(blocks, index)
         if owner is not None and not forwarded:
             data = await self._ask(owner, BlockRequest(blocks, index, forwarded=True))
@@ -231,10 +228,8 @@ class Group:
                 return data
         previous = self.previous_owner(blocks, index)
         if previous is not None:
-            data = await self._handed_over(previous, blocks, index)
-            if data is not None:
-                return data
-        return await from_store()
+            return await self._handed_over(previous, blocks, index)
+        return None
 
     async def _ask(self, member: Member, request: BlockRequest) -> bytes | None:
         """One request to `member` (joined with the same one under way); None on any failure."""

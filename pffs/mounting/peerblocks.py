@@ -107,13 +107,8 @@ class _OwnerSide:
 
     async def part(self, offset: int, length: int) -> bytes:
         request = self.request
-
-        async def from_store() -> bytes:
-            return await self.store.part(offset, length)
-
-        return await self.group.fetch_for_peer(
-            request.blocks, request.index, from_store, request.forwarded
-        )
+        data = await self.group.fetch_for_peer(request.blocks, request.index, request.forwarded)
+        return data if data is not None else await self.store.part(offset, length)
 
     def run(self, first: int, count: int) -> Blocks:
         return self.store.run(first, count)
