@@ -88,12 +88,13 @@ class SharedTier:
         self,
         store: SharedStore,
         prefix: str,
-        concurrency: int = 16,
+        limiter: trio.CapacityLimiter,
         claims: Claims | None = None,
     ) -> None:
         self.store = store
         self.prefix = prefix.strip("/")
-        self.limiter = trio.CapacityLimiter(concurrency)
+        # The shared store's requests at once, its claims' (which take the same) included.
+        self.limiter = limiter
         self.claims = claims
         self._writes = trio.CapacityLimiter(4)
         self._pending = 0

@@ -118,7 +118,7 @@ def open_shared(config: SharedCacheConfig) -> Joined:
     except PffsError as exc:
         raise type(exc)(f"--shared-cache {config.url}: {exc}") from None
     limiter = trio.CapacityLimiter(backend.max_concurrency)
-    tier = SharedTier(store, "", backend.max_concurrency, Claims(store, conditional, limiter))
+    tier = SharedTier(store, "", limiter, Claims(store, conditional, limiter))
     log.info(
         "shared cache: blocks in %s; claims %s",
         backend.source_id,

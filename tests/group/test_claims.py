@@ -209,7 +209,7 @@ def test_a_won_claim_looks_again_before_the_origin(moto, bucket) -> None:
     name = shared.object_name(blocks, 0)
     racing = LandsWhileClaiming(store, name, shared.pack(blocks, 0, data))
     limiter = trio.CapacityLimiter(2)
-    tier = SharedTier(racing, "", 2, Claims(racing, True, limiter, clock=mid_period))
+    tier = SharedTier(racing, "", limiter, Claims(racing, True, limiter, clock=mid_period))
     before = metric_value(snapshot(), "pffs_group_tier_origin_total", reason="claimed")
 
     async def main() -> bytes | None:
