@@ -59,12 +59,12 @@ def _counters(mountpoint: str) -> tuple[float, float]:
     with open(os.path.join(mountpoint, ".pffs", "stats"), "rb") as f:
         metrics = json.load(f)["metrics"]
 
-    def total(name: str, method: str | None = None) -> float:
+    def total(name: str, request: str | None = None) -> float:
         samples = metrics.get(name, {}).get("samples", [])
         return sum(
             float(s["value"])
             for s in samples
-            if method is None or s.get("labels", {}).get("method") == method
+            if request is None or s.get("labels", {}).get("request") == request
         )
 
     return total("pffs_backend_requests_total", "GET"), total("pffs_backend_received_bytes_total")
@@ -107,7 +107,7 @@ def _round(
     return (
         f"{size / elapsed / 1e6:6.0f} MB/s  mount {mount_cpu / gib:4.2f}  store"
         f" {store_cpu / gib:4.2f} CPU-s/GiB  {gets_after - gets:4.0f} GETs"
-        f"  {(received_after - received) / size:5.3f} x the file received"
+        f"  {(received_after - received) / size:5.3f} x the file received  (mount pid {pid})"
     )
 
 
