@@ -339,8 +339,9 @@ def test_blocks_loaded_ahead_wait_for_the_disk_only_beyond_its_write_room(
 
     tier.put_batch = busy_disk  # type: ignore[method-assign]
     stats = CacheStats()
-    disk = DiskIO(tier, BLOCK, threads=1, stats=stats, background=Background(),
-                  write_room=write_room)  # fmt: skip
+    disk = DiskIO(
+        tier, BLOCK, threads=1, stats=stats, background=Background(), write_room=write_room
+    )
     keys = [BlockKey("src", "u", "p", "v", index) for index in range(room_blocks + 1)]
 
     async def main() -> None:
