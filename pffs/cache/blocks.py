@@ -79,6 +79,7 @@ class BlockCache:
             # A random read of a compressed disk entry decompresses the whole block: keep it.
             keep_block=self.memory.put,
             admit=self.room.admit,
+            write_room=self.ahead_budget,
         )
         self._engine = ReadaheadEngine(
             self.ahead_budget,

@@ -104,18 +104,25 @@ class DiskIO:
         memory_only: frozenset[str] = frozenset(),
         keep_block: Callable[[BlockKey, bytes], None] | None = None,
         admit: Callable[[BlockKey, int], bool] | None = None,
+        write_room: int = 0,
     ) -> None:
         """`memory_only`: sources whose blocks never come here; `keep_block`: where a whole
         block read for a part of it goes (the memory tier), if anywhere; `admit`: whether a
-        fetched block may be written (a dataset's stable subset: datasetroom.py)."""
+        fetched block may be written (a dataset's stable subset: datasetroom.py);
+        `write_room`: bytes of whole blocks that may wait for the disk at once (the budget of
+        bytes loaded ahead), when that is more blocks than two per thread."""
         self.tier = tier
         self.block_size = block_size
         self.stats = stats
         self.limiter = trio.CapacityLimiter(threads)
-        self._write_slots = trio.Semaphore(2 * threads)
+        # Room for a whole window's GETs to land while the writers catch up: with fewer slots a
+        # burst of them filled every slot, and loads ahead waited, nothing in flight, until a
+        # batch was written (stop and go: docs/notes/rgw-sequential.md).
+        slots = max(2 * threads, write_room // block_size)
+        self._write_slots = trio.Semaphore(slots)
         # A batch is full at this many blocks: never more than the slots, so that a writer
         # does not wait for blocks that cannot come (every slot already queued).
-        self._batch_blocks = min(_BATCH_BLOCKS, 2 * threads)
+        self._batch_blocks = min(_BATCH_BLOCKS, slots)
         self._background = background
         # Blocks waiting for a writer (each holds a write slot), and the writers running.
         self._pending: list[tuple[BlockKey, bytes]] = []

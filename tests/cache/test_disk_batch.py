@@ -16,6 +16,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -319,4 +320,48 @@ def test_write_behind_counts_a_skipped_block_and_frees_its_slot(tmp_path: Path) 
 
     trio.run(main)
     assert (stats.disk_writes, stats.disk_write_skips) == (0, 10)
+    tier.close()
+
+
+@pytest.mark.parametrize(("write_room", "room_blocks"), [(0, 2), (8 * BLOCK, 8)])
+def test_blocks_loaded_ahead_wait_for_the_disk_only_beyond_its_write_room(
+    tmp_path: Path, write_room: int, room_blocks: int
+) -> None:
+    """A window's GETs land while the disk is busy (`write_room`: the budget of bytes loaded
+    ahead), rather than waiting, nothing in flight, for each batch (two blocks per thread)."""
+    tier = _tier(tmp_path)
+    disk_free = threading.Event()
+    real_put_batch = tier.put_batch
+
+    def busy_disk(blocks: Sequence[tuple[str, bytes, str]]) -> list[bool]:
+        disk_free.wait(10)
+        return real_put_batch(blocks)
+
+    tier.put_batch = busy_disk  # type: ignore[method-assign]
+    stats = CacheStats()
+    disk = DiskIO(
+        tier, BLOCK, threads=1, stats=stats, background=Background(), write_room=write_room
+    )
+    keys = [BlockKey("src", "u", "p", "v", index) for index in range(room_blocks + 1)]
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            disk._background.attach(nursery)
+            for key in keys[:-1]:  # the room's blocks land while the disk writes nothing
+                with trio.fail_after(10):
+                    await disk.wait_for_room()
+                disk.write_behind(key, _block(disk.name(key)))
+            # Every slot held by a block the disk has not taken: the next load ahead waits.
+            with trio.move_on_after(0.2) as waiting:
+                await disk.wait_for_room()
+            assert waiting.cancelled_caught
+            disk_free.set()
+            with trio.fail_after(10):
+                await disk.wait_for_room()  # a batch written: room again
+            disk.write_behind(keys[-1], _block(disk.name(keys[-1])))
+            await disk._background.idle()
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    assert (stats.disk_writes, stats.disk_write_skips) == (room_blocks + 1, 0)
     tier.close()

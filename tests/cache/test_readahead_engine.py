@@ -302,9 +302,9 @@ def _held_disk(cache: BlockCache) -> threading.Event:
 
 
 def test_a_slow_disk_never_stalls_a_request_in_the_middle(tmp_path: Path) -> None:
-    # Two write slots (disk_threads=1), a run of six blocks, a disk that takes none of them
-    # yet: every block of the run still lands, since the run's stream is never held up by the
-    # disk (on a far store that would stall the connection too); all are written afterwards.
+    # A run of six blocks, a disk that takes none of them yet: every block of the run still
+    # lands, since the run's stream is never held up by the disk (on a far store that would
+    # stall the connection too); all are written afterwards.
     cache = BlockCache(cache_config(tmp_path, fetch_size=6 * BLOCK, disk_threads=1))
     free = _held_disk(cache)
     runs = Runs()
@@ -331,7 +331,10 @@ def test_a_slow_disk_never_stalls_a_request_in_the_middle(tmp_path: Path) -> Non
 
 
 def test_a_readahead_waits_for_the_disks_backlog_before_its_request(tmp_path: Path) -> None:
-    cache = BlockCache(cache_config(tmp_path, fetch_size=4 * BLOCK, disk_threads=1))
+    # Room for four blocks to wait for the disk (the budget of bytes loaded ahead; more than
+    # two per thread): one window fills it.
+    config = cache_config(tmp_path, fetch_size=4 * BLOCK, disk_threads=1, ahead_budget=4 * BLOCK)
+    cache = BlockCache(config)
     free = _held_disk(cache)
     first, second = Runs(), Runs(base=4)
 
@@ -343,7 +346,7 @@ def test_a_readahead_waits_for_the_disks_backlog_before_its_request(tmp_path: Pa
                 with trio.fail_after(10):
                     while len(cache.memory) < 4:  # the first window lands
                         await trio.sleep(0.01)
-                # Its four blocks wait for a disk with two slots: the next window waits its turn.
+                # Its four blocks wait for the disk, filling its room: the next window waits.
                 assert cache.read_ahead(keys(4, 4), [BLOCK] * 4, second, coalesce=True) == 4
                 await trio.sleep(0.2)
                 assert second.requests == []

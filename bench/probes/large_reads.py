@@ -1,0 +1,156 @@
+"""Cold reads of one large file through pffs against RGW: two source trees interleaved.
+
+Not part of the bench suite (no peers): an A/B of pffs's own read path in one run window. One
+one-node Ceph with its gateway (memstore, pffs.testing.rgw) holds one object of `--size`
+bytes; for each latency (`--latency 0,20`: 0 is the gateway itself, more goes through the
+bench's delay proxy), each round and each read, every arm (this tree; `--baseline`'s; this
+tree with `--variant`'s options) mounts pffs over a fresh cache directory, the page cache
+dropped, and reads the file whole:
+
+- `seq`: 1 MiB reads (the bench's `seqread.fio` does psync reads of 1 MiB);
+- `checkpoint`: 8 MiB reads with a sha256 of every byte (bench/largeobjects.py).
+
+Per read: MB/s, the mount's and the store's (gateway + OSD) CPU per GiB from /proc, the GETs
+the mount made and the bytes it received over the file's (its own counters, `.pffs/stats`).
+
+    python -m bench.probes.large_reads --baseline /tmp/base --rounds 2
+    python -m bench.probes.large_reads --reads checkpoint --variant "--readahead-max 64M"
+
+(/tmp/base: `git archive COMMIT pffs backends | tar -x -C /tmp/base`, then its backends moved
+to /tmp/base/pffs/backends, as for epoch_cpu.py.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+from bench.data import client
+from bench.largeobjects import read_whole
+from bench.probes.epoch_cpu import _drop_page_cache
+from bench.servers import Launcher, Server, far
+from bench.systems import cpu_seconds
+from pffs.sizes import parse_size
+
+MIB = 1 << 20
+READS = {"seq": 1 * MIB, "checkpoint": 8 * MIB}
+KEY = "large.bin"
+
+
+def _upload(server: Server, size: int) -> None:
+    """The object in 64 MiB parts of random bytes, as bench/data.py uploads the large file."""
+    s3 = client(server)
+    s3.create_bucket(Bucket="large")
+    part = 64 * MIB
+    with tempfile.NamedTemporaryFile(dir="/var/tmp") as f:
+        for at in range(0, size, part):
+            f.write(os.urandom(min(part, size - at)))
+        f.flush()
+        s3.upload_file(f.name, "large", KEY)
+
+
+def _counters(mountpoint: str) -> tuple[float, float]:
+    """GETs made and object bytes received so far (pffs's own counters)."""
+    with open(os.path.join(mountpoint, ".pffs", "stats"), "rb") as f:
+        metrics = json.load(f)["metrics"]
+
+    def total(name: str, request: str | None = None) -> float:
+        samples = metrics.get(name, {}).get("samples", [])
+        return sum(
+            float(s["value"])
+            for s in samples
+            if request is None or s.get("labels", {}).get("request") == request
+        )
+
+    return total("pffs_backend_requests_total", "GET"), total("pffs_backend_received_bytes_total")
+
+
+def _store_cpu(server: Server) -> float:
+    return sum(cpu_seconds(pid) or 0.0 for pid in server.store_pids)
+
+
+def _round(
+    server: Server, size: int, read: str, root: str, tree: str | None, options: list[str]
+) -> str:
+    mountpoint = tempfile.mkdtemp(dir=root, prefix="mnt-")
+    cache = tempfile.mkdtemp(dir=root, prefix="cache-")
+    argv = [sys.executable, "-m", "pffs", "mount", "s3://large", mountpoint]
+    argv += ["--endpoint-url", server.endpoint_url, "--cache-dir", cache]
+    argv += ["--log-file", os.path.join(root, "pffs.log"), *options]
+    env = server.env()
+    if tree is not None:  # its pffs found first: `python -m` puts the working directory first
+        env["PYTHONPATH"] = tree
+    mounted = subprocess.run(argv, env=env, cwd=tree, capture_output=True, text=True, check=False)
+    if mounted.returncode != 0:
+        sys.exit(f"large_reads: pffs mount failed: {mounted.stderr.strip()}")
+    pid = int(mounted.stdout.split("(pid ")[1].split(",")[0])
+    try:
+        _drop_page_cache()
+        gets, received = _counters(mountpoint)
+        mount_cpu, store_cpu = cpu_seconds(pid) or 0.0, _store_cpu(server)
+        started = time.perf_counter()
+        total, _ = read_whole(os.path.join(mountpoint, KEY), READS[read])
+        elapsed = time.perf_counter() - started
+        mount_cpu = (cpu_seconds(pid) or 0.0) - mount_cpu
+        store_cpu = _store_cpu(server) - store_cpu
+        gets_after, received_after = _counters(mountpoint)
+    finally:
+        subprocess.run([sys.executable, "-m", "pffs", "umount", mountpoint], check=False)
+    if total != size:
+        sys.exit(f"large_reads: read {total} bytes of {size}")
+    gib = size / (1 << 30)
+    return (
+        f"{size / elapsed / 1e6:6.0f} MB/s  mount {mount_cpu / gib:4.2f}  store"
+        f" {store_cpu / gib:4.2f} CPU-s/GiB  {gets_after - gets:4.0f} GETs"
+        f"  {(received_after - received) / size:5.3f} x the file received  (mount pid {pid})"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", default="1G", help="the object's size (1G)")
+    parser.add_argument("--latency", default="0,20", help="round trips to add, ms (0,20)")
+    parser.add_argument("--reads", default="seq,checkpoint", help="seq,checkpoint")
+    parser.add_argument("--rounds", type=int, default=2, help="of each tree, alternated")
+    parser.add_argument("--baseline", metavar="DIR", help="a source tree (see above) to compare")
+    parser.add_argument("--options", default="", help="more `pffs mount` options, one string")
+    parser.add_argument("--variant", help="one more arm: this tree with these options added")
+    args = parser.parse_args()
+    size = parse_size(args.size)
+    reads = args.reads.split(",")
+    if not set(reads) <= set(READS):
+        sys.exit(f"large_reads: --reads: {args.reads!r}: each one of {', '.join(READS)}")
+    options = args.options.split()
+    arms: list[tuple[str, str | None, list[str]]] = [("this tree", None, options)]
+    if args.baseline is not None:
+        if not os.path.isdir(os.path.join(args.baseline, "pffs")):
+            sys.exit(f"large_reads: --baseline {args.baseline}: no pffs package in it")
+        arms.append(("baseline", os.path.abspath(args.baseline), options))
+    if args.variant is not None:
+        arms.append(("variant", None, [*options, *args.variant.split()]))
+    with tempfile.TemporaryDirectory(dir="/var/tmp", prefix="pffs-large-reads-") as root:
+        server = Launcher(root).rgw()
+        try:
+            _upload(server, size)
+            for latency in (float(ms) for ms in args.latency.split(",")):
+                target = server if latency == 0 else far(server, latency, f"{root}/delay.log")
+                for round_ in range(args.rounds):
+                    order = arms if round_ % 2 == 0 else arms[::-1]
+                    for read in reads:
+                        for label, tree, arm_options in order:
+                            figures = _round(target, size, read, root, tree, arm_options)
+                            print(f"{latency:3g} ms {read:10} {label:9} round {round_ + 1}:"
+                                  f" {figures}", flush=True)  # fmt: skip
+                if target is not server:
+                    target.stop()
+        finally:
+            server.stop()
+
+
+if __name__ == "__main__":
+    main()
