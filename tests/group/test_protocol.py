@@ -174,11 +174,25 @@ def test_refusals() -> None:
         "/v2/block?s=a&p=f&v=e&i=0&n=10&b=4&s=b",
         "/v2/block?s=a&p=f&v=e&i=x&n=10&b=4",
         "/v2/block?" + "s=a&" * 5000,
+        "/v2/block?s=a&a=b&p=f&v=e&i=0&n=10&b=4&c=1&f=1&x=1&y=2",  # more fields than a block's
     ],
 )
 def test_bad_targets(target: str) -> None:
     with pytest.raises(BadRequest):
         protocol.parse_target(target)
+
+
+@pytest.mark.parametrize(
+    "path", ["d/f.bin", "a b+c&d=e%f?g#h/ü €.bin", "+", "%41", "=&="], ids=repr
+)
+def test_a_target_names_the_block_it_was_made_for(path: str) -> None:
+    blocks = ObjectBlocks("s3://bucket@http://h:9000/", "k=1&2", path, '"e+1"', 10_000, 4096)
+    for request in (
+        BlockRequest(blocks, 2),
+        BlockRequest(blocks, 0, cached_only=True),
+        BlockRequest(blocks, 1, forwarded=True),
+    ):
+        assert protocol.parse_target(request.target()) == request
 
 
 def test_a_trickling_peer_is_cut_off_at_the_whole_block_timeout() -> None:
