@@ -5,6 +5,7 @@ request of another secret, a malformed request or target is refused, and nothing
 
 from __future__ import annotations
 
+import http.client
 import socket
 import threading
 import time
@@ -287,3 +288,19 @@ def test_a_request_on_a_connection_closed_as_it_was_sent_is_sent_again() -> None
     finally:
         listener.close()
     assert client.connections_opened == 2 and len(served) == 2
+
+
+def test_a_signed_target_of_too_many_fields_is_refused_and_the_server_goes_on() -> None:
+    """A member with the secret sending a target of 11 fields gets a 400; the server then
+    serves the next request (parse_qs's bare ValueError once escaped the server's task)."""
+
+    def check(url: str) -> tuple[int, bytes]:
+        target = BlockRequest(BLOCKS, 0).target() + "&w=0&x=1&y=2&z=3"
+        host, port = url.removeprefix("http://").split(":")
+        connection = http.client.HTTPConnection(host, int(port), timeout=5)
+        connection.request("GET", target, headers=signing.sign(SECRET, "GET", target))
+        status = connection.getresponse().status
+        connection.close()
+        return status, PeerClient(SECRET, "asker").get(url, BlockRequest(BLOCKS, 0))
+
+    assert serve_and(check) == (400, DATA[:4096])
