@@ -218,7 +218,7 @@ async def _reply(
         fields.append(("connection", "close"))
     head = conn.send(h11.Response(status_code=status, headers=fields))
     if status != 200:
-        await _send(stream, [head, conn.send(h11.EndOfMessage())])
+        await _send(stream, [head, conn.send(h11.EndOfMessage()) or b""])
         return
     if isinstance(body, Pieces):
         crc = 0
@@ -234,14 +234,19 @@ async def _reply(
                     await _send(stream, pending)
                 raise _Unfinished(str(exc)) from exc
             crc = crc32c.crc32c(piece, crc)
-            await _send(stream, [*pending, *conn.send_with_data_passthrough(h11.Data(data=piece))])
+            await _send(stream, [*pending, *_framed(conn, piece)])
             pending = []
     else:
         crc = crc32c.crc32c(body)
-        pending = [head, *conn.send_with_data_passthrough(h11.Data(data=body))]
-    footer = conn.send_with_data_passthrough(h11.Data(data=protocol.FOOTER.pack(crc)))
-    await _send(stream, [*pending, *footer, conn.send(h11.EndOfMessage())])
+        pending = [head, *_framed(conn, body)]
+    footer = _framed(conn, protocol.FOOTER.pack(crc))
+    await _send(stream, [*pending, *footer, conn.send(h11.EndOfMessage()) or b""])
     stats.PEER_BYTES.labels(way="served").inc(length - protocol.FOOTER.size)
+
+
+def _framed(conn: h11.Connection, data: bytes) -> list[bytes]:
+    """`data` as a body's bytes on the wire, not copied (a Content-Length body: as it is)."""
+    return conn.send_with_data_passthrough(h11.Data(data=data)) or []
 
 
 async def _send(stream: trio.SocketStream, parts: list[bytes]) -> None:
