@@ -72,8 +72,8 @@ def parse_target(target: str) -> BlockRequest:
     if path != PATH:
         raise BadRequest("unknown path")
     # The query split by hand, as urllib's parse_qs splits it (a field without "=" has an
-    # empty value; "+" and %XX decoded), at a third of its CPU: a peer hit's owner parses one
-    # per block.
+    # empty value; "+" and %XX decoded, and only where they occur): an owner parses one per
+    # block, and parse_qs's general path was 2% of its Python time in the group scenario.
     fields: dict[str, str] = {}
     for field in query.split("&"):
         if not field:
