@@ -55,7 +55,7 @@ def _spy(pid: int, output: str) -> subprocess.Popen[bytes]:
 
 def one_run(
     far_store: Server, store_pid: int | None, data_digests: dict[str, str], root: Path,
-    grouped: bool, profile: str | None,
+    grouped: bool, profile: str | None, file_size: int,
 ) -> str:  # fmt: skip
     proxy = CountingProxy(far_store)
     group = Group(root)
@@ -96,10 +96,10 @@ def one_run(
     gets = counts.get("GET", 0)
     received = sum(s.get("pffs_group_peer_bytes_total{way=received}", 0.0) for s in stats.values())
     served = sum(s.get("pffs_group_peer_bytes_total{way=served}", 0.0) for s in stats.values())
-    hits = received / (256 * 1024)
+    hits = received / file_size
     lines = [
         f"{'group' if grouped else 'off':5} wall {seconds:5.2f} s  store GETs {gets}  "
-        f"peer hits {hits:.0f} (served {served / (256 * 1024):.0f})  "
+        f"peer hits {hits:.0f} (served {served / file_size:.0f})  "
         f"CPU s: mounts {mounts_cpu:5.2f} ("
         + " ".join(f"{used[n]:.2f}" for n in mount_pids)
         + f")  s3rver {used.get('s3rver', 0):.2f}  delay {used.get('delay', 0):.2f}"
@@ -163,7 +163,8 @@ def main() -> None:
                 if args.profile and grouped:
                     raw = os.path.join(args.profile, f"group-{n}.txt")
                 print(f"[load {os.getloadavg()[0]:.1f}]", flush=True)
-                print(one_run(far_store, near.pid, data.digests, root, grouped, raw), flush=True)
+                row = one_run(far_store, near.pid, data.digests, root, grouped, raw, data.size)
+                print(row, flush=True)
                 if raw is not None and os.path.exists(raw):
                     print(top(raw, args.top), flush=True)
                 shutil.rmtree(root, ignore_errors=True)

@@ -13,6 +13,7 @@ mount's readers and loads ahead do. It prints each side's CPU milliseconds per r
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import subprocess
 import sys
@@ -87,6 +88,7 @@ def main() -> None:
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     size = parse_size(args.block)
+    logging.getLogger("pffs.group").setLevel(logging.ERROR)  # not each Group's member list
     if args.serve:
         trio.run(_serve, size)
         return
