@@ -243,6 +243,11 @@ class CountingProxy:
         self.server = replace(server, endpoint_url=f"http://127.0.0.1:{line}", stop=lambda: None)
         self.store_bytes = 0
 
+    @property
+    def pid(self) -> int:
+        """The proxy's process (its CPU is the counting's cost)."""
+        return self._proc.pid
+
     def _reading(self, line: str) -> dict[str, int]:
         reading: dict[str, int] = json.loads(line)
         self.store_bytes = reading.pop(STORE_BYTES)

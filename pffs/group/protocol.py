@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from urllib.parse import parse_qs, urlencode, urlsplit
+from urllib.parse import unquote_plus, urlencode
 
 import crc32c
 
@@ -28,6 +28,7 @@ PATH = "/v2/block"
 VERSION = "x-pffs-version"
 FOOTER = struct.Struct(">I")  # the block's CRC32C, after its last byte
 MAX_TARGET = 8192
+MAX_FIELDS = 10
 
 
 class BadRequest(ValueError):
@@ -67,13 +68,23 @@ def parse_target(target: str) -> BlockRequest:
     """The block a request target names, or BadRequest."""
     if len(target) > MAX_TARGET:
         raise BadRequest("target too long")
-    parts = urlsplit(target)
-    if parts.path != PATH:
+    path, _, query = target.partition("?")
+    if path != PATH:
         raise BadRequest("unknown path")
-    query = parse_qs(parts.query, keep_blank_values=True, max_num_fields=10)
-    if any(len(values) != 1 for values in query.values()):
-        raise BadRequest("repeated field")
-    fields = {name: values[0] for name, values in query.items()}
+    # The query split by hand, as urllib's parse_qs splits it (a field without "=" has an
+    # empty value; "+" and %XX decoded, and only where they occur): an owner parses one per
+    # block, and parse_qs's general path was 2% of its Python time in the group scenario.
+    fields: dict[str, str] = {}
+    for field in query.split("&"):
+        if not field:
+            continue
+        if len(fields) == MAX_FIELDS:
+            raise BadRequest("too many fields")
+        name, _, value = field.partition("=")
+        name, value = _decoded(name), _decoded(value)
+        if name in fields:
+            raise BadRequest("repeated field")
+        fields[name] = value
     try:
         source, principal = fields["s"], fields["a"]
         path, version = fields["p"], fields["v"]
@@ -90,6 +101,10 @@ def parse_target(target: str) -> BlockRequest:
         raise BadRequest("no such block")
     blocks = ObjectBlocks(source, principal, path, version, size, block_size)
     return BlockRequest(blocks, index, fields.get("c") == "1", fields.get("f") == "1")
+
+
+def _decoded(text: str) -> str:
+    return unquote_plus(text) if "%" in text or "+" in text else text
 
 
 def footer(data: bytes | memoryview) -> bytes:

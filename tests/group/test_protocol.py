@@ -1,12 +1,14 @@
 """The peer protocol over real HTTP on 127.0.0.1: the h11 server (pffs.group.server) and the
-urllib3 client (pffs.group.client) in one process, the server handed a block handler of its own
+http.client client (pffs.group.client) in one process, the server handed a block handler of its own
 (no cache): a signed request gets its block over a kept-alive connection; an unsigned one, a
 request of another secret, a malformed request or target is refused, and nothing hangs."""
 
 from __future__ import annotations
 
+import http.client
 import socket
 import threading
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -17,6 +19,7 @@ import urllib3
 from pffs.cache.keys import ObjectBlocks
 from pffs.cache.pieces import Pieces
 from pffs.group import protocol, signing
+from pffs.group import server as server_module
 from pffs.group.client import PeerAskSecond, PeerClient, PeerFailed, PeerMiss, Timeouts
 from pffs.group.protocol import BadRequest, BlockRequest
 from pffs.group.server import AskSecond, NotServed, PeerServer
@@ -85,8 +88,7 @@ def test_blocks_over_one_kept_alive_connection() -> None:
     def check(url: str) -> list[bytes]:
         client = PeerClient(SECRET, "asker")
         got = [client.get(url, BlockRequest(BLOCKS, index)) for index in range(3)]
-        pool = client._pool.connection_from_url(url)
-        assert pool.num_connections == 1  # one connection carried all three
+        assert client.connections_opened == 1  # one connection carried all three
         with pytest.raises(PeerMiss):
             client.get(url, BlockRequest(BLOCKS, 0, cached_only=True))
         return got
@@ -173,11 +175,25 @@ def test_refusals() -> None:
         "/v2/block?s=a&p=f&v=e&i=0&n=10&b=4&s=b",
         "/v2/block?s=a&p=f&v=e&i=x&n=10&b=4",
         "/v2/block?" + "s=a&" * 5000,
+        "/v2/block?s=a&a=b&p=f&v=e&i=0&n=10&b=4&c=1&f=1&x=1&y=2",  # more fields than a block's
     ],
 )
 def test_bad_targets(target: str) -> None:
     with pytest.raises(BadRequest):
         protocol.parse_target(target)
+
+
+@pytest.mark.parametrize(
+    "path", ["d/f.bin", "a b+c&d=e%f?g#h/ü €.bin", "+", "%41", "=&="], ids=repr
+)
+def test_a_target_names_the_block_it_was_made_for(path: str) -> None:
+    blocks = ObjectBlocks("s3://bucket@http://h:9000/", "k=1&2", path, '"e+1"', 10_000, 4096)
+    for request in (
+        BlockRequest(blocks, 2),
+        BlockRequest(blocks, 0, cached_only=True),
+        BlockRequest(blocks, 1, forwarded=True),
+    ):
+        assert protocol.parse_target(request.target()) == request
 
 
 def test_a_trickling_peer_is_cut_off_at_the_whole_block_timeout() -> None:
@@ -220,3 +236,71 @@ def test_a_trickling_peer_is_cut_off_at_the_whole_block_timeout() -> None:
     stop.set()
     listener.close()
     assert outcome == ["block too slow"]
+
+
+def test_a_connection_the_member_closed_while_idle_is_not_used(monkeypatch) -> None:
+    """The server closes an idle kept-alive connection: the next request finds it closed
+    before sending and opens another (no failure, nothing told to a breaker)."""
+    monkeypatch.setattr(server_module, "IDLE", 0.2)
+
+    def check(url: str) -> list[bytes]:
+        client = PeerClient(SECRET, "asker")
+        first = client.get(url, BlockRequest(BLOCKS, 0))
+        time.sleep(0.6)  # past the server's IDLE: it closed the connection
+        second = client.get(url, BlockRequest(BLOCKS, 1))
+        assert client.connections_opened == 2
+        return [first, second]
+
+    assert serve_and(check) == [DATA[:4096], DATA[4096:8192]]
+
+
+def test_a_request_on_a_connection_closed_as_it_was_sent_is_sent_again() -> None:
+    """A member (a raw socket standing in for one) answers one request, then closes the same
+    connection when the next arrives, unanswered: the client sends that request once more, on
+    a new connection, and gets its block."""
+    request = BlockRequest(BLOCKS, 0)
+    data = DATA[:4096]
+    head = (
+        "HTTP/1.1 200 OK\r\n"
+        f"{protocol.VERSION}: {BLOCKS.version}\r\n"
+        f"content-length: {len(data) + protocol.FOOTER.size}\r\n\r\n"
+    ).encode()
+    listener = socket.create_server(("127.0.0.1", 0))
+    served = []
+
+    def member() -> None:
+        for replies in (1, 1):
+            connection, _ = listener.accept()
+            with connection:
+                for _ in range(replies):
+                    connection.recv(65536)
+                    connection.sendall(head + data + protocol.footer(data))
+                    served.append(1)
+                connection.recv(65536)  # the next request: closed unanswered
+
+    thread = threading.Thread(target=member, daemon=True)
+    thread.start()
+    client = PeerClient(SECRET, "asker")
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    try:
+        assert client.get(url, request) == data
+        assert client.get(url, request) == data
+    finally:
+        listener.close()
+    assert client.connections_opened == 2 and len(served) == 2
+
+
+def test_a_signed_target_of_too_many_fields_is_refused_and_the_server_goes_on() -> None:
+    """A member with the secret sending a target of 11 fields gets a 400; the server then
+    serves the next request (parse_qs's bare ValueError once escaped the server's task)."""
+
+    def check(url: str) -> tuple[int, bytes]:
+        target = BlockRequest(BLOCKS, 0).target() + "&w=0&x=1&y=2&z=3"
+        host, port = url.removeprefix("http://").split(":")
+        connection = http.client.HTTPConnection(host, int(port), timeout=5)
+        connection.request("GET", target, headers=signing.sign(SECRET, "GET", target))
+        status = connection.getresponse().status
+        connection.close()
+        return status, PeerClient(SECRET, "asker").get(url, BlockRequest(BLOCKS, 0))
+
+    assert serve_and(check) == (400, DATA[:4096])
