@@ -43,9 +43,12 @@ REGION_SHARE = 0.5
 # bytes come from ranged GETs just ahead of it, no blocks loaded; past it, blocks as above.
 REGION_STREAM_BLOCKS = 4
 # How far ahead of a streamed region run its bytes are asked for: this share of what the run
-# has read, at most REGION_STREAM_AHEAD bytes.
+# has read, at most REGION_STREAM_FIRST bytes at its second read (the page fault's read-around:
+# most of the region in one round trip), at most REGION_STREAM_AHEAD after it (the kernel's own
+# readahead keeps its READs ahead of the copy; more would be fetched past the region's end).
 REGION_STREAM_SHARE = 2.0
-REGION_STREAM_AHEAD = 4 << 20
+REGION_STREAM_FIRST = 4 * MIB
+REGION_STREAM_AHEAD = 2 * MIB
 
 
 class _Stream:
@@ -129,7 +132,8 @@ class Readahead:
         read = stream.expected - stream.origin
         streamed = self.region and near and end - offset >= LARGE_READ and self.max_blocks > 0
         if streamed and read < REGION_STREAM_BLOCKS * self.block_size:
-            ahead = min(REGION_STREAM_AHEAD, int(read * REGION_STREAM_SHARE))
+            most = REGION_STREAM_FIRST if stream.streak == 1 else REGION_STREAM_AHEAD
+            ahead = min(most, int(read * REGION_STREAM_SHARE))
             self.stream_to = min(self.file_size, stream.expected + ahead)
             stream.current_block = block
             return range(0)
