@@ -218,7 +218,8 @@ class StoreBlocks:
         """Bytes [offset, offset+length) in one GET (a store that streams runs), handed to
         `arrived` in this trio thread `PIECE` bytes at a time as they come, in order: a
         region's bytes fetched just ahead of its reader (pffs.fs.regions), who waits only for
-        the pieces it reads. Under the readers' limiter: a reader is about to wait on it."""
+        the pieces it reads. A load ahead: in a place of the pace, and its failure does not
+        mark the source down (the READs that wanted its bytes ask for them themselves)."""
         streaming = block_runs(self.store.backend)
         assert streaming is not None  # callers check (streams_ranges)
         lengths = [min(PIECE, length - at) for at in range(0, length, PIECE)]
@@ -242,7 +243,7 @@ class StoreBlocks:
                 lengths,
                 self.blocks.version,
                 deliver,
-                ahead=False,
+                ahead=True,
             )
         finally:
             ended = True
