@@ -148,9 +148,12 @@ class Reader:
         # The cache asks the handle's source itself on a miss: nothing is built per block.
         blocks, source, cache = handle.blocks, handle.source, self.cache
         alone = end - offset >= LARGE_READ and not handle.readahead.sequential
-        if alone and isinstance(source, StoreBlocks) and not self._cached(handle, offset, end):
-            # One request for a read alone, even across a block's end (not one per block, in
-            # series).
+        small = (end - offset) * COLD_START_SHARE <= self.block_size
+        across = offset // self.block_size != (end - 1) // self.block_size
+        across = across and isinstance(source, StoreBlocks)
+        if alone and small and across and not self._cached(handle, offset, end):
+            # A read alone across a block's end: one request, not one per block in series (each
+            # part small: loaded alone, no block behind either).
             data = await source.part(offset, end - offset)
             cache.stats.memory_misses += 1
             cache.stats.store_bytes_served += len(data)

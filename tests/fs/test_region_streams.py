@@ -21,7 +21,7 @@ from tests.fs.test_reads_through_cache import RunStore, cached_vfs, with_nursery
 
 MIB = 1024 * KIB
 BLOCK = 2 * MIB
-READ = MIB  # the kernel's READs of a mapping (max_read)
+READ = 512 * KIB  # the kernel's READs of a mapping: a quarter of a block at most, as here
 
 
 def _region(seed: int, fail_at: int = 0) -> tuple[bytes, RunStore, list[tuple[int, int]], int]:
@@ -70,3 +70,14 @@ def test_a_span_failing_for_good_fails_its_reads_with_the_stores_error() -> None
         trio.run(with_nursery, cached_vfs(store, config), "f", reads)
     # The READ's own request failed (the breaker then fails the next at once), not a hang.
     assert raised.group_contains(Transient) or raised.group_contains(SourceDown)
+
+
+def test_a_read_alone_across_a_blocks_end_is_one_request() -> None:
+    """The first READ of a fault's read-around starts no run; when it crosses a block's end it
+    gets its bytes in one request, not one per block in series with a block behind the second."""
+    data, store, _, _ = _region(7)
+    offset = 5 * BLOCK - 4 * KIB
+    config = cache_config(None, block=BLOCK, readahead_max=8 * BLOCK, ahead_budget=16 * BLOCK)
+    got = trio.run(with_nursery, cached_vfs(store, config), "f", [(offset, READ)])
+    assert got == [data[offset : offset + READ]]
+    assert store.ranges == [(offset, READ)]

@@ -78,8 +78,10 @@ def test_a_lazy_load_fetches_the_tensors_read_and_little_more(
     s3.put_object(Bucket="weights", Key="model.safetensors", Body=local.read_bytes())
     picked = random.Random(3).sample(sorted(tensors), PICKED)
     with FaultProxy(moto.port) as store:  # no faults: it counts the bytes of object GETs
-        options = ("--endpoint-url", store.endpoint_url, "--cache-dir", str(tmp_path / "cache"))
-        options += ("--kernel-readahead", readahead)
+        options = (
+            *("--endpoint-url", store.endpoint_url, "--cache-dir", str(tmp_path / "cache")),
+            *("--kernel-readahead", readahead),
+        )
         with mounted("s3://weights", tmp_path / "mnt", *options) as mnt:
             loaded = lazy_load(mnt / "model.safetensors", picked)
             fetched = store.body_bytes
