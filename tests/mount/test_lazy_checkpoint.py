@@ -31,9 +31,9 @@ PICKED = 3
 # At the default 4 MiB the kernel alone asks for about twice a tensor (read-around and
 # readahead at its ends), at 2 MiB about 1.5 times. pffs adds its streams' reach past a
 # region's last READ (pffs.fs.regions) and the blocks of the header's read from offset 0, a
-# whole-file reader's start (9 MiB, here for three tensors): 2.625x and 1.875x in most runs.
-# A tensor faulted before the disk tier's key filter is first read (a fresh mount under load)
-# goes through blocks, not spans: up to 6 MiB more.
+# whole-file reader's start (9 MiB, here for three tensors): 2.625x and 1.875x in 9 runs of
+# 10, 2.125x at 2 MiB in one (not traced: a tensor faulted before the disk tier's key filter
+# is first read, on a fresh mount under load, goes through blocks, not spans, the likely cause).
 MOST_FETCHED = {"4M": 3.0, "2M": 2.25}
 
 
