@@ -10,7 +10,7 @@ rule they all follow is in pffs/cache/__init__.py.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import trio
 
@@ -262,6 +262,19 @@ class BlockCache:
 
     def is_cached_or_coming(self, key: BlockKey) -> bool:
         return key in self.memory or key in self._flights
+
+    def may_hold(self, key: BlockKey) -> bool:
+        """Whether a tier may hold the block, or it is on its way (False: a read of it asks the
+        store)."""
+        return self.is_cached_or_coming(key) or self._disk.may_hold(key)
+
+    def background(self, fn: Callable[[], Awaitable[None]]) -> bool:
+        """Run `fn()` among the cache's background tasks (an unmount waits for them); False
+        when there are none (nothing started)."""
+        if not self._background.attached:
+            return False
+        self._background.spawn(fn)
+        return True
 
     # --- readahead and preload --------------------------------------------------------------
 

@@ -154,6 +154,14 @@ class DiskIO:
 
     # --- reading -----------------------------------------------------------------------------
 
+    def may_hold(self, key: BlockKey) -> bool:
+        """Whether the tier may hold the block: False only when it takes none of its source's,
+        or its key filter, fresh, knows it holds no such entry (nothing counted)."""
+        if not self.holds(key):
+            return False
+        now = self.follow()
+        return now - self._keys_read_at > 2 * _FOLLOW_PERIOD or self.keys.might_hold(self.name(key))
+
     def _known_absent(self, name: str) -> bool:
         """The key filter knows the tier holds no entry of this name (a disk miss, no hop).
 

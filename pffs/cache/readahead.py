@@ -16,7 +16,10 @@ a read continuing none of them starts a stream (the least recently read one is f
 A run that starts in the middle of the file is a region (a tensor, a column chunk): where it
 ends is unknown, so its window is also held to a share of what the run has read so far
 (REGION_SHARE): a region read whole costs at most that share more, never the rest of the file.
-A run from the start of the file is a whole-file reader and keeps the full window.
+A run from the start of the file is a whole-file reader and keeps the full window. While a
+region run is short (REGION_STREAM_BLOCKS), of large reads (the kernel's), it loads no blocks:
+`stream_to` says how far its bytes should be streamed (pffs.fs.regions), a share of what it
+has read ahead of it.
 """
 
 from __future__ import annotations
@@ -36,6 +39,16 @@ STREAMS = 4
 LARGE_READ = 128 << 10
 # A region's window is at most this share of the bytes its run has read (one block at least).
 REGION_SHARE = 0.5
+# A region run that has read less than this many blocks is streamed (pffs.fs.regions): its
+# bytes come from ranged GETs just ahead of it, no blocks loaded; past it, blocks as above.
+REGION_STREAM_BLOCKS = 4
+# How far ahead of a streamed region run its bytes are asked for: this share of what the run
+# has read, at most REGION_STREAM_FIRST bytes at its second read (the page fault's read-around:
+# most of the region in one round trip), at most REGION_STREAM_AHEAD after it (the kernel's own
+# readahead keeps its READs ahead of the copy; more would be fetched past the region's end).
+REGION_STREAM_SHARE = 2.0
+REGION_STREAM_FIRST = 4 * MIB
+REGION_STREAM_AHEAD = 2 * MIB
 
 
 class _Stream:
@@ -61,6 +74,7 @@ class Readahead:
     ) -> None:
         self.block_size = block_size
         self.max_blocks = readahead_max // block_size  # the configured window, in blocks
+        self.file_size = file_size
         self.last_block = (file_size - 1) // block_size if file_size > 0 else -1
         self.backward = min(BACKWARD_TOLERANCE, block_size)
         self.reader_window = reader_window
@@ -70,6 +84,9 @@ class Readahead:
         self._streams = [_Stream(0, 1)]
         self.sequential = False  # whether the last read was part of a sequential run
         self.region = False  # whether that run started past the file's start
+        # Where a streamed region run's bytes should be asked for up to (pffs.fs.regions), or
+        # None: the last read is not one.
+        self.stream_to: int | None = None
 
     @property
     def window(self) -> int:
@@ -110,7 +127,16 @@ class Readahead:
         stream.expected = max(end, stream.expected) if near else end
         self.sequential = stream.streak >= 2
         self.region = stream.origin > 0
+        self.stream_to = None
         block = (max(end, 1) - 1) // self.block_size
+        read = stream.expected - stream.origin
+        streamed = self.region and near and end - offset >= LARGE_READ and self.max_blocks > 0
+        if streamed and read < REGION_STREAM_BLOCKS * self.block_size:
+            most = REGION_STREAM_FIRST if stream.streak == 1 else REGION_STREAM_AHEAD
+            ahead = min(most, int(read * REGION_STREAM_SHARE))
+            self.stream_to = min(self.file_size, stream.expected + ahead)
+            stream.current_block = block
+            return range(0)
         if stream.streak < 2 or self.max_blocks == 0:
             stream.window = 0
             stream.current_block = block
@@ -122,7 +148,6 @@ class Readahead:
             self.reader_window.read(end - offset)
             most = max(1, self.reader_window.size() // self.block_size)
         if self.region:
-            read = stream.expected - stream.origin
             most = min(most, max(1, int(read * REGION_SHARE) // self.block_size))
         if stream.window == 0:
             stream.window = 1

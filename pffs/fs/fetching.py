@@ -8,7 +8,8 @@ count as, and its breaker (pffs.routing.health: while the source is down a reque
 once, and its outcome tells the breaker). `Store.of(mounted, use, tier)` takes them from the
 mount table's entry. `StoreBlocks` is the store as the `BlockSource` (pffs.cache.keys) of one
 open object version: `part` for a reader waiting on bytes, `run` for blocks loaded ahead,
-yielded to the cache as they land; both come in one GET through one path (`_get`), which,
+yielded to the cache as they land (and `stream`, a region's bytes piece by piece, for
+pffs.fs.regions); the first two come in one GET through one path (`_get`), which,
 in a cache group, announces each whole block on the mount's board of arriving blocks
 (pffs.cache.pieces) piece by piece, so a peer's request joining the fetch, whoever started
 it, streams the bytes as they arrive. `open_blocks` puts the store's joined tier (pffs.group: a
@@ -212,6 +213,45 @@ class StoreBlocks:
                 )
             finally:
                 ended = True
+
+    async def stream(self, offset: int, length: int, arrived: Callable[[bytes], None]) -> None:
+        """Bytes [offset, offset+length) in one GET (a store that streams runs), handed to
+        `arrived` in this trio thread `PIECE` bytes at a time as they come, in order: a
+        region's bytes fetched just ahead of its reader (pffs.fs.regions), who waits only for
+        the pieces it reads. A load ahead: in a place of the pace, and its failure does not
+        mark the source down (the READs that wanted its bytes ask for them themselves)."""
+        streaming = block_runs(self.store.backend)
+        assert streaming is not None  # callers check (streams_ranges)
+        lengths = [min(PIECE, length - at) for at in range(0, length, PIECE)]
+        token = trio.lowlevel.current_trio_token()
+        ended = False
+
+        def here(piece: bytes) -> None:
+            if not ended:  # else a worker abandoned at a cancellation: nobody waits any more
+                arrived(piece)
+
+        def deliver(_: int, piece: bytes) -> None:  # in the worker thread
+            token.run_sync_soon(here, piece)
+
+        try:
+            # The worker's last callback is queued after every piece's: all have run in order
+            # when the request returns.
+            await self.store.request(
+                streaming.read_blocks,
+                self.blocks.path,
+                offset,
+                lengths,
+                self.blocks.version,
+                deliver,
+                ahead=True,
+            )
+        finally:
+            ended = True
+
+    @property
+    def streams_ranges(self) -> bool:
+        """Whether `stream` may be used: the store streams runs."""
+        return block_runs(self.store.backend) is not None
 
     async def _range(self, offset: int, length: int, ahead: bool) -> bytes:
         blocks, backend = self.blocks, self.store.backend

@@ -16,10 +16,11 @@ from pffs.cache.blocks import BlockCache
 from pffs.cache.keys import ObjectBlocks
 from pffs.cache.readahead import LARGE_READ, Readahead
 from pffs.errors import Changed, IsADirectory
-from pffs.fs.fetching import Store, open_blocks
+from pffs.fs.fetching import Store, StoreBlocks, open_blocks
 from pffs.fs.handles import Handles, ReadHandle
 from pffs.fs.namespace import Namespace
 from pffs.fs.pagecache import PageCache
+from pffs.fs.regions import RegionStreams
 
 if TYPE_CHECKING:  # a mount without a group never imports pffs.group
     from pffs.group.sources import Joined
@@ -35,6 +36,9 @@ COLD_START_SHARE = 4
 # mapped file (or a region's first bytes), which brings its own neighbourhood; whether the rest
 # of the block is wanted shows only when the run continues (a lazy loader's neighbour tensors
 # mostly are not), and the run's readahead then loads blocks.
+# A short region run (Readahead.stream_to) is streamed (pffs.fs.regions), at most this many
+# blocks' bytes held or coming per open file.
+REGION_HELD_BLOCKS = 4
 
 
 class Reader:
@@ -97,7 +101,12 @@ class Reader:
             )
         try:
             with retry.asking():  # the bound on this read counts from now (pffs.retry)
-                data = await self._read_blocks(handle, offset, end)
+                streamed = await self._read_streamed(handle, offset, end)
+                data = (
+                    streamed
+                    if streamed is not None
+                    else await self._read_blocks(handle, offset, end)
+                )
         except Changed:
             # The store holds a newer version: this open keeps failing (never mixing versions),
             # the next open must not trust the listing or attributes that named the old one.
@@ -106,15 +115,54 @@ class Reader:
         self.pages.after_read(handle, offset)
         return data
 
+    async def _read_streamed(self, handle: ReadHandle, offset: int, end: int) -> bytes | None:
+        """The read's bytes from its region's spans (pffs.fs.regions) when its run is streamed
+        or spans already cover them; None otherwise (read through the block cache)."""
+        target, regions = handle.readahead.stream_to, handle.regions
+        if target is not None and regions is None:
+            regions = handle.regions = self._regions(handle)
+        if regions is None:
+            return None
+        if target is not None and not self._cached(handle, offset, target):
+            regions.reach(offset, target, (target - end) // 2)
+        elif not regions.covers(offset):
+            return None
+        data = await regions.take(offset, end)
+        if data is not None:
+            self.cache.stats.store_bytes_served += len(data)
+        return data
+
+    def _regions(self, handle: ReadHandle) -> RegionStreams | None:
+        source = handle.source
+        if not isinstance(source, StoreBlocks) or not source.streams_ranges:
+            return None  # a tier before the store (pffs.group), or a store without ranges
+        return RegionStreams(source, self.cache.background, REGION_HELD_BLOCKS * self.block_size)
+
+    def _cached(self, handle: ReadHandle, offset: int, end: int) -> bool:
+        """Whether a block of [offset, end) is held or coming: the block cache serves them."""
+        blocks = handle.blocks
+        first, last = offset // self.block_size, (end - 1) // self.block_size
+        return any(self.cache.may_hold(key) for key in blocks.keys(range(first, last + 1)))
+
     async def _read_blocks(self, handle: ReadHandle, offset: int, end: int) -> bytes | memoryview:
         # The cache asks the handle's source itself on a miss: nothing is built per block.
         blocks, source, cache = handle.blocks, handle.source, self.cache
+        alone = end - offset >= LARGE_READ and not handle.readahead.sequential
+        small = (end - offset) * COLD_START_SHARE <= self.block_size
+        across = offset // self.block_size != (end - 1) // self.block_size
+        across = across and isinstance(source, StoreBlocks)
+        if alone and small and across and not self._cached(handle, offset, end):
+            # A read alone across a block's end: one request, not one per block in series (each
+            # part small: loaded alone, no block behind either).
+            data = await source.part(offset, end - offset)
+            cache.stats.memory_misses += 1
+            cache.stats.store_bytes_served += len(data)
+            return data
         pieces: list[bytes | memoryview] = []
         for index, start, stop in blocks.spans(offset, end):
             key, block_length = blocks.key(index), blocks.length(index)
             small = (stop - start) * COLD_START_SHARE <= block_length
             if small and not cache.is_cached_or_coming(key):  # a first or random read
-                alone = stop - start >= LARGE_READ and not handle.readahead.sequential
                 part = await cache.read_part(
                     key, start, stop - start, source, block_length, cold_start=True, alone=alone
                 )

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import random
 
-from pffs.cache.readahead import Readahead
+from pffs.cache.readahead import (
+    REGION_STREAM_AHEAD,
+    REGION_STREAM_BLOCKS,
+    REGION_STREAM_FIRST,
+    Readahead,
+)
 from tests.cache.configs import KIB
+
+MIB = 1024 * KIB
 
 
 def test_readahead_grows_on_sequential_reads_and_resets_on_seek() -> None:
@@ -101,3 +108,46 @@ def test_a_straggler_behind_a_whole_file_run_does_not_take_it_over() -> None:
     assert not ra.sequential
     ahead = ra.on_read(40 * block, 40 * block + size)
     assert ra.sequential and not ra.region and len(ahead) == window
+
+
+def test_a_short_region_run_of_large_reads_is_streamed_then_loads_blocks() -> None:
+    """A region run of the kernel's READs (1 MiB, from mid-file) loads no blocks while it is
+    short: its second read asks for its bytes to be streamed REGION_STREAM_FIRST ahead (a share
+    of what it read), the reads after it REGION_STREAM_AHEAD ahead; past REGION_STREAM_BLOCKS
+    blocks read, the run loads blocks ahead as any region does."""
+    block, size = 4 * MIB, MIB
+    ra = Readahead(block, readahead_max=8 * block, file_size=100 * block)
+    start = 30 * block + 5616
+    assert not ra.on_read(start, start + size) and ra.stream_to is None  # starts no run
+    assert not ra.on_read(start + size, start + 2 * size)
+    assert ra.stream_to == start + 2 * size + REGION_STREAM_FIRST
+    ends = []
+    offset = start + 2 * size
+    while offset + size - start < REGION_STREAM_BLOCKS * block:
+        assert not ra.on_read(offset, offset + size)
+        assert ra.stream_to == offset + size + REGION_STREAM_AHEAD
+        ends.append(ra.stream_to)
+        offset += size
+    assert ends
+    assert ra.on_read(offset, offset + size) and ra.stream_to is None  # long: blocks
+
+
+def test_no_stream_for_a_whole_file_run_small_reads_or_readahead_off() -> None:
+    block, size = 4 * MIB, MIB
+    whole = Readahead(block, readahead_max=8 * block, file_size=100 * block)
+    small = Readahead(block, readahead_max=8 * block, file_size=100 * block)
+    off = Readahead(block, readahead_max=0, file_size=100 * block)
+    for step in range(8):
+        whole.on_read(step * size, (step + 1) * size)
+        small.on_read(10 * block + step * 4096, 10 * block + (step + 1) * 4096)
+        off.on_read(10 * block + step * size, 10 * block + (step + 1) * size)
+        assert whole.stream_to is None and small.stream_to is None and off.stream_to is None
+
+
+def test_a_stream_never_reaches_past_the_end_of_the_file() -> None:
+    block, size = 4 * MIB, MIB
+    ra = Readahead(block, readahead_max=8 * block, file_size=10 * block)
+    start = 10 * block - 3 * size
+    ra.on_read(start, start + size)
+    ra.on_read(start + size, start + 2 * size)
+    assert ra.stream_to == 10 * block

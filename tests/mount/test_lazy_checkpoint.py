@@ -27,10 +27,14 @@ MIB = 1 << 20
 TENSORS = 12
 TENSOR_BYTES = 8 * MIB  # a layer of a large model; four blocks of pffs's default size
 PICKED = 3
-# The kernel alone asks for about twice a tensor (4 MiB of read-around and readahead at its
-# ends); what pffs adds is its block rounding and the runs' readahead, bounded by the
-# region share (pffs.cache.readahead).
-MOST_FETCHED = 3.0
+# Bytes fetched at most, as a multiple of the tensors read, by the mount's kernel readahead.
+# At the default 4 MiB the kernel alone asks for about twice a tensor (read-around and
+# readahead at its ends), at 2 MiB about 1.5 times. pffs adds its streams' reach past a
+# region's last READ (pffs.fs.regions) and the blocks of the header's read from offset 0, a
+# whole-file reader's start (9 MiB, here for three tensors): 2.625x and 1.875x in 9 runs of
+# 10, 2.125x at 2 MiB in one (not traced: a tensor faulted before the disk tier's key filter
+# is first read, on a fresh mount under load, goes through blocks, not spans, the likely cause).
+MOST_FETCHED = {"4M": 3.0, "2M": 2.25}
 
 
 # In a process of its own: safetensors holds the GIL while it faults the mapping in, and the
@@ -60,8 +64,9 @@ def lazy_load(path: Path, names: list[str]) -> dict[str, Any]:
     return loaded
 
 
+@pytest.mark.parametrize("readahead", sorted(MOST_FETCHED))
 def test_a_lazy_load_fetches_the_tensors_read_and_little_more(
-    moto: MotoServer, tmp_path: Path
+    moto: MotoServer, tmp_path: Path, readahead: str
 ) -> None:
     rng = np.random.default_rng(5)
     tensors = {
@@ -75,11 +80,16 @@ def test_a_lazy_load_fetches_the_tensors_read_and_little_more(
     s3.put_object(Bucket="weights", Key="model.safetensors", Body=local.read_bytes())
     picked = random.Random(3).sample(sorted(tensors), PICKED)
     with FaultProxy(moto.port) as store:  # no faults: it counts the bytes of object GETs
-        options = ("--endpoint-url", store.endpoint_url, "--cache-dir", str(tmp_path / "cache"))
+        options = (
+            *("--endpoint-url", store.endpoint_url, "--cache-dir", str(tmp_path / "cache")),
+            *("--kernel-readahead", readahead),
+        )
         with mounted("s3://weights", tmp_path / "mnt", *options) as mnt:
             loaded = lazy_load(mnt / "model.safetensors", picked)
             fetched = store.body_bytes
     assert loaded["keys"] == sorted(tensors)
     for name in picked:
         assert loaded[name] == hashlib.sha256(tensors[name].tobytes()).hexdigest(), name
-    assert 0 < fetched <= MOST_FETCHED * PICKED * TENSOR_BYTES, fetched / (PICKED * TENSOR_BYTES)
+    assert 0 < fetched <= MOST_FETCHED[readahead] * PICKED * TENSOR_BYTES, fetched / (
+        PICKED * TENSOR_BYTES
+    )
