@@ -10,9 +10,10 @@ GETs streamed in pieces (`StoreBlocks.stream`), each asked for as soon as the ru
 near the end of the spans before it, so the next span's round trip overlaps the transfer of the
 one before. A READ waits only for the pieces it reads. The bytes are not cached as blocks (a
 span starts anywhere): the kernel keeps what it read in its page cache, so a span is dropped
-once read to its end; at most `held_max` bytes are held or coming per open file, and past that
-the READs go through the block cache. A span that failed is asked for again by each READ that
-wants it, on its own, which sees the error.
+once read to its end; at most `held_max` bytes are held or coming per open file, and at most
+the mount's `MountRoom` across all of them (many open files each with a region run must not
+hold memory without bound); past either the READs go through the block cache. A span that
+failed is asked for again by each READ that wants it, on its own, which sees the error.
 """
 
 from __future__ import annotations
@@ -58,13 +59,22 @@ class _Span:
         self.changed = trio.Event()
 
 
+class MountRoom:
+    """Bytes of spans held or coming across a mount's open files, and their bound."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+
+
 class RegionStreams:
     """The spans streamed for the region runs of one open file."""
 
-    def __init__(self, source: StoreBlocks, spawn: Spawn, held_max: int) -> None:
+    def __init__(self, source: StoreBlocks, spawn: Spawn, held_max: int, room: MountRoom) -> None:
         self._source = source
         self._spawn = spawn
         self._held_max = held_max
+        self._mount = room
         self._spans: list[_Span] = []  # by start; none overlap
         self._started = 0
 
@@ -72,6 +82,11 @@ class RegionStreams:
     def held(self) -> int:
         """Bytes of spans held or coming."""
         return sum(span.end - span.start for span in self._spans)
+
+    def close(self) -> None:
+        """The file is closed: its spans are dropped (one still coming ends unread)."""
+        for span in list(self._spans):
+            self._drop(span)
 
     def covers(self, offset: int) -> bool:
         return self._covering(offset) is not None
@@ -116,21 +131,26 @@ class RegionStreams:
                 pieces.append(bytes(span.data[position - span.start : stop - span.start]))
             span.taken += stop - position
             if span.taken >= span.end - span.start and span.done:
-                self._spans.remove(span)
+                self._drop(span)
             position = stop
         return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
     def _room(self, size: int) -> bool:
         """Whether `size` more bytes may be held, dropping spans that arrived whole, oldest
         first, to make room (a region's overshoot nobody read)."""
-        held = self.held
         for span in sorted(self._spans, key=lambda s: s.number):
-            if held + size <= self._held_max:
+            if self._fits(size):
                 break
             if span.done:
-                self._spans.remove(span)
-                held -= span.end - span.start
-        return held + size <= self._held_max
+                self._drop(span)
+        return self._fits(size)
+
+    def _fits(self, size: int) -> bool:
+        return self.held + size <= self._held_max and self._mount.held + size <= self._mount.limit
+
+    def _drop(self, span: _Span) -> None:
+        self._spans.remove(span)
+        self._mount.held -= span.end - span.start
 
     def _covering(self, offset: int) -> _Span | None:
         for span in self._spans:
@@ -148,6 +168,7 @@ class RegionStreams:
         if self._spawn(partial(self._fetch, span)):
             self._spans.append(span)
             self._spans.sort(key=lambda s: s.start)
+            self._mount.held += end - start
 
     async def _fetch(self, span: _Span) -> None:
         failed = True
@@ -159,4 +180,4 @@ class RegionStreams:
         finally:
             span.ended(failed)
             if span.taken >= span.end - span.start and span in self._spans:
-                self._spans.remove(span)
+                self._drop(span)

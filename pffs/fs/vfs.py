@@ -208,6 +208,8 @@ class Vfs:
         elif isinstance(handle, ReadHandle):
             metrics.OPEN_FILES.dec()
             handle.readahead.close()
+            if handle.regions is not None:
+                handle.regions.close()
 
     def statfs(self) -> dict[str, int]:
         """Large, constant figures: object stores have no meaningful capacity."""

@@ -9,6 +9,7 @@ through S3 and the kernel is tests/mount/test_lazy_checkpoint.py's.
 from __future__ import annotations
 
 import itertools
+import os
 import random
 
 import pytest
@@ -16,6 +17,7 @@ import trio
 
 from pffs.cache.readahead import REGION_STREAM_AHEAD
 from pffs.errors import SourceDown, Transient
+from pffs.fs.inodes import ROOT_INODE
 from tests.cache.configs import KIB, cache_config
 from tests.fs.test_reads_through_cache import RunStore, cached_vfs, with_nursery
 
@@ -81,3 +83,35 @@ def test_a_read_alone_across_a_blocks_end_is_one_request() -> None:
     got = trio.run(with_nursery, cached_vfs(store, config), "f", [(offset, READ)])
     assert got == [data[offset : offset + READ]]
     assert store.ranges == [(offset, READ)]
+
+
+def test_spans_across_open_files_stay_within_the_mounts_room_and_go_at_close() -> None:
+    """Each open file may hold a few blocks of spans; many open files with region runs must not
+    hold memory without bound: across the mount at most the budget of bytes loaded ahead."""
+    data, store, reads, _ = _region(11)
+    budget = 2 * BLOCK  # less than what three files streaming at once hold
+    config = cache_config(None, block=BLOCK, readahead_max=8 * BLOCK, ahead_budget=budget)
+    vfs = cached_vfs(store, config)
+    held: list[int] = []
+
+    async def three_files_at_once() -> list[list[bytes]]:
+        async with trio.open_nursery() as nursery:
+            vfs.attach(nursery)
+            inode = await vfs.lookup(ROOT_INODE, "f")
+            handles = [(await vfs.open(inode.ino, os.O_RDONLY))[0] for _ in range(3)]
+            got: list[list[bytes]] = [[] for _ in handles]
+            for offset, size in reads:  # the three runs interleaved, READ by READ
+                for n, fh in enumerate(handles):
+                    got[n].append(bytes(await vfs.read(fh, offset, size)))
+                    held.append(vfs.reader.region_room.held)
+            for fh in handles:
+                await vfs.release(fh)
+            held.append(vfs.reader.region_room.held)
+            await vfs.drain()
+            nursery.cancel_scope.cancel()
+        return got
+
+    got = trio.run(three_files_at_once)
+    assert got == [[data[o : o + n] for o, n in reads]] * 3
+    assert max(held) <= budget and max(held) > 0
+    assert held[-1] == 0  # closed files hold nothing

@@ -274,8 +274,8 @@ def test_a_request_on_a_connection_closed_as_it_was_sent_is_sent_again() -> None
             with connection:
                 for _ in range(replies):
                     connection.recv(65536)
+                    served.append(1)  # before the reply: the client may check as soon as it has it
                     connection.sendall(head + data + protocol.footer(data))
-                    served.append(1)
                 connection.recv(65536)  # the next request: closed unanswered
 
     thread = threading.Thread(target=member, daemon=True)
