@@ -80,7 +80,7 @@ class JoinedGroup:
 
 def open_group(config: GroupConfig, table: MountTable, cache: BlockCache) -> JoinedGroup:
     secret = read_secret(config.secret_file)
-    group = Group(config.self_name, PeerClient(secret, config.self_name))
+    group = Group(config.self_name, PeerClient(secret, config.self_name), handover=config.handover)
     members = _member_source(config)
     if isinstance(members, FileMembers):
         group.update(members.load())
@@ -94,7 +94,8 @@ def open_group(config: GroupConfig, table: MountTable, cache: BlockCache) -> Joi
 async def asking_group(config: GroupConfig) -> Group:
     """The group of a mount as a process that only asks (`pffs warmup` on a member): its
     members now, no server: warmup puts it before the store, so it asks the blocks' owners."""
-    group = Group(config.self_name, PeerClient(read_secret(config.secret_file), config.self_name))
+    client = PeerClient(read_secret(config.secret_file), config.self_name)
+    group = Group(config.self_name, client, handover=config.handover)
     members = _member_source(config)
     group.update(members.load() if isinstance(members, FileMembers) else await members.load())
     return group
