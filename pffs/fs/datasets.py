@@ -10,6 +10,12 @@ more sibling directories of one parent (ImageNet keeps one directory per class),
 and its subdirectories, one level down, are one dataset. An order list (`preload_paths`, the
 `.pffs/preload`, the preload file) is a dataset in the job's own order.
 
+Mounts that share a tier (a cache group, a shared tier) start each pass at a place of their own
+in the listing (`Joined.preload_start`, pffs.group.sources), within each window of
+`ROTATION_WINDOW` files, and walk all of it from there, wrapping around: walking it in one order,
+they would want the same blocks at the same moment and wait on one another. A mount without a
+tier walks the listing in its order.
+
 The same pass measures the dataset for the cache's room for datasets (pffs.cache.datasetroom):
 it counts each batch of files it lists (and looks up what of it the disk tier holds) before it
 sends them, so the room has placed its subset as far as the engine has come; one larger than its
@@ -52,6 +58,9 @@ log = logging.getLogger(__name__)
 MAX_WATCHED = 4096
 # Blocks of a dataset counted, and looked up in the disk tier (one SELECT), before they are sent.
 MEASURE_BATCH = 512
+# Files of a listing a member's preload rotates at once to start at its own place: about a
+# store's listing page, so a listing's first files are loaded after a few pages, not at its end.
+ROTATION_WINDOW = 1024
 
 
 class DatasetPreload:
@@ -66,6 +75,8 @@ class DatasetPreload:
     ) -> None:
         self.namespace = namespace
         self.tier = tier
+        # Where in each listing window this mount's preload starts (0: at its first file).
+        self.start_at = tier.preload_start if tier is not None else 0.0
         self.cache = cache
         self.config = config
         self.block_size = cache.block_size
@@ -176,7 +187,10 @@ class DatasetPreload:
         blocks = 0
         async with send:
             try:
-                async for item in self._files_below(root, depth):
+                files = self._files_below(root, depth)
+                if self.start_at:
+                    files = _starting_at(files, self.start_at)
+                async for item in files:
                     batch.append(item)
                     blocks += len(item.keys)
                     if watched is None or blocks >= MEASURE_BATCH:
@@ -319,6 +333,27 @@ def file_item(store: Store, path: str, info: ObjectInfo, block_size: int) -> Pre
         backend.source_id, backend.principal, path, info.version, info.size, block_size
     )
     return PreloadItem(blocks.ident, blocks.keys(), blocks.lengths(), open_blocks(store, blocks))
+
+
+async def _starting_at(
+    items: AsyncIterator[PreloadItem], start_at: float
+) -> AsyncIterator[PreloadItem]:
+    """All of `items`, each window of ROTATION_WINDOW of them started at the fraction
+    `start_at` of it and wrapped around."""
+    window: list[PreloadItem] = []
+    async for item in items:
+        window.append(item)
+        if len(window) == ROTATION_WINDOW:
+            for rotated in _rotated(window, start_at):
+                yield rotated
+            window = []
+    for rotated in _rotated(window, start_at):
+        yield rotated
+
+
+def _rotated(window: list[PreloadItem], start_at: float) -> list[PreloadItem]:
+    cut = int(start_at * len(window))
+    return window[cut:] + window[:cut]
 
 
 def _job(root: str) -> str:

@@ -7,10 +7,16 @@ writes it there). `TierFirst` is the `BlockSource` (pffs.cache.keys) of one open
 with a tier asked before its store's own source: the cache asks it as it asks the store. The
 fetch path (pffs.fs.fetching) builds it from `Joined.before`: the tier a mount or warmup joined,
 handed to the parts that open block sources when they are built (pffs.mounting).
+
+Mounts sharing a tier would otherwise preload a dataset in the same order, each wanting the
+same block at the same moment (and, on a shared tier, waiting on one another's claims):
+`preload_start`, a stable fraction of the member's name, is where in each listing a member's
+dataset preload starts (pffs.fs.datasets), so the members start at different places.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import AsyncGenerator
 from typing import Protocol
 
@@ -33,14 +39,25 @@ class Tier(Protocol):
     def close(self) -> None: ...
 
 
-class Joined:
-    """The tier a mount joined: what it puts before each object's store, and where the
-    store's blocks are announced as they arrive (`arriving`: a cache group's, whose peers join
-    the fetches; None for a shared tier or an asker that serves no peers)."""
+def preload_start(name: str) -> float:
+    """Where in a listing the member `name` starts its dataset preload: a fraction in [0, 1),
+    the same for the same name, spread evenly over names."""
+    digest = hashlib.blake2b(name.encode(), digest_size=8, person=b"pffs-preload").digest()
+    return int.from_bytes(digest, "big") / 2.0**64
 
-    def __init__(self, tier: Tier, arriving: Arriving | None = None) -> None:
+
+class Joined:
+    """The tier a mount joined: what it puts before each object's store, where the store's
+    blocks are announced as they arrive (`arriving`: a cache group's, whose peers join the
+    fetches; None for a shared tier or an asker that serves no peers), and where in a listing
+    the mount's dataset preload starts (`preload_start`, a fraction)."""
+
+    def __init__(
+        self, tier: Tier, arriving: Arriving | None = None, preload_start: float = 0.0
+    ) -> None:
         self.tier = tier
         self.arriving = arriving
+        self.preload_start = preload_start
 
     def before(self, store: BlockSource, blocks: ObjectBlocks) -> BlockSource:
         return TierFirst(self.tier, store, blocks)

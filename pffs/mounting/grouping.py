@@ -19,6 +19,7 @@ its own, after checking whether that store honours `If-None-Match: *` (pffs.grou
 from __future__ import annotations
 
 import logging
+import os
 import socket
 from collections.abc import Callable
 
@@ -40,7 +41,7 @@ from pffs.group.peers import Group
 from pffs.group.server import PeerServer, parse_listen
 from pffs.group.shared import SharedTier
 from pffs.group.signing import Verifier, read_secret
-from pffs.group.sources import Joined
+from pffs.group.sources import Joined, preload_start
 from pffs.kube import KubeClient, KubeError
 from pffs.mounting.peerblocks import PeerBlocks
 from pffs.routing.table import MountTable
@@ -60,7 +61,7 @@ class JoinedGroup:
         self.group = group
         # What the mount's reads ask before the store, and where its store's blocks are
         # announced as they arrive (the peer server's handler streams them).
-        self.tier = Joined(group, arriving)
+        self.tier = Joined(group, arriving, preload_start(group.self_name))
         self.server = server
         self._listening = listening
         self._members = members
@@ -101,9 +102,10 @@ async def asking_group(config: GroupConfig) -> Group:
     return group
 
 
-def open_shared(config: SharedCacheConfig) -> Joined:
+def open_shared(config: SharedCacheConfig, mountpoint: str) -> Joined:
     """The shared tier joined, its store checked now (a one-line error before the mount
-    serves)."""
+    serves). The node's name and the mountpoint tell this mount from the others sharing the
+    tier (where its dataset preload starts)."""
     source = SourceConfig(url=config.url, endpoint_url=config.endpoint_url, profile=config.profile)
     backend = open_backend(source)
     writer = writable(backend)
@@ -125,7 +127,8 @@ def open_shared(config: SharedCacheConfig) -> Joined:
         backend.source_id,
         "with If-None-Match" if conditional else "read back (the store ignores If-None-Match)",
     )
-    return Joined(tier)
+    node = os.environ.get("NODE_NAME") or socket.gethostname()
+    return Joined(tier, preload_start=preload_start(f"{node}:{mountpoint}"))
 
 
 class _SharedStore:
