@@ -304,7 +304,8 @@ def table(params: Params, rows: list[dict[str, float | str]]) -> str:
         f"blocks over {params.epochs} epochs at {params.node_mbs:g} MB/s per node (an epoch "
         f"{params.epoch_s / 60:.0f} min), a node lost and one joined every "
         f"{params.churn_s / 3600:g} h (noticed after {params.detect_s:g} s, handed over for "
-        f"{params.handover_s:g} s), {params.cache / TIB:g} TiB of cache per node, NIC {params.nic_gbps:g} Gb/s; "
+        f"{params.handover_s:g} s), {params.cache / TIB:g} TiB of cache per node, "
+        f"NIC {params.nic_gbps:g} Gb/s; "
         f"{params.sample} blocks sampled, seed {params.seed}.\n\n"
     )
     columns = [

@@ -68,7 +68,11 @@ class DriverConfig:
             *("--group-members", self.group_members),
             *("--group-listen", self.group_listen),
             *("--group-secret-file", self.group_secret_file),
-            *(() if self.group_handover is None else ("--group-handover", f"{self.group_handover:g}")),
+            *(
+                ()
+                if self.group_handover is None
+                else ("--group-handover", f"{self.group_handover:g}")
+            ),
         ]
 
     @property

@@ -75,8 +75,6 @@ class DatasetPreload:
     ) -> None:
         self.namespace = namespace
         self.tier = tier
-        # Where in each listing window this mount's preload starts (0: at its first file).
-        self.start_at = tier.preload_start if tier is not None else 0.0
         self.cache = cache
         self.config = config
         self.block_size = cache.block_size
@@ -188,8 +186,9 @@ class DatasetPreload:
         async with send:
             try:
                 files = self._files_below(root, depth)
-                if self.start_at:
-                    files = _starting_at(files, self.start_at)
+                start_at = self.tier.preload_start() if self.tier is not None else 0.0
+                if start_at:  # a member sharing a tier: its own place in the listing
+                    files = _starting_at(files, start_at)
                 async for item in files:
                     batch.append(item)
                     blocks += len(item.keys)

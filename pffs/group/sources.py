@@ -10,14 +10,16 @@ handed to the parts that open block sources when they are built (pffs.mounting).
 
 Mounts sharing a tier would otherwise preload a dataset in the same order, each wanting the
 same block at the same moment (and, on a shared tier, waiting on one another's claims):
-`preload_start`, a stable fraction of the member's name, is where in each listing a member's
-dataset preload starts (pffs.fs.datasets), so the members start at different places.
+`Joined.preload_start` says where in each listing a member's dataset preload starts
+(pffs.fs.datasets), so the members start at different places: a group member's place among the
+members (`member_start`, evenly spread), a shared tier's mount a stable hash of its name
+(`hashed_start`: the mounts sharing a tier know nothing of each other).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Protocol
 
 import trio
@@ -39,21 +41,30 @@ class Tier(Protocol):
     def close(self) -> None: ...
 
 
-def preload_start(name: str) -> float:
-    """Where in a listing the member `name` starts its dataset preload: a fraction in [0, 1),
-    the same for the same name, spread evenly over names."""
+def hashed_start(name: str) -> float:
+    """A fraction in [0, 1) for `name`: the same for the same name, uniform over names."""
     digest = hashlib.blake2b(name.encode(), digest_size=8, person=b"pffs-preload").digest()
     return int.from_bytes(digest, "big") / 2.0**64
+
+
+def member_start(name: str, members: Sequence[str]) -> float:
+    """Where member `name` starts: its place among the members' sorted names (k/N, so N members
+    start N evenly spaced places apart), its hash when it is not listed."""
+    names = sorted(set(members))
+    return names.index(name) / len(names) if name in names else hashed_start(name)
 
 
 class Joined:
     """The tier a mount joined: what it puts before each object's store, where the store's
     blocks are announced as they arrive (`arriving`: a cache group's, whose peers join the
     fetches; None for a shared tier or an asker that serves no peers), and where in a listing
-    the mount's dataset preload starts (`preload_start`, a fraction)."""
+    the mount's dataset preload starts now (`preload_start`, a fraction in [0, 1))."""
 
     def __init__(
-        self, tier: Tier, arriving: Arriving | None = None, preload_start: float = 0.0
+        self,
+        tier: Tier,
+        arriving: Arriving | None = None,
+        preload_start: Callable[[], float] = lambda: 0.0,
     ) -> None:
         self.tier = tier
         self.arriving = arriving

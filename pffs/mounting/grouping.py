@@ -41,7 +41,7 @@ from pffs.group.peers import Group
 from pffs.group.server import PeerServer, parse_listen
 from pffs.group.shared import SharedTier
 from pffs.group.signing import Verifier, read_secret
-from pffs.group.sources import Joined, preload_start
+from pffs.group.sources import Joined, hashed_start, member_start
 from pffs.kube import KubeClient, KubeError
 from pffs.mounting.peerblocks import PeerBlocks
 from pffs.routing.table import MountTable
@@ -61,10 +61,14 @@ class JoinedGroup:
         self.group = group
         # What the mount's reads ask before the store, and where its store's blocks are
         # announced as they arrive (the peer server's handler streams them).
-        self.tier = Joined(group, arriving, preload_start(group.self_name))
+        self.tier = Joined(group, arriving, self._preload_start)
         self.server = server
         self._listening = listening
         self._members = members
+
+    def _preload_start(self) -> float:
+        members = self.group.placement.members
+        return member_start(self.group.self_name, [member.name for member in members])
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve peers and follow the member list until cancelled."""
@@ -127,8 +131,8 @@ def open_shared(config: SharedCacheConfig, mountpoint: str) -> Joined:
         backend.source_id,
         "with If-None-Match" if conditional else "read back (the store ignores If-None-Match)",
     )
-    node = os.environ.get("NODE_NAME") or socket.gethostname()
-    return Joined(tier, preload_start=preload_start(f"{node}:{mountpoint}"))
+    start = hashed_start(f"{os.environ.get('NODE_NAME') or socket.gethostname()}:{mountpoint}")
+    return Joined(tier, preload_start=lambda: start)
 
 
 class _SharedStore:

@@ -47,7 +47,9 @@ def test_a_handover_lasts_its_time() -> None:
     """A handover far shorter than an epoch hands over a few of a join's blocks; none at 0."""
     churn = {"churn_s": SMALL.epoch_s}
     long = Simulation(Params(**{**SMALL.__dict__, **churn, "handover_s": SMALL.epoch_s}), "job")
-    short = Simulation(Params(**{**SMALL.__dict__, **churn, "handover_s": SMALL.epoch_s / 10}), "job")
+    short = Simulation(
+        Params(**{**SMALL.__dict__, **churn, "handover_s": SMALL.epoch_s / 10}), "job"
+    )
     none = Simulation(Params(**{**SMALL.__dict__, **churn, "handover_s": 0.0}), "job")
     handed = [sum(c.handed_over for c in sim.run().changes) for sim in (long, short, none)]
     assert handed[0] > 3 * handed[1] > 0 and handed[2] == 0, handed
