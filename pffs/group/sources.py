@@ -10,15 +10,17 @@ handed to the parts that open block sources when they are built (pffs.mounting).
 
 Mounts sharing a tier would otherwise preload a dataset in the same order, each wanting the
 same block at the same moment (and, on a shared tier, waiting on one another's claims):
-`Joined.preload_start` says where in each listing a member's dataset preload starts
-(pffs.fs.datasets), so the members start at different places: a group member's place among the
-members (`member_start`, evenly spread), a shared tier's mount a stable hash of its name
-(`hashed_start`: the mounts sharing a tier know nothing of each other).
+`Joined.preload_order` is the order in which a member walks each window of a listing in its
+dataset preload (pffs.fs.datasets), so the members walk it differently: a group member from its
+place among the members (`member_order`: N members start N evenly spaced places apart), a
+shared tier's mount, which knows nothing of the others, in a shuffle of its own
+(`shuffled_order`, seeded by its name: two shuffles meet far less often than two starts
+picked at random).
 """
 
 from __future__ import annotations
 
-import hashlib
+import random
 from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Protocol
 
@@ -41,34 +43,39 @@ class Tier(Protocol):
     def close(self) -> None: ...
 
 
-def hashed_start(name: str) -> float:
-    """A fraction in [0, 1) for `name`: the same for the same name, uniform over names."""
-    digest = hashlib.blake2b(name.encode(), digest_size=8, person=b"pffs-preload").digest()
-    return int.from_bytes(digest, "big") / 2.0**64
+# The order a member walks a window of N files of a listing in: a permutation of range(N).
+Order = Callable[[int], list[int]]
 
 
-def member_start(name: str, members: Sequence[str]) -> float:
-    """Where member `name` starts: its place among the members' sorted names (k/N, so N members
-    start N evenly spaced places apart), its hash when it is not listed."""
+def shuffled_order(name: str, count: int) -> list[int]:
+    """range(count) shuffled by a generator seeded by `name`: the same for the same name."""
+    order = list(range(count))
+    random.Random(f"pffs-preload:{name}").shuffle(order)
+    return order
+
+
+def member_order(name: str, members: Sequence[str], count: int) -> list[int]:
+    """range(count) from member `name`'s place among the members' sorted names (the k-th of N
+    starts k/N of the way) on, wrapping around; its own shuffle when it is not listed."""
     names = sorted(set(members))
-    return names.index(name) / len(names) if name in names else hashed_start(name)
+    if name not in names:
+        return shuffled_order(name, count)
+    cut = names.index(name) * count // len(names)
+    return [*range(cut, count), *range(cut)]
 
 
 class Joined:
     """The tier a mount joined: what it puts before each object's store, where the store's
     blocks are announced as they arrive (`arriving`: a cache group's, whose peers join the
-    fetches; None for a shared tier or an asker that serves no peers), and where in a listing
-    the mount's dataset preload starts now (`preload_start`, a fraction in [0, 1))."""
+    fetches; None for a shared tier or an asker that serves no peers), and the order its dataset
+    preload walks a listing's windows in (`preload_order`; None: listing order)."""
 
     def __init__(
-        self,
-        tier: Tier,
-        arriving: Arriving | None = None,
-        preload_start: Callable[[], float] = lambda: 0.0,
+        self, tier: Tier, arriving: Arriving | None = None, preload_order: Order | None = None
     ) -> None:
         self.tier = tier
         self.arriving = arriving
-        self.preload_start = preload_start
+        self.preload_order = preload_order
 
     def before(self, store: BlockSource, blocks: ObjectBlocks) -> BlockSource:
         return TierFirst(self.tier, store, blocks)

@@ -18,6 +18,7 @@ its own, after checking whether that store honours `If-None-Match: *` (pffs.grou
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
@@ -41,7 +42,7 @@ from pffs.group.peers import Group
 from pffs.group.server import PeerServer, parse_listen
 from pffs.group.shared import SharedTier
 from pffs.group.signing import Verifier, read_secret
-from pffs.group.sources import Joined, hashed_start, member_start
+from pffs.group.sources import Joined, member_order, shuffled_order
 from pffs.kube import KubeClient, KubeError
 from pffs.mounting.peerblocks import PeerBlocks
 from pffs.routing.table import MountTable
@@ -61,14 +62,14 @@ class JoinedGroup:
         self.group = group
         # What the mount's reads ask before the store, and where its store's blocks are
         # announced as they arrive (the peer server's handler streams them).
-        self.tier = Joined(group, arriving, self._preload_start)
+        self.tier = Joined(group, arriving, self._preload_order)
         self.server = server
         self._listening = listening
         self._members = members
 
-    def _preload_start(self) -> float:
-        members = self.group.placement.members
-        return member_start(self.group.self_name, [member.name for member in members])
+    def _preload_order(self, count: int) -> list[int]:
+        members = [member.name for member in self.group.placement.members]
+        return member_order(self.group.self_name, members, count)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve peers and follow the member list until cancelled."""
@@ -109,7 +110,7 @@ async def asking_group(config: GroupConfig) -> Group:
 def open_shared(config: SharedCacheConfig, mountpoint: str) -> Joined:
     """The shared tier joined, its store checked now (a one-line error before the mount
     serves). The node's name and the mountpoint tell this mount from the others sharing the
-    tier (where its dataset preload starts)."""
+    tier (they seed the order its dataset preload walks a listing in)."""
     source = SourceConfig(url=config.url, endpoint_url=config.endpoint_url, profile=config.profile)
     backend = open_backend(source)
     writer = writable(backend)
@@ -131,8 +132,8 @@ def open_shared(config: SharedCacheConfig, mountpoint: str) -> Joined:
         backend.source_id,
         "with If-None-Match" if conditional else "read back (the store ignores If-None-Match)",
     )
-    start = hashed_start(f"{os.environ.get('NODE_NAME') or socket.gethostname()}:{mountpoint}")
-    return Joined(tier, preload_start=lambda: start)
+    name = f"{os.environ.get('NODE_NAME') or socket.gethostname()}:{mountpoint}"
+    return Joined(tier, preload_order=functools.partial(shuffled_order, name))
 
 
 class _SharedStore:

@@ -1,8 +1,8 @@
-"""Where a mount's dataset preload starts in a listing (pffs.fs.datasets, issue 37): a mount
-sharing a tier starts each window of the listing at its own place (`Joined.preload_start`: a
-group member's place among the members, a shared tier's mount a stable hash of its name;
-pffs.group.sources) and walks all of it; a mount without a tier walks
-it in listing order, as before.
+"""The order a mount's dataset preload walks a listing in (pffs.fs.datasets, issue 37): a mount
+sharing a tier walks each window of the listing in an order of its own (`Joined.preload_order`:
+a group member from its place among the members, a shared tier's mount in a shuffle seeded by
+its name; pffs.group.sources), all of it; a mount without a tier walks it in listing order, as
+before.
 
 The listing is the real local backend's; what the pass sends is read from the job's channel
 itself (the engine, which would load the files, is left out: the order is what is tested). The
@@ -10,7 +10,7 @@ tier is one that holds nothing, as no store is asked here."""
 
 from __future__ import annotations
 
-from collections import Counter
+import functools
 from pathlib import Path
 
 import pytest
@@ -21,7 +21,7 @@ from pffs.cache.preload import Items
 from pffs.config import PreloadConfig
 from pffs.fs import datasets
 from pffs.fs.datasets import DatasetPreload
-from pffs.group.sources import Joined, hashed_start, member_start
+from pffs.group.sources import Joined, member_order, shuffled_order
 from tests.fs.helpers import KIB, dataset, preloading_vfs
 
 
@@ -74,30 +74,33 @@ def test_without_a_tier_the_listing_order_is_kept(
 def test_a_member_starts_at_its_place_and_walks_all_of_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    tier = Joined(HoldsNothing(), preload_start=lambda: 0.25)
+    members = ["node0", "node1", "node2", "node3"]
+    tier = Joined(HoldsNothing(), preload_order=functools.partial(member_order, "node1", members))
     order = [f"{i:03}.bin" for i in range(40)]
     assert preload_order(tmp_path, monkeypatch, 40, tier) == order[10:] + order[:10]
 
 
-def test_each_window_of_a_long_listing_is_started_at_the_place(
+def test_each_window_of_a_long_listing_is_walked_in_the_order(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(datasets, "ROTATION_WINDOW", 10)
-    tier = Joined(HoldsNothing(), preload_start=lambda: 0.5)
+    monkeypatch.setattr(datasets, "ORDER_WINDOW", 10)
+    tier = Joined(HoldsNothing(), preload_order=lambda count: list(range(count))[::-1])
     got = [int(name[:3]) for name in preload_order(tmp_path, monkeypatch, 25, tier)]
-    windows = [[5, 6, 7, 8, 9, 0, 1, 2, 3, 4], [15, 16, 17, 18, 19, 10, 11, 12, 13, 14]]
-    assert got == [*windows[0], *windows[1], 22, 23, 24, 20, 21]
+    assert got == [*range(9, -1, -1), *range(19, 9, -1), *range(24, 19, -1)]
 
 
 def test_group_members_start_evenly_spread() -> None:
     members = ["node2", "node0", "node3", "node1"]
-    assert [member_start(name, members) for name in sorted(members)] == [0.0, 0.25, 0.5, 0.75]
-    assert member_start("elsewhere", members) == hashed_start("elsewhere")  # not listed
+    starts = [member_order(name, members, 400)[0] for name in sorted(members)]
+    assert starts == [0, 100, 200, 300]
+    assert sorted(member_order("node3", members, 400)) == list(range(400))
+    assert member_order("elsewhere", members, 50) == shuffled_order("elsewhere", 50)
 
 
-def test_a_hashed_start_is_stable_and_spread_over_names() -> None:
-    starts = [hashed_start(f"node{n}") for n in range(200)]
-    assert starts == [hashed_start(f"node{n}") for n in range(200)]
-    assert all(0.0 <= start < 1.0 for start in starts)
-    quarters = Counter(int(start * 4) for start in starts)
-    assert all(25 <= quarters[q] <= 75 for q in range(4)), quarters
+def test_shuffles_are_stable_and_differ_between_names() -> None:
+    orders = [shuffled_order(f"host:/mnt/node{n}", 400) for n in range(4)]
+    assert orders == [shuffled_order(f"host:/mnt/node{n}", 400) for n in range(4)]
+    assert all(sorted(order) == list(range(400)) for order in orders)
+    # Two mounts rarely want the same file at the same step of their walks.
+    firsts = [set(order[:40]) for order in orders]
+    assert all(len(firsts[a] & firsts[b]) < 15 for a in range(4) for b in range(a + 1, 4))
