@@ -6,9 +6,10 @@ by the rank a seeded shuffle gives it, each rank at `--node-mbs` (MB/s). Every `
 (3600: one an hour) a job node is lost with its cache, a spare node takes its rank, and the
 member list learns of both `--detect-s` later (until then askers find the lost owner dead, its
 breaker opens, and they ask its stand-in). Owners come from pffs.group.placement (rendezvous
-hashing, `owner`, `ranked`) over the members; until the next change a new owner missing a block
-asks its previous owner, as pffs does (pffs also ends a handover after a run of misses, which
-caches this large never give). A member serves only a volume it mounts: a member without the
+hashing, `owner`, `ranked`) over the members; for `--handover-s` (300, pffs's
+`--group-handover` default) after a change, a new owner missing a block asks its previous owner,
+as pffs does (pffs also ends a handover after a run of misses, which caches this large never
+give). A member serves only a volume it mounts: a member without the
 job's volume refuses, and askers leave it out of that volume's owners, as pffs does: a block's
 acting owner is the first member in its rendezvous order that serves it (its stand-in; the one
 refused request per asker and member that teaches this is not counted). Two member lists:
@@ -60,6 +61,7 @@ class Params:
     nic_gbps: float = 25.0
     sample: int = 16384
     seed: int = 1
+    handover_s: float = 300.0
 
     @property
     def blocks(self) -> int:
@@ -113,6 +115,7 @@ class Simulation:
         self.members = [Member(name, f"http://{name}:7070") for name in listed]
         self.owners = [self._owner(self.members, key) for key in self.keys]
         self.previous: list[str] | None = None  # owners before the last change
+        self.handover_ends = 0.0  # when asking them stops
         self.stand_ins: dict[int, str] = {}  # block -> acting owner, when its owner does not serve
         self.change_of: list[Change | None] = [None] * len(self.keys)
         blocks = max(1, int(params.cache / params.scale))
@@ -148,7 +151,7 @@ class Simulation:
     def _fill(self, holder: str, block: int, now: float) -> None:
         """`holder` owns `block` and lacks it: from its previous owner in a handover, else the
         store."""
-        if self.previous is not None:
+        if self.previous is not None and now < self.handover_ends:
             before = self.previous[block]
             if before != holder and self._serves(before) and block in self.caches[before]:
                 self.out.served[before] += 1
@@ -210,6 +213,7 @@ class Simulation:
                 change.reassigned += 1
                 self.change_of[block] = change
         self.members, self.previous = members, before
+        self.handover_ends = now + self.p.handover_s
         self.stand_ins.clear()
         self.out.changes.append(change)
 
@@ -299,8 +303,9 @@ def table(params: Params, rows: list[dict[str, float | str]]) -> str:
         f"{params.cluster} nodes, a {params.job}-node job, {params.dataset / TIB:g} TiB in 4 MiB "
         f"blocks over {params.epochs} epochs at {params.node_mbs:g} MB/s per node (an epoch "
         f"{params.epoch_s / 60:.0f} min), a node lost and one joined every "
-        f"{params.churn_s / 3600:g} h (noticed after {params.detect_s:g} s), "
-        f"{params.cache / TIB:g} TiB of cache per node, NIC {params.nic_gbps:g} Gb/s; "
+        f"{params.churn_s / 3600:g} h (noticed after {params.detect_s:g} s, handed over for "
+        f"{params.handover_s:g} s), {params.cache / TIB:g} TiB of cache per node, "
+        f"NIC {params.nic_gbps:g} Gb/s; "
         f"{params.sample} blocks sampled, seed {params.seed}.\n\n"
     )
     columns = [
@@ -339,6 +344,9 @@ def parse_args(argv: list[str] | None) -> tuple[Params, argparse.Namespace]:
     p.add_argument("--nic-gbps", type=float, default=d.nic_gbps, help="each node's NIC (25)")
     p.add_argument("--sample", type=int, default=d.sample, help="blocks simulated (16384)")
     p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument(
+        "--handover-s", type=float, default=d.handover_s, help="a change's handover (300)"
+    )
     p.add_argument("--markdown", help="a file to write the table into, between its markers")
     args = p.parse_args(argv)
     try:
@@ -349,11 +357,11 @@ def parse_args(argv: list[str] | None) -> tuple[Params, argparse.Namespace]:
         p.error(f"--job {args.job}: 1 to --cluster ({args.cluster}) nodes")
     counts = (args.epochs, args.sample)
     rates = (args.node_mbs, args.churn_s, args.nic_gbps, dataset, cache)
-    if min(counts) < 1 or min(rates) <= 0 or args.detect_s < 0:
+    if min(counts) < 1 or min(rates) <= 0 or min(args.detect_s, args.handover_s) < 0:
         p.error("--epochs and --sample must be 1 or more; sizes, rates and times above 0")
     params = Params(
         args.cluster, args.job, dataset, args.epochs, args.node_mbs, args.churn_s,
-        args.detect_s, cache, args.nic_gbps, args.sample, args.seed,
+        args.detect_s, cache, args.nic_gbps, args.sample, args.seed, args.handover_s,
     )  # fmt: skip
     losses = int(params.epochs * params.epoch_s / params.churn_s)
     if losses > params.cluster - params.job:

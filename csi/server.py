@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import threading
+from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass
 from types import FrameType
@@ -21,6 +22,8 @@ from typing import TYPE_CHECKING, TypeVar
 import grpc
 
 from pffs.errors import UsageError
+from pffs.optiontable import BY_NAME
+from pffs.optionvalues import BadValue
 
 if TYPE_CHECKING:
     from pffs.csi.affinity.publisher import NodeCachePublisher
@@ -53,6 +56,8 @@ class DriverConfig:
     group_members: str | None = None
     group_listen: str = "0.0.0.0:7070"
     group_secret_file: str | None = None
+    # Seconds a handover lasts after a membership change (None: the mount's default).
+    group_handover: float | None = None
 
     def group_options(self) -> list[str]:
         """The `pffs mount` options of a volume in the node's cache group ([] without one);
@@ -63,6 +68,11 @@ class DriverConfig:
             *("--group-members", self.group_members),
             *("--group-listen", self.group_listen),
             *("--group-secret-file", self.group_secret_file),
+            *(
+                ()
+                if self.group_handover is None
+                else ("--group-handover", f"{self.group_handover:g}")
+            ),
         ]
 
     @property
@@ -104,6 +114,22 @@ def add_parser(commands: argparse._SubParsersAction[Parser]) -> None:
     group.add_argument("--group-members", help="file:///PATH or k8s://NAMESPACE/SERVICE")
     group.add_argument("--group-listen", default=defaults.group_listen, help="(0.0.0.0:7070)")
     group.add_argument("--group-secret-file", help="the group's shared secret")
+    handover = BY_NAME["group-handover"]
+    group.add_argument(
+        handover.flag, type=_parsed_by(handover.parse), metavar=handover.metavar, help=handover.help
+    )
+
+
+def _parsed_by(parse: Callable[[str], object]) -> Callable[[str], object]:
+    """A mount option's parser as an argparse type: its one-line complaint becomes argparse's."""
+
+    def convert(text: str) -> object:
+        try:
+            return parse(text)
+        except BadValue as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return convert
 
 
 def config_from_args(args: argparse.Namespace) -> DriverConfig:
@@ -120,9 +146,12 @@ def config_from_args(args: argparse.Namespace) -> DriverConfig:
         group_members=args.group_members,
         group_listen=args.group_listen,
         group_secret_file=args.group_secret_file,
+        group_handover=args.group_handover,
     )
     if bool(config.group_members) != bool(config.group_secret_file):
         raise UsageError("--group-members and --group-secret-file go together")
+    if config.group_handover is not None and not config.group_members:
+        raise UsageError("--group-handover needs --group-members")
     if config.publish_interval < 0:
         raise UsageError("--publish-interval must be 0 (off) or a number of seconds")
     if config.serves_node and not config.node_id:

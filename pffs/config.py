@@ -236,6 +236,9 @@ class GroupConfig:
     secret_file: str
     self_name: str
     kube_api: str | None = None
+    # Seconds after a membership change a new owner asks a block's previous owner before the
+    # store (pffs.group.placement); 0: never.
+    handover: float = 300.0
 
 
 @dataclass(frozen=True)

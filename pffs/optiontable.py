@@ -33,6 +33,7 @@ from pffs.config import (
     LOG_LEVELS,
     CacheConfig,
     FuseConfig,
+    GroupConfig,
     MetaConfig,
     ObserveConfig,
     PreloadConfig,
@@ -219,6 +220,9 @@ OPTIONS: tuple[Option, ...] = (
            unit="FILE"),
     Option("group-self", values.text, None, "this member's name (default: $NODE_NAME, else "
            "host name)", "group", unit="NAME"),
+    Option("group-handover", values.handover_seconds, None, "after a membership change, how "
+           "long a block's new owner asks its previous owner before the store (at most 86400; "
+           f"0: never; {GroupConfig.handover:g})", "group", unit="SECONDS"),
     # shared cache
     Option("shared-cache", values.text, None, "where blocks go", "shared",
            unit="s3://BUCKET/PREFIX"),

@@ -12,6 +12,7 @@ one not given.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from pffs.config import INDEFINITE_TTL
@@ -67,6 +68,10 @@ def number_in(low: float, high: float, what: str) -> Callable[[str], float]:
 
 
 seconds = number_in(0, float("inf"), "a number of seconds")
+# A handover of a cache group (pffs.group.placement): up to a day.
+handover_seconds = number_in(
+    0, math.nextafter(86400, math.inf), "a number of seconds from 0 to 86400"
+)
 ratio = number_in(0, 1, "a fraction between 0 and 1")
 positive_seconds = number_in(0.001, float("inf"), "a positive number of seconds")
 

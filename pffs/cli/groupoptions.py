@@ -1,6 +1,7 @@
 """The options of `pffs mount` that join a cache group (pffs.group), and their checks.
 
-`--group-members SOURCE --group-listen HOST:PORT --group-secret-file FILE [--group-self NAME]`
+`--group-members SOURCE --group-listen HOST:PORT --group-secret-file FILE [--group-self NAME]
+[--group-handover SECONDS]`
 (`k8s://` reads the API as the pod's service account, or outside a pod at $PFFS_KUBE_API, such
 as `kubectl proxy`'s http://127.0.0.1:8001), or the group's second form, a shared tier:
 `--shared-cache s3://BUCKET/PREFIX [--shared-cache-endpoint URL] [--shared-cache-profile NAME]`.
@@ -46,8 +47,8 @@ def group_config(args: argparse.Namespace) -> GroupConfig | None:
     """The group to join, or None without --group-members (a mount exactly as without groups)."""
     source = getattr(args, "group_members", None)
     if not source:
-        for option in ("group_listen", "group_secret_file", "group_self"):
-            if getattr(args, option, None):
+        for option in ("group_listen", "group_secret_file", "group_self", "group_handover"):
+            if getattr(args, option, None) not in (None, ""):  # a handover of 0 was given too
                 flag = "--" + option.replace("_", "-")
                 raise UsageError(f"{flag} needs --group-members")
         return None
@@ -76,4 +77,7 @@ def group_config(args: argparse.Namespace) -> GroupConfig | None:
     parse_listen(args.group_listen)
     secret_file = os.path.abspath(args.group_secret_file)
     signing.read_secret(secret_file)
-    return GroupConfig(source, args.group_listen, secret_file, self_name, kube_api)
+    handover = getattr(args, "group_handover", None)
+    if handover is None:
+        handover = GroupConfig.handover
+    return GroupConfig(source, args.group_listen, secret_file, self_name, kube_api, handover)

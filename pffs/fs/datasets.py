@@ -10,6 +10,11 @@ more sibling directories of one parent (ImageNet keeps one directory per class),
 and its subdirectories, one level down, are one dataset. An order list (`preload_paths`, the
 `.pffs/preload`, the preload file) is a dataset in the job's own order.
 
+Mounts that share a tier (a cache group, a shared tier) walk each window of `ORDER_WINDOW` files
+of a listing in an order of their own (`Joined.preload_order`, pffs.group.sources), all of it:
+walking it in one order, they would want the same blocks at the same moment and wait on one
+another. A mount without a tier walks the listing in its order.
+
 The same pass measures the dataset for the cache's room for datasets (pffs.cache.datasetroom):
 it counts each batch of files it lists (and looks up what of it the disk tier holds) before it
 sends them, so the room has placed its subset as far as the engine has come; one larger than its
@@ -44,7 +49,7 @@ from pffs.fs.listings import DirListing
 from pffs.fs.namespace import Namespace
 
 if TYPE_CHECKING:  # a mount without a group never imports pffs.group
-    from pffs.group.sources import Joined
+    from pffs.group.sources import Joined, Order
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +57,9 @@ log = logging.getLogger(__name__)
 MAX_WATCHED = 4096
 # Blocks of a dataset counted, and looked up in the disk tier (one SELECT), before they are sent.
 MEASURE_BATCH = 512
+# Files of a listing a member sharing a tier reorders at once: about a store's listing page, so
+# a listing's first files are loaded after a page or two, not at its end.
+ORDER_WINDOW = 1024
 
 
 class DatasetPreload:
@@ -176,7 +184,10 @@ class DatasetPreload:
         blocks = 0
         async with send:
             try:
-                async for item in self._files_below(root, depth):
+                files = self._files_below(root, depth)
+                if self.tier is not None and self.tier.preload_order is not None:
+                    files = _reordered(files, self.tier.preload_order)
+                async for item in files:
                     batch.append(item)
                     blocks += len(item.keys)
                     if watched is None or blocks >= MEASURE_BATCH:
@@ -319,6 +330,19 @@ def file_item(store: Store, path: str, info: ObjectInfo, block_size: int) -> Pre
         backend.source_id, backend.principal, path, info.version, info.size, block_size
     )
     return PreloadItem(blocks.ident, blocks.keys(), blocks.lengths(), open_blocks(store, blocks))
+
+
+async def _reordered(items: AsyncIterator[PreloadItem], order: Order) -> AsyncIterator[PreloadItem]:
+    """All of `items`, each window of ORDER_WINDOW of them in `order`."""
+    window: list[PreloadItem] = []
+    async for item in items:
+        window.append(item)
+        if len(window) == ORDER_WINDOW:
+            for index in order(len(window)):
+                yield window[index]
+            window = []
+    for index in order(len(window)):
+        yield window[index]
 
 
 def _job(root: str) -> str:

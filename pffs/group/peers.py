@@ -12,9 +12,9 @@ source (not mounted there; remembered for `NOT_SERVED_FOR` seconds), is passed o
 next member stands in for it. Every asker that sees the same passes over the same members, so
 the stand-in fetches the block from the store once and serves all of them.
 
-A handover (after a membership change, the previous owner asked before the store) lasts until
-the next change, or until `HANDOVER_PROBES` asks of previous owners in a row miss: as long as
-it pays.
+A handover (after a membership change, the previous owner asked before the store) lasts
+`handover` seconds (pffs.group.placement), and ends early once `HANDOVER_PROBES` asks of
+previous owners in a row miss: the previous owners no longer hold the blocks.
 
 The owner's side is `fetch_for_peer`: during a handover it asks the previous owner for a
 block it does not hold yet (None: the caller fetches it from its store); and `to_second`,
@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import trio
 
 from pffs.cache.keys import ObjectBlocks
+from pffs.config import GroupConfig
 from pffs.group import stats
 from pffs.group.breaker import PeerBreaker
 from pffs.group.client import (
@@ -75,10 +76,17 @@ class _Flight:
 class Group:
     """This member's view of the group: members, owners, peers' breakers, the client."""
 
-    def __init__(self, self_name: str, client: PeerClient, members: Sequence[Member] = ()) -> None:
+    def __init__(
+        self,
+        self_name: str,
+        client: PeerClient,
+        members: Sequence[Member] = (),
+        handover: float = GroupConfig.handover,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.self_name = self_name
         self.client = client
-        self.placement = Placement()
+        self.placement = Placement(handover=handover, clock=clock)
         self.breakers: dict[str, PeerBreaker] = {}
         self.limiter = trio.CapacityLimiter(PEER_CONCURRENCY)
         self._flights: dict[tuple[BlockRequest, str], _Flight] = {}

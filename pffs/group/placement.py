@@ -9,8 +9,9 @@ The members in a block's score order (`ranked`) are where it goes when its owner
 it: the first one an asker may use is the block's stand-in owner, the same at every asker that
 knows the same (pffs.group.peers); the second is where a hot block's second copy goes
 (pffs.group.hot). Only members that own blocks (`Member.owns`: not a terminating endpoint) are
-candidates. After a change, the owner a block had before it is remembered until the next change
-(or `end_handover`), so a new owner missing the block asks the previous one before the store.
+candidates. After a change, the owner a block had before it is remembered for `handover` seconds
+(or until `end_handover`), so a new owner missing the block asks the previous one before the
+store; the time is read from `clock` (time.monotonic; tests pass their own).
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from __future__ import annotations
 import hashlib
 import itertools
 import math
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 
 from pffs.cache.keys import BlockKey
+from pffs.config import GroupConfig
 from pffs.group.members import Member
 
 
@@ -53,14 +56,24 @@ def owner(members: Sequence[Member], key: BlockKey) -> Member | None:
 class Placement:
     """The members now, and until the handover ends, the members before the last change."""
 
-    def __init__(self, members: Sequence[Member] = ()) -> None:
+    def __init__(
+        self,
+        members: Sequence[Member] = (),
+        handover: float = GroupConfig.handover,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.members: tuple[Member, ...] = tuple(members)
+        self.handover = handover  # seconds after a change the previous owners are asked
+        self._clock = clock
         self._previous: tuple[Member, ...] = ()
+        self._handover_ends = 0.0
 
     def update(self, members: Sequence[Member], previous: Sequence[Member] | None = None) -> None:
-        """The members now; `previous` the list before (default: the members until now)."""
+        """The members now; `previous` the list before (default: the members until now), asked
+        for `handover` seconds from now."""
         before = self.members if previous is None else tuple(previous)
         self._previous, self.members = before, tuple(members)
+        self._handover_ends = self._clock() + self.handover
 
     def owner(self, key: BlockKey) -> Member | None:
         return owner(self.members, key)
@@ -80,6 +93,9 @@ class Placement:
     def previous_owner(self, key: BlockKey) -> Member | None:
         """The owner before the last change, while the handover lasts and the owner moved."""
         if not self._previous:
+            return None
+        if self._clock() >= self._handover_ends:
+            self._previous = ()  # its time is up
             return None
         before = owner(self._previous, key)
         now = self.owner(key)

@@ -7,11 +7,21 @@ writes it there). `TierFirst` is the `BlockSource` (pffs.cache.keys) of one open
 with a tier asked before its store's own source: the cache asks it as it asks the store. The
 fetch path (pffs.fs.fetching) builds it from `Joined.before`: the tier a mount or warmup joined,
 handed to the parts that open block sources when they are built (pffs.mounting).
+
+Mounts sharing a tier would otherwise preload a dataset in the same order, each wanting the
+same block at the same moment (and, on a shared tier, waiting on one another's claims):
+`Joined.preload_order` is the order in which a member walks each window of a listing in its
+dataset preload (pffs.fs.datasets), so the members walk it differently: a group member from its
+place among the members (`member_order`: N members start N evenly spaced places apart), a
+shared tier's mount, which knows nothing of the others, in a shuffle of its own
+(`shuffled_order`, seeded by its name: two shuffles meet far less often than two starts
+picked at random).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+import random
+from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Protocol
 
 import trio
@@ -33,14 +43,39 @@ class Tier(Protocol):
     def close(self) -> None: ...
 
 
-class Joined:
-    """The tier a mount joined: what it puts before each object's store, and where the
-    store's blocks are announced as they arrive (`arriving`: a cache group's, whose peers join
-    the fetches; None for a shared tier or an asker that serves no peers)."""
+# The order a member walks a window of N files of a listing in: a permutation of range(N).
+Order = Callable[[int], list[int]]
 
-    def __init__(self, tier: Tier, arriving: Arriving | None = None) -> None:
+
+def shuffled_order(name: str, count: int) -> list[int]:
+    """range(count) shuffled by a generator seeded by `name`: the same for the same name."""
+    order = list(range(count))
+    random.Random(f"pffs-preload:{name}").shuffle(order)
+    return order
+
+
+def member_order(name: str, members: Sequence[str], count: int) -> list[int]:
+    """range(count) from member `name`'s place among the members' sorted names (the k-th of N
+    starts k/N of the way) on, wrapping around; its own shuffle when it is not listed."""
+    names = sorted(set(members))
+    if name not in names:
+        return shuffled_order(name, count)
+    cut = names.index(name) * count // len(names)
+    return [*range(cut, count), *range(cut)]
+
+
+class Joined:
+    """The tier a mount joined: what it puts before each object's store, where the store's
+    blocks are announced as they arrive (`arriving`: a cache group's, whose peers join the
+    fetches; None for a shared tier or an asker that serves no peers), and the order its dataset
+    preload walks a listing's windows in (`preload_order`; None: listing order)."""
+
+    def __init__(
+        self, tier: Tier, arriving: Arriving | None = None, preload_order: Order | None = None
+    ) -> None:
         self.tier = tier
         self.arriving = arriving
+        self.preload_order = preload_order
 
     def before(self, store: BlockSource, blocks: ObjectBlocks) -> BlockSource:
         return TierFirst(self.tier, store, blocks)

@@ -18,7 +18,9 @@ its own, after checking whether that store honours `If-None-Match: *` (pffs.grou
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
 import socket
 from collections.abc import Callable
 
@@ -40,7 +42,7 @@ from pffs.group.peers import Group
 from pffs.group.server import PeerServer, parse_listen
 from pffs.group.shared import SharedTier
 from pffs.group.signing import Verifier, read_secret
-from pffs.group.sources import Joined
+from pffs.group.sources import Joined, member_order, shuffled_order
 from pffs.kube import KubeClient, KubeError
 from pffs.mounting.peerblocks import PeerBlocks
 from pffs.routing.table import MountTable
@@ -60,10 +62,14 @@ class JoinedGroup:
         self.group = group
         # What the mount's reads ask before the store, and where its store's blocks are
         # announced as they arrive (the peer server's handler streams them).
-        self.tier = Joined(group, arriving)
+        self.tier = Joined(group, arriving, self._preload_order)
         self.server = server
         self._listening = listening
         self._members = members
+
+    def _preload_order(self, count: int) -> list[int]:
+        members = [member.name for member in self.group.placement.members]
+        return member_order(self.group.self_name, members, count)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve peers and follow the member list until cancelled."""
@@ -80,7 +86,7 @@ class JoinedGroup:
 
 def open_group(config: GroupConfig, table: MountTable, cache: BlockCache) -> JoinedGroup:
     secret = read_secret(config.secret_file)
-    group = Group(config.self_name, PeerClient(secret, config.self_name))
+    group = Group(config.self_name, PeerClient(secret, config.self_name), handover=config.handover)
     members = _member_source(config)
     if isinstance(members, FileMembers):
         group.update(members.load())
@@ -94,15 +100,17 @@ def open_group(config: GroupConfig, table: MountTable, cache: BlockCache) -> Joi
 async def asking_group(config: GroupConfig) -> Group:
     """The group of a mount as a process that only asks (`pffs warmup` on a member): its
     members now, no server: warmup puts it before the store, so it asks the blocks' owners."""
-    group = Group(config.self_name, PeerClient(read_secret(config.secret_file), config.self_name))
+    client = PeerClient(read_secret(config.secret_file), config.self_name)
+    group = Group(config.self_name, client, handover=config.handover)
     members = _member_source(config)
     group.update(members.load() if isinstance(members, FileMembers) else await members.load())
     return group
 
 
-def open_shared(config: SharedCacheConfig) -> Joined:
+def open_shared(config: SharedCacheConfig, mountpoint: str) -> Joined:
     """The shared tier joined, its store checked now (a one-line error before the mount
-    serves)."""
+    serves). The node's name and the mountpoint tell this mount from the others sharing the
+    tier (they seed the order its dataset preload walks a listing in)."""
     source = SourceConfig(url=config.url, endpoint_url=config.endpoint_url, profile=config.profile)
     backend = open_backend(source)
     writer = writable(backend)
@@ -124,7 +132,8 @@ def open_shared(config: SharedCacheConfig) -> Joined:
         backend.source_id,
         "with If-None-Match" if conditional else "read back (the store ignores If-None-Match)",
     )
-    return Joined(tier)
+    name = f"{os.environ.get('NODE_NAME') or socket.gethostname()}:{mountpoint}"
+    return Joined(tier, preload_order=functools.partial(shuffled_order, name))
 
 
 class _SharedStore:

@@ -67,7 +67,7 @@ def serve_here(config: MountConfig, on_ready: Callable[[], None] | None = None) 
     if config.shared_cache is not None:
         from pffs.mounting.grouping import open_shared
 
-        shared = tier = open_shared(config.shared_cache)
+        shared = tier = open_shared(config.shared_cache, str(mountpoint))
     try:
         vfs = Vfs(
             table,

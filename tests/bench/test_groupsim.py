@@ -29,7 +29,8 @@ def test_without_churn_each_block_comes_from_the_store_once() -> None:
 
 
 def test_churn_moves_about_one_nth_of_the_blocks() -> None:
-    params = Params(**{**SMALL.__dict__, "churn_s": SMALL.epoch_s})  # a loss each epoch
+    # A loss each epoch, handed over for as long (a handover the length of an epoch).
+    params = Params(**{**SMALL.__dict__, "churn_s": SMALL.epoch_s, "handover_s": SMALL.epoch_s})
     out = Simulation(params, "job").run()
     losses = params.epochs - 1
     assert [c.kind for c in out.changes] == ["lost", "joined"] * losses
@@ -37,9 +38,21 @@ def test_churn_moves_about_one_nth_of_the_blocks() -> None:
         assert params.sample / params.job / 3 < change.reassigned < 3 * params.sample / params.job
         assert change.handed_over + change.refetched <= change.reassigned
     joins = [c for c in out.changes if c.kind == "joined"]
-    # The handover lasts until the next change: most of a join's blocks come from peers.
+    # Over an epoch's handover: most of a join's blocks come from peers.
     assert sum(c.handed_over for c in joins) > sum(c.refetched for c in joins)
     assert params.sample < out.store < params.sample * (1 + len(out.changes) * 3 / params.job)
+
+
+def test_a_handover_lasts_its_time() -> None:
+    """A handover far shorter than an epoch hands over a few of a join's blocks; none at 0."""
+    churn = {"churn_s": SMALL.epoch_s}
+    long = Simulation(Params(**{**SMALL.__dict__, **churn, "handover_s": SMALL.epoch_s}), "job")
+    short = Simulation(
+        Params(**{**SMALL.__dict__, **churn, "handover_s": SMALL.epoch_s / 10}), "job"
+    )
+    none = Simulation(Params(**{**SMALL.__dict__, **churn, "handover_s": 0.0}), "job")
+    handed = [sum(c.handed_over for c in sim.run().changes) for sim in (long, short, none)]
+    assert handed[0] > 3 * handed[1] > 0 and handed[2] == 0, handed
 
 
 def test_members_without_the_volume_are_stood_in_for() -> None:

@@ -55,6 +55,14 @@ def test_wire_names_and_numbers() -> None:
         (["--endpoint", "unix:///tmp/x.sock"], "--node-id is required"),
         (["--endpoint", "unix:///tmp/x.sock", "--node-id", "n", "--driver-name=bad."], "63"),
         (["--endpoint", "unix:///tmp/x.sock", "--mode", "both"], "invalid choice"),
+        (
+            ["--endpoint", "unix:///tmp/x.sock", "--node-id", "n", "--group-handover", "-5"],
+            "is not a number of seconds from 0 to 86400",
+        ),
+        (
+            ["--endpoint", "unix:///tmp/x.sock", "--node-id", "n", "--group-handover", "60"],
+            "--group-handover needs --group-members",
+        ),
     ],
 )
 def test_csi_usage_errors(argv: list[str], message: str) -> None:

@@ -1,6 +1,6 @@
 """Rendezvous placement (pffs.group.placement): every member computes the same owners, a change
-of membership moves about 1/N of the blocks, weights scale shares, and for a while after a
-change the previous owner is known."""
+of membership moves about 1/N of the blocks, weights scale shares, and for the handover's time
+after each change the previous owner is known."""
 
 from __future__ import annotations
 
@@ -75,3 +75,42 @@ def test_a_handover_can_end_early() -> None:
     assert any(placement.previous_owner(key) is not None for key in KEYS[:100])
     placement.end_handover()
     assert all(placement.previous_owner(key) is None for key in KEYS)
+
+
+class Clock:
+    """A clock the test moves by hand (no sleeping)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def moved_keys(placement: Placement) -> list[BlockKey]:
+    return [key for key in KEYS[:400] if placement.previous_owner(key) is not None]
+
+
+def test_a_handover_lasts_its_time_after_each_change() -> None:
+    clock = Clock()
+    placement = Placement(members(4), handover=300.0, clock=clock)
+    placement.update(members(5))
+    moved = moved_keys(placement)
+    assert moved
+    clock.now += 299.0
+    assert moved_keys(placement) == moved  # still within the handover
+    clock.now += 1.0
+    assert moved_keys(placement) == []  # its time is up
+    clock.now += 3600.0
+    placement.update(members(6))  # a new change: a new handover, from now
+    assert moved_keys(placement)
+    clock.now += 299.0
+    assert moved_keys(placement)
+    clock.now += 1.0
+    assert moved_keys(placement) == []
+
+
+def test_a_handover_of_zero_is_none() -> None:
+    placement = Placement(members(4), handover=0.0, clock=Clock())
+    placement.update(members(5))
+    assert moved_keys(placement) == []

@@ -2,7 +2,8 @@
 handlers of their own, no cache): a member that refuses connections (SIGKILLed, still listed)
 has its blocks asked of a stand-in, the next member in their rendezvous order, the same at every
 asker; a member that does not serve a source (421) is left out of that source's owners, not of
-others; a handover lasts while previous owners hit and ends after a run of misses."""
+others; a handover lasts its time while previous owners hit, and ends early after a run of
+misses."""
 
 from __future__ import annotations
 
@@ -137,7 +138,7 @@ def test_a_handover_lasts_while_previous_owners_hit() -> None:
             group.update([Member("old", url), Member("new", "x")])
             mine = [i for i in range(200) if group.peer_owner(BLOCKS, i) is None]
             assert len(mine) > peers.HANDOVER_PROBES + 20
-            for index in mine[:20]:  # handed over, however long since the change
+            for index in mine[:20]:  # handed over
                 assert await group.fetch_block(BLOCKS, index) == data(BlockRequest(BLOCKS, index))
             holding["yes"] = False
             rest = mine[20:]
@@ -146,6 +147,34 @@ def test_a_handover_lasts_while_previous_owners_hit() -> None:
             assert group.previous_owner(BLOCKS, rest[peers.HANDOVER_PROBES]) is not None
             await group.fetch_block(BLOCKS, rest[peers.HANDOVER_PROBES - 1])  # a run of misses
             assert all(group.previous_owner(BLOCKS, i) is None for i in mine)
+            group.close()
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+def test_a_handover_ends_after_its_time_though_previous_owners_hit() -> None:
+    asked: Counter[str] = Counter()
+    now = [0.0]
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            url = await start(nursery, serving(asked, "old", {BLOCKS.source}))
+            group = Group(
+                "new", PeerClient(SECRET, "new"), [Member("old", url)], 60.0, lambda: now[0]
+            )
+            group.update([Member("old", url), Member("new", "x")])
+            mine = [i for i in range(200) if group.peer_owner(BLOCKS, i) is None]
+            assert len(mine) > peers.HANDOVER_PROBES * 2
+            for index in mine[: peers.HANDOVER_PROBES * 2]:  # hits: the handover goes on
+                now[0] += 59.0 / (peers.HANDOVER_PROBES * 2)
+                assert await group.fetch_block(BLOCKS, index) == data(BlockRequest(BLOCKS, index))
+            before = asked["old"]
+            now[0] = 60.0  # its time is up: a block this member owns comes from the store
+            rest = mine[peers.HANDOVER_PROBES * 2 :]
+            assert all(group.previous_owner(BLOCKS, i) is None for i in rest)
+            assert await group.fetch_block(BLOCKS, rest[0]) is None
+            assert asked["old"] == before
             group.close()
             nursery.cancel_scope.cancel()
 

@@ -438,6 +438,9 @@ FULL = (
         ((*FULL[:2], "--group-listen", "nowhere", *FULL[4:]), "is not HOST:PORT"),
         ((*FULL, "--group-self", "a/b"), "--group-self"),
         ((*FULL[:4], "--group-secret-file", "/nonexistent"), "--group-secret-file"),
+        ((*FULL, "--group-handover", "-1"), "is not a number of seconds from 0 to 86400"),
+        ((*FULL, "--group-handover", "86401"), "is not a number of seconds from 0 to 86400"),
+        (("--group-handover", "0"), "--group-handover needs --group-members"),
     ],
 )
 def test_bad_group_options(options: tuple[str, ...], fragment: str, tmp_path: Path) -> None:

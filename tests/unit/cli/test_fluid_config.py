@@ -383,7 +383,7 @@ def test_the_profile_joins_a_cache_group(tmp_path: Path, secrets: Path) -> None:
     (tmp_path / "group-secret").write_text("0123456789abcdef-group\n")
     group = (
         "group-members=k8s://fluid-system/pffs-group,group-listen=0.0.0.0:7070,"
-        f"group-secret-file={tmp_path / 'group-secret'}"
+        f"group-secret-file={tmp_path / 'group-secret'},group-handover=120"
     )
     dataset = {"mounts": [{"mountPoint": "s3://bucket-a", "name": "a"}]}
     text = fluid_config(dataset, TARGET, secrets)
@@ -392,6 +392,7 @@ def test_the_profile_joins_a_cache_group(tmp_path: Path, secrets: Path) -> None:
     assert config.group.members == "k8s://fluid-system/pffs-group"
     assert config.group.listen == "0.0.0.0:7070"
     assert config.group.secret_file == str(tmp_path / "group-secret")
+    assert config.group.handover == 120.0
     bad = group.replace("0.0.0.0:7070", "nowhere")
     with pytest.raises(UsageError, match="is not HOST:PORT"):
         load(tmp_path, text, {}, policy_for(tmp_path, options=(bad,), node_credentials=True))

@@ -1,5 +1,5 @@
 """`--group-self` as the interface states it: the option, else the node name ($NODE_NAME, as a
-Kubernetes pod is given it), else the host name."""
+Kubernetes pod is given it), else the host name; `--group-handover`, 300 s unless given."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ import pytest
 from pffs.cli.groupoptions import group_config
 
 
-def args(tmp_path: Path, group_self: str | None) -> argparse.Namespace:
+def args(
+    tmp_path: Path, group_self: str | None, group_handover: float | None = None
+) -> argparse.Namespace:
     members, secret = tmp_path / "members", tmp_path / "secret"
     members.write_text("node-a http://127.0.0.2:7000\n")
     secret.write_text("a-shared-secret-of-the-group")
@@ -21,6 +23,7 @@ def args(tmp_path: Path, group_self: str | None) -> argparse.Namespace:
         group_listen="127.0.0.2:7000",
         group_secret_file=str(secret),
         group_self=group_self,
+        group_handover=group_handover,
     )
 
 
@@ -42,3 +45,12 @@ def test_group_self_defaults_to_the_node_name_then_the_host_name(
     config = group_config(args(tmp_path, option))
     assert config is not None
     assert config.self_name == (expected or socket.gethostname())
+
+
+@pytest.mark.parametrize(("given", "expected"), [(None, 300.0), (0.0, 0.0), (45.5, 45.5)])
+def test_group_handover_defaults_to_five_minutes(
+    given: float | None, expected: float, tmp_path: Path
+) -> None:
+    config = group_config(args(tmp_path, "node-a", given))
+    assert config is not None
+    assert config.handover == expected

@@ -136,6 +136,7 @@ def test_chart_cache_group() -> None:
     docs = rendered(
         "cacheGroup.enabled=true",
         "cacheGroup.port=7171",
+        "cacheGroup.handover=60",
         "cacheGroup.create=true",
         "cacheGroup.secret=0123456789abcdef0123",
     )
@@ -148,6 +149,7 @@ def test_chart_cache_group() -> None:
         *("--group-members", "k8s://kube-system/pffs-group"),
         *("--group-listen", "0.0.0.0:7171"),
         *("--group-secret-file", "/etc/pffs-group/secret"),
+        *("--group-handover", "60"),
     ]
     mount, volume = volume_for(daemonset, "/etc/pffs-group", "pffs-plugin")
     assert mount["readOnly"] and volume["secret"]["secretName"] == "pffs-group-secret"

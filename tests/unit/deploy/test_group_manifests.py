@@ -73,6 +73,7 @@ def test_the_overlay_adds_the_group_to_the_node_plugin(tmp_path: Path) -> None:
         *("--group-members", "k8s://kube-system/pffs-group"),
         *("--group-listen", "0.0.0.0:7070"),
         *("--group-secret-file", "/etc/pffs-group/secret"),
+        *("--group-handover", "300"),
     ]
     mount, volume = volume_for(daemonset, "/etc/pffs-group", "pffs-plugin")
     assert mount["readOnly"] and volume["secret"] == {
