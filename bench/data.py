@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import boto3
 from boto3.s3.transfer import TransferConfig
 
-from bench.largeobjects import shard_keys
+from bench.largeobjects import CHECKPOINT_KEY, shard_keys
 from bench.lazyload import KEY as LAZY_KEY
 from bench.lazyload import write_checkpoint
 from bench.leftovers import in_threads
@@ -123,7 +123,7 @@ def upload(server: Server, sizes: Sizes, workdir: str, bucket: str = "pffs-bench
     transfer = TransferConfig(multipart_chunksize=64 * MIB, max_concurrency=4)
     s3.upload_file(local_large, bucket, "large.bin", Config=transfer)
     s3.upload_file(local_parallel, bucket, "parallel.bin", Config=transfer)
-    large_objects = [("checkpoint.bin", sizes.checkpoint)]
+    large_objects = [(CHECKPOINT_KEY, sizes.checkpoint)]
     large_objects += [(key, sizes.shard_size) for key in shard_keys(sizes.shard_files)]
     digests = {}
     for key, size in large_objects:  # one at a time: one local copy on disk at once
@@ -151,7 +151,7 @@ def upload(server: Server, sizes: Sizes, workdir: str, bucket: str = "pffs-bench
     objects += [(k, lambda: os.urandom(sizes.epoch_size)) for k in epoch_keys]
     in_threads(16, lambda kv: s3.put_object(Bucket=bucket, Key=kv[0], Body=kv[1]()), objects)
     dataset = Dataset(bucket, sizes, local_large, sha, small_keys, wide_keys, epoch_keys)
-    dataset.checkpoint_sha256 = digests.pop("checkpoint.bin")
+    dataset.checkpoint_sha256 = digests.pop(CHECKPOINT_KEY)
     dataset.lazy_sha256 = lazy_sha256
     dataset.shard_sha256 = {os.path.basename(key): digest for key, digest in digests.items()}
     verify(server, dataset)

@@ -20,7 +20,7 @@ from typing import Any
 
 from bench.data import MIB, SMALL_SIZE, TTFB_SAMPLES, Dataset, client, ttfb_directories
 from bench.epoch import read_epoch
-from bench.largeobjects import checkpoint_load, read_shards, shard_keys
+from bench.largeobjects import CHECKPOINT_KEY, checkpoint_load, read_shards, shard_keys
 from bench.lazyload import KEY as LAZY_KEY
 from bench.lazyload import TENSOR_SIZE, fetched_bytes, lazy_load, picked
 from bench.metadata import TREE_DIRS, list_long, ls_recursive, stat_after_listing, stat_all
@@ -238,7 +238,7 @@ class Scenarios:
     def checkpoint(self, results: dict[str, float | str]) -> float:
         """The checkpoint load, and the mount's CPU-seconds per GiB over it."""
         sizes = self.data.sizes
-        path, digest = self.path("checkpoint.bin"), self.data.checkpoint_sha256
+        path, digest = self.path(CHECKPOINT_KEY), self.data.checkpoint_sha256
         return self._with_cpu(
             results,
             "checkpoint",

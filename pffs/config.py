@@ -116,9 +116,11 @@ class FuseConfig:
     allow_other: bool = False
     # Concurrent FUSE requests served; reads wait on the network, so many are useful.
     max_tasks: int = 64
-    # Kernel readahead for the mount (set through sysfs, needs root). 4 MiB lets the kernel send
-    # 1 MiB requests several at a time instead of 128 KiB ones in turn: much faster reads.
-    kernel_readahead: int = 4 << 20
+    # Kernel readahead for the mount (set through sysfs, needs root). 2 MiB lets the kernel send
+    # 1 MiB requests two at a time instead of 128 KiB ones in turn: much faster reads. It is
+    # also a mapped file's read-around per page fault, all fetched: 4 MiB fetched a lazy loader
+    # half as much again, and read whole files no faster (docs/notes/lazy-checkpoint.md).
+    kernel_readahead: int = 2 << 20
 
 
 def default_cache_dir() -> str:
