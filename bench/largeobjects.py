@@ -22,16 +22,17 @@ SHARD_READ = 1 * MIB
 SHARD_READERS = 4
 
 
-# The checkpoint's key, in a directory of its own: pffs's dataset preload takes the third file
-# opened in one directory within its trigger window for a dataset and loads the rest of it, so
-# large objects side by side at the bucket's top (large.bin, parallel.bin, the checkpoints) would
-# load each other ahead while a scenario is timed, and count in its bytes fetched.
-CHECKPOINT_KEY = "checkpoint/checkpoint.bin"
+# The checkpoint's key, two levels down under a top directory of its own (as the shards' and the
+# lazy checkpoint's): pffs's dataset preload takes three files opened within its trigger window
+# in one directory, or in sibling directories, for a dataset and loads the rest of it (with the
+# siblings' parent, one level down), so scenarios' objects side by side, or in sibling
+# directories, would load each other ahead while one is timed, and count in its bytes fetched.
+CHECKPOINT_KEY = "checkpoint/full/checkpoint.bin"
 
 
 def shard_keys(count: int) -> list[str]:
     """The shards' keys: one directory, as a WebDataset's tar files are laid out."""
-    return [f"shards/shard-{i:04d}.tar" for i in range(count)]
+    return [f"shards/tar/shard-{i:04d}.tar" for i in range(count)]
 
 
 def read_whole(path: str, chunk: int) -> tuple[int, str]:

@@ -25,7 +25,7 @@ MIB = 1 << 20
 TENSOR_SIZE = 8 * MIB
 PICKED = 6
 # In a directory of its own, as bench.largeobjects.CHECKPOINT_KEY says why.
-KEY = "lazy/checkpoint.safetensors"
+KEY = "lazy/model/checkpoint.safetensors"
 
 
 def tensor_names(count: int) -> list[str]:
