@@ -142,6 +142,9 @@ def upload(server: Server, sizes: Sizes, workdir: str, bucket: str = "pffs-bench
     # s3rver 3 leaves a prefix holding only sub-prefixes out of a delimited listing: one object
     # directly in ttfb/ makes it show at the top of the bucket (as tree/'s marker does).
     s3.put_object(Bucket=bucket, Key="ttfb/about", Body=b"first byte samples")
+    for top in {key.split("/")[0] for key, _ in large_objects} | {LAZY_KEY.split("/")[0]}:
+        # The same for the large objects' top directories (each holds one directory below it).
+        s3.put_object(Bucket=bucket, Key=f"{top}/about", Body=b"large objects below")
     s3.put_object(Bucket=bucket, Key=EPOCH_PARENT_MARKER, Body=b"the training set is in train/")
     small_keys = [f"small/f{i:05d}.bin" for i in range(sizes.small_files)]
     wide_keys = [f"wide/o{i:05d}" for i in range(sizes.wide_files)]
