@@ -103,7 +103,10 @@ class Reader:
             )
         try:
             with retry.asking():  # the bound on this read counts from now (pffs.retry)
-                streamed = await self._read_streamed(handle, offset, end)
+                # Most reads have no region run: no coroutine for them on the read path.
+                streamed = None
+                if handle.readahead.stream_to is not None or handle.regions is not None:
+                    streamed = await self._read_streamed(handle, offset, end)
                 data = (
                     streamed
                     if streamed is not None
