@@ -5,6 +5,11 @@ its blocks go to stand-ins (pffs.group.peers) or the store. A failure (refused, 
 5xx, a wrong reply) marks the peer broken for `FIRST_PAUSE` seconds, doubling up to `MAX_PAUSE`
 while it keeps failing; after the pause one request tries it again. Each change is one log line
 and the gauge `pffs_group_member_up{member}`. Touched only from trio tasks.
+
+A verdict counts only from a request sent after the breaker last changed: with several kept-alive
+connections per member, a block already in a dead peer's socket buffers can arrive whole after
+another request saw the connection break, and must not call the peer back up (nor a late failure
+of a request sent before a recovery break it again).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ class PeerBreaker:
         self.broken_until: float | None = None
         self._pause = FIRST_PAUSE
         self._trying = False
+        self._changed_at = time.monotonic()
         self._gauge = stats.MEMBER_UP.labels(member=name)
         self._gauge.set(1)
 
@@ -42,6 +48,12 @@ class PeerBreaker:
         self._trying = True
         return True
 
+    def may_try(self) -> bool:
+        """Whether `allows` would let a request go now, without taking the trial."""
+        if self.broken_until is None:
+            return True
+        return not self._trying and time.monotonic() >= self.broken_until
+
     def stands_aside(self) -> bool:
         """Whether this peer's blocks go to their stand-ins now: it is broken, and its pause has
         not ended or a trial is under way (the trial is the only request it gets)."""
@@ -49,20 +61,31 @@ class PeerBreaker:
             self._trying or time.monotonic() < self.broken_until
         )
 
-    def succeeded(self) -> None:
+    def _stale(self, sent: float) -> bool:
+        return sent < self._changed_at
+
+    def succeeded(self, sent: float) -> None:
+        """A request sent at `sent` (time.monotonic()) got an answer."""
+        if self._stale(sent):
+            return
         self._trying = False
         if self.broken_until is not None:
             self.broken_until = None
             self._pause = FIRST_PAUSE
+            self._changed_at = time.monotonic()
             self._gauge.set(1)
             log.warning("group: peer %s answers again", self.name)
 
-    def abandoned(self) -> None:
+    def abandoned(self, sent: float) -> None:
         """A request ended without an answer either way (cancelled): another may try."""
-        self._trying = False
+        if not self._stale(sent):
+            self._trying = False
 
-    def failed(self, reason: str) -> None:
+    def failed(self, reason: str, sent: float) -> None:
+        if self._stale(sent):
+            return
         self._trying = False
+        self._changed_at = time.monotonic()
         if self.broken_until is None:
             log.warning("group: peer %s broken (%s); its blocks go to stand-ins", self.name, reason)
             self._gauge.set(0)

@@ -220,7 +220,7 @@ class Group:
         if second is None or second.name == self.self_name:
             return False
         breaker = self.breakers.get(second.name)
-        return breaker is not None and breaker.allows() and self.asked.to_second(key)
+        return breaker is not None and breaker.may_try() and self.asked.to_second(key)
 
     async def fetch_for_peer(
         self, blocks: ObjectBlocks, index: int, forwarded: bool = False
@@ -259,16 +259,17 @@ class Group:
         if breaker is None or not breaker.allows():
             stats.FALLBACKS.labels(reason="peer broken").inc()
             return None
+        sent = time.monotonic()
         try:
             data = await run_blocking(self.limiter, self.client.get, member.url, request)
         except PeerMiss:
-            breaker.succeeded()
+            breaker.succeeded(sent)
             return None
         except PeerAskSecond:
-            breaker.succeeded()
+            breaker.succeeded(sent)
             return ASK_SECOND
         except PeerNotServed as exc:  # the peer is fine; it does not mount that source
-            breaker.succeeded()
+            breaker.succeeded(sent)
             blocks = request.blocks
             self._not_served[(member.name, blocks.source, blocks.principal)] = (
                 time.monotonic() + NOT_SERVED_FOR
@@ -276,17 +277,17 @@ class Group:
             stats.FALLBACKS.labels(reason=str(exc)).inc()
             return None
         except PeerStoreFailed as exc:  # the peer is fine; its store failed this block
-            breaker.succeeded()
+            breaker.succeeded(sent)
             stats.FALLBACKS.labels(reason=str(exc)).inc()
             return None
         except PeerFailed as exc:
-            breaker.failed(str(exc))
+            breaker.failed(str(exc), sent)
             stats.FALLBACKS.labels(reason=str(exc)).inc()
             return None
         except BaseException:  # cancelled (its reader went away): no verdict on the peer
-            breaker.abandoned()
+            breaker.abandoned(sent)
             raise
-        breaker.succeeded()
+        breaker.succeeded(sent)
         stats.PEER_BYTES.labels(way="received").inc(len(data))
         return data
 
