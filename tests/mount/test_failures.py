@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from pffs.mounting.kernel import wait_unmounted
-from pffs.testing.faults import FaultProxy
+from pffs.testing.faults import FaultProxy, any_request
 from pffs.testing.servers import MotoServer
 from tests.conftest import mounted, run_pffs, unmount_quietly
 from tests.mount.test_cli_errors import assert_one_line_error
@@ -58,7 +58,10 @@ def test_hung_store_one_bound_then_fail_fast_then_back(s3, bucket, proxy, tmp_pa
     ) as mnt:
         assert (mnt / "d" / "f0.bin").read_bytes() == files["d/f0.bin"]
         assert source_up(mnt) == 1
-        proxy.set_rates({"stall": 1.0})  # every GET: headers, a little body, then silence
+        # Every request stalls, the breaker's probes (a one-key LIST) too: with object GETs
+        # alone, a probe found the store answering half a second after it went down.
+        proxy.match = any_request
+        proxy.set_rates({"stall": 1.0})  # headers, a little body, then silence
         code, took = errno_of(read_all, mnt / "d" / "f1.bin")
         assert code == errno.EIO, code
         assert took < RETRY + REQUEST + 2, f"first EIO after {took:.1f}s"
