@@ -59,7 +59,8 @@ def _read(server: Server, key: str, size: int, parallel: int, length: int) -> st
     elapsed = time.perf_counter() - started
     cpu = _store_cpu(server) - cpu
     gib = size / (1 << 30)
-    return f"{size / elapsed / 1e6:6.0f} MB/s  store {cpu / gib:4.2f} CPU-s/GiB  ({count} GETs, {parallel} at once)"
+    rate = f"{size / elapsed / 1e6:6.0f} MB/s  store {cpu / gib:4.2f} CPU-s/GiB"
+    return f"{rate}  ({count} GETs, {parallel} at once)"
 
 
 def main() -> None:
