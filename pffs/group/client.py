@@ -18,11 +18,13 @@ raises `PeerFailed` with a short reason: a refused or timed-out connection, a st
 than 200, a version, length or CRC32C that is not the one asked for. A 404 to a cached-only
 request is `PeerMiss`, a 503 `PeerStoreFailed` (the owner's store failed it), a 307
 `PeerAskSecond` (a hot block: pffs.group.hot), a 421 `PeerNotServed` (the peer does not serve
-that source): the peer is fine in all four. Used only from trio tasks of one run.
+that source): the peer is fine in all four. Used from the trio tasks of one run (`close` also
+after it).
 """
 
 from __future__ import annotations
 
+import os
 import select
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -83,7 +85,11 @@ class _Connection:
         self.h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD)
 
     def close(self) -> None:
-        self.stream.socket.close()  # at once, also from a cancelled task (no checkpoint)
+        """At once (no checkpoint: also from a cancelled task), and also after the run ended."""
+        if trio.lowlevel.in_trio_run():
+            self.stream.socket.close()
+        else:  # no run to tell: nothing waits on the socket either
+            os.close(self.stream.socket.detach())
 
     def reusable(self) -> bool:
         """After a reply read whole: whether both sides may go on (then it is ready)."""
