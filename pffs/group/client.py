@@ -3,8 +3,8 @@ kept-alive connection, with the reply checked before anyone uses it.
 
 Why in the trio task and not a worker thread: a block asked through a blocking client
 (http.client, as before) took a hop to a worker thread and back per request (a queue, a futex
-wake, trio's wakeup socket), which was a fifth of the asker's CPU per hit and most of its
-context switches (docs/notes/cache-group.md, "The peer path's CPU"). h11 parses; this module
+wake, trio's wakeup socket), the largest named part of the asker's CPU per hit
+(docs/notes/cache-group.md, "The peer path's CPU"). h11 parses; this module
 only moves bytes between it and the socket. Each member has a small stack of idle connections;
 a request takes one (a stale one, which the member closed while it was idle, is dropped first),
 and gives it back once the reply was read whole. A request on a reused connection that fails
