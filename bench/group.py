@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import trio
+
 from bench.counting import CountingProxy
 from bench.data import client
 from bench.groupmounts import MEMBERS, SECRET, Group, mounts, read_everything, stats_of
@@ -248,15 +250,17 @@ def latencies(
     )
     principal = open_backend(reader).principal
     etags = {key: s3.head_object(Bucket=BUCKET, Key=key)["ETag"] for key in data.bigs}
-    peer_ms, store_ms = [], []
-    try:
+    peer_ms: list[float] = []
+    store_ms: list[float] = []
+
+    async def measure() -> None:  # the peer client is a trio coroutine; boto3 blocks: alone here
         for _ in range(rounds):
             for key in random.sample(data.bigs, len(data.bigs)):
                 blocks = ObjectBlocks(source, principal, key, etags[key], BLOCK, BLOCK)
                 member = owner(members, blocks.key(0))
                 assert member is not None
                 started = time.perf_counter()
-                got = peer.get(member.url, BlockRequest(blocks, 0))
+                got = await peer.get(member.url, BlockRequest(blocks, 0))
                 peer_ms.append((time.perf_counter() - started) * 1000)
                 started = time.perf_counter()
                 response = s3.get_object(Bucket=BUCKET, Key=key, Range=f"bytes=0-{BLOCK - 1}")
@@ -264,6 +268,9 @@ def latencies(
                 store_ms.append((time.perf_counter() - started) * 1000)
                 if got != body:
                     raise RuntimeError(f"{key}: the peer's block differs from the store's")
+
+    try:
+        trio.run(measure)
     finally:
         peer.close()
     return {

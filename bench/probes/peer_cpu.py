@@ -3,7 +3,7 @@
 The peer server (pffs.group.server, with a handler that answers every request with one block
 held in memory, as an owner's cache hit does) runs in a process of its own; this process asks
 it with the group's own path (pffs.group.peers.Group: the client, signing, the reply's checks,
-its worker threads under the group's limiter) from `--concurrency` trio tasks at once, as a
+under the group's limiter) from `--concurrency` trio tasks at once, as a
 mount's readers and loads ahead do. It prints each side's CPU milliseconds per request, from
 /proc, and the requests per second: the peer path alone, no FUSE, no store, no disk.
 

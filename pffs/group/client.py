@@ -1,14 +1,15 @@
-"""Asking a peer for a block: one signed GET over a kept-alive connection (the standard
-library's http.client), in a worker thread, with the reply checked before anyone uses it.
+"""Asking a peer for a block: one signed GET through h11 on trio's own sockets, over a
+kept-alive connection, with the reply checked before anyone uses it.
 
-Why http.client and not urllib3's pool (which wraps it): urllib3 adds a URL parse and a
-character-by-character percent-encoding check of every target, retry and timeout objects, and
-a response wrapper around every read, which together cost the asker more than half its CPU per
-block (docs/notes/cache-group.md, "the peer path's CPU"). Here each member has a small stack of
-idle connections; a request takes one (a stale one, which the member closed while it was idle,
-is dropped first), and gives it back once the reply's body was read whole. A request on a
-reused connection that fails before any reply (the member closed it just then) is sent once
-more on a new connection: a block request changes nothing at the member.
+Why in the trio task and not a worker thread: a block asked through a blocking client
+(http.client, as before) took a hop to a worker thread and back per request (a queue, a futex
+wake, trio's wakeup socket), the largest named part of the asker's CPU per hit
+(docs/notes/cache-group.md, "The peer path's CPU"). h11 parses; this module
+only moves bytes between it and the socket. Each member has a small stack of idle connections;
+a request takes one (a stale one, which the member closed while it was idle, is dropped first),
+and gives it back once the reply was read whole. A request on a reused connection that fails
+before any reply (the member closed it just then) is sent once more on a new connection: a
+block request changes nothing at the member.
 
 Timeouts are short and apart from the store's: `connect`, `first_byte` (and any later pause
 between bytes) and `whole` for the block. The body is read as the owner sends it (the block,
@@ -17,19 +18,20 @@ raises `PeerFailed` with a short reason: a refused or timed-out connection, a st
 than 200, a version, length or CRC32C that is not the one asked for. A 404 to a cached-only
 request is `PeerMiss`, a 503 `PeerStoreFailed` (the owner's store failed it), a 307
 `PeerAskSecond` (a hot block: pffs.group.hot), a 421 `PeerNotServed` (the peer does not serve
-that source): the peer is fine in all four.
+that source): the peer is fine in all four. Used from the trio tasks of one run (`close` also
+after it).
 """
 
 from __future__ import annotations
 
-import http.client
+import os
 import select
-import threading
-import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import crc32c
+import h11
+import trio
 
 from pffs.group import protocol, signing
 from pffs.group.protocol import BlockRequest
@@ -37,6 +39,7 @@ from pffs.group.protocol import BlockRequest
 CHUNK = 256 * 1024
 MAX_IDLE = 16  # idle connections kept per member
 MAX_MEMBERS = 256  # members with idle connections kept (past it, all are closed)
+MAX_HEAD = 16 * 1024  # a reply's head (h11 refuses a longer one)
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,30 @@ class _Stale(Exception):
     """A reused connection failed before any reply: the member had closed it."""
 
 
+class _Connection:
+    """One kept-alive connection to a member: its socket and h11's view of it."""
+
+    __slots__ = ("h11", "stream")
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self.h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD)
+
+    def close(self) -> None:
+        """At once (no checkpoint: also from a cancelled task), and also after the run ended."""
+        if trio.lowlevel.in_trio_run():
+            self.stream.socket.close()
+        else:  # no run to tell: nothing waits on the socket either
+            os.close(self.stream.socket.detach())
+
+    def reusable(self) -> bool:
+        """After a reply read whole: whether both sides may go on (then it is ready)."""
+        if self.h11.our_state is h11.DONE and self.h11.their_state is h11.DONE:
+            self.h11.start_next_cycle()
+            return True
+        return False
+
+
 class PeerClient:
     """Signed block requests to any member, over kept-alive connections."""
 
@@ -79,145 +106,174 @@ class PeerClient:
         self._secret = secret
         self._self = self_name
         self.timeouts = timeouts
-        self._idle: dict[str, list[http.client.HTTPConnection]] = {}
+        self._idle: dict[str, list[_Connection]] = {}
         self._addresses: dict[str, tuple[str, int]] = {}
-        self._lock = threading.Lock()
         self.connections_opened = 0  # for the tests: kept-alive connections are reused
 
-    def get(self, url: str, request: BlockRequest) -> bytes:
-        """The block `request` names from the member at `url` (in a worker thread)."""
+    async def get(self, url: str, request: BlockRequest) -> bytes:
+        """The block `request` names from the member at `url`."""
         target = request.target()
         try:
-            return self._get(url, target, request, self._take(url))
+            return await self._get(url, target, request, self._take(url))
         except _Stale:  # once, on a new connection
-            return self._get(url, target, request, None)
+            return await self._get(url, target, request, None)
 
-    def _get(
+    async def _get(
+        self, url: str, target: str, request: BlockRequest, reused: _Connection | None
+    ) -> bytes:
+        deadline = trio.current_time() + self.timeouts.whole
+        conn = reused if reused is not None else await self._connect(url)
+        try:
+            data = await self._exchange(conn, url, target, request, deadline, reused is not None)
+        except BaseException:
+            conn.close()  # in an unknown state (or cancelled mid-way): not back to the pool
+            raise
+        if conn.reusable():
+            self._give_back(url, conn)
+        else:
+            conn.close()
+        return data
+
+    async def _exchange(
         self,
+        conn: _Connection,
         url: str,
         target: str,
         request: BlockRequest,
-        reused: http.client.HTTPConnection | None,
+        deadline: float,
+        reused: bool,
     ) -> bytes:
-        headers = signing.sign(self._secret, "GET", target)
-        headers["x-pffs-from"] = self._self
-        deadline = time.monotonic() + self.timeouts.whole
-        conn = reused if reused is not None else self._connect(url)
+        host = self._addresses[url][0]
+        headers = [("host", host), ("x-pffs-from", self._self)]
+        headers += signing.sign(self._secret, "GET", target).items()
+        wire = conn.h11.send(h11.Request(method="GET", target=target, headers=headers))
         try:
-            conn.request("GET", target, headers=headers)
-            response = conn.getresponse()
-        except (http.client.HTTPException, OSError) as exc:
-            conn.close()
-            if reused is not None and not isinstance(exc, TimeoutError):
+            await conn.stream.send_all(wire + (conn.h11.send(h11.EndOfMessage()) or b""))
+            response = await self._next(conn, deadline)
+        except PeerFailed:
+            raise  # a timeout: never sent again
+        except (h11.ProtocolError, trio.BrokenResourceError, trio.ClosedResourceError):
+            if reused:
                 raise _Stale from None
-            raise PeerFailed(_reason(exc)) from None
-        try:
-            data = self._body(response, request, deadline)
-            response.close()  # read whole: the connection may carry the next request
-        except BaseException:
-            conn.close()  # the connection is in an unknown state: not back to the pool
-            raise
-        if response.will_close:
-            conn.close()
-        else:
-            self._give_back(url, conn)
-        return data
+            raise PeerFailed("connection broken") from None
+        if not isinstance(response, h11.Response):
+            raise PeerFailed("connection broken")
+        return await self._body(conn, response, request, deadline)
 
-    def _connect(self, url: str) -> http.client.HTTPConnection:
+    async def _next(self, conn: _Connection, deadline: float) -> h11.Event:
+        """h11's next event of the reply, past any 1xx (receiving as needed)."""
+        while True:
+            event = conn.h11.next_event()
+            if event is h11.NEED_DATA:
+                conn.h11.receive_data(await self._receive(conn, deadline))
+            elif not isinstance(event, h11.InformationalResponse):
+                return event  # type: ignore[return-value]
+
+    async def _receive(self, conn: _Connection, deadline: float) -> bytes:
+        """What the socket has (b"" at its end), within `first_byte` and the block's deadline."""
+        now = trio.current_time()
+        with trio.move_on_at(min(deadline, now + self.timeouts.first_byte)):
+            return await conn.stream.receive_some(CHUNK)
+        raise PeerFailed("block too slow" if trio.current_time() >= deadline else "timed out")
+
+    async def _connect(self, url: str) -> _Connection:
         address = self._addresses.get(url)
         if address is None:
             parts = urlsplit(url)
             if parts.scheme != "http" or not parts.hostname:
                 raise PeerFailed("not an http:// member URL")
             address = self._addresses[url] = (parts.hostname, parts.port or 80)
-        conn = http.client.HTTPConnection(*address, timeout=self.timeouts.connect)
-        try:
-            conn.connect()
-        except OSError as exc:
-            conn.close()
-            raise PeerFailed(
-                "connection refused" if not isinstance(exc, TimeoutError) else "connect timed out"
-            ) from None
-        assert conn.sock is not None
-        conn.sock.settimeout(self.timeouts.first_byte)  # and between any two receives
-        self.connections_opened += 1
-        return conn
+        with trio.move_on_after(self.timeouts.connect):
+            try:
+                stream = await trio.open_tcp_stream(*address)
+            except OSError:
+                raise PeerFailed("connection refused") from None
+            self.connections_opened += 1
+            return _Connection(stream)
+        raise PeerFailed("connect timed out")
 
-    def _take(self, url: str) -> http.client.HTTPConnection | None:
+    def _take(self, url: str) -> _Connection | None:
         """An idle connection to `url` the member has not closed, or None."""
-        while True:
-            with self._lock:
-                idle = self._idle.get(url)
-                if not idle:
-                    return None
-                conn = idle.pop()
-            if conn.sock is not None and not _readable(conn.sock.fileno()):
+        idle = self._idle.get(url)
+        while idle:
+            conn = idle.pop()
+            if not _readable(conn.stream.socket.fileno()):
                 return conn
             conn.close()  # closed by the member (readable: its EOF), or unasked-for bytes
+        return None
 
-    def _give_back(self, url: str, conn: http.client.HTTPConnection) -> None:
-        with self._lock:
-            idle = self._idle.get(url)
-            if idle is None:
-                if len(self._idle) >= MAX_MEMBERS:
-                    self._close_idle()
-                idle = self._idle[url] = []
-            if len(idle) < MAX_IDLE:
-                idle.append(conn)
-                return
-        conn.close()
+    def _give_back(self, url: str, conn: _Connection) -> None:
+        idle = self._idle.get(url)
+        if idle is None:
+            if len(self._idle) >= MAX_MEMBERS:
+                self.close()
+            idle = self._idle[url] = []
+        if len(idle) < MAX_IDLE:
+            idle.append(conn)
+        else:
+            conn.close()
 
-    def _body(
-        self, response: http.client.HTTPResponse, request: BlockRequest, deadline: float
+    async def _body(
+        self, conn: _Connection, response: h11.Response, request: BlockRequest, deadline: float
     ) -> bytes:
-        if response.status == 404 and request.cached_only:
+        status = response.status_code
+        if status == 404 and request.cached_only:
             raise PeerMiss("not held")
-        if response.status == 307:
+        if status == 307:
             raise PeerAskSecond("hot: ask the second copy")
-        if response.status == 421:
+        if status == 421:
             raise PeerNotServed("source not served there")
-        if response.status == 503:
+        if status == 503:
             raise PeerStoreFailed("the owner's store failed")
-        if response.status != 200:
-            raise PeerFailed(f"HTTP {response.status}")
-        if response.getheader(protocol.VERSION) != request.blocks.version:
+        if status != 200:
+            raise PeerFailed(f"HTTP {status}")
+        headers = dict(response.headers)
+        version = headers.get(protocol.VERSION.encode(), b"").decode("latin-1")
+        if version != request.blocks.version:
             raise PeerFailed("another version")
         expected = request.length
         wanted = expected + protocol.FOOTER.size
-        if response.getheader("content-length") != str(wanted):
+        if headers.get(b"content-length") != str(wanted).encode():
             raise PeerFailed("wrong length")
         pieces: list[bytes] = []
-        got = 0
         try:
-            while got < wanted:
-                # At most what one receive gives, so the whole-block deadline holds against a
-                # peer that trickles (read(n) waits for all n bytes).
-                piece = response.read1(min(CHUNK, wanted - got))
-                if not piece:
+            while True:  # h11 holds the body to its Content-Length: a short one is an error
+                event = await self._next(conn, deadline)
+                if isinstance(event, h11.Data):
+                    pieces.append(event.data)
+                elif isinstance(event, h11.EndOfMessage):
                     break
-                pieces.append(piece)
-                got += len(piece)
-                if time.monotonic() > deadline:
-                    raise PeerFailed("block too slow")
-        except (http.client.HTTPException, OSError) as exc:
-            raise PeerFailed(_reason(exc)) from None
-        if got != wanted:
-            raise PeerFailed("short body")
-        body = b"".join(pieces)
-        data = memoryview(body)[:expected]
-        if protocol.FOOTER.unpack_from(body, expected)[0] != crc32c.crc32c(data):
+                else:
+                    raise PeerFailed("connection broken")
+        except h11.RemoteProtocolError:  # a Content-Length body's only one: it ended early
+            raise PeerFailed("short body") from None
+        except trio.BrokenResourceError:
+            raise PeerFailed("connection broken") from None
+        data, footer = _split_footer(pieces, protocol.FOOTER.size)
+        if protocol.FOOTER.unpack(footer)[0] != crc32c.crc32c(data):
             raise PeerFailed("CRC32C mismatch")
-        return body[:expected]
+        return data
 
     def close(self) -> None:
-        with self._lock:
-            self._close_idle()
-
-    def _close_idle(self) -> None:
         for idle in self._idle.values():
             for conn in idle:
                 conn.close()
         self._idle.clear()
+
+
+def _split_footer(pieces: list[bytes], size: int) -> tuple[bytes, bytes]:
+    """The body's pieces joined, less its last `size` bytes, and those bytes: the block is
+    copied once (the footer may straddle the last two pieces)."""
+    footer = b""
+    while len(footer) < size:
+        last = pieces.pop()
+        cut = len(last) - (size - len(footer))
+        if cut > 0:
+            pieces.append(last[:cut])
+            footer = last[cut:] + footer
+        else:
+            footer = last + footer
+    return b"".join(pieces), footer
 
 
 def _readable(fd: int) -> bool:
@@ -226,13 +282,3 @@ def _readable(fd: int) -> bool:
     poller = select.poll()
     poller.register(fd, select.POLLIN)
     return bool(poller.poll(0))
-
-
-def _reason(exc: Exception) -> str:
-    if isinstance(exc, http.client.IncompleteRead):  # the body ended before its length
-        return "short body"
-    if isinstance(exc, TimeoutError):
-        return "timed out"
-    if isinstance(exc, (http.client.HTTPException, ConnectionError)):
-        return "connection broken"
-    return type(exc).__name__

@@ -46,11 +46,10 @@ from pffs.group.hot import Asked
 from pffs.group.members import Member
 from pffs.group.placement import Placement
 from pffs.group.protocol import BlockRequest
-from pffs.workers import run_blocking
 
 log = logging.getLogger("pffs.group")
 
-# Peer requests at once (each a worker thread, mostly waiting on the network).
+# Peer requests at once (each a kept-alive connection while it lasts).
 PEER_CONCURRENCY = 32
 # A handover ends once this many asks of previous owners in a row missed: the group started
 # cold, or the previous owners no longer hold their old blocks, and asking on would cost a round
@@ -261,7 +260,8 @@ class Group:
             return None
         sent = time.monotonic()
         try:
-            data = await run_blocking(self.limiter, self.client.get, member.url, request)
+            async with self.limiter:
+                data = await self.client.get(member.url, request)
         except PeerMiss:
             breaker.succeeded(sent)
             return None

@@ -12,19 +12,24 @@ knows the same (pffs.group.peers); the second is where a hot block's second copy
 candidates. After a change, the owner a block had before it is remembered for `handover` seconds
 (or until `end_handover`), so a new owner missing the block asks the previous one before the
 store; the time is read from `clock` (time.monotonic; tests pass their own).
+
+A block's order is asked several times per block (whether to ask a peer, whom, its second
+copy), each time hashing the key with every member: `Placement` keeps the orders of the last
+`RANKED_KEPT` keys it was asked, forgotten on a change of membership.
 """
 
 from __future__ import annotations
 
 import hashlib
-import itertools
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
 from pffs.cache.keys import BlockKey
 from pffs.config import GroupConfig
 from pffs.group.members import Member
+
+RANKED_KEPT = 8192  # block orders kept (past it, all are forgotten: a new epoch's keys)
 
 
 def key_bytes(key: BlockKey) -> bytes:
@@ -37,7 +42,7 @@ def score(member: Member, key: bytes) -> float:
     return -member.weight / math.log(unit)
 
 
-def ranked(members: Sequence[Member], key: BlockKey) -> Iterator[Member]:
+def ranked(members: Sequence[Member], key: BlockKey) -> tuple[Member, ...]:
     """The members that own blocks in their score order for `key`: its owner first."""
     raw = key_bytes(key)
     scored = sorted(
@@ -45,12 +50,13 @@ def ranked(members: Sequence[Member], key: BlockKey) -> Iterator[Member]:
         key=lambda item: (item[0], item[1]),
         reverse=True,
     )
-    return (member for _score, _name, member in scored)
+    return tuple(member for _score, _name, member in scored)
 
 
 def owner(members: Sequence[Member], key: BlockKey) -> Member | None:
     """The member owning `key` among `members` (None when none owns blocks)."""
-    return next(ranked(members, key), None)
+    order = ranked(members, key)
+    return order[0] if order else None
 
 
 class Placement:
@@ -67,24 +73,32 @@ class Placement:
         self._clock = clock
         self._previous: tuple[Member, ...] = ()
         self._handover_ends = 0.0
+        self._ranked: dict[BlockKey, tuple[Member, ...]] = {}
 
     def update(self, members: Sequence[Member], previous: Sequence[Member] | None = None) -> None:
         """The members now; `previous` the list before (default: the members until now), asked
         for `handover` seconds from now."""
         before = self.members if previous is None else tuple(previous)
         self._previous, self.members = before, tuple(members)
+        self._ranked.clear()
         self._handover_ends = self._clock() + self.handover
 
     def owner(self, key: BlockKey) -> Member | None:
-        return owner(self.members, key)
+        order = self.ranked(key)
+        return order[0] if order else None
 
-    def ranked(self, key: BlockKey) -> Iterator[Member]:
-        return ranked(self.members, key)
+    def ranked(self, key: BlockKey) -> tuple[Member, ...]:
+        order = self._ranked.get(key)
+        if order is None:
+            if len(self._ranked) >= RANKED_KEPT:
+                self._ranked.clear()
+            order = self._ranked[key] = ranked(self.members, key)
+        return order
 
     def second(self, key: BlockKey) -> Member | None:
         """Where a hot block's second copy goes: its second choice, when there is one."""
-        choices = list(itertools.islice(ranked(self.members, key), 2))
-        return choices[1] if len(choices) == 2 else None
+        order = self.ranked(key)
+        return order[1] if len(order) > 1 else None
 
     def end_handover(self) -> None:
         """Forget the previous members now (their caches stopped holding what was asked)."""

@@ -69,6 +69,19 @@ def test_the_previous_owner_is_known_after_a_change() -> None:
     assert placement.previous_owner(unmoved) is None
 
 
+def test_orders_asked_before_a_change_follow_it() -> None:
+    """The orders Placement keeps are forgotten on a change: a member that joined, or one that
+    stopped owning blocks (a terminating endpoint, the same name), is seen at once."""
+    placement = Placement(members(4))
+    assert [placement.owner(key).name for key in KEYS] == owners(members(4))  # type: ignore[union-attr]
+    placement.update(members(5))
+    assert [placement.owner(key).name for key in KEYS] == owners(members(5))  # type: ignore[union-attr]
+    terminating = [*members(4), Member("node4", "http://10.0.0.4:7000", owns=False)]
+    placement.update(terminating)
+    assert all(placement.owner(key).name != "node4" for key in KEYS)  # type: ignore[union-attr]
+    assert all("node4" not in [m.name for m in placement.ranked(key)] for key in KEYS[:100])
+
+
 def test_a_handover_can_end_early() -> None:
     placement = Placement(members(4))
     placement.update(members(5))

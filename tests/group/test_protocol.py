@@ -1,5 +1,5 @@
 """The peer protocol over real HTTP on 127.0.0.1: the h11 server (pffs.group.server) and the
-http.client client (pffs.group.client) in one process, the server handed a block handler of its own
+h11 client on trio (pffs.group.client) in one process, the server handed a block handler of its own
 (no cache): a signed request gets its block over a kept-alive connection; an unsigned one, a
 request of another secret, a malformed request or target is refused, and nothing hangs."""
 
@@ -8,8 +8,7 @@ from __future__ import annotations
 import http.client
 import socket
 import threading
-import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import pytest
@@ -68,8 +67,8 @@ async def handler(request: BlockRequest) -> bytes | Pieces | None:
     return pieces
 
 
-def serve_and(check: Callable[[str], T]) -> T:
-    """Run the server on 127.0.0.1 and `check(url)` in a worker thread."""
+def serve_and(check: Callable[[str], Awaitable[T]]) -> T:
+    """Run the server on 127.0.0.1 and `check(url)` beside it, in the same trio run."""
 
     async def main() -> T:
         listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
@@ -77,7 +76,7 @@ def serve_and(check: Callable[[str], T]) -> T:
         server = PeerServer(handler, Verifier(SECRET))
         async with trio.open_nursery() as nursery:
             await nursery.start(server.serve, listener)
-            result = await trio.to_thread.run_sync(check, f"http://127.0.0.1:{port}")
+            result = await check(f"http://127.0.0.1:{port}")
             nursery.cancel_scope.cancel()
         return result
 
@@ -85,12 +84,12 @@ def serve_and(check: Callable[[str], T]) -> T:
 
 
 def test_blocks_over_one_kept_alive_connection() -> None:
-    def check(url: str) -> list[bytes]:
+    async def check(url: str) -> list[bytes]:
         client = PeerClient(SECRET, "asker")
-        got = [client.get(url, BlockRequest(BLOCKS, index)) for index in range(3)]
+        got = [await client.get(url, BlockRequest(BLOCKS, index)) for index in range(3)]
         assert client.connections_opened == 1  # one connection carried all three
         with pytest.raises(PeerMiss):
-            client.get(url, BlockRequest(BLOCKS, 0, cached_only=True))
+            await client.get(url, BlockRequest(BLOCKS, 0, cached_only=True))
         return got
 
     got = serve_and(check)
@@ -101,7 +100,7 @@ def test_a_block_is_streamed_as_it_arrives() -> None:
     """The first half of a block reaches the asker before the owner has the rest; a fetch
     failing mid-block closes the connection (a short body), one failing first answers 503."""
 
-    def check(url: str) -> tuple[bytes, bytes, list[str]]:
+    def read_streamed(url: str) -> tuple[bytes, bytes]:
         target = BlockRequest(STREAMED, 0).target()
         response = urllib3.PoolManager().request(
             "GET", url + target, headers=signing.sign(SECRET, "GET", target), preload_content=False
@@ -109,12 +108,15 @@ def test_a_block_is_streamed_as_it_arrives() -> None:
         assert response.headers["content-length"] == str(4096 + protocol.FOOTER.size)
         first = response.read(2048)
         released.set()
-        rest = response.read()
+        return first, response.read()
+
+    async def check(url: str) -> tuple[bytes, bytes, list[str]]:
+        first, rest = await trio.to_thread.run_sync(read_streamed, url)
         client = PeerClient(SECRET, "asker")
         failures = []
         for index in (1, 2):
             with pytest.raises(PeerFailed) as failed:
-                client.get(url, BlockRequest(STREAMED, index))
+                await client.get(url, BlockRequest(STREAMED, index))
             failures.append(str(failed.value))
         return first, rest, failures
 
@@ -128,17 +130,28 @@ def test_a_hot_block_is_sent_to_its_second_copy() -> None:
     """A 307 is PeerAskSecond; the same request forwarded gets the block."""
     hot = ObjectBlocks("s3://bucket", "alice", "d/hot.bin", '"v1"', 4096, 4096)
 
-    def check(url: str) -> bytes:
+    async def check(url: str) -> bytes:
         client = PeerClient(SECRET, "asker")
         with pytest.raises(PeerAskSecond):
-            client.get(url, BlockRequest(hot, 0))
-        return client.get(url, BlockRequest(hot, 0, forwarded=True))
+            await client.get(url, BlockRequest(hot, 0))
+        return await client.get(url, BlockRequest(hot, 0, forwarded=True))
 
     assert serve_and(check) == DATA[:4096]
 
 
 def test_refusals() -> None:
-    def check(url: str) -> list[str]:
+    def raw_requests(url: str) -> list[str]:
+        reasons = []
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=5) as raw:
+            raw.sendall(b"GET /v2/block HTTP/1.1\r\nHost: x\r\n\r\n")  # unsigned
+            reasons.append(raw.recv(100).split(b"\r\n")[0].decode())
+        with socket.create_connection((host, int(port)), timeout=5) as raw:
+            raw.sendall(b"\x00\x01garbage\r\n\r\n")
+            reasons.append(raw.recv(100).split(b"\r\n")[0].decode())
+        return reasons
+
+    async def check(url: str) -> list[str]:
         reasons = []
         for client, request in (
             (PeerClient(b"another-secret-entirely", "x"), BlockRequest(BLOCKS, 0)),
@@ -148,16 +161,9 @@ def test_refusals() -> None:
             ),
         ):
             with pytest.raises(PeerFailed) as failed:
-                client.get(url, request)
+                await client.get(url, request)
             reasons.append(str(failed.value))
-        host, port = url.removeprefix("http://").split(":")
-        with socket.create_connection((host, int(port)), timeout=5) as raw:
-            raw.sendall(b"GET /v2/block HTTP/1.1\r\nHost: x\r\n\r\n")  # unsigned
-            reasons.append(raw.recv(100).split(b"\r\n")[0].decode())
-        with socket.create_connection((host, int(port)), timeout=5) as raw:
-            raw.sendall(b"\x00\x01garbage\r\n\r\n")
-            reasons.append(raw.recv(100).split(b"\r\n")[0].decode())
-        return reasons
+        return reasons + await trio.to_thread.run_sync(raw_requests, url)
 
     assert serve_and(check) == [
         "HTTP 403",
@@ -224,15 +230,14 @@ def test_a_trickling_peer_is_cut_off_at_the_whole_block_timeout() -> None:
     client = PeerClient(SECRET, "asker", Timeouts(connect=0.5, first_byte=2.0, whole=0.3))
     outcome: list[str] = []
 
-    def ask() -> None:
-        try:
-            client.get(f"http://127.0.0.1:{listener.getsockname()[1]}", request)
-        except PeerFailed as exc:
-            outcome.append(str(exc))
+    async def ask() -> None:
+        with trio.move_on_after(20):  # a bound for a failing run only: 80 s to trickle
+            try:
+                await client.get(f"http://127.0.0.1:{listener.getsockname()[1]}", request)
+            except PeerFailed as exc:
+                outcome.append(str(exc))
 
-    asker = threading.Thread(target=ask)
-    asker.start()
-    asker.join(20)  # a bound for a failing run only: the block would take 80 s to trickle
+    trio.run(ask)
     stop.set()
     listener.close()
     assert outcome == ["block too slow"]
@@ -243,11 +248,11 @@ def test_a_connection_the_member_closed_while_idle_is_not_used(monkeypatch) -> N
     before sending and opens another (no failure, nothing told to a breaker)."""
     monkeypatch.setattr(server_module, "IDLE", 0.2)
 
-    def check(url: str) -> list[bytes]:
+    async def check(url: str) -> list[bytes]:
         client = PeerClient(SECRET, "asker")
-        first = client.get(url, BlockRequest(BLOCKS, 0))
-        time.sleep(0.6)  # past the server's IDLE: it closed the connection
-        second = client.get(url, BlockRequest(BLOCKS, 1))
+        first = await client.get(url, BlockRequest(BLOCKS, 0))
+        await trio.sleep(0.6)  # past the server's IDLE: it closed the connection
+        second = await client.get(url, BlockRequest(BLOCKS, 1))
         assert client.connections_opened == 2
         return [first, second]
 
@@ -282,9 +287,13 @@ def test_a_request_on_a_connection_closed_as_it_was_sent_is_sent_again() -> None
     thread.start()
     client = PeerClient(SECRET, "asker")
     url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+
+    async def ask_twice() -> None:
+        assert await client.get(url, request) == data
+        assert await client.get(url, request) == data
+
     try:
-        assert client.get(url, request) == data
-        assert client.get(url, request) == data
+        trio.run(ask_twice)
     finally:
         listener.close()
     assert client.connections_opened == 2 and len(served) == 2
@@ -294,13 +303,17 @@ def test_a_signed_target_of_too_many_fields_is_refused_and_the_server_goes_on() 
     """A member with the secret sending a target of 11 fields gets a 400; the server then
     serves the next request (parse_qs's bare ValueError once escaped the server's task)."""
 
-    def check(url: str) -> tuple[int, bytes]:
+    def too_many_fields(url: str) -> int:
         target = BlockRequest(BLOCKS, 0).target() + "&w=0&x=1&y=2&z=3"
         host, port = url.removeprefix("http://").split(":")
         connection = http.client.HTTPConnection(host, int(port), timeout=5)
         connection.request("GET", target, headers=signing.sign(SECRET, "GET", target))
         status = connection.getresponse().status
         connection.close()
-        return status, PeerClient(SECRET, "asker").get(url, BlockRequest(BLOCKS, 0))
+        return status
+
+    async def check(url: str) -> tuple[int, bytes]:
+        status = await trio.to_thread.run_sync(too_many_fields, url)
+        return status, await PeerClient(SECRET, "asker").get(url, BlockRequest(BLOCKS, 0))
 
     assert serve_and(check) == (400, DATA[:4096])
