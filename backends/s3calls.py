@@ -6,14 +6,14 @@ write fails, retries and shows in the metrics the way a read does.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from pffs import metrics
 from pffs.backends.s3errors import Kind, classify, is_transient, translate
 from pffs.config import RetryConfig
 from pffs.errors import PffsError
-from pffs.retry import RetryTerms, call_with_retry
+from pffs.retry import RetryTerms, call_with_retry, stream_with_retry
 
 T = TypeVar("T")
 
@@ -54,6 +54,26 @@ class S3Calls:
                 )
             )
         return result
+
+    def stream(
+        self,
+        start: Callable[[], Iterator[T]],
+        what: str,
+        path: str,
+        terms: RetryTerms | None = None,
+    ) -> Iterator[T]:
+        """`run` of a streamed answer: what `start()` yields, as it comes (its bytes counted as
+        they do), started again where it failed transiently (pffs.retry.stream_with_retry)."""
+        with metrics.BackendRequest(self.source_id, what, path, self._count_retry) as request:
+            for item in stream_with_retry(
+                start,
+                is_transient=is_transient,
+                policy=self.policy,
+                what=f"{what} {self.source_id}",
+                on_retry=request.retried,
+                terms=terms,
+            ):
+                yield request.received(item)
 
     def do(self, fn: Callable[[], T], what: str, path: str, terms: RetryTerms | None = None) -> T:
         """`run`, its failure translated into a pffs error about `path`."""

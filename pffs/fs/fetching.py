@@ -37,6 +37,7 @@ from pffs.cache.keys import Blocks, BlockSource, ObjectBlocks
 from pffs.cache.pieces import Arriving
 from pffs.errors import Corrupted, SourceDown, Transient
 from pffs.pace import Pace, Use
+from pffs.retry import RetryTerms
 from pffs.routing.health import SourceHealth
 from pffs.routing.table import Mounted
 
@@ -191,23 +192,17 @@ class StoreBlocks:
             if not ended:  # else a worker abandoned at a cancellation: nobody waits any more
                 send.send_nowait(piece)
 
-        def deliver(_: int, piece: bytes) -> None:  # in the worker thread
-            token.run_sync_soon(arrived, piece)
+        def read(terms: RetryTerms) -> None:  # in the worker thread: each piece into trio's
+            path, version = self.blocks.path, self.blocks.version
+            for piece in streaming.read_blocks(path, offset, lengths, version, terms):
+                token.run_sync_soon(arrived, piece)
 
         async def request() -> None:
             nonlocal failure, ended
             try:
-                # The worker's last callback is queued after every piece's: all have run in
-                # order when the request returns.
-                await self.store.request(
-                    streaming.read_blocks,
-                    self.blocks.path,
-                    offset,
-                    lengths,
-                    self.blocks.version,
-                    deliver,
-                    ahead=ahead,
-                )
+                # The worker's last piece is queued before it returns: all have run in order
+                # when the request returns.
+                await self.store.request(read, ahead=ahead)
             except Exception as exc:  # raised here, after the pieces that did arrive
                 failure = exc
             finally:
