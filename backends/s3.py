@@ -297,7 +297,7 @@ class S3Backend:
                     yield data
 
         try:
-            yield from self.calls.stream(get, "GET", path, terms)
+            yield from self.calls.stream(get, "GET", path, terms=terms)
         except Exception as exc:
             if classify(exc) is Kind.BAD_RANGE:  # the object is shorter than when it was opened
                 raise Changed(f"{self.calls.url(path)} changed at the source while open") from exc

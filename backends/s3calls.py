@@ -13,7 +13,7 @@ from pffs import metrics
 from pffs.backends.s3errors import Kind, classify, is_transient, translate
 from pffs.config import RetryConfig
 from pffs.errors import PffsError
-from pffs.retry import RetryTerms, call_with_retry, stream_with_retry
+from pffs.retry import RetryTerms, stream_with_retry
 
 T = TypeVar("T")
 
@@ -41,34 +41,25 @@ class S3Calls:
     ) -> T:
         """`fn()` retried while it fails transiently, under the request's `terms`; its last
         failure raised as it is."""
-        # Counted, timed and logged when slow by pffs.metrics (one request, retries included).
-        with metrics.BackendRequest(self.source_id, what, path, self._count_retry) as request:
-            result: T = request.received(
-                call_with_retry(
-                    fn,
-                    is_transient=is_transient,
-                    policy=QUICK if quick else self.policy,
-                    what=f"{what} {self.source_id}",
-                    on_retry=request.retried,
-                    terms=terms,
-                )
-            )
+        (result,) = self.stream(lambda: iter((fn(),)), what, path, quick, terms)
         return result
 
     def stream(
         self,
         start: Callable[[], Iterator[T]],
         what: str,
-        path: str,
+        path: str = "",
+        quick: bool = False,
         terms: RetryTerms | None = None,
     ) -> Iterator[T]:
         """`run` of a streamed answer: what `start()` yields, as it comes (its bytes counted as
         they do), started again where it failed transiently (pffs.retry.stream_with_retry)."""
+        # Counted, timed and logged when slow by pffs.metrics (one request, retries included).
         with metrics.BackendRequest(self.source_id, what, path, self._count_retry) as request:
             for item in stream_with_retry(
                 start,
                 is_transient=is_transient,
-                policy=self.policy,
+                policy=QUICK if quick else self.policy,
                 what=f"{what} {self.source_id}",
                 on_retry=request.retried,
                 terms=terms,
