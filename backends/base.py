@@ -26,7 +26,7 @@ to the reads and to what it declares.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol, cast
 
@@ -81,7 +81,7 @@ class Capabilities:
     # Large objects in parts sent in parallel, within these limits: the MultipartBackend
     # methods of `writer`.
     multipart: PartLimits | None = None
-    # Consecutive blocks read with one request, each handed over as it arrives (read_blocks).
+    # Consecutive pieces read with one request, each yielded as it arrives (read_blocks).
     block_runs: bool = False
 
     def __post_init__(self) -> None:
@@ -140,10 +140,9 @@ class BlockRunReader(Backend, Protocol):
         start: int,
         lengths: Sequence[int],
         version: str | None,
-        deliver: Callable[[int, bytes], None],
         terms: RetryTerms | None = None,
-    ) -> None:
-        """Blocks of `lengths` from `start`, each given to `deliver(index, bytes)` on arrival."""
+    ) -> Iterator[bytes]:
+        """Pieces of `lengths` from `start`, each yielded on arrival."""
 
 
 class WritableBackend(Protocol):

@@ -24,7 +24,7 @@ import functools
 import logging
 import os
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -33,7 +33,6 @@ import botocore.exceptions
 import botocore.session
 from botocore.config import Config
 
-from pffs import metrics
 from pffs.backends.base import (
     BlockRunReader,
     Capabilities,
@@ -275,18 +274,17 @@ class S3Backend:
         start: int,
         lengths: Sequence[int],
         version: str | None,
-        deliver: Callable[[int, bytes], None],
         terms: RetryTerms | None = None,
-    ) -> None:
-        """Consecutive blocks from `start` in one GET, each handed to `deliver(index, bytes)`
-        as soon as its bytes are in; a retry asks only for the blocks not yet delivered.
+    ) -> Generator[bytes, None, None]:
+        """Consecutive pieces of `lengths` from `start` in one GET, each yielded as soon as its
+        bytes are in; a retry asks only for the pieces not yet yielded.
 
         One 16 MiB GET instead of four 4 MiB ones: the per-request cost (signing, parsing,
         the server's own) is paid once, which on a small machine is what limits a cold read.
         """
         done = 0
 
-        def get() -> None:
+        def get() -> Iterator[bytes]:
             nonlocal done
             first = start + sum(lengths[:done])
             key, size = self.prefix + path, sum(lengths[done:])
@@ -295,14 +293,15 @@ class S3Backend:
                     data = body.read(lengths[done])
                     if len(data) != lengths[done]:
                         raise Transient(f"truncated body: {len(data)} of {lengths[done]} bytes")
-                    metrics.count_backend_bytes(self.source_id, "GET", len(data))
-                    deliver(done, data)
                     done += 1
+                    yield data
 
         try:
-            self._get(get, path, terms)
-        except _RangeNotSatisfiable as exc:  # the object is shorter than when it was opened
-            raise Changed(f"{self.calls.url(path)} changed at the source while open") from exc
+            yield from self.calls.stream(get, "GET", path, terms=terms)
+        except Exception as exc:
+            if classify(exc) is Kind.BAD_RANGE:  # the object is shorter than when it was opened
+                raise Changed(f"{self.calls.url(path)} changed at the source while open") from exc
+            raise self.calls.translate(exc, path) from exc
 
     def _get(self, get: Callable[[], T], path: str, terms: RetryTerms | None) -> T:
         """A GET with retries and its errors translated (a range past the end raised as

@@ -6,14 +6,14 @@ write fails, retries and shows in the metrics the way a read does.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from pffs import metrics
 from pffs.backends.s3errors import Kind, classify, is_transient, translate
 from pffs.config import RetryConfig
 from pffs.errors import PffsError
-from pffs.retry import RetryTerms, call_with_retry
+from pffs.retry import RetryTerms, stream_with_retry
 
 T = TypeVar("T")
 
@@ -41,19 +41,30 @@ class S3Calls:
     ) -> T:
         """`fn()` retried while it fails transiently, under the request's `terms`; its last
         failure raised as it is."""
+        (result,) = self.stream(lambda: iter((fn(),)), what, path, quick, terms)
+        return result
+
+    def stream(
+        self,
+        start: Callable[[], Iterator[T]],
+        what: str,
+        path: str = "",
+        quick: bool = False,
+        terms: RetryTerms | None = None,
+    ) -> Iterator[T]:
+        """`run` of a streamed answer: what `start()` yields, as it comes (its bytes counted as
+        they do), started again where it failed transiently (pffs.retry.stream_with_retry)."""
         # Counted, timed and logged when slow by pffs.metrics (one request, retries included).
         with metrics.BackendRequest(self.source_id, what, path, self._count_retry) as request:
-            result: T = request.received(
-                call_with_retry(
-                    fn,
-                    is_transient=is_transient,
-                    policy=QUICK if quick else self.policy,
-                    what=f"{what} {self.source_id}",
-                    on_retry=request.retried,
-                    terms=terms,
-                )
-            )
-        return result
+            for item in stream_with_retry(
+                start,
+                is_transient=is_transient,
+                policy=QUICK if quick else self.policy,
+                what=f"{what} {self.source_id}",
+                on_retry=request.retried,
+                terms=terms,
+            ):
+                yield request.received(item)
 
     def do(self, fn: Callable[[], T], what: str, path: str, terms: RetryTerms | None = None) -> T:
         """`run`, its failure translated into a pffs error about `path`."""

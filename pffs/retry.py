@@ -100,6 +100,29 @@ def call_with_retry(
     Under `terms`, the budget counts from when the reader asked, the gate is passed before
     each attempt and the push backs are told.
     """
+    (result,) = stream_with_retry(
+        lambda: iter((fn(),)),
+        is_transient=is_transient,
+        policy=policy,
+        what=what,
+        on_retry=on_retry,
+        terms=terms,
+    )
+    return result
+
+
+def stream_with_retry(
+    start: Callable[[], Iterator[T]],
+    *,
+    is_transient: Callable[[BaseException], bool],
+    policy: RetryConfig,
+    what: str,
+    on_retry: Callable[[BaseException], None] | None = None,
+    terms: RetryTerms | None = None,
+) -> Iterator[T]:
+    """What `start()` yields, started again on a failure as `call_with_retry` calls again (a
+    streamed read: each attempt asks only for what the ones before it did not hand over,
+    which `start` keeps count of)."""
     terms = terms or _NO_TERMS
     asked_at, gate, pushback = terms.asked_at, terms.gate, terms.on_pushback
     deadline = (time.monotonic() if asked_at is None else asked_at) + policy.total_timeout
@@ -111,7 +134,8 @@ def call_with_retry(
         if attempt == 1 and time.monotonic() >= deadline:
             raise Transient(f"{what}: no time left of {policy.total_timeout:g}s to try it")
         try:
-            return fn()
+            yield from start()
+            return
         except Exception as exc:
             if not is_transient(exc) or attempt >= policy.attempts:
                 raise

@@ -8,12 +8,14 @@ count as, and its breaker (pffs.routing.health: while the source is down a reque
 once, and its outcome tells the breaker). `Store.of(mounted, use, tier)` takes them from the
 mount table's entry. `StoreBlocks` is the store as the `BlockSource` (pffs.cache.keys) of one
 open object version: `part` for a reader waiting on bytes, `run` for blocks loaded ahead,
-yielded to the cache as they land (and `stream`, a region's bytes piece by piece, for
-pffs.fs.regions); the first two come in one GET through one path (`_get`), which,
-in a cache group, announces each whole block on the mount's board of arriving blocks
-(pffs.cache.pieces) piece by piece, so a peer's request joining the fetch, whoever started
-it, streams the bytes as they arrive. `open_blocks` puts the store's joined tier (pffs.group: a
-cache group, a shared tier, handed to the store when it is built) before it.
+yielded to the cache as they land. A streamed read of the store has one entry, `stream`: one
+GET whose pieces are yielded as they arrive, with its request's places, breaker, retries and
+version pin in one place; a run's blocks are its pieces put together (in a cache group, each
+whole block announced on the mount's board of arriving blocks, pffs.cache.pieces, piece by
+piece, so a peer's request joining the fetch, whoever started it, streams the bytes as they
+arrive), and a region's bytes (pffs.fs.regions) are its pieces as they come. `open_blocks`
+puts the store's joined tier (pffs.group: a cache group, a shared tier, handed to the store
+when it is built) before it.
 
 A short answer is `Corrupted`, never a short block in the cache; the version pins every request
 to the object version the caller opened, so a changed object raises `Changed`. A reader's
@@ -24,7 +26,7 @@ bound docs/RELIABILITY.md states.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
@@ -35,6 +37,7 @@ from pffs.cache.keys import Blocks, BlockSource, ObjectBlocks
 from pffs.cache.pieces import Arriving
 from pffs.errors import Corrupted, SourceDown, Transient
 from pffs.pace import Pace, Use
+from pffs.retry import RetryTerms
 from pffs.routing.health import SourceHealth
 from pffs.routing.table import Mounted
 
@@ -111,142 +114,109 @@ class StoreBlocks:
         index = offset // blocks.block_size
         whole = offset == blocks.start(index) and length == blocks.length(index)
         if whole and self.store.arriving is not None and block_runs(self.store.backend):
-            landed: list[bytes] = []
-            await self._get(index, 1, False, lambda _, data: landed.append(data))
-            return landed[0]
+            async with self._runs(index, 1, False) as landed:
+                # Taken to the run's end: the request has returned (the breaker heard of it).
+                return b"".join([data async for _, data in landed])
         return await self._range(offset, length, ahead=False)
 
     def run(self, first: int, count: int) -> Blocks:
         """One request for the run where the store streams runs, else one per block."""
         if count == 1 and self.store.arriving is None:
             return _OneBlock(self, first)  # a small file's one block: no task, no channel
-        return self._runs(first, count)
+        return self._runs(first, count, True)
 
     @trio.as_safe_channel
-    async def _runs(self, first: int, count: int) -> AsyncGenerator[tuple[int, bytes], None]:
-        blocks = self.blocks
+    async def _runs(
+        self, first: int, count: int, ahead: bool
+    ) -> AsyncGenerator[tuple[int, bytes], None]:
+        """Blocks first..first+count-1, each yielded once its last byte is in: from `stream`
+        (one GET) where the store streams runs, else a ranged GET per block. With a board of
+        arriving blocks (pffs.cache.pieces), each block is announced on it for the run's time
+        and streamed in pieces of `PIECE` bytes, each added to its `Pieces` as it arrives, so a
+        peer's request joining the fetch streams the bytes as they come."""
+        blocks, board = self.blocks, self.store.arriving
         indices = range(first, first + count)
         if block_runs(self.store.backend) is None:
             for index in indices:
-                yield index, await self._range(blocks.start(index), blocks.length(index), True)
+                yield index, await self._range(blocks.start(index), blocks.length(index), ahead)
             return
-        # Each block lands in a channel with room for the whole run, so the store's worker
-        # never waits on the cache; the cache takes them from here as they land.
-        send, receive = trio.open_memory_channel[tuple[int, bytes]](count)
-        failure: Exception | None = None
-
-        async def request() -> None:
-            nonlocal failure
-            async with send:
-                try:
-                    await self._get(first, count, True, lambda i, d: send.send_nowait((i, d)))
-                except Exception as exc:  # raised here, after the blocks that did land
-                    failure = exc
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(request)
-            async with receive:
-                async for item in receive:
-                    yield item
-        if failure is not None:
-            raise failure
-
-    async def _get(
-        self, first: int, count: int, ahead: bool, landed: Callable[[int, bytes], None]
-    ) -> None:
-        """Blocks first..first+count-1 in one GET (a store that streams runs), each handed to
-        `landed` in this trio thread once its last byte is in. With a board of arriving blocks
-        (pffs.cache.pieces), each block is announced on it for the GET's time and asked for in
-        pieces of `PIECE` bytes, each added to its `Pieces` as it arrives, so a peer's request
-        joining the fetch streams the bytes as they come."""
-        blocks, board = self.blocks, self.store.arriving
-        streaming = block_runs(self.store.backend)
-        assert streaming is not None  # callers check
-        indices = range(first, first + count)
         plan: list[int] = []  # the block of each piece, in order
         lengths: list[int] = []
         for index in indices:
-            length = blocks.length(index)
-            step = length if board is None else PIECE
-            for at in range(0, length, step):
-                plan.append(index)
-                lengths.append(min(step, length - at))
+            sizes = [blocks.length(index)] if board is None else piece_lengths(blocks.length(index))
+            plan += [index] * len(sizes)
+            lengths += sizes
         with contextlib.ExitStack() as announced:
-            pieces = {}
+            on_board = {}
             if board is not None:
                 for index in indices:
                     expecting = board.expecting(blocks.key(index), blocks.length(index))
-                    pieces[index] = announced.enter_context(expecting)
+                    on_board[index] = announced.enter_context(expecting)
             received: list[bytes] = []
-            ended = False
+            number = -1
+            async with self.stream(blocks.start(first), lengths, ahead) as arriving:
+                async for piece in arriving:
+                    number += 1
+                    index = plan[number]
+                    received.append(piece)
+                    if index in on_board:
+                        on_board[index].add(piece)
+                    if number + 1 == len(plan) or plan[number + 1] != index:
+                        data = received[0] if len(received) == 1 else b"".join(received)
+                        received.clear()
+                        if index in on_board:
+                            on_board[index].finish(data)
+                        yield index, data
 
-            def arrived(number: int, piece: bytes) -> None:  # in this trio thread, in order
-                if ended:
-                    return  # a worker abandoned at a cancellation: nobody waits any more
-                index = plan[number]
-                received.append(piece)
-                if index in pieces:
-                    pieces[index].add(piece)
-                if number + 1 == len(plan) or plan[number + 1] != index:
-                    data = received[0] if len(received) == 1 else b"".join(received)
-                    received.clear()
-                    if index in pieces:
-                        pieces[index].finish(data)
-                    landed(index, data)
-
-            token = trio.lowlevel.current_trio_token()
-
-            def deliver(number: int, piece: bytes) -> None:  # in the worker thread
-                token.run_sync_soon(arrived, number, piece)
-
-            try:
-                # The worker's last callback is queued after every piece's: all have run
-                # in order when the request returns.
-                await self.store.request(
-                    streaming.read_blocks,
-                    blocks.path,
-                    blocks.start(first),
-                    lengths,
-                    blocks.version,
-                    deliver,
-                    ahead=ahead,
-                )
-            finally:
-                ended = True
-
-    async def stream(self, offset: int, length: int, arrived: Callable[[bytes], None]) -> None:
-        """Bytes [offset, offset+length) in one GET (a store that streams runs), handed to
-        `arrived` in this trio thread `PIECE` bytes at a time as they come, in order: a
-        region's bytes fetched just ahead of its reader (pffs.fs.regions), who waits only for
-        the pieces it reads. A load ahead: in a place of the pace, and its failure does not
-        mark the source down (the READs that wanted its bytes ask for them themselves)."""
+    @trio.as_safe_channel
+    async def stream(
+        self, offset: int, lengths: Sequence[int], ahead: bool
+    ) -> AsyncGenerator[bytes, None]:
+        """The one streamed read of the store: bytes from `offset` in one GET (a store that
+        streams runs), in pieces of `lengths`, each yielded in order as it arrives; a failure
+        is raised after the pieces that did arrive. The blocks of a run are pieces put
+        together (`run`, `part`); a region's bytes, fetched just ahead of its reader
+        (pffs.fs.regions), are handed out as they come. `ahead`: a load ahead, in a place of
+        the pace, its failure not marking the source down (its readers ask themselves); else a
+        reader's request. The request's retries ask only for the pieces not yet handed over
+        (the backend's `read_blocks`), pinned to the version opened."""
         streaming = block_runs(self.store.backend)
         assert streaming is not None  # callers check (streams_ranges)
-        lengths = [min(PIECE, length - at) for at in range(0, length, PIECE)]
+        # Room for every piece, so the store's worker never waits on the caller.
+        send, receive = trio.open_memory_channel[bytes](len(lengths))
         token = trio.lowlevel.current_trio_token()
+        failure: Exception | None = None
         ended = False
 
-        def here(piece: bytes) -> None:
+        def arrived(piece: bytes) -> None:  # in this trio thread, in order
             if not ended:  # else a worker abandoned at a cancellation: nobody waits any more
-                arrived(piece)
+                send.send_nowait(piece)
 
-        def deliver(_: int, piece: bytes) -> None:  # in the worker thread
-            token.run_sync_soon(here, piece)
+        def read(terms: RetryTerms) -> None:  # in the worker thread: each piece into trio's
+            path, version = self.blocks.path, self.blocks.version
+            for piece in streaming.read_blocks(path, offset, lengths, version, terms):
+                token.run_sync_soon(arrived, piece)
 
-        try:
-            # The worker's last callback is queued after every piece's: all have run in order
-            # when the request returns.
-            await self.store.request(
-                streaming.read_blocks,
-                self.blocks.path,
-                offset,
-                lengths,
-                self.blocks.version,
-                deliver,
-                ahead=True,
-            )
-        finally:
-            ended = True
+        async def request() -> None:
+            nonlocal failure, ended
+            try:
+                # The worker's last piece is queued before it returns: all have run in order
+                # when the request returns.
+                await self.store.request(read, ahead=ahead)
+            except Exception as exc:  # raised here, after the pieces that did arrive
+                failure = exc
+            finally:
+                ended = True
+                send.close()
+
+        # Closed once the request has ended: no piece is put in a closed channel.
+        with receive:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(request)
+                async for piece in receive:
+                    yield piece
+        if failure is not None:
+            raise failure
 
     @property
     def streams_ranges(self) -> bool:
@@ -284,6 +254,11 @@ class _OneBlock(trio.abc.ReceiveChannel[tuple[int, bytes]]):
     async def aclose(self) -> None:
         self._index = None
         await trio.lowlevel.checkpoint()
+
+
+def piece_lengths(length: int) -> list[int]:
+    """`length` bytes as pieces of `PIECE` bytes (the last one shorter)."""
+    return [min(PIECE, length - at) for at in range(0, length, PIECE)]
 
 
 def open_blocks(store: Store, blocks: ObjectBlocks) -> BlockSource:

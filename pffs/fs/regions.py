@@ -24,7 +24,7 @@ from functools import partial
 
 import trio
 
-from pffs.fs.fetching import StoreBlocks
+from pffs.fs.fetching import StoreBlocks, piece_lengths
 
 log = logging.getLogger("pffs.fs")
 
@@ -173,7 +173,10 @@ class RegionStreams:
     async def _fetch(self, span: _Span) -> None:
         failed = True
         try:
-            await self._source.stream(span.start, span.end - span.start, span.arrived)
+            lengths = piece_lengths(span.end - span.start)
+            async with self._source.stream(span.start, lengths, True) as pieces:
+                async for piece in pieces:
+                    span.arrived(piece)
             failed = False
         except Exception:  # the READs that want it ask again, each on its own, and see why
             log.debug("a region's span %d+%d failed", span.start, span.end - span.start)

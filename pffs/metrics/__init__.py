@@ -236,11 +236,6 @@ def request_type(what: str) -> str:
     return what.split(" ", 1)[0] or "request"
 
 
-def count_backend_bytes(source: str, what: str, count: int) -> None:
-    """Count object bytes received by a request that streams them (not one bytes result)."""
-    BACKEND_BYTES.labels(source, request_type(what)).inc(count)
-
-
 class BackendRequest:
     """Times and counts one store request (with its retries); a context manager.
 

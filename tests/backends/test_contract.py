@@ -133,15 +133,9 @@ def test_read_blocks(store) -> None:
     version = reader.stat("dir/b.bin").version
     cases = [(12345, [65536, 65536, 65536, 65536, 1000, 1]), (len(data) - 300, [200, 100])]
     for start, lengths in cases:  # the second ends at the object's last byte
-        got: list[tuple[int, bytes]] = []
-
-        def deliver(index: int, block: bytes, got: list[tuple[int, bytes]] = got) -> None:
-            got.append((index, block))
-
-        reader.read_blocks("dir/b.bin", start, lengths, version, deliver)
-        assert [index for index, _ in got] == list(range(len(lengths)))  # in order, each once
+        got = list(reader.read_blocks("dir/b.bin", start, lengths, version))
         offset = start
-        for (_, block), length in zip(got, lengths, strict=True):
+        for block, length in zip(got, lengths, strict=True):  # in order, each once
             assert block == data[offset : offset + length], (start, offset, length)
             offset += length
 
@@ -150,9 +144,9 @@ def test_read_blocks_of_a_changed_object(store) -> None:
     reader = declared(store, block_runs, "block_runs")
     old = reader.stat("dir/z.txt").version
     store.write({"dir/z.txt": b"a new, longer content"})
-    got: list[tuple[int, bytes]] = []
+    got: list[bytes] = []
     with pytest.raises(Changed):
-        reader.read_blocks("dir/z.txt", 0, [1, 1], old, lambda i, b: got.append((i, b)))
+        got.extend(reader.read_blocks("dir/z.txt", 0, [1, 1], old))
     assert got == []
 
 

@@ -175,14 +175,14 @@ class RunStore(FakeStore):
         self.blocks_delivered = 0
         self.fail_at = fail_at
 
-    def read_blocks(self, path, start, lengths, version, deliver, terms=None) -> None:
+    def read_blocks(self, path, start, lengths, version, terms=None) -> Iterator[bytes]:
         self.requests += 1
         offset = start
-        for index, length in enumerate(lengths):
+        for length in lengths:
             if self.fail_at and self.blocks_delivered + 1 == self.fail_at:
                 self.fail_at = 0
                 raise Transient("connection reset in the middle of a run")
-            deliver(index, self.read_range(path, offset, length, version))
+            yield self.read_range(path, offset, length, version)
             self.blocks_delivered += 1
             offset += length
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import os
 import random
+from collections.abc import Iterator
 
 import pytest
 import trio
@@ -62,7 +63,7 @@ def test_a_span_broken_midway_gives_its_reads_their_bytes_anyway(fail_at: int) -
 def test_a_span_failing_for_good_fails_its_reads_with_the_stores_error() -> None:
     _, store, reads, _ = _region(5)
 
-    def refuse(*args: object, **kwargs: object) -> None:
+    def refuse(*args: object, **kwargs: object) -> Iterator[bytes]:
         raise Transient("the store went away")
 
     store.read_blocks = refuse  # type: ignore[method-assign]
