@@ -53,7 +53,9 @@ def targets(group: dict[str, Any]) -> list[str]:
     lines = []
     grouped, alone, kill = group.get("group"), group.get("alone"), group.get("kill")
     if isinstance(grouped, dict):
-        x = float(grouped.get("max_store_bytes_x", grouped["store_bytes_x"]))
+        x: float = grouped[
+            "max_store_bytes_x" if "max_store_bytes_x" in grouped else "store_bytes_x"
+        ]
         lines.append(
             f"store bytes {x:.2f}x the dataset{_of_runs(grouped, 'the most of')} (at most "
             f"{STORE_TARGET_X}x): " + ("met" if x <= STORE_TARGET_X else "**not met**")
