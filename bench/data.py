@@ -167,8 +167,9 @@ def upload(server: Server, sizes: Sizes, workdir: str, bucket: str = "pffs-bench
 def prime(server: Server, bucket: str, keys: list[str]) -> None:
     """Read each object once, whole, straight from the store, before any system does.
 
-    A store may serve an object's first read after its upload at a higher cost than the reads
-    after it (docs/notes/rgw-sequential.md): the system that read first would pay it alone.
+    So no system is timed on an object it is the first to read after its upload: a store may
+    serve that read at a higher cost (suspected of RGW once, not reproduced since:
+    docs/notes/rgw-sequential.md), and the system that read first would pay it alone.
     large.bin needs none: verify() has read it, and the server ceiling reads it again before
     every repetition."""
     s3 = client(server)
