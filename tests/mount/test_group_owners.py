@@ -225,11 +225,12 @@ def test_preload_asks_the_owners(s3, bucket, proxy, tmp_path) -> None:
         names = sorted(files)
         for name in names[:3]:
             assert (mounts["node0"] / name).read_bytes() == files[name]
-        received = peer_bytes(node0, "received")
         loaded = wait_for(mounts["node0"], "pffs_preload_files_fetched_total", len(files) - 3)
         assert metric_value(loaded, "pffs_preload_files_fetched_total") == len(files) - 3
-        # 13 blocks preloaded, each owned by node1 half the time: some came from it.
-        assert peer_bytes(node0, "received") > received
+        # 13 blocks preloaded, each owned by node1 half the time: some came from it. The three
+        # files read brought at most their own bytes from node1 (the preload may be done before
+        # a count taken after them, so the bound is theirs, not a count).
+        assert peer_bytes(node0, "received") > 3 * MIB
         served = settled(lambda: peer_bytes({"node1": mounts["node1"]}, "served"))
         assert served == peer_bytes(node0, "received")
         assert store_bytes({"node1": mounts["node1"]}) == served  # fetched for node0 alone
