@@ -24,8 +24,8 @@ import functools
 import logging
 import os
 import re
-from collections.abc import Callable, Generator, Iterator, Sequence
-from typing import Any, TypeVar
+from collections.abc import Generator, Iterator, Sequence
+from typing import Any
 from urllib.parse import urlsplit
 
 import boto3
@@ -52,7 +52,6 @@ from pffs.errors import Changed, NotFound, PermissionDenied, PffsError, Transien
 from pffs.pace import ceiling_for
 from pffs.retry import RetryTerms
 
-T = TypeVar("T")
 log = logging.getLogger("pffs.s3")
 
 # Bucket names per the S3 rules (3-63 characters, lowercase letters, digits, dots, hyphens).
@@ -264,9 +263,11 @@ class S3Backend:
             return data
 
         try:
-            return self._get(get, path, terms)
-        except _RangeNotSatisfiable:
-            return b""
+            return self.calls.run(get, "GET", path, terms=terms)
+        except Exception as exc:
+            if classify(exc) is Kind.BAD_RANGE:  # asked from past the object's end: nothing
+                return b""
+            raise self.calls.translate(exc, path) from exc
 
     def read_blocks(
         self,
@@ -303,16 +304,6 @@ class S3Backend:
                 raise Changed(f"{self.calls.url(path)} changed at the source while open") from exc
             raise self.calls.translate(exc, path) from exc
 
-    def _get(self, get: Callable[[], T], path: str, terms: RetryTerms | None) -> T:
-        """A GET with retries and its errors translated (a range past the end raised as
-        _RangeNotSatisfiable)."""
-        try:
-            return self.calls.run(get, "GET", path, terms=terms)
-        except Exception as exc:
-            if classify(exc) is Kind.BAD_RANGE:
-                raise _RangeNotSatisfiable from exc
-            raise self.calls.translate(exc, path) from exc
-
     # --- helpers -----------------------------------------------------------------------------
 
     def _list_page(
@@ -343,10 +334,6 @@ class S3Backend:
         entries.sort(key=lambda pair: pair[0])
         for _, info in entries:
             yield info
-
-
-class _RangeNotSatisfiable(Exception):
-    """A GET's range starts past the object's end (416)."""
 
 
 def _client(
