@@ -15,9 +15,11 @@ the mount made and the bytes it received over the file's (its own counters, `.pf
 
     python -m bench.probes.large_reads --baseline /tmp/base --rounds 2
     python -m bench.probes.large_reads --reads checkpoint --variant "--readahead-max 64M"
+    python -m bench.probes.large_reads --latency 0 --reads seq --rounds 1 --profile /tmp/spy
 
-(/tmp/base: `git archive COMMIT pffs backends | tar -x -C /tmp/base`, then its backends moved
-to /tmp/base/pffs/backends, as for epoch_cpu.py.)
+(`--profile PREFIX`: py-spy's raw stacks of every busy thread of this tree's mount, one file per
+read, PREFIX-0ms-seq-1.txt. /tmp/base: `git archive COMMIT pffs backends | tar -x -C
+/tmp/base`, then its backends moved to /tmp/base/pffs/backends, as for epoch_cpu.py.)
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -75,7 +78,13 @@ def _store_cpu(server: Server) -> float:
 
 
 def _round(
-    server: Server, size: int, read: str, root: str, tree: str | None, options: list[str]
+    server: Server,
+    size: int,
+    read: str,
+    root: str,
+    tree: str | None,
+    options: list[str],
+    profile: str | None = None,
 ) -> str:
     mountpoint = tempfile.mkdtemp(dir=root, prefix="mnt-")
     cache = tempfile.mkdtemp(dir=root, prefix="cache-")
@@ -91,6 +100,16 @@ def _round(
     pid = int(mounted.stdout.split("(pid ")[1].split(",")[0])
     try:
         _drop_page_cache()
+        spy = None
+        if profile is not None:  # every busy thread's Python stacks, named by thread
+            py_spy = os.path.join(os.path.dirname(sys.executable), "py-spy")  # the venv's
+            spy_argv = [py_spy, "record", "-p", str(pid), "-o", profile, "-f", "raw"]
+            spy = subprocess.Popen(
+                [*spy_argv, "--threads", "--nonblocking", "--rate", "250"],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            time.sleep(1)
         gets, received = _counters(mountpoint)
         mount_cpu, store_cpu = cpu_seconds(pid) or 0.0, _store_cpu(server)
         started = time.perf_counter()
@@ -99,6 +118,9 @@ def _round(
         mount_cpu = (cpu_seconds(pid) or 0.0) - mount_cpu
         store_cpu = _store_cpu(server) - store_cpu
         gets_after, received_after = _counters(mountpoint)
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)
+            spy.wait()
     finally:
         subprocess.run([sys.executable, "-m", "pffs", "umount", mountpoint], check=False)
     if total != size:
@@ -120,6 +142,7 @@ def main() -> None:
     parser.add_argument("--baseline", metavar="DIR", help="a source tree (see above) to compare")
     parser.add_argument("--options", default="", help="more `pffs mount` options, one string")
     parser.add_argument("--variant", help="one more arm: this tree with these options added")
+    parser.add_argument("--profile", metavar="PREFIX", help="py-spy's stacks of this tree's reads")
     args = parser.parse_args()
     size = parse_size(args.size)
     reads = args.reads.split(",")
@@ -143,7 +166,10 @@ def main() -> None:
                     order = arms if round_ % 2 == 0 else arms[::-1]
                     for read in reads:
                         for label, tree, arm_options in order:
-                            figures = _round(target, size, read, root, tree, arm_options)
+                            profile = None
+                            if args.profile is not None and label == "this tree":
+                                profile = f"{args.profile}-{latency:g}ms-{read}-{round_ + 1}.txt"
+                            figures = _round(target, size, read, root, tree, arm_options, profile)
                             print(f"{latency:3g} ms {read:10} {label:9} round {round_ + 1}:"
                                   f" {figures}", flush=True)  # fmt: skip
                 if target is not server:
