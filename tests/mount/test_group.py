@@ -15,7 +15,6 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
 import pytest
@@ -83,32 +82,21 @@ def group_mounts(
     *extra: str,
     secrets: dict[str, Path] | None = None,
 ) -> Iterator[dict[str, Path]]:
-    """The members' mounts, by name: mounted at once (a `pffs mount` is mostly the start of its
-    two processes, which the two cores run side by side), all unmounted on leaving, each as
-    `mounted` does, a failure to mount or unmount raised."""
-    contexts = {
-        name: mounted(
-            f"s3://{bucket}",
-            cluster.root / name,
-            "--endpoint-url",
-            endpoint,
-            *cluster.options(name, (secrets or {}).get(name)),
-            *extra,
-        )
-        for name in cluster.names
-    }
-    with ThreadPoolExecutor(len(contexts)) as pool:
-        entering = {name: pool.submit(context.__enter__) for name, context in contexts.items()}
-        wait(entering.values())
-        try:
-            for future in entering.values():
-                future.result()  # the first failure to mount, raised
-            yield {name: future.result() for name, future in entering.items()}
-        finally:
-            up = [name for name, future in entering.items() if future.exception() is None]
-            leaving = [pool.submit(contexts[name].__exit__, None, None, None) for name in up]
-            for unmounted in leaving:
-                unmounted.result()
+    with contextlib.ExitStack() as stack:
+        mounts = {}
+        for name in cluster.names:
+            options = cluster.options(name, (secrets or {}).get(name))
+            mounts[name] = stack.enter_context(
+                mounted(
+                    f"s3://{bucket}",
+                    cluster.root / name,
+                    "--endpoint-url",
+                    endpoint,
+                    *options,
+                    *extra,
+                )
+            )
+        yield mounts
 
 
 def put_files(
