@@ -76,7 +76,7 @@ def test_the_tables_and_the_benchmarks_section(figures: dict[str, Any], tmp_path
     assert "| group off |" in table and "one member SIGKILLed" in table
     assert "Targets (issue 37):" in table and "peer hit's p50" in table
     assert "with the group off (no later)" in table  # one run each: no median, no spread
-    # The same figures as medians of two runs each (the second one second slower).
+    # The same figures as medians of two runs each (the second run a second slower).
     twice = {
         **figures,
         **{
