@@ -305,6 +305,23 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
+def run_plan(sizes: GroupSizes, near: Server) -> list[tuple[str, dict[str, Any]]]:
+    """The scenario's runs in order, each a name and `run`'s options: `pairs` of `group` and
+    `alone`, swapped each pair (neither always reads first), the first group run with the
+    latencies; then `kill`, and `shared` over `near` when the sizes ask for it."""
+    runs: list[tuple[str, dict[str, Any]]] = []
+    for pair in range(sizes.pairs):
+        both: list[tuple[str, dict[str, Any]]] = [
+            ("group", {"grouped": True, "latency_rounds": sizes.rounds if pair == 0 else 0}),
+            ("alone", {"grouped": False}),
+        ]
+        runs += both if pair % 2 == 0 else both[::-1]
+    runs.append(("kill", {"grouped": True, "kill": True}))
+    if sizes.shared:
+        runs.append(("shared", {"grouped": False, "shared": near}))
+    return runs
+
+
 def scenario(near: Server, sizes: GroupSizes, workdir: str) -> dict[str, Any]:
     """Every run of the scenario against `near` (put RTT_MS away here); one dict of figures.
     A run that fails is its error ("error: ..."), and the others still run."""
@@ -319,19 +336,10 @@ def scenario(near: Server, sizes: GroupSizes, workdir: str) -> dict[str, Any]:
     with ExitStack() as stack:
         server = far(near, RTT_MS, os.path.join(workdir, "group-delay.log"))
         stack.callback(server.stop)
-        runs: list[tuple[str, dict[str, Any]]] = []
-        for pair in range(sizes.pairs):  # swapped each pair: neither always reads first
-            both: list[tuple[str, dict[str, Any]]] = [
-                ("group", {"grouped": True, "latency_rounds": sizes.rounds if pair == 0 else 0}),
-                ("alone", {"grouped": False}),
-            ]
-            runs += both if pair % 2 == 0 else both[::-1]
-        runs.append(("kill", {"grouped": True, "kill": True}))
         if sizes.shared:  # the tier: a bucket of the same server, near (0 ms)
             client(near).create_bucket(Bucket=SHARED_BUCKET)
-            runs.append(("shared", {"grouped": False, "shared": near}))
         repeated: dict[str, list[dict[str, Any]]] = {"group": [], "alone": []}
-        for name, options in runs:
+        for name, options in run_plan(sizes, near):
             root = Path(tempfile.mkdtemp(prefix=f"group-{name}-", dir=workdir))
             try:
                 figures = run(server, root, data, **options)

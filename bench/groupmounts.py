@@ -88,9 +88,9 @@ def mounts(
         if failures:
             raise RuntimeError(f"pffs mount failed: {'; '.join(failures)}")
         yield points
-    finally:
-        for mnt in points.values():
-            unmount(str(mnt))
+    finally:  # at once: each unmount waits out its own retries, and the caches are not reused
+        with ThreadPoolExecutor(len(points)) as pool:
+            list(pool.map(unmount, map(str, points.values())))
 
 
 def stats_of(mnt: Path) -> dict[str, float]:

@@ -11,10 +11,12 @@ import pytest
 from pffs.testing.servers import MotoServer
 
 
-@pytest.fixture
-def counted(tmp_path: Path) -> Iterator[MotoServer]:
-    """A moto server of this test's own, whose access log counts the requests it served."""
-    with MotoServer(access_log=str(tmp_path / "moto-access.log")) as server:
+@pytest.fixture(scope="module")
+def counted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
+    """A moto server of this module's own, whose access log counts the requests it served:
+    each test of a module counts the paths of bucket names no other test there uses."""
+    log = tmp_path_factory.mktemp("moto-access") / "moto-access.log"
+    with MotoServer(access_log=str(log)) as server:
         yield server
 
 
