@@ -11,7 +11,8 @@ dropped, and reads the file whole:
 - `checkpoint`: 8 MiB reads with a sha256 of every byte (bench/largeobjects.py).
 
 Per read: MB/s, the mount's and the store's (gateway + OSD) CPU per GiB from /proc, the GETs
-the mount made and the bytes it received over the file's (its own counters, `.pffs/stats`).
+the mount made and the bytes it received over the file's (its own counters, `.pffs/stats`),
+and the mount's peak RSS (VmHWM, from its mount to the end of the read).
 
     python -m bench.probes.large_reads --baseline /tmp/base --rounds 2
     python -m bench.probes.large_reads --reads checkpoint --variant "--readahead-max 64M"
@@ -73,6 +74,18 @@ def _counters(mountpoint: str) -> tuple[float, float]:
     return total("pffs_backend_requests_total", "GET"), total("pffs_backend_received_bytes_total")
 
 
+def _peak_rss(pid: int) -> int:
+    """The process's peak resident set (VmHWM), bytes; 0 when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
 def _store_cpu(server: Server) -> float:
     return sum(cpu_seconds(pid) or 0.0 for pid in server.store_pids)
 
@@ -118,6 +131,7 @@ def _round(
         mount_cpu = (cpu_seconds(pid) or 0.0) - mount_cpu
         store_cpu = _store_cpu(server) - store_cpu
         gets_after, received_after = _counters(mountpoint)
+        peak = _peak_rss(pid)
         if spy is not None:
             spy.send_signal(signal.SIGINT)
             spy.wait()
@@ -129,7 +143,8 @@ def _round(
     return (
         f"{size / elapsed / 1e6:6.0f} MB/s  mount {mount_cpu / gib:4.2f}  store"
         f" {store_cpu / gib:4.2f} CPU-s/GiB  {gets_after - gets:4.0f} GETs"
-        f"  {(received_after - received) / size:5.3f} x the file received  (mount pid {pid})"
+        f"  {(received_after - received) / size:5.3f} x the file received"
+        f"  peak RSS {peak / MIB:4.0f} MiB  (mount pid {pid})"
     )
 
 

@@ -80,6 +80,7 @@ class BlockCache:
             keep_block=self.memory.put,
             admit=self.room.admit,
             write_room=self.ahead_budget,
+            on_written=self.memory.discard,
         )
         self._engine = ReadaheadEngine(
             self.ahead_budget,
@@ -248,6 +249,15 @@ class BlockCache:
         if fetched:
             self._disk.write_behind(key, data)
         return data
+
+    def passed(self, key: BlockKey) -> None:
+        """A sequential reader has read past the block (drop-behind): it leaves the memory tier
+        once the disk tier holds it, now or when its write behind is done, so the heap reuses
+        its memory for the blocks ahead rather than growing. A block never going to disk (no
+        tier, a memory-only source, a write declined) stays. Another reader of it finds it on
+        disk, or in the kernel's page cache."""
+        if key in self.memory and self._disk.release(key):
+            self.memory.discard(key)
 
     def expect_reads(self) -> None:
         """Reads may follow soon (a name was looked up): the disk tier's key filter is brought

@@ -29,6 +29,11 @@ Whether a block has an entry is first asked of a filter of the tier's keys held 
 hop. The filter is read from the index again every second while blocks are looked up, since
 other processes (mounts, `pffs warmup`) sharing the directory write to it too.
 
+Drop-behind: a block a sequential reader has passed leaves the memory tier once its entry is
+written (`release`): at once when the tier holds it already, else when its write-behind batch
+is written (`on_written` is told). Blocks whose write is pending are tracked here until their
+batch is written, skipped or failed, so the set is bounded by the write slots.
+
 Blocks of the sources in `memory_only` (a mount table entry's `cache = "memory"`) are never
 looked up or written here; without a tier (`--cache-dir none`) no block is.
 """
@@ -105,12 +110,15 @@ class DiskIO:
         keep_block: Callable[[BlockKey, bytes], None] | None = None,
         admit: Callable[[BlockKey, int], bool] | None = None,
         write_room: int = 0,
+        on_written: Callable[[BlockKey], None] | None = None,
     ) -> None:
         """`memory_only`: sources whose blocks never come here; `keep_block`: where a whole
         block read for a part of it goes (the memory tier), if anywhere; `admit`: whether a
         fetched block may be written (a dataset's stable subset: datasetroom.py);
         `write_room`: bytes of whole blocks that may wait for the disk at once (the budget of
-        bytes loaded ahead), when that is more blocks than two per thread."""
+        bytes loaded ahead), when that is more blocks than two per thread; `on_written`: told
+        of each block `release` asked about once its pending write is done (the memory tier
+        drops it)."""
         self.tier = tier
         self.block_size = block_size
         self.stats = stats
@@ -129,6 +137,10 @@ class DiskIO:
         self._pending_bytes = 0
         self._batch_ready = trio.Event()  # set once a whole batch is pending
         self._writers = 0
+        # Blocks handed to the write-behind and not yet written, skipped or failed: whether a
+        # reader passed them meanwhile (`release`), so that `on_written` is told once written.
+        self._writing: dict[BlockKey, bool] = {}
+        self.on_written = on_written
         # Whole-block reads waiting for a reader task, the tasks running, and whether one of
         # them has not taken its first batch yet (it will take what queues meanwhile).
         self._reads: list[_QueuedRead] = []
@@ -345,6 +357,22 @@ class DiskIO:
 
     # --- writing -----------------------------------------------------------------------------
 
+    def release(self, key: BlockKey) -> bool:
+        """A reader is done with the block: whether the tier holds its entry now (the memory
+        tier may drop it). A block whose write is pending is marked instead, and `on_written`
+        is told of it once that write is done.
+
+        "Holds" is the key filter's answer (the entries this process wrote, and the index's
+        rows it has read): about 1% of blocks the tier does not hold (a write declined or
+        skipped) answer yes, and such a block, dropped, is fetched again if read again.
+        """
+        if not self.holds(key):
+            return False  # never going to disk (no tier, a memory-only source): kept
+        if key in self._writing:
+            self._writing[key] = True
+            return False
+        return self.keys.might_hold(self.name(key))
+
     def write_behind(self, key: BlockKey, data: bytes) -> None:
         """Store a fetched block on disk, behind: nobody waits for it.
 
@@ -357,6 +385,7 @@ class DiskIO:
         if self.admit is not None and not self.admit(key, len(data)):
             self.stats.disk_writes_declined += 1
             return
+        self._writing.setdefault(key, False)
         try:  # a free slot: queued at once, without a background task to wait for one
             self._write_slots.acquire_nowait()
         except trio.WouldBlock:
@@ -379,7 +408,11 @@ class DiskIO:
             pass
 
     async def _queue_when_free(self, key: BlockKey, data: bytes) -> None:
-        await self._write_slots.acquire()
+        try:
+            await self._write_slots.acquire()
+        except BaseException:  # cancelled (the mount ends): never written
+            self._writing.pop(key, None)
+            raise
         self._queue(key, data)
 
     def _queue(self, key: BlockKey, data: bytes) -> None:
@@ -411,19 +444,27 @@ class DiskIO:
                         break  # the other writer took them meanwhile
                 batch = self._take_batch()
                 names = [(self.name(key), data, key.source) for key, data in batch]
+                stored = [False] * len(batch)
                 try:
                     stored = await run_blocking(self.limiter, self.tier.put_batch, names)
                 finally:
-                    for _ in batch:
+                    for (key, _data), here in zip(batch, stored, strict=True):
                         self._write_slots.release()
-                for (name, _data, _source), here in zip(names, stored, strict=True):
-                    if here:
-                        self.keys.add(name)
+                        self._written(key, here)
                 written = sum(stored)
                 self.stats.disk_writes += written
                 self.stats.disk_write_skips += len(batch) - written
         finally:
             self._writers -= 1
+
+    def _written(self, key: BlockKey, here: bool) -> None:
+        """A block's write is done (`here`: its entry stored): it leaves the pending set, and
+        `on_written` is told when a reader passed it meanwhile."""
+        passed = self._writing.pop(key, False)
+        if here:
+            self.keys.add(self.name(key))
+            if passed and self.on_written is not None:
+                self.on_written(key)
 
     def _take_batch(self) -> list[tuple[BlockKey, bytes]]:
         """The oldest queued blocks, up to a batch's worth (at least one)."""

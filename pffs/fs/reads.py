@@ -176,6 +176,11 @@ class Reader:
             elif handle.readahead.sequential:
                 block = await cache.read(key, source, block_length, served=stop - start)
                 pieces.append(memoryview(block)[start:stop])
+                if start == 0 and index > 1 and handle.readahead.reader_window is not None:
+                    # Into a block of a file of several: the one two back is passed
+                    # (drop-behind). Not the one just before: the kernel's READs of one run
+                    # arrive several at once, and one of its end may come after this one.
+                    cache.passed(blocks.key(index - 2))
             else:  # random access: only what is asked of the disk tier
                 pieces.append(await cache.read_part(key, start, stop - start, source, block_length))
         return pieces[0] if len(pieces) == 1 else b"".join(pieces)

@@ -1,4 +1,5 @@
-"""Random reads through a real mount served from the disk tier's open entries (#18)."""
+"""Reads through a real mount and the disk tier: random reads served from its open entries
+(#18), and the blocks a sequential read passed leaving memory once on disk (drop-behind)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import os
 import random
 import re
 import resource
+import time
 from pathlib import Path
 
 import boto3
@@ -14,6 +16,7 @@ import pytest
 from pffs.testing.servers import MotoServer
 from tests.conftest import mounted, run_pffs
 from tests.mount.test_cache_mount import drop_page_cache
+from tests.mount.test_disk_faults import ALWAYS_WRITE, metric, source_with
 
 pytestmark = [pytest.mark.mount]
 MIB = 1 << 20
@@ -100,3 +103,22 @@ def test_a_mount_raises_its_open_file_limit_to_the_hard_one(tmp_path: Path) -> N
         assert int(limit[3]) == hard, limit  # the soft limit, raised from 1,024
     finally:
         run_pffs("umount", str(tmp_path / "mnt"))
+
+
+def test_a_sequential_read_leaves_the_blocks_it_passed_on_disk_not_in_memory(
+    tmp_path: Path,
+) -> None:
+    """Drop-behind: after a whole 64 MiB file is read in order, the memory tier holds about
+    its last blocks, not the file (its default bound, 384 MiB, would hold all of it)."""
+    source, data = source_with(tmp_path, 64 * MIB)
+    options = ("--cache-dir", str(tmp_path / "cache"), *ALWAYS_WRITE)
+    with mounted(source, tmp_path / "mnt", *options) as mnt:
+        with open(mnt / "data.bin", "rb", buffering=0) as f:
+            read = [f.read(MIB) for _ in range(64)]
+        assert b"".join(read) == data
+        # The last blocks' writes behind may still be pending: they leave once written.
+        deadline = time.monotonic() + 60
+        while metric(mnt, "pffs_cache_memory_used_bytes") > 16 * MIB:
+            assert time.monotonic() < deadline, "passed blocks still in memory after a minute"
+            time.sleep(0.1)
+        assert metric(mnt, "pffs_cache_disk_writes_total") == 16
