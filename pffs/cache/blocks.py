@@ -256,7 +256,7 @@ class BlockCache:
         its memory for the blocks ahead rather than growing. A block never going to disk (no
         tier, a memory-only source, a write declined) stays. Another reader of it finds it on
         disk, or in the kernel's page cache."""
-        if key in self.memory and self._disk.release(key):
+        if key in self.memory and self._disk.passed(key):
             self.memory.discard(key)
 
     def expect_reads(self) -> None:

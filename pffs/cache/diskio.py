@@ -30,7 +30,7 @@ hop. The filter is read from the index again every second while blocks are looke
 other processes (mounts, `pffs warmup`) sharing the directory write to it too.
 
 Drop-behind: a block a sequential reader has passed leaves the memory tier once its entry is
-written (`release`): at once when the tier holds it already, else when its write-behind batch
+written (`passed`): at once when the tier holds it already, else when its write-behind batch
 is written (`on_written` is told). Blocks whose write is pending are tracked here until their
 batch is written, skipped or failed, so the set is bounded by the write slots.
 
@@ -117,7 +117,7 @@ class DiskIO:
         fetched block may be written (a dataset's stable subset: datasetroom.py);
         `write_room`: bytes of whole blocks that may wait for the disk at once (the budget of
         bytes loaded ahead), when that is more blocks than two per thread; `on_written`: told
-        of each block `release` asked about once its pending write is done (the memory tier
+        of each block `passed` was told of once its pending write is done (the memory tier
         drops it)."""
         self.tier = tier
         self.block_size = block_size
@@ -138,7 +138,7 @@ class DiskIO:
         self._batch_ready = trio.Event()  # set once a whole batch is pending
         self._writers = 0
         # Blocks handed to the write-behind and not yet written, skipped or failed: whether a
-        # reader passed them meanwhile (`release`), so that `on_written` is told once written.
+        # reader passed them meanwhile (`passed`), so that `on_written` is told once written.
         self._writing: dict[BlockKey, bool] = {}
         self.on_written = on_written
         # Whole-block reads waiting for a reader task, the tasks running, and whether one of
@@ -357,7 +357,7 @@ class DiskIO:
 
     # --- writing -----------------------------------------------------------------------------
 
-    def release(self, key: BlockKey) -> bool:
+    def passed(self, key: BlockKey) -> bool:
         """A reader is done with the block: whether the tier holds its entry now (the memory
         tier may drop it). A block whose write is pending is marked instead, and `on_written`
         is told of it once that write is done.

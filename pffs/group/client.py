@@ -235,7 +235,7 @@ class PeerClient:
         wanted = expected + protocol.FOOTER.size
         if headers.get(b"content-length") != str(wanted).encode():
             raise PeerFailed("wrong length")
-        pieces: list[bytes] = []
+        pieces: list[bytes | memoryview] = []
         try:
             while True:  # h11 holds the body to its Content-Length: a short one is an error
                 event = await self._next(conn, deadline)
@@ -261,18 +261,16 @@ class PeerClient:
         self._idle.clear()
 
 
-def _split_footer(pieces: list[bytes], size: int) -> tuple[bytes, bytes]:
+def _split_footer(pieces: list[bytes | memoryview], size: int) -> tuple[bytes, bytes]:
     """The body's pieces joined, less its last `size` bytes, and those bytes: the block is
-    copied once (the footer may straddle the last two pieces)."""
+    copied once (the footer may straddle the last two pieces; the one it cuts stays a view)."""
     footer = b""
     while len(footer) < size:
         last = pieces.pop()
         cut = len(last) - (size - len(footer))
+        footer = bytes(last[max(cut, 0) :]) + footer
         if cut > 0:
-            pieces.append(last[:cut])
-            footer = last[cut:] + footer
-        else:
-            footer = last + footer
+            pieces.append(memoryview(last)[:cut])
     return b"".join(pieces), footer
 
 
