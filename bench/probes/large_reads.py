@@ -10,13 +10,18 @@ dropped, and reads the file whole:
 - `seq`: 1 MiB reads (the bench's `seqread.fio` does psync reads of 1 MiB);
 - `checkpoint`: 8 MiB reads with a sha256 of every byte (bench/largeobjects.py).
 
-Per read: MB/s, the mount's and the store's (gateway + OSD) CPU per GiB from /proc, the GETs
-the mount made and the bytes it received over the file's (its own counters, `.pffs/stats`),
-and the mount's peak RSS (VmHWM, from its mount to the end of the read).
+Per read: MB/s, the CPU per GiB of the mount, the store (gateway + OSD, from /proc), the
+reader (this process: the read calls and the checkpoint's sha256) and the delay proxy, and
+their total, which against the two cores of this machine shows how near a read is to being
+bound by CPU; then, for pffs, the GETs the mount made and the bytes it received over the
+file's (its own counters, `.pffs/stats`) and the mount's peak RSS (VmHWM, from its mount to the
+end of the read). `--s3fs` adds s3fs-fuse (its disk cache on, as the bench mounts it) as one
+more arm, so pffs's budget is set beside a peer's in the same run window.
 
     python -m bench.probes.large_reads --baseline /tmp/base --rounds 2
     python -m bench.probes.large_reads --reads checkpoint --variant "--readahead-max 64M"
     python -m bench.probes.large_reads --latency 0 --reads seq --rounds 1 --profile /tmp/spy
+    python -m bench.probes.large_reads --s3fs --rounds 3
 
 (`--profile PREFIX`: py-spy's raw stacks of every busy thread of this tree's mount, one file per
 read, PREFIX-0ms-seq-1.txt. /tmp/base: `git archive COMMIT pffs backends | tar -x -C
@@ -36,9 +41,10 @@ import time
 
 from bench.data import client
 from bench.largeobjects import read_whole
+from bench.leftovers import unmount
 from bench.probes.epoch_cpu import _drop_page_cache
 from bench.servers import Launcher, Server, far
-from bench.systems import cpu_seconds
+from bench.systems import S3fs, cpu_seconds
 from pffs.sizes import parse_size
 
 MIB = 1 << 20
@@ -86,8 +92,70 @@ def _peak_rss(pid: int) -> int:
     return 0
 
 
+def _cpu(pid: int | None) -> float:
+    """A process's CPU seconds so far; 0 for none."""
+    return (cpu_seconds(pid) or 0.0) if pid is not None else 0.0
+
+
 def _store_cpu(server: Server) -> float:
-    return sum(cpu_seconds(pid) or 0.0 for pid in server.store_pids)
+    return sum(_cpu(pid) for pid in server.store_pids)
+
+
+def _serving_pid(mountpoint: str) -> int:
+    """The process whose command line names `mountpoint` (s3fs daemonises: no pid is printed)."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    argv = f.read().split(b"\0")
+            except OSError:
+                continue
+            if argv[0].endswith(b"s3fs") and mountpoint.encode() in argv:
+                return int(entry)
+    sys.exit(f"large_reads: no s3fs process serves {mountpoint}")
+
+
+def _reader_cpu() -> float:
+    """This process's CPU seconds: the reader's (the probe reads in its main thread only)."""
+    return time.process_time()
+
+
+def _s3fs_round(server: Server, size: int, read: str, root: str) -> str:
+    """One cold read through s3fs-fuse: MB/s and each side's CPU per GiB."""
+    mountpoint = tempfile.mkdtemp(dir=root, prefix="mnt-")
+    cache = tempfile.mkdtemp(dir=root, prefix="cache-")
+    S3fs().mount(server, "large", mountpoint, cache)
+    try:
+        return _timed_read(server, size, read, mountpoint, _serving_pid(mountpoint))[0]
+    finally:
+        unmount(mountpoint)
+
+
+def _timed_read(
+    server: Server, size: int, read: str, mountpoint: str, pid: int
+) -> tuple[str, float]:
+    """Read the file whole, the page cache dropped first: its figures, and its seconds."""
+    _drop_page_cache()
+    # A far server's own process is its delay proxy; RGW's is among the store's.
+    proxy = server.pid if server.pid not in server.store_pids else None
+    before = (_cpu(pid), _store_cpu(server), _reader_cpu(), _cpu(proxy))
+    started = time.perf_counter()
+    total, _ = read_whole(os.path.join(mountpoint, KEY), READS[read])
+    elapsed = time.perf_counter() - started
+    after = (_cpu(pid), _store_cpu(server), _reader_cpu(), _cpu(proxy))
+    if total != size:
+        sys.exit(f"large_reads: read {total} bytes of {size}")
+    gib = size / (1 << 30)
+    mount_cpu, store_cpu, reader_cpu, proxy_cpu = (
+        b - a for a, b in zip(before, after, strict=True)
+    )
+    all_cpu = mount_cpu + store_cpu + reader_cpu + proxy_cpu
+    figures = (
+        f"{size / elapsed / 1e6:6.0f} MB/s  mount {mount_cpu / gib:4.2f}  store"
+        f" {store_cpu / gib:4.2f}  reader {reader_cpu / gib:4.2f}  proxy {proxy_cpu / gib:4.2f}"
+        f"  total {all_cpu / gib:4.2f} CPU-s/GiB ({all_cpu / elapsed:4.2f} cores)"
+    )
+    return figures, elapsed
 
 
 def _round(
@@ -112,7 +180,6 @@ def _round(
         sys.exit(f"large_reads: pffs mount failed: {mounted.stderr.strip()}")
     pid = int(mounted.stdout.split("(pid ")[1].split(",")[0])
     try:
-        _drop_page_cache()
         spy = None
         if profile is not None:  # every busy thread's Python stacks, named by thread
             py_spy = os.path.join(os.path.dirname(sys.executable), "py-spy")  # the venv's
@@ -124,12 +191,7 @@ def _round(
             )
             time.sleep(1)
         gets, received = _counters(mountpoint)
-        mount_cpu, store_cpu = cpu_seconds(pid) or 0.0, _store_cpu(server)
-        started = time.perf_counter()
-        total, _ = read_whole(os.path.join(mountpoint, KEY), READS[read])
-        elapsed = time.perf_counter() - started
-        mount_cpu = (cpu_seconds(pid) or 0.0) - mount_cpu
-        store_cpu = _store_cpu(server) - store_cpu
+        figures, _ = _timed_read(server, size, read, mountpoint, pid)
         gets_after, received_after = _counters(mountpoint)
         peak = _peak_rss(pid)
         if spy is not None:
@@ -137,12 +199,8 @@ def _round(
             spy.wait()
     finally:
         subprocess.run([sys.executable, "-m", "pffs", "umount", mountpoint], check=False)
-    if total != size:
-        sys.exit(f"large_reads: read {total} bytes of {size}")
-    gib = size / (1 << 30)
     return (
-        f"{size / elapsed / 1e6:6.0f} MB/s  mount {mount_cpu / gib:4.2f}  store"
-        f" {store_cpu / gib:4.2f} CPU-s/GiB  {gets_after - gets:4.0f} GETs"
+        f"{figures}  {gets_after - gets:4.0f} GETs"
         f"  {(received_after - received) / size:5.3f} x the file received"
         f"  peak RSS {peak / MIB:4.0f} MiB  (mount pid {pid})"
     )
@@ -158,6 +216,7 @@ def main() -> None:
     parser.add_argument("--options", default="", help="more `pffs mount` options, one string")
     parser.add_argument("--variant", help="one more arm: this tree with these options added")
     parser.add_argument("--profile", metavar="PREFIX", help="py-spy's stacks of this tree's reads")
+    parser.add_argument("--s3fs", action="store_true", help="one more arm: s3fs-fuse")
     args = parser.parse_args()
     size = parse_size(args.size)
     reads = args.reads.split(",")
@@ -171,6 +230,9 @@ def main() -> None:
         arms.append(("baseline", os.path.abspath(args.baseline), options))
     if args.variant is not None:
         arms.append(("variant", None, [*options, *args.variant.split()]))
+    if args.s3fs:
+        S3fs().check()
+        arms.append(("s3fs", None, []))
     with tempfile.TemporaryDirectory(dir="/var/tmp", prefix="pffs-large-reads-") as root:
         server = Launcher(root).rgw()
         try:
@@ -184,7 +246,11 @@ def main() -> None:
                             profile = None
                             if args.profile is not None and label == "this tree":
                                 profile = f"{args.profile}-{latency:g}ms-{read}-{round_ + 1}.txt"
-                            figures = _round(target, size, read, root, tree, arm_options, profile)
+                            figures = (
+                                _s3fs_round(target, size, read, root)
+                                if label == "s3fs"
+                                else _round(target, size, read, root, tree, arm_options, profile)
+                            )
                             print(f"{latency:3g} ms {read:10} {label:9} round {round_ + 1}:"
                                   f" {figures}", flush=True)  # fmt: skip
                 if target is not server:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 
+from pffs.cache.keys import Block
 from pffs.cache.stats import CacheStats
 
 
@@ -23,10 +24,10 @@ class MemoryTier:
         self.capacity = max(0, capacity)
         self.used = 0
         self.stats = stats
-        self._blocks: OrderedDict[Hashable, bytes] = OrderedDict()
+        self._blocks: OrderedDict[Hashable, Block] = OrderedDict()
         self.on_evict = on_evict
 
-    def get(self, key: Hashable) -> bytes | None:
+    def get(self, key: Hashable) -> Block | None:
         data = self._blocks.get(key)
         if data is not None:
             self._blocks.move_to_end(key)
@@ -35,7 +36,7 @@ class MemoryTier:
     def __contains__(self, key: Hashable) -> bool:
         return key in self._blocks
 
-    def put(self, key: Hashable, data: bytes) -> None:
+    def put(self, key: Hashable, data: Block) -> None:
         if len(data) > self.capacity:
             return  # larger than the whole tier: caching it would only evict everything else
         old = self._blocks.pop(key, None)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from pffs.cache.keys import Block
+
 
 @dataclass
 class CacheStats:
@@ -41,7 +43,7 @@ class CacheStats:
     page_push_skipped: int = 0
     page_push_dropped: int = 0
 
-    def count_fetched(self, data: bytes) -> None:
+    def count_fetched(self, data: Block) -> None:
         """A block came from the store (for a reader, readahead, preload or warmup)."""
         self.misses += 1
         self.bytes_from_store += len(data)

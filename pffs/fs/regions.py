@@ -45,7 +45,7 @@ class _Span:
         self.failed = False
         self.changed = trio.Event()
 
-    def arrived(self, piece: bytes) -> None:
+    def arrived(self, piece: bytes | memoryview) -> None:
         self.data += piece
         self._wake()
 
