@@ -12,9 +12,8 @@ cache, the disk tier's queue and every FUSE reply or peer that took a view of it
 
 Whether anything still holds a block is CPython's reference count of its mapping: every
 memoryview of a mapping, and every slice of one, keeps one reference to it through its shared
-buffer, so a mapping only the pool refers to is free. The pool keeps at most `SPARE_BYTES` of
-mappings; when all are held, `take` gives None and the caller receives into a fresh `bytes`
-as before, so a burst of many readers costs no more memory than it did.
+buffer, so a mapping only the pool refers to is free. A mapping lives as long as its
+block would have as `bytes`; the pool keeps at most `SPARE_BYTES` of free ones beyond that.
 
 Thread-safe: worker threads take buffers while the cache's thread drops blocks.
 """
@@ -28,8 +27,8 @@ import weakref
 
 from pffs.cache.entries import ALIGN
 
-# The pool's bound: about a lone sequential reader's blocks in flight and passed but not yet
-# written (a 32 MiB window of 4 MiB blocks, and the disk tier's write slots).
+# Free mappings the pool keeps for the next blocks; more are let go. Held ones are the blocks'
+# own memory, bounded where the blocks are (the memory tier's bound, the disk tier's queue).
 SPARE_BYTES = 64 << 20
 
 # References to a free mapping while the pool looks at it: its list, the loop's name and
@@ -45,6 +44,7 @@ class BlockMemory:
     """A bounded pool of mappings to receive blocks into (see the module's docstring)."""
 
     def __init__(self, spare_bytes: int = SPARE_BYTES) -> None:
+        """`spare_bytes`: free mappings kept for the next blocks."""
         self.spare_bytes = spare_bytes
         self._mappings: list[mmap.mmap] = []
         self._largest = 0  # new mappings take the largest size asked yet: any block fits one
@@ -55,15 +55,17 @@ class BlockMemory:
 
     def take(self, length: int) -> tuple[memoryview, memoryview] | None:
         """(a writable buffer of `length` bytes to receive a block into, the read-only block
-        it becomes), both starting a free mapping; None when the pool's mappings are all held.
-        The caller drops the writable buffer once the block is in."""
+        it becomes), both starting a free mapping, or a new one when none is free. The caller
+        drops the writable buffer once the block is in. None for a block under half the
+        mappings' size (an object's short last block): its mapping would hold more memory than
+        the cache counts for it."""
         size = _mapping_size(length)
+        if 2 * size < self._largest:
+            return None
         with self._lock:
             mapping = self._free(size)
             if mapping is None:
                 self._largest = max(self._largest, size)
-                if self._allocated() + self._largest > self.spare_bytes:
-                    return None
                 mapping = mmap.mmap(-1, self._largest)
                 self._mappings.append(mapping)
             target = memoryview(mapping)[:length]
@@ -82,22 +84,35 @@ class BlockMemory:
         return mapping
 
     def _free(self, size: int) -> mmap.mmap | None:
+        """A free mapping of at least `size` bytes, if any; free ones beyond the spare bound
+        are let go (unmapped once the pool drops them)."""
+        found: mmap.mmap | None = None
+        kept: list[mmap.mmap] = []
+        spare = 0
         for mapping in self._mappings:
-            if len(mapping) >= size and sys.getrefcount(mapping) <= _FREE_REFERENCES:
-                return mapping
-        return None
-
-    def _allocated(self) -> int:
-        return sum(len(mapping) for mapping in self._mappings)
+            if sys.getrefcount(mapping) > _FREE_REFERENCES:
+                kept.append(mapping)  # a block holds it
+            elif found is None and len(mapping) >= size:
+                found = mapping
+                kept.append(mapping)
+            elif spare + len(mapping) <= self.spare_bytes:
+                spare += len(mapping)
+                kept.append(mapping)
+        self._mappings = kept
+        return found
 
     def held(self) -> int:
-        """Bytes of the pool's mappings some block still holds (for tests)."""
         with self._lock:
             taken = 0
             for mapping in self._mappings:
                 if sys.getrefcount(mapping) > _FREE_REFERENCES:
                     taken += len(mapping)
             return taken
+
+    def kept(self) -> int:
+        """Bytes of every mapping the pool keeps, held or free (for tests)."""
+        with self._lock:
+            return sum(len(mapping) for mapping in self._mappings)
 
 
 # One pool per process: blocks of every mount and source in it share the bound.

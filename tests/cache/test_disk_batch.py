@@ -10,8 +10,8 @@ killed in the middle of a batch leaves no entry that reads back wrong.
 from __future__ import annotations
 
 import errno
-import mmap
 import hashlib
+import mmap
 import shutil
 import signal
 import sqlite3
