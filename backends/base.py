@@ -26,7 +26,7 @@ to the reads and to what it declares.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol, cast
 
@@ -131,11 +131,6 @@ class Backend(Protocol):
         """Up to `length` bytes from `start`; Changed if `version` no longer matches."""
 
 
-# Where a piece may be received (pffs.cache.blockmemory): (a writable buffer of its length,
-# the read-only piece it becomes), or None.
-Receiving = Callable[[int], tuple[memoryview, memoryview] | None]
-
-
 class BlockRunReader(Backend, Protocol):
     """A store that reads consecutive blocks with one request (`block_runs`)."""
 
@@ -146,11 +141,8 @@ class BlockRunReader(Backend, Protocol):
         lengths: Sequence[int],
         version: str | None,
         terms: RetryTerms | None = None,
-        into: Receiving | None = None,
-    ) -> Iterator[bytes | memoryview]:
-        """Pieces of `lengths` from `start`, each yielded on arrival. `into(length)`, when
-        given, is asked for (a writable buffer, the read-only piece it becomes) for each piece,
-        the piece received straight into it; None from it: the piece comes as `bytes`."""
+    ) -> Iterator[bytes]:
+        """Pieces of `lengths` from `start`, each yielded on arrival."""
 
 
 class WritableBackend(Protocol):

@@ -37,7 +37,6 @@ from pffs.backends.base import (
     BlockRunReader,
     Capabilities,
     ObjectInfo,
-    Receiving,
     Writing,
     is_valid_name,
 )
@@ -277,34 +276,24 @@ class S3Backend:
         lengths: Sequence[int],
         version: str | None,
         terms: RetryTerms | None = None,
-        into: Receiving | None = None,
-    ) -> Generator[bytes | memoryview, None, None]:
+    ) -> Generator[bytes, None, None]:
         """Consecutive pieces of `lengths` from `start` in one GET, each yielded as soon as its
-        bytes are in (received straight into `into`'s buffer where it gives one); a retry asks
-        only for the pieces not yet yielded.
+        bytes are in; a retry asks only for the pieces not yet yielded.
 
         One 16 MiB GET instead of four 4 MiB ones: the per-request cost (signing, parsing,
         the server's own) is paid once, which on a small machine is what limits a cold read.
         """
         done = 0
 
-        def get() -> Iterator[bytes | memoryview]:
+        def get() -> Iterator[bytes]:
             nonlocal done
             first = start + sum(lengths[:done])
             key, size = self.prefix + path, sum(lengths[done:])
             with self.engine.get(key, first, size, _if_match(version)) as body:
                 while done < len(lengths):
-                    length = lengths[done]
-                    buffers = None if into is None else into(length)
-                    if buffers is None:
-                        data: bytes | memoryview = body.read(length)
-                        count = len(data)
-                    else:
-                        target, data = buffers
-                        count = body.read_into(target)
-                        del target, buffers  # the piece's only writable view
-                    if count != length:
-                        raise Transient(f"truncated body: {count} of {length} bytes")
+                    data = body.read(lengths[done])
+                    if len(data) != lengths[done]:
+                        raise Transient(f"truncated body: {len(data)} of {lengths[done]} bytes")
                     done += 1
                     yield data
 

@@ -101,15 +101,6 @@ class Body:
         """`size` bytes, or fewer where the body ends early (the caller compares lengths)."""
         return self._read(size)
 
-    def read_into(self, buffer: memoryview) -> int:
-        """Fill `buffer` from the body: the bytes put in it, fewer where the body ends early."""
-        try:
-            return self._response.readinto(buffer)
-        except TimeoutError as exc:
-            raise S3RequestFailed(self._url, unanswered=Unanswered.READ_TIMEOUT) from exc
-        except (http.client.HTTPException, OSError) as exc:
-            raise S3RequestFailed(self._url, unanswered=Unanswered.CUT_SHORT) from exc
-
     def read_all(self, most: int) -> bytes:
         """The whole body, of at most `most` bytes; one cut short or larger raises."""
         if self.content_length is not None and self.content_length > most:

@@ -18,7 +18,7 @@ from pffs.cache.background import Background
 from pffs.cache.datasetroom import DatasetRoom
 from pffs.cache.disk import DiskTier
 from pffs.cache.diskio import DiskIO
-from pffs.cache.keys import Block, BlockKey, BlockSource
+from pffs.cache.keys import BlockKey, BlockSource
 from pffs.cache.memory import MemoryTier
 from pffs.cache.readahead_engine import AheadUsage, ReadaheadEngine
 from pffs.cache.singleflight import SingleFlight
@@ -122,7 +122,7 @@ class BlockCache:
 
     async def read(
         self, key: BlockKey, source: BlockSource, length: int, served: int | None = None
-    ) -> Block:
+    ) -> bytes:
         """The block's `length` bytes, from the nearest tier that has them, else asked of
         `source` (the block source of the object the key names).
 
@@ -160,7 +160,7 @@ class BlockCache:
         *,
         cold_start: bool = False,
         alone: bool = False,
-    ) -> Block:
+    ) -> bytes:
         """Bytes [start, start+length) of a block of `block_length` bytes, for random reads
         and first reads.
 
@@ -264,7 +264,7 @@ class BlockCache:
         up to date meanwhile, so the first read after a quiet while needs no index lookup."""
         self._disk.follow()
 
-    async def held(self, key: BlockKey) -> Block | None:
+    async def held(self, key: BlockKey) -> bytes | None:
         """The block when a tier holds it now; never a fetch, never waiting on one (a cache
         group's previous owner answers with this: joining a fetch there could wait on the asker)."""
         data = self.memory.get(key)

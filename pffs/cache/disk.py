@@ -44,7 +44,6 @@ from typing import Literal, NamedTuple
 
 import diskcache
 
-from pffs.cache.blockmemory import BLOCK_MEMORY
 from pffs.cache.diskindex import BatchIndex, IndexRow, usage_by_tag
 from pffs.cache.disklayout import check_layout
 from pffs.cache.entries import read_block, read_layout, read_range, write_entry
@@ -400,8 +399,7 @@ class DiskTier:
         """Write a block's entry file (not yet in the index); None when that failed."""
         filename = self._cache.disk.filename()[0]
         try:
-            path = os.path.join(self.directory, filename)
-            size = write_entry(path, key, data, self.compress, BLOCK_MEMORY.mapping_of(data))
+            size = write_entry(os.path.join(self.directory, filename), key, data, self.compress)
         except Exception as exc:  # a full disk, an I/O error...: this block is not cached
             log.warning("disk cache write of %s skipped: %s", key, exc)
             if isinstance(exc, OSError) and exc.errno in _OUT_OF_DESCRIPTORS:

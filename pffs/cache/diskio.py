@@ -51,7 +51,7 @@ import trio
 from pffs.cache.background import Background
 from pffs.cache.disk import MISS, DiskRead, DiskTier, entry_key
 from pffs.cache.diskkeys import DiskKeys, keys_after, load_keys
-from pffs.cache.keys import Block, BlockKey
+from pffs.cache.keys import BlockKey
 from pffs.cache.stats import CacheStats
 from pffs.workers import run_blocking
 
@@ -107,7 +107,7 @@ class DiskIO:
         background: Background,
         *,
         memory_only: frozenset[str] = frozenset(),
-        keep_block: Callable[[BlockKey, Block], None] | None = None,
+        keep_block: Callable[[BlockKey, bytes], None] | None = None,
         admit: Callable[[BlockKey, int], bool] | None = None,
         write_room: int = 0,
         on_written: Callable[[BlockKey], None] | None = None,
@@ -133,7 +133,7 @@ class DiskIO:
         self._batch_blocks = min(_BATCH_BLOCKS, slots)
         self._background = background
         # Blocks waiting for a writer (each holds a write slot), and the writers running.
-        self._pending: list[tuple[BlockKey, Block]] = []
+        self._pending: list[tuple[BlockKey, bytes]] = []
         self._pending_bytes = 0
         self._batch_ready = trio.Event()  # set once a whole batch is pending
         self._writers = 0
@@ -373,7 +373,7 @@ class DiskIO:
             return False
         return self.keys.might_hold(self.name(key))
 
-    def write_behind(self, key: BlockKey, data: Block) -> None:
+    def write_behind(self, key: BlockKey, data: bytes) -> None:
         """Store a fetched block on disk, behind: nobody waits for it.
 
         It takes a write slot at once when one is free, else a background task waits for one.
@@ -407,7 +407,7 @@ class DiskIO:
         async with self._write_slots:  # FIFO: behind every block already waiting for a slot
             pass
 
-    async def _queue_when_free(self, key: BlockKey, data: Block) -> None:
+    async def _queue_when_free(self, key: BlockKey, data: bytes) -> None:
         try:
             await self._write_slots.acquire()
         except BaseException:  # cancelled (the mount ends): never written
@@ -415,7 +415,7 @@ class DiskIO:
             raise
         self._queue(key, data)
 
-    def _queue(self, key: BlockKey, data: Block) -> None:
+    def _queue(self, key: BlockKey, data: bytes) -> None:
         """Queue a block for a writer (its write slot taken), starting one if none is free."""
         self._pending.append((key, data))
         self._pending_bytes += len(data)
@@ -466,7 +466,7 @@ class DiskIO:
             if passed and self.on_written is not None:
                 self.on_written(key)
 
-    def _take_batch(self) -> list[tuple[BlockKey, Block]]:
+    def _take_batch(self) -> list[tuple[BlockKey, bytes]]:
         """The oldest queued blocks, up to a batch's worth (at least one)."""
         count, size = 0, 0
         while count < len(self._pending) and count < self._batch_blocks:

@@ -61,7 +61,7 @@ def _aligned(size: int) -> int:
     return -(-size // ALIGN) * ALIGN
 
 
-def worth_trying(data: bytes | memoryview) -> bool:
+def worth_trying(data: bytes) -> bool:
     """Whether lz4 may pay for the block: samples of it spread over its length compress.
 
     Samples from four places rather than one run at the start: a block may open with a
@@ -77,7 +77,7 @@ def worth_trying(data: bytes | memoryview) -> bool:
     return packed < _WORTH_IT * sum(len(sample) for sample in samples)
 
 
-def _packed(data: bytes | memoryview, compress: bool) -> bytes | None:
+def _packed(data: bytes, compress: bool) -> bytes | None:
     """The block lz4-compressed when compression is on and saves at least 10%, else None."""
     if compress and len(data) > 256 and worth_trying(data):
         packed: bytes = lz4.block.compress(data, store_size=False)
@@ -297,21 +297,11 @@ def _copy_with_crcs(target: memoryview, data: bytes | memoryview) -> array.array
     return crcs
 
 
-def write_entry(
-    path: str, key: str, data: bytes | memoryview, compress: bool, mapping: mmap.mmap | None = None
-) -> int:
+def write_entry(path: str, key: str, data: bytes, compress: bool) -> int:
     """Write the block's entry (header region, payload, zero padding) to a new file with
-    O_DIRECT; its size. `mapping`: the page-aligned mapping `data` starts, with room for its
-    padding (pffs.cache.blockmemory): an uncompressed block is then written as it lies, not
-    copied. Otherwise the payload is copied once, into an aligned buffer, and an uncompressed
-    block's CRC table is taken from that copy."""
+    O_DIRECT; its size. The payload is copied once, into an aligned buffer, and an
+    uncompressed block's CRC table is taken from that copy."""
     packed = _packed(data, compress)
-    if packed is None and mapping is not None:
-        try:
-            return _write_in_place(path, key, data, mapping)
-        except OSError as exc:  # O_DIRECT refused the mapping after all: written copied
-            if exc.errno != errno.EINVAL:
-                raise
     region = _region_size(len(data))
     stored = len(data) if packed is None else len(packed)
     end = region + stored
@@ -327,46 +317,23 @@ def write_entry(
             flags = 0 if packed is None else _COMPRESSED
             view[:region] = _header_region(key, flags, len(data), stored, crcs)
             view[end:total] = bytes(total - end)
-            _write_new_file(path, [view[:total]])
+            _write_new_file(path, view[:total])
     finally:
         _give_back(buffer)
     return total
 
 
-def _write_in_place(path: str, key: str, data: bytes | memoryview, mapping: mmap.mmap) -> int:
-    """The entry of a block lying at the start of `mapping`: its header region from an aligned
-    buffer, then the block itself, its zero padding put in the mapping after it."""
-    length = len(data)
-    padded = _aligned(length)
-    mapping[length:padded] = bytes(padded - length)  # beyond the block: no view of it sees this
-    header = _header_region(key, 0, length, length, _crc_table(data))
-    buffer = _take_buffer(len(header))
-    try:
-        view = memoryview(buffer)[: len(header)]
-        view[:] = header
-        _write_new_file(path, [view, memoryview(mapping)[:padded]])
-    finally:
-        _give_back(buffer)
-    return len(header) + padded
-
-
-def _write_new_file(path: str, parts: list[memoryview]) -> None:
-    """Create the file at `path` (its directory too when it went) and write `parts` in order."""
+def _write_new_file(path: str, content: memoryview) -> None:
+    """Create the file at `path` (its directory too when it went) and write `content`."""
     try:
         fd = _open_for_write(path)
     except FileNotFoundError:  # its directory was removed (an emptied cache, say)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         fd = _open_for_write(path)
     try:
-        offset = 0
-        while parts:
-            written = os.pwritev(fd, parts, offset)
-            offset += written
-            while parts and written >= len(parts[0]):  # drop what went; cut into the rest
-                written -= len(parts[0])
-                parts = parts[1:]
-            if parts:
-                parts = [parts[0][written:], *parts[1:]]
+        written = 0
+        while written < len(content):
+            written += os.pwrite(fd, content[written:], written)
     except BaseException:
         os.close(fd)
         os.unlink(path)

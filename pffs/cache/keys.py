@@ -77,10 +77,7 @@ class ObjectBlocks:
 
 # Loads one block from the store (a reader's miss, or warmup).
 # A run of blocks as they land: `async with source.run(first, count) as blocks: async for ...`
-# A block's bytes: `bytes`, or a read-only view of block memory (pffs.cache.blockmemory) for a
-# block streamed from a store, which the disk tier writes without a copy.
-Block = bytes | memoryview
-Blocks = AbstractAsyncContextManager[ReceiveChannel[tuple[int, Block]]]
+Blocks = AbstractAsyncContextManager[ReceiveChannel[tuple[int, bytes]]]
 
 
 class BlockSource(Protocol):

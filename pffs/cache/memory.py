@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 
-from pffs.cache.keys import Block
 from pffs.cache.stats import CacheStats
 
 
@@ -24,10 +23,10 @@ class MemoryTier:
         self.capacity = max(0, capacity)
         self.used = 0
         self.stats = stats
-        self._blocks: OrderedDict[Hashable, Block] = OrderedDict()
+        self._blocks: OrderedDict[Hashable, bytes] = OrderedDict()
         self.on_evict = on_evict
 
-    def get(self, key: Hashable) -> Block | None:
+    def get(self, key: Hashable) -> bytes | None:
         data = self._blocks.get(key)
         if data is not None:
             self._blocks.move_to_end(key)
@@ -36,7 +35,7 @@ class MemoryTier:
     def __contains__(self, key: Hashable) -> bool:
         return key in self._blocks
 
-    def put(self, key: Hashable, data: Block) -> None:
+    def put(self, key: Hashable, data: bytes) -> None:
         if len(data) > self.capacity:
             return  # larger than the whole tier: caching it would only evict everything else
         old = self._blocks.pop(key, None)

@@ -18,14 +18,14 @@ from contextlib import contextmanager
 
 import trio
 
-from pffs.cache.keys import Block, BlockKey
+from pffs.cache.keys import BlockKey
 from pffs.errors import Corrupted
 
 
 class Pieces:
     def __init__(self, length: int) -> None:
         self.length = length
-        self._pieces: list[Block] = []
+        self._pieces: list[bytes] = []
         self._got = 0
         self._done = False
         self.error: BaseException | None = None
@@ -36,14 +36,14 @@ class Pieces:
         """Nothing arrived yet, nor ended: a fetch starting now may fill it."""
         return not self._pieces and not self._done
 
-    def add(self, piece: Block) -> None:
+    def add(self, piece: bytes) -> None:
         if self._done or self._got + len(piece) > self.length:
             return  # a store that sends more than the block (never expected): cut at its end
         self._pieces.append(piece)
         self._got += len(piece)
         self._wake()
 
-    def finish(self, data: Block) -> None:
+    def finish(self, data: bytes) -> None:
         """The whole block: the pieces not yet added are its rest."""
         if self._done:
             return
@@ -67,7 +67,7 @@ class Pieces:
             await self._changed.wait()
         return bool(self._pieces)
 
-    async def stream(self) -> AsyncIterator[Block]:
+    async def stream(self) -> AsyncIterator[bytes]:
         """Every piece in order, as it arrives; the error raised when the fetch failed."""
         sent = 0
         while True:

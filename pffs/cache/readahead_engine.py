@@ -27,7 +27,7 @@ import trio
 
 from pffs.cache.background import Background
 from pffs.cache.diskio import DiskIO
-from pffs.cache.keys import Block, BlockKey, BlockSource
+from pffs.cache.keys import BlockKey, BlockSource
 from pffs.cache.memory import MemoryTier
 from pffs.cache.singleflight import Flight, SingleFlight
 from pffs.cache.stats import CacheStats
@@ -293,7 +293,7 @@ class ReadaheadEngine:
             run.window.fetched(trio.current_time() - asked)
         return fetched
 
-    def _land(self, key: BlockKey, flight: Flight, data: Block, tier: str) -> None:
+    def _land(self, key: BlockKey, flight: Flight, data: bytes, tier: str) -> None:
         """A block arrived: into memory, and to everyone waiting on its flight."""
         self.memory.put(key, data)
         if flight.ahead:  # loaded ahead and not yet asked for

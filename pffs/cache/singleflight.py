@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import trio
 
-from pffs.cache.keys import Block, BlockKey
+from pffs.cache.keys import BlockKey
 
 
 class Flight:
@@ -19,12 +19,12 @@ class Flight:
 
     def __init__(self, ahead: bool = False) -> None:
         self.done = trio.Event()
-        self.data: Block | None = None
+        self.data: bytes | None = None
         self.error: BaseException | None = None
         self.ahead = ahead  # loaded ahead, and no reader has asked for it yet
         self.tier = "store"  # where the bytes came from: "disk" or "store" (for metrics)
 
-    async def outcome(self) -> Block | None:
+    async def outcome(self) -> bytes | None:
         """Wait for the flight to end: its bytes, its error raised, or None when abandoned."""
         await self.done.wait()
         if self.error is not None:
@@ -50,7 +50,7 @@ class SingleFlight:
         self._flights[key] = flight
         return flight
 
-    def land(self, key: BlockKey, flight: Flight, data: Block, tier: str) -> None:
+    def land(self, key: BlockKey, flight: Flight, data: bytes, tier: str) -> None:
         """The block arrived (from `tier`): to everyone waiting on its flight."""
         flight.tier = tier
         flight.data = data

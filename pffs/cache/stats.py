@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from pffs.cache.keys import Block
-
 
 @dataclass
 class CacheStats:
@@ -43,7 +41,7 @@ class CacheStats:
     page_push_skipped: int = 0
     page_push_dropped: int = 0
 
-    def count_fetched(self, data: Block) -> None:
+    def count_fetched(self, data: bytes) -> None:
         """A block came from the store (for a reader, readahead, preload or warmup)."""
         self.misses += 1
         self.bytes_from_store += len(data)

@@ -32,9 +32,8 @@ from typing import TYPE_CHECKING, TypeVar
 
 import trio
 
-from pffs.backends.base import Backend, Receiving, block_runs
-from pffs.cache.blockmemory import BLOCK_MEMORY
-from pffs.cache.keys import Block, Blocks, BlockSource, ObjectBlocks
+from pffs.backends.base import Backend, block_runs
+from pffs.cache.keys import Blocks, BlockSource, ObjectBlocks
 from pffs.cache.pieces import Arriving
 from pffs.errors import Corrupted, SourceDown, Transient
 from pffs.pace import Pace, Use
@@ -129,7 +128,7 @@ class StoreBlocks:
     @trio.as_safe_channel
     async def _runs(
         self, first: int, count: int, ahead: bool
-    ) -> AsyncGenerator[tuple[int, Block], None]:
+    ) -> AsyncGenerator[tuple[int, bytes], None]:
         """Blocks first..first+count-1, each yielded once its last byte is in: from `stream`
         (one GET) where the store streams runs, else a ranged GET per block. With a board of
         arriving blocks (pffs.cache.pieces), each block is announced on it for the run's time
@@ -153,11 +152,9 @@ class StoreBlocks:
                 for index in indices:
                     expecting = board.expecting(blocks.key(index), blocks.length(index))
                     on_board[index] = announced.enter_context(expecting)
-            received: list[Block] = []
+            received: list[bytes] = []
             number = -1
-            # Whole blocks are received into block memory, which the disk tier writes as it is.
-            into = BLOCK_MEMORY.take if board is None else None
-            async with self.stream(blocks.start(first), lengths, ahead, into) as arriving:
+            async with self.stream(blocks.start(first), lengths, ahead) as arriving:
                 async for piece in arriving:
                     number += 1
                     index = plan[number]
@@ -173,8 +170,8 @@ class StoreBlocks:
 
     @trio.as_safe_channel
     async def stream(
-        self, offset: int, lengths: Sequence[int], ahead: bool, into: Receiving | None = None
-    ) -> AsyncGenerator[bytes | memoryview, None]:
+        self, offset: int, lengths: Sequence[int], ahead: bool
+    ) -> AsyncGenerator[bytes, None]:
         """The one streamed read of the store: bytes from `offset` in one GET (a store that
         streams runs), in pieces of `lengths`, each yielded in order as it arrives; a failure
         is raised after the pieces that did arrive. The blocks of a run are pieces put
@@ -182,23 +179,22 @@ class StoreBlocks:
         (pffs.fs.regions), are handed out as they come. `ahead`: a load ahead, in a place of
         the pace, its failure not marking the source down (its readers ask themselves); else a
         reader's request. The request's retries ask only for the pieces not yet handed over
-        (the backend's `read_blocks`, which receives each into `into`'s buffer where it gives
-        one), pinned to the version opened."""
+        (the backend's `read_blocks`), pinned to the version opened."""
         streaming = block_runs(self.store.backend)
         assert streaming is not None  # callers check (streams_ranges)
         # Room for every piece, so the store's worker never waits on the caller.
-        send, receive = trio.open_memory_channel[bytes | memoryview](len(lengths))
+        send, receive = trio.open_memory_channel[bytes](len(lengths))
         token = trio.lowlevel.current_trio_token()
         failure: Exception | None = None
         ended = False
 
-        def arrived(piece: bytes | memoryview) -> None:  # in this trio thread, in order
+        def arrived(piece: bytes) -> None:  # in this trio thread, in order
             if not ended:  # else a worker abandoned at a cancellation: nobody waits any more
                 send.send_nowait(piece)
 
         def read(terms: RetryTerms) -> None:  # in the worker thread: each piece into trio's
             path, version = self.blocks.path, self.blocks.version
-            for piece in streaming.read_blocks(path, offset, lengths, version, terms, into):
+            for piece in streaming.read_blocks(path, offset, lengths, version, terms):
                 token.run_sync_soon(arrived, piece)
 
         async def request() -> None:

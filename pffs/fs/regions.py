@@ -45,7 +45,7 @@ class _Span:
         self.failed = False
         self.changed = trio.Event()
 
-    def arrived(self, piece: bytes | memoryview) -> None:
+    def arrived(self, piece: bytes) -> None:
         self.data += piece
         self._wake()
 

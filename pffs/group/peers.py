@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 
 import trio
 
-from pffs.cache.keys import Block, ObjectBlocks
+from pffs.cache.keys import ObjectBlocks
 from pffs.config import GroupConfig
 from pffs.group import stats
 from pffs.group.breaker import PeerBreaker
@@ -299,7 +299,7 @@ class Group:
             or self.previous_owner(blocks, index) is not None
         )
 
-    def landed(self, blocks: ObjectBlocks, index: int, data: Block) -> None:
+    def landed(self, blocks: ObjectBlocks, index: int, data: bytes) -> None:
         """A block the store served: nothing to do (its owner is this member, or a peer failed)."""
 
     def close(self) -> None:

@@ -20,13 +20,11 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import cast
 
 import crc32c
 import h11
 import trio
 
-from pffs.cache.keys import Block
 from pffs.cache.pieces import Pieces
 from pffs.errors import UsageError
 from pffs.group import protocol, stats
@@ -64,8 +62,8 @@ class AskSecond(Exception):
 # cached-only request of a block this member does not hold; Refused for a block it may not
 # serve (NotServed: 421); AskSecond for a hot block's request its second copy serves; any
 # other error is a 503.
-BlockHandler = Callable[[BlockRequest], Awaitable[Block | Pieces | None]]
-Body = Block | Pieces
+BlockHandler = Callable[[BlockRequest], Awaitable[bytes | Pieces | None]]
+Body = bytes | Pieces
 
 
 class PeerServer:
@@ -224,7 +222,7 @@ async def _reply(
         return
     if isinstance(body, Pieces):
         crc = 0
-        pending: list[Block] = [head]
+        pending = [head]
         pieces = body.stream()
         while True:
             try:
@@ -246,15 +244,12 @@ async def _reply(
     stats.PEER_BYTES.labels(way="served").inc(length - protocol.FOOTER.size)
 
 
-def _framed(conn: h11.Connection, data: Block) -> list[Block]:
+def _framed(conn: h11.Connection, data: bytes) -> list[bytes]:
     """`data` as a body's bytes on the wire, not copied (a Content-Length body: as it is)."""
-    # h11 passes any bytes-like body through as it is (its annotations say bytes).
-    framed: list[Block] = []
-    framed += conn.send_with_data_passthrough(h11.Data(data=cast(bytes, data))) or []
-    return framed
+    return conn.send_with_data_passthrough(h11.Data(data=data)) or []
 
 
-async def _send(stream: trio.SocketStream, parts: list[Block]) -> None:
+async def _send(stream: trio.SocketStream, parts: list[bytes]) -> None:
     """Every byte of `parts`, in order, gathered into as few system calls as the socket takes."""
     views = [memoryview(part) for part in parts if part]
     while views:

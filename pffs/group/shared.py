@@ -25,7 +25,7 @@ from typing import Protocol
 import crc32c
 import trio
 
-from pffs.cache.keys import Block, ObjectBlocks
+from pffs.cache.keys import ObjectBlocks
 from pffs.errors import NotFound
 from pffs.group import stats
 from pffs.group.claims import WAIT, Claims
@@ -60,7 +60,7 @@ def object_name(blocks: ObjectBlocks, index: int) -> str:
     return f"{hashlib.sha256(key.encode()).hexdigest()}/{index}"
 
 
-def pack(blocks: ObjectBlocks, index: int, data: Block) -> bytes:
+def pack(blocks: ObjectBlocks, index: int, data: bytes) -> bytes:
     version = hashlib.sha256(blocks.version.encode()).digest()
     return HEADER.pack(MAGIC, crc32c.crc32c(data), len(data), index, version) + data
 
@@ -183,7 +183,7 @@ class SharedTier:
         stats.PEER_BYTES.labels(way="received").inc(len(data))
         return data
 
-    def landed(self, blocks: ObjectBlocks, index: int, data: Block) -> None:
+    def landed(self, blocks: ObjectBlocks, index: int, data: bytes) -> None:
         name = self._name(blocks, index)
         if self._pending >= MAX_PENDING and not self._mine(name):
             stats.TIER_WRITES.labels(outcome="dropped").inc()

@@ -26,7 +26,7 @@ from typing import Protocol
 
 import trio
 
-from pffs.cache.keys import Block, BlockSource, ObjectBlocks
+from pffs.cache.keys import BlockSource, ObjectBlocks
 from pffs.cache.pieces import Arriving
 
 
@@ -37,7 +37,7 @@ class Tier(Protocol):
     async def fetch_block(self, blocks: ObjectBlocks, index: int) -> bytes | None:
         """The block, checked; None when the store must serve it."""
 
-    def landed(self, blocks: ObjectBlocks, index: int, data: Block) -> None:
+    def landed(self, blocks: ObjectBlocks, index: int, data: bytes) -> None:
         """A block the store served (called from the trio task that received it)."""
 
     def close(self) -> None: ...
@@ -106,13 +106,13 @@ class TierFirst:
         return data
 
     @trio.as_safe_channel
-    async def run(self, first: int, count: int) -> AsyncGenerator[tuple[int, Block], None]:
+    async def run(self, first: int, count: int) -> AsyncGenerator[tuple[int, bytes], None]:
         """The blocks the tier may hold are asked of it at once; each is yielded in order, the
         tier's when it gave it, else the store's (in runs, for blocks only the store serves)."""
         blocks, tier = self.blocks, self.tier
         end = first + count
         asked = [i for i in range(first, end) if tier.asks(blocks, i)]
-        results: dict[int, Block | None] = {}
+        results: dict[int, bytes | None] = {}
         arrived = {index: trio.Event() for index in asked}
 
         async def ask(index: int) -> None:

@@ -19,7 +19,7 @@ import trio
 
 from pffs import retry
 from pffs.cache.blocks import BlockCache
-from pffs.cache.keys import Block, Blocks, ObjectBlocks
+from pffs.cache.keys import Blocks, ObjectBlocks
 from pffs.cache.pieces import Arriving, Pieces
 from pffs.fs.fetching import Store, StoreBlocks
 from pffs.group.peers import Group
@@ -37,7 +37,7 @@ class PeerBlocks:
         self.cache = cache
         self.arriving = arriving  # the blocks on their way to this mount, piece by piece
 
-    async def serve(self, request: BlockRequest) -> Block | Pieces | None:
+    async def serve(self, request: BlockRequest) -> bytes | Pieces | None:
         blocks, index = request.blocks, request.index
         store = self._store_of(blocks)
         key = blocks.key(index)

@@ -29,7 +29,6 @@ from botocore.credentials import RefreshableCredentials
 from pffs.backends.s3 import S3Backend
 from pffs.backends.s3errors import S3RequestFailed, Unanswered
 from pffs.backends.s3get import LeanGetEngine
-from pffs.cache.blockmemory import BlockMemory
 from pffs.config import RetryConfig, SourceConfig
 from pffs.errors import BackendError, Changed, NotFound, PermissionDenied, Transient, UsageError
 from pffs.testing.faults import FaultProxy
@@ -99,26 +98,6 @@ def test_each_fault_costs_one_retry_and_bytes_stay_exact(
     assert got == [DATA[: 1 << 20], DATA[1 << 20 : 2 << 20], DATA[2 << 20 :]]
     assert proxy.injected[fault] == 2
     assert backend.retries == 2
-
-
-@pytest.mark.parametrize("fault", ["reset", "truncate", "stall"])
-def test_pieces_received_into_block_memory_stay_exact_through_faults(
-    proxy: FaultProxy, stored: tuple[str, str], fault: str
-) -> None:
-    """A retried GET receives into fresh buffers: a piece cut short never reaches the caller,
-    and every piece that does is the object's bytes, in a mapping of the pool."""
-    bucket, etag = stored
-    backend = _backend(proxy.endpoint_url, bucket, read_timeout=0.5)
-    memory = BlockMemory()
-    proxy.inject(fault)
-    got = list(backend.read_blocks("data", 0, [1 << 20] * 3, etag, into=memory.take))
-    assert all(memory.mapping_of(piece) is not None for piece in got)
-    assert [bytes(piece) for piece in got] == [
-        DATA[: 1 << 20],
-        DATA[1 << 20 : 2 << 20],
-        DATA[2 << 20 :],
-    ]
-    assert proxy.injected[fault] == 1
 
 
 def test_a_store_that_keeps_failing_gives_transient(

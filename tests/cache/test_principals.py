@@ -16,7 +16,7 @@ import trio
 from pffs.cache.blocks import BlockCache
 from pffs.cache.datasetroom import DatasetRoom
 from pffs.cache.disk import entry_key
-from pffs.cache.keys import Block, BlockKey, ObjectBlocks
+from pffs.cache.keys import BlockKey, ObjectBlocks
 from pffs.errors import PermissionDenied
 from tests.cache.configs import KIB, FetchSource, cache_config
 
@@ -84,7 +84,7 @@ def test_a_block_one_principal_cached_on_disk_is_not_served_to_another(tmp_path:
 def test_two_principals_in_one_process_share_neither_memory_nor_a_fetch() -> None:
     """Both readers at once: each waits on its own fetch, never on the other's."""
     cache = BlockCache(cache_config(None, BLOCK))
-    results: dict[str, Block | Exception] = {}
+    results: dict[str, bytes | Exception] = {}
 
     async def slow_allowed() -> bytes:
         await trio.sleep(0.05)

@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 import trio
 
-from pffs.cache.keys import Block, BlockKey
+from pffs.cache.keys import BlockKey
 from pffs.cache.singleflight import Flight, SingleFlight
 from pffs.errors import Transient
 
 KEY = BlockKey("s", "u", "p", "v", 0)
 
 
-async def _wait(flight: Flight, got: list[Block | None]) -> None:
+async def _wait(flight: Flight, got: list[bytes | None]) -> None:
     got.append(await flight.outcome())
 
 
@@ -20,7 +20,7 @@ def test_waiters_get_the_bytes_and_where_they_came_from() -> None:
     flights = SingleFlight()
     flight = flights.start(KEY)
     assert KEY in flights and flights.get(KEY) is flight and not flight.ahead
-    got: list[Block | None] = []
+    got: list[bytes | None] = []
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:

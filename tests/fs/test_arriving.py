@@ -10,7 +10,7 @@ import random
 import trio
 
 from pffs.backends import open_backend
-from pffs.cache.keys import Block, ObjectBlocks
+from pffs.cache.keys import ObjectBlocks
 from pffs.cache.pieces import Arriving, Pieces
 from pffs.config import SourceConfig
 from pffs.fs.fetching import PIECE, Store, StoreBlocks
@@ -19,7 +19,7 @@ from pffs.routing.table import Mounted
 BLOCK = 2 * PIECE
 
 
-async def collected(pieces: Pieces) -> list[Block]:
+async def collected(pieces: Pieces) -> list[bytes]:
     return [piece async for piece in pieces.stream()]
 
 

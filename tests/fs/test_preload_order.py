@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from pffs.cache.keys import Block, ObjectBlocks
+from pffs.cache.keys import ObjectBlocks
 from pffs.cache.preload import Items
 from pffs.config import PreloadConfig
 from pffs.fs import datasets
@@ -34,7 +34,7 @@ class HoldsNothing:
     async def fetch_block(self, blocks: ObjectBlocks, index: int) -> bytes | None:
         return None
 
-    def landed(self, blocks: ObjectBlocks, index: int, data: Block) -> None:
+    def landed(self, blocks: ObjectBlocks, index: int, data: bytes) -> None:
         pass
 
     def close(self) -> None:

@@ -175,24 +175,14 @@ class RunStore(FakeStore):
         self.blocks_delivered = 0
         self.fail_at = fail_at
 
-    def read_blocks(
-        self, path, start, lengths, version, terms=None, into=None
-    ) -> Iterator[bytes | memoryview]:
+    def read_blocks(self, path, start, lengths, version, terms=None) -> Iterator[bytes]:
         self.requests += 1
         offset = start
         for length in lengths:
             if self.fail_at and self.blocks_delivered + 1 == self.fail_at:
                 self.fail_at = 0
                 raise Transient("connection reset in the middle of a run")
-            data = self.read_range(path, offset, length, version)
-            buffers = None if into is None else into(length)
-            if buffers is None:
-                yield data
-            else:  # as S3Backend does: received into block memory
-                target, block = buffers
-                target[:] = data
-                del target, buffers
-                yield block
+            yield self.read_range(path, offset, length, version)
             self.blocks_delivered += 1
             offset += length
 
