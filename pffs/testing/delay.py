@@ -15,7 +15,7 @@ pages over), and each pipe is spliced on to the other socket when due. A copy th
 space cost about 0.8 CPU-s per GiB forwarded here, most of it the two copies and the pages the
 received chunks were put in (docs/notes/delay-proxy-splice.md). One asyncio thread serves every
 connection; one timer per direction at a time. Backpressure: a direction holding
-`_PIPES_IN_FLIGHT` pipes stops reading its source until some are written.
+`PIPES_IN_FLIGHT` pipes stops reading its source until some are written.
 
 In-process (`with DelayProxy(port, rtt_ms=20) as proxy:` then `proxy.endpoint_url`), or as a
 process of its own, which keeps it off the GIL of whatever it measures:
@@ -44,7 +44,7 @@ _PIPE_BYTES = 1 << 20
 # Pipes a direction may hold before its source stops being read, two descriptors each. A read
 # moved 220 KiB on average at 1.4 GB/s here, so 64 hold more than a bandwidth-delay product
 # at a GB/s and 20 ms: backpressure never throttles a healthy stream.
-_PIPES_IN_FLIGHT = 64
+PIPES_IN_FLIGHT = 64
 # Out of descriptors: how long a source or the listener rests before it is read again.
 _RETRY_AFTER_EMFILE = 0.05
 # Empty pipes kept for the next reads, across connections.
@@ -140,7 +140,7 @@ class _Direction:
     def read(self) -> None:
         """Splice what the source has into pipes, each stamped with when it is due."""
         due = max(self._loop.time(), self._not_before) + self._hold
-        while len(self._held) < _PIPES_IN_FLIGHT:
+        while len(self._held) < PIPES_IN_FLIGHT:
             try:
                 pipe = self._pipes.take()
             except OSError as exc:  # out of descriptors: read again once some are back
@@ -155,8 +155,8 @@ class _Direction:
                 self._pipes.give(pipe)
                 break
             except OSError as exc:
-                self._pipes.give(pipe)
                 if exc.errno not in _GONE:
+                    self._pipes.give(pipe)
                     raise
                 moved = 0  # reset by the peer: what it sent before still travels, then an EOF
             if moved == 0:
@@ -176,6 +176,10 @@ class _Direction:
             # once, as a client that sets TCP_QUICKACK does (pffs does); a client that delays
             # its ACKs would pay them against a real far server, which the proxy cannot show.
             self.source.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
+
+    def held_pipes(self) -> int:
+        """Pipes holding this direction's bytes now (for tests)."""
+        return sum(held.pipe is not None for held in self._held)
 
     def _hold_bytes(self, held: _Held) -> None:
         self._held.append(held)

@@ -4,6 +4,7 @@ is measured by hand (docs/BENCHMARKS.md), never asserted."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.client
 import socket
@@ -16,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from pffs.testing.delay import DelayProxy
+from pffs.testing.delay import PIPES_IN_FLIGHT, DelayProxy
 
 
 def body_of(size: int) -> bytes:
@@ -182,3 +183,75 @@ def test_a_negative_round_trip_is_refused_in_one_line() -> None:
     )
     assert result.returncode == 2
     assert "expected HOST:PORT, got 'nowhere'" in result.stderr.strip().splitlines()[-1]
+
+
+def _numbered(count: int) -> Iterator[bytes]:
+    """`count` chunks of 64 KiB, each opening with its number: a chunk lost, doubled or out of
+    order shows."""
+    filler = bytes(range(256)) * 256
+    for number in range(count):
+        yield number.to_bytes(8, "big") + filler[8:]
+
+
+def test_a_reader_that_stalls_holds_the_upstream_back_and_misses_nothing() -> None:
+    chunks = 1024  # 64 MiB: more than the proxy holds in its pipes and the sockets' buffers
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+
+        def serve() -> None:
+            connection, _ = listener.accept()
+            with connection:
+                for chunk in _numbered(chunks):
+                    connection.sendall(chunk)
+
+        threading.Thread(target=serve, daemon=True).start()
+        with (
+            DelayProxy(listener.getsockname()[1], rtt_ms=2) as proxy,
+            socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as reader,
+        ):
+            time.sleep(1.0)  # the reader reads nothing: the proxy must stop taking more
+            (link,) = proxy.links
+            assert link.down is not None
+            held = link.down.held_pipes()
+            assert 0 < held <= PIPES_IN_FLIGHT
+            received = bytearray()
+            while chunk := reader.recv(1 << 20):
+                received += chunk
+    assert bytes(received) == b"".join(_numbered(chunks))
+
+
+def test_an_upstream_reset_leaves_the_next_connections_exact(upstream: Upstream) -> None:
+    """A reset mid-answer ends that connection only; the pipes it held are not handed out
+    twice, so the connections after it still carry their own bytes."""
+    with socket.create_server(("127.0.0.1", 0)) as resetting:
+
+        def reset_each() -> None:
+            for _ in range(8):
+                connection, _ = resetting.accept()
+                connection.sendall(b"x" * 100_000)
+                # SO_LINGER 0: the close sends a reset, not a FIN
+                connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\1\0\0\0\0\0\0\0")
+                connection.close()
+
+        threading.Thread(target=reset_each, daemon=True).start()
+        with DelayProxy(resetting.getsockname()[1], rtt_ms=2) as proxy:
+            for _ in range(8):
+                with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as reader:
+                    reader.sendall(b"GET / HTTP/1.1\r\n\r\n")
+                    with contextlib.suppress(ConnectionResetError):
+                        while reader.recv(65536):
+                            pass
+            proxy.upstream = ("127.0.0.1", upstream.port)  # the same pipes, now for answers
+            sizes = [3 << 20, 1 << 20, 700_001, 2 << 20]
+            results: list[bool] = []
+
+            def fetch(size: int) -> None:
+                connection = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=30)
+                results.append(get(connection, f"/{size}") == body_of(size))
+                connection.close()
+
+            threads = [threading.Thread(target=fetch, args=(size,)) for size in sizes]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+    assert results == [True] * len(sizes)
