@@ -126,15 +126,13 @@ def _s3fs_round(server: Server, size: int, read: str, root: str) -> str:
     cache = tempfile.mkdtemp(dir=root, prefix="cache-")
     S3fs().mount(server, "large", mountpoint, cache)
     try:
-        return _timed_read(server, size, read, mountpoint, _serving_pid(mountpoint))[0]
+        return _timed_read(server, size, read, mountpoint, _serving_pid(mountpoint))
     finally:
         unmount(mountpoint)
 
 
-def _timed_read(
-    server: Server, size: int, read: str, mountpoint: str, pid: int
-) -> tuple[str, float]:
-    """Read the file whole, the page cache dropped first: its figures, and its seconds."""
+def _timed_read(server: Server, size: int, read: str, mountpoint: str, pid: int) -> str:
+    """Read the file whole, the page cache dropped first: MB/s and each side's CPU."""
     _drop_page_cache()
     # A far server's own process is its delay proxy; RGW's is among the store's.
     proxy = server.pid if server.pid not in server.store_pids else None
@@ -150,12 +148,11 @@ def _timed_read(
         b - a for a, b in zip(before, after, strict=True)
     )
     all_cpu = mount_cpu + store_cpu + reader_cpu + proxy_cpu
-    figures = (
+    return (
         f"{size / elapsed / 1e6:6.0f} MB/s  mount {mount_cpu / gib:4.2f}  store"
         f" {store_cpu / gib:4.2f}  reader {reader_cpu / gib:4.2f}  proxy {proxy_cpu / gib:4.2f}"
         f"  total {all_cpu / gib:4.2f} CPU-s/GiB ({all_cpu / elapsed:4.2f} cores)"
     )
-    return figures, elapsed
 
 
 def _round(
@@ -191,7 +188,7 @@ def _round(
             )
             time.sleep(1)
         gets, received = _counters(mountpoint)
-        figures, _ = _timed_read(server, size, read, mountpoint, pid)
+        figures = _timed_read(server, size, read, mountpoint, pid)
         gets_after, received_after = _counters(mountpoint)
         peak = _peak_rss(pid)
         if spy is not None:
