@@ -44,7 +44,7 @@ from bench.largeobjects import read_whole
 from bench.leftovers import unmount
 from bench.probes.epoch_cpu import _drop_page_cache
 from bench.servers import Launcher, Server, far
-from bench.systems import S3fs, cpu_seconds
+from bench.systems import S3fs, cpu_seconds, mount_system, peak_rss_mib
 from pffs.sizes import parse_size
 
 MIB = 1 << 20
@@ -80,18 +80,6 @@ def _counters(mountpoint: str) -> tuple[float, float]:
     return total("pffs_backend_requests_total", "GET"), total("pffs_backend_received_bytes_total")
 
 
-def _peak_rss(pid: int) -> int:
-    """The process's peak resident set (VmHWM), bytes; 0 when it cannot be read."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
 def _cpu(pid: int | None) -> float:
     """A process's CPU seconds so far; 0 for none."""
     return (cpu_seconds(pid) or 0.0) if pid is not None else 0.0
@@ -99,20 +87,6 @@ def _cpu(pid: int | None) -> float:
 
 def _store_cpu(server: Server) -> float:
     return sum(_cpu(pid) for pid in server.store_pids)
-
-
-def _serving_pid(mountpoint: str) -> int:
-    """The process whose command line names `mountpoint` (s3fs daemonises: no pid is printed)."""
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    argv = f.read().split(b"\0")
-            except OSError:
-                continue
-            if argv[0].endswith(b"s3fs") and mountpoint.encode() in argv:
-                return int(entry)
-    sys.exit(f"large_reads: no s3fs process serves {mountpoint}")
 
 
 def _reader_cpu() -> float:
@@ -124,9 +98,11 @@ def _s3fs_round(server: Server, size: int, read: str, root: str) -> str:
     """One cold read through s3fs-fuse: MB/s and each side's CPU per GiB."""
     mountpoint = tempfile.mkdtemp(dir=root, prefix="mnt-")
     cache = tempfile.mkdtemp(dir=root, prefix="cache-")
-    S3fs().mount(server, "large", mountpoint, cache)
+    pid = mount_system(S3fs(), server, "large", mountpoint, cache)
     try:
-        return _timed_read(server, size, read, mountpoint, _serving_pid(mountpoint))
+        if pid is None:
+            sys.exit(f"large_reads: no s3fs process serves {mountpoint}")
+        return _timed_read(server, size, read, mountpoint, pid)
     finally:
         unmount(mountpoint)
 
@@ -190,7 +166,7 @@ def _round(
         gets, received = _counters(mountpoint)
         figures = _timed_read(server, size, read, mountpoint, pid)
         gets_after, received_after = _counters(mountpoint)
-        peak = _peak_rss(pid)
+        peak = peak_rss_mib(pid) or 0.0
         if spy is not None:
             spy.send_signal(signal.SIGINT)
             spy.wait()
@@ -199,7 +175,7 @@ def _round(
     return (
         f"{figures}  {gets_after - gets:4.0f} GETs"
         f"  {(received_after - received) / size:5.3f} x the file received"
-        f"  peak RSS {peak / MIB:4.0f} MiB  (mount pid {pid})"
+        f"  peak RSS {peak:4.0f} MiB  (mount pid {pid})"
     )
 
 

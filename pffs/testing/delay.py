@@ -263,12 +263,13 @@ class _Link:
         self.closed = False
         self.client = client
         self.upstream: socket.socket | None = None
-        hold = proxy.rtt / 2
+        self.hold = proxy.rtt / 2
         now = self.loop.time()
-        self.up = _Direction(self, client, hold, now + proxy.rtt, quickack=False)
+        self.up = _Direction(self, client, self.hold, now + proxy.rtt, quickack=False)
         self.down: _Direction | None = None
         self.up.start_reading()
-        self.loop.create_task(self._connect())
+        # Referenced while it runs: the loop keeps only a weak reference to a task.
+        self._connecting = self.loop.create_task(self._connect())
 
     async def _connect(self) -> None:
         upstream = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -284,7 +285,7 @@ class _Link:
             return
         upstream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.upstream = upstream
-        self.down = _Direction(self, upstream, self.proxy.rtt / 2, 0.0, quickack=True)
+        self.down = _Direction(self, upstream, self.hold, 0.0, quickack=True)
         self.down.connected(self.client)
         self.down.start_reading()
         self.up.connected(upstream)
