@@ -37,19 +37,20 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from pffs.backends import scheme_of
+from pffs.config import CacheConfig, memory_holds_blocks
 from pffs.credentials import Credentials, value_problem
 from pffs.csi.proto import csi_pb2
 from pffs.csi.status import invalid
 from pffs.errors import UsageError
 from pffs.optiontable import OPTIONS, Option, camel
-from pffs.optionvalues import BadValue, boolean, size
+from pffs.optionvalues import BadValue, boolean
 
 AccessMode = csi_pb2.VolumeCapability.AccessMode
 log = logging.getLogger(__name__)
 
 # The mount options a volume attribute sets, by attribute name.
 VOLUME_OPTIONS: dict[str, Option] = {option.csi: option for option in OPTIONS if option.csi}
-SIZE_KEYS = frozenset(key for key, option in VOLUME_OPTIONS.items() if option.parse is size)
+SIZE_KEYS = frozenset(key for key, option in VOLUME_OPTIONS.items() if option.metavar == "SIZE")
 VOLUME_KEYS = frozenset({"source", "mountTable", "cacheGroup", *VOLUME_OPTIONS})
 # Former key -> its name now ("prefetch" used to name both readahead and preload).
 RENAMED_KEYS = {camel(old): key for key, option in VOLUME_OPTIONS.items() for old in option.renamed}
@@ -163,6 +164,10 @@ def volume_spec(context: dict[str, str]) -> VolumeSpec:
         for key, option in VOLUME_OPTIONS.items()
         if context.get(key, "").strip()
     }
+    memory = given.get("cache_memory", CacheConfig.memory_bytes)
+    block = given.get("block_size", CacheConfig.block_size)
+    if not memory_holds_blocks(memory, block):
+        raise invalid(f"cacheMemory={memory} must hold at least two blocks of blockSize={block}")
     return VolumeSpec(
         source=check_source(source) if source else "",
         mount_table=table,

@@ -167,6 +167,12 @@ class CacheConfig:
     compress: bool = True
 
 
+def memory_holds_blocks(memory_bytes: int, block_size: int) -> bool:
+    """Whether a memory bound leaves a reader its block and the next one loading: the one check
+    across two cache options, made by every front end before anything starts."""
+    return memory_bytes >= 2 * block_size
+
+
 @dataclass(frozen=True)
 class OrderLimits:
     """The caps of the order channel (`.pffs/preload` and its socket): anyone who can reach the

@@ -106,6 +106,7 @@ class Option:
 
 _UNITS: dict[Callable[[str], object], str] = {
     values.size: "SIZE",
+    values.block_size: "SIZE",
     values.seconds: "SECONDS",
     values.positive_seconds: "SECONDS",
     values.metadata_ttl: "SECONDS",
@@ -165,7 +166,7 @@ OPTIONS: tuple[Option, ...] = (
            "free (0.1)", "cache"),
     Option("cache-memory", values.size, _CACHE.memory_bytes, "memory bound, blocks loaded ahead "
            "in flight included (512M)", "cache", csi="cacheMemory"),
-    Option("block-size", values.size, _CACHE.block_size, "cache block size (4M)", "cache",
+    Option("block-size", values.block_size, _CACHE.block_size, "cache block size (4M)", "cache",
            dataset=True, csi="blockSize"),
     Option("readahead-max", values.size, _CACHE.readahead_max, "readahead window per open file "
            "(more for a far store), 0 disables (32M)", "cache", dataset=True, csi="readaheadMax",

@@ -42,6 +42,23 @@ def size(text: str) -> int:
         raise BadValue(str(exc)) from None
 
 
+def size_between(low: int, high: int, what: str) -> Callable[[str], int]:
+    """A parser of a size with low <= value <= high."""
+
+    def parse(text: str) -> int:
+        value = size(text)
+        if not low <= value <= high:
+            raise BadValue(f"{text!r} is not {what}")
+        return value
+
+    return parse
+
+
+# A cache block (pffs.cache.keys): under 64K the requests per byte dominate; over 64M one block
+# holds the memory tier's room for a dozen readers.
+block_size = size_between(64 << 10, 64 << 20, "a block size from 64K to 64M")
+
+
 def mode(text: str) -> int:
     try:
         value = int(text, 8)

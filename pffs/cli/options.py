@@ -26,6 +26,7 @@ from pffs.config import (
     SourceConfig,
     TableEntry,
     default_cache_dir,
+    memory_holds_blocks,
 )
 from pffs.credentials import Credentials, parse_credentials
 from pffs.errors import UsageError
@@ -315,9 +316,7 @@ def retry_config(args: argparse.Namespace) -> RetryConfig:
 
 def cache_config(args: argparse.Namespace) -> CacheConfig:
     disk_dir = None if args.cache_dir.lower() == "none" else os.path.abspath(args.cache_dir)
-    if args.block_size < 64 * 1024 or args.block_size > 64 << 20:
-        raise UsageError("--block-size must be between 64K and 64M")
-    if args.cache_memory < 2 * args.block_size:
+    if not memory_holds_blocks(args.cache_memory, args.block_size):
         raise UsageError("--cache-memory must hold at least two blocks")
     return CacheConfig(
         block_size=args.block_size,

@@ -200,6 +200,8 @@ def test_publish_errors(
     assert code_of(context={**context, "cacheSise": "1G"}) == invalid  # a typo is named
     assert code_of(context={**context, "cacheMemory": "lots"}) == invalid
     assert code_of(context={**context, "readOnly": "maybe"}) == invalid
+    assert code_of(context={**context, "blockSize": "1K"}) == invalid  # the mount would refuse it
+    assert code_of(context={**context, "cacheMemory": "4M"}) == invalid  # two blocks at least
     assert code_of(context={"source": "file:///etc"}) == invalid
     missing_bucket = {"source": "s3://no-such-bucket-here", "endpoint": moto.endpoint_url}
     assert code_of(context=missing_bucket) == grpc.StatusCode.NOT_FOUND

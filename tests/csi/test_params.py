@@ -76,3 +76,28 @@ def test_cache_group_attribute_joins_the_nodes_group(tmp_path) -> None:
     with pytest.raises(CsiError) as refused:
         manager._spawn(Volume("v1", spec))
     assert refused.value.code == grpc.StatusCode.FAILED_PRECONDITION
+
+
+@pytest.mark.parametrize(
+    ("context", "message"),
+    [
+        ({"blockSize": "1K"}, "blockSize='1K' is not a block size from 64K to 64M"),
+        ({"blockSize": "128M"}, "blockSize='128M' is not a block size from 64K to 64M"),
+        (
+            {"cacheMemory": "4M"},
+            "cacheMemory=4194304 must hold at least two blocks of blockSize=4194304",
+        ),
+        (
+            {"cacheMemory": "64M", "blockSize": "64M"},
+            "cacheMemory=67108864 must hold at least two blocks of blockSize=67108864",
+        ),
+    ],
+)
+def test_a_value_the_mount_would_refuse_is_refused_at_publish(
+    context: dict[str, str], message: str
+) -> None:
+    # The mount process would exit on these; CSI names the attribute before any process starts.
+    with pytest.raises(CsiError) as refused:
+        params.volume_spec({"source": "s3://bucket/data", **context})
+    assert refused.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert refused.value.message == message

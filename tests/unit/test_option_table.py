@@ -25,7 +25,7 @@ CLI_OPTIONS = [option for option in OPTIONS if option.cli]
 # attributes took the short name of the endpoint before the table existed.
 TOML_EXCEPTIONS = {"endpoint-url": "endpoint", "hdfs-user": "user"}
 CSI_EXCEPTIONS = {"endpoint-url": "endpoint"}
-CANDIDATES = ("3", "600", "0.5", "warning", "memory", "off", "true", "x")
+CANDIDATES = ("64M", "3", "600", "0.5", "warning", "memory", "off", "true", "x")
 
 
 def sample(option: Option) -> tuple[str, object]:
