@@ -25,9 +25,9 @@ blocks.py       BlockCache, what callers use: reads from the nearest tier, singl
                 (`read_ahead`) and whole-object loads (`load`). It composes every module below
                 but preload.py.
 preload.py      Preloader: whole files loaded ahead of readers (dataset preload, order lists,
-                warmup), lazily from jobs, concurrency by Little's law, halved on throttling,
-                within a budget of bytes in flight and a bound on the bytes loaded and not yet
-                read.
+                warmup), lazily from jobs, as many at once as the sources' paces give preload
+                (pffs.pace), within a budget of bytes in flight and a bound on the bytes
+                loaded and not yet read.
 datasetroom.py  DatasetRoom: the datasets being consumed share most of the disk tier; one that
                 does not fit its share keeps a subset chosen by a hash of its names, the
                 blocks of its other files are not written to disk, nor preloaded.

@@ -4,7 +4,9 @@ Shared by every module of the cache and by its callers (the read path, dataset p
 warmup). A block is identified by (source, principal, path, object version, index): a changed
 object has a new version, so its old blocks can never be served for it, and a principal (a
 digest of the credentials' identity: pffs.backends.principal) never gets blocks another one
-read, in memory, on disk or in flight, however many mounts share the cache directory.
+read, in memory, on disk or in flight, however many mounts share the cache directory. What
+they do share is the space, the eviction and the per-source usage figures (the disk index's
+tag is the source alone). A cache group asks its peers by the same key, principal included.
 `ObjectBlocks` is the one place a file becomes block keys and block lengths, so a block loaded
 ahead is the very block a reader asks for. The cache never sees a backend; the caller hands it
 a `BlockSource`, which gives the bytes back.

@@ -10,12 +10,12 @@ mount table's entry. `StoreBlocks` is the store as the `BlockSource` (pffs.cache
 open object version: `part` for a reader waiting on bytes, `run` for blocks loaded ahead,
 yielded to the cache as they land. A streamed read of the store has one entry, `stream`: one
 GET whose pieces are yielded as they arrive, with its request's places, breaker, retries and
-version pin in one place; a run's blocks are its pieces put together (in a cache group, each
-whole block announced on the mount's board of arriving blocks, pffs.cache.pieces, piece by
-piece, so a peer's request joining the fetch, whoever started it, streams the bytes as they
-arrive), and a region's bytes (pffs.fs.regions) are its pieces as they come. `open_blocks`
-puts the store's joined tier (pffs.group: a cache group, a shared tier, handed to the store
-when it is built) before it.
+version pin in one place; a run's blocks are its pieces put together (in a cache group each is
+announced piece by piece on the mount's board, pffs.cache.pieces, which says why), and a
+region's bytes (pffs.fs.regions) are its pieces as they come. `open_blocks` puts the store's
+joined tier (pffs.group: a cache group, a shared tier, handed to the store when it is built)
+before it. What the cache tries before it asks a store (memory, a flight, the disk tier) is
+pffs.cache.blocks'; a whole read, hop by hop, is in docs/ARCHITECTURE.md.
 
 A short answer is `Corrupted`, never a short block in the cache; the version pins every request
 to the object version the caller opened, so a changed object raises `Changed`. A reader's

@@ -2,12 +2,10 @@
 
 A block a peer asks for comes through this mount's own cache, its version pinned: served from
 memory or disk, else fetched once for every asker (the cache's single flight), from the
-previous owner during a handover (pffs.group.peers), else the store. A fetch from the store
-streams, whoever started it (a reader here, a load ahead, a peer): the block's pieces are
-announced on this mount's board of arriving blocks as the store sends them (pffs.cache.pieces,
-filled by pffs.fs.fetching), and every peer request that joins streams them from the first,
-so an asker gets the first bytes as soon as this member does; the whole block lands in the
-cache as usual. Every second request for a hot block this member
+previous owner during a handover (pffs.group.peers), else the store. A block on its way from
+the store, whoever started its fetch, is streamed to every peer request that joins it, from
+its first piece (this mount's board of arriving blocks: pffs.cache.pieces says how); the whole
+block lands in the cache as usual. Every second request for a hot block this member
 owns is sent to the block's second copy (pffs.group.hot). It serves only sources this mount
 mounts, as the principal the block key names, so the group is never a way around a bucket's
 access rules.
