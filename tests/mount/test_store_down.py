@@ -61,7 +61,7 @@ def drill(
     files["f/y.bin"] = random.randbytes(MIB)  # f is never listed: y.bin never seen
     for key, data in files.items():
         s3.put_object(Bucket=bucket, Key=key, Body=data)
-    options = (
+    options: tuple[str, ...] = (
         *("--retry-timeout", f"{retry:g}", "--request-timeout", f"{request:g}"),
         *("--connect-timeout", f"{connect:g}", "--metadata-ttl", f"{ttl:g}"),
         *("--cache-dir", "none"),
