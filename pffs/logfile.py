@@ -36,7 +36,7 @@ class PrivateLogFile(logging.Handler):
     ) -> None:
         """Opens `path` now (OSError where it cannot be)."""
         super().__init__()
-        self.path = path
+        self.path = os.path.abspath(path)  # reopened later, whatever the cwd is then
         self.max_bytes = max_bytes
         self.backups = max(1, backups)
         self._stdio = stdio
