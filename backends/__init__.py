@@ -10,21 +10,38 @@ What every backend must do, and what it may declare beyond reads, is in base.py.
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from pffs.backends.base import Backend, ObjectInfo
 from pffs.config import SourceConfig
 from pffs.errors import UsageError
 
-__all__ = ["REGISTRY", "Backend", "ObjectInfo", "open_backend", "scheme_of"]
+__all__ = ["REGISTRY", "Backend", "BackendEntry", "ObjectInfo", "open_backend", "scheme_of"]
 
-REGISTRY: dict[str, tuple[str, str]] = {
-    # scheme: (module:Class, what to install when the import fails)
-    "s3": ("pffs.backends.s3:S3Backend", "pip install boto3"),
-    "hdfs": ("pffs.backends.hdfs:HdfsBackend", "pip install pyarrow (and Java + Hadoop)"),
-    "file": ("pffs.backends.local:LocalBackend", "(part of pffs)"),
+
+@dataclass(frozen=True)
+class BackendEntry:
+    """One scheme's backend: where its class is, and what the front ends must know of it."""
+
+    target: str  # module:Class
+    install: str  # what to install when the import fails
+    # It reads the files of the machine it runs on, at the URL's path (file:///dir): a front
+    # end taking URLs from someone less trusted (Fluid, CSI) holds these to the directories it
+    # allows. Every backend that opens a path of this machine says so here.
+    node_files: bool = False
+
+
+REGISTRY: dict[str, BackendEntry] = {
+    "s3": BackendEntry("pffs.backends.s3:S3Backend", "pip install boto3"),
+    "hdfs": BackendEntry(
+        "pffs.backends.hdfs:HdfsBackend", "pip install pyarrow (and Java + Hadoop)"
+    ),
+    "file": BackendEntry("pffs.backends.local:LocalBackend", "(part of pffs)", node_files=True),
     # A local directory through pyarrow's filesystem layer: the HDFS code paths, no cluster.
-    "arrow+file": ("pffs.backends.arrow:ArrowLocalBackend", "pip install pyarrow"),
+    "arrow+file": BackendEntry(
+        "pffs.backends.arrow:ArrowLocalBackend", "pip install pyarrow", node_files=True
+    ),
 }
 
 
@@ -42,13 +59,13 @@ def scheme_of(url: str) -> str:
 
 def open_backend(source: SourceConfig) -> Backend:
     """Build the backend for `source` (no network traffic; call .check() for that)."""
-    target, hint = REGISTRY[scheme_of(source.url)]
-    module_name, class_name = target.split(":")
+    entry = REGISTRY[scheme_of(source.url)]
+    module_name, class_name = entry.target.split(":")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise UsageError(
-            f"the {scheme_of(source.url)}:// backend needs {exc.name}: {hint}"
+            f"the {scheme_of(source.url)}:// backend needs {exc.name}: {entry.install}"
         ) from exc
     backend: Backend = getattr(module, class_name)(source)
     return backend

@@ -143,7 +143,9 @@ class S3Backend:
             self.source_id = f"s3://{self.bucket}/{self.prefix}".rstrip("/")
             if self.endpoint_url:
                 self.source_id += f"@{self.client.meta.endpoint_url}"
-            self.calls = S3Calls(self.source_id, f"s3://{self.bucket}/{self.prefix}", source.retry)
+            self.calls = S3Calls(
+                self.source_id, f"s3://{self.bucket}/{self.prefix}", source.retry, self._renew
+            )
             credentials = session.get_credentials()
             scoped = botocore_session.get_scoped_config()
             # Frozen credentials may be refreshed here, from a credential_process of the user's.
@@ -305,6 +307,14 @@ class S3Backend:
             raise self.calls.translate(exc, path) from exc
 
     # --- helpers -----------------------------------------------------------------------------
+
+    def _renew(self) -> None:
+        """The source is back: no connection opened before carries a request (one opened while
+        the store was down, or idle through it, may be bound to nothing that answers). The GET
+        engine's idle ones close now and those in use when handed back; boto3's idle ones
+        close now (its pools are made again on the next call)."""
+        self.engine.renew()
+        self.client.close()
 
     def _list_page(
         self, prefix: str, token: str | None, delimiter: str | None = "/", max_keys: int = 1000

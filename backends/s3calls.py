@@ -2,10 +2,15 @@
 own are off), counted and timed by pffs.metrics, and its failure translated into a pffs error by
 pffs.backends.s3errors. S3Backend owns one and shares it with its writes (s3writes.py), so a
 write fails, retries and shows in the metrics the way a read does.
+
+A request's terms say how many times its source has come back up (`RetryTerms.recovered`);
+the first request to bring a higher count calls `renew` before it goes out, which lets go of the
+connections opened before (S3Backend: the GET engine's and boto3's).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -24,12 +29,22 @@ QUICK = RetryConfig(attempts=2, base_delay=0.1, max_delay=0.5, total_timeout=5.0
 class S3Calls:
     """Calls to one bucket and prefix (`source_id` names them in metrics and logs)."""
 
-    def __init__(self, source_id: str, url_prefix: str, policy: RetryConfig) -> None:
-        """`url_prefix`: the s3:// URL a path is appended to in error messages."""
+    def __init__(
+        self,
+        source_id: str,
+        url_prefix: str,
+        policy: RetryConfig,
+        renew: Callable[[], None] | None = None,
+    ) -> None:
+        """`url_prefix`: the s3:// URL a path is appended to in error messages; `renew`: lets
+        go of the connections open now (called once per return of the source)."""
         self.source_id = source_id
         self.url_prefix = url_prefix
         self.policy = policy
         self.retries = 0  # transient failures retried, for stats
+        self._renew = renew
+        self._recovered = 0  # the source's returns seen so far
+        self._renew_lock = threading.Lock()
 
     def run(
         self,
@@ -54,6 +69,8 @@ class S3Calls:
     ) -> Iterator[T]:
         """`run` of a streamed answer: what `start()` yields, as it comes (its bytes counted as
         they do), started again where it failed transiently (pffs.retry.stream_with_retry)."""
+        if terms is not None and terms.recovered > self._recovered:
+            self._renew_after(terms.recovered)
         # Counted, timed and logged when slow by pffs.metrics (one request, retries included).
         with metrics.BackendRequest(self.source_id, what, path, self._count_retry) as request:
             for item in stream_with_retry(
@@ -87,6 +104,15 @@ class S3Calls:
                 return None
             raise self.translate(exc, path) from exc
         return answer
+
+    def _renew_after(self, recovered: int) -> None:
+        """The source came back up since the last request: once, let go of the connections."""
+        with self._renew_lock:
+            if recovered <= self._recovered:
+                return  # another thread did it
+            self._recovered = recovered
+            if self._renew is not None:
+                self._renew()
 
     def translate(self, exc: BaseException, path: str) -> PffsError:
         return translate(exc, self.url(path))

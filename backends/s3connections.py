@@ -15,6 +15,22 @@ round trip (TCP, and TLS) on its own path. A reader's cold start sends two GETs 
 few bytes and the block behind them): with one idle connection, the one that lost the race
 opened a connection while the reader waited on it (docs/notes/rgw.md).
 
+Connections that may lead nowhere. A connection opened while the store was down, or idle
+through an outage, may be bound to nothing that answers (a load balancer or a NAT keeping it
+tied to a backend that died takes the request and never forwards it), and the pool's check
+(`idle_and_open`) cannot tell. Two rules keep such a connection from costing a request its
+whole timeout after the store is back:
+
+- `renew()` (called once the source has come back up: pffs.backends.s3calls) closes every idle
+  connection, and those in use when they are handed back (each connection carries the pool's
+  generation of when it was opened: an older one is closed, never kept), then opens the spare
+  again, now that the store answers;
+- a connection that has never carried an answer waits for its first one only
+  `first_answer_timeout` (the probe's answer timeout, or the request timeout where that is
+  shorter); from its first answer on, the request timeout. A dead connection costs seconds,
+  wherever it came from (a spare, a new one); a slow store's first byte on a new connection
+  past it is retried as any timeout is.
+
 Timeouts: a plain socket is left in blocking mode with SO_RCVTIMEO / SO_SNDTIMEO set, so that
 no poll precedes each recv and send; a recv or send the kernel timed out fails with EAGAIN,
 which `SocketReader` and `send` raise as TimeoutError, the very error a Python-side timeout
@@ -65,12 +81,15 @@ class SocketReader(io.RawIOBase):
 
 class Connection:
     """One keep-alive connection: its socket, the reader its answers are read through (whole
-    answers only: a half-read one closes the connection), and the host it speaks to."""
+    answers only: a half-read one closes the connection), the pool's generation when it was
+    opened, and whether it has carried an answer yet."""
 
-    __slots__ = ("reader", "sock")
+    __slots__ = ("answered", "generation", "reader", "sock")
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, generation: int) -> None:
         self.sock = sock
+        self.generation = generation
+        self.answered = False
         self.reader: io.BufferedReader[SocketReader] = io.BufferedReader(
             SocketReader(sock), READ_BUFFER
         )
@@ -121,8 +140,11 @@ class Connections:
         verify: bool | str,
         max_idle: int,
         proxy: tuple[str, dict[str, str]] | None = None,
+        first_answer_timeout: float | None = None,
     ) -> None:
-        """`proxy`: (URL, headers) of the HTTP proxy boto3 would use for this host, if any."""
+        """`proxy`: (URL, headers) of the HTTP proxy boto3 would use for this host, if any;
+        `first_answer_timeout`: the wait for a new connection's first answer (None: the read
+        timeout; never longer than it)."""
         self._netloc = netloc
         self._proxy = proxy
         # Through a proxy a plain-HTTP request names the whole URL and carries the proxy's
@@ -131,10 +153,12 @@ class Connections:
         self.request_headers = proxy[1] if proxy is not None and scheme == "http" else {}
         self._connect_timeout = connect_timeout
         self._read_timeout = read_timeout
-        # struct timeval, as SO_RCVTIMEO and SO_SNDTIMEO take it.
-        # At least 1 us: a zero timeval would mean no timeout at all.
-        self._timeval = struct.pack("ll", *divmod(max(1, round(read_timeout * 1e6)), 10**6))
+        self._timeval = _timeval(read_timeout)
+        first = read_timeout if first_answer_timeout is None else first_answer_timeout
+        self._first_answer_timeout = min(first, read_timeout)
+        self._first_timeval = _timeval(self._first_answer_timeout)
         self._max_idle = max_idle
+        self._generation = 0  # renew() moves it: connections of an older one are let go
         self._idle: list[Connection] = []
         self._lock = threading.Lock()
         self._spare_opening = False  # one spare at a time
@@ -164,8 +188,33 @@ class Connections:
                     self._open_spare()
                 return connection, True
             connection.close()
+        generation = self._generation  # before connecting: a renew() meanwhile outdates it
         self._open_spare()
-        return Connection(self._connect()), False
+        return Connection(self._connect(), generation), False
+
+    def answered(self, connection: Connection) -> None:
+        """`connection` has carried an answer (its head read): from now on it waits for the
+        store as long as the request timeout allows."""
+        if connection.answered:
+            return
+        connection.answered = True
+        if self._first_answer_timeout == self._read_timeout:
+            return
+        sock = connection.sock
+        if isinstance(sock, ssl.SSLSocket):
+            sock.settimeout(self._read_timeout)
+        else:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, self._timeval)
+
+    def renew(self) -> None:
+        """Let go of every connection open now (see the module's docstring): the idle ones
+        close at once, those in use when handed back; then a spare is opened."""
+        with self._lock:
+            self._generation += 1
+            idle, self._idle = self._idle, []
+        for connection in idle:
+            connection.close()
+        self._open_spare()
 
     def _open_spare(self) -> None:
         """Open one connection more in a thread of its own and keep it idle (none while one
@@ -178,7 +227,12 @@ class Connections:
 
     def _spare(self) -> None:
         try:
-            connection = Connection(self._connect())
+            while True:
+                generation = self._generation
+                connection = Connection(self._connect(), generation)
+                if generation == self._generation:
+                    break
+                connection.close()  # renewed while it connected: opened too early, again
         except (OSError, http.client.HTTPException) as exc:  # ssl.SSLError is an OSError
             # Nothing waits on a spare: the request that needs a connection opens its own
             # and meets the error there.
@@ -205,17 +259,22 @@ class Connections:
         opener.connect()  # TCP_NODELAY, TLS and the tunnel, as http.client does them
         sock = opener.sock
         assert sock is not None
+        # Until its first answer, the first-answer timeout (see the module's docstring).
         if isinstance(sock, ssl.SSLSocket):
-            sock.settimeout(self._read_timeout)  # see the module's docstring
+            sock.settimeout(self._first_answer_timeout)
         else:
             sock.settimeout(None)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, self._timeval)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, self._first_timeval)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, self._timeval)
         return sock
 
     def give(self, connection: Connection) -> None:
         with self._lock:
-            if not self._closed and len(self._idle) < self._max_idle:
+            if (
+                not self._closed
+                and connection.generation == self._generation
+                and len(self._idle) < self._max_idle
+            ):
                 self._idle.append(connection)
                 return
         connection.close()
@@ -226,3 +285,9 @@ class Connections:
             idle, self._idle = self._idle, []
         for connection in idle:
             connection.close()
+
+
+def _timeval(seconds: float) -> bytes:
+    """`seconds` as the struct timeval SO_RCVTIMEO and SO_SNDTIMEO take; at least 1 us: a zero
+    timeval would mean no timeout at all."""
+    return struct.pack("ll", *divmod(max(1, round(seconds * 1e6)), 10**6))

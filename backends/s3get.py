@@ -186,8 +186,15 @@ class LeanGetEngine:
             netloc, key_prefix = f"{self._bucket}.{endpoint.netloc}", "/"
         base = f"{endpoint.scheme}://{netloc}"
         proxy = self._proxy_for(base)
+        # A connection's first answer is awaited as a probe's is (see s3connections).
         connections = Connections(
-            endpoint.scheme, netloc, *self._timeouts, self._verify, self._max_connections, proxy
+            endpoint.scheme,
+            netloc,
+            *self._timeouts,
+            self._verify,
+            self._max_connections,
+            proxy,
+            first_answer_timeout=PROBE_ANSWER_TIMEOUT,
         )
         probe_connections = Connections(
             endpoint.scheme,
@@ -217,6 +224,10 @@ class LeanGetEngine:
 
     def close(self) -> None:
         self._target.connections.close()
+
+    def renew(self) -> None:
+        """Let go of every connection open now: the store came back (see s3connections)."""
+        self._target.connections.renew()
 
     def get(self, key: str, start: int, length: int, if_match: str | None) -> Body:
         """GET bytes [start, start+length) of `key`, only while its ETag is `if_match` (when
@@ -302,9 +313,11 @@ class LeanGetEngine:
                 connection.send(request)
                 response = LeanResponse(connection, method="GET")  # type: ignore[arg-type]
                 response.begin()
+                connections.answered(connection)
                 return Body(response, url, connection, connections)
             except TimeoutError as exc:
                 connection.close()
+                # (On a connection that never carried an answer: its first-answer timeout.)
                 raise S3RequestFailed(url, unanswered=Unanswered.READ_TIMEOUT) from exc
             except (http.client.RemoteDisconnected, BrokenPipeError) as exc:
                 connection.close()

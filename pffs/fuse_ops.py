@@ -27,6 +27,7 @@ from pffs.fs.inodes import Inode
 from pffs.fs.orders import Sender
 from pffs.fs.special import PRELOAD_SOCKET_INO
 from pffs.fs.vfs import Vfs
+from pffs.logfile import reopen_log_files
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -363,6 +364,11 @@ async def _after_init(ops: PffsOperations, action: Callable[[], Awaitable[object
 async def _terminate_on_signal() -> None:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
         async for signum in signals:
+            # SIGHUP to a mount writing a log file is logrotate's: the file is opened again.
+            # On a terminal it is the terminal going away: unmount.
+            if signum == signal.SIGHUP and reopen_log_files():
+                log.info("received SIGHUP: the log file is opened again")
+                continue
             log.info("received %s, unmounting", signal.Signals(signum).name)
             pyfuse3.terminate()
             return

@@ -21,6 +21,10 @@ as an argument; nothing travels beside the call:
   attempt instead of spending the rest of its budget on a store known to be down.
 - who hears of the store's push backs (the pace of loading ahead, pffs.pace): told of each
   failure the loop retries, while it retries.
+- how many times its source has come back up (`recovered`, the breaker's count): a backend
+  that sees the count grow lets go of every connection it opened before, since a connection
+  opened while the store was down, or idle through the outage, may lead nowhere (a load
+  balancer or NAT keeping it bound to a backend that died; pffs.backends.s3connections).
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ class RetryTerms:
     asked_at: float | None = None  # time.monotonic() its reader asked; None: its first attempt
     gate: Callable[[], None] | None = None  # raises to stop the attempts (the source's breaker)
     on_pushback: Callable[[BaseException], None] | None = None  # told of each failure retried
+    recovered: int = 0  # times its source came back up: connections older than that go
 
 
 _NO_TERMS = RetryTerms()
@@ -73,10 +78,11 @@ def asking() -> Iterator[None]:
 def terms(
     gate: Callable[[], None] | None = None,
     on_pushback: Callable[[BaseException], None] | None = None,
+    recovered: int = 0,
 ) -> RetryTerms:
     """The terms of a request made now, from a trio task: its budget counted from when its
     reader asked (`asking()`), if it is a reader's."""
-    return RetryTerms(_asked_at.get(), gate, on_pushback)
+    return RetryTerms(_asked_at.get(), gate, on_pushback, recovered)
 
 
 def backoff_delay(policy: RetryConfig, attempt: int) -> float:

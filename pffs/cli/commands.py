@@ -20,18 +20,21 @@ from pffs.errors import MountFailed, PffsError, UsageError
 log = logging.getLogger("pffs")
 
 
-def setup_logging(debug: bool, log_file: str | None = None, level: str | None = None) -> None:
+def setup_logging(
+    debug: bool, log_file: str | None = None, level: str | None = None, stdio: bool = False
+) -> None:
+    """Log to `log_file` (rotated, reopened on SIGHUP: pffs.logfile; with `stdio`, stdout and
+    stderr go to it too), else to stderr."""
     from pffs.logs import LineFormatter, level_of
 
     handler: logging.Handler
     if log_file:
-        from pffs.privatefiles import open_private_log
+        from pffs.logfile import PrivateLogFile
 
         try:  # never through another user's symlink (pffs.privatefiles)
-            fd = open_private_log(log_file)
+            handler = PrivateLogFile(log_file, stdio=stdio)
         except OSError as exc:
             raise UsageError(f"cannot open the log file {log_file}: {exc.strerror}") from None
-        handler = logging.StreamHandler(os.fdopen(fd, "a", encoding="utf-8", buffering=1))
     else:
         handler = logging.StreamHandler()
     handler.setFormatter(LineFormatter())  # one line per event, credentials masked
@@ -60,10 +63,14 @@ def cmd_mount(args: argparse.Namespace) -> int:
 def cmd_daemon() -> int:
     """The background half of `pffs mount`: config on stdin, readiness on PFFS_READY_FD."""
     from pffs.mounting.daemon import report_to_parent
+    from pffs.mounting.registry import default_log_path
     from pffs.mounting.serving import serve_here
 
     config = from_json(sys.stdin.read())
-    setup_logging(config.debug, level=config.observe.log_level)  # stderr is the log file
+    # The log file `pffs mount` opened as stdout and stderr, opened again here by its path so
+    # that it rotates (pffs.logfile), stdout and stderr following it.
+    log_file = config.log_file or default_log_path(config.fuse.mountpoint)
+    setup_logging(config.debug, log_file, config.observe.log_level, stdio=True)
     try:
         serve_here(config, on_ready=lambda: report_to_parent("ok"))
     except PffsError as exc:

@@ -44,14 +44,13 @@ import json
 import os
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
-from pffs.backends import REGISTRY
 from pffs.cli.argtypes import renamed
 from pffs.cli.fluidpolicy import (
     Policy,
-    check_local,
     check_node_credentials,
+    check_source,
     check_whole_mount_option,
     read_secret,
     secret_path,
@@ -209,8 +208,6 @@ def _check_identity(
     """Refuse a mount that would act as the node, or show the node's files, unless allowed.
     (A profile or ticket cache in the defaults is the profile's own, or was allowed already.)"""
     parts = urlsplit(entry["source"])
-    if parts.scheme == "file":  # as the file backend reads it: %2e%2e is ..
-        check_local(unquote(parts.path), f"{where}.mountPoint", policy)
     own_s3 = source.credentials or entry.get("profile") or source.profile
     if parts.scheme == "s3" and not own_s3:
         check_node_credentials(where, "an S3 mount without keys", policy)
@@ -266,7 +263,7 @@ def _table_entry(
     policy: Policy,
 ) -> tuple[dict[str, Any], Credentials | None]:
     """The mount table entry of one Fluid mount, and its S3 credentials (maybe none)."""
-    url = _source_url(raw["mountPoint"], f"{where}.mountPoint")
+    url = _source_url(raw["mountPoint"], f"{where}.mountPoint", policy)
     entry: dict[str, Any] = {"path": _tree_path(raw), "source": url}
     if raw["readOnly"] or read_only:
         entry["read_only"] = True
@@ -288,15 +285,13 @@ def _tree_path(raw: dict[str, Any]) -> str:
     return "/" + str(raw["name"]).lstrip("/")
 
 
-def _source_url(mount_point: str, where: str) -> str:
+def _source_url(mount_point: str, where: str, policy: Policy) -> str:
+    """The source URL of a Dataset's mountPoint, once the policy allows it."""
+    url = mount_point
     if mount_point.startswith(LOCAL_SCHEME):
-        return "file://" + mount_point[len(LOCAL_SCHEME) :]
-    scheme = urlsplit(mount_point).scheme.lower()
-    if scheme not in REGISTRY:
-        known = ", ".join(f"{s}://" for s in (*REGISTRY, "local"))
-        shown = f"{scheme}://" if scheme else "no scheme"
-        raise UsageError(f"{where}: {mount_point!r} has {shown}; pffs mounts {known}")
-    return mount_point
+        url = "file://" + mount_point[len(LOCAL_SCHEME) :]
+    check_source(url, where, policy)
+    return url
 
 
 def _credentials(options: Mapping[str, str], where: str, policy: Policy) -> dict[str, str]:

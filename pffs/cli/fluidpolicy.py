@@ -15,7 +15,11 @@ Fluid otherwise lets them), so that is where the trusted settings are: `pffs flu
 - a secret is a value, or a file under the secrets directory (/etc/fluid/secrets/, where Fluid
   mounts each Secret): resolved (Kubernetes' own `..data` links stay inside it), refused
   when it leads outside, and opened with O_NOFOLLOW;
-- `local://` and `file://` mounts only under a directory the profile names (`--allow-local`);
+- only the stores the policy lists (`check_source`): S3, HDFS with a namenode named, and the
+  backends that read the node's own files (`local://`, `file://`, `arrow+file://`: every
+  scheme the backend registry marks `node_files`) only under a directory the profile names
+  (`--allow-local`); any other scheme is refused, so a backend added to pffs is not a Dataset's
+  to use until it is listed here;
 - a mount without keys of its own (S3 by the container's default chain, that is the node's
   role; a named profile; HDFS without a ticket cache from the secrets) only with
   `--allow-node-credentials`;
@@ -31,7 +35,9 @@ from __future__ import annotations
 import os
 import stat
 from dataclasses import dataclass
+from urllib.parse import unquote, urlsplit
 
+from pffs.backends import REGISTRY
 from pffs.credentials import checked
 from pffs.errors import UsageError
 from pffs.optiontable import OPTIONS
@@ -41,6 +47,15 @@ SECRETS_DIR = "/etc/fluid/secrets"
 # one counts too): how its data is read and kept fresh, nothing that reaches the node. The
 # option table marks them (`dataset`).
 DATA_OPTIONS = frozenset(option.dest for option in OPTIONS if option.dataset)
+# The stores a Dataset may name beside the node's own files: each reaches a store over the
+# network with keys of its own (or the node's, under --allow-node-credentials).
+REMOTE_SCHEMES = ("s3", "hdfs")
+# The schemes that read this machine's files, from the backend registry (`node_files`), so a
+# new local backend is held to --allow-local without a list here to keep up.
+NODE_FILE_SCHEMES = tuple(scheme for scheme, entry in REGISTRY.items() if entry.node_files)
+# hdfs:// without a namenode (or with `default`) is whatever fs.defaultFS of the container's
+# Hadoop configuration names, file:/// when none is set: the node's files.
+HDFS_DEFAULT_HOSTS = ("", "default")
 # A secret file holds one key or token: a few KiB.
 MAX_SECRET_FILE = 64 << 10
 
@@ -76,6 +91,29 @@ def check_node_credentials(where: str, what: str, policy: Policy) -> None:
         raise UsageError(
             f"{where}: {what} would use the node's own credentials; give the mount keys "
             "(encryptOptions), or the profile `pffs fluid --allow-node-credentials`"
+        )
+
+
+def check_source(url: str, where: str, policy: Policy) -> None:
+    """Refuse a source URL the policy does not list, or a node directory it does not allow."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme in NODE_FILE_SCHEMES:
+        # As the local backends read it: %2e%2e is .., the host must be empty or localhost.
+        check_local(unquote(parts.path), where, policy)
+        return
+    if scheme == "hdfs" and (parts.hostname or "") in HDFS_DEFAULT_HOSTS:
+        raise UsageError(
+            f"{where}: hdfs:// without a namenode reads the container's default file system; "
+            "name it (hdfs://namenode:8020/path)"
+        )
+    if scheme not in REMOTE_SCHEMES:
+        shown = f"{scheme}://" if scheme else "no scheme"
+        local = ", ".join(f"{s}://" for s in ("local", *NODE_FILE_SCHEMES))
+        raise UsageError(
+            f"{where}: {url!r} has {shown}; a Dataset may name "
+            f"{', '.join(f'{s}://' for s in REMOTE_SCHEMES)}, and {local} under the "
+            "profile's --allow-local"
         )
 
 

@@ -18,7 +18,10 @@ the one before (a probe sent while the store hung waits out its own timeout; the
 still goes out on time), at most PROBES_AT_ONCE at once. So a store that answers again is seen
 within PROBE_MAX and one round trip. The first probe that succeeds marks the source up again,
 without a remount. Each change is one log line and the gauge `pffs_source_up{source}` (in
-`.pffs/stats` and `pffs stats`).
+`.pffs/stats` and `pffs stats`). Each return counts in `recoveries`, which every request's terms
+carry down to the backend (`RetryTerms.recovered`): seeing it grow, the backend lets go of the
+connections it opened before, so nothing opened while the store was down, or idle through it,
+carries a request after.
 
 Throttling (`Throttled`: 503 SlowDown, 429) never marks a source down: the store is alive and
 asks for fewer requests, which the pace of loading ahead answers.
@@ -56,6 +59,7 @@ class SourceHealth:
         self.source = source
         self._probe = probe
         self.down_since: float | None = None
+        self.recoveries = 0  # times it came back up (see the module's docstring)
         self._reason = ""
         self._gauge = metrics.SOURCE_UP.labels(source=source)
         self._gauge.set(1)
@@ -92,7 +96,7 @@ class SourceHealth:
     def terms(self, on_pushback: Callable[[BaseException], None] | None = None) -> retry.RetryTerms:
         """The terms of a request to this source made now (from a trio task): the breaker as
         its gate, the asking reader's bound, `on_pushback` told of the store's push backs."""
-        return retry.terms(self.check, on_pushback)
+        return retry.terms(self.check, on_pushback, self.recoveries)
 
     async def call(
         self,
@@ -121,6 +125,7 @@ class SourceHealth:
     def _mark_up(self) -> None:
         down_for = time.monotonic() - (self.down_since or time.monotonic())
         self.down_since = None
+        self.recoveries += 1
         self._gauge.set(1)
         log.warning("source %s is up again after %.1fs down", self.source, down_for)
 

@@ -20,8 +20,13 @@ object GETs, so a mount's preflight checks are not disturbed). `down()` makes ev
 fail by reset ("the store is unreachable"); `up()` restores service. `hang()` makes it a store
 that stops answering: every request, on old connections and new ones alike, is read and never
 answered; `resume()` makes it answer again, though never the requests read while it hung (as a
-blackholed network drops them). A connection that carried a request during the hang and then
-carries another is counted in `reused_after_hang`: a client should have closed it.
+blackholed network drops them). What becomes of the connections that were open while it hung
+(accepted before the hang or during it) is `resume`'s `held`: ``answer`` (they are answered
+again), ``reset`` (each is reset at once), or ``black hole`` (their requests are read and never
+answered, for good: an L4 load balancer or a NAT keeping connections bound to a backend that
+died). A connection that carried a request during the hang and then carries another is counted
+in `reused_after_hang`; a request that arrives after `resume()` on any connection that was open
+during the hang, in `used_after_hang`: a client should have let go of them.
 `throttle_above(n)` makes it a store that throttles under load: a matching request arriving
 while `n` are already in flight (it would make more than `n`) gets ``503 SlowDown`` (counted
 as "throttle"). `hold_tail(count)` holds the next matching GET's body after its first `count`
@@ -50,6 +55,8 @@ from typing import BinaryIO
 from pffs.testing.servers import Service
 
 FAULTS = ("reset", "503", "500", "stall", "truncate", "flip")
+# What `resume` does with the connections open while the store hung (see the docstring).
+HELD = ("answer", "reset", "black hole")
 # What `_choose` answers for a matching request forwarded unharmed: it counts in `in_flight`.
 _COUNTED = "counted"
 Match = Callable[[str, str, dict[str, str]], bool]
@@ -94,6 +101,11 @@ class FaultProxy(Service):
         self._answering = threading.Event()
         self._answering.set()
         self.reused_after_hang = 0  # requests on a connection whose earlier request hung
+        self.used_after_hang = 0  # requests after resume() on a connection open while hung
+        # The connections being served, and those of them open while the store hung (each
+        # with its fate once resume() chose it; None while it still hangs).
+        self._links: set[socket.socket] = set()
+        self._hung_links: dict[socket.socket, str | None] = {}
         self._throttle_above: int | None = None
         self.in_flight = 0  # matching requests being forwarded now
         self._hold_after: int | None = None
@@ -145,11 +157,27 @@ class FaultProxy(Service):
 
     def hang(self) -> None:
         """Read every request and answer none, until `resume()`: the store stops answering."""
-        self._answering.clear()
+        with self._lock:
+            self._answering.clear()
+            self._hung_links.update(dict.fromkeys(self._links))
 
-    def resume(self) -> None:
-        """Answer again (new requests; those read while hung stay unanswered)."""
-        self._answering.set()
+    def resume(self, held: str = "answer") -> None:
+        """Answer again (new requests; those read while hung stay unanswered); the connections
+        open while it hung are `held` (one of HELD)."""
+        if held not in HELD:
+            raise ValueError(f"unknown {held!r}; known: {HELD}")
+        with self._lock:
+            for link in self._hung_links:
+                self._hung_links[link] = held
+            if held == "reset":
+                for link in self._hung_links:
+                    # RST at close; the read under way wakes (EOF) and the handler closes.
+                    with contextlib.suppress(OSError):
+                        link.setsockopt(
+                            socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                        )
+                        link.shutdown(socket.SHUT_RD)
+            self._answering.set()
 
     def throttle_above(self, limit: int | None) -> None:
         """Answer 503 SlowDown to a matching request that would make more than `limit` in
@@ -230,7 +258,30 @@ class FaultProxy(Service):
                 return _COUNTED
             return fault
 
+    def _fate(self, client: socket.socket) -> str | None:
+        """What becomes of a request on `client` after a hang: None (served as any other),
+        or its connection's `held` (counted)."""
+        with self._lock:
+            fate = self._hung_links.get(client)
+            if fate is not None:
+                self.used_after_hang += 1
+                if fate == "black hole":
+                    self.injected["black hole"] += 1
+            return fate
+
     def _serve_connection(self, client: socket.socket) -> None:
+        with self._lock:
+            self._links.add(client)
+            if not self._answering.is_set():
+                self._hung_links[client] = None
+        try:
+            self._serve_requests(client)
+        finally:
+            with self._lock:
+                self._links.discard(client)
+                self._hung_links.pop(client, None)
+
+    def _serve_requests(self, client: socket.socket) -> None:
         upstream: http.client.HTTPConnection | None = None
         reader = client.makefile("rb")
         hung = False  # a request on this connection was read while the store hung
@@ -243,6 +294,12 @@ class FaultProxy(Service):
                 if hung:
                     with self._lock:
                         self.reused_after_hang += 1
+                fate = self._fate(client) if self._answering.is_set() else None
+                if fate == "black hole":
+                    continue  # read, never answered
+                if fate == "reset":
+                    _reset(client)
+                    return
                 if not self._answering.is_set():
                     with self._lock:
                         self.injected["hang"] += 1

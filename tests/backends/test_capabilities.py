@@ -14,7 +14,7 @@ from typing import cast
 
 import pytest
 
-from pffs.backends import Backend
+from pffs.backends import REGISTRY, Backend, scheme_of
 from pffs.backends.arrow import ArrowLocalBackend
 from pffs.backends.base import (
     BlockRunReader,
@@ -28,6 +28,7 @@ from pffs.backends.base import (
 )
 from pffs.backends.hdfs import HdfsBackend
 from pffs.backends.local import LocalBackend
+from pffs.backends.principal import local_principal
 from pffs.backends.s3 import S3Backend
 from pffs.backends.s3writes import PART_LIMITS
 from pffs.config import SourceConfig
@@ -146,3 +147,12 @@ def test_accessors_follow_the_declaration(tmp_path: Path) -> None:
     s3 = S3Backend(SourceConfig(url="s3://bucket", endpoint_url="http://127.0.0.1:1"))
     assert writable(s3) is s3.writer and multipart(s3) is s3.writer and block_runs(s3) is s3
     assert s3.capabilities.multipart == PART_LIMITS
+
+
+def test_the_registry_marks_each_store_that_reads_this_machines_files(store) -> None:
+    """A store read as this process's user (its files, the kernel checks) is marked
+    `node_files` in the registry, which front ends hold to the directories they allow
+    (Fluid's --allow-local); one that is not, is not."""
+    backend = store.backend
+    entry = REGISTRY[scheme_of(backend.source_id)]
+    assert entry.node_files == (backend.principal == local_principal())

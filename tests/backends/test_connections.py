@@ -103,7 +103,7 @@ def test_a_spare_arriving_after_close_is_not_kept(acceptor: _Acceptor) -> None:
         arrived.wait(10)  # the spare connects only once the pool is closed
         return connect()
 
-    first = Connection(connect())
+    first = Connection(connect(), 0)
     pool.give(first)
     pool._connect = slow_connect  # type: ignore[method-assign]
     taken, reused = pool.take()  # the last idle one: a spare starts, held in its connect
@@ -124,3 +124,35 @@ def test_a_spare_that_cannot_connect_is_only_logged() -> None:
         pool.take()  # the request's own connection fails, as before
     _until(lambda: not pool._spare_opening)
     assert pool._idle == []
+
+
+def test_a_spare_connecting_across_a_renew_is_let_go_and_opened_again(
+    acceptor: _Acceptor,
+) -> None:
+    """Issue 49: a spare whose connect started before the source came back (renew) may lead
+    nowhere: it is closed on arrival and another is opened, of the new generation; a
+    connection in use at the renew is closed when handed back, not kept."""
+    pool = _pool(acceptor, 4)
+    arrived = threading.Event()
+    connect = pool._connect
+    connects = []
+
+    def held_connect() -> socket.socket:
+        connects.append(pool._generation)
+        if len(connects) == 1:
+            arrived.wait(10)  # the first spare connects across the renew
+        return connect()
+
+    in_use = Connection(connect(), 0)
+    pool._connect = held_connect  # type: ignore[method-assign]
+    pool._open_spare()
+    _until(lambda: len(connects) == 1)
+    pool.renew()  # the spare is still connecting: renew's own spare waits for it
+    arrived.set()
+    _until(lambda: not pool._spare_opening)
+    assert connects == [0, 1]
+    assert [c.generation for c in pool._idle] == [1]
+    pool.give(in_use)  # opened before the renew: closed, not kept
+    assert in_use.sock.fileno() == -1
+    assert len(pool._idle) == 1
+    pool.close()

@@ -235,3 +235,49 @@ def test_an_app_pods_read_only_volume_takes_an_order_and_the_prestop_ends_pffs(
     assert prestop.returncode == 0, prestop.stderr
     assert proc.wait(timeout=60) == 0
     assert wait_unmounted(str(target), timeout=5)
+
+
+# mountPoints a Dataset may not name under the fixture's profile (--allow-local DIR only):
+# each refused with one line naming it (issue 48: arrow+file:///etc mounted /etc as root).
+NOT_ALLOWED = {
+    "arrow+file:///etc": "mounts[1].mountPoint: local directories are not allowed here",
+    "arrow+file://localhost/etc/": "mounts[1].mountPoint: local directories are not allowed here",
+    "file:///etc": "mounts[1].mountPoint: local directories are not allowed here",
+    "gs://bucket/etc": "mounts[1].mountPoint: 'gs://bucket/etc' has gs://; a Dataset may name",
+    "hdfs:///etc": "mounts[1].mountPoint: hdfs:// without a namenode reads the container's",
+}
+
+
+@pytest.mark.parametrize("mount_point", NOT_ALLOWED)
+def test_a_source_the_profile_does_not_allow_is_one_line(
+    fluid: dict[str, Any], mount_point: str
+) -> None:
+    config, target = fluid["config"], fluid["target"]
+    dataset = fluid["dataset"]
+    dataset["mounts"][1] = {"mountPoint": mount_point, "name": "etc"}
+    config.write_text(fluid_config(dataset, str(target), fluid["secrets"]))
+    result = subprocess.run(
+        [*PFFS, "fluid", "--config", str(config), *fluid["profile"]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=container_env(),
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(f"pffs: {NOT_ALLOWED[mount_point]}"), result.stderr
+    assert result.stderr.count("\n") == 1
+    assert not target.exists(), "refused before anything is made"
+    assert not _mounts_at(target)
+
+
+def test_arrow_file_reads_a_directory_the_profile_allows(fluid: dict[str, Any], start) -> None:
+    """The local backend through pyarrow is held to --allow-local, and served beneath it."""
+    config, target = fluid["config"], fluid["target"]
+    dataset = fluid["dataset"]
+    local = dataset["mounts"][1]["mountPoint"].removeprefix("local://")
+    dataset["mounts"][1]["mountPoint"] = f"arrow+file://{local}"
+    config.write_text(fluid_config(dataset, str(target), fluid["secrets"]))
+    proc = start(fluid)
+    assert (target / "labels" / "classes.txt").read_text() == "cat\ndog\n"
+    proc.terminate()
+    assert proc.wait(timeout=60) == 0

@@ -21,6 +21,7 @@ CORE = (
     "pffs.optiontable",
     "pffs.retry",
     "pffs.logs",
+    "pffs.logfile",
     "pffs.workers",
     "pffs.pace",
     "pffs.privatefiles",

@@ -239,9 +239,18 @@ def test_bad_documents(tmp_path: Path, text: str, message: str) -> None:
 BAD_DATASETS = {
     "unknown scheme": (
         {"mounts": [s3_mount(mountPoint="pvc://claim")]},
-        r"mounts\[0\]\.mountPoint: 'pvc://claim' has pvc://; pffs mounts s3://",
+        r"mounts\[0\]\.mountPoint: 'pvc://claim' has pvc://; a Dataset may name s3://, hdfs://, "
+        r"and local://, file://, arrow\+file:// under the profile's --allow-local$",
     ),
     "no scheme": ({"mounts": [s3_mount(mountPoint="bucket-a")]}, "has no scheme"),
+    "hdfs without a namenode": (
+        {"mounts": [s3_mount(mountPoint="hdfs:///etc")]},
+        r"mounts\[0\]\.mountPoint: hdfs:// without a namenode reads the container's default",
+    ),
+    "hdfs of the default namenode": (
+        {"mounts": [s3_mount(mountPoint="hdfs://default/etc")]},
+        r"mounts\[0\]\.mountPoint: hdfs:// without a namenode",
+    ),
     "missing secret file": (
         {
             "mounts": [

@@ -108,6 +108,16 @@ CASES: dict[str, tuple[dict[str, Any], str, dict[str, Any]]] = {
         r"^mounts\[0\]\.mountPoint: local directories are not allowed",
         {"local_roots": ("/etc",)},
     ),
+    "arrow+file mount": (
+        {"dataset": {"mounts": [{"mountPoint": "arrow+file:///etc", "name": "etc"}]}},
+        r"^mounts\[0\]\.mountPoint: local directories are not allowed",
+        {"local_roots": ("/etc",)},
+    ),
+    "arrow+file mount by localhost": (
+        {"dataset": {"mounts": [{"mountPoint": "arrow+file://localhost/etc", "name": "etc"}]}},
+        r"^mounts\[0\]\.mountPoint: local directories are not allowed",
+        {"local_roots": ("/etc",)},
+    ),
     "keyless S3 mount": (
         {"dataset": {"mounts": [{"mountPoint": "s3://bucket-a", "name": "a"}]}},
         r"^mounts\[0\]: an S3 mount without keys would use the node's own credentials",

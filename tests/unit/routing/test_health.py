@@ -39,6 +39,7 @@ def test_down_after_a_transient_failure_then_probed_up(monkeypatch) -> None:
     async def main() -> None:
         breaker = health.SourceHealth("s3://unit", probe)
         assert breaker.up
+        assert breaker.terms().recovered == 0
         limiter = trio.CapacityLimiter(1)
         with pytest.raises(Transient):
             await breaker.call(limiter, failing)
@@ -51,6 +52,8 @@ def test_down_after_a_transient_failure_then_probed_up(monkeypatch) -> None:
         store_answers[0] = True
         while not breaker.up:
             await trio.sleep(0.05)
+        # Its requests' terms now tell the backend the source came back (issue 49).
+        assert breaker.terms().recovered == 1
         assert await breaker.call(limiter, answering) == b"x"
 
     trio.run(main)
