@@ -241,6 +241,9 @@ class GroupConfig:
     # Seconds after a membership change a new owner asks a block's previous owner before the
     # store (pffs.group.placement); 0: never.
     handover: float = 300.0
+    # The secret proving the principals without a static key (pffs.group.principals); None:
+    # their blocks stay out of the group.
+    principal_secret_file: str | None = None
 
 
 @dataclass(frozen=True)

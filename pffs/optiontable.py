@@ -218,6 +218,11 @@ OPTIONS: tuple[Option, ...] = (
            unit="HOST:PORT"),
     Option("group-secret-file", values.text, None, "the group's shared secret", "group",
            unit="FILE"),
+    Option("group-principal-secret-file", values.text, None, "the secret that proves, to the "
+           "group's peers, the principals with no static key of their own (a role, a web "
+           "identity, anonymous, HDFS, local files) this mount reads as: given to the mounts "
+           "that share them (without it their blocks are never asked of, nor served to, peers)",
+           "group", unit="FILE"),
     Option("group-self", values.text, None, "this member's name (default: $NODE_NAME, else "
            "host name)", "group", unit="NAME"),
     Option("group-handover", values.handover_seconds, None, "after a membership change, how "

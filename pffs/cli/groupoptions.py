@@ -1,7 +1,7 @@
 """The options of `pffs mount` that join a cache group (pffs.group), and their checks.
 
 `--group-members SOURCE --group-listen HOST:PORT --group-secret-file FILE [--group-self NAME]
-[--group-handover SECONDS]`
+[--group-handover SECONDS] [--group-principal-secret-file FILE]`
 (`k8s://` reads the API as the pod's service account, or outside a pod at $PFFS_KUBE_API, such
 as `kubectl proxy`'s http://127.0.0.1:8001), or the group's second form, a shared tier:
 `--shared-cache s3://BUCKET/PREFIX [--shared-cache-endpoint URL] [--shared-cache-profile NAME]`.
@@ -47,7 +47,13 @@ def group_config(args: argparse.Namespace) -> GroupConfig | None:
     """The group to join, or None without --group-members (a mount exactly as without groups)."""
     source = getattr(args, "group_members", None)
     if not source:
-        for option in ("group_listen", "group_secret_file", "group_self", "group_handover"):
+        for option in (
+            "group_listen",
+            "group_secret_file",
+            "group_self",
+            "group_handover",
+            "group_principal_secret_file",
+        ):
             if getattr(args, option, None) not in (None, ""):  # a handover of 0 was given too
                 flag = "--" + option.replace("_", "-")
                 raise UsageError(f"{flag} needs --group-members")
@@ -80,4 +86,16 @@ def group_config(args: argparse.Namespace) -> GroupConfig | None:
     handover = getattr(args, "group_handover", None)
     if handover is None:
         handover = GroupConfig.handover
-    return GroupConfig(source, args.group_listen, secret_file, self_name, kube_api, handover)
+    principal_secret_file = getattr(args, "group_principal_secret_file", None) or None
+    if principal_secret_file is not None:
+        principal_secret_file = os.path.abspath(principal_secret_file)
+        signing.read_secret(principal_secret_file, "--group-principal-secret-file")
+    return GroupConfig(
+        source,
+        args.group_listen,
+        secret_file,
+        self_name,
+        kube_api,
+        handover,
+        principal_secret_file,
+    )
