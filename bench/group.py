@@ -132,6 +132,8 @@ def run(
         extra = ["--shared-cache", f"s3://{SHARED_BUCKET}/blocks"]
         extra += ["--shared-cache-endpoint", shared.endpoint_url]
     group = Group(root)
+    if shared is not None:  # the tier's MAC key: the group's secret file serves as well
+        extra += ["--shared-cache-secret-file", str(group.secret)]
     out: dict[str, Any] = {}
     try:
         with mounts(group, BUCKET, proxy.server, grouped, extra) as mounted:

@@ -254,6 +254,8 @@ class SharedCacheConfig:
     url: str
     endpoint_url: str | None = None
     profile: str | None = None
+    # The file of the secret keying its objects' MACs (pffs.group.shared.tier_key).
+    secret_file: str = ""
 
 
 @dataclass(frozen=True)

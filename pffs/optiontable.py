@@ -234,6 +234,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("shared-cache-endpoint", values.text, None, "its S3 endpoint", "shared", unit="URL"),
     Option("shared-cache-profile", values.text, None, "its credentials profile", "shared",
            unit="NAME"),
+    Option("shared-cache-secret-file", values.text, None, "the secret the mounts sharing the "
+           "tier hold: each block object carries a MAC under it, and one without the right MAC "
+           "is read from the origin instead (required with --shared-cache)", "shared",
+           unit="FILE"),
 )
 # fmt: on
 
