@@ -13,9 +13,10 @@ mounts, as the principal the block key names and only when the request proves th
 (pffs.group.principals: an HMAC keyed by the principal's key, 403 otherwise), so the group is
 never a way around a bucket's access rules. It never believes the asker's view of the object:
 the path was checked inside the source (pffs.group.protocol), the version is pinned at the
-store, a block held in memory must have the length asked for, and a fetch for a peer checks
-the object's size and version against this member's own stat (taken beside the fetch, once
-per object version) before the block lands in the cache.
+store, a block held in memory must have the length asked for, and a fetch for a peer of a
+block its size makes a short last one checks that size and the version against this member's
+own stat (taken beside the fetch, once per object version) before the block lands in the
+cache: a smaller size claimed cannot leave a shortened block under the shared key.
 """
 
 from __future__ import annotations
@@ -164,13 +165,24 @@ class _OwnerSide:
 
     async def part(self, offset: int, length: int) -> bytes:
         request = self.request
-        async with trio.open_nursery() as nursery:
-            # Beside the fetch: its answer costs no round trip of its own.
-            nursery.start_soon(self.check, self.store.store, request.blocks)
-            data = await self.group.fetch_for_peer(request.blocks, request.index, request.forwarded)
-            if data is None:
-                data = await self.store.part(offset, length)
+        blocks = request.blocks
+        # Only a block the asker's size makes a short last one can be cut short by a size that
+        # is not the object's (a longer claim reads past the end: a short answer is refused,
+        # pffs.fs.fetching).
+        if blocks.length(request.index) == blocks.block_size:
+            return await self._fetch(offset, length)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self.check, self.store.store, blocks)  # beside the fetch
+                data = await self._fetch(offset, length)
+        except BaseExceptionGroup as group:  # the first failure, as the fetch alone raises it
+            raise group.exceptions[0] from None
         return data
+
+    async def _fetch(self, offset: int, length: int) -> bytes:
+        request = self.request
+        data = await self.group.fetch_for_peer(request.blocks, request.index, request.forwarded)
+        return data if data is not None else await self.store.part(offset, length)
 
     def run(self, first: int, count: int) -> Blocks:
         return self.store.run(first, count)
