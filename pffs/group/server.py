@@ -129,9 +129,9 @@ class PeerServer:
     ) -> bool:
         """Answer one request, which must start within `wait`; whether the connection may
         carry another."""
-        with trio.move_on_after(wait):
+        with trio.move_on_after(IDLE):
             try:
-                request = await _read_request(conn, stream)
+                request = await _read_request(conn, stream, trio.current_time() + wait)
             except h11.RemoteProtocolError:
                 self._refused(peer, "malformed request")
                 await _reply(conn, stream, 400, b"")
@@ -210,22 +210,24 @@ class PeerServer:
 _Tag = Callable[[int, int], bytes]
 
 
-async def _read_request(conn: h11.Connection, stream: trio.SocketStream) -> h11.Request | None:
-    """The next request, its (empty) body read; None when the peer closed the connection."""
+async def _read_request(
+    conn: h11.Connection, stream: trio.SocketStream, start_by: float
+) -> h11.Request | None:
+    """The next request, its (empty) body read; None when the peer closed the connection, or
+    sent no byte of it by `start_by`."""
     request: h11.Request | None = None
     deadline: float | None = None
     while True:
         event = conn.next_event()
         if event is h11.NEED_DATA:
-            if deadline is None and conn.their_state is not h11.IDLE:
-                deadline = trio.current_time() + REQUEST_TIME
-            if deadline is None:  # between requests: the caller's IDLE bounds the wait
+            if deadline is None and (conn.their_state is not h11.IDLE or conn.trailing_data[0]):
+                deadline = trio.current_time() + REQUEST_TIME  # it has started: whole by then
+            with trio.move_on_at(start_by if deadline is None else deadline) as late:
                 data = await stream.receive_some(65536)
-            else:
-                with trio.move_on_at(deadline) as late:
-                    data = await stream.receive_some(65536)
-                if late.cancelled_caught:
-                    return None
+            if late.cancelled_caught:
+                return None
+            if deadline is None and data:
+                deadline = trio.current_time() + REQUEST_TIME
             conn.receive_data(data)
             continue
         if isinstance(event, h11.Request):

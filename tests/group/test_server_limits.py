@@ -103,3 +103,29 @@ def test_refusals_are_logged_within_one_global_rate(
     # one line per address and reason however many names they claim, 5 in all for 8 of them
     assert len(lines) == 5, [r.getMessage() for r in lines]
     assert len({r.getMessage().split(" (")[0] for r in lines}) == 5
+
+
+def test_a_head_that_trickles_is_cut_off_at_the_request_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The head's clock starts at its first byte: sending a byte now and then (never idle long
+    enough for the first request's wait) does not keep a connection."""
+    monkeypatch.setattr(server_module, "REQUEST_TIME", 0.5)
+
+    def trickle(url: str) -> float:
+        sock = _connect(url, "127.0.0.1")
+        started = time.monotonic()
+        try:
+            for byte in b"GET /v3/block?s=a HTTP/1.1\r\n" * 10:
+                sock.sendall(bytes([byte]))
+                if _closed(sock, 0.1):
+                    break
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        sock.close()
+        return time.monotonic() - started
+
+    async def check(member: Member) -> float:
+        return await trio.to_thread.run_sync(trickle, member.url)
+
+    assert 0.4 <= serve_and(check) < 5.0
