@@ -138,13 +138,13 @@ class PeerServer:
                 return False
             if request is None:
                 return False
-            status, body, headers, tag = await self._answer(request, peer)
+            status, body, headers, tag = await self._answer(request, peer, _local(stream))
             await _reply(conn, stream, status, body, headers, tag)
             return conn.our_state is h11.DONE and conn.their_state is h11.DONE
         return False
 
     async def _answer(
-        self, request: h11.Request, peer: str
+        self, request: h11.Request, peer: str, address: str
     ) -> tuple[int, Body, list[tuple[str, str]], _Tag | None]:
         method = request.method.decode("ascii", "replace")
         target = request.target.decode("ascii", "replace")
@@ -152,7 +152,7 @@ class PeerServer:
             name.decode("ascii", "replace"): value.decode("latin-1")
             for name, value in request.headers
         }
-        signed = self._verifier.check(method, target, headers)
+        signed = self._verifier.check(method, target, headers, address)
         if isinstance(signed, Signed) and method != "GET":
             signed = "method"
         if not isinstance(signed, Signed):
@@ -183,7 +183,7 @@ class PeerServer:
         if body is None:
             return 404, b"", [], None
         version = block_request.blocks.version
-        tag = partial(self._verifier.reply_tag, signed.nonce, version)
+        tag = partial(self._verifier.reply_tag, signed, version)
         return 200, body, [(protocol.VERSION, version)], tag
 
     def _refused(self, peer: str, reason: str, claimed: str = "") -> None:
@@ -322,6 +322,15 @@ def parse_listen(address: str) -> tuple[str, int]:
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:
         raise UsageError(f"--group-listen {address!r} is not HOST:PORT")
     return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def _local(stream: trio.SocketStream) -> str:
+    """This member's address the peer connected to ("" when unknown)."""
+    try:
+        host, *_ = stream.socket.getsockname()
+    except OSError:
+        return ""
+    return str(host)
 
 
 def _address(stream: trio.SocketStream) -> str:

@@ -118,6 +118,7 @@ class Signed:
 
     message: bytes
     nonce: str
+    to: str  # the name of this member the request was sent to
     proof: str  # "" when the request carries none
 
     def proves(self, principal_key: bytes) -> bool:
@@ -129,15 +130,19 @@ class Signed:
 
 class Verifier:
     """Checks signed requests to member `self_name` against one secret, remembering recent
-    nonces; tags this member's replies."""
+    nonces; tags this member's replies. A request may also name the member by the address it
+    was sent to (a `dns://` member list names members so)."""
 
     def __init__(self, secret: bytes, self_name: str) -> None:
         self._secret = secret
         self.self_name = self_name
         self._nonces: OrderedDict[str, float] = OrderedDict()
 
-    def check(self, method: str, target: str, headers: Mapping[str, str]) -> Signed | str:
-        """The request as signed, or why it must be refused."""
+    def check(
+        self, method: str, target: str, headers: Mapping[str, str], address: str = ""
+    ) -> Signed | str:
+        """The request as signed (sent to this member's `address`), or why it must be
+        refused."""
         stamp, nonce, signature = headers.get(TIME), headers.get(NONCE), headers.get(SIGNATURE)
         to = headers.get(TO)
         if not stamp or not nonce or not signature or to is None:
@@ -149,7 +154,7 @@ class Verifier:
         now = time.time()
         if not abs(now - float(stamp)) <= MAX_SKEW:
             return "old timestamp"
-        if to != self.self_name:
+        if to != self.self_name and (not address or to != address.replace(":", "-")):
             return "for another member"
         message = _message(method, target, stamp, nonce, to)
         if not hmac.compare_digest(_mac(self._secret, message).encode(), signature.encode()):
@@ -160,10 +165,11 @@ class Verifier:
         if len(self._nonces) >= MAX_NONCES:
             return "too many requests"  # every nonce still in its window is kept
         self._nonces[nonce] = now
-        return Signed(message, nonce, headers.get(PROOF, ""))
+        return Signed(message, nonce, to, headers.get(PROOF, ""))
 
-    def reply_tag(self, nonce: str, version: str, length: int, crc: int) -> bytes:
-        return reply_tag(self._secret, nonce, self.self_name, version, length, crc)
+    def reply_tag(self, signed: Signed, version: str, length: int, crc: int) -> bytes:
+        """The tag of this member's reply to `signed`, under the name it was asked by."""
+        return reply_tag(self._secret, signed.nonce, signed.to, version, length, crc)
 
     def _forget_old(self, now: float) -> None:
         nonces = self._nonces

@@ -119,3 +119,14 @@ def test_the_secret_file_is_checked(tmp_path: Path) -> None:
     assert signing.read_secret(str(path)) == SECRET
     with pytest.raises(UsageError, match="No such file"):
         signing.read_secret(str(tmp_path / "absent"))
+
+
+def test_a_member_named_by_its_address_takes_requests_for_that_address() -> None:
+    """A `dns://` list names members by address: a request for the address the member was
+    reached at passes (IPv6 as the list spells it), one for another address does not."""
+    verifier = signing.Verifier(SECRET, "host-name")
+    for address, name in (("10.0.0.5", "10.0.0.5"), ("fd00::5", "fd00--5")):
+        signed = verifier.check("GET", TARGET, signing.sign(SECRET, "GET", TARGET, name), address)
+        assert isinstance(signed, signing.Signed) and signed.to == name
+    other = signing.sign(SECRET, "GET", TARGET, "10.0.0.6")
+    assert verifier.check("GET", TARGET, other, "10.0.0.5") == "for another member"
