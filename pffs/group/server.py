@@ -31,7 +31,7 @@ import trio
 
 from pffs.cache.pieces import Pieces
 from pffs.errors import UsageError
-from pffs.group import protocol, stats
+from pffs.group import protocol, signing, stats
 from pffs.group.protocol import BadRequest, BlockRequest
 from pffs.group.signing import Signed, Verifier
 
@@ -159,7 +159,9 @@ class PeerServer:
             # The name a request claims is shown, never trusted: the log is keyed by address.
             claimed = "".join(c for c in headers.get("x-pffs-from", "")[:64] if c.isprintable())
             self._refused(peer, signed, f" ({claimed}?)" if claimed else "")
-            return 403, b"", [], None
+            # A full nonce window is this member's load, not the asker's fault: 503, which
+            # sends it to the store without marking this member broken.
+            return 503 if signed == signing.BUSY else 403, b"", [], None
         try:
             block_request = protocol.parse_target(target)
         except BadRequest as exc:
