@@ -71,6 +71,7 @@ class ArrowBackend:
         self.root = root.rstrip("/") or "/"
         self.source_id = source_id
         self.principal = principal
+        self.principal_key: bytes | None = None  # no credential of its own
         self.max_concurrency = source.max_concurrency
         self.retry_policy: RetryConfig = source.retry
         self.retries = 0

@@ -97,6 +97,9 @@ class Backend(Protocol):
     # A digest of the principal the store is read as (principal.py): with `source_id` it names
     # a source's blocks in the cache, so two principals never share them. Never logged.
     principal: str
+    # The key proving that principal to a cache group's peers, from a static credential of its
+    # own (principal.s3_principal_key); None where it has none. Never logged.
+    principal_key: bytes | None
     # How many calls may run at once (the VFS makes a CapacityLimiter of this size).
     max_concurrency: int
     # What the store does beyond reads, declared by its class (see Capabilities).

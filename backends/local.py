@@ -58,6 +58,7 @@ class LocalBackend:
         self.root = os.path.realpath(path)
         self.source_id = f"file://{self.root}"
         self.principal = local_principal()
+        self.principal_key: bytes | None = None  # no credential of its own
         self.max_concurrency = source.max_concurrency
         self.retries = 0  # local files are never retried
         self.writer = self

@@ -24,18 +24,25 @@ it is neither logged nor shown. What it covers, per store:
 Where a principal cannot be told exactly, the digest covers more rather than less: a block
 shared between two principals that should not share is the one outcome to avoid, and a cache
 split more finely than needed only costs fetches.
+
+A principal with a static credential of its own (S3 keys) also has a key that proves it to a
+cache group's peers (`s3_principal_key`): an HMAC keyed by its secret key, which only the
+holders of that secret key can make (pffs.group.principals). The others (a role, a web
+identity, the instance's role, anonymous reads, HDFS, local files) have none here.
 """
 
 from __future__ import annotations
 
 import getpass
 import hashlib
+import hmac
 import os
 import struct
 from collections.abc import Mapping
 from typing import Any
 
 _DOMAIN = b"pffs principal v1\0"
+_KEY_DOMAIN = b"pffs principal key v1\0s3 keys\0"
 _DIGEST_HEX = 32  # 128 bits
 
 # botocore credential methods (the provider's METHOD) whose keys come from assuming a role
@@ -69,6 +76,24 @@ def s3_principal(
         return principal_digest("s3", method)
     frozen = credentials.get_frozen_credentials()
     return principal_digest("s3", "keys", frozen.access_key or "", frozen.secret_key or "")
+
+
+def s3_principal_key(credentials: Any) -> bytes | None:
+    """The key proving the principal of S3 `credentials` to peers: derived from the secret key
+    of static keys (explicit, environment, credentials file, a credential process); None for
+    the kinds without one of their own (anonymous, a role, a web identity, SSO, the
+    instance's role)."""
+    if credentials is None:
+        return None
+    method = str(getattr(credentials, "method", "") or "")
+    if method in _ROLE_METHODS or method == _INSTANCE_ROLE:
+        return None
+    frozen = credentials.get_frozen_credentials()
+    if not frozen.secret_key or frozen.token:  # temporary keys change: not static
+        return None
+    message = _KEY_DOMAIN + (frozen.access_key or "").encode("utf-8", "surrogateescape")
+    secret_key = frozen.secret_key.encode("utf-8", "surrogateescape")
+    return hmac.new(secret_key, message, "sha256").digest()
 
 
 def _role_identity(scoped_config: Mapping[str, Any], environ: Mapping[str, str]) -> list[str]:

@@ -40,7 +40,7 @@ from pffs.backends.base import (
     Writing,
     is_valid_name,
 )
-from pffs.backends.principal import s3_principal
+from pffs.backends.principal import s3_principal, s3_principal_key
 from pffs.backends.s3calls import S3Calls
 from pffs.backends.s3errors import Kind, classify, error_code, is_transient
 from pffs.backends.s3get import LeanGetEngine
@@ -150,6 +150,7 @@ class S3Backend:
             scoped = botocore_session.get_scoped_config()
             # Frozen credentials may be refreshed here, from a credential_process of the user's.
             self.principal = s3_principal(credentials, scoped, os.environ)
+            self.principal_key = s3_principal_key(credentials)
         except botocore.exceptions.BotoCoreError as exc:
             raise _setup_error(exc, source.url) from None
         # Object reads and listings go through the lean engine, configured from the same
@@ -375,9 +376,13 @@ def _aws_endpoint(region: str) -> str:
 
 
 def _if_match(version: str | None) -> str | None:
-    """The precondition a read carries: only real ETags (quoted) pin a version; a local
-    store's mtime+size version is no ETag."""
-    return version if version and version.startswith('"') else None
+    """The precondition a read of `version` carries: always one, so no caller (a peer asking
+    an owner included) can read another version than it names. An ETag as S3 gives it
+    (quoted); anything else quoted, so it matches no object whose ETag differs (an object
+    whose version is an mtime and size, which S3 objects never are, is then refused 412)."""
+    if version is None:
+        return None
+    return version if version.startswith(('"', 'W/"')) else f'"{version}"'
 
 
 def _dir_info(name: str) -> ObjectInfo:

@@ -132,6 +132,8 @@ def run(
         extra = ["--shared-cache", f"s3://{SHARED_BUCKET}/blocks"]
         extra += ["--shared-cache-endpoint", shared.endpoint_url]
     group = Group(root)
+    if shared is not None:  # the tier's MAC key: the group's secret file serves as well
+        extra += ["--shared-cache-secret-file", str(group.secret)]
     out: dict[str, Any] = {}
     try:
         with mounts(group, BUCKET, proxy.server, grouped, extra) as mounted:
@@ -249,14 +251,16 @@ def latencies(
         (first / key).read_bytes()
     source = f"s3://{BUCKET}@{mounts_server.endpoint_url}"
     members = [Member(name, f"http://{h}:{p}") for name, (h, p) in group.addresses.items()]
-    peer = PeerClient(SECRET.encode(), "bench")
     s3 = client(server)
     # Who the mounts read as (the server's keys): a member serves only that principal.
     keys = Credentials(server.access_key, server.secret_key)
     reader = SourceConfig(
         url=f"s3://{BUCKET}", endpoint_url=mounts_server.endpoint_url, credentials=keys
     )
-    principal = open_backend(reader).principal
+    backend = open_backend(reader)
+    principal = backend.principal
+    # With the mounts' keys, the bench proves their principal as a member does.
+    peer = PeerClient(SECRET.encode(), "bench", proof_key=lambda _: backend.principal_key)
     etags = {key: s3.head_object(Bucket=BUCKET, Key=key)["ETag"] for key in data.bigs}
     peer_ms: list[float] = []
     store_ms: list[float] = []
@@ -268,7 +272,7 @@ def latencies(
                 member = owner(members, blocks.key(0))
                 assert member is not None
                 started = time.perf_counter()
-                got = await peer.get(member.url, BlockRequest(blocks, 0))
+                got = await peer.get(member, BlockRequest(blocks, 0))
                 peer_ms.append((time.perf_counter() - started) * 1000)
                 started = time.perf_counter()
                 response = s3.get_object(Bucket=BUCKET, Key=key, Range=f"bytes=0-{BLOCK - 1}")

@@ -58,6 +58,9 @@ class DriverConfig:
     group_secret_file: str | None = None
     # Seconds a handover lasts after a membership change (None: the mount's default).
     group_handover: float | None = None
+    # The secret proving to peers the principals without a key of their own (a role, a web
+    # identity, anonymous: pffs.group.principals); None: their blocks stay out of the group.
+    group_principal_secret_file: str | None = None
 
     def group_options(self) -> list[str]:
         """The `pffs mount` options of a volume in the node's cache group ([] without one);
@@ -72,6 +75,11 @@ class DriverConfig:
                 ()
                 if self.group_handover is None
                 else ("--group-handover", f"{self.group_handover:g}")
+            ),
+            *(
+                ()
+                if self.group_principal_secret_file is None
+                else ("--group-principal-secret-file", self.group_principal_secret_file)
             ),
         ]
 
@@ -114,6 +122,11 @@ def add_parser(commands: argparse._SubParsersAction[Parser]) -> None:
     group.add_argument("--group-members", help="file:///PATH or k8s://NAMESPACE/SERVICE")
     group.add_argument("--group-listen", default=defaults.group_listen, help="(0.0.0.0:7070)")
     group.add_argument("--group-secret-file", help="the group's shared secret")
+    group.add_argument(
+        "--group-principal-secret-file",
+        help="the secret proving to peers the principals with no key of their own (roles, web "
+        "identities, anonymous); without it their blocks are not shared",
+    )
     handover = BY_NAME["group-handover"]
     group.add_argument(
         handover.flag, type=_parsed_by(handover.parse), metavar=handover.metavar, help=handover.help
@@ -147,6 +160,7 @@ def config_from_args(args: argparse.Namespace) -> DriverConfig:
         group_listen=args.group_listen,
         group_secret_file=args.group_secret_file,
         group_handover=args.group_handover,
+        group_principal_secret_file=args.group_principal_secret_file,
     )
     if bool(config.group_members) != bool(config.group_secret_file):
         raise UsageError("--group-members and --group-secret-file go together")

@@ -247,6 +247,9 @@ class GroupConfig:
     # Seconds after a membership change a new owner asks a block's previous owner before the
     # store (pffs.group.placement); 0: never.
     handover: float = 300.0
+    # The secret proving the principals without a static key (pffs.group.principals); None:
+    # their blocks stay out of the group.
+    principal_secret_file: str | None = None
 
 
 @dataclass(frozen=True)
@@ -257,6 +260,8 @@ class SharedCacheConfig:
     url: str
     endpoint_url: str | None = None
     profile: str | None = None
+    # The file of the secret keying its objects' MACs (pffs.group.shared.tier_key).
+    secret_file: str = ""
 
 
 @dataclass(frozen=True)

@@ -219,6 +219,11 @@ OPTIONS: tuple[Option, ...] = (
            unit="HOST:PORT"),
     Option("group-secret-file", values.text, None, "the group's shared secret", "group",
            unit="FILE"),
+    Option("group-principal-secret-file", values.text, None, "the secret that proves, to the "
+           "group's peers, the principals with no static key of their own (a role, a web "
+           "identity, anonymous, HDFS, local files) this mount reads as: given to the mounts "
+           "that share them (without it their blocks are never asked of, nor served to, peers)",
+           "group", unit="FILE"),
     Option("group-self", values.text, None, "this member's name (default: $NODE_NAME, else "
            "host name)", "group", unit="NAME"),
     Option("group-handover", values.handover_seconds, None, "after a membership change, how "
@@ -230,6 +235,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("shared-cache-endpoint", values.text, None, "its S3 endpoint", "shared", unit="URL"),
     Option("shared-cache-profile", values.text, None, "its credentials profile", "shared",
            unit="NAME"),
+    Option("shared-cache-secret-file", values.text, None, "the secret the mounts sharing the "
+           "tier hold: each block object carries a MAC under it, and one without the right MAC "
+           "is read from the origin instead (required with --shared-cache)", "shared",
+           unit="FILE"),
 )
 # fmt: on
 

@@ -27,7 +27,7 @@ from pffs.group.members import Member
 from pffs.group.peers import Group
 from pffs.group.protocol import BlockRequest
 from pffs.group.server import PeerServer
-from pffs.group.signing import Verifier
+from pffs.group.signing import Signed, Verifier
 from pffs.sizes import parse_size
 
 SECRET = b"peer-cpu-probe-secret-0123456789"
@@ -41,16 +41,18 @@ def _blocks(path: str, size: int) -> ObjectBlocks:
 async def _serve(size: int) -> None:
     block = os.urandom(size)
 
-    async def handler(request: BlockRequest) -> bytes:
+    async def handler(request: BlockRequest, signed: Signed) -> bytes:
         return block
 
     listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
     print(listener.socket.getsockname()[1], flush=True)
-    await PeerServer(handler, Verifier(SECRET)).serve(listener)
+    await PeerServer(handler, Verifier(SECRET, "owner")).serve(listener)
 
 
 async def _ask(port: int, size: int, requests: int, concurrency: int) -> float:
-    group = Group("asker", PeerClient(SECRET, "asker"), [Member("asker", "http://127.0.0.1:1")])
+    # The handler checks no principal's proof; the asker sends one, as a member does.
+    client = PeerClient(SECRET, "asker", proof_key=lambda blocks: SECRET)
+    group = Group("asker", client, [Member("asker", "http://127.0.0.1:1")])
     owner = Member("owner", f"http://127.0.0.1:{port}")
     group.update([owner, Member("asker", "http://127.0.0.1:1")])
     left = list(range(requests))

@@ -25,6 +25,7 @@ from pffs.cache.singleflight import SingleFlight
 from pffs.cache.stats import CacheStats
 from pffs.cache.window import ReaderWindow, Windows
 from pffs.config import CacheConfig
+from pffs.errors import Corrupted
 
 
 class BlockCache:
@@ -132,6 +133,8 @@ class BlockCache:
         while True:
             data = self.memory.get(key)
             if data is not None:
+                if len(data) != length:  # asked as another length (a peer's claim): not this
+                    raise Corrupted(f"block {key.block} of {key.path}: {len(data)} bytes held")
                 self.stats.memory_hits += 1
                 self.stats.memory_bytes_served += len(data) if served is None else served
                 self._usage.read(key)

@@ -1,10 +1,11 @@
 """The options of `pffs mount` that join a cache group (pffs.group), and their checks.
 
 `--group-members SOURCE --group-listen HOST:PORT --group-secret-file FILE [--group-self NAME]
-[--group-handover SECONDS]`
+[--group-handover SECONDS] [--group-principal-secret-file FILE]`
 (`k8s://` reads the API as the pod's service account, or outside a pod at $PFFS_KUBE_API, such
 as `kubectl proxy`'s http://127.0.0.1:8001), or the group's second form, a shared tier:
-`--shared-cache s3://BUCKET/PREFIX [--shared-cache-endpoint URL] [--shared-cache-profile NAME]`.
+`--shared-cache s3://BUCKET/PREFIX --shared-cache-secret-file FILE [--shared-cache-endpoint URL]
+[--shared-cache-profile NAME]`.
 The options themselves are rows of pffs.optiontable (section "group" and "shared"); they go
 together, so they are checked here as a whole, before a daemon starts: bad input is one line
 and exit 2.
@@ -31,7 +32,7 @@ def shared_cache_config(args: argparse.Namespace) -> SharedCacheConfig | None:
     """The shared tier, or None without --shared-cache."""
     url = getattr(args, "shared_cache", None)
     if not url:
-        for option in ("shared_cache_endpoint", "shared_cache_profile"):
+        for option in ("shared_cache_endpoint", "shared_cache_profile", "shared_cache_secret_file"):
             if getattr(args, option, None):
                 raise UsageError(f"--{option.replace('_', '-')} needs --shared-cache")
         return None
@@ -40,14 +41,27 @@ def shared_cache_config(args: argparse.Namespace) -> SharedCacheConfig | None:
     bucket = url.removeprefix("s3://").split("/", 1)[0]
     if not url.startswith("s3://") or not bucket:
         raise UsageError(f"--shared-cache {url}: expected s3://BUCKET/PREFIX")
-    return SharedCacheConfig(url, args.shared_cache_endpoint, args.shared_cache_profile)
+    secret_file = getattr(args, "shared_cache_secret_file", None)
+    if not secret_file:
+        raise UsageError("--shared-cache needs --shared-cache-secret-file (the tier's MAC key)")
+    secret_file = os.path.abspath(secret_file)
+    signing.read_secret(secret_file, "--shared-cache-secret-file")
+    return SharedCacheConfig(
+        url, args.shared_cache_endpoint, args.shared_cache_profile, secret_file
+    )
 
 
 def group_config(args: argparse.Namespace) -> GroupConfig | None:
     """The group to join, or None without --group-members (a mount exactly as without groups)."""
     source = getattr(args, "group_members", None)
     if not source:
-        for option in ("group_listen", "group_secret_file", "group_self", "group_handover"):
+        for option in (
+            "group_listen",
+            "group_secret_file",
+            "group_self",
+            "group_handover",
+            "group_principal_secret_file",
+        ):
             if getattr(args, option, None) not in (None, ""):  # a handover of 0 was given too
                 flag = "--" + option.replace("_", "-")
                 raise UsageError(f"{flag} needs --group-members")
@@ -80,4 +94,16 @@ def group_config(args: argparse.Namespace) -> GroupConfig | None:
     handover = getattr(args, "group_handover", None)
     if handover is None:
         handover = GroupConfig.handover
-    return GroupConfig(source, args.group_listen, secret_file, self_name, kube_api, handover)
+    principal_secret_file = getattr(args, "group_principal_secret_file", None) or None
+    if principal_secret_file is not None:
+        principal_secret_file = os.path.abspath(principal_secret_file)
+        signing.read_secret(principal_secret_file, "--group-principal-secret-file")
+    return GroupConfig(
+        source,
+        args.group_listen,
+        secret_file,
+        self_name,
+        kube_api,
+        handover,
+        principal_secret_file,
+    )

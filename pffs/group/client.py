@@ -15,8 +15,12 @@ Timeouts are short and apart from the store's: `connect`, `first_byte` (and any 
 between bytes) and `whole` for the block. The body is read as the owner sends it (the block,
 then its CRC32C: pffs.group.protocol) and checked once whole. Every way a reply can be wrong
 raises `PeerFailed` with a short reason: a refused or timed-out connection, a status other
-than 200, a version, length or CRC32C that is not the one asked for. A 404 to a cached-only
-request is `PeerMiss`, a 503 `PeerStoreFailed` (the owner's store failed it), a 307
+than 200, a version, length or CRC32C that is not the one asked for, a reply whose tag
+(pffs.group.signing.reply_tag: the group's HMAC of the request's nonce, the member's name, the
+version, length and CRC32C) does not match, counted in `pffs_group_unauthenticated_replies`:
+something answering at a member's address without the group's secret gives no bytes. Each
+request is signed for the member it goes to, with its principal's proof (`proof_key`). A 404
+to a cached-only request is `PeerMiss`, a 503 `PeerStoreFailed` (the owner's store failed it), a 307
 `PeerAskSecond` (a hot block: pffs.group.hot), a 421 `PeerNotServed` (the peer does not serve
 that source): the peer is fine in all four. Used from the trio tasks of one run (`close` also
 after it).
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import os
 import select
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -33,13 +38,23 @@ import crc32c
 import h11
 import trio
 
-from pffs.group import protocol, signing
+from pffs.cache.keys import ObjectBlocks
+from pffs.group import protocol, signing, stats
+from pffs.group.members import Member
 from pffs.group.protocol import BlockRequest
 
 CHUNK = 256 * 1024
 MAX_IDLE = 16  # idle connections kept per member
 MAX_MEMBERS = 256  # members with idle connections kept (past it, all are closed)
 MAX_HEAD = 16 * 1024  # a reply's head (h11 refuses a longer one)
+
+# The key that proves the principal a request reads as (pffs.group.principals), or None
+# when this process cannot prove it (its blocks are then never asked of peers).
+ProofKey = Callable[[ObjectBlocks], bytes | None]
+
+
+def no_proof(blocks: ObjectBlocks) -> bytes | None:
+    return None
 
 
 @dataclass(frozen=True)
@@ -102,29 +117,38 @@ class _Connection:
 class PeerClient:
     """Signed block requests to any member, over kept-alive connections."""
 
-    def __init__(self, secret: bytes, self_name: str, timeouts: Timeouts = Timeouts()) -> None:
+    def __init__(
+        self,
+        secret: bytes,
+        self_name: str,
+        timeouts: Timeouts = Timeouts(),
+        proof_key: ProofKey = no_proof,
+    ) -> None:
         self._secret = secret
         self._self = self_name
         self.timeouts = timeouts
+        self.proof_key = proof_key
         self._idle: dict[str, list[_Connection]] = {}
         self._addresses: dict[str, tuple[str, int]] = {}
         self.connections_opened = 0  # for the tests: kept-alive connections are reused
 
-    async def get(self, url: str, request: BlockRequest) -> bytes:
-        """The block `request` names from the member at `url`."""
+    async def get(self, member: Member, request: BlockRequest) -> bytes:
+        """The block `request` names from `member`."""
         target = request.target()
+        url = member.url
         try:
-            return await self._get(url, target, request, self._take(url))
+            return await self._get(member, target, request, self._take(url))
         except _Stale:  # once, on a new connection
-            return await self._get(url, target, request, None)
+            return await self._get(member, target, request, None)
 
     async def _get(
-        self, url: str, target: str, request: BlockRequest, reused: _Connection | None
+        self, member: Member, target: str, request: BlockRequest, reused: _Connection | None
     ) -> bytes:
+        url = member.url
         deadline = trio.current_time() + self.timeouts.whole
         conn = reused if reused is not None else await self._connect(url)
         try:
-            data = await self._exchange(conn, url, target, request, deadline, reused is not None)
+            data = await self._exchange(conn, member, target, request, deadline, reused is not None)
         except BaseException:
             conn.close()  # in an unknown state (or cancelled mid-way): not back to the pool
             raise
@@ -137,15 +161,18 @@ class PeerClient:
     async def _exchange(
         self,
         conn: _Connection,
-        url: str,
+        member: Member,
         target: str,
         request: BlockRequest,
         deadline: float,
         reused: bool,
     ) -> bytes:
-        host = self._addresses[url][0]
+        host = self._addresses[member.url][0]
         headers = [("host", host), ("x-pffs-from", self._self)]
-        headers += signing.sign(self._secret, "GET", target).items()
+        signed = signing.sign(
+            self._secret, "GET", target, member.name, self.proof_key(request.blocks)
+        )
+        headers += signed.items()
         wire = conn.h11.send(h11.Request(method="GET", target=target, headers=headers))
         try:
             await conn.stream.send_all(wire + (conn.h11.send(h11.EndOfMessage()) or b""))
@@ -158,7 +185,17 @@ class PeerClient:
             raise PeerFailed("connection broken") from None
         if not isinstance(response, h11.Response):
             raise PeerFailed("connection broken")
-        return await self._body(conn, response, request, deadline)
+        data, footer = await self._body(conn, response, request, deadline)
+        crc, tag = protocol.FOOTER.unpack(footer)
+        if crc != crc32c.crc32c(data):
+            raise PeerFailed("CRC32C mismatch")
+        expected = signing.reply_tag(
+            self._secret, signed[signing.NONCE], member.name, request.blocks.version, len(data), crc
+        )
+        if not signing.tags_match(expected, tag):
+            stats.UNAUTHENTICATED_REPLIES.inc()
+            raise PeerFailed("reply not authenticated")
+        return data
 
     async def _next(self, conn: _Connection, deadline: float) -> h11.Event:
         """h11's next event of the reply, past any 1xx (receiving as needed)."""
@@ -215,7 +252,8 @@ class PeerClient:
 
     async def _body(
         self, conn: _Connection, response: h11.Response, request: BlockRequest, deadline: float
-    ) -> bytes:
+    ) -> tuple[bytes, bytes]:
+        """The block and its footer, once the status, version and length are the ones asked."""
         status = response.status_code
         if status == 404 and request.cached_only:
             raise PeerMiss("not held")
@@ -249,10 +287,7 @@ class PeerClient:
             raise PeerFailed("short body") from None
         except trio.BrokenResourceError:
             raise PeerFailed("connection broken") from None
-        data, footer = _split_footer(pieces, protocol.FOOTER.size)
-        if protocol.FOOTER.unpack(footer)[0] != crc32c.crc32c(data):
-            raise PeerFailed("CRC32C mismatch")
-        return data
+        return _split_footer(pieces, protocol.FOOTER.size)
 
     def close(self) -> None:
         for idle in self._idle.values():

@@ -254,6 +254,9 @@ class Group:
         return flight.data
 
     async def _request(self, member: Member, request: BlockRequest) -> bytes | None:
+        if self.client.proof_key(request.blocks) is None:
+            stats.FALLBACKS.labels(reason="principal unprovable").inc()
+            return None  # no owner serves it (pffs.group.principals): not asked
         breaker = self.breakers.get(member.name)
         if breaker is None or not breaker.allows():
             stats.FALLBACKS.labels(reason="peer broken").inc()
@@ -261,7 +264,7 @@ class Group:
         sent = time.monotonic()
         try:
             async with self.limiter:
-                data = await self.client.get(member.url, request)
+                data = await self.client.get(member, request)
         except PeerMiss:
             breaker.succeeded(sent)
             return None
@@ -294,6 +297,8 @@ class Group:
     # --- as a block source (pffs.group.sources) ----------------------------------------------
 
     def asks(self, blocks: ObjectBlocks, index: int) -> bool:
+        if self.client.proof_key(blocks) is None:
+            return False  # a principal this process cannot prove: no peer would serve it
         return (
             self.peer_owner(blocks, index) is not None
             or self.previous_owner(blocks, index) is not None

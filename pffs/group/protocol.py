@@ -1,7 +1,7 @@
 """The peer protocol's messages: what names a block on the wire, and what a reply must carry.
 
 A request is
-`GET /v2/block?s=SOURCE&a=PRINCIPAL&p=PATH&v=VERSION&i=INDEX&n=SIZE&b=BLOCK_SIZE[&c=1][&f=1]`:
+`GET /v3/block?s=SOURCE&a=PRINCIPAL&p=PATH&v=VERSION&i=INDEX&n=SIZE&b=BLOCK_SIZE[&c=1][&f=1]`:
 the block key (the source id, which carries the bucket and endpoint, and the digest of the
 principal the asker reads it as: a member serves only a source it mounts as that same
 principal, so the group never hands one principal's bytes to another), the object's size and
@@ -10,8 +10,11 @@ for a block the member holds (the handover from a previous owner), `f=1` for a r
 block's second copy sends its owner (pffs.group.hot: never redirected). A reply of 307 says:
 ask the block's second copy. A reply of 200 carries the block's `x-pffs-version`, a
 Content-Length of the block's length and 4, then the block, sent as the owner gets it (it may
-still be on its way from the owner's store), then its CRC32C (`FOOTER`, big-endian): the asker
-checks all three before it uses the block.
+still be on its way from the owner's store), then its CRC32C (big-endian) and the reply's tag
+(`FOOTER`; pffs.group.signing.reply_tag): the asker checks all four before it uses the block.
+A path is a source-relative one: never absolute, never with an empty, `.` or `..` part (an
+owner reads what it names as the principal it names; it must not name anything outside the
+source).
 """
 
 from __future__ import annotations
@@ -24,9 +27,9 @@ import crc32c
 
 from pffs.cache.keys import ObjectBlocks
 
-PATH = "/v2/block"
+PATH = "/v3/block"
 VERSION = "x-pffs-version"
-FOOTER = struct.Struct(">I")  # the block's CRC32C, after its last byte
+FOOTER = struct.Struct(">I16s")  # the block's CRC32C and the reply's tag, after its last byte
 MAX_TARGET = 8192
 MAX_FIELDS = 10
 
@@ -99,6 +102,8 @@ def parse_target(target: str) -> BlockRequest:
         or not 0 <= index < -(-size // block_size)
     ):
         raise BadRequest("no such block")
+    if not _relative(path):
+        raise BadRequest("not a path inside the source")
     blocks = ObjectBlocks(source, principal, path, version, size, block_size)
     return BlockRequest(blocks, index, fields.get("c") == "1", fields.get("f") == "1")
 
@@ -107,6 +112,14 @@ def _decoded(text: str) -> str:
     return unquote_plus(text) if "%" in text or "+" in text else text
 
 
-def footer(data: bytes | memoryview) -> bytes:
-    """What follows a block of `data` in a reply."""
-    return FOOTER.pack(crc32c.crc32c(data))
+def _relative(path: str) -> bool:
+    """Whether `path` names something inside a source: not absolute, no empty, `.` or `..`
+    part, no NUL."""
+    if "\0" in path:
+        return False
+    return all(part not in ("", ".", "..") for part in path.split("/"))
+
+
+def footer(data: bytes | memoryview, tag: bytes) -> bytes:
+    """What follows a block of `data` in a reply whose tag is `tag`."""
+    return FOOTER.pack(crc32c.crc32c(data), tag)

@@ -1,17 +1,21 @@
 """Serving blocks to peers: HTTP/1.1 through h11 on trio, kept-alive connections.
 
 Each request is checked before anything is read from the cache: its signature
-(`signing.Verifier`), its target (`protocol.parse_target`), and then by the block handler the
-mount composed (pffs.mounting.grouping), which refuses a source this member does not mount.
-Refusals answer 403 (421 for a source this member does not serve, which askers remember) and
-are logged, at most one line per peer address and reason a minute,
-so a member with the wrong secret cannot flood the log. A block is sent as its handler gives
-it: whole, or in pieces as the owner's store sends them (pffs.cache.pieces), its length known
-from the request and its CRC32C after its last byte (pffs.group.protocol). A failure to get the
-block before any byte of it answers 503 (after, the connection is closed): the asker then
-fetches from the store itself. Every input is bounded: the request head
-(h11's limit), a body (none is expected), the time to send a request, idle connections, and
-the number of connections.
+(`signing.Verifier`: its form, its time, the member it is for, a replay, the HMAC), its target
+(`protocol.parse_target`), and then by the block handler the mount composed
+(pffs.mounting.grouping), which refuses a source this member does not mount and a principal
+the request does not prove. Refusals answer 403 (421 for a source this member does not serve,
+which askers remember) and are logged keyed by the peer's address (never by what a request
+claims), at most one line per address and reason a minute and `REFUSAL_LOG_BURST` lines a
+minute in all, so no one can flood the log. A block is sent as its handler gives it: whole, or
+in pieces as the owner's store sends them (pffs.cache.pieces), its length known from the
+request, then its CRC32C and the reply's tag (pffs.group.protocol, pffs.group.signing). A
+failure to get the block before any byte of it answers 503 (after, the connection is closed):
+the asker then fetches from the store itself. Every input is bounded: the request head (h11's
+limit), a body (none is expected), the wait for a new connection's first request, the time to
+send a request, idle connections, the connections of one address and of all. No request ends
+more than its own connection: any error in one is counted (`pffs_group_connection_errors`) and
+closes that connection, never the server.
 """
 
 from __future__ import annotations
@@ -27,17 +31,22 @@ import trio
 
 from pffs.cache.pieces import Pieces
 from pffs.errors import UsageError
-from pffs.group import protocol, stats
+from pffs.group import protocol, signing, stats
 from pffs.group.protocol import BadRequest, BlockRequest
-from pffs.group.signing import Verifier
+from pffs.group.signing import Signed, Verifier
 
 log = logging.getLogger("pffs.group")
 
 MAX_CONNECTIONS = 512
+# Connections from one address: an asker keeps at most 32 requests at once and 16 idle
+# connections per member (pffs.group.peers, pffs.group.client); room for a few mounts per node.
+MAX_PER_ADDRESS = 128
+FIRST_REQUEST = 5.0  # a new connection's first request must start within this
 IDLE = 60.0  # an idle kept-alive connection is closed after this
 REQUEST_TIME = 10.0  # a request's head must arrive within this
 MAX_HEAD = protocol.MAX_TARGET + 4096
 REFUSAL_LOG_EVERY = 60.0
+REFUSAL_LOG_BURST = 20  # refusal lines a minute, over every address
 
 
 class _Unfinished(Exception):
@@ -62,7 +71,8 @@ class AskSecond(Exception):
 # cached-only request of a block this member does not hold; Refused for a block it may not
 # serve (NotServed: 421); AskSecond for a hot block's request its second copy serves; any
 # other error is a 503.
-BlockHandler = Callable[[BlockRequest], Awaitable[bytes | Pieces | None]]
+# The handler gets the request as signed (`Signed.proves` checks its principal's proof).
+BlockHandler = Callable[[BlockRequest, Signed], Awaitable[bytes | Pieces | None]]
 Body = bytes | Pieces
 
 
@@ -71,7 +81,9 @@ class PeerServer:
         self._handler = handler
         self._verifier = verifier
         self._connections = 0
+        self._per_address: dict[str, int] = {}
         self._logged: dict[tuple[str, str], float] = {}
+        self._log_window = (0.0, 0)  # (start of the current minute, lines logged in it)
 
     async def serve(
         self,
@@ -82,107 +94,142 @@ class PeerServer:
         await trio.serve_listeners(partial(self._connection), [listener], task_status=task_status)
 
     async def _connection(self, stream: trio.SocketStream) -> None:
-        if self._connections >= MAX_CONNECTIONS:
-            await stream.aclose()
+        peer = _address(stream)
+        taken = self._per_address.get(peer, 0)
+        if self._connections >= MAX_CONNECTIONS or taken >= MAX_PER_ADDRESS:
+            stats.CONNECTION_ERRORS.labels(kind="over the cap").inc()
+            stream.socket.close()
             return
         self._connections += 1
+        self._per_address[peer] = taken + 1
         try:
-            peer = _address(stream)
             conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
             async with stream:
-                while await self._one_request(conn, stream, peer):
+                wait = FIRST_REQUEST
+                while await self._one_request(conn, stream, peer, wait):
                     conn.start_next_cycle()
+                    wait = IDLE
         except (trio.BrokenResourceError, trio.ClosedResourceError, h11.LocalProtocolError):
             pass  # the peer went away
         except _Unfinished as exc:
             log.debug("group: a block for %s stopped mid-way: %s", peer, exc)
+        except Exception as exc:  # whatever one connection did, it ends only that connection
+            stats.CONNECTION_ERRORS.labels(kind=type(exc).__name__[:40]).inc()
+            log.debug("group: a connection from %s failed: %r", peer, exc)
         finally:
             self._connections -= 1
+            left = self._per_address[peer] - 1
+            if left:
+                self._per_address[peer] = left
+            else:
+                del self._per_address[peer]
 
     async def _one_request(
-        self, conn: h11.Connection, stream: trio.SocketStream, peer: str
+        self, conn: h11.Connection, stream: trio.SocketStream, peer: str, wait: float
     ) -> bool:
-        """Answer one request; whether the connection may carry another."""
+        """Answer one request, which must start within `wait`; whether the connection may
+        carry another."""
         with trio.move_on_after(IDLE):
             try:
-                request = await _read_request(conn, stream)
+                request = await _read_request(conn, stream, trio.current_time() + wait)
             except h11.RemoteProtocolError:
                 self._refused(peer, "malformed request")
                 await _reply(conn, stream, 400, b"")
                 return False
             if request is None:
                 return False
-            status, body, headers = await self._answer(request, peer)
-            await _reply(conn, stream, status, body, headers)
+            status, body, headers, tag = await self._answer(request, peer, _local(stream))
+            await _reply(conn, stream, status, body, headers, tag)
             return conn.our_state is h11.DONE and conn.their_state is h11.DONE
         return False
 
     async def _answer(
-        self, request: h11.Request, peer: str
-    ) -> tuple[int, Body, list[tuple[str, str]]]:
-        method, target = request.method.decode(), request.target.decode("ascii", "replace")
-        headers = {name.decode(): value.decode("latin-1") for name, value in request.headers}
-        claimed = headers.get("x-pffs-from", "")[:64]  # unproven: only for the log
-        if claimed:
-            peer = f"{peer} ({claimed}?)"
-        refusal = self._verifier.refusal(method, target, headers)
-        if refusal is None and method != "GET":
-            refusal = "method"
-        if refusal is not None:
-            self._refused(peer, refusal)
-            return 403, b"", []
+        self, request: h11.Request, peer: str, address: str
+    ) -> tuple[int, Body, list[tuple[str, str]], _Tag | None]:
+        method = request.method.decode("ascii", "replace")
+        target = request.target.decode("ascii", "replace")
+        headers = {
+            name.decode("ascii", "replace"): value.decode("latin-1")
+            for name, value in request.headers
+        }
+        signed = self._verifier.check(method, target, headers, address)
+        if isinstance(signed, Signed) and method != "GET":
+            signed = "method"
+        if not isinstance(signed, Signed):
+            # The name a request claims is shown, never trusted: the log is keyed by address.
+            claimed = "".join(c for c in headers.get("x-pffs-from", "")[:64] if c.isprintable())
+            self._refused(peer, signed, f" ({claimed}?)" if claimed else "")
+            # A full nonce window is this member's load, not the asker's fault: 503, which
+            # sends it to the store without marking this member broken.
+            return 503 if signed == signing.BUSY else 403, b"", [], None
         try:
             block_request = protocol.parse_target(target)
         except BadRequest as exc:
             self._refused(peer, str(exc))
-            return 400, b"", []
+            return 400, b"", [], None
         try:
-            body = await self._handler(block_request)
+            body = await self._handler(block_request, signed)
             if isinstance(body, Pieces) and not await body.started():
                 raise body.error or RuntimeError("no bytes")
         except NotServed as exc:
             self._refused(peer, str(exc))
-            return 421, b"", []
+            return 421, b"", [], None
         except Refused as exc:
             self._refused(peer, str(exc))
-            return 403, b"", []
+            return 403, b"", [], None
         except AskSecond:
-            return 307, b"", []
+            return 307, b"", [], None
         except Exception as exc:  # the store failed it: the asker fetches it itself
             log.debug("group: block for %s failed: %s", peer, exc)
-            return 503, b"", []
+            return 503, b"", [], None
         if body is None:
-            return 404, b"", []
-        return 200, body, [(protocol.VERSION, block_request.blocks.version)]
+            return 404, b"", [], None
+        version = block_request.blocks.version
+        tag = partial(self._verifier.reply_tag, signed, version)
+        return 200, body, [(protocol.VERSION, version)], tag
 
-    def _refused(self, peer: str, reason: str) -> None:
+    def _refused(self, peer: str, reason: str, claimed: str = "") -> None:
+        """Counted always; logged once per address and reason a minute, and at most
+        `REFUSAL_LOG_BURST` lines a minute in all."""
         stats.REFUSALS.labels(reason=reason).inc()
         now = time.monotonic()
         key = (peer, reason)
         if now - self._logged.get(key, -REFUSAL_LOG_EVERY) < REFUSAL_LOG_EVERY:
             return
+        start, lines = self._log_window
+        if now - start >= REFUSAL_LOG_EVERY:
+            start, lines = now, 0
+        if lines >= REFUSAL_LOG_BURST:
+            return
+        self._log_window = (start, lines + 1)
         if len(self._logged) > 1024:
             self._logged.clear()
         self._logged[key] = now
-        log.warning("group: refused a request from %s: %s", peer, reason)
+        log.warning("group: refused a request from %s%s: %s", peer, claimed, reason)
 
 
-async def _read_request(conn: h11.Connection, stream: trio.SocketStream) -> h11.Request | None:
-    """The next request, its (empty) body read; None when the peer closed the connection."""
+# A reply's tag from the block's length and CRC32C (pffs.group.signing.reply_tag).
+_Tag = Callable[[int, int], bytes]
+
+
+async def _read_request(
+    conn: h11.Connection, stream: trio.SocketStream, start_by: float
+) -> h11.Request | None:
+    """The next request, its (empty) body read; None when the peer closed the connection, or
+    sent no byte of it by `start_by`."""
     request: h11.Request | None = None
     deadline: float | None = None
     while True:
         event = conn.next_event()
         if event is h11.NEED_DATA:
-            if deadline is None and conn.their_state is not h11.IDLE:
-                deadline = trio.current_time() + REQUEST_TIME
-            if deadline is None:  # between requests: the caller's IDLE bounds the wait
+            if deadline is None and (conn.their_state is not h11.IDLE or conn.trailing_data[0]):
+                deadline = trio.current_time() + REQUEST_TIME  # it has started: whole by then
+            with trio.move_on_at(start_by if deadline is None else deadline) as late:
                 data = await stream.receive_some(65536)
-            else:
-                with trio.move_on_at(deadline) as late:
-                    data = await stream.receive_some(65536)
-                if late.cancelled_caught:
-                    return None
+            if late.cancelled_caught:
+                return None
+            if deadline is None and data:
+                deadline = trio.current_time() + REQUEST_TIME
             conn.receive_data(data)
             continue
         if isinstance(event, h11.Request):
@@ -202,8 +249,10 @@ async def _reply(
     status: int,
     body: Body,
     headers: list[tuple[str, str]] | None = None,
+    tag: _Tag | None = None,
 ) -> None:
-    """The response; a block's (status 200) followed by its CRC32C (protocol.FOOTER).
+    """The response; a block's (status 200) followed by its CRC32C and `tag` of its length
+    and CRC32C (protocol.FOOTER).
 
     A block held whole goes out with its head and CRC32C in one gathered send (no copy of it,
     one system call and one trip through trio's scheduler where four were); a block still on
@@ -239,9 +288,12 @@ async def _reply(
     else:
         crc = crc32c.crc32c(body)
         pending = [head, *_framed(conn, body)]
-    footer = _framed(conn, protocol.FOOTER.pack(crc))
+    size = length - protocol.FOOTER.size
+    if tag is None:
+        raise _Unfinished("a block without its tag")  # never: every 200 carries one
+    footer = _framed(conn, protocol.FOOTER.pack(crc, tag(size, crc)))
     await _send(stream, [*pending, *footer, conn.send(h11.EndOfMessage()) or b""])
-    stats.PEER_BYTES.labels(way="served").inc(length - protocol.FOOTER.size)
+    stats.PEER_BYTES.labels(way="served").inc(size)
 
 
 def _framed(conn: h11.Connection, data: bytes) -> list[bytes]:
@@ -266,11 +318,21 @@ async def _send(stream: trio.SocketStream, parts: list[bytes]) -> None:
 
 
 def parse_listen(address: str) -> tuple[str, int]:
-    """`HOST:PORT` ([::1]:PORT for IPv6; :PORT for every interface) -> (host, port)."""
+    """`HOST:PORT` ([::1]:PORT for IPv6) -> (host, port). `:PORT` is 127.0.0.1, as for every
+    listener (docs/SECURITY.md): every interface is asked for by name, `0.0.0.0:PORT`."""
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:
         raise UsageError(f"--group-listen {address!r} is not HOST:PORT")
-    return host.strip("[]") or "0.0.0.0", int(port)
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def _local(stream: trio.SocketStream) -> str:
+    """This member's address the peer connected to ("" when unknown)."""
+    try:
+        host, *_ = stream.socket.getsockname()
+    except OSError:
+        return ""
+    return str(host)
 
 
 def _address(stream: trio.SocketStream) -> str:

@@ -3,20 +3,26 @@
 The group's second form (`--shared-cache s3://BUCKET/PREFIX`): instead of asking peers, a miss
 looks in the shared store before the origin, and after a fetch from the origin the block is
 written there in the background. A block object is named by the block key: a digest of (source,
-path, version, block size), then the index. It starts with a header carrying the format, the
-block's length, index, a digest of the version and a CRC32C of the bytes; all are checked on
-read, and any mismatch, a missing object or any failure of the shared store is a miss (the
-origin serves the block). A missing object is first claimed (`claims`): the mount that claims
-it fetches it from the origin and writes it, while the others wait for it to appear, so mounts
-missing one block at once fetch it from the origin once. The shared store is any pffs backend
-that reads ranges and takes PUTs, composed by pffs.mounting with its own endpoint and
-credentials.
+principal, path, version, block size), then the index. It starts with a header carrying the
+format, the block's length, index, a digest of the version, a CRC32C of the bytes, and a MAC of
+all of them and the object's name, keyed by the tier's secret (`--shared-cache-secret-file`:
+`tier_key`); all are checked on read, and any mismatch, a missing object or any failure of the
+shared store is a miss (the origin serves the block, and it is written again). Whoever can
+write the tier's bucket but holds no tier secret can therefore replace a block only by one
+that is refused: the CRC32C covers the bytes, the MAC the CRC32C, so the MAC costs one HMAC over
+the header, never the block. Whoever holds the secret, or can read the bucket, is inside the
+tier's one trust domain (docs/SECURITY.md). A missing object is first claimed (`claims`): the
+mount that claims it fetches it from the origin and writes it, while the others wait for it to
+appear, so mounts missing one block at once fetch it from the origin once. The shared store is
+any pffs backend that reads ranges and takes PUTs, composed by pffs.mounting with its own
+endpoint and credentials.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import hmac
 import logging
 import struct
 import tempfile
@@ -33,9 +39,11 @@ from pffs.workers import run_blocking
 
 log = logging.getLogger("pffs.group")
 
-MAGIC = b"PFFSBLK1"
-# magic, CRC32C of the bytes, length, index, sha256 of the version
-HEADER = struct.Struct(">8sIQQ32s")
+MAGIC = b"PFFSBLK2"
+# magic, CRC32C of the bytes, length, index, sha256 of the version, MAC of those and the name
+HEADER = struct.Struct(">8sIQQ32s16s")
+_MAC_SIZE = 16
+_KEY_DOMAIN = b"pffs shared tier key v1"
 # Blocks waiting to be written at once; past it a block is not written (a later miss writes it)
 # unless this mount claimed it: other mounts are waiting for that one.
 MAX_PENDING = 64
@@ -60,21 +68,37 @@ def object_name(blocks: ObjectBlocks, index: int) -> str:
     return f"{hashlib.sha256(key.encode()).hexdigest()}/{index}"
 
 
-def pack(blocks: ObjectBlocks, index: int, data: bytes) -> bytes:
+def tier_key(secret: bytes) -> bytes:
+    """The key of the tier's MACs, from the secret its mounts share."""
+    return hmac.new(secret, _KEY_DOMAIN, hashlib.sha256).digest()
+
+
+def _mac(key: bytes, name: str, fields: bytes) -> bytes:
+    message = name.encode("utf-8", "surrogateescape") + b"\0" + fields
+    return hmac.new(key, message, hashlib.sha256).digest()[:_MAC_SIZE]
+
+
+def pack(key: bytes, blocks: ObjectBlocks, index: int, data: bytes) -> bytes:
     version = hashlib.sha256(blocks.version.encode()).digest()
-    return HEADER.pack(MAGIC, crc32c.crc32c(data), len(data), index, version) + data
+    fields = HEADER.pack(MAGIC, crc32c.crc32c(data), len(data), index, version, b"")
+    mac = _mac(key, object_name(blocks, index), fields[:-_MAC_SIZE])
+    return fields[:-_MAC_SIZE] + mac + data
 
 
-def unpack(blocks: ObjectBlocks, index: int, raw: bytes) -> tuple[bytes | None, str]:
-    """The block in `raw` when every field matches; else None and why."""
+def unpack(key: bytes, blocks: ObjectBlocks, index: int, raw: bytes) -> tuple[bytes | None, str]:
+    """The block in `raw` when every field matches and the MAC is the tier's; else None and
+    why."""
     length = blocks.length(index)
     if len(raw) != HEADER.size + length:
         return None, "wrong length"
-    magic, crc, stored_length, stored_index, version = HEADER.unpack_from(raw)
+    magic, crc, stored_length, stored_index, version, mac = HEADER.unpack_from(raw)
     if magic != MAGIC or stored_length != length or stored_index != index:
         return None, "not this block"
     if version != hashlib.sha256(blocks.version.encode()).digest():
         return None, "another version"
+    expected = _mac(key, object_name(blocks, index), raw[: HEADER.size - _MAC_SIZE])
+    if not hmac.compare_digest(expected, mac):
+        return None, "not authenticated"
     data = raw[HEADER.size :]
     if crc32c.crc32c(data) != crc:
         return None, "CRC32C mismatch"
@@ -89,9 +113,11 @@ class SharedTier:
         store: SharedStore,
         prefix: str,
         limiter: trio.CapacityLimiter,
+        key: bytes,
         claims: Claims | None = None,
     ) -> None:
         self.store = store
+        self.key = key  # tier_key: the MACs of its objects
         self.prefix = prefix.strip("/")
         # The shared store's requests at once, its claims' (which take the same) included.
         self.limiter = limiter
@@ -176,7 +202,7 @@ class SharedTier:
             if not coming:
                 self._damaged(blocks, index, "wrong length")
             raise NotFound(self._name(blocks, index))
-        data, why = unpack(blocks, index, raw)
+        data, why = unpack(self.key, blocks, index, raw)
         if data is None:
             self._damaged(blocks, index, why)
             return None
@@ -189,7 +215,9 @@ class SharedTier:
             stats.TIER_WRITES.labels(outcome="dropped").inc()
             return
         self._pending += 1
-        trio.lowlevel.spawn_system_task(self._write, name, pack(blocks, index, data), len(data))
+        trio.lowlevel.spawn_system_task(
+            self._write, name, pack(self.key, blocks, index, data), len(data)
+        )
 
     async def _write(self, name: str, body: bytes, length: int) -> None:
         # Other mounts wait for a block this one claimed: it does not queue behind the rest.

@@ -31,6 +31,19 @@ REFUSALS = Counter(
     ["reason"],
     registry=REGISTRY,
 )
+CONNECTION_ERRORS = Counter(
+    "pffs_group_connection_errors",
+    "Peer connections this member's server closed for an error or a cap (each ends only its "
+    "own connection), by kind",
+    ["kind"],
+    registry=REGISTRY,
+)
+UNAUTHENTICATED_REPLIES = Counter(
+    "pffs_group_unauthenticated_replies",
+    "Peer replies refused because their tag did not match (not from a member holding the "
+    "group's secret): the block came from the store",
+    registry=REGISTRY,
+)
 FALLBACKS = Counter(
     "pffs_group_fallbacks",
     "Blocks a peer or the shared tier was asked for and the store then served, by reason",

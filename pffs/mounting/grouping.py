@@ -29,18 +29,20 @@ import trio
 from pffs.backends import open_backend
 from pffs.backends.base import Backend, WritableBackend, writable
 from pffs.cache.blocks import BlockCache
+from pffs.cache.keys import ObjectBlocks
 from pffs.cache.pieces import Arriving
 from pffs.config import GroupConfig, SharedCacheConfig, SourceConfig
 from pffs.errors import PffsError, UsageError
 from pffs.group import claims
 from pffs.group.claims import Claims
-from pffs.group.client import PeerClient
+from pffs.group.client import PeerClient, ProofKey
 from pffs.group.dnsmembers import DnsMembers
 from pffs.group.kubemembers import KubeMembers
 from pffs.group.members import FileMembers, file_path
 from pffs.group.peers import Group
+from pffs.group.principals import PrincipalKeys
 from pffs.group.server import PeerServer, parse_listen
-from pffs.group.shared import SharedTier
+from pffs.group.shared import SharedTier, tier_key
 from pffs.group.signing import Verifier, read_secret
 from pffs.group.sources import Joined, member_order, shuffled_order
 from pffs.kube import KubeClient, KubeError
@@ -86,21 +88,46 @@ class JoinedGroup:
 
 def open_group(config: GroupConfig, table: MountTable, cache: BlockCache) -> JoinedGroup:
     secret = read_secret(config.secret_file)
-    group = Group(config.self_name, PeerClient(secret, config.self_name), handover=config.handover)
+    keys = _principal_keys(config)
+    client = PeerClient(secret, config.self_name, proof_key=_proof_key(table, keys))
+    group = Group(config.self_name, client, handover=config.handover)
     members = _member_source(config)
     if isinstance(members, FileMembers):
         group.update(members.load())
     arriving = Arriving()
-    server = PeerServer(PeerBlocks(group, table, cache, arriving).serve, Verifier(secret))
+    blocks = PeerBlocks(group, table, cache, arriving, keys)
+    server = PeerServer(blocks.serve, Verifier(secret, config.self_name))
     listening = _bind(config.listen)
     log.info("group: %s serving peers on %s", config.self_name, config.listen)
     return JoinedGroup(group, server, listening, members, arriving)
 
 
-async def asking_group(config: GroupConfig) -> Group:
-    """The group of a mount as a process that only asks (`pffs warmup` on a member): its
-    members now, no server: warmup puts it before the store, so it asks the blocks' owners."""
-    client = PeerClient(read_secret(config.secret_file), config.self_name)
+def _principal_keys(config: GroupConfig) -> PrincipalKeys:
+    option = "--group-principal-secret-file"
+    path = config.principal_secret_file
+    return PrincipalKeys(None if path is None else read_secret(path, option))
+
+
+def _proof_key(table: MountTable, keys: PrincipalKeys) -> ProofKey:
+    """The key proving the principal of a block this process reads: that of the source it
+    mounts as that principal (pffs.group.principals)."""
+
+    def proof_key(blocks: ObjectBlocks) -> bytes | None:
+        for mounted in table.mounted:
+            backend = mounted.backend
+            if backend.source_id == blocks.source and backend.principal == blocks.principal:
+                return keys.key(backend.principal, backend.principal_key)
+        return None
+
+    return proof_key
+
+
+async def asking_group(config: GroupConfig, table: MountTable) -> Group:
+    """The group of a mount as a process that only asks (`pffs warmup` on a member, reading
+    the sources of `table`): its members now, no server: warmup puts it before the store, so
+    it asks the blocks' owners."""
+    proof_key = _proof_key(table, _principal_keys(config))
+    client = PeerClient(read_secret(config.secret_file), config.self_name, proof_key=proof_key)
     group = Group(config.self_name, client, handover=config.handover)
     members = _member_source(config)
     group.update(members.load() if isinstance(members, FileMembers) else await members.load())
@@ -111,6 +138,7 @@ def open_shared(config: SharedCacheConfig, mountpoint: str) -> Joined:
     """The shared tier joined, its store checked now (a one-line error before the mount
     serves). The node's name and the mountpoint tell this mount from the others sharing the
     tier (they seed the order its dataset preload walks a listing in)."""
+    key = tier_key(read_secret(config.secret_file, "--shared-cache-secret-file"))
     source = SourceConfig(url=config.url, endpoint_url=config.endpoint_url, profile=config.profile)
     backend = open_backend(source)
     writer = writable(backend)
@@ -126,7 +154,7 @@ def open_shared(config: SharedCacheConfig, mountpoint: str) -> Joined:
     except PffsError as exc:
         raise type(exc)(f"--shared-cache {config.url}: {exc}") from None
     limiter = trio.CapacityLimiter(backend.max_concurrency)
-    tier = SharedTier(store, "", limiter, Claims(store, conditional, limiter))
+    tier = SharedTier(store, "", limiter, key, Claims(store, conditional, limiter))
     log.info(
         "shared cache: blocks in %s; claims %s",
         backend.source_id,

@@ -7,37 +7,71 @@ the store, whoever started its fetch, is streamed to every peer request that joi
 its first piece (this mount's board of arriving blocks: pffs.cache.pieces says how); the whole
 block lands in the cache as usual. Every second request for a hot block this member
 owns is sent to the block's second copy (pffs.group.hot). It serves only sources this mount
-mounts, as the principal the block key names, so the group is never a way around a bucket's
-access rules.
+mounts, as the principal the block key names and only when the request proves that principal
+(pffs.group.principals: an HMAC keyed by the principal's key, 403 otherwise), so the group is
+never a way around a bucket's access rules. It never believes the asker's view of the object:
+the path was checked inside the source (pffs.group.protocol), the version is pinned at the
+store, a block held in memory must have the length asked for, and a fetch for a peer of a
+block its size makes a short last one checks that size and the version against this member's
+own stat (taken beside the fetch, once per object version) before the block lands in the
+cache: a smaller size claimed cannot leave a shortened block under the shared key.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+
 import trio
 
 from pffs import retry
+from pffs.backends.base import ObjectInfo
 from pffs.cache.blocks import BlockCache
 from pffs.cache.keys import Blocks, ObjectBlocks
 from pffs.cache.pieces import Arriving, Pieces
+from pffs.errors import Changed, PffsError
 from pffs.fs.fetching import Store, StoreBlocks
+from pffs.group import stats
 from pffs.group.peers import Group
+from pffs.group.principals import PrincipalKeys
 from pffs.group.protocol import BlockRequest
-from pffs.group.server import AskSecond, NotServed
+from pffs.group.server import AskSecond, NotServed, Refused
+from pffs.group.signing import Signed
 from pffs.routing.table import MountTable
+
+# Object versions whose size this member checked (a stat each), kept for the next blocks.
+MAX_CHECKED = 4096
+
+
+class NotTheOwnersObject(PffsError):
+    """A peer's request named a size this member's own stat of that version does not give."""
 
 
 class PeerBlocks:
     def __init__(
-        self, group: Group, table: MountTable, cache: BlockCache, arriving: Arriving
+        self,
+        group: Group,
+        table: MountTable,
+        cache: BlockCache,
+        arriving: Arriving,
+        keys: PrincipalKeys,
     ) -> None:
         self.group = group
         self.table = table
         self.cache = cache
         self.arriving = arriving  # the blocks on their way to this mount, piece by piece
+        self.keys = keys
+        # (source, principal, path, version) -> size, from this member's own stats
+        self._sizes: OrderedDict[tuple[str, str, str, str], int] = OrderedDict()
 
-    async def serve(self, request: BlockRequest) -> bytes | Pieces | None:
+    async def serve(self, request: BlockRequest, signed: Signed) -> bytes | Pieces | None:
         blocks, index = request.blocks, request.index
         store = self._store_of(blocks)
+        proof_key = self.keys.key(blocks.principal, store.backend.principal_key)
+        if proof_key is None:
+            raise Refused("principal unprovable")  # no key of its own, no principal secret
+        if not signed.proves(proof_key):
+            raise Refused("principal not proven")
         key = blocks.key(index)
         if request.cached_only:  # a handover: only what this member holds now
             return await self.cache.held(key)
@@ -56,9 +90,8 @@ class PeerBlocks:
 
     def _store_of(self, blocks: ObjectBlocks) -> Store:
         if blocks.block_size != self.cache.block_size:
-            raise NotServed(
-                f"block size {blocks.block_size} (this member's is {self.cache.block_size})"
-            )
+            # A fixed reason: it labels a metric, and the asker chose the size.
+            raise NotServed(f"another block size (this member's is {self.cache.block_size})")
         for mounted in self.table.mounted:
             backend = mounted.backend
             if backend.source_id == blocks.source and backend.principal == blocks.principal:
@@ -67,7 +100,24 @@ class PeerBlocks:
         raise NotServed("a source this member does not mount as that principal")
 
     def _source(self, store: Store, request: BlockRequest) -> _OwnerSide:
-        return _OwnerSide(self.group, request, StoreBlocks(store, request.blocks))
+        return _OwnerSide(self.group, request, StoreBlocks(store, request.blocks), self._check)
+
+    async def _check(self, store: Store, blocks: ObjectBlocks) -> None:
+        """Raise unless this member's own stat gives the object the version and size `blocks`
+        names (once per object version: remembered after)."""
+        ident = (blocks.source, blocks.principal, blocks.path, blocks.version)
+        size = self._sizes.get(ident)
+        if size is None:
+            info: ObjectInfo = await store.request(store.backend.stat, blocks.path, ahead=False)
+            if info.version != blocks.version:
+                raise Changed(f"{blocks.path}: another version at the store")
+            size = info.size
+            self._sizes[ident] = size
+            if len(self._sizes) > MAX_CHECKED:
+                self._sizes.popitem(last=False)
+        if size != blocks.size:
+            stats.REFUSALS.labels(reason="size not the owner's").inc()
+            raise NotTheOwnersObject(f"{blocks.path}: {blocks.size} bytes asked, {size} held")
 
     async def _load(
         self,
@@ -96,14 +146,38 @@ class PeerBlocks:
 class _OwnerSide:
     """The block source of a block a peer asked for (pffs.cache.keys.BlockSource): the owner's
     copy when this member is its second copy, the previous owner's during a handover, else
-    the store's (Group.fetch_for_peer)."""
+    the store's (Group.fetch_for_peer); whichever gives it, the object's size is checked
+    against this member's own stat beside the fetch, before the block lands in the cache."""
 
-    def __init__(self, group: Group, request: BlockRequest, store: StoreBlocks) -> None:
+    def __init__(
+        self,
+        group: Group,
+        request: BlockRequest,
+        store: StoreBlocks,
+        check: Callable[[Store, ObjectBlocks], Awaitable[None]],
+    ) -> None:
         self.group = group
         self.request = request
         self.store = store
+        self.check = check
 
     async def part(self, offset: int, length: int) -> bytes:
+        request = self.request
+        blocks = request.blocks
+        # Only a block the asker's size makes a short last one can be cut short by a size that
+        # is not the object's (a longer claim reads past the end: a short answer is refused,
+        # pffs.fs.fetching).
+        if blocks.length(request.index) == blocks.block_size:
+            return await self._fetch(offset, length)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self.check, self.store.store, blocks)  # beside the fetch
+                data = await self._fetch(offset, length)
+        except BaseExceptionGroup as group:  # the first failure, as the fetch alone raises it
+            raise group.exceptions[0] from None
+        return data
+
+    async def _fetch(self, offset: int, length: int) -> bytes:
         request = self.request
         data = await self.group.fetch_for_peer(request.blocks, request.index, request.forwarded)
         return data if data is not None else await self.store.part(offset, length)

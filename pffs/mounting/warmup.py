@@ -77,7 +77,7 @@ async def warm_source(
         concurrency=lambda: min(jobs, mounted.pace.share("warmup")),
         idle_after=math.inf,
     )
-    peers = await asking_group(group_config) if group_config is not None else None
+    peers = await asking_group(group_config, table) if group_config is not None else None
     # The source's parts: warmup's share of its one pace (pffs.pace), the group's owners asked
     # before the store.
     tier = None if peers is None else Joined(peers)

@@ -21,6 +21,7 @@ from pffs.backends.principal import (
     principal_digest,
 )
 from pffs.config import SourceConfig
+from pffs.errors import PffsError
 from pffs.testing.servers import MotoServer, free_port
 
 
@@ -212,3 +213,51 @@ def test_local_files_are_read_as_the_process_s_user(tmp_path: Path) -> None:
 def test_the_digest_separates_its_parts() -> None:
     assert principal_digest("s3", "ab", "c") != principal_digest("s3", "a", "bc")
     assert principal_digest("s3", "x") != principal_digest("hdfs", "x")
+
+
+def _proof_key(url: str = "s3://bucket", profile: str | None = None) -> bytes | None:
+    return open_backend(SourceConfig(url=url, profile=profile)).principal_key
+
+
+def test_only_static_keys_give_a_key_that_proves_the_principal(
+    aws_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The proof key (pffs.group.principals) comes from the secret key: a guessed secret with
+    the right key id gives another; a role or no credentials give none (no STS call)."""
+    assert _proof_key() is None  # anonymous
+    _keys(monkeypatch, "AKIAALICE", "alice-secret")
+    alice = _proof_key()
+    assert alice is not None and b"alice-secret" not in alice
+    assert _proof_key("s3://other-bucket") == alice
+    _keys(monkeypatch, "AKIAALICE", "guessed")
+    assert _proof_key() not in (None, alice)
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "temporary")
+    assert _proof_key() is None  # temporary keys: not a static credential
+    monkeypatch.delenv("AWS_SESSION_TOKEN")
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    (aws_env / "credentials").write_text(
+        "[base]\naws_access_key_id = AKIABASE\naws_secret_access_key = base-secret\n"
+    )
+    (aws_env / "config").write_text(
+        "[profile reader]\nrole_arn = arn:aws:iam::111122223333:role/reader\n"
+        "source_profile = base\n"
+    )
+    assert _proof_key(profile="reader") is None
+
+
+def test_every_s3_read_is_pinned_to_its_version(
+    aws_env: Path, monkeypatch: pytest.MonkeyPatch, moto: MotoServer, s3, bucket: str
+) -> None:
+    """A version without quotes (as a peer may send it) still pins the read: the same ETag
+    unquoted reads it, anything else is refused, never read unpinned."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "pffs-test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "pffs-test-secret")
+    s3.put_object(Bucket=bucket, Key="a.txt", Body=b"pinned bytes")
+    etag = s3.head_object(Bucket=bucket, Key="a.txt")["ETag"]
+    backend = open_backend(SourceConfig(url=f"s3://{bucket}", endpoint_url=moto.endpoint_url))
+    assert backend.read_range("a.txt", 0, 6, etag) == b"pinned"
+    assert backend.read_range("a.txt", 0, 6, etag.strip('"')) == b"pinned"
+    for other in ("1700000000000000000:12", '"another-etag"'):
+        with pytest.raises(PffsError):
+            backend.read_range("a.txt", 0, 6, other)

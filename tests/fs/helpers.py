@@ -58,6 +58,7 @@ class HoldingBackend:
         self.inner = open_backend(SourceConfig(url=f"file://{root}"))
         self.source_id = self.inner.source_id
         self.principal = self.inner.principal
+        self.principal_key: bytes | None = None
         self.max_concurrency = 4
         self.capabilities = Capabilities()  # reads only
         self.retries = 0

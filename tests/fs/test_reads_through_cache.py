@@ -41,6 +41,7 @@ class FakeStore:
         self.ranges: list[tuple[int, int]] = []  # (start, length) of every read
         self.source_id = "fake://store"
         self.principal = "reader"
+        self.principal_key: bytes | None = None
         self.max_concurrency = 8
         self.capabilities = Capabilities()  # reads only
         self.retries = 0

@@ -207,9 +207,10 @@ def test_a_won_claim_looks_again_before_the_origin(moto, bucket) -> None:
     blocks = ObjectBlocks("s3://origin", "me", "train/0.bin", "etag-1", 1000, 4096)
     data = os.urandom(1000)
     name = shared.object_name(blocks, 0)
-    racing = LandsWhileClaiming(store, name, shared.pack(blocks, 0, data))
+    key = shared.tier_key(b"the-tier-secret-of-the-test")
+    racing = LandsWhileClaiming(store, name, shared.pack(key, blocks, 0, data))
     limiter = trio.CapacityLimiter(2)
-    tier = SharedTier(racing, "", limiter, Claims(racing, True, limiter, clock=mid_period))
+    tier = SharedTier(racing, "", limiter, key, Claims(racing, True, limiter, clock=mid_period))
     before = metric_value(snapshot(), "pffs_group_tier_origin_total", reason="claimed")
 
     async def main() -> bytes | None:

@@ -11,20 +11,23 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+import crc32c
 import pytest
 import trio
 import urllib3
 
 from pffs.cache.keys import ObjectBlocks
 from pffs.cache.pieces import Pieces
-from pffs.group import protocol, signing
+from pffs.group import protocol, signing, stats
 from pffs.group import server as server_module
 from pffs.group.client import PeerAskSecond, PeerClient, PeerFailed, PeerMiss, Timeouts
+from pffs.group.members import Member
 from pffs.group.protocol import BadRequest, BlockRequest
 from pffs.group.server import AskSecond, NotServed, PeerServer
-from pffs.group.signing import Verifier
+from pffs.group.signing import Signed, Verifier
 
 SECRET = b"a-shared-secret-of-the-group"
+MEMBER = "member"
 T = TypeVar("T")
 BLOCKS = ObjectBlocks("s3://bucket", "alice", "d/f.bin", '"v1"', 10_000, 4096)
 DATA = bytes(range(256)) * 40
@@ -38,7 +41,7 @@ released = threading.Event()
 waited_out: list[bool] = []
 
 
-async def handler(request: BlockRequest) -> bytes | Pieces | None:
+async def handler(request: BlockRequest, signed: Signed) -> bytes | Pieces | None:
     if request.blocks.source != BLOCKS.source:
         raise NotServed("a source this member does not mount")
     if request.cached_only:
@@ -67,16 +70,17 @@ async def handler(request: BlockRequest) -> bytes | Pieces | None:
     return pieces
 
 
-def serve_and(check: Callable[[str], Awaitable[T]]) -> T:
-    """Run the server on 127.0.0.1 and `check(url)` beside it, in the same trio run."""
+def serve_and(check: Callable[[Member], Awaitable[T]]) -> T:
+    """Run the server of member MEMBER on 127.0.0.1 and `check(member)` beside it, in the same
+    trio run."""
 
     async def main() -> T:
         listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
         port = listener.socket.getsockname()[1]
-        server = PeerServer(handler, Verifier(SECRET))
+        server = PeerServer(handler, Verifier(SECRET, MEMBER))
         async with trio.open_nursery() as nursery:
             await nursery.start(server.serve, listener)
-            result = await check(f"http://127.0.0.1:{port}")
+            result = await check(Member(MEMBER, f"http://127.0.0.1:{port}"))
             nursery.cancel_scope.cancel()
         return result
 
@@ -84,12 +88,12 @@ def serve_and(check: Callable[[str], Awaitable[T]]) -> T:
 
 
 def test_blocks_over_one_kept_alive_connection() -> None:
-    async def check(url: str) -> list[bytes]:
+    async def check(member: Member) -> list[bytes]:
         client = PeerClient(SECRET, "asker")
-        got = [await client.get(url, BlockRequest(BLOCKS, index)) for index in range(3)]
+        got = [await client.get(member, BlockRequest(BLOCKS, index)) for index in range(3)]
         assert client.connections_opened == 1  # one connection carried all three
         with pytest.raises(PeerMiss):
-            await client.get(url, BlockRequest(BLOCKS, 0, cached_only=True))
+            await client.get(member, BlockRequest(BLOCKS, 0, cached_only=True))
         return got
 
     got = serve_and(check)
@@ -103,26 +107,31 @@ def test_a_block_is_streamed_as_it_arrives() -> None:
     def read_streamed(url: str) -> tuple[bytes, bytes]:
         target = BlockRequest(STREAMED, 0).target()
         response = urllib3.PoolManager().request(
-            "GET", url + target, headers=signing.sign(SECRET, "GET", target), preload_content=False
+            "GET",
+            url + target,
+            headers=signing.sign(SECRET, "GET", target, MEMBER),
+            preload_content=False,
         )
         assert response.headers["content-length"] == str(4096 + protocol.FOOTER.size)
         first = response.read(2048)
         released.set()
         return first, response.read()
 
-    async def check(url: str) -> tuple[bytes, bytes, list[str]]:
-        first, rest = await trio.to_thread.run_sync(read_streamed, url)
+    async def check(member: Member) -> tuple[bytes, bytes, list[str]]:
+        first, rest = await trio.to_thread.run_sync(read_streamed, member.url)
         client = PeerClient(SECRET, "asker")
         failures = []
         for index in (1, 2):
             with pytest.raises(PeerFailed) as failed:
-                await client.get(url, BlockRequest(STREAMED, index))
+                await client.get(member, BlockRequest(STREAMED, index))
             failures.append(str(failed.value))
         return first, rest, failures
 
     first, rest, failures = serve_and(check)
     assert waited_out == [False]
-    assert first + rest == DATA[:4096] + protocol.footer(DATA[:4096])
+    body = first + rest
+    assert body[: -protocol.FOOTER.size] == DATA[:4096]
+    assert protocol.FOOTER.unpack(body[-protocol.FOOTER.size :])[0] == crc32c.crc32c(DATA[:4096])
     assert failures == ["short body", "the owner's store failed"]
 
 
@@ -130,11 +139,11 @@ def test_a_hot_block_is_sent_to_its_second_copy() -> None:
     """A 307 is PeerAskSecond; the same request forwarded gets the block."""
     hot = ObjectBlocks("s3://bucket", "alice", "d/hot.bin", '"v1"', 4096, 4096)
 
-    async def check(url: str) -> bytes:
+    async def check(member: Member) -> bytes:
         client = PeerClient(SECRET, "asker")
         with pytest.raises(PeerAskSecond):
-            await client.get(url, BlockRequest(hot, 0))
-        return await client.get(url, BlockRequest(hot, 0, forwarded=True))
+            await client.get(member, BlockRequest(hot, 0))
+        return await client.get(member, BlockRequest(hot, 0, forwarded=True))
 
     assert serve_and(check) == DATA[:4096]
 
@@ -144,14 +153,14 @@ def test_refusals() -> None:
         reasons = []
         host, port = url.removeprefix("http://").split(":")
         with socket.create_connection((host, int(port)), timeout=5) as raw:
-            raw.sendall(b"GET /v2/block HTTP/1.1\r\nHost: x\r\n\r\n")  # unsigned
+            raw.sendall(b"GET /v3/block HTTP/1.1\r\nHost: x\r\n\r\n")  # unsigned
             reasons.append(raw.recv(100).split(b"\r\n")[0].decode())
         with socket.create_connection((host, int(port)), timeout=5) as raw:
             raw.sendall(b"\x00\x01garbage\r\n\r\n")
             reasons.append(raw.recv(100).split(b"\r\n")[0].decode())
         return reasons
 
-    async def check(url: str) -> list[str]:
+    async def check(member: Member) -> list[str]:
         reasons = []
         for client, request in (
             (PeerClient(b"another-secret-entirely", "x"), BlockRequest(BLOCKS, 0)),
@@ -161,9 +170,9 @@ def test_refusals() -> None:
             ),
         ):
             with pytest.raises(PeerFailed) as failed:
-                await client.get(url, request)
+                await client.get(member, request)
             reasons.append(str(failed.value))
-        return reasons + await trio.to_thread.run_sync(raw_requests, url)
+        return reasons + await trio.to_thread.run_sync(raw_requests, member.url)
 
     assert serve_and(check) == [
         "HTTP 403",
@@ -176,12 +185,20 @@ def test_refusals() -> None:
 @pytest.mark.parametrize(
     "target",
     [
-        "/v2/other?s=a",
-        "/v2/block?s=a&p=f&v=e&i=3&n=10&b=4",  # no block 3 of 10 bytes in 4-byte blocks
-        "/v2/block?s=a&p=f&v=e&i=0&n=10&b=4&s=b",
-        "/v2/block?s=a&p=f&v=e&i=x&n=10&b=4",
-        "/v2/block?" + "s=a&" * 5000,
-        "/v2/block?s=a&a=b&p=f&v=e&i=0&n=10&b=4&c=1&f=1&x=1&y=2",  # more fields than a block's
+        "/v3/other?s=a",
+        "/v3/block?s=a&p=f&v=e&i=3&n=10&b=4",  # no block 3 of 10 bytes in 4-byte blocks
+        "/v3/block?s=a&p=f&v=e&i=0&n=10&b=4&s=b",
+        "/v3/block?s=a&p=f&v=e&i=x&n=10&b=4",
+        "/v3/block?" + "s=a&" * 5000,
+        "/v3/block?s=a&a=b&p=f&v=e&i=0&n=10&b=4&c=1&f=1&x=1&y=2",  # more fields than a block's
+        # paths outside the source: absolute, `..`, empty or `.` parts, a NUL
+        "/v3/block?s=a&a=b&p=%2Fetc%2Fshadow&v=e&i=0&n=10&b=4",
+        "/v3/block?s=a&a=b&p=d%2F..%2F..%2Fx&v=e&i=0&n=10&b=4",
+        "/v3/block?s=a&a=b&p=..&v=e&i=0&n=10&b=4",
+        "/v3/block?s=a&a=b&p=d%2F%2Fx&v=e&i=0&n=10&b=4",
+        "/v3/block?s=a&a=b&p=&v=e&i=0&n=10&b=4",
+        "/v3/block?s=a&a=b&p=d%2F.%2Fx&v=e&i=0&n=10&b=4",
+        "/v3/block?s=a&a=b&p=d%00x&v=e&i=0&n=10&b=4",
     ],
 )
 def test_bad_targets(target: str) -> None:
@@ -233,7 +250,8 @@ def test_a_trickling_peer_is_cut_off_at_the_whole_block_timeout() -> None:
     async def ask() -> None:
         with trio.move_on_after(20):  # a bound for a failing run only: 80 s to trickle
             try:
-                await client.get(f"http://127.0.0.1:{listener.getsockname()[1]}", request)
+                member = Member(MEMBER, f"http://127.0.0.1:{listener.getsockname()[1]}")
+                await client.get(member, request)
             except PeerFailed as exc:
                 outcome.append(str(exc))
 
@@ -248,11 +266,11 @@ def test_a_connection_the_member_closed_while_idle_is_not_used(monkeypatch) -> N
     before sending and opens another (no failure, nothing told to a breaker)."""
     monkeypatch.setattr(server_module, "IDLE", 0.2)
 
-    async def check(url: str) -> list[bytes]:
+    async def check(member: Member) -> list[bytes]:
         client = PeerClient(SECRET, "asker")
-        first = await client.get(url, BlockRequest(BLOCKS, 0))
+        first = await client.get(member, BlockRequest(BLOCKS, 0))
         await trio.sleep(0.6)  # past the server's IDLE: it closed the connection
-        second = await client.get(url, BlockRequest(BLOCKS, 1))
+        second = await client.get(member, BlockRequest(BLOCKS, 1))
         assert client.connections_opened == 2
         return [first, second]
 
@@ -273,30 +291,47 @@ def test_a_request_on_a_connection_closed_as_it_was_sent_is_sent_again() -> None
     listener = socket.create_server(("127.0.0.1", 0))
     served = []
 
-    def member() -> None:
+    def fake_member() -> None:
         for replies in (1, 1):
             connection, _ = listener.accept()
             with connection:
                 for _ in range(replies):
-                    connection.recv(65536)
+                    nonce = nonce_of(connection.recv(65536))
                     served.append(1)  # before the reply: the client may check as soon as it has it
-                    connection.sendall(head + data + protocol.footer(data))
+                    connection.sendall(head + data + tagged_footer(data, nonce))
                 connection.recv(65536)  # the next request: closed unanswered
 
-    thread = threading.Thread(target=member, daemon=True)
+    thread = threading.Thread(target=fake_member, daemon=True)
     thread.start()
     client = PeerClient(SECRET, "asker")
-    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    member = Member(MEMBER, f"http://127.0.0.1:{listener.getsockname()[1]}")
 
     async def ask_twice() -> None:
-        assert await client.get(url, request) == data
-        assert await client.get(url, request) == data
+        assert await client.get(member, request) == data
+        assert await client.get(member, request) == data
 
     try:
         trio.run(ask_twice)
     finally:
         listener.close()
     assert client.connections_opened == 2 and len(served) == 2
+
+
+def nonce_of(request: bytes) -> str:
+    """The nonce of a raw request's head."""
+    for line in request.split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == signing.NONCE.encode():
+            return value.strip().decode()
+    raise AssertionError("no nonce")
+
+
+def tagged_footer(data: bytes, nonce: str) -> bytes:
+    """What a member holding SECRET sends after `data` (a block of BLOCKS) for `nonce`."""
+    crc = crc32c.crc32c(data)
+    return protocol.FOOTER.pack(
+        crc, signing.reply_tag(SECRET, nonce, MEMBER, BLOCKS.version, len(data), crc)
+    )
 
 
 def test_a_signed_target_of_too_many_fields_is_refused_and_the_server_goes_on() -> None:
@@ -307,13 +342,64 @@ def test_a_signed_target_of_too_many_fields_is_refused_and_the_server_goes_on() 
         target = BlockRequest(BLOCKS, 0).target() + "&w=0&x=1&y=2&z=3"
         host, port = url.removeprefix("http://").split(":")
         connection = http.client.HTTPConnection(host, int(port), timeout=5)
-        connection.request("GET", target, headers=signing.sign(SECRET, "GET", target))
+        connection.request("GET", target, headers=signing.sign(SECRET, "GET", target, MEMBER))
         status = connection.getresponse().status
         connection.close()
         return status
 
-    async def check(url: str) -> tuple[int, bytes]:
-        status = await trio.to_thread.run_sync(too_many_fields, url)
-        return status, await PeerClient(SECRET, "asker").get(url, BlockRequest(BLOCKS, 0))
+    async def check(member: Member) -> tuple[int, bytes]:
+        status = await trio.to_thread.run_sync(too_many_fields, member.url)
+        return status, await PeerClient(SECRET, "asker").get(member, BlockRequest(BLOCKS, 0))
 
     assert serve_and(check) == (400, DATA[:4096])
+
+
+@pytest.mark.parametrize("forge", ["no tag", "another secret", "another nonce", "another member"])
+def test_a_reply_without_the_right_tag_is_refused(forge: str) -> None:
+    """A raw socket at the member's address answers the block with the right bytes, version,
+    length and CRC32C, but a tag it cannot make (zeros, another secret's, another request's,
+    another member's): the asker refuses it and counts it."""
+    request = BlockRequest(BLOCKS, 0)
+    data = DATA[:4096]
+    head = (
+        "HTTP/1.1 200 OK\r\n"
+        f"{protocol.VERSION}: {BLOCKS.version}\r\n"
+        f"content-length: {len(data) + protocol.FOOTER.size}\r\n\r\n"
+    ).encode()
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def forger() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            nonce = nonce_of(connection.recv(65536))
+            crc = crc32c.crc32c(data)
+            secret, name = SECRET, MEMBER
+            if forge == "another secret":
+                secret = b"not-the-group-secret-at-all"
+            elif forge == "another nonce":
+                nonce = "0" * 32
+            elif forge == "another member":
+                name = "someone-else"
+            tag = signing.reply_tag(secret, nonce, name, BLOCKS.version, len(data), crc)
+            if forge == "no tag":
+                tag = bytes(signing.TAG_SIZE)
+            connection.sendall(head + data + protocol.FOOTER.pack(crc, tag))
+
+    threading.Thread(target=forger, daemon=True).start()
+    client = PeerClient(SECRET, "asker")
+    member = Member(MEMBER, f"http://127.0.0.1:{listener.getsockname()[1]}")
+    before = stats.UNAUTHENTICATED_REPLIES._value.get()
+    outcome: list[str] = []
+
+    async def ask() -> None:
+        try:
+            await client.get(member, request)
+        except PeerFailed as exc:
+            outcome.append(str(exc))
+
+    try:
+        trio.run(ask)
+    finally:
+        listener.close()
+    assert outcome == ["reply not authenticated"]
+    assert stats.UNAUTHENTICATED_REPLIES._value.get() == before + 1

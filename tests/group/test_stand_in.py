@@ -20,13 +20,19 @@ from pffs.group.members import Member
 from pffs.group.peers import Group
 from pffs.group.protocol import BlockRequest
 from pffs.group.server import NotServed, PeerServer
-from pffs.group.signing import Verifier
+from pffs.group.signing import Signed, Verifier
 
 SECRET = b"a-shared-secret-of-the-group"
 BLOCK = 4096
 BLOCKS = ObjectBlocks("s3://bucket", "alice", "d/f.bin", '"v1"', 200 * BLOCK, BLOCK)
 OTHER = ObjectBlocks("s3://other", "alice", "d/f.bin", '"v1"', 200 * BLOCK, BLOCK)
-Handler = Callable[[BlockRequest], Awaitable[bytes | None]]
+Handler = Callable[[BlockRequest, Signed], Awaitable[bytes | None]]
+# The askers prove the principal with this key (the handlers here check nothing of it).
+PROVEN = b"alice-principal-key"
+
+
+def client(name: str) -> PeerClient:
+    return PeerClient(SECRET, name, proof_key=lambda blocks: PROVEN)
 
 
 def data(request: BlockRequest) -> bytes:
@@ -34,7 +40,7 @@ def data(request: BlockRequest) -> bytes:
 
 
 def serving(asked: Counter[str], name: str, sources: set[str]) -> Handler:
-    async def handler(request: BlockRequest) -> bytes | None:
+    async def handler(request: BlockRequest, signed: Signed) -> bytes | None:
         asked[name] += 1
         if request.blocks.source not in sources:
             raise NotServed("a source this member does not mount")
@@ -50,9 +56,9 @@ def dead_url() -> str:
         return f"http://127.0.0.1:{sock.getsockname()[1]}"
 
 
-async def start(nursery: trio.Nursery, handler: Handler) -> str:
+async def start(nursery: trio.Nursery, handler: Handler, name: str) -> str:
     listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
-    await nursery.start(PeerServer(handler, Verifier(SECRET)).serve, listener)
+    await nursery.start(PeerServer(handler, Verifier(SECRET, name)).serve, listener)
     return f"http://127.0.0.1:{listener.socket.getsockname()[1]}"
 
 
@@ -63,9 +69,9 @@ def test_a_dead_members_blocks_go_to_one_stand_in() -> None:
         async with trio.open_nursery() as nursery:
             members = [Member("dead", dead_url())]
             for name in ("b", "c", "a1", "a2"):
-                url = await start(nursery, serving(asked, name, {BLOCKS.source}))
+                url = await start(nursery, serving(asked, name, {BLOCKS.source}), name)
                 members.append(Member(name, url))
-            askers = [Group(name, PeerClient(SECRET, name), members) for name in ("a1", "a2")]
+            askers = [Group(name, client(name), members) for name in ("a1", "a2")]
             dead_blocks = [
                 i for i in range(200) if askers[0].placement.ranked(BLOCKS.key(i))[0].name == "dead"
             ]
@@ -95,10 +101,10 @@ def test_a_member_without_the_source_is_left_out_of_its_owners() -> None:
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            other_only = await start(nursery, serving(asked, "o", {OTHER.source}))
-            both = await start(nursery, serving(asked, "b", {BLOCKS.source, OTHER.source}))
+            other_only = await start(nursery, serving(asked, "o", {OTHER.source}), "o")
+            both = await start(nursery, serving(asked, "b", {BLOCKS.source, OTHER.source}), "b")
             members = [Member("o", other_only), Member("b", both), Member("me", "x")]
-            group = Group("me", PeerClient(SECRET, "me"), members)
+            group = Group("me", client("me"), members)
             owned_by_o = [
                 i for i in range(200) if group.placement.ranked(BLOCKS.key(i))[0].name == "o"
             ]
@@ -126,13 +132,13 @@ def test_a_member_without_the_source_is_left_out_of_its_owners() -> None:
 def test_a_handover_lasts_while_previous_owners_hit() -> None:
     holding = {"yes": True}
 
-    async def previous_owner(request: BlockRequest) -> bytes | None:
+    async def previous_owner(request: BlockRequest, signed: Signed) -> bytes | None:
         return data(request) if holding["yes"] else None
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            url = await start(nursery, previous_owner)
-            group = Group("new", PeerClient(SECRET, "new"), [Member("old", url)])
+            url = await start(nursery, previous_owner, "old")
+            group = Group("new", client("new"), [Member("old", url)])
             group.update([Member("old", url), Member("new", "x")])
             mine = [i for i in range(200) if group.peer_owner(BLOCKS, i) is None]
             assert len(mine) > peers.HANDOVER_PROBES + 20
@@ -157,10 +163,8 @@ def test_a_handover_ends_after_its_time_though_previous_owners_hit() -> None:
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            url = await start(nursery, serving(asked, "old", {BLOCKS.source}))
-            group = Group(
-                "new", PeerClient(SECRET, "new"), [Member("old", url)], 60.0, lambda: now[0]
-            )
+            url = await start(nursery, serving(asked, "old", {BLOCKS.source}), "old")
+            group = Group("new", client("new"), [Member("old", url)], 60.0, lambda: now[0])
             group.update([Member("old", url), Member("new", "x")])
             mine = [i for i in range(200) if group.peer_owner(BLOCKS, i) is None]
             assert len(mine) > peers.HANDOVER_PROBES * 2

@@ -285,7 +285,7 @@ class BadPeer:
                 request = protocol.parse_target(self.path)
                 length, version = request.length, request.blocks.version
                 body = random.randbytes(length)
-                footer = protocol.footer(body)
+                footer = protocol.footer(body, bytes(16))  # no secret: no tag
                 if mode == "hang":
                     peer.release.wait(30)
                     return

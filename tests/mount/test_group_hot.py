@@ -38,9 +38,8 @@ def test_a_hot_block_gets_a_second_copy(s3, bucket, proxy, tmp_path) -> None:
     ((path, data),) = files.items()
     cluster = Cluster(tmp_path, 3)
     members = [Member(name, url) for name, url in cluster.urls.items()]
-    principal = open_backend(
-        SourceConfig(url=f"s3://{bucket}", endpoint_url=proxy.endpoint_url)
-    ).principal
+    backend = open_backend(SourceConfig(url=f"s3://{bucket}", endpoint_url=proxy.endpoint_url))
+    principal = backend.principal
     version = s3.head_object(Bucket=bucket, Key=path)["ETag"]
     blocks = ObjectBlocks(
         f"s3://{bucket}@{proxy.endpoint_url}", principal, path, version, len(data), MIB
@@ -48,20 +47,21 @@ def test_a_hot_block_gets_a_second_copy(s3, bucket, proxy, tmp_path) -> None:
     placement = Placement(members)
     first, second = placement.owner(blocks.key(0)), placement.second(blocks.key(0))
     assert first is not None and second is not None
-    client = PeerClient(SECRET.encode(), "stand-in")
+    # It reads with the mounts' keys, so it proves their principal as they do.
+    client = PeerClient(SECRET.encode(), "stand-in", proof_key=lambda _: backend.principal_key)
 
     async def ask_owner() -> int:
         sent_away = 0
         for _ in range(2 * hot.ASKS):  # many members asking the owner at once
             try:
-                assert await client.get(first.url, BlockRequest(blocks, 0)) == data[:MIB]
+                assert await client.get(first, BlockRequest(blocks, 0)) == data[:MIB]
             except PeerAskSecond:
                 sent_away += 1
         return sent_away
 
     async def ask_second() -> None:
         for _ in range(3):
-            assert await client.get(second.url, BlockRequest(blocks, 0)) == data[:MIB]
+            assert await client.get(second, BlockRequest(blocks, 0)) == data[:MIB]
 
     with group_mounts(cluster, bucket, proxy.endpoint_url) as mounts:
         assert trio.run(ask_owner) >= hot.ASKS // 2 - 1

@@ -18,6 +18,13 @@ __all__ = ["proxy"]  # the fixture, shared with the group's tests
 pytestmark = pytest.mark.mount
 
 
+def tier_secret(root: Path) -> Path:
+    """The file of the tier's secret (every mount of a test shares one)."""
+    path = root / "tier-secret"
+    path.write_text("the-shared-tier-secret-0123")
+    return path
+
+
 def test_a_shared_tier_serves_blocks_the_origin_sent_once(s3, bucket, proxy, tmp_path) -> None:
     """--shared-cache on a second moto server: the first mount's blocks are written there in
     the background, a second mount reads them from there and not from the origin, and a block
@@ -39,6 +46,8 @@ def test_a_shared_tier_serves_blocks_the_origin_sent_once(s3, bucket, proxy, tmp
             "s3://shared/blocks",
             "--shared-cache-endpoint",
             near.endpoint_url,
+            "--shared-cache-secret-file",
+            str(tier_secret(tmp_path)),
         )
 
         def mount(name: str) -> contextlib.AbstractContextManager[Path]:
@@ -94,6 +103,7 @@ def test_mounts_missing_blocks_at_once_fetch_each_from_the_origin_once(
                     "--cache-dir", str(tmp_path / f"cache-{name}"),
                     "--shared-cache", "s3://shared/blocks",
                     "--shared-cache-endpoint", near.endpoint_url,
+                    "--shared-cache-secret-file", str(tier_secret(tmp_path)),
                 )
             )
             for name in ("m0", "m1", "m2")

@@ -1,5 +1,6 @@
 """Every listener taking HOST:PORT binds 127.0.0.1 when no host is given (`--metrics :PORT`,
-`pffs scheduler-extender --listen :PORT`): every interface is asked for by name, 0.0.0.0.
+`pffs scheduler-extender --listen :PORT`, `--group-listen :PORT`): every interface is asked for
+by name, 0.0.0.0.
 And a mount's metrics endpoint, started with `:PORT`, really answers on 127.0.0.1 only."""
 
 from __future__ import annotations
@@ -10,11 +11,16 @@ from collections.abc import Callable
 import pytest
 
 from pffs.csi.affinity.extender import parse_listen
+from pffs.group.server import parse_listen as parse_group_listen
 from pffs.metrics import parse_address, serve_http
 from pffs.testing.servers import free_port
 
 
-@pytest.mark.parametrize("parse", [parse_address, parse_listen], ids=["metrics", "extender"])
+@pytest.mark.parametrize(
+    "parse",
+    [parse_address, parse_listen, parse_group_listen],
+    ids=["metrics", "extender", "group"],
+)
 def test_no_host_is_localhost(parse: Callable[[str], tuple[str, int]]) -> None:
     assert parse(":9567") == ("127.0.0.1", 9567)
     assert parse("0.0.0.0:9567") == ("0.0.0.0", 9567)

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pffs.cli.groupoptions import group_config
+from pffs.cli.groupoptions import group_config, shared_cache_config
+from pffs.errors import UsageError
 
 
 def args(
@@ -54,3 +55,33 @@ def test_group_handover_defaults_to_five_minutes(
     config = group_config(args(tmp_path, "node-a", given))
     assert config is not None
     assert config.handover == expected
+
+
+def test_the_principal_secret_is_read_and_checked(tmp_path: Path) -> None:
+    given = args(tmp_path, "node-a")
+    assert group_config(given).principal_secret_file is None  # type: ignore[union-attr]
+    secret = tmp_path / "principal-secret"
+    secret.write_text("short")
+    given.group_principal_secret_file = str(secret)
+    with pytest.raises(UsageError, match=r"--group-principal-secret-file .* 16 bytes or more"):
+        group_config(given)
+    secret.write_text("the-volume-principal-secret")
+    config = group_config(given)
+    assert config is not None and config.principal_secret_file == str(secret)
+
+
+def test_a_shared_tier_needs_its_secret(tmp_path: Path) -> None:
+    tier = argparse.Namespace(
+        shared_cache="s3://near/blocks",
+        shared_cache_endpoint=None,
+        shared_cache_profile=None,
+        shared_cache_secret_file=None,
+        group_members=None,
+    )
+    with pytest.raises(UsageError, match="needs --shared-cache-secret-file"):
+        shared_cache_config(tier)
+    secret = tmp_path / "tier-secret"
+    secret.write_text("the-shared-tier-secret-0123")
+    tier.shared_cache_secret_file = str(secret)
+    config = shared_cache_config(tier)
+    assert config is not None and config.secret_file == str(secret)

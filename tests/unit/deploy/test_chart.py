@@ -165,6 +165,22 @@ def test_chart_cache_group() -> None:
     policy = docs[("NetworkPolicy", "pffs-group-peers")]["spec"]
     assert policy["podSelector"]["matchLabels"] == daemonset["spec"]["selector"]["matchLabels"]
     assert policy["ingress"][0]["from"][0]["podSelector"] == policy["podSelector"]
+    # principals without keys of their own: the Secret's second key, passed on
+    proving = rendered(
+        "cacheGroup.enabled=true",
+        "cacheGroup.create=true",
+        "cacheGroup.secret=0123456789abcdef0123",
+        "cacheGroup.principalsWithoutKeys=true",
+        "cacheGroup.principalSecret=fedcba9876543210fedc",
+    )
+    plugin = container(proving[("DaemonSet", "pffs-csi-node")], "pffs-plugin")
+    proving_options = config_from_args(pffs_args(plugin)).group_options()
+    assert proving_options[-2:] == [
+        "--group-principal-secret-file",
+        "/etc/pffs-group/principal-secret",
+    ]
+    assert "principal-secret" in proving[("Secret", "pffs-group-secret")]["stringData"]
+    assert "principal-secret" not in docs[("Secret", "pffs-group-secret")]["stringData"]
     role = docs[("Role", "pffs-group-members")]
     assert role["rules"] == [
         {
