@@ -122,7 +122,8 @@ async def read_back(cache: BlockCache, store: Store, name: str) -> bytes:
     async def not_cached() -> bytes:
         raise AssertionError(f"{name} block was not in the cache")
 
-    blocks = [await cache.read(key, FetchSource(not_cached), BLOCK) for key in item.keys]
+    source = FetchSource(not_cached)
+    blocks = [await cache.read(k, source, n) for k, n in zip(item.keys, item.sizes, strict=True)]
     return b"".join(blocks)
 
 
