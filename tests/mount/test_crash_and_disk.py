@@ -27,6 +27,7 @@ from pffs.testing.faults import FaultProxy
 from tests.cache.test_disk_batch import _entry_files as entry_files
 from tests.cache.test_orphans import age, kill_a_writer_before_its_commit, orphans_of
 from tests.conftest import mounted, run_pffs, unmount_quietly
+from tests.waiting import eventually
 
 MIB = 1 << 20
 requires_root = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
@@ -51,15 +52,15 @@ def proxy(moto) -> Iterator[FaultProxy]:
 
 def kill_daemon(pid: int, mnt: Path) -> None:
     os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
+
+    def dead() -> bool:
         try:
             os.listdir(mnt)  # not stat: the kernel may answer that from its attribute cache
         except OSError as exc:
-            if exc.errno == errno.ENOTCONN:
-                return
-        time.sleep(0.05)
-    raise AssertionError("the mount did not die")
+            return exc.errno == errno.ENOTCONN
+        return False
+
+    eventually(dead, 10, "the mount dead")
 
 
 # --- crash recovery ------------------------------------------------------------------------
@@ -279,8 +280,5 @@ def test_a_mount_sweeps_the_files_a_killed_cache_writer_left(tmp_path: Path) -> 
     age(cache, orphans, GRACE + 60)
     with mounted(f"file://{source}", tmp_path / "mnt", "--cache-dir", str(cache)) as mnt:
         assert (mnt / "a.txt").read_bytes() == b"a"  # the mount serves while it sweeps
-        deadline = time.monotonic() + 10
-        while entry_files(cache) & orphans and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not entry_files(cache) & orphans
+        eventually(lambda: not entry_files(cache) & orphans, 10, "the orphans swept")
         assert indexed <= entry_files(cache)

@@ -21,6 +21,7 @@ from pffs.testing.servers import DUMMY_CREDENTIALS, MotoServer
 from tests.conftest import PFFS, run_pffs
 from tests.fluid_controller import fluid_config, write_secret
 from tests.fusecheck import clear_mount, is_dead, serves
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.mount
 
@@ -102,11 +103,12 @@ def start(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
         )
         log.close()
         started.append((proc, target))
-        deadline = time.monotonic() + 60
-        while not serves(target):
+
+        def serving() -> bool:
             assert proc.poll() is None, _log(tmp_path, len(started) - 1)
-            assert time.monotonic() < deadline, "no mount after 60s"
-            time.sleep(0.1)
+            return serves(target)
+
+        eventually(serving, 60, "the mount")
         return proc
 
     yield _start
@@ -148,10 +150,7 @@ def test_serves_the_dataset_and_unmounts_on_sigterm(fluid: dict[str, Any], start
 def test_clears_a_dead_mount_left_by_a_killed_container(fluid: dict[str, Any], start) -> None:
     target = fluid["target"]
     start(fluid).kill()  # kill -9: the kernel mount stays, dead
-    deadline = time.monotonic() + 10
-    while not is_dead(target):
-        assert time.monotonic() < deadline, "the killed mount did not go dead"
-        time.sleep(0.05)
+    eventually(lambda: is_dead(target), 10, "the killed mount dead")
     result = check(fluid["config"])
     assert result.returncode == 1 and "dead" in result.stdout
 
