@@ -8,7 +8,6 @@ import os
 import re
 import signal
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -172,7 +171,8 @@ def test_a_changed_config_exits_9_and_a_broken_one_is_ignored(
     proc = start(fluid, "--watch-interval", "0.2")
     text = config.read_text()
     config.write_text(text[:-10])  # torn: logged, still serving
-    time.sleep(1)
+    torn_seen = lambda: "cannot be used, still serving" in _log(tmp_path, 0)  # noqa: E731
+    eventually(torn_seen, 30, "the torn config logged")
     assert proc.poll() is None and serves(target)
 
     dataset = fluid["dataset"]

@@ -73,14 +73,18 @@ def read_when_back(path: Path, within: float = 10.0) -> bytes:
 
 def when_back(fn: Callable[[Path], T], path: Path, within: float = 10.0) -> T:
     """`fn(path)` once its source, marked down, is probed back up (EIO meanwhile)."""
-    deadline = time.monotonic() + within
-    while True:
+
+    def attempt() -> tuple[T] | None:
         try:
-            return fn(path)
+            return (fn(path),)
         except OSError as exc:
-            if exc.errno != errno.EIO or time.monotonic() > deadline:
+            if exc.errno != errno.EIO:
                 raise
-            time.sleep(0.2)
+            return None
+
+    answered = eventually(attempt, within, f"{path} readable again", interval=0.2)
+    assert answered is not None
+    return answered[0]
 
 
 @pytest.fixture
