@@ -39,6 +39,10 @@ os.environ.pop("AWS_ENDPOINT_URL", None)
 SCRATCH = tempfile.mkdtemp(prefix="pffs-tests-")
 os.environ["XDG_CACHE_HOME"] = os.path.join(SCRATCH, "cache")
 os.environ["XDG_STATE_HOME"] = os.path.join(SCRATCH, "state")
+# Every process the tests start carries this session's mark (tests/processes.py), so that the
+# hang guard finds the mounts its daemons serve wherever they are.
+SESSION_MARK = ("PFFS_TEST_SESSION", uuid.uuid4().hex)
+os.environ[SESSION_MARK[0]] = SESSION_MARK[1]
 # The tests start hundreds of Python processes (pffs's commands and daemons, servers, the
 # bench): each would compile pffs's modules again where the environment forbids writing their
 # bytecode (PYTHONDONTWRITEBYTECODE); the site-packages' own is there already.
@@ -72,7 +76,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def hang_guard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HangGuard]:
     """No FUSE hang outlasts a test's time limit by much, and no mount outlasts the session
     (tests/fusecheck.py)."""
-    with HangGuard([tmp_path_factory.getbasetemp(), Path(SCRATCH)]) as guard:
+    roots = [tmp_path_factory.getbasetemp(), Path(SCRATCH)]
+    with HangGuard(roots, mark=SESSION_MARK) as guard:
         yield guard
 
 

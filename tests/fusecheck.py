@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 from pffs.mounting.kernel import FSTYPE, MountEntry, find_mount, mount_table
-from tests.processes import wait_exited
+from tests.processes import marked_processes, wait_exited
 
 # How long a probe may go unanswered before the mount is taken as hung: far longer than a live
 # pffs takes (it answers statfs from memory), short enough that a hang fails the test promptly.
@@ -175,6 +175,26 @@ def fuse_mounts_under(directory: Path | str) -> list[str]:
     ]
 
 
+def fuse_mounts_served_by(mark: str, token: str) -> list[str]:
+    """FUSE mountpoints, wherever they are, whose connection is held by a process with
+    `mark`=`token` in its environment (tests/processes.py): a test session's own daemons, also
+    those that mount outside its directories (the bench's, the CSI driver's). Known by the
+    connection a /dev/fuse descriptor names in its fdinfo; none on kernels that do not say."""
+    ours = marked_processes(mark, token)
+    connections = {
+        conn
+        for pid, (conns, _) in _fuse_descriptors().items()
+        if pid in ours
+        for conn in conns
+        if conn is not None
+    }
+    return [
+        e.mountpoint
+        for e in mount_table()
+        if e.fstype.startswith("fuse") and _minor(e) in connections
+    ]
+
+
 def fuse_holders() -> dict[int, str]:
     """Every process with /dev/fuse open: pid -> command line (for a hang's message)."""
     return {pid: " ".join(argv)[:200] for pid, (_, argv) in _fuse_descriptors().items()}
@@ -193,6 +213,12 @@ def connection_holders(entry: MountEntry) -> dict[int, str]:
         if named or unnamed:
             found[pid] = " ".join(argv)[:200]
     return found
+
+
+def fdinfo_names_connections() -> bool:
+    """Whether this kernel names a /dev/fuse descriptor's connection in its fdinfo (seen on
+    the descriptors open now: False when there are none)."""
+    return any(None not in connections for connections, _ in _fuse_descriptors().values())
 
 
 def _fuse_descriptors() -> dict[int, tuple[set[str | None], list[str]]]:
@@ -271,13 +297,20 @@ def time_limit(item: pytest.Item) -> float:
 
 class HangGuard:
     """The last resort against a test stuck on a FUSE request: when a test has run `grace`
-    seconds past its time limit, the mounts under `roots` (the tests' directories) are
-    cleared, which ends every request waiting on them (ECONNABORTED), so the test fails with
-    its traceback instead of holding the run until CI's time is up. On exit, mounts left under
-    `roots` are cleared and named."""
+    seconds past its time limit, the mounts under `roots` (the tests' directories), and those
+    served by processes carrying `mark` (name, token) in their environment, are cleared,
+    which ends every request waiting on them (ECONNABORTED), so the test fails with its
+    traceback instead of holding the run until CI's time is up. On exit, the mounts left are
+    cleared and named."""
 
-    def __init__(self, roots: list[Path], poll: float = 1.0, grace: float = HANG_GRACE_S) -> None:
-        self.roots, self._poll, self._grace = roots, poll, grace
+    def __init__(
+        self,
+        roots: list[Path],
+        poll: float = 1.0,
+        grace: float = HANG_GRACE_S,
+        mark: tuple[str, str] | None = None,
+    ) -> None:
+        self.roots, self._poll, self._grace, self._mark = roots, poll, grace, mark
         self._test = ""
         self._test_thread = 0
         self._deadline: float | None = None
@@ -305,8 +338,11 @@ class HangGuard:
         self._deadline = None
 
     def mounts(self) -> list[str]:
-        """The FUSE mounts under the guard's roots."""
-        return [m for root in self.roots for m in fuse_mounts_under(root)]
+        """The FUSE mounts under the guard's roots, and those its `mark`ed processes serve."""
+        found = [m for root in self.roots for m in fuse_mounts_under(root)]
+        if self._mark is not None:
+            found += [m for m in fuse_mounts_served_by(*self._mark) if m not in found]
+        return found
 
     def clear(self) -> list[str]:
         """Clear the FUSE mounts under the guard's roots; says which."""

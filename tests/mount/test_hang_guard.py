@@ -14,7 +14,7 @@ import pytest
 from pffs.mounting.kernel import find_mount
 from pffs.testing.servers import MotoServer
 from tests import fusecheck
-from tests.conftest import SCRATCH
+from tests.conftest import SCRATCH, SESSION_MARK
 from tests.fusecheck import HangGuard, MountHung, is_dead, os_errno
 from tests.mount.conftest import stopped
 
@@ -60,6 +60,23 @@ def test_the_hang_guard_frees_a_test_stuck_on_a_mount(
         guard.end()
     assert failed.value.errno in (errno.ECONNABORTED, errno.ENOTCONN)
     assert find_mount(str(stopped_mount)) is None  # cleared: ended and detached
+
+
+def test_the_hang_guard_finds_a_stuck_mount_outside_its_roots_by_its_daemons_mark(
+    connection_end: str, stopped_mount: Path
+) -> None:
+    """A mount outside the guard's directories (as the bench's and the CSI driver's are) is
+    found by its daemon, which carries the session's mark (tests/conftest.py), through the
+    connection its /dev/fuse descriptor names."""
+    if not fusecheck.fdinfo_names_connections():
+        pytest.skip("this kernel's fdinfo does not name a /dev/fuse descriptor's connection")
+    with HangGuard([], poll=0.1, grace=0, mark=SESSION_MARK) as guard:
+        guard.begin("stuck", limit=1)
+        with pytest.raises(OSError) as failed:
+            os.listdir(stopped_mount)
+        guard.end()
+    assert failed.value.errno in (errno.ECONNABORTED, errno.ENOTCONN)
+    assert find_mount(str(stopped_mount)) is None
 
 
 def test_a_test_stuck_on_a_mount_without_fusectl_fails_at_its_limit_with_where_it_waited(
