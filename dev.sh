@@ -3,8 +3,9 @@
 # proto | setup
 #
 # Every command first runs `setup`, which installs what is missing: the system packages (as
-# root, with apt-get), a virtual environment in .venv and pffs with its test extra. So on a
-# fresh Debian machine `./dev.sh demo` and `./dev.sh test` need nothing else.
+# root, with apt-get), a virtual environment in .venv and pffs with its test extra, and the
+# machine state the tests take (the fuse module, the fusectl file system, s3rver's npm
+# package). So on a fresh Debian machine `./dev.sh demo` and `./dev.sh test` need nothing else.
 set -euo pipefail
 cd "$(dirname "$0")"
 VENV=${PFFS_VENV:-.venv}
@@ -100,7 +101,38 @@ PYEOF
   rm -rf "$tmp"
 }
 
-setup() { setup_system; setup_python; setup_k8s_tools; }
+# What the tests take from the machine, beyond packages; each missing part gets one line, and the
+# tests that need it skip with the reason:
+# - /dev/fuse: the fuse module, loaded when absent (the mount tests).
+# - fusectl at /sys/fs/fuse/connections: the tests abort a hung mount's connection through it
+#   (tests/fusecheck.py; without it they kill the daemon instead). A freshly booted machine
+#   may not have it mounted: a test would then wait on a hung mount for good.
+# - s3rver, from npm into ~/.cache/pffs-bench (the bench's cache), before the tests rather than
+#   inside the first one that asks for it.
+# Root is not a need: /etc/fuse.conf's user_allow_other only matters to a user's allow_other
+# mounts, which the tests do as root alone.
+FUSECTL=/sys/fs/fuse/connections
+setup_machine() {
+  if [ ! -e /dev/fuse ] && [ "$(id -u)" -eq 0 ]; then modprobe fuse 2>/dev/null || true; fi
+  if [ ! -e /dev/fuse ]; then
+    echo "dev.sh: /dev/fuse is missing (modprobe fuse, as root); the mount tests will skip" >&2
+  elif ! grep -qs "^[^ ]* $FUSECTL fusectl " /proc/self/mounts; then
+    if [ "$(id -u)" -ne 0 ] || ! mount -t fusectl none "$FUSECTL" 2>/dev/null; then
+      echo "dev.sh: could not mount fusectl at $FUSECTL (mount -t fusectl none $FUSECTL, as" \
+        "root); a hung mount's daemon is killed instead, and the fusectl tests skip" >&2
+    fi
+  fi
+  "$PY" - <<'PYEOF'
+import sys
+from bench.servers import TOOLS_DIR, Unavailable, s3rver_binary
+try:
+    s3rver_binary(TOOLS_DIR)
+except Unavailable as exc:
+    print(f"dev.sh: no s3rver ({exc}); its tests will skip", file=sys.stderr)
+PYEOF
+}
+
+setup() { setup_system; setup_python; setup_k8s_tools; setup_machine; }
 
 # mypy sees backends/ and csi/ under their import names (pffs.backends, pffs.csi) through a tree
 # of links, as the installed package has them; otherwise every import across folders is Any.

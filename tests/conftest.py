@@ -23,17 +23,26 @@ from pffs.errors import PffsError
 from pffs.mounting.kernel import fusermount, wait_unmounted
 from pffs.testing.rgw import RgwCluster, RgwUnavailable
 from pffs.testing.servers import DUMMY_CREDENTIALS, MotoServer
-from tests.fusecheck import HangGuard, clear_mount
+from tests.fusecheck import HangGuard, clear_mount, fusectl_missing, time_limit
 from tests.processes import wait_exited
+
+# pytester: a test of the suite's own defences runs a test session inside its own
+# (tests/mount/test_hang_guard.py).
+pytest_plugins = ["pytester"]
 
 for _key, _value in DUMMY_CREDENTIALS.items():
     os.environ[_key] = _value
 os.environ.pop("AWS_PROFILE", None)
 os.environ.pop("AWS_ENDPOINT_URL", None)
-# Cache blocks, logs and mount records of the tests stay out of the user's own directories.
-_scratch = tempfile.mkdtemp(prefix="pffs-tests-")
-os.environ["XDG_CACHE_HOME"] = os.path.join(_scratch, "cache")
-os.environ["XDG_STATE_HOME"] = os.path.join(_scratch, "state")
+# Cache blocks, logs and mount records of the tests stay out of the user's own directories
+# (and the hang guard clears any FUSE mount left under it).
+SCRATCH = tempfile.mkdtemp(prefix="pffs-tests-")
+os.environ["XDG_CACHE_HOME"] = os.path.join(SCRATCH, "cache")
+os.environ["XDG_STATE_HOME"] = os.path.join(SCRATCH, "state")
+# Every process the tests start carries this session's mark (tests/processes.py), so that the
+# hang guard finds the mounts its daemons serve wherever they are.
+SESSION_MARK = ("PFFS_TEST_SESSION", uuid.uuid4().hex)
+os.environ[SESSION_MARK[0]] = SESSION_MARK[1]
 # The tests start hundreds of Python processes (pffs's commands and daemons, servers, the
 # bench): each would compile pffs's modules again where the environment forbids writing their
 # bytecode (PYTHONDONTWRITEBYTECODE); the site-packages' own is there already.
@@ -53,26 +62,28 @@ def fuse_available() -> str | None:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test marked `mount` (the one mark of real FUSE mounts) is skipped, with the reason,
-    where real mounts cannot run."""
-    reason = fuse_available()
-    if reason is None:
-        return
-    for item in items:
-        if item.get_closest_marker("mount") is not None:
-            item.add_marker(pytest.mark.skip(reason=reason))
+    where real mounts cannot run; one marked `fusectl`, where the fusectl file system is not
+    mounted."""
+    for mark, reason in (("mount", fuse_available()), ("fusectl", fusectl_missing())):
+        if reason is None:
+            continue
+        for item in items:
+            if item.get_closest_marker(mark) is not None:
+                item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.fixture(scope="session", autouse=True)
 def hang_guard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HangGuard]:
-    """No FUSE hang outlasts a test by much, and no mount outlasts the session
+    """No FUSE hang outlasts a test's time limit by much, and no mount outlasts the session
     (tests/fusecheck.py)."""
-    with HangGuard([tmp_path_factory.getbasetemp(), Path(_scratch)]) as guard:
+    roots = [tmp_path_factory.getbasetemp(), Path(SCRATCH)]
+    with HangGuard(roots, mark=SESSION_MARK) as guard:
         yield guard
 
 
 @pytest.fixture(autouse=True)
 def each_test_guarded(hang_guard: HangGuard, request: pytest.FixtureRequest) -> Iterator[None]:
-    hang_guard.begin(request.node.nodeid)
+    hang_guard.begin(request.node.nodeid, time_limit(request.node))
     yield
     hang_guard.end()
 

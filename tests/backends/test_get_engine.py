@@ -35,6 +35,7 @@ from pffs.errors import BackendError, Changed, NotFound, PermissionDenied, Trans
 from pffs.retry import RetryTerms
 from pffs.testing.faults import HELD, FaultProxy
 from pffs.testing.servers import MotoServer
+from tests.waiting import eventually
 
 DATA = random.Random(3).randbytes(3 << 20)
 QUICK_RETRIES = RetryConfig(attempts=3, base_delay=0.01, max_delay=0.05, total_timeout=20.0)
@@ -296,14 +297,13 @@ def wait_closed_by_server(port: int, timeout: float = 60) -> None:
     """Wait until a connection to 127.0.0.1:`port` was closed by the server while the client
     keeps it: the kernel's TCP table shows it in CLOSE_WAIT (state 08)."""
     remote = f"0100007F:{port:04X}"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def closed_by_server() -> bool:
         with open("/proc/net/tcp") as table:
             rows = [line.split() for line in table.readlines()[1:]]
-        if any(row[2] == remote and row[3] == "08" for row in rows):
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"no connection to port {port} was closed by the server in {timeout}s")
+        return any(row[2] == remote and row[3] == "08" for row in rows)
+
+    eventually(closed_by_server, timeout, f"a connection to port {port} closed by the server")
 
 
 class _Ranges(http.server.BaseHTTPRequestHandler):

@@ -26,6 +26,7 @@ EVERY_METRIC = ["--only", ",".join(metric.key for metric in METRICS)]
 
 
 @pytest.mark.skipif(shutil.which("fio") is None, reason="fio is missing (apt-get install fio)")
+@pytest.mark.timeout(1200)  # past the bench's own 900 s bound below
 def test_quick_bench_produces_every_figure(tmp_path: Path) -> None:
     result = subprocess.run(
         # Smaller than --quick's sets and files, and one round trip, 1 ms behind the delay

@@ -23,7 +23,7 @@ import grpc
 
 from pffs.csi.proto import csi_pb2, csi_pb2_grpc
 from pffs.mounting.kernel import mount_table
-from tests.fusecheck import abort_connection
+from tests.fusecheck import end_connection
 
 AccessMode = csi_pb2.VolumeCapability.AccessMode
 
@@ -187,7 +187,7 @@ def running(
 
 def cleanup_mounts(root: Path) -> None:
     """Detach every mount under `root`, deepest first (binds before their staging mount), a
-    FUSE one's connection aborted first so that nothing waits on it (tests/fusecheck.py)."""
+    FUSE one's connection ended first so that nothing waits on it (tests/fusecheck.py)."""
     prefix = str(root) + "/"
     mounts = sorted(
         {e.mountpoint for e in mount_table() if e.mountpoint.startswith(prefix)},
@@ -195,7 +195,7 @@ def cleanup_mounts(root: Path) -> None:
         reverse=True,
     )
     for path in mounts:
-        abort_connection(path)
+        end_connection(path)
         subprocess.run(["umount", "-l", path], capture_output=True, check=False, timeout=30)
 
 

@@ -19,6 +19,7 @@ from pffs.csi.affinity.labels import CACHE_ANNOTATION, dataset_id, decode_annota
 from pffs.csi.affinity.publisher import NodeCachePublisher
 from pffs.kube import KubeClient
 from tests.csi.kube_apiserver import FakeApiServer
+from tests.waiting import eventually
 
 BLOCK = 64 * 1024
 
@@ -60,9 +61,7 @@ def _published(api: FakeApiServer) -> dict:  # type: ignore[type-arg]
 
 
 def _wait_for_totals(publisher: NodeCachePublisher) -> None:
-    deadline = time.monotonic() + 20
-    while not publisher.totals.idle() and time.monotonic() < deadline:
-        time.sleep(0.02)
+    eventually(publisher.totals.idle, 20, "the totals listed")
 
 
 def test_publishes_labels_and_annotation_on_change_only(
@@ -146,14 +145,12 @@ def test_the_thread_publishes_and_survives_api_failures(
     assert publisher.patches == 0
     api.fail_with = None
     tier = _cache(cache_dir, sid, 8)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
+
+    def whole() -> bool:
         published = _published(api)
-        if sid in published and published[sid].ratio == 1.0:
-            break
-        time.sleep(0.05)
-    else:
-        pytest.fail(f"not published: {api.nodes['node-1']['metadata']}")
+        return sid in published and published[sid].ratio == 1.0
+
+    eventually(whole, 20, f"{sid} published whole")
     assert label_key(sid) in _labels(api)
     publisher.stop()
     assert publisher._thread is not None and not publisher._thread.is_alive()

@@ -9,7 +9,6 @@ import json
 import os
 import random
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,8 @@ from pffs.routing.table import Mounted
 from pffs.testing.faults import FaultProxy
 from tests.cache.test_disk_batch import _entry_files as entry_files
 from tests.cache.test_orphans import age, kill_a_writer_before_its_commit, orphans_of
-from tests.conftest import mounted, run_pffs, unmount_quietly
+from tests.conftest import metric_value, mounted, run_pffs, stats_snapshot, unmount_quietly
+from tests.waiting import eventually
 
 MIB = 1 << 20
 requires_root = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
@@ -51,15 +51,15 @@ def proxy(moto) -> Iterator[FaultProxy]:
 
 def kill_daemon(pid: int, mnt: Path) -> None:
     os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
+
+    def dead() -> bool:
         try:
             os.listdir(mnt)  # not stat: the kernel may answer that from its attribute cache
         except OSError as exc:
-            if exc.errno == errno.ENOTCONN:
-                return
-        time.sleep(0.05)
-    raise AssertionError("the mount did not die")
+            return exc.errno == errno.ENOTCONN
+        return False
+
+    eventually(dead, 10, "the mount dead")
 
 
 # --- crash recovery ------------------------------------------------------------------------
@@ -110,7 +110,9 @@ def test_kill_9_then_remount_recovers_cache_and_staged_writes(s3, bucket, proxy,
     pid = daemon_pid(first.stdout)
     try:
         assert (mnt / "warm.bin").read_bytes() == warm
-        time.sleep(1)  # the disk tier is written behind the reader
+        # The disk tier is written behind the reader: its one block (3 MiB, of 4).
+        written = lambda: metric_value(stats_snapshot(mnt), "pffs_cache_disk_writes_total")  # noqa: E731
+        eventually(lambda: written() >= 1, 30, "warm.bin on the disk tier")
         closed_fd = os.open(mnt / "closed.txt", os.O_CREAT | os.O_WRONLY, 0o644)
         os.write(closed_fd, b"closed while the store was down")
         open_fd = os.open(mnt / "open.txt", os.O_CREAT | os.O_WRONLY, 0o644)
@@ -279,8 +281,5 @@ def test_a_mount_sweeps_the_files_a_killed_cache_writer_left(tmp_path: Path) -> 
     age(cache, orphans, GRACE + 60)
     with mounted(f"file://{source}", tmp_path / "mnt", "--cache-dir", str(cache)) as mnt:
         assert (mnt / "a.txt").read_bytes() == b"a"  # the mount serves while it sweeps
-        deadline = time.monotonic() + 10
-        while entry_files(cache) & orphans and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not entry_files(cache) & orphans
+        eventually(lambda: not entry_files(cache) & orphans, 10, "the orphans swept")
         assert indexed <= entry_files(cache)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from pffs.mounting.kernel import FSTYPE, find_mount
 from pffs.testing.servers import DUMMY_CREDENTIALS, MotoServer
 from tests.conftest import PFFS, run_pffs, unmount_quietly
 from tests.fluid_controller import fluid_config, write_secret
+from tests.waiting import eventually
 
 KEY, SECRET = DUMMY_CREDENTIALS["AWS_ACCESS_KEY_ID"], DUMMY_CREDENTIALS["AWS_SECRET_ACCESS_KEY"]
 
@@ -297,11 +297,13 @@ def test_given_keys_bypass_the_chain_while_mounted(
             env=clean_env(AWS_CONFIG_FILE=str(evil_config)),
         )
     try:
-        deadline = time.monotonic() + 60
-        while (entry := find_mount(str(target))) is None or entry.fstype != FSTYPE:
+
+        def mounted() -> bool:
             assert proc.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, "no mount after 60s"
-            time.sleep(0.1)
+            entry = find_mount(str(target))
+            return entry is not None and entry.fstype == FSTYPE
+
+        eventually(mounted, 60, "the mount")
         assert (target / "t" / "a.txt").read_bytes() == b"hello"
         assert not marker.exists(), "the default profile's process ran"
     finally:

@@ -9,7 +9,6 @@ import os
 import random
 import stat
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import pytest
 
 from pffs.jobs import PreloadOrder
 from tests.conftest import metric_value, run_pffs, stats_snapshot
+from tests.waiting import eventually
 
 FILES = 50
 SIZE = 100 * 1024  # ImageNet's mean file size
@@ -37,12 +37,15 @@ def dataset(s3, bucket: str) -> dict[str, bytes]:
 
 
 def wait_for(mnt: Path, name: str, wanted: float, timeout: float = 60.0) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
+    """`.pffs/stats` once its metric `name` has reached `wanted`."""
+
+    def reached() -> dict[str, Any] | None:
         snapshot = stats_snapshot(mnt)
-        if metric_value(snapshot, name) >= wanted or time.monotonic() > deadline:
-            return snapshot
-        time.sleep(0.1)
+        return snapshot if metric_value(snapshot, name) >= wanted else None
+
+    snapshot = eventually(reached, timeout, f"{name} at {wanted:g}")
+    assert snapshot is not None
+    return snapshot
 
 
 @pytest.mark.mount

@@ -7,7 +7,6 @@ import os
 import random
 import re
 import resource
-import time
 from pathlib import Path
 
 import boto3
@@ -17,6 +16,7 @@ from pffs.testing.servers import MotoServer
 from tests.conftest import mounted, run_pffs
 from tests.mount.test_cache_mount import drop_page_cache
 from tests.mount.test_disk_faults import ALWAYS_WRITE, metric, source_with
+from tests.waiting import eventually
 
 pytestmark = [pytest.mark.mount]
 MIB = 1 << 20
@@ -117,11 +117,9 @@ def test_a_sequential_read_leaves_the_blocks_it_passed_on_disk_not_in_memory(
             read = [f.read(MIB) for _ in range(64)]
         assert b"".join(read) == data
         # The last blocks' writes behind may still be pending: they leave once written.
-        deadline = time.monotonic() + 60
-        while metric(mnt, "pffs_cache_memory_used_bytes") > 16 * MIB:
-            assert time.monotonic() < deadline, "passed blocks still in memory after a minute"
-            time.sleep(0.1)
+        memory = lambda: metric(mnt, "pffs_cache_memory_used_bytes")  # noqa: E731
+        eventually(lambda: memory() <= 16 * MIB, 60, "passed blocks out of memory")
         # Up to four blocks may still be in memory here, and their writes behind pending.
-        while metric(mnt, "pffs_cache_disk_writes_total") < 16 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert metric(mnt, "pffs_cache_disk_writes_total") == 16
+        writes = lambda: metric(mnt, "pffs_cache_disk_writes_total")  # noqa: E731
+        eventually(lambda: writes() >= 16, 60, "the 16 writes behind")
+        assert writes() == 16

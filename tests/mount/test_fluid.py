@@ -8,7 +8,6 @@ import os
 import re
 import signal
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from pffs.testing.servers import DUMMY_CREDENTIALS, MotoServer
 from tests.conftest import PFFS, run_pffs
 from tests.fluid_controller import fluid_config, write_secret
 from tests.fusecheck import clear_mount, is_dead, serves
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.mount
 
@@ -102,11 +102,12 @@ def start(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
         )
         log.close()
         started.append((proc, target))
-        deadline = time.monotonic() + 60
-        while not serves(target):
+
+        def serving() -> bool:
             assert proc.poll() is None, _log(tmp_path, len(started) - 1)
-            assert time.monotonic() < deadline, "no mount after 60s"
-            time.sleep(0.1)
+            return serves(target)
+
+        eventually(serving, 60, "the mount")
         return proc
 
     yield _start
@@ -148,10 +149,7 @@ def test_serves_the_dataset_and_unmounts_on_sigterm(fluid: dict[str, Any], start
 def test_clears_a_dead_mount_left_by_a_killed_container(fluid: dict[str, Any], start) -> None:
     target = fluid["target"]
     start(fluid).kill()  # kill -9: the kernel mount stays, dead
-    deadline = time.monotonic() + 10
-    while not is_dead(target):
-        assert time.monotonic() < deadline, "the killed mount did not go dead"
-        time.sleep(0.05)
+    eventually(lambda: is_dead(target), 10, "the killed mount dead")
     result = check(fluid["config"])
     assert result.returncode == 1 and "dead" in result.stdout
 
@@ -173,7 +171,8 @@ def test_a_changed_config_exits_9_and_a_broken_one_is_ignored(
     proc = start(fluid, "--watch-interval", "0.2")
     text = config.read_text()
     config.write_text(text[:-10])  # torn: logged, still serving
-    time.sleep(1)
+    torn_seen = lambda: "cannot be used, still serving" in _log(tmp_path, 0)  # noqa: E731
+    eventually(torn_seen, 30, "the torn config logged")
     assert proc.poll() is None and serves(target)
 
     dataset = fluid["dataset"]

@@ -22,6 +22,7 @@ import pytest
 from pffs.testing.faults import FaultProxy
 from pffs.testing.servers import MotoServer, free_port
 from tests.conftest import metric_value, mounted, run_pffs, stats_snapshot
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.mount
 MIB = 1 << 20
@@ -259,11 +260,8 @@ def test_a_malformed_member_file_keeps_the_previous_list(s3, bucket, proxy, tmp_
 def wait_for_log(cluster: Cluster, name: str, text: str, after: str) -> None:
     """Until the member's log says `text` once more (the member file is polled each second)."""
     before = log_of(cluster, name).count(text)
-    for _ in range(200):
-        if log_of(cluster, name).count(text) > before:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{name} never said {text!r} after {after!r}")
+    said = lambda: log_of(cluster, name).count(text) > before  # noqa: E731
+    eventually(said, 10, f"{name} saying {text!r} after {after!r}")
 
 
 class BadPeer:

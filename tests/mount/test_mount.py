@@ -8,7 +8,6 @@ import os
 import random
 import signal
 import subprocess
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ import pytest
 from pffs.mounting.kernel import find_mount, wait_unmounted
 from tests.conftest import PFFS, metric_value, mounted, run_pffs, stats_snapshot
 from tests.fusecheck import clear_mount, is_dead, os_errno
+from tests.waiting import eventually
 
 pytestmark = [pytest.mark.mount]
 
@@ -132,9 +132,7 @@ def test_sigterm_unmounts_cleanly(moto, s3, bucket, tmp_path: Path) -> None:
         text=True,
     )
     try:
-        deadline = time.monotonic() + 20
-        while find_mount(str(mnt)) is None and time.monotonic() < deadline:
-            time.sleep(0.05)
+        eventually(lambda: find_mount(str(mnt)), 20, "the mount")
         assert (mnt / "f").read_bytes() == b"data"
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
@@ -155,10 +153,7 @@ def test_dead_mount_is_cleared_by_the_next_mount(moto, s3, bucket, tmp_path: Pat
     assert first.returncode == 0, first.stderr
     pid = int(first.stdout.split("pid ")[1].split(",")[0])
     os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while not is_dead(mnt):
-        assert time.monotonic() < deadline, "the killed mount did not go dead"
-        time.sleep(0.05)
+    eventually(lambda: is_dead(mnt), 10, "the killed mount dead")
     # "Transport endpoint is not connected"
     assert os_errno("listdir", mnt) == errno.ENOTCONN
     second = run_pffs(*args)

@@ -25,6 +25,7 @@ from pffs.jobs import preload_order
 from pffs.mounting.kernel import wait_unmounted
 from tests.conftest import run_pffs, unmount_quietly
 from tests.mount.test_crash_and_disk import kill_daemon
+from tests.waiting import eventually
 
 pytestmark = [
     pytest.mark.mount,
@@ -79,11 +80,10 @@ def _alive(pid: int) -> bool:
 
 
 def _exited(pid: int, timeout: float = 15.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while _alive(pid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
+    try:
+        eventually(lambda: not _alive(pid), timeout, f"pid {pid} gone")
+    except AssertionError:
+        return False
     return True
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from pffs.testing.servers import MotoServer
 from tests.conftest import mounted
+from tests.waiting import eventually
 
 pytestmark = [pytest.mark.mount]
 KIB = 1 << 10
@@ -36,10 +37,8 @@ def reader_reads(mnt: Path) -> tuple[float, float]:
 
 
 def wait_for_pushes(mnt: Path, count: float) -> None:
-    deadline = time.monotonic() + 10
-    while metric(mnt, "pffs_page_cache_pushes_total") < count:
-        assert time.monotonic() < deadline, "no window was pushed into the page cache"
-        time.sleep(0.02)
+    pushed = lambda: metric(mnt, "pffs_page_cache_pushes_total") >= count  # noqa: E731
+    eventually(pushed, 10, "a window pushed into the page cache")
 
 
 def test_a_random_read_fills_the_page_cache_around_it_and_never_serves_stale_bytes(

@@ -21,6 +21,7 @@ import pytest
 from pffs.testing.faults import FaultProxy, any_request, object_gets
 from pffs.testing.servers import MotoServer
 from tests.conftest import mounted
+from tests.waiting import eventually
 
 T = TypeVar("T")
 
@@ -54,13 +55,11 @@ def errno_of(fn: Any, *args: Any) -> tuple[int | None, float]:
 
 def wait_for_log(log: Path, pattern: str, timeout: float = 30) -> str:
     """The first group of `pattern` in the daemon's log, once the daemon has written it."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = re.search(pattern, log.read_text())
-        if found:
-            return found.group(1)
-        time.sleep(0.1)
-    raise AssertionError(f"{pattern!r} not in {log} after {timeout}s")
+    found = eventually(
+        lambda: re.search(pattern, log.read_text()), timeout, f"{pattern!r} in {log}"
+    )
+    assert found is not None
+    return found.group(1)
 
 
 def read_all(path: Path) -> bytes:
@@ -74,14 +73,18 @@ def read_when_back(path: Path, within: float = 10.0) -> bytes:
 
 def when_back(fn: Callable[[Path], T], path: Path, within: float = 10.0) -> T:
     """`fn(path)` once its source, marked down, is probed back up (EIO meanwhile)."""
-    deadline = time.monotonic() + within
-    while True:
+
+    def attempt() -> tuple[T] | None:
         try:
-            return fn(path)
+            return (fn(path),)
         except OSError as exc:
-            if exc.errno != errno.EIO or time.monotonic() > deadline:
+            if exc.errno != errno.EIO:
                 raise
-            time.sleep(0.2)
+            return None
+
+    answered = eventually(attempt, within, f"{path} readable again", interval=0.2)
+    assert answered is not None
+    return answered[0]
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ server behind a FaultProxy, the tier a second moto server. Small files, 1 MiB bl
 from __future__ import annotations
 
 import contextlib
-import time
 from pathlib import Path
 
 import boto3
@@ -13,6 +12,7 @@ import pytest
 from pffs.testing.servers import MotoServer
 from tests.conftest import metric_value, mounted, stats_snapshot
 from tests.mount.test_group import MIB, proxy, put_files, read_everywhere
+from tests.waiting import eventually
 
 __all__ = ["proxy"]  # the fixture, shared with the group's tests
 pytestmark = pytest.mark.mount
@@ -59,10 +59,8 @@ def test_a_shared_tier_serves_blocks_the_origin_sent_once(s3, bucket, proxy, tmp
 
         with mount("first") as mnt:
             assert read_everywhere({"first": mnt}, files) == []
-            for _ in range(200):  # written behind the readers
-                if len(objects()) == blocks:
-                    break
-                time.sleep(0.05)
+            # Written behind the readers.
+            eventually(lambda: len(objects()) >= blocks, 10, "every block in the shared cache")
             assert len(objects()) == blocks
         with mount("second") as mnt:
             assert read_everywhere({"second": mnt}, files) == []

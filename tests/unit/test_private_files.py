@@ -1,7 +1,7 @@
 """Private directories and log files (pffs/privatefiles.py) never chmod or write through a
 symlink another user planted; the user's own (or root's) symlink is followed, as an admin's
-`/var/cache/pffs -> /nvme/pffs` is. And `pffs mount --log-file` at a planted link: one line,
-a non-zero exit, the link's target untouched."""
+`/var/cache/pffs -> /nvme/pffs` is. (`pffs mount --log-file` at a planted link, as a process:
+tests/commands/test_refusals.py.)"""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from pffs.privatefiles import open_private_log, private_dir
-from tests.conftest import run_pffs
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="a link of another user needs lchown")
 NOBODY = 65534
@@ -59,21 +58,3 @@ def test_own_links_are_followed_and_new_ones_made_private(tmp_path: Path) -> Non
     (tmp_path / "dir.log").mkdir()
     with pytest.raises(OSError):
         open_private_log(str(tmp_path / "dir.log"))
-
-
-@needs_root
-def test_mount_refuses_a_planted_log_file_with_one_line(tmp_path: Path) -> None:
-    (tmp_path / "tree").mkdir()
-    (tmp_path / "mnt").mkdir()
-    victim = tmp_path / "victim"
-    victim.write_text("keep\n")
-    _planted(tmp_path / "pffs.log", victim)
-    result = run_pffs(
-        "mount", f"file://{tmp_path / 'tree'}", str(tmp_path / "mnt"),
-        "--log-file", str(tmp_path / "pffs.log"), "--cache-dir", "none",
-    )  # fmt: skip
-    assert result.returncode != 0
-    assert "cannot open the log file" in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
-    assert victim.read_text() == "keep\n"
-    assert not os.path.ismount(tmp_path / "mnt")

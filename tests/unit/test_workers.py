@@ -1,12 +1,14 @@
-"""pffs.workers: blocking calls in worker threads, with trio.to_thread's semantics."""
+"""pffs.workers: blocking calls in worker threads, with trio.to_thread's semantics. The calls
+wait on events and barriers, not for real time, and the trio side runs on a MockClock where it
+waits: nothing here depends on the machine's speed."""
 
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 import trio
+import trio.testing
 
 from pffs import workers
 
@@ -39,12 +41,14 @@ def test_the_limiter_bounds_the_calls_running_at_once() -> None:
     most = 0
     lock = threading.Lock()
 
+    together = threading.Barrier(2, timeout=10)  # broken if two never run at once
+
     def call() -> None:
         nonlocal running, most
         with lock:
             running += 1
             most = max(most, running)
-        time.sleep(0.02)
+        together.wait()
         with lock:
             running -= 1
 
@@ -60,20 +64,31 @@ def test_the_limiter_bounds_the_calls_running_at_once() -> None:
 
 def test_a_cancelled_task_waits_for_its_call_then_sees_the_cancellation() -> None:
     started = threading.Event()
+    may_end = threading.Event()
     finished = threading.Event()
 
     def call() -> None:
         started.set()
-        time.sleep(0.2)
+        may_end.wait(timeout=10)  # until its task was cancelled
         finished.set()
 
     async def main() -> tuple[bool, bool, int]:
         limiter = trio.CapacityLimiter(1)
         finished_first = False
-        with trio.move_on_after(0.05) as scope:
-            await workers.run_blocking(limiter, call)
-            finished_first = finished.is_set()
-            await trio.lowlevel.checkpoint()  # where the cancellation is delivered
+        scope = trio.CancelScope()
+
+        async def cancel_once_started() -> None:
+            await trio.to_thread.run_sync(started.wait)
+            scope.cancel()
+            await trio.testing.wait_all_tasks_blocked()  # a cancellation would be delivered
+            may_end.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(cancel_once_started)
+            with scope:
+                await workers.run_blocking(limiter, call)
+                finished_first = finished.is_set()
+                await trio.lowlevel.checkpoint()  # where the cancellation is delivered
         # The call ran to its end before the task moved on, and its place is free again.
         return scope.cancelled_caught, finished_first, limiter.borrowed_tokens
 
@@ -102,27 +117,37 @@ def test_a_task_cancelled_while_waiting_for_the_limiter_runs_nothing() -> None:
                 await workers.run_blocking(limiter, calls.append, 1)
             release.set()
 
-    trio.run(main)
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
     assert calls == []
 
 
-def test_idle_threads_are_reused_then_end(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_idle_thread_takes_the_next_call(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(workers, "_pool", workers._Pool())  # no threads of other tests
-    monkeypatch.setattr(workers, "_IDLE_SECONDS", 0.2)
+    monkeypatch.setattr(workers, "_IDLE_SECONDS", 60.0)  # idle for the whole test
 
     async def main() -> tuple[int, int]:
         limiter = trio.CapacityLimiter(1)
         first = await workers.run_blocking(limiter, threading.get_ident)
         while not workers.idle_threads():  # the thread counts itself idle after handing back
-            await trio.sleep(0.001)
+            await trio.sleep(0.001)  # virtual: the clock jumps while the thread runs
         second = await workers.run_blocking(limiter, threading.get_ident)
         return first, second
 
-    first, second = trio.run(main)
+    first, second = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
     assert first == second  # the idle thread took the second call
-    deadline = time.monotonic() + 5
-    while workers.idle_threads() and time.monotonic() < deadline:
-        time.sleep(0.05)
+
+
+def test_an_idle_thread_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(workers, "_pool", workers._Pool())
+    monkeypatch.setattr(workers, "_IDLE_SECONDS", 0.01)
+
+    async def main() -> int:
+        return await workers.run_blocking(trio.CapacityLimiter(1), threading.get_ident)
+
+    ident = trio.run(main)
+    for thread in [t for t in threading.enumerate() if t.ident == ident]:  # if not ended yet
+        thread.join(timeout=10)
+        assert not thread.is_alive()
     assert workers.idle_threads() == 0
 
 

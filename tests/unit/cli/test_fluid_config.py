@@ -8,8 +8,6 @@ SIGTERM, dead mounts, the liveness check and config changes in tests/mount/test_
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -332,18 +330,6 @@ def test_bad_runtime_option_names_its_field(tmp_path: Path, secrets: Path) -> No
         load(tmp_path, text)
     with pytest.raises(UsageError, match=r"MOUNT_OPTIONS\.nope: unknown option"):
         load(tmp_path, text.replace("soon", "60"), {"MOUNT_OPTIONS": "nope=1"})
-
-
-def test_bad_config_is_one_line_and_exit_2(tmp_path: Path, secrets: Path) -> None:
-    dataset = {"mounts": [s3_mount(options={"readahead-max": "lots"})]}
-    path = tmp_path / "config.json"
-    path.write_text(fluid_config(dataset, TARGET, secrets))
-    for argv in (["fluid", "--config", str(path)], ["fluid", "--check", "--config", "/nope"]):
-        result = subprocess.run(
-            [sys.executable, "-m", "pffs", *argv], capture_output=True, text=True, timeout=60
-        )
-        assert result.returncode == 2, result.stderr
-        assert result.stderr.count("\n") == 1 and result.stderr.startswith("pffs: ")
 
 
 def test_hdfs_mount_options(tmp_path: Path, secrets: Path) -> None:

@@ -35,8 +35,8 @@ from pffs.cli.fluidconfig import read_document, translated
 from pffs.cli.fluidpolicy import Policy
 from pffs.mounting.kernel import FSTYPE
 from pffs.version import __version__
+from tests.deploy.test_image import _dockerfile
 from tests.fluid_controller import fluid_config, write_secret
-from tests.unit.deploy.test_image import _dockerfile
 
 ROOT = Path(__file__).resolve().parents[3]
 FLUID = ROOT / "deploy" / "fluid"

@@ -4,14 +4,12 @@ naming the option, and accepted once the profile allows it.
 
 Configs are written as Fluid's controller writes them (tests/fluid_controller.py), secrets as
 files in a temp dir given as the profile's `--secrets-dir`. A few refusals also run as
-`pffs fluid` processes, for the one line on stderr and exit status 2; the refusals that guard
-against a command being run are in tests/mount/test_credential_injection.py."""
+`pffs fluid` processes, for the one line on stderr and exit status 2, in
+tests/commands/test_refusals.py; the refusals that guard against a command being run are in
+tests/mount/test_credential_injection.py."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -262,39 +260,3 @@ def test_a_kerberos_ticket_cache_only_from_the_secrets(tmp_path: Path, secrets: 
     }
     with pytest.raises(UsageError, match=r"kerberos-ticket-cache: a secret file must be under"):
         load(tmp_path, fluid_config(dataset, TARGET, secrets), Policy(secrets_dir=str(secrets)))
-
-
-REFUSED_IN_A_PROCESS = {
-    "outside the secrets": (
-        secret_dataset("/proc/self/environ"),
-        "mounts[0].options.access-key-id: a secret file must be under",
-    ),
-    "local": (
-        {"mounts": [{"mountPoint": "local:///", "name": "root"}]},
-        "mounts[0].mountPoint: local directories are not allowed here",
-    ),
-    "keyless": (
-        {"mounts": [{"mountPoint": "s3://bucket-a", "name": "a"}]},
-        "mounts[0]: an S3 mount without keys would use the node's own credentials",
-    ),
-    "cache-dir": (
-        s3_dataset(**{"cache-dir": "/etc"}),
-        "mounts[0].options.cache-dir: only the profile sets this option",
-    ),
-}
-
-
-@pytest.mark.parametrize("dataset,line", REFUSED_IN_A_PROCESS.values(), ids=REFUSED_IN_A_PROCESS)
-def test_pffs_fluid_refuses_with_one_line_and_exit_2(
-    tmp_path: Path, secrets: Path, dataset: dict[str, Any], line: str
-) -> None:
-    path = tmp_path / "config.json"
-    path.write_text(fluid_config(dataset, str(tmp_path / "target"), secrets))
-    argv = ["fluid", "--config", str(path), "--secrets-dir", str(secrets)]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    result = subprocess.run(
-        [sys.executable, "-m", "pffs", *argv], capture_output=True, text=True, timeout=60, env=env
-    )
-    assert result.returncode == 2, result.stderr
-    assert result.stderr.startswith(f"pffs: {line}") and result.stderr.count("\n") == 1
-    assert not (tmp_path / "target").exists(), "refused before anything is made"

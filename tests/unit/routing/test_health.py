@@ -1,11 +1,14 @@
 """A source's breaker (pffs.routing.health) and a reader's retry budget counted from when it asked
-(pffs.retry), in a real trio run with real worker threads. The store is a function that fails or
-answers as the test says: no server is needed to show the state changes (the mount tests show
-them against a real one)."""
+(pffs.retry), in a trio run with real worker threads, on virtual clocks: trio's MockClock, and
+`VirtualTime` for the retries' waits in the threads, so that no test depends on the machine's
+speed. The store is a function that fails or answers as the test says: no server is needed to
+show the state changes (the mount tests show them against a real one)."""
 
 from __future__ import annotations
 
-import time
+import threading
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import pytest
 import trio
@@ -16,6 +19,37 @@ from pffs.config import RetryConfig
 from pffs.errors import SourceDown, Throttled, Transient
 from pffs.routing import health
 from pffs.workers import run_blocking
+
+T = TypeVar("T")
+
+
+class VirtualTime:
+    """pffs.retry's clock (its `time`), virtual: `sleep` moves it on at once; safe across the
+    worker threads retries run in."""
+
+    def __init__(self) -> None:
+        self._now = 1000.0
+        self._lock = threading.Lock()
+
+    def monotonic(self) -> float:
+        with self._lock:
+            return self._now
+
+    def sleep(self, seconds: float) -> None:
+        with self._lock:
+            self._now += seconds
+
+
+@pytest.fixture
+def retry_time(monkeypatch: pytest.MonkeyPatch) -> VirtualTime:
+    clock = VirtualTime()
+    monkeypatch.setattr(retry, "time", clock)
+    return clock
+
+
+def virtual_run(main: Callable[..., Awaitable[T]], *args: object) -> T:
+    """trio.run on a MockClock that jumps to the next deadline whenever every task waits."""
+    return trio.run(main, *args, clock=trio.testing.MockClock(autojump_threshold=0))
 
 
 def test_down_after_a_transient_failure_then_probed_up(monkeypatch) -> None:
@@ -56,7 +90,7 @@ def test_down_after_a_transient_failure_then_probed_up(monkeypatch) -> None:
         assert breaker.terms().recovered == 1
         assert await breaker.call(limiter, answering) == b"x"
 
-    trio.run(main)
+    virtual_run(main)
 
 
 def test_a_probe_waiting_on_a_hung_store_does_not_hold_up_the_next(monkeypatch) -> None:
@@ -81,18 +115,27 @@ def test_a_probe_waiting_on_a_hung_store_does_not_hold_up_the_next(monkeypatch) 
             await trio.sleep(0.01)
         return trio.current_time() - answering_since[0]
 
-    took = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))  # virtual time
+    took = virtual_run(main)
     assert took < probe_timeout, took  # one interval, not the hung probes' timeout
 
 
-def test_a_request_retrying_stops_at_its_next_attempt_once_the_source_is_down() -> None:
-    """Another reader's request marks the source down: this one, already retrying, stops at
-    its next attempt with SourceDown instead of spending the rest of its budget."""
+def test_a_request_retrying_stops_at_its_next_attempt_once_the_source_is_down(
+    retry_time: VirtualTime,
+) -> None:
+    """Another reader's request marks the source down (here, during this one's second attempt):
+    this one, already retrying, stops at its next attempt with SourceDown instead of spending
+    the rest of its budget."""
     policy = RetryConfig(attempts=100, base_delay=0.01, max_delay=0.05, total_timeout=30.0)
     attempts: list[float] = []
+    # Its probes never answer: the virtual clock runs on while the threads work.
+    breaker = health.SourceHealth("s3://gated", trio.sleep_forever)
+    tokens: list[trio.lowlevel.TrioToken] = []
 
     def failing() -> None:
-        attempts.append(time.monotonic())
+        attempts.append(retry_time.monotonic())
+        if len(attempts) == 2:  # from pffs's worker thread, into the trio run
+            failure = Transient("another reader's GET timed out after retries")
+            trio.from_thread.run_sync(breaker.failed, failure, trio_token=tokens[0])
         raise ConnectionError("no answer")
 
     def call(terms: retry.RetryTerms) -> None:
@@ -100,24 +143,13 @@ def test_a_request_retrying_stops_at_its_next_attempt_once_the_source_is_down() 
             failing, is_transient=lambda _: True, policy=policy, what="GET unit", terms=terms
         )
 
-    async def main() -> float:
-        breaker = health.SourceHealth("s3://gated", lambda: trio.sleep(10))
-        started = time.monotonic()
-        async with trio.open_nursery() as nursery:
+    async def main() -> None:
+        tokens.append(trio.lowlevel.current_trio_token())
+        with pytest.raises(SourceDown):
+            await breaker.call(trio.CapacityLimiter(1), call, breaker.terms())
 
-            async def mark_down() -> None:
-                await trio.sleep(0.3)
-                breaker.failed(Transient("another reader's GET timed out after retries"))
-
-            nursery.start_soon(mark_down)
-            with pytest.raises(SourceDown):
-                await breaker.call(trio.CapacityLimiter(1), call, breaker.terms())
-            nursery.cancel_scope.cancel()
-        return time.monotonic() - started
-
-    took = trio.run(main)
-    assert took < 5, took  # not the 30 s budget
-    assert len(attempts) >= 2
+    virtual_run(main)
+    assert len(attempts) == 2  # not the 100 attempts of its 30 s budget
 
 
 def test_a_call_that_waited_while_the_source_went_down_asks_nothing_and_marks_nothing_up() -> None:
@@ -168,12 +200,12 @@ def test_throttling_and_refusals_never_mark_a_source_down() -> None:
     trio.run(main)
 
 
-def test_a_readers_budget_counts_from_when_it_asked() -> None:
+def test_a_readers_budget_counts_from_when_it_asked(retry_time: VirtualTime) -> None:
     policy = RetryConfig(attempts=100, base_delay=0.01, max_delay=0.01, total_timeout=0.5)
-    attempts = []
+    attempts: list[float] = []
 
     def failing() -> None:
-        attempts.append(time.monotonic())
+        attempts.append(retry_time.monotonic())
         raise ConnectionError("no answer")
 
     def call(terms: retry.RetryTerms) -> None:
@@ -181,24 +213,21 @@ def test_a_readers_budget_counts_from_when_it_asked() -> None:
             failing, is_transient=lambda _: True, policy=policy, what="GET unit", terms=terms
         )
 
-    async def main() -> float:
-        limiter = trio.CapacityLimiter(1)
+    async def asked_then_waited(waited: float) -> float:
         with retry.asking():
-            started = time.monotonic()
-            await trio.sleep(0.4)  # waited behind someone else's fetch
-            with pytest.raises(ConnectionError):
-                await run_blocking(limiter, call, retry.terms())
-        return time.monotonic() - started
+            asked = retry_time.monotonic()
+            retry_time.sleep(waited)  # waited behind someone else's fetch
+            await run_blocking(trio.CapacityLimiter(1), call, retry.terms())
+        return asked
 
-    took = trio.run(main)
-    assert took < 0.5 + 0.2, took  # not 0.4 s of waiting plus a fresh 0.5 s budget
-    with pytest.raises(Transient):  # asked too long ago: no attempt at all
-
-        async def late() -> None:
-            with retry.asking():
-                await trio.sleep(0.6)
-                await run_blocking(trio.CapacityLimiter(1), call, retry.terms())
-
-        attempts.clear()
-        trio.run(late)
+    with pytest.raises(ConnectionError):
+        virtual_run(asked_then_waited, 0.4)
+    asked = 1000.0
+    # Retried from 0.4 s after it asked until its budget, 0.5 s from when it asked, was spent:
+    # not 0.4 s of waiting plus a fresh 0.5 s budget.
+    assert asked + 0.4 == attempts[0] and len(attempts) > 2
+    assert attempts[-1] <= asked + 0.5 < attempts[-1] + 0.01
+    attempts.clear()
+    with pytest.raises(Transient, match="no time left"):  # asked too long ago: no attempt
+        virtual_run(asked_then_waited, 0.6)
     assert attempts == []

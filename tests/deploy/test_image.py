@@ -21,7 +21,7 @@ import pytest
 
 from pffs.cli import options
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 

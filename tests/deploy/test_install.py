@@ -20,7 +20,7 @@ import pytest
 from pffs.mounting.kernel import find_mount, wait_unmounted
 from pffs.version import __version__
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(*args: str | Path, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:

@@ -47,7 +47,7 @@ from pffs.testing.servers import free_port, wait_for_port
 from pffs.version import __version__
 from tests.csi.kube_apiserver import FakeApiServer
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 K8S = DEPLOY / "kubernetes"
 CHART = DEPLOY / "helm" / "pffs"

@@ -18,8 +18,8 @@ import kubernetes_validate
 import yaml
 
 from pffs.csi.server import config_from_args
-from tests.unit.deploy.test_chart import rendered
-from tests.unit.deploy.test_deploy import (
+from tests.deploy.test_chart import rendered
+from tests.deploy.test_deploy import (
     DEPLOY,
     K8S,
     KUBE_VERSION,

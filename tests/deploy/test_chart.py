@@ -16,7 +16,7 @@ import yaml
 from pffs.cli import options
 from pffs.csi.affinity.extender import parse_listen
 from pffs.csi.server import config_from_args
-from tests.unit.deploy.test_deploy import (
+from tests.deploy.test_deploy import (
     BASE,
     CHART,
     EXAMPLES,
