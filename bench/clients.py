@@ -92,7 +92,7 @@ class ClientSizes:
 
     @staticmethod
     def full() -> ClientSizes:
-        # About 30 MiB per Parquet file (240 MiB a set), 512 MiB per checkpoint, a 256 MiB
+        # About 36 MiB per Parquet file (286 MiB a set), 512 MiB per checkpoint, a 256 MiB
         # Arrow file of which 32 MiB of rows are taken, 8 shards of about 32 MiB.
         return ClientSizes(parquet_files=8, parquet_rows=200_000, tensors=64,
                            tensor_size=8 * MIB, arrow_rows=16_384, arrow_row_size=16_384,
