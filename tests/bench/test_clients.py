@@ -47,7 +47,9 @@ def test_every_pattern_reads_what_was_generated_and_the_files_are_seeded(tmp_pat
     first = _generate(tmp_path / "a")
     second = _generate(tmp_path / "b")
     for key in clients.keys(first):
-        assert (tmp_path / "a/store" / key).read_bytes() == (tmp_path / "b/store" / key).read_bytes()
+        assert (tmp_path / "a/store" / key).read_bytes() == (
+            tmp_path / "b/store" / key
+        ).read_bytes()
     for pattern in clients.PATTERNS:
         clients.RUNNERS[pattern](str(tmp_path / "a/store"), first)
         assert clients.read_bytes(first, pattern) > 0
