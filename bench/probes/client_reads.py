@@ -19,6 +19,7 @@ the bytes fetched over the kernel's and over what the client needed; the raw tra
     python -m bench.probes.client_reads --latency 20                 # quick sizes, pffs
     python -m bench.probes.client_reads --sizes full --patterns parquet_columns,safetensors_lazy
     python -m bench.probes.client_reads --system rclone --latency 20
+    python -m bench.probes.client_reads --sizes full --latency 20 --baseline /tmp/base --rounds 2
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import argparse
 import collections
 import functools
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -82,12 +84,25 @@ def serve(trace_path: str, pffs_argv: list[str]) -> int:
     return main(pffs_argv)
 
 
-def _mount_traced(server: Server, mountpoint: str, cache: str, trace: str, options: list[str]):
+def _mount_traced(
+    server: Server,
+    mountpoint: str,
+    cache: str,
+    trace: str,
+    options: list[str],
+    tree: str | None = None,
+) -> subprocess.Popen[bytes]:
+    """The traced pffs; with `tree`, that source tree's pffs (its package found first: `python
+    -m` puts the working directory first on the path), this tree's bench."""
     argv = [sys.executable, "-m", "bench.probes.client_reads", "--serve", trace, "--"]
     argv += ["mount", f"s3://{BUCKET}", mountpoint, "--endpoint-url", server.endpoint_url]
     argv += ["--cache-dir", cache, "--foreground", *options]
     track_mount(mountpoint)
-    proc = subprocess.Popen(argv, env=server.env(), stderr=subprocess.DEVNULL)
+    env = server.env()
+    if tree is not None:
+        here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env["PYTHONPATH"] = os.pathsep.join([tree, here])
+    proc = subprocess.Popen(argv, env=env, cwd=tree, stderr=subprocess.DEVNULL)
     track_process(proc)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -198,6 +213,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--system", choices=("pffs", "s3fs", "rclone"), default="pffs")
     p.add_argument("--pffs-options", default="", help="extra `pffs mount` options, quoted")
     p.add_argument("--out", help="where the raw traces stay (a new directory)")
+    p.add_argument("--rounds", type=int, default=1, help="mounts per arm, arms alternated (1)")
+    p.add_argument(
+        "--baseline",
+        metavar="DIR",
+        help="a source tree whose pffs is a second arm (git archive COMMIT pffs backends, its "
+        "backends moved under pffs/, as for bench.probes.large_reads)",
+    )
     args, rest = p.parse_known_args(argv)
     if args.serve:
         return serve(args.serve, [a for a in rest if a != "--"])
@@ -215,6 +237,9 @@ def _probe(args: argparse.Namespace, patterns: list[str], out: str) -> int:
     workdir = tempfile.mkdtemp(prefix="client-reads-work-", dir="/var/tmp")
     near = Launcher(workdir).s3rver()
     target = near
+    arms: list[tuple[str, str | None]] = [("this tree", None)]
+    if args.baseline:
+        arms.append(("baseline", os.path.abspath(args.baseline)))
     try:
         s3 = client(near)
         s3.create_bucket(Bucket=BUCKET)
@@ -226,55 +251,100 @@ def _probe(args: argparse.Namespace, patterns: list[str], out: str) -> int:
         objects = {o["Key"]: o["Size"] for o in s3.list_objects_v2(Bucket=BUCKET)["Contents"]}
         if args.latency:
             target = far(near, args.latency, os.path.join(out, "delay.log"))
-        store_log, trace = os.path.join(out, "store.log"), os.path.join(out, "kernel.log")
-        proxy = CountingProxy(target, log=store_log)
-        mountpoint, cache = os.path.join(workdir, "mnt"), os.path.join(workdir, "cache")
-        os.makedirs(mountpoint)
-        os.makedirs(cache)
-        proc = None
-        try:
-            if args.system == "pffs":
-                proc = _mount_traced(
-                    proxy.server, mountpoint, cache, trace, args.pffs_options.split()
-                )
-            else:
-                system = S3fs() if args.system == "s3fs" else Rclone()
-                mount_system(system, proxy.server, BUCKET, mountpoint, cache)
-            clients.import_libraries()
-            print(f"{args.system}, {args.latency:g} ms, {args.sizes} sizes; traces in {out}")
+        clients.import_libraries()
+        print(f"{args.system}, {args.latency:g} ms, {args.sizes} sizes; traces in {out}")
+        figures: dict[tuple[str, str], list[str]] = collections.defaultdict(list)
+        for round_number in range(1, args.rounds + 1):
+            for name, tree in arms if round_number % 2 else arms[::-1]:  # ABBA...
+                arm_out = os.path.join(out, f"{name.replace(' ', '-')}-{round_number}")
+                os.makedirs(arm_out)
+                print(f"\n=== {name}, round {round_number} (load {os.getloadavg()[0]:.1f})")
+                session = _Session(args, target, data, objects, arm_out, workdir, tree)
+                for pattern, seconds, ratio in session.run(patterns):
+                    figures[(name, pattern)].append(f"{seconds:.2f} s, {ratio:.2f}x")
+        if len(arms) > 1 or args.rounds > 1:
+            print("\nseconds and bytes the store sent over the bytes needed, round by round:")
             for pattern in patterns:
-                drop_caches()
-                time.sleep(0.5)
-                since = time.monotonic()
-                started = time.perf_counter()
-                clients.RUNNERS[pattern](mountpoint, data)
-                seconds = time.perf_counter() - started
-                time.sleep(clients.QUIET_S * 2)  # what is fetched after the client is done
-                until = time.monotonic()
-                needed = clients.read_bytes(data, pattern)
-                gets = describe_gets(_gets(store_log, since, until), objects)
-                print(f"\n{pattern}: {seconds:.3f} s, the client needed {needed / KIB:,.0f} KiB")
-                if os.path.exists(trace):
-                    reads = describe_reads(_kernel_reads(trace, since, until))
-                    print(f"  kernel READs: {reads}")
-                    if reads.get("bytes"):
-                        print(
-                            f"  fetched / read by the kernel: {gets['bytes'] / reads['bytes']:.2f}"
-                        )
-                print(f"  store GETs: {gets}")
-                print(f"  fetched / needed: {gets['bytes'] / needed:.2f}")
-                with open(os.path.join(out, "spans.txt"), "a", encoding="utf-8") as f:
-                    f.write(f"{pattern} {since:.6f} {until:.6f}\n")
-        finally:
-            unmount(mountpoint)
-            if proc is not None:
-                proc.wait(timeout=30)
-            proxy.stop()
+                for name, _ in arms:
+                    print(f"  {pattern:17s} {name:9s} " + " | ".join(figures[(name, pattern)]))
     finally:
         if target is not near:
             target.stop()
         near.stop()
     return 0
+
+
+class _Session:
+    """One mount (one arm, one round) over fresh caches, through a logging counting proxy."""
+
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        target: Server,
+        data: clients.ClientData,
+        objects: dict[str, int],
+        out: str,
+        workdir: str,
+        tree: str | None,
+    ) -> None:
+        self.args, self.target, self.data, self.objects = args, target, data, objects
+        self.out, self.tree = out, tree
+        self.base = tempfile.mkdtemp(prefix="session-", dir=workdir)
+
+    def run(self, patterns: list[str]) -> list[tuple[str, float, float]]:
+        """Each pattern's seconds and the store's bytes over the bytes needed."""
+        store_log, trace = os.path.join(self.out, "store.log"), os.path.join(self.out, "kernel.log")
+        proxy = CountingProxy(self.target, log=store_log)
+        mountpoint, cache = os.path.join(self.base, "mnt"), os.path.join(self.base, "cache")
+        os.makedirs(mountpoint)
+        os.makedirs(cache)
+        proc = None
+        results = []
+        try:
+            if self.args.system == "pffs":
+                options = self.args.pffs_options.split()
+                proc = _mount_traced(proxy.server, mountpoint, cache, trace, options, self.tree)
+            else:
+                system = S3fs() if self.args.system == "s3fs" else Rclone()
+                mount_system(system, proxy.server, BUCKET, mountpoint, cache)
+            for pattern in patterns:
+                seconds, ratio = self._pattern(pattern, mountpoint, proxy, store_log, trace)
+                results.append((pattern, seconds, ratio))
+        finally:
+            unmount(mountpoint)
+            if proc is not None:
+                proc.wait(timeout=30)
+            proxy.stop()
+            shutil.rmtree(self.base, ignore_errors=True)
+        return results
+
+    def _pattern(
+        self, pattern: str, mountpoint: str, proxy: CountingProxy, store_log: str, trace: str
+    ) -> tuple[float, float]:
+        drop_caches()
+        time.sleep(0.5)
+        proxy.restart_count()
+        since = time.monotonic()
+        started = time.perf_counter()
+        clients.RUNNERS[pattern](mountpoint, self.data)
+        seconds = time.perf_counter() - started
+        time.sleep(clients.QUIET_S * 2)  # what is fetched after the client is done
+        until = time.monotonic()
+        proxy.restart_count()
+        sent = proxy.store_bytes  # what the store sent: a GET cut short counts what came
+        needed = clients.read_bytes(self.data, pattern)
+        gets = describe_gets(_gets(store_log, since, until), self.objects)
+        print(f"\n{pattern}: {seconds:.3f} s, the client needed {needed / KIB:,.0f} KiB")
+        if os.path.exists(trace):
+            reads = describe_reads(_kernel_reads(trace, since, until))
+            print(f"  kernel READs: {reads}")
+            if reads.get("bytes"):
+                print(f"  sent / read by the kernel: {sent / reads['bytes']:.2f}")
+        print(f"  store GETs (ranges asked): {gets}")
+        print(f"  sent by the store: {sent / KIB:,.0f} KiB, over needed: {sent / needed:.2f}")
+        with open(os.path.join(self.out, "spans.txt"), "a", encoding="utf-8") as f:
+            f.write(f"{pattern} {since:.6f} {until:.6f}\n")
+        return seconds, sent / needed
 
 
 if __name__ == "__main__":
