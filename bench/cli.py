@@ -91,6 +91,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="8 MiB tensors of the lazily loaded safetensors checkpoint (64; 16)",
     )
     p.add_argument(
+        "--client-sizes",
+        choices=("quick", "full"),
+        help="the clients scenario's files (bench.clients): full, or quick with --quick",
+    )
+    p.add_argument(
         "--only",
         help="comma-separated metrics to measure, e.g. write_mbs (all); "
         f"seq_warm_mbs needs seq_cold_mbs before it; {GROUP}: the cache group scenario; "
@@ -299,7 +304,8 @@ def client_sizes(args: argparse.Namespace) -> client_patterns.ClientSizes | None
     """The clients scenario's sizes when it runs (its files are generated only then)."""
     if not client_patterns_of(measured_steps(args.only)):
         return None
-    return client_patterns.ClientSizes.quick() if args.quick else client_patterns.ClientSizes.full()
+    quick = args.client_sizes == "quick" if args.client_sizes else args.quick
+    return client_patterns.ClientSizes.quick() if quick else client_patterns.ClientSizes.full()
 
 
 def clients_of(
