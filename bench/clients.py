@@ -149,14 +149,14 @@ def projection_bytes(path: str) -> int:
     meta = pq.ParquetFile(path).metadata
     with open(path, "rb") as f:
         f.seek(-8, os.SEEK_END)
-        footer = struct.unpack("<I", f.read(4))[0] + 8
+        footer = int(struct.unpack("<I", f.read(4))[0]) + 8
     wanted = 0
     for group in range(meta.num_row_groups):
         row_group = meta.row_group(group)
         for column in range(row_group.num_columns):
             chunk = row_group.column(column)
             if chunk.path_in_schema in PROJECTED:
-                wanted += chunk.total_compressed_size
+                wanted += int(chunk.total_compressed_size)
     return footer + wanted
 
 
