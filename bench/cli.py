@@ -50,6 +50,7 @@ from pffs.testing.rgw import OBJECTSTORES
 SERVERS = ("moto", "s3rver", "rgw", "minio")
 GROUP = "group"  # --only's name of the cache group scenario (bench.group)
 GROUP_SECONDS = {True: 90.0, False: 240.0}  # its rough length per server, by --quick
+CLIENTS_SECONDS = {True: 8.0, False: 35.0}  # the clients scenario's per run, by quick sizes
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -407,6 +408,9 @@ def plan(args: argparse.Namespace, systems: list[System]) -> Progress:
     if runs_group(args, systems):
         expected += servers * GROUP_SECONDS[bool(args.quick)]
     runs = servers * len(args.latencies) * reps * len(systems) if runs_systems(args) else 0
+    sizes = client_sizes(args)
+    if sizes is not None:  # the clients scenario's mount and patterns, per run
+        expected += runs * CLIENTS_SECONDS[sizes == client_patterns.ClientSizes.quick()]
     return Progress(runs, expected)
 
 
