@@ -346,20 +346,19 @@ def arrow_batches(mnt: str, data: ClientData, seed: int = 1) -> None:
 
     sizes = data.sizes
     rng = random.Random(seed)
-    source = pa.memory_map(os.path.join(mnt, ARROW_KEY))
-    table = pa.ipc.open_stream(source).read_all()
-    if table.num_rows != sizes.arrow_rows:
-        raise RuntimeError(f"{ARROW_KEY}: {table.num_rows} rows, not {sizes.arrow_rows}")
-    for _ in range(sizes.arrow_batches):
-        indices = rng.sample(range(sizes.arrow_rows), sizes.arrow_batch_rows)
-        batch = table.take(indices).to_pydict()
-        for index, got, image, crc in zip(
-            indices, batch["idx"], batch["image"], batch["crc"], strict=True
-        ):
-            if got != index or zlib.crc32(image) != crc:
-                raise RuntimeError(f"{ARROW_KEY}: row {index} is not what was uploaded")
-    del table
-    source.close()
+    with pa.memory_map(os.path.join(mnt, ARROW_KEY)) as source:
+        table = pa.ipc.open_stream(source).read_all()
+        if table.num_rows != sizes.arrow_rows:
+            raise RuntimeError(f"{ARROW_KEY}: {table.num_rows} rows, not {sizes.arrow_rows}")
+        for _ in range(sizes.arrow_batches):
+            indices = rng.sample(range(sizes.arrow_rows), sizes.arrow_batch_rows)
+            batch = table.take(indices).to_pydict()
+            for index, got, image, crc in zip(
+                indices, batch["idx"], batch["image"], batch["crc"], strict=True
+            ):
+                if got != index or zlib.crc32(image) != crc:
+                    raise RuntimeError(f"{ARROW_KEY}: row {index} is not what was uploaded")
+        del table  # the mapping's last user, before it closes
 
 
 def tar_shards(mnt: str, data: ClientData, seed: int = 1) -> None:
