@@ -19,6 +19,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
+from bench import clients as client_patterns
 from bench import data as ds
 from bench import group, leftovers, report
 from bench.charts import draw_charts
@@ -28,6 +29,8 @@ from bench.metadata import create_tree
 from bench.progress import Progress, Run, expected_seconds
 from bench.remount import remount_epoch
 from bench.scenarios import (
+    CLIENT_KEYS,
+    CLIENTS,
     LARGER_THAN_CACHE,
     LONGEST_TTL_WAITED,
     LONGEST_TTL_WAITED_QUICK,
@@ -47,6 +50,7 @@ from pffs.testing.rgw import OBJECTSTORES
 SERVERS = ("moto", "s3rver", "rgw", "minio")
 GROUP = "group"  # --only's name of the cache group scenario (bench.group)
 GROUP_SECONDS = {True: 90.0, False: 240.0}  # its rough length per server, by --quick
+CLIENTS_SECONDS = {True: 8.0, False: 35.0}  # the clients scenario's per run, by quick sizes
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -88,9 +92,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="8 MiB tensors of the lazily loaded safetensors checkpoint (64; 16)",
     )
     p.add_argument(
+        "--client-sizes",
+        choices=("quick", "full"),
+        help="the clients scenario's files (bench.clients): full, or quick with --quick",
+    )
+    p.add_argument(
         "--only",
         help="comma-separated metrics to measure, e.g. write_mbs (all); "
-        f"seq_warm_mbs needs seq_cold_mbs before it; {GROUP}: the cache group scenario",
+        f"seq_warm_mbs needs seq_cold_mbs before it; {GROUP}: the cache group scenario; "
+        f"{CLIENTS}: every figure of the clients scenario (bench.clients)",
     )
     p.add_argument("--out", default="results", help="results directory (results/)")
     args = p.parse_args(argv)
@@ -100,10 +110,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown_servers = [n for n in args.servers.split(",") if n not in SERVERS]
     if unknown_servers:
         p.exit(2, f"bench: unknown server {unknown_servers[0]!r}: one of {', '.join(SERVERS)}\n")
-    keys = [m.key for m in METRICS] + [GROUP]
+    keys = [m.key for m in METRICS] + [GROUP, CLIENTS]
     unknown = set(args.only.split(",")) - set(keys) if args.only else set()
     if unknown:
         p.error(f"unknown metric {sorted(unknown)[0]!r}: one of {', '.join(keys)}")
+    if args.only:
+        named = args.only.split(",")
+        args.only = ",".join(
+            dict.fromkeys(k for name in named for k in (CLIENT_KEYS if name == CLIENTS else [name]))
+        )
     try:
         args.latencies = parse_latencies(args.latency)
     except ValueError as exc:
@@ -227,6 +242,9 @@ def run_on_server(
                 if only is None or LARGER_THAN_CACHE in only:
                     progress.step(f"{LARGER_THAN_CACHE} (a mount of its own)")
                     larger_than_cache(system, server, data, args, workdir, results)
+                patterns = client_patterns_of(only)
+                if patterns and data.clients is not None:
+                    clients_of(system, server, data, workdir, patterns, progress, results)
                 known = [peak for peak in peaks if peak is not None]
                 results["session_peak_rss_mib"] = (
                     round(max(known), 1) if known else "error: pid not found"
@@ -275,6 +293,56 @@ def larger_than_cache(
         results[LARGER_THAN_CACHE] = round(share, 1)
     except Exception as exc:  # reported as the scenario's figure; the run goes on
         results[LARGER_THAN_CACHE] = f"error: {str(exc).splitlines()[0][:160]}"
+
+
+def client_patterns_of(only: set[str] | None) -> list[str]:
+    """The clients scenario's patterns `--only` wants (all of them without it)."""
+    wanted = client_patterns.PATTERNS
+    return [p for p in wanted if only is None or client_patterns.seconds_key(p) in only]
+
+
+def client_sizes(args: argparse.Namespace) -> client_patterns.ClientSizes | None:
+    """The clients scenario's sizes when it runs (its files are generated only then)."""
+    if not client_patterns_of(measured_steps(args.only)):
+        return None
+    quick = args.client_sizes == "quick" if args.client_sizes else args.quick
+    return client_patterns.ClientSizes.quick() if quick else client_patterns.ClientSizes.full()
+
+
+def clients_of(
+    system: System,
+    server: Server,
+    data: ds.Dataset,
+    workdir: str,
+    patterns: list[str],
+    progress: Progress,
+    results: dict[str, float | str],
+) -> None:
+    """The clients scenario (bench.clients) into `results`, on a mount of its own."""
+    progress.step("clients (a mount of its own, through a counting proxy)")
+    assert data.clients is not None
+
+    def mount(target: Server, mountpoint: str, cache: str) -> int | None:
+        return mount_system(system, target, data.bucket, mountpoint, cache)
+
+    try:
+        results.update(
+            client_patterns.run(
+                mount,
+                unmount,
+                drop_caches,
+                server,
+                data.clients,
+                workdir,
+                patterns,
+                lambda pattern: progress.step(f"clients: {pattern}"),
+            )
+        )
+    except Exception as exc:  # reported as the scenario's figures; the run goes on
+        error = f"error: {str(exc).splitlines()[0][:160]}"
+        for pattern in patterns:
+            results[client_patterns.seconds_key(pattern)] = error
+            results[client_patterns.fetched_key(pattern)] = error
 
 
 def repetitions(args: argparse.Namespace) -> int:
@@ -340,6 +408,9 @@ def plan(args: argparse.Namespace, systems: list[System]) -> Progress:
     if runs_group(args, systems):
         expected += servers * GROUP_SECONDS[bool(args.quick)]
     runs = servers * len(args.latencies) * reps * len(systems) if runs_systems(args) else 0
+    sizes = client_sizes(args)
+    if sizes is not None:  # the clients scenario's mount and patterns, per run
+        expected += runs * CLIENTS_SECONDS[sizes == client_patterns.ClientSizes.quick()]
     return Progress(runs, expected)
 
 
@@ -383,7 +454,9 @@ def run_session(
             if not runs_systems(args):
                 continue
             progress.note(f"{server.name}: uploading the dataset")
-            data = ds.upload(server, sizes_from(args), server_dir)  # near: uploads are no figure
+            data = ds.upload(  # near: uploads are no figure
+                server, sizes_from(args), server_dir, clients=client_sizes(args)
+            )
             progress.note(f"{server.name}: creating the tree of {data.sizes.tree_files:,} objects")
             create_tree(server, data)
             for latency in args.latencies:

@@ -22,9 +22,12 @@ import json
 import signal
 import subprocess
 import sys
+import time
 import urllib.parse
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
+from typing import TextIO
 
 from bench.leftovers import track_process
 from bench.servers import Server, Unavailable
@@ -53,7 +56,8 @@ def kind_of(method: str, target: str) -> str:
 class RequestParser:
     """Reads an HTTP/1.1 request stream as it passes and counts its requests by kind."""
 
-    def __init__(self) -> None:
+    def __init__(self, log: Callable[[str, str, str], None] | None = None) -> None:
+        self.log = log  # told of each request: its method, target and Range header
         self.counts: Counter[str] = Counter()
         self._head = bytearray()  # a request head still arriving
         self._body_left = 0  # bytes of a Content-Length body still to skip
@@ -95,6 +99,8 @@ class RequestParser:
         for line in lines[1:]:
             name, _, value = line.partition(":")
             headers[name.strip().lower()] = value.strip()
+        if self.log is not None:
+            self.log(method, target, headers.get("range", ""))
         if "chunked" in headers.get("transfer-encoding", "").lower():
             self._chunked = True
         else:
@@ -145,8 +151,9 @@ async def _pipe(
 
 
 class _Proxy:
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, log: TextIO | None = None) -> None:
         self.upstream = (host, port)
+        self.log = log  # one line per request: seconds, connection, method, target, range
         self.parsers: list[RequestParser] = []
         self.sent: Counter[str] = Counter()  # STORE_BYTES: what the store sent back
         self.open: set[asyncio.Task[object]] = set()  # connections being served
@@ -154,7 +161,7 @@ class _Proxy:
     async def handle(
         self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter
     ) -> None:
-        parser = RequestParser()
+        parser = RequestParser(self._logger(len(self.parsers)) if self.log else None)
         self.parsers.append(parser)
         task = asyncio.current_task()
         if task is not None:
@@ -175,6 +182,15 @@ class _Proxy:
         finally:
             for writer in (store_writer, client_writer):
                 writer.close()
+
+    def _logger(self, connection: int) -> Callable[[str, str, str], None]:
+        def log(method: str, target: str, byte_range: str) -> None:
+            assert self.log is not None
+            line = f"{time.monotonic():.6f} {connection} {method} {target} {byte_range or '-'}"
+            self.log.write(line + "\n")
+            self.log.flush()
+
+        return log
 
     def totals(self) -> dict[str, int]:
         total: Counter[str] = Counter()
@@ -211,11 +227,17 @@ async def _serve(proxy: _Proxy) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.counting", description=__doc__)
     p.add_argument("--upstream", required=True, help="the store, HOST:PORT")
+    p.add_argument("--log", help="a file of one line per request: time, connection, method, "
+                   "target, Range header (bench.probes.client_reads)")  # fmt: skip
     args = p.parse_args(argv)
     host, _, port = args.upstream.rpartition(":")
     if not host or not port.isdigit():
         p.error(f"--upstream: {args.upstream!r} is not HOST:PORT")
-    asyncio.run(_serve(_Proxy(host, int(port))))
+    if args.log is None:
+        asyncio.run(_serve(_Proxy(host, int(port))))
+        return 0
+    with open(args.log, "a", encoding="utf-8") as log:
+        asyncio.run(_serve(_Proxy(host, int(port), log)))
     return 0
 
 
@@ -226,10 +248,12 @@ class CountingProxy:
     over the same span.
     """
 
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: Server, log: str | None = None) -> None:
+        """`log`: a file the proxy writes each request to (its --log)."""
         upstream = urllib.parse.urlsplit(server.endpoint_url)
         argv = [sys.executable, "-m", "bench.counting"]
         argv += ["--upstream", f"{upstream.hostname}:{upstream.port or 80}"]
+        argv += ["--log", log] if log else []
         self._proc = subprocess.Popen(
             argv, stdout=subprocess.PIPE, text=True, start_new_session=True
         )

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import boto3
 from boto3.s3.transfer import TransferConfig
 
+from bench import clients as client_patterns
 from bench.largeobjects import CHECKPOINT_KEY, shard_keys
 from bench.lazyload import KEY as LAZY_KEY
 from bench.lazyload import write_checkpoint
@@ -75,6 +76,7 @@ class Dataset:
     checkpoint_sha256: str = ""
     shard_sha256: dict[str, str] = field(default_factory=dict)  # by file name
     lazy_sha256: dict[str, str] = field(default_factory=dict)  # by tensor name
+    clients: client_patterns.ClientData | None = None  # the clients scenario's, when it runs
 
 
 def client(server: Server):
@@ -114,7 +116,14 @@ def ttfb_directories() -> list[str]:
     return [f"ttfb/{n}" for n in range(TTFB_SAMPLES)]
 
 
-def upload(server: Server, sizes: Sizes, workdir: str, bucket: str = "pffs-bench") -> Dataset:
+def upload(
+    server: Server,
+    sizes: Sizes,
+    workdir: str,
+    bucket: str = "pffs-bench",
+    clients: client_patterns.ClientSizes | None = None,
+) -> Dataset:
+    """The dataset in `bucket`; with `clients`, the clients scenario's files too."""
     s3 = client(server)
     s3.create_bucket(Bucket=bucket)
     local_large = os.path.join(workdir, f"large-{sizes.large}.bin")
@@ -143,7 +152,13 @@ def upload(server: Server, sizes: Sizes, workdir: str, bucket: str = "pffs-bench
     # s3rver 3 leaves a prefix holding only sub-prefixes out of a delimited listing: one object
     # directly in ttfb/ makes it show at the top of the bucket (as tree/'s marker does).
     s3.put_object(Bucket=bucket, Key="ttfb/about", Body=b"first byte samples")
-    for top in {key.split("/")[0] for key, _ in large_objects} | {LAZY_KEY.split("/")[0]}:
+    client_data = None
+    if clients is not None:
+        client_data = client_patterns.generate(
+            clients, workdir, lambda local, key: s3.upload_file(local, bucket, key, Config=transfer)
+        )
+    tops = {key.split("/")[0] for key, _ in large_objects} | {LAZY_KEY.split("/")[0]}
+    for top in tops | (set(client_patterns.TOPS) if clients is not None else set()):
         # The same for the large objects' top directories (each holds one directory below it).
         s3.put_object(Bucket=bucket, Key=f"{top}/about", Body=b"large objects below")
     s3.put_object(Bucket=bucket, Key=EPOCH_PARENT_MARKER, Body=b"the training set is in train/")
@@ -157,10 +172,13 @@ def upload(server: Server, sizes: Sizes, workdir: str, bucket: str = "pffs-bench
     dataset = Dataset(bucket, sizes, local_large, sha, small_keys, wide_keys, epoch_keys)
     dataset.checkpoint_sha256 = digests.pop(CHECKPOINT_KEY)
     dataset.lazy_sha256 = lazy_sha256
+    dataset.clients = client_data
     dataset.shard_sha256 = {os.path.basename(key): digest for key, digest in digests.items()}
     verify(server, dataset)
     large_keys = ["parallel.bin", *(key for key, _ in large_objects)]
-    prime(server, bucket, large_keys + ([LAZY_KEY] if sizes.lazy_tensors else []))
+    large_keys += [LAZY_KEY] if sizes.lazy_tensors else []
+    large_keys += client_patterns.keys(client_data) if client_data is not None else []
+    prime(server, bucket, large_keys)
     return dataset
 
 

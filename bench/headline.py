@@ -38,6 +38,12 @@ HEADLINE = [
     Row("lsr_100k_s", "ls -lR of the tree"),
     Row("stat_expired_per_s", "stat, TTL passed"),
     Row("write_mbs", "write, verified"),
+    Row("clients_parquet_columns_s", "pyarrow: 2 of 20 Parquet columns"),
+    Row("clients_parquet_scan_s", "pyarrow: Parquet files whole"),
+    Row("clients_safetensors_lazy_s", "safetensors: 6 tensors (mmap)"),
+    Row("clients_safetensors_full_s", "safetensors: every tensor"),
+    Row("clients_arrow_batches_s", "Arrow by mmap: random batches"),
+    Row("clients_tar_s", "tar shards through tarfile"),
     Row("session_peak_rss_mib", "memory (peak RSS)"),
 ]
 BY_KEY = {metric.key: metric for metric in METRICS}

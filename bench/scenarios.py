@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from bench.clients import PATTERNS, fetched_key, seconds_key
 from bench.data import MIB, SMALL_SIZE, TTFB_SAMPLES, Dataset, client, ttfb_directories
 from bench.epoch import read_epoch
 from bench.largeobjects import CHECKPOINT_KEY, checkpoint_load, read_shards, shard_keys
@@ -74,14 +75,34 @@ METRICS = [
     Metric("shards_cpu_s_per_gib", "mount CPU over the shards", "CPU-s/GiB", False),
     Metric("shards_store_cpu_s_per_gib", "store CPU over them", "CPU-s/GiB", False),
     Metric("write_mbs", "sequential write + close, verified", "MB/s", True),
+    *(
+        metric
+        for pattern, label in (
+            ("parquet_columns", "pyarrow Parquet: 2 of 20 columns, 4 files at a time"),
+            ("parquet_scan", "pyarrow Parquet: files read whole, 4 at a time"),
+            ("safetensors_lazy", "safetensors: safe_open + 6 tensors (mmap)"),
+            ("safetensors_full", "safetensors: every tensor (load_file's way, mmap)"),
+            ("arrow_batches", "Arrow file by mmap, random row batches (datasets' way)"),
+            ("tar", "tar shards through tarfile, 4 readers (WebDataset's way)"),
+        )
+        for metric in (
+            Metric(seconds_key(pattern), f"{label}, cold", "s", False),
+            Metric(fetched_key(pattern), "bytes fetched over bytes the client read", "x", False),
+        )
+    ),
     Metric("peak_rss_mib", "peak RSS of the mount process", "MiB", False),
     Metric("session_peak_rss_mib", "peak RSS of the whole session (no reset)", "MiB", False),
 ]
 # Figures only pffs's own counters give: the peers show "n/a" (bench.larger_than_cache,
 # bench.lazyload).
 PFFS_ONLY = {LARGER_THAN_CACHE, LAZY_FETCHED}
+# The clients scenario (bench.clients): a mount of its own per system; `--only clients` names
+# all its figures.
+CLIENTS = "clients"
+CLIENT_KEYS = [key for pattern in PATTERNS for key in (seconds_key(pattern), fetched_key(pattern))]
 # Figures taken while another scenario runs, measured when that one is.
 TAKEN_WITH = {
+    **{fetched_key(pattern): seconds_key(pattern) for pattern in PATTERNS},
     "seq_cold_cpu_s_per_gib": "seq_cold_mbs",
     "seq_cold_store_cpu_s_per_gib": "seq_cold_mbs",
     "checkpoint_cpu_s_per_gib": "checkpoint_mbs",

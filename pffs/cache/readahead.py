@@ -29,8 +29,14 @@ from pffs.cache.window import ReaderWindow
 MIB = 1 << 20
 # The kernel may reorder or slightly skip its own readahead requests; mountpoint-s3 tolerates
 # 1 MiB backwards, and we tolerate up to two blocks forwards, before calling a read a seek.
+# Forwards, only a run already under way (RUN_READS reads in a row) is given the two blocks: a
+# read that would start or confirm one must land within its own size of where the last ended.
+# A reader at named offsets (pyarrow's column chunks of a Parquet projection, a few hundred KiB
+# each, a few MiB apart) otherwise makes a run of a file it reads a tenth of, and its readahead
+# loads all of it (docs/notes/clients-parquet.md).
 BACKWARD_TOLERANCE = 1 * MIB
 FORWARD_BLOCKS_TOLERANCE = 2
+RUN_READS = 2
 # Runs followed at once in one handle (the faults of a few tensors, from a few threads).
 STREAMS = 4
 # A read at least this large is the kernel's read-around or readahead (a page fault in a mapped
@@ -93,12 +99,11 @@ class Readahead:
         """The window of the last read's run, in blocks."""
         return self._streams[0].window
 
-    def _near(self, stream: _Stream, offset: int) -> bool:
-        return (
-            stream.expected - self.backward
-            <= offset
-            <= stream.expected + FORWARD_BLOCKS_TOLERANCE * self.block_size
-        )
+    def _near(self, stream: _Stream, offset: int, size: int) -> bool:
+        forward = FORWARD_BLOCKS_TOLERANCE * self.block_size
+        if stream.streak < RUN_READS:
+            forward = min(forward, size)
+        return stream.expected - self.backward <= offset <= stream.expected + forward
 
     def _stream_for(self, offset: int, size: int) -> tuple[_Stream, bool]:
         """The stream this read continues (moved to the front), or a new one; whether near.
@@ -108,7 +113,7 @@ class Readahead:
         the reads that follow from the run they belong to."""
         streams = self._streams
         candidates = streams if size >= LARGE_READ else streams[:1]
-        near = [stream for stream in candidates if self._near(stream, offset)]
+        near = [stream for stream in candidates if self._near(stream, offset, size)]
         if near:
             stream = max(near, key=lambda s: s.streak)  # the first of the longest
             if stream is not streams[0]:
@@ -125,7 +130,7 @@ class Readahead:
         stream, near = self._stream_for(offset, end - offset)
         stream.streak = stream.streak + 1 if near else 0
         stream.expected = max(end, stream.expected) if near else end
-        self.sequential = stream.streak >= 2
+        self.sequential = stream.streak >= RUN_READS
         self.region = stream.origin > 0
         self.stream_to = None
         block = (max(end, 1) - 1) // self.block_size
@@ -137,7 +142,7 @@ class Readahead:
             self.stream_to = min(self.file_size, stream.expected + ahead)
             stream.current_block = block
             return range(0)
-        if stream.streak < 2 or self.max_blocks == 0:
+        if stream.streak < RUN_READS or self.max_blocks == 0:
             stream.window = 0
             stream.current_block = block
             if self.reader_window is not None:

@@ -153,7 +153,11 @@ class Reader:
     async def _read_blocks(self, handle: ReadHandle, offset: int, end: int) -> bytes | memoryview:
         # The cache asks the handle's source itself on a miss: nothing is built per block.
         blocks, source, cache = handle.blocks, handle.source, self.cache
-        alone = end - offset >= LARGE_READ and not handle.readahead.sequential
+        # A read outside a run that ends the file past its start is a footer's (Parquet's, ORC's,
+        # a ZIP's directory): its reader goes on to the offsets the footer names, not to the
+        # bytes before it, so it is read alone too, no block loaded behind it.
+        footer = end == blocks.size and offset > 0
+        alone = (end - offset >= LARGE_READ or footer) and not handle.readahead.sequential
         small = (end - offset) * COLD_START_SHARE <= self.block_size
         across = offset // self.block_size != (end - 1) // self.block_size
         across = across and isinstance(source, StoreBlocks)

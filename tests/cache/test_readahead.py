@@ -151,3 +151,33 @@ def test_a_stream_never_reaches_past_the_end_of_the_file() -> None:
     ra.on_read(start, start + size)
     ra.on_read(start + size, start + 2 * size)
     assert ra.stream_to == 10 * block
+
+
+def test_reads_at_named_offsets_a_few_mib_apart_never_make_a_run() -> None:
+    """pyarrow's projection of 2 of 20 columns: a column chunk of ~460 KiB every ~3.5 MiB,
+    in order, from near the file's start (as traced: docs/notes/clients-parquet.md)."""
+    ra = Readahead(4 * MIB, readahead_max=32 * MIB, file_size=36 * MIB)
+    for offset in (1_400_000, 5_150_000, 10_780_000, 14_530_000, 20_150_000, 23_910_000):
+        assert list(ra.on_read(offset, offset + 470_000)) == []
+        assert not ra.sequential and ra.stream_to is None
+
+
+def test_a_run_under_way_still_takes_the_kernels_skips_forward() -> None:
+    """Once a run is going, a READ a block past where it is expected (the kernel skipping
+    pages it holds, or answering out of order) continues it; a run not yet started needs a
+    read within its own size."""
+    ra = Readahead(4 * MIB, readahead_max=32 * MIB, file_size=400 * MIB)
+    for offset in range(0, 4 * MIB, MIB):
+        ra.on_read(offset, offset + MIB)
+    assert ra.sequential
+    assert list(ra.on_read(9 * MIB, 10 * MIB))  # 5 MiB past: within two blocks
+    assert ra.sequential
+    # Mid-file (a region), a read 1.5 MiB past the last one's end, of 1 MiB, starts its own.
+    fresh = Readahead(4 * MIB, readahead_max=32 * MIB, file_size=400 * MIB)
+    fresh.on_read(100 * MIB, 101 * MIB)
+    fresh.on_read(int(102.5 * MIB), int(103.5 * MIB))
+    assert not fresh.sequential
+    fresh.on_read(int(103.5 * MIB), int(104.5 * MIB))
+    assert not fresh.sequential
+    fresh.on_read(int(104.5 * MIB), int(105.5 * MIB))  # two continuations in a row: a run
+    assert fresh.sequential

@@ -415,3 +415,20 @@ def test_a_region_read_through_page_faults_fetches_little_beyond_it() -> None:
     fetched = sum(length for _, length in store.ranges)
     assert fetched <= 1.75 * region
     assert max(offset + length for offset, length in store.ranges) <= start + 1.5 * region
+
+
+def test_a_parquet_projection_fetches_its_footer_and_chunks_alone() -> None:
+    """pyarrow's projection of a Parquet file as the kernel passes it on: the footer (the
+    file's last 64 KiB) read alone, then a column chunk of ~460 KiB every ~3.5 MiB
+    (docs/notes/clients-parquet.md). Each read gets its own bytes; no block is loaded behind
+    the footer or the chunks, and no readahead makes a run of them."""
+    block = 4096 * KIB
+    data = random.Random(12).randbytes(9 * block)
+    store = FakeStore({"f": data})
+    vfs = cached_vfs(store, cache_config(None, block=block))
+    footer = (len(data) - 64 * KIB, 64 * KIB)
+    chunks = [(offset, 470_000) for offset in range(1_400_000, 32 * block // 4, 3_600_000)]
+    got = trio.run(with_nursery, vfs, "f", [footer, *chunks])
+    assert got == [data[offset : offset + size] for offset, size in [footer, *chunks]]
+    fetched = sum(length for _, length in store.ranges)
+    assert fetched <= 1.1 * sum(size for _, size in [footer, *chunks]), store.ranges

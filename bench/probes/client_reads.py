@@ -1,0 +1,351 @@
+"""Each library's reads as a system sees them: the kernel's READs at pffs and the store's GETs.
+
+Not part of the bench suite: the patterns of the clients scenario (bench.clients), one at a
+time on one mount with empty caches, the page cache dropped before each, traced on both sides:
+
+- the kernel's READs at pffs (pffs only): pffs is run in the foreground in a process of this
+  module's (`--serve`), its FUSE `open` and `read` handlers wrapped to write one line per call:
+  start, seconds, file handle, offset, size, and at open the thread that opened it (pyfuse3's
+  `read` is told no caller: a read's thread is its file handle's opener's; the kernel's own
+  readahead and a mapping's faults carry the faulting thread's in FUSE, but pyfuse3 drops it);
+- what the system fetched: every request through a counting proxy (bench.counting, its `--log`),
+  the Range of each GET, for any system (`--system s3fs`, `--system rclone` too).
+
+Per pattern it prints the kernel's reads (count, bytes, sizes, how each file handle moved: in
+order, forward gap, backward), the store's GETs (count, sizes, bytes, bytes asked twice) and
+the bytes fetched over the kernel's and over what the client needed; the raw traces stay in
+`--out`.
+
+    python -m bench.probes.client_reads --latency 20                 # quick sizes, pffs
+    python -m bench.probes.client_reads --sizes full --patterns parquet_columns,safetensors_lazy
+    python -m bench.probes.client_reads --system rclone --latency 20
+    python -m bench.probes.client_reads --sizes full --latency 20 --baseline /tmp/base --rounds 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import functools
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Any
+
+from bench import clients
+from bench.counting import CountingProxy
+from bench.data import client
+from bench.leftovers import stopped_cleanly, track_mount, track_process, unmount
+from bench.scenarios import drop_caches
+from bench.servers import Launcher, Server, far
+from bench.systems import Rclone, S3fs, mount_system
+
+BUCKET = "clients"
+KIB = 1024
+
+
+# --- the traced mount (the --serve process) ----------------------------------------------
+
+
+def serve(trace_path: str, pffs_argv: list[str]) -> int:
+    """pffs in this process, its open and read handlers writing each call to `trace_path`."""
+    from pffs.cli.main import main
+    from pffs.fuse_ops import PffsOperations
+
+    trace = open(trace_path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 (the process's)
+    lock = threading.Lock()
+
+    def write(line: str) -> None:
+        with lock:
+            trace.write(line + "\n")
+
+    original_open, original_read = PffsOperations.open, PffsOperations.read
+
+    @functools.wraps(original_open)
+    async def traced_open(self: Any, inode: int, flags: int, ctx: Any) -> Any:
+        info = await original_open(self, inode, flags, ctx)
+        write(f"open {time.monotonic():.6f} {info.fh} {inode} {ctx.pid}")
+        return info
+
+    @functools.wraps(original_read)
+    async def traced_read(self: Any, fh: int, off: int, size: int) -> Any:
+        started = time.monotonic()
+        data = await original_read(self, fh, off, size)
+        write(f"read {started:.6f} {time.monotonic() - started:.6f} {fh} {off} {size}")
+        return data
+
+    PffsOperations.open = traced_open  # type: ignore[method-assign]
+    PffsOperations.read = traced_read  # type: ignore[method-assign]
+    return main(pffs_argv)
+
+
+def _mount_traced(
+    server: Server,
+    mountpoint: str,
+    cache: str,
+    trace: str,
+    options: list[str],
+    tree: str | None = None,
+) -> subprocess.Popen[bytes]:
+    """The traced pffs; with `tree`, that source tree's pffs (its package found first: `python
+    -m` puts the working directory first on the path), this tree's bench."""
+    argv = [sys.executable, "-m", "bench.probes.client_reads", "--serve", trace, "--"]
+    argv += ["mount", f"s3://{BUCKET}", mountpoint, "--endpoint-url", server.endpoint_url]
+    argv += ["--cache-dir", cache, "--foreground", *options]
+    track_mount(mountpoint)
+    env = server.env()
+    if tree is not None:
+        here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env["PYTHONPATH"] = os.pathsep.join([tree, here])
+    proc = subprocess.Popen(argv, env=env, cwd=tree, stderr=subprocess.DEVNULL)
+    track_process(proc)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if os.path.ismount(mountpoint):
+            return proc
+        if proc.poll() is not None:
+            break
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError(f"the traced pffs did not mount at {mountpoint}")
+
+
+# --- reading the traces -------------------------------------------------------------------
+
+
+def _kernel_reads(trace: str, since: float, until: float) -> list[tuple[float, int, int, int]]:
+    """(start, fh, offset, size) of each READ in [since, until)."""
+    reads = []
+    with open(trace, encoding="utf-8") as f:
+        for line in f:
+            parts = line.split()
+            if parts[0] == "read" and since <= float(parts[1]) < until:
+                reads.append((float(parts[1]), int(parts[3]), int(parts[4]), int(parts[5])))
+    return reads
+
+
+def _gets(log: str, since: float, until: float) -> list[tuple[str, int, int]]:
+    """(key, first byte, length) of each object GET in [since, until); a GET of a whole object
+    has length -1."""
+    gets = []
+    with open(log, encoding="utf-8") as f:
+        for line in f:
+            stamp, _, method, target, byte_range = line.split(" ", 4)
+            if method != "GET" or not since <= float(stamp) < until or "?" in target:
+                continue
+            key = target.split("/", 2)[-1]
+            spec = byte_range.strip()
+            if spec.startswith("bytes="):
+                first, _, last = spec[6:].partition("-")
+                start = int(first)
+                gets.append((key, start, int(last) - start + 1 if last else -1))
+            else:
+                gets.append((key, 0, -1))
+    return gets
+
+
+def _sizes_text(values: list[int]) -> str:
+    common = collections.Counter(values).most_common(4)
+    return ", ".join(f"{size // KIB} KiB x{n}" for size, n in common)
+
+
+def describe_reads(reads: list[tuple[float, int, int, int]]) -> dict[str, Any]:
+    """The kernel's READs: how many, their sizes, how each file handle moved."""
+    if not reads:
+        return {"reads": 0}
+    ends: dict[int, int] = {}
+    moves = collections.Counter[str]()
+    gaps = []
+    for _, fh, off, size in sorted(reads):
+        if fh in ends:
+            gap = off - ends[fh]
+            moves["in order" if gap == 0 else "forward" if gap > 0 else "backward"] += 1
+            if gap:
+                gaps.append(gap)
+        ends[fh] = off + size
+    span = max(start for start, *_ in reads) - min(start for start, *_ in reads)
+    return {
+        "reads": len(reads),
+        "bytes": sum(size for *_, size in reads),
+        "sizes": _sizes_text([size for *_, size in reads]),
+        "handles": len(ends),
+        "moves": dict(moves),
+        "median gap KiB": round(statistics.median(gaps) / KIB) if gaps else 0,
+        "seconds": round(span, 3),
+    }
+
+
+def describe_gets(gets: list[tuple[str, int, int]], sizes: dict[str, int]) -> dict[str, Any]:
+    """The store's GETs: how many, their sizes, bytes, and bytes asked more than once."""
+    seen: dict[str, list[tuple[int, int]]] = collections.defaultdict(list)
+    total = again = 0
+    lengths = []
+    for key, start, length in gets:
+        length = sizes.get(key, 0) - start if length < 0 else length
+        lengths.append(length)
+        total += length
+        for a, b in seen[key]:
+            again += max(0, min(b, start + length) - max(a, start))
+        seen[key].append((start, start + length))
+    return {
+        "gets": len(gets),
+        "bytes": total,
+        "sizes": _sizes_text(lengths) if lengths else "",
+        "objects": len(seen),
+        "bytes asked again": again,
+    }
+
+
+# --- the probe ----------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.probes.client_reads", description=__doc__)
+    p.add_argument("--serve", help=argparse.SUPPRESS)  # the traced pffs process
+    p.add_argument("--latency", type=float, default=0.0, help="ms of round trip (0)")
+    p.add_argument("--sizes", choices=("quick", "full"), default="quick")
+    p.add_argument("--patterns", default=",".join(clients.PATTERNS))
+    p.add_argument("--system", choices=("pffs", "s3fs", "rclone"), default="pffs")
+    p.add_argument("--pffs-options", default="", help="extra `pffs mount` options, quoted")
+    p.add_argument("--out", help="where the raw traces stay (a new directory)")
+    p.add_argument("--rounds", type=int, default=1, help="mounts per arm, arms alternated (1)")
+    p.add_argument(
+        "--baseline",
+        metavar="DIR",
+        help="a source tree whose pffs is a second arm (git archive COMMIT pffs backends, its "
+        "backends moved under pffs/, as for bench.probes.large_reads)",
+    )
+    args, rest = p.parse_known_args(argv)
+    if args.serve:
+        return serve(args.serve, [a for a in rest if a != "--"])
+    patterns = args.patterns.split(",")
+    if unknown := set(patterns) - set(clients.PATTERNS):
+        p.error(f"unknown pattern {sorted(unknown)[0]!r}: one of {', '.join(clients.PATTERNS)}")
+    out = args.out or tempfile.mkdtemp(prefix="client-reads-")
+    os.makedirs(out, exist_ok=True)
+    with stopped_cleanly():
+        return _probe(args, patterns, out)
+
+
+def _probe(args: argparse.Namespace, patterns: list[str], out: str) -> int:
+    sizes = clients.ClientSizes.quick() if args.sizes == "quick" else clients.ClientSizes.full()
+    workdir = tempfile.mkdtemp(prefix="client-reads-work-", dir="/var/tmp")
+    near = Launcher(workdir).s3rver()
+    target = near
+    arms: list[tuple[str, str | None]] = [("this tree", None)]
+    if args.baseline:
+        arms.append(("baseline", os.path.abspath(args.baseline)))
+    try:
+        s3 = client(near)
+        s3.create_bucket(Bucket=BUCKET)
+        data = clients.generate(
+            sizes, workdir, lambda local, key: s3.upload_file(local, BUCKET, key)
+        )
+        for top in clients.TOPS:  # s3rver 3 lists a prefix of sub-prefixes only with one
+            s3.put_object(Bucket=BUCKET, Key=f"{top}/about", Body=b"bench.data says why")
+        objects = {o["Key"]: o["Size"] for o in s3.list_objects_v2(Bucket=BUCKET)["Contents"]}
+        if args.latency:
+            target = far(near, args.latency, os.path.join(out, "delay.log"))
+        clients.import_libraries()
+        print(f"{args.system}, {args.latency:g} ms, {args.sizes} sizes; traces in {out}")
+        figures: dict[tuple[str, str], list[str]] = collections.defaultdict(list)
+        for round_number in range(1, args.rounds + 1):
+            for name, tree in arms if round_number % 2 else arms[::-1]:  # ABBA...
+                arm_out = os.path.join(out, f"{name.replace(' ', '-')}-{round_number}")
+                os.makedirs(arm_out)
+                print(f"\n=== {name}, round {round_number} (load {os.getloadavg()[0]:.1f})")
+                session = _Session(args, target, data, objects, arm_out, workdir, tree)
+                for pattern, seconds, ratio in session.run(patterns):
+                    figures[(name, pattern)].append(f"{seconds:.2f} s, {ratio:.2f}x")
+        if len(arms) > 1 or args.rounds > 1:
+            print("\nseconds and bytes the store sent over the bytes needed, round by round:")
+            for pattern in patterns:
+                for name, _ in arms:
+                    print(f"  {pattern:17s} {name:9s} " + " | ".join(figures[(name, pattern)]))
+    finally:
+        if target is not near:
+            target.stop()
+        near.stop()
+    return 0
+
+
+class _Session:
+    """One mount (one arm, one round) over fresh caches, through a logging counting proxy."""
+
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        target: Server,
+        data: clients.ClientData,
+        objects: dict[str, int],
+        out: str,
+        workdir: str,
+        tree: str | None,
+    ) -> None:
+        self.args, self.target, self.data, self.objects = args, target, data, objects
+        self.out, self.tree = out, tree
+        self.base = tempfile.mkdtemp(prefix="session-", dir=workdir)
+
+    def run(self, patterns: list[str]) -> list[tuple[str, float, float]]:
+        """Each pattern's seconds and the store's bytes over the bytes needed."""
+        store_log, trace = os.path.join(self.out, "store.log"), os.path.join(self.out, "kernel.log")
+        proxy = CountingProxy(self.target, log=store_log)
+        mountpoint, cache = os.path.join(self.base, "mnt"), os.path.join(self.base, "cache")
+        os.makedirs(mountpoint)
+        os.makedirs(cache)
+        proc = None
+        results = []
+        try:
+            if self.args.system == "pffs":
+                options = self.args.pffs_options.split()
+                proc = _mount_traced(proxy.server, mountpoint, cache, trace, options, self.tree)
+            else:
+                system = S3fs() if self.args.system == "s3fs" else Rclone()
+                mount_system(system, proxy.server, BUCKET, mountpoint, cache)
+            for pattern in patterns:
+                seconds, ratio = self._pattern(pattern, mountpoint, proxy, store_log, trace)
+                results.append((pattern, seconds, ratio))
+        finally:
+            unmount(mountpoint)
+            if proc is not None:
+                proc.wait(timeout=30)
+            proxy.stop()
+            shutil.rmtree(self.base, ignore_errors=True)
+        return results
+
+    def _pattern(
+        self, pattern: str, mountpoint: str, proxy: CountingProxy, store_log: str, trace: str
+    ) -> tuple[float, float]:
+        drop_caches()
+        time.sleep(0.5)
+        proxy.restart_count()
+        since = time.monotonic()
+        started = time.perf_counter()
+        clients.RUNNERS[pattern](mountpoint, self.data)
+        seconds = time.perf_counter() - started
+        time.sleep(clients.QUIET_S * 2)  # what is fetched after the client is done
+        until = time.monotonic()
+        proxy.restart_count()
+        sent = proxy.store_bytes  # what the store sent: a GET cut short counts what came
+        needed = clients.read_bytes(self.data, pattern)
+        gets = describe_gets(_gets(store_log, since, until), self.objects)
+        print(f"\n{pattern}: {seconds:.3f} s, the client needed {needed / KIB:,.0f} KiB")
+        if os.path.exists(trace):
+            reads = describe_reads(_kernel_reads(trace, since, until))
+            print(f"  kernel READs: {reads}")
+            if reads.get("bytes"):
+                print(f"  sent / read by the kernel: {sent / reads['bytes']:.2f}")
+        print(f"  store GETs (ranges asked): {gets}")
+        print(f"  sent by the store: {sent / KIB:,.0f} KiB, over needed: {sent / needed:.2f}")
+        with open(os.path.join(self.out, "spans.txt"), "a", encoding="utf-8") as f:
+            f.write(f"{pattern} {since:.6f} {until:.6f}\n")
+        return seconds, sent / needed
+
+
+if __name__ == "__main__":
+    sys.exit(main())
