@@ -53,7 +53,7 @@ def test_every_pffs_mount_option_can_be_given_with_o() -> None:
     and giving it changes what `pffs mount` is started with."""
     defaults = _pffs_mount_args(["mount", "s3://b", "/mnt"])
     # a size, a count, a mode, seconds or a ratio, a string, a log level, an on/off switch
-    samples = ["4M", "3", "600", "0.5", "x", "warning", "off"]
+    samples = ["8M", "3", "600", "0.5", "x", "warning", "off"]
     options = mounthelper.mount_options()
     assert {"endpoint_url", "cache_size", "read_only", "allow_other", "no_path_style"} <= set(
         options
