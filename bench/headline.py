@@ -3,8 +3,9 @@
 `headline_table` makes it from a bench summary (results.json's "summary"): pffs's figure and,
 in brackets, pffs against the best of the other systems, for the first and second epochs, large
 files, the first byte, metadata, writes and memory, at every server and latency of the run;
-then every scenario where pffs is behind the best peer, so its weak points show next to its
-strong ones. `replace_block` puts it between the README's two marker comments.
+then how many figures of the run are behind the best peer. `gaps_list` lists those figures, every
+scenario's, for docs/BENCHMARKS.md, so the weak points are a link away from the strong ones and
+the README stays a front page. `replace_block` puts each between its page's two marker comments.
 """
 
 from __future__ import annotations
@@ -19,7 +20,12 @@ from bench.servers import KINDS
 
 START = "<!-- bench-headline:start -->"
 END = "<!-- bench-headline:end -->"
+GAPS_START = "<!-- bench-gaps:start -->"
+GAPS_END = "<!-- bench-gaps:end -->"
 BENCHMARKS = "docs/BENCHMARKS.md"
+# The heading over the gaps' markers in BENCHMARKS (its anchor, by GitHub's rules, is linked).
+GAPS_HEADING = "Where pffs is behind in the latest run"
+GAPS_ANCHOR = "#" + GAPS_HEADING.lower().replace(" ", "-")
 
 
 @dataclass(frozen=True)
@@ -114,8 +120,11 @@ def headline_table(summary: dict[str, Any], chart: str | None = None) -> str:
         lines.append(f"| {row.short} | {metric.unit} | " + " | ".join(cells) + " |")
     weak = behind(summary)
     if weak:
-        lines += ["", "Where pffs is behind the best peer in this run:"]
-        lines += [f"- {line}" for line in weak]
+        lines += [
+            "",
+            f"pffs is behind the best peer in {len(weak)} of this run's scenarios: "
+            f"[{BENCHMARKS}, {GAPS_HEADING.lower()}]({BENCHMARKS}{GAPS_ANCHOR}).",
+        ]
     else:
         lines += ["", "pffs is behind the best peer nowhere in this run."]
     lines.append("")
@@ -153,12 +162,34 @@ def run_reps(entry: dict[str, Any]) -> int:
     return len(entry.get("ceiling_runs", [])) or 1
 
 
-def replace_block(text: str, block: str) -> str:
-    """`text` with what lies between the START and END markers replaced by `block`."""
-    start, end = text.find(START), text.find(END)
+def gaps_list(summary: dict[str, Any]) -> str:
+    """Every figure of the run where pffs is behind the best peer, as a Markdown list."""
+    weak = behind(summary)
+    if not weak:
+        return "pffs is behind the best peer nowhere in this run."
+    return "\n".join(f"- {line}" for line in weak)
+
+
+def replace_block(text: str, block: str, start_mark: str = START, end_mark: str = END) -> str:
+    """`text` with what lies between the two markers replaced by `block`."""
+    start, end = text.find(start_mark), text.find(end_mark)
     if start < 0 or end < 0 or end < start:
-        raise HeadlineError(f"no {START} ... {END} markers, in that order")
-    return text[: start + len(START)] + "\n" + block.strip() + "\n" + text[end:]
+        raise HeadlineError(f"no {start_mark} ... {end_mark} markers, in that order")
+    return text[: start + len(start_mark)] + "\n" + block.strip() + "\n" + text[end:]
+
+
+def update_gaps(benchmarks: str, summary: dict[str, Any]) -> None:
+    """Write the run's gaps into `benchmarks` (docs/BENCHMARKS.md) between their markers."""
+    try:
+        with open(benchmarks, encoding="utf-8") as f:
+            text = f.read()
+        updated = replace_block(text, gaps_list(summary), GAPS_START, GAPS_END)
+    except OSError as exc:
+        raise HeadlineError(f"{benchmarks}: {exc.strerror}") from None
+    except HeadlineError as exc:
+        raise HeadlineError(f"{benchmarks}: {exc}") from None
+    with open(benchmarks, "w", encoding="utf-8") as f:
+        f.write(updated)
 
 
 def update_readme(readme: str, summary: dict[str, Any], chart_path: str | None) -> None:

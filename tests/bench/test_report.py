@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from bench.charts import draw_charts, ratios_to_best
-from bench.headline import END, START, headline_table
+from bench.headline import END, GAPS_END, GAPS_START, START, gaps_list, headline_table
 from bench.report import load_summary, markdown, ratio_to_best_peer, summarize
 from bench.scenarios import METRICS
 
@@ -118,9 +118,13 @@ def test_the_headline_of_a_small_results_file() -> None:
         "|---|---|---|---|",
     ]
     assert lines[6:22] == HEADLINE_20MS
-    # The weak points: every scenario behind the best peer, not only the headline's.
-    assert lines[23:27] == [
-        "Where pffs is behind the best peer in this run:",
+    # The weak points are counted here and listed in BENCHMARKS (gaps_list), every scenario's.
+    assert lines[23] == (
+        "pffs is behind the best peer in 3 of this run's scenarios: [docs/BENCHMARKS.md, "
+        "where pffs is behind in the latest run]"
+        "(docs/BENCHMARKS.md#where-pffs-is-behind-in-the-latest-run)."
+    )
+    assert gaps_list(load_summary(str(DATA))).splitlines() == [
         "- sequential read, cold: 0.90x (s3rver, 0 ms), 0.90x (s3rver, 20 ms)",
         "- stat of every file after ls -l, TTL passed: 0.03x (s3rver, 0 ms), 0.03x (s3rver, 20 ms)",
         "- peak RSS of the whole session (no reset): 0.07x (s3rver, 0 ms), 0.07x (s3rver, 20 ms)",
@@ -166,3 +170,15 @@ def test_bad_input_gets_one_line_and_a_non_zero_exit(tmp_path: Path) -> None:
         assert message in result.stderr
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert readme.read_text() == "no markers here\n"
+
+
+def test_the_command_writes_the_gaps_into_benchmarks(tmp_path: Path) -> None:
+    doc = tmp_path / "BENCHMARKS.md"
+    doc.write_text(f"# Benchmarks\n\n{GAPS_START}\nold gaps\n{GAPS_END}\nafter\n")
+    command = [*REPORT, str(DATA), "--out", str(tmp_path / "charts"), "--benchmarks", str(doc)]
+    for _ in range(2):  # a second run replaces the list
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        assert result.returncode == 0, result.stderr
+    text = doc.read_text()
+    assert "old gaps" not in text and text.count("- sequential read, cold: 0.90x") == 1
+    assert text.endswith(f"{GAPS_END}\nafter\n")
