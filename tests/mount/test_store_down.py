@@ -125,10 +125,10 @@ def test_store_hangs_then_answers_scaled(s3, bucket, proxy, tmp_path, held: str)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("held", HELD)
-def test_store_hangs_then_answers_with_the_default_options(
-    s3, bucket, proxy, tmp_path, held: str
-) -> None:
+def test_store_hangs_then_answers_with_the_default_options(s3, bucket, proxy, tmp_path) -> None:
     """The drill at the real defaults: a 60 s retry budget, 30 s requests, 60 s TTLs (about
-    a minute and a half, most of it the first read's bound)."""
-    drill(s3, bucket, proxy, tmp_path / "mnt", 1.0, held)
+    a minute, most of it the first read's bound), with the connections open while the store
+    hung kept as black holes: the fate that cost a reused one the whole request timeout. The
+    other two fates at the defaults are in docs/notes/store-down.md (a minute each: the suite
+    runs them scaled)."""
+    drill(s3, bucket, proxy, tmp_path / "mnt", 1.0, "black hole")
