@@ -43,6 +43,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from bench import lazyload
+
 MIB = 1 << 20
 READERS = 4  # files read at once: a loader's workers
 PICKED = 6  # tensors of the lazy load
@@ -166,34 +168,13 @@ def tensor_names(count: int) -> list[str]:
 
 def write_safetensors(path: str, count: int, size: int, seed: int) -> dict[str, str]:
     """A safetensors file of `count` float32 tensors of seeded random bytes; each sha256."""
-    import json
-
-    rng = random.Random(seed)
-    names = tensor_names(count)
-    header = {
-        name: {"dtype": "F32", "shape": [size // 4], "data_offsets": [i * size, (i + 1) * size]}
-        for i, name in enumerate(names)
-    }
-    encoded = json.dumps(header, separators=(",", ":")).encode()
-    digests = {}
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(encoded)) + encoded)
-        for name in names:
-            data = rng.randbytes(size)
-            digests[name] = hashlib.sha256(data).hexdigest()
-            f.write(data)
-    return digests
+    names, random_bytes = tensor_names(count), random.Random(seed).randbytes
+    return lazyload.write_safetensors(path, names, size, random_bytes)
 
 
 def header_bytes(count: int, size: int) -> int:
     """A safetensors file's header, its length field included (the lazy load reads it)."""
-    import json
-
-    header = {
-        name: {"dtype": "F32", "shape": [size // 4], "data_offsets": [i * size, (i + 1) * size]}
-        for i, name in enumerate(tensor_names(count))
-    }
-    return 8 + len(json.dumps(header, separators=(",", ":")).encode())
+    return 8 + len(lazyload.safetensors_header(tensor_names(count), size))
 
 
 def write_arrow(path: str, rows: int, row_size: int, seed: int) -> None:

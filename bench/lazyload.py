@@ -20,6 +20,7 @@ import os
 import random
 import struct
 import time
+from collections.abc import Callable
 
 MIB = 1 << 20
 TENSOR_SIZE = 8 * MIB
@@ -34,23 +35,31 @@ def tensor_names(count: int) -> list[str]:
 
 def write_checkpoint(path: str, count: int) -> dict[str, str]:
     """A safetensors file of `count` float32 tensors of random bytes at `path`; the sha256 of
-    each tensor's bytes by name. Written as the format says (an 8-byte little-endian header
-    length, the JSON header, the data), one tensor in memory at a time."""
-    names = tensor_names(count)
+    each tensor's bytes by name."""
+    return write_safetensors(path, tensor_names(count), TENSOR_SIZE, os.urandom)
+
+
+def safetensors_header(names: list[str], size: int) -> bytes:
+    """The JSON header of float32 tensors of `size` bytes each, named `names`, in that order."""
     header: dict[str, object] = {
-        name: {
-            "dtype": "F32",
-            "shape": [TENSOR_SIZE // 4],
-            "data_offsets": [i * TENSOR_SIZE, (i + 1) * TENSOR_SIZE],
-        }
+        name: {"dtype": "F32", "shape": [size // 4], "data_offsets": [i * size, (i + 1) * size]}
         for i, name in enumerate(names)
     }
-    encoded = json.dumps(header, separators=(",", ":")).encode()
+    return json.dumps(header, separators=(",", ":")).encode()
+
+
+def write_safetensors(
+    path: str, names: list[str], size: int, random_bytes: Callable[[int], bytes]
+) -> dict[str, str]:
+    """A safetensors file of float32 tensors of `size` bytes each, named `names`, their bytes
+    from `random_bytes`; the sha256 of each by name. Written as the format says (an 8-byte
+    little-endian header length, the JSON header, the data), one tensor in memory at a time."""
+    encoded = safetensors_header(names, size)
     digests = {}
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(encoded)) + encoded)
         for name in names:
-            data = os.urandom(TENSOR_SIZE)
+            data = random_bytes(size)
             digests[name] = hashlib.sha256(data).hexdigest()
             f.write(data)
     return digests
