@@ -5,12 +5,15 @@ bytes of any shape. Shared by the group's hostile-input and trust tests."""
 from __future__ import annotations
 
 import http.client
+import random
 import socket
 from dataclasses import dataclass
 
 import crc32c
 
+from pffs.backends import open_backend
 from pffs.cache.keys import ObjectBlocks
+from pffs.config import SourceConfig
 from pffs.group import protocol, signing
 from pffs.group.protocol import BlockRequest
 
@@ -66,3 +69,26 @@ class Asker:
             except (TimeoutError, ConnectionResetError, BrokenPipeError):
                 return b""
             return got
+
+
+@dataclass(frozen=True)
+class OneObject:
+    """One object put in the bucket, its blocks as the group names them, and its principal's
+    proof key (the static S3 key's)."""
+
+    path: str
+    data: bytes
+    source: str
+    blocks: ObjectBlocks
+    proof_key: bytes | None
+
+
+def one_object(s3, bucket: str, endpoint_url: str, size: int, block_size: int) -> OneObject:
+    """An object of `size` random bytes at data/f00.bin, as a member over `endpoint_url` sees it."""
+    path, data = "data/f00.bin", random.Random(1).randbytes(size)
+    s3.put_object(Bucket=bucket, Key=path, Body=data)
+    backend = open_backend(SourceConfig(url=f"s3://{bucket}", endpoint_url=endpoint_url))
+    version = s3.head_object(Bucket=bucket, Key=path)["ETag"]
+    source = f"s3://{bucket}@{endpoint_url}"
+    blocks = ObjectBlocks(source, backend.principal, path, version, size, block_size)
+    return OneObject(path, data, source, blocks, backend.principal_key)

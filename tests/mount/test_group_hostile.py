@@ -15,15 +15,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pffs.backends import open_backend
 from pffs.cache.keys import ObjectBlocks
-from pffs.config import SourceConfig
 from pffs.group import signing
 from pffs.group.protocol import BlockRequest
 from pffs.group.server import REFUSAL_LOG_BURST
 from tests.conftest import metric_value, stats_snapshot
-from tests.mount.groupasker import Asker
-from tests.mount.test_group import MIB, SECRET, Cluster, group_mounts, log_of, proxy, put_files
+from tests.mount.groupasker import Asker, one_object
+from tests.mount.test_group import MIB, SECRET, Cluster, group_mounts, log_of, proxy
 
 __all__ = ["proxy"]  # the fixture, shared with the group's tests
 pytestmark = pytest.mark.mount
@@ -55,17 +53,12 @@ class Member:
 
 @pytest.fixture
 def member(s3, bucket, proxy, tmp_path) -> Iterator[Member]:
-    files = put_files(s3, bucket, 1, MIB + 4321)
-    ((path, data),) = files.items()
+    obj = one_object(s3, bucket, proxy.endpoint_url, MIB + 4321, MIB)
     cluster = Cluster(tmp_path, 1)
-    backend = open_backend(SourceConfig(url=f"s3://{bucket}", endpoint_url=proxy.endpoint_url))
-    version = s3.head_object(Bucket=bucket, Key=path)["ETag"]
-    source = f"s3://{bucket}@{proxy.endpoint_url}"
-    blocks = ObjectBlocks(source, backend.principal, path, version, len(data), MIB)
     host, port = cluster.addresses["node0"]
-    asker = Asker("node0", host, port, SECRET.encode(), blocks, backend.principal_key)
+    asker = Asker("node0", host, port, SECRET.encode(), obj.blocks, obj.proof_key)
     with group_mounts(cluster, bucket, proxy.endpoint_url) as mounts:
-        yield Member(mounts["node0"], cluster, asker, data)
+        yield Member(mounts["node0"], cluster, asker, obj.data)
 
 
 def _line(parts: list[bytes]) -> bytes:

@@ -29,7 +29,7 @@ from pffs.group.principals import PrincipalKeys
 from pffs.group.protocol import FOOTER, BlockRequest
 from pffs.testing.servers import free_port
 from tests.conftest import metric_value, mounted, stats_snapshot
-from tests.mount.groupasker import Asker
+from tests.mount.groupasker import Asker, one_object
 from tests.mount.test_group import (
     MIB,
     SECRET,
@@ -119,15 +119,12 @@ def test_a_listener_without_the_secret_poisons_nothing(s3, bucket, proxy, tmp_pa
 def test_the_secret_alone_proves_no_principal_and_no_path_escapes(
     s3, bucket, proxy, tmp_path
 ) -> None:
-    files = put_files(s3, bucket, 1, MIB + 5)
-    ((path, data),) = files.items()
+    obj = one_object(s3, bucket, proxy.endpoint_url, MIB + 5, MIB)
+    path, data, source, blocks = obj.path, obj.data, obj.source, obj.blocks
+    principal, version = blocks.principal, blocks.version
     cluster = Cluster(tmp_path, 1)
-    backend = open_backend(SourceConfig(url=f"s3://{bucket}", endpoint_url=proxy.endpoint_url))
-    version = s3.head_object(Bucket=bucket, Key=path)["ETag"]
-    source = f"s3://{bucket}@{proxy.endpoint_url}"
-    blocks = ObjectBlocks(source, backend.principal, path, version, len(data), MIB)
     host, port = cluster.addresses["node0"]
-    proven = Asker("node0", host, port, SECRET.encode(), blocks, backend.principal_key)
+    proven = Asker("node0", host, port, SECRET.encode(), blocks, obj.proof_key)
     unproven = Asker("node0", host, port, SECRET.encode(), blocks, None)
     wrong = Asker("node0", host, port, SECRET.encode(), blocks, b"a guess at the key")
     target = BlockRequest(blocks, 0).target()
@@ -136,13 +133,13 @@ def test_the_secret_alone_proves_no_principal_and_no_path_escapes(
         assert wrong.ask(target)[0] == 403
         assert proven.block(0) == data[:MIB]
         for bad in ("/" + path, f"../{path}", f"data/../{path}", f"data//{path[5:]}"):
-            outside = ObjectBlocks(source, backend.principal, bad, version, len(data), MIB)
+            outside = ObjectBlocks(source, principal, bad, version, len(data), MIB)
             assert proven.ask(BlockRequest(outside, 0).target())[0] == 400, bad
-        # A size this member's own stat does not give: nothing cut to it is cached. (Its real
+        # A size that is not the object's: nothing cut to it is cached. (Its real
         # block may be on its way already, loaded ahead after block 0: a request joining that
         # flight is streamed the real bytes up to the length it named, which only the asker,
         # who can read them anyway, gets.)
-        shorter = ObjectBlocks(source, backend.principal, path, version, MIB + 1, MIB)
+        shorter = ObjectBlocks(source, principal, path, version, MIB + 1, MIB)
         status, body, _ = proven.ask(BlockRequest(shorter, 1).target())
         served = body[: len(body) - FOOTER.size]
         assert status != 200 or data[MIB:].startswith(served), (status, body)
