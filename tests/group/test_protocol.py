@@ -277,17 +277,22 @@ def test_a_connection_the_member_closed_while_idle_is_not_used(monkeypatch) -> N
     assert serve_and(check) == [DATA[:4096], DATA[4096:8192]]
 
 
+def reply_head(data: bytes) -> bytes:
+    """A member's reply head for `data` of BLOCKS, as a raw socket standing in for one sends it."""
+    return (
+        "HTTP/1.1 200 OK\r\n"
+        f"{protocol.VERSION}: {BLOCKS.version}\r\n"
+        f"content-length: {len(data) + protocol.FOOTER.size}\r\n\r\n"
+    ).encode()
+
+
 def test_a_request_on_a_connection_closed_as_it_was_sent_is_sent_again() -> None:
     """A member (a raw socket standing in for one) answers one request, then closes the same
     connection when the next arrives, unanswered: the client sends that request once more, on
     a new connection, and gets its block."""
     request = BlockRequest(BLOCKS, 0)
     data = DATA[:4096]
-    head = (
-        "HTTP/1.1 200 OK\r\n"
-        f"{protocol.VERSION}: {BLOCKS.version}\r\n"
-        f"content-length: {len(data) + protocol.FOOTER.size}\r\n\r\n"
-    ).encode()
+    head = reply_head(data)
     listener = socket.create_server(("127.0.0.1", 0))
     served = []
 
@@ -361,11 +366,7 @@ def test_a_reply_without_the_right_tag_is_refused(forge: str) -> None:
     another member's): the asker refuses it and counts it."""
     request = BlockRequest(BLOCKS, 0)
     data = DATA[:4096]
-    head = (
-        "HTTP/1.1 200 OK\r\n"
-        f"{protocol.VERSION}: {BLOCKS.version}\r\n"
-        f"content-length: {len(data) + protocol.FOOTER.size}\r\n\r\n"
-    ).encode()
+    head = reply_head(data)
     listener = socket.create_server(("127.0.0.1", 0))
 
     def forger() -> None:
