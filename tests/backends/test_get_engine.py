@@ -12,7 +12,6 @@ import random
 import shutil
 import socket
 import ssl
-import struct
 import subprocess
 import threading
 import time
@@ -29,11 +28,10 @@ from botocore.credentials import RefreshableCredentials
 
 from pffs.backends.s3 import S3Backend
 from pffs.backends.s3errors import S3RequestFailed, Unanswered
-from pffs.backends.s3get import PROBE_ANSWER_TIMEOUT, LeanGetEngine
+from pffs.backends.s3get import LeanGetEngine
 from pffs.config import RetryConfig, SourceConfig
 from pffs.errors import BackendError, Changed, NotFound, PermissionDenied, Transient, UsageError
-from pffs.retry import RetryTerms
-from pffs.testing.faults import HELD, FaultProxy
+from pffs.testing.faults import FaultProxy
 from pffs.testing.servers import MotoServer
 from tests.waiting import eventually
 
@@ -522,94 +520,3 @@ def test_a_line_break_in_a_header_value_is_refused(
     with pytest.raises(BackendError, match="holds a line break"):
         backend.read_range("data", 0, 10, '"e"\r\nX-Injected: 1')
     assert backend.read_range("data", 0, 10, etag) == DATA[:10]  # nothing left on the wire
-
-
-def test_after_a_hang_no_connection_that_hung_is_used_and_probes_time_out_on_their_own(
-    proxy: FaultProxy, stored: tuple[str, str]
-) -> None:
-    """The store stops answering: a GET times out after the request timeout and its
-    connection is closed; a probe gives up after its own short timeout, far below the request
-    timeout; once the store answers, the next GET and probe are served on connections opened
-    since, none that carried a request while it hung."""
-    bucket, _ = stored
-    backend = _backend(proxy.endpoint_url, bucket, read_timeout=1.0)
-    assert backend.read_range("data", 0, 10, None) == DATA[:10]  # a pooled connection
-    probing = _backend(proxy.endpoint_url, bucket, read_timeout=30.0)
-    proxy.hang()
-    try:
-        with pytest.raises(Transient, match="read timed out"):
-            backend.read_range("data", 0, 10, None)
-        started = time.monotonic()
-        with pytest.raises(Transient):
-            probing.probe()
-        took = time.monotonic() - started
-        assert took < 10, took  # its own answer timeout, not the source's 30 s
-    finally:
-        proxy.resume()
-    assert proxy.injected["hang"] == QUICK_RETRIES.attempts + 1
-    probing.probe()
-    assert backend.read_range("data", 10, 10, None) == DATA[10:20]
-    assert proxy.reused_after_hang == 0
-
-
-@pytest.mark.parametrize("held", HELD)
-def test_once_the_source_is_back_no_connection_open_before_carries_a_request(
-    proxy: FaultProxy, stored: tuple[str, str], held: str
-) -> None:
-    """Issue 49: the proxy hangs, then answers again and keeps every connection it held (both
-    the pooled one that answered and the spare) as it says: answered, reset, or black holes
-    for good. Terms that say the source came back up make the backend let go of them all: the
-    next read goes on a new connection at once, and the spare is opened again, in that
-    connection's generation."""
-    bucket, _ = stored
-    backend = _backend(proxy.endpoint_url, bucket, read_timeout=30.0)
-    assert backend.read_range("data", 0, 10, None) == DATA[:10]  # a pooled one, and a spare
-    connections = backend.engine._target.connections
-    deadline = time.monotonic() + 5
-    while len(connections._idle) < 2:  # the spare, opened in its own thread
-        assert time.monotonic() < deadline, "no spare"
-        time.sleep(0.01)
-    proxy.hang()
-    proxy.resume(held)
-    started = time.monotonic()
-    back = RetryTerms(recovered=1)
-    assert backend.read_range("data", 10, 10, None, terms=back) == DATA[10:20]
-    assert time.monotonic() - started < 2
-    assert proxy.used_after_hang == 0
-    assert backend.read_range("data", 20, 10, None, terms=back) == DATA[20:30]  # once: kept
-    deadline = time.monotonic() + 5
-    while not any(c.generation == 1 and not c.answered for c in connections._idle):
-        assert time.monotonic() < deadline, "the spare was not opened again"
-        time.sleep(0.01)
-    assert all(c.generation == 1 for c in connections._idle)
-
-
-def test_a_new_connection_waits_for_its_first_answer_only_the_probes_timeout(
-    proxy: FaultProxy, stored: tuple[str, str]
-) -> None:
-    """A connection that never carried an answer (a spare, a new one) gives up on a store that
-    does not answer after the probe's answer timeout, not the request timeout; from its first
-    answer on, it waits the request timeout."""
-    bucket, _ = stored
-    backend = _backend(proxy.endpoint_url, bucket, read_timeout=30.0)
-    proxy.hang()
-    started = time.monotonic()
-    try:
-        with (
-            pytest.raises(S3RequestFailed) as caught,
-            backend.engine.get("data", 0, 10, None),
-        ):
-            pass
-    finally:
-        proxy.resume()
-    took = time.monotonic() - started
-    assert caught.value.unanswered is Unanswered.READ_TIMEOUT
-    assert PROBE_ANSWER_TIMEOUT - 0.5 < took < PROBE_ANSWER_TIMEOUT + 3, took
-    assert backend.read_range("data", 0, 10, None) == DATA[:10]
-    connections = backend.engine._target.connections
-    answered = [c for c in connections._idle if c.answered]
-    assert answered
-    seconds, micros = struct.unpack(
-        "ll", answered[0].sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, 16)
-    )
-    assert seconds + micros / 1e6 == pytest.approx(30.0)
