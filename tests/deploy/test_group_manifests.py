@@ -35,18 +35,27 @@ from tests.deploy.test_deploy import (
 )
 
 OVERLAY = DEPLOY / "kubernetes-group"
+PRINCIPALS = DEPLOY / "kubernetes-group-principals"
 SECRET = "0123456789abcdef0123456789abcdef"
+PRINCIPAL_SECRET = "fedcba9876543210fedcba9876543210"
 
 
-def kustomize(tmp_path: Path, secret: str | None) -> subprocess.CompletedProcess[str]:
-    """The overlay rendered from a copy of deploy/ (the secret file, when given, beside it)."""
+def kustomize(
+    tmp_path: Path, secret: str | None, principal_secret: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The overlay rendered from a copy of deploy/ (the secret file, when given, beside it);
+    with a principal secret, the principals overlay on top of it."""
     assert KUBECTL is not None
-    for directory in (K8S, OVERLAY):
+    for directory in (K8S, OVERLAY, PRINCIPALS):
         shutil.copytree(directory, tmp_path / directory.name)
     if secret is not None:
         (tmp_path / OVERLAY.name / "group-secret").write_text(secret)
+    top = OVERLAY
+    if principal_secret is not None:
+        (tmp_path / PRINCIPALS.name / "principal-secret").write_text(principal_secret)
+        top = PRINCIPALS
     return subprocess.run(
-        [KUBECTL, "kustomize", str(tmp_path / OVERLAY.name)],
+        [KUBECTL, "kustomize", str(tmp_path / top.name)],
         capture_output=True,
         text=True,
         check=False,
@@ -110,6 +119,33 @@ def test_the_overlay_renders_what_the_chart_renders_with_a_group(tmp_path: Path)
     assert (
         base64.b64decode(from_file["data"]["secret"]).decode() == from_value["stringData"]["secret"]
     )
+
+
+@requires_kubectl
+@requires_helm
+def test_the_principals_overlay_renders_what_the_chart_renders_with_principals(
+    tmp_path: Path,
+) -> None:
+    done = kustomize(tmp_path, SECRET, PRINCIPAL_SECRET)
+    assert done.returncode == 0, done.stderr
+    overlay = by_key([d for d in yaml.safe_load_all(done.stdout) if d])
+    chart = rendered(
+        "cacheGroup.enabled=true",
+        "cacheGroup.create=true",
+        f"cacheGroup.secret={SECRET}",
+        "cacheGroup.principalsWithoutKeys=true",
+        f"cacheGroup.principalSecret={PRINCIPAL_SECRET}",
+    )
+    key = ("Secret", "pffs-group-secret")
+    from_files: Doc = overlay.pop(key)
+    from_values: Doc = chart.pop(key)
+    assert overlay == chart
+    config = config_from_args(
+        pffs_args(container(overlay[("DaemonSet", "pffs-csi-node")], "pffs-plugin"))
+    )
+    assert "--group-principal-secret-file" in config.group_options()
+    decoded = {k: base64.b64decode(v).decode() for k, v in from_files["data"].items()}
+    assert decoded == from_values["stringData"]
 
 
 @requires_kubectl
