@@ -10,13 +10,14 @@ import dataclasses
 
 import pytest
 
+from pffs import config as config_module
 from pffs.cli import mounthelper
 from pffs.cli.fluidconfig import SOURCE_KEYS, mount_arguments
 from pffs.cli.fluidpolicy import DATA_OPTIONS
 from pffs.cli.options import build_parser
 from pffs.config import SourceConfig
 from pffs.csi import params
-from pffs.optiontable import OPTIONS, SWITCH, Option, camel
+from pffs.optiontable import OPTIONS, SWITCH, Option, build, camel, defaults
 from pffs.optionvalues import BadValue, boolean
 from pffs.routing.tablefile import parse_table
 
@@ -25,7 +26,20 @@ CLI_OPTIONS = [option for option in OPTIONS if option.cli]
 # attributes took the short name of the endpoint before the table existed.
 TOML_EXCEPTIONS = {"endpoint-url": "endpoint", "hdfs-user": "user"}
 CSI_EXCEPTIONS = {"endpoint-url": "endpoint"}
-CANDIDATES = ("64M", "3", "600", "0.5", "warning", "memory", "off", "true", "x")
+CANDIDATES = (
+    "64M",
+    "3",
+    "600",
+    "0.5",
+    "warning",
+    "memory",
+    "off",
+    "true",
+    "x",
+    ":9567",
+    "dns://group.local:7070",
+    "s3://near/blocks",
+)
 
 
 def sample(option: Option) -> tuple[str, object]:
@@ -189,3 +203,55 @@ def test_each_front_end_reads_an_empty_boolean_by_its_syntax() -> None:
 def test_switches_are_switches_everywhere() -> None:
     switches = {option.name for option in OPTIONS if option.form == SWITCH}
     assert switches == {"read-only", "allow-other", "debug"}
+
+
+@pytest.mark.parametrize("option", [o for o in OPTIONS if o.fills], ids=lambda o: o.name)
+def test_each_row_names_the_config_fields_it_fills(option: Option) -> None:
+    for config_name, field in option.fields:
+        config = getattr(config_module, config_name)
+        assert field in {f.name for f in dataclasses.fields(config)}, option.fills
+
+
+def test_every_row_fills_a_config_field() -> None:
+    assert [option.name for option in OPTIONS if not option.fields] == []
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        config_module.CacheConfig,
+        config_module.MetaConfig,
+        config_module.PreloadConfig,
+        config_module.OrderLimits,
+        config_module.RetryConfig,
+        config_module.ObserveConfig,
+    ],
+    ids=lambda c: c.__name__,
+)
+def test_the_tables_defaults_build_the_configs_defaults(config: type) -> None:
+    """A command line that gives no option means what the configs say by themselves."""
+    assert build(config, defaults()) == config()
+
+
+def test_a_row_later_in_the_table_beats_an_earlier_one() -> None:
+    given = defaults() | {"metadata_ttl": 5.0, "entry_ttl": 7.0}
+    assert build(config_module.MetaConfig, given) == config_module.MetaConfig(5.0, 7.0, 5.0)
+
+
+@pytest.mark.parametrize(
+    ("flag", "text", "complaint"),
+    [
+        ("--preload-budget", "0", "is not a size above 0"),
+        ("--order-timeout", "0", "is not a positive number of seconds"),
+        ("--order-timeout", "inf", "is not a positive number of seconds"),
+        ("--metrics", "9567", "is not HOST:PORT"),
+        ("--metrics", "localhost:99999", "is not HOST:PORT"),
+    ],
+)
+def test_ranges_and_forms_are_the_parsers(
+    flag: str, text: str, complaint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What config building used to refuse by hand, argparse refuses through the parser."""
+    with pytest.raises(SystemExit):
+        parsed(["mount", "s3://b", "/m", flag, text])
+    assert f"argument {flag}: {text!r} {complaint}" in capsys.readouterr().err
