@@ -28,10 +28,11 @@ tests/unit/test_option_table.py walks this table through every front end.
 
 from __future__ import annotations
 
+import argparse
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pffs import optionvalues as values
 from pffs.config import (
@@ -125,6 +126,8 @@ class Option:
             return [self.flag if value else f"--no-{self.name}"]
         if self.parse is values.boolean:
             return [self.flag, "on" if value else "off"]
+        if isinstance(value, float) and value.is_integer():
+            return [self.flag, str(int(value))]  # 300, not 300.0
         return [self.flag, str(value)]
 
 
@@ -358,6 +361,35 @@ def build(config: type[Config], given: Mapping[str, object], **fixed: object) ->
             if field not in fixed and value is not None:
                 fields[field] = value if option.into is None else option.into(value)
     return config(**fields, **fixed)
+
+
+def argtype(parse: Callable[[str], object]) -> Callable[[str], object]:
+    """`parse` as an argparse type: its one-line complaint becomes argparse's."""
+
+    def convert(text: str) -> object:
+        try:
+            return parse(text)
+        except values.BadValue as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = getattr(parse, "__name__", "value")
+    return convert
+
+
+def add_argument(group: Any, option: Option, **overrides: Any) -> None:
+    """`option` as an argument of an argparse parser or group (`pffs mount`'s, the CSI
+    driver's), its flag, parser, default, unit and help the table's; `overrides` replace
+    argparse settings (another default)."""
+    kwargs: dict[str, Any] = {"help": option.help or None, "default": option.default_value()}
+    if option.form == SWITCH:
+        kwargs["action"] = "store_true"
+    elif option.form == TRISTATE:
+        kwargs["action"] = argparse.BooleanOptionalAction
+    else:
+        kwargs["type"] = argtype(option.parse)
+        if option.metavar:
+            kwargs["metavar"] = option.metavar
+    group.add_argument(option.flag, **kwargs | overrides)
 
 
 def camel(name: str) -> str:

@@ -195,7 +195,7 @@ def test_each_front_end_reads_an_empty_boolean_by_its_syntax() -> None:
     """A bare key in a list of options is a switch turned on; an empty attribute is not given."""
     assert parsed(mounthelper.translate("s3://b", "/m", ["ro", "allow_other"])).allow_other
     assert mount_arguments("/m", {"read-only": ("MOUNT_OPTIONS.ro", "")}).read_only
-    assert params.volume_spec({"source": "s3://b/x", "readOnly": ""}).read_only is False
+    assert "readOnly" not in params.volume_spec({"source": "s3://b/x", "readOnly": ""}).options
     with pytest.raises(SystemExit):
         parsed(["mount", "s3://b", "/m", "--preload", ""])
 
@@ -255,3 +255,30 @@ def test_ranges_and_forms_are_the_parsers(
     with pytest.raises(SystemExit):
         parsed(["mount", "s3://b", "/m", flag, text])
     assert f"argument {flag}: {text!r} {complaint}" in capsys.readouterr().err
+
+
+def test_the_csi_drivers_group_flags_are_the_mounts() -> None:
+    """`pffs csi`'s group flags are the table's rows `pffs mount` has: the same parser, unit
+    and help (dns:// included), and what the driver hands a volume the mount reads back."""
+    from pffs.csi.server import GROUP_OPTIONS, config_from_args
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    csi_flags = {f: a for a in commands.choices["csi"]._actions for f in a.option_strings}
+    mount_flags = mount_actions()
+    for option in GROUP_OPTIONS:
+        driver, mount = csi_flags[option.flag], mount_flags[option.flag]
+        kinds = [getattr(action.type, "__name__", None) for action in (driver, mount)]
+        assert driver.metavar == mount.metavar and kinds[0] == kinds[1] == option.parse.__name__
+        assert str(driver.help).startswith(str(mount.help))
+    assert "dns://NAME:PORT" in str(csi_flags["--group-members"].help)
+    given = ["--group-members", "dns://pffs-group.pffs.svc:7070", "--group-secret-file", "/s"]
+    given += ["--group-handover", "90", "--group-principal-secret-file", "/p"]
+    args = parser.parse_args(["csi", "--endpoint", "unix:///tmp/x.sock", "--node-id", "n", *given])
+    handed = config_from_args(args).group_options()
+    assert handed == [*given[:2], "--group-listen", "0.0.0.0:7070", *given[2:]]
+    mounted = parsed(["mount", "s3://b", "/m", *handed])
+    for option in GROUP_OPTIONS:
+        assert getattr(mounted, option.dest) == getattr(args, option.dest)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["csi", "--endpoint", "unix:///x", "--group-members", "dns://x"])
