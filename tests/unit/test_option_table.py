@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -282,3 +283,20 @@ def test_the_csi_drivers_group_flags_are_the_mounts() -> None:
         assert getattr(mounted, option.dest) == getattr(args, option.dest)
     with pytest.raises(SystemExit):
         parser.parse_args(["csi", "--endpoint", "unix:///x", "--group-members", "dns://x"])
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+@pytest.mark.parametrize("option", OPTIONS, ids=lambda o: o.name)
+def test_every_option_is_documented(option: Option) -> None:
+    """Each row is on a doc page under its spelling: its flag (a pffs.toml key when it has
+    none), and its CSI attribute on the Kubernetes page."""
+    pages = "".join(page.read_text() for page in DOCS.glob("*.md"))
+    assert (
+        (f"`{option.flag} " in pages or f"`{option.flag}`" in pages)
+        if option.cli
+        else (f"{option.toml} = " in pages)
+    )
+    if option.csi:
+        assert f"`{option.csi}`" in (DOCS / "KUBERNETES.md").read_text()
