@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, TypeVar
 import grpc
 
 from pffs.errors import UsageError
-from pffs.optiontable import BY_NAME, add_argument
+from pffs.optiontable import BY_NAME, add_argument, argtype
+from pffs.optionvalues import seconds
 
 if TYPE_CHECKING:
     from pffs.csi.affinity.publisher import NodeCachePublisher
@@ -108,7 +109,7 @@ def add_parser(commands: argparse._SubParsersAction[Parser]) -> None:
     csi.add_argument("--kubelet-dir", default=defaults.kubelet_dir, help="target paths root")
     csi.add_argument(
         "--publish-interval",
-        type=float,
+        type=argtype(seconds),
         default=defaults.publish_interval,
         help="node mode: seconds between updates of this Node's data-affinity labels from the "
         "cache (10; 0 disables; on in a cluster or with --kube-api)",
@@ -145,8 +146,6 @@ def config_from_args(args: argparse.Namespace) -> DriverConfig:
         given = config.group.get(option.dest)
         if not members and given is not None and option.name != "group-listen":
             raise UsageError(f"{option.flag} needs --group-members")
-    if config.publish_interval < 0:
-        raise UsageError("--publish-interval must be 0 (off) or a number of seconds")
     if config.serves_node and not config.node_id:
         raise UsageError("--node-id is required with --mode node or all")
     name = config.driver_name

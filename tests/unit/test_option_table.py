@@ -300,3 +300,14 @@ def test_every_option_is_documented(option: Option) -> None:
     )
     if option.csi:
         assert f"`{option.csi}`" in (DOCS / "KUBERNETES.md").read_text()
+
+
+@pytest.mark.parametrize("text", ["-1", "inf", "soon"])
+def test_the_csi_drivers_interval_is_refused_by_its_parser(
+    text: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        parsed(["csi", "--endpoint", "unix:///x", "--publish-interval", text])
+    assert f"argument --publish-interval: {text!r} is not a number of seconds" in (
+        capsys.readouterr().err
+    )
