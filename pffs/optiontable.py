@@ -78,7 +78,7 @@ class Option:
     # The config fields the value fills, `Class.field` of pffs.config, space-separated.
     fills: str = ""
     # How the value becomes the field's (None: as it is).
-    into: Callable[[object], object] | None = None
+    into: Callable[[Any], object] | None = None
 
     @property
     def dest(self) -> str:
@@ -145,19 +145,19 @@ _PRELOAD = PreloadConfig()
 _SOURCE = SourceConfig(url="")
 
 
-def _attempts(retries: object) -> object:
+def _attempts(retries: int) -> int:
     """RetryConfig counts the first try among its attempts."""
-    return int(str(retries)) + 1
+    return retries + 1
 
 
-def _disk_dir(text: object) -> object:
+def _disk_dir(text: str) -> str | None:
     """`none` is no disk tier; a relative directory is the caller's."""
-    return None if str(text).lower() == "none" else os.path.abspath(str(text))
+    return None if text.lower() == "none" else os.path.abspath(text)
 
 
-def _path(text: object) -> object:
-    """A file named on a command line, as the daemon (which runs in /) will find it."""
-    return os.path.abspath(str(text))
+def _path(text: str) -> str:
+    """A file named relative to the caller, as the daemon (its own process) finds it."""
+    return os.path.abspath(text)
 
 
 # One option a line or a few: the table reads better unwrapped by the formatter.
@@ -174,7 +174,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("credentials-file", values.text, None, "the keys, read as values from FILE: "
            "aws_access_key_id, aws_secret_access_key and aws_session_token of its [default] "
            "section (or --profile's); nothing else in it is read or run", "s3", unit="FILE",
-           fills="SourceConfig.credentials"),
+           fills="SourceConfig.credentials"),  # read by the front end: the file, and --profile
     Option("path-style", values.boolean, None, "path-style addressing (default: on when an "
            "endpoint URL is set)", "s3", form=TRISTATE, scope="source", toml="path_style",
            toml_type=bool, fills="SourceConfig.path_style"),
