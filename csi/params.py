@@ -18,7 +18,9 @@ Volume context keys (camelCase, as Kubernetes volume attributes are written):
                  options): the volume's mounts on all nodes serve each other's blocks
 
 Every key but source, mountTable and cacheGroup is a mount option of pffs.optiontable (its
-`csi` name), read by that option's parser; an empty attribute is one not given. The former names
+`csi` name: VOLUME_KEYS is derived from the table), read by that option's parser at
+NodePublish, so a bad value fails the call naming its key before any mount process starts; an
+empty attribute is one not given. The former names
 prefetchMax and datasetPrefetch still work, with a warning in the log.
 
 Node-publish and provisioner secrets: accessKeyId, secretAccessKey, optional sessionToken. They
@@ -31,10 +33,9 @@ another control character is INVALID_ARGUMENT, naming its key.
 from __future__ import annotations
 
 import logging
-import re
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, cast
 
 from pffs.backends import scheme_of
 from pffs.config import CacheConfig, memory_holds_blocks
@@ -84,17 +85,10 @@ class VolumeSpec:
     """How to mount one volume: everything the `pffs mount` process is started with."""
 
     source: str  # the URL, or "" when mount_table is given
-    endpoint: str | None = None
-    region: str | None = None
-    read_only: bool = False
-    cache_memory: int | None = None
-    cache_size: int | None = None
-    readahead_max: int | None = None
-    block_size: int | None = None
+    # The mount options the attributes set: {attribute: value, as its option's parser read it}.
+    options: Mapping[str, object] = field(default_factory=dict)
     # TOML text of a mount table (several sources in one tree), written to a file for the mount.
     mount_table: str | None = None
-    # None keeps pffs's default (on).
-    preload: bool | None = None
     # Joins the node's cache group (the driver adds the group's options: VolumeManager).
     cache_group: bool = False
 
@@ -106,19 +100,26 @@ class VolumeSpec:
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> VolumeSpec:
+        """The spec `as_dict` recorded; also a record from before the options were a map, each
+        option in a field of its own named by its dest (the endpoint by its attribute)."""
+        fields = dict(raw)
+        options = dict(fields.pop("options", {}))
+        for key, option in VOLUME_OPTIONS.items():
+            for former in {option.dest, key}:
+                value = fields.pop(former, None)
+                if value is not None:
+                    options[key] = value
+        return cls(options=options, **fields)
+
     def mount_options(self) -> list[str]:
         """The `pffs mount` options of this spec (no secrets here: they travel in a file)."""
         options: list[str] = []
         for key, option in VOLUME_OPTIONS.items():
-            value = getattr(self, _field(key))
-            if value is not None:
-                options += option.argv(value)
+            if key in self.options:
+                options += option.argv(self.options[key])
         return options
-
-
-def _field(key: str) -> str:
-    """The VolumeSpec field of an attribute: its name in snake_case."""
-    return re.sub("([A-Z])", r"_\1", key).lower()
 
 
 def parse_bool(key: str, text: str) -> bool:
@@ -159,20 +160,20 @@ def volume_spec(context: dict[str, str]) -> VolumeSpec:
         raise invalid("the volume context has no 'source' (the URL to mount, s3://bucket/prefix)")
     if table:
         check_mount_table(table, context.get("endpoint") or None)
-    given: dict[str, Any] = {
-        _field(key): _attribute(key, option.parse, context[key])
+    given = {
+        key: _attribute(key, option.parse, context[key])
         for key, option in VOLUME_OPTIONS.items()
         if context.get(key, "").strip()
     }
-    memory = given.get("cache_memory", CacheConfig.memory_bytes)
-    block = given.get("block_size", CacheConfig.block_size)
+    memory = cast(int, given.get("cacheMemory", CacheConfig.memory_bytes))
+    block = cast(int, given.get("blockSize", CacheConfig.block_size))
     if not memory_holds_blocks(memory, block):
         raise invalid(f"cacheMemory={memory} must hold at least two blocks of blockSize={block}")
     return VolumeSpec(
         source=check_source(source) if source else "",
+        options=given,
         mount_table=table,
         cache_group=parse_bool("cacheGroup", context.get("cacheGroup", "")),
-        **given,
     )
 
 

@@ -13,17 +13,17 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Mapping
 from concurrent import futures
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import FrameType
 from typing import TYPE_CHECKING, TypeVar
 
 import grpc
 
 from pffs.errors import UsageError
-from pffs.optiontable import BY_NAME
-from pffs.optionvalues import BadValue
+from pffs.optiontable import BY_NAME, add_argument, argtype
+from pffs.optionvalues import seconds
 
 if TYPE_CHECKING:
     from pffs.csi.affinity.publisher import NodeCachePublisher
@@ -31,6 +31,19 @@ if TYPE_CHECKING:
 log = logging.getLogger("pffs.csi")
 DEFAULT_DRIVER_NAME = "csi.pffs.io"
 MODES = ("node", "controller", "all")
+# The cache group's options the driver takes, rows of the option table as `pffs mount`'s are
+# (the member name is each node's: $NODE_NAME), and where a node's mounts serve peers.
+GROUP_OPTIONS = tuple(
+    BY_NAME[name]
+    for name in (
+        "group-members",
+        "group-listen",
+        "group-secret-file",
+        "group-handover",
+        "group-principal-secret-file",
+    )
+)
+GROUP_LISTEN = "0.0.0.0:7070"
 
 
 @dataclass(frozen=True)
@@ -51,36 +64,20 @@ class DriverConfig:
     publish_interval: float = 10.0
     # The API server for publishing; None means the in-cluster service account (when there).
     kube_api: str | None = None
-    # The cache group volumes with cacheGroup "true" join (pffs.group): its member source,
-    # the address the volume's mount serves peers on, and the shared secret's file.
-    group_members: str | None = None
-    group_listen: str = "0.0.0.0:7070"
-    group_secret_file: str | None = None
-    # Seconds a handover lasts after a membership change (None: the mount's default).
-    group_handover: float | None = None
-    # The secret proving to peers the principals without a key of their own (a role, a web
-    # identity, anonymous: pffs.group.principals); None: their blocks stay out of the group.
-    group_principal_secret_file: str | None = None
+    # The cache group volumes with cacheGroup "true" join (pffs.group): the values of the
+    # driver's GROUP_OPTIONS ({dest: value}, as parsed; None: not given), handed to each such
+    # volume's `pffs mount` (its member name is the mount's default, $NODE_NAME).
+    group: Mapping[str, object] = field(default_factory=dict)
 
     def group_options(self) -> list[str]:
-        """The `pffs mount` options of a volume in the node's cache group ([] without one);
-        the member name is the mount's default, $NODE_NAME."""
-        if self.group_members is None or self.group_secret_file is None:
+        """The `pffs mount` options of a volume in the node's cache group ([] without one)."""
+        if not self.group.get("group_members"):
             return []
         return [
-            *("--group-members", self.group_members),
-            *("--group-listen", self.group_listen),
-            *("--group-secret-file", self.group_secret_file),
-            *(
-                ()
-                if self.group_handover is None
-                else ("--group-handover", f"{self.group_handover:g}")
-            ),
-            *(
-                ()
-                if self.group_principal_secret_file is None
-                else ("--group-principal-secret-file", self.group_principal_secret_file)
-            ),
+            arg
+            for option in GROUP_OPTIONS
+            if self.group.get(option.dest) is not None
+            for arg in option.argv(self.group[option.dest])
         ]
 
     @property
@@ -112,37 +109,21 @@ def add_parser(commands: argparse._SubParsersAction[Parser]) -> None:
     csi.add_argument("--kubelet-dir", default=defaults.kubelet_dir, help="target paths root")
     csi.add_argument(
         "--publish-interval",
-        type=float,
+        type=argtype(seconds),
         default=defaults.publish_interval,
         help="node mode: seconds between updates of this Node's data-affinity labels from the "
         "cache (10; 0 disables; on in a cluster or with --kube-api)",
     )
     csi.add_argument("--kube-api", help="API server URL (default: the in-cluster service account)")
     group = csi.add_argument_group('cache group (volumes with cacheGroup: "true" join it)')
-    group.add_argument("--group-members", help="file:///PATH or k8s://NAMESPACE/SERVICE")
-    group.add_argument("--group-listen", default=defaults.group_listen, help="(0.0.0.0:7070)")
-    group.add_argument("--group-secret-file", help="the group's shared secret")
-    group.add_argument(
-        "--group-principal-secret-file",
-        help="the secret proving to peers the principals with no key of their own (roles, web "
-        "identities, anonymous); without it their blocks are not shared",
-    )
-    handover = BY_NAME["group-handover"]
-    group.add_argument(
-        handover.flag, type=_parsed_by(handover.parse), metavar=handover.metavar, help=handover.help
-    )
-
-
-def _parsed_by(parse: Callable[[str], object]) -> Callable[[str], object]:
-    """A mount option's parser as an argparse type: its one-line complaint becomes argparse's."""
-
-    def convert(text: str) -> object:
-        try:
-            return parse(text)
-        except BadValue as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-
-    return convert
+    for option in GROUP_OPTIONS:
+        # The same rows as `pffs mount`'s flags; peers reach a node's mounts from other nodes.
+        if option.name == "group-listen":
+            add_argument(
+                group, option, default=GROUP_LISTEN, help=f"{option.help} ({GROUP_LISTEN})"
+            )
+        else:
+            add_argument(group, option)
 
 
 def config_from_args(args: argparse.Namespace) -> DriverConfig:
@@ -156,18 +137,15 @@ def config_from_args(args: argparse.Namespace) -> DriverConfig:
         kubelet_dir=os.path.abspath(args.kubelet_dir),
         publish_interval=args.publish_interval,
         kube_api=args.kube_api,
-        group_members=args.group_members,
-        group_listen=args.group_listen,
-        group_secret_file=args.group_secret_file,
-        group_handover=args.group_handover,
-        group_principal_secret_file=args.group_principal_secret_file,
+        group={option.dest: getattr(args, option.dest) for option in GROUP_OPTIONS},
     )
-    if bool(config.group_members) != bool(config.group_secret_file):
+    members, secret_file = config.group.get("group_members"), config.group.get("group_secret_file")
+    if bool(members) != bool(secret_file):
         raise UsageError("--group-members and --group-secret-file go together")
-    if config.group_handover is not None and not config.group_members:
-        raise UsageError("--group-handover needs --group-members")
-    if config.publish_interval < 0:
-        raise UsageError("--publish-interval must be 0 (off) or a number of seconds")
+    for option in GROUP_OPTIONS:
+        given = config.group.get(option.dest)
+        if not members and given is not None and option.name != "group-listen":
+            raise UsageError(f"{option.flag} needs --group-members")
     if config.serves_node and not config.node_id:
         raise UsageError("--node-id is required with --mode node or all")
     name = config.driver_name

@@ -99,7 +99,7 @@ class Volume:
     def from_json(cls, raw: dict[str, Any]) -> Volume:
         return cls(
             volume_id=raw["volume_id"],
-            spec=VolumeSpec(**raw["spec"]),
+            spec=VolumeSpec.from_dict(raw["spec"]),
             pid=raw.get("pid"),
             targets={path: Publication(**p) for path, p in raw["targets"].items()},
         )

@@ -232,14 +232,58 @@ class ObserveConfig:
 
 
 @dataclass(frozen=True)
-class GroupConfig:
-    """A cache group this mount joins (pffs.group): where the member list comes from
-    (`file:///path` or `k8s://NAMESPACE/SERVICE`), the address its peer server listens on,
-    the file holding the shared secret, and this member's name in the list. `kube_api` is the
-    Kubernetes API's URL for `k8s://` outside a pod (`kubectl proxy`); None: the pod's service
-    account."""
+class MembersFile:
+    """`file:///PATH`: a file of `NAME http://HOST:PORT` lines, re-read when it changes."""
 
-    members: str
+    path: str
+    kind: str = field(default="file", init=False)
+
+    def __str__(self) -> str:
+        return f"file://{self.path}"
+
+
+@dataclass(frozen=True)
+class MembersKube:
+    """`k8s://NAMESPACE/SERVICE`: the EndpointSlices of a headless Service."""
+
+    namespace: str
+    service: str
+    kind: str = field(default="k8s", init=False)
+
+    def __str__(self) -> str:
+        return f"k8s://{self.namespace}/{self.service}"
+
+
+@dataclass(frozen=True)
+class MembersDns:
+    """`dns://NAME:PORT`: the addresses a name resolves to, each a member at PORT."""
+
+    name: str
+    port: int
+    kind: str = field(default="dns", init=False)
+
+    def __str__(self) -> str:
+        return f"dns://{self.name}:{self.port}"
+
+
+# Where a group's member list comes from, parsed once from its URL (pffs.optionvalues
+# .member_source); `str()` gives the URL back.
+MemberSource = MembersFile | MembersKube | MembersDns
+MEMBER_SOURCES: dict[str, type[MemberSource]] = {
+    "file": MembersFile,
+    "k8s": MembersKube,
+    "dns": MembersDns,
+}
+
+
+@dataclass(frozen=True)
+class GroupConfig:
+    """A cache group this mount joins (pffs.group): where the member list comes from, the
+    address its peer server listens on, the file holding the shared secret, and this member's
+    name in the list. `kube_api` is the Kubernetes API's URL for `k8s://` outside a pod
+    (`kubectl proxy`); None: the pod's service account."""
+
+    members: MemberSource
     listen: str
     secret_file: str
     self_name: str
@@ -250,6 +294,13 @@ class GroupConfig:
     # The secret proving the principals without a static key (pffs.group.principals); None:
     # their blocks stay out of the group.
     principal_secret_file: str | None = None
+
+
+def _group_config(raw: dict[str, Any]) -> GroupConfig:
+    fields = dict(raw)
+    members = dict(fields.pop("members"))
+    source = MEMBER_SOURCES[members.pop("kind")](**members)
+    return GroupConfig(members=source, **fields)
 
 
 @dataclass(frozen=True)
@@ -334,7 +385,7 @@ def from_json(text: str) -> MountConfig:
         name=raw["name"],
         observe=ObserveConfig(**raw.get("observe", {})),
         dataset=_preload_config(raw.get("dataset", {})),
-        group=GroupConfig(**raw["group"]) if raw.get("group") else None,
+        group=_group_config(raw["group"]) if raw.get("group") else None,
         shared_cache=SharedCacheConfig(**raw["shared_cache"]) if raw.get("shared_cache") else None,
     )
 

@@ -13,9 +13,11 @@ one not given.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
+from urllib.parse import urlsplit
 
-from pffs.config import INDEFINITE_TTL
+from pffs.config import INDEFINITE_TTL, MembersDns, MembersFile, MembersKube, MemberSource
 from pffs.sizes import SizeError, parse_size
 
 TRUE_WORDS = ("true", "yes", "on", "1")
@@ -53,6 +55,9 @@ def size_between(low: int, high: int, what: str) -> Callable[[str], int]:
 
     return parse
 
+
+# Bytes of files preloaded in flight: none would be no preload (`--preload off` says that).
+positive_size = size_between(1, 1 << 62, "a size above 0 (to load nothing ahead: --preload off)")
 
 # A cache block (pffs.cache.keys): under 64K the requests per byte dominate; over 64M one block
 # holds the memory tier's room for a dozen readers.
@@ -127,3 +132,60 @@ def one_of(*choices: str) -> Callable[[str], str]:
         return value
 
     return parse
+
+
+def host_port(text: str) -> tuple[str, int]:
+    """`HOST:PORT` ([::1]:PORT for IPv6) -> (host, port). `:PORT` is 127.0.0.1, as for every
+    listener (docs/SECURITY.md): every interface is asked for by name, `0.0.0.0:PORT`."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise BadValue(f"{text!r} is not HOST:PORT (like 127.0.0.1:9567)")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def listen_address(text: str) -> str:
+    """An address to listen on, checked (`host_port` reads it when the listener opens)."""
+    host_port(text)
+    return text
+
+
+# A Kubernetes name (RFC 1123 label): a namespace's or a Service's.
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
+# The forms of a member source, by scheme.
+MEMBER_FORMS = {"file": "file:///PATH", "k8s": "k8s://NAMESPACE/SERVICE", "dns": "dns://NAME:PORT"}
+
+
+def member_source(text: str) -> MemberSource:
+    """Where a cache group's member list comes from, by its URL's scheme."""
+    parts = urlsplit(text)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if parts.scheme == "file" and not parts.netloc and parts.path.startswith("/"):
+        return MembersFile(parts.path)
+    if parts.scheme == "k8s":
+        namespace, _, service = text.removeprefix("k8s://").partition("/")
+        if text.startswith("k8s://") and _DNS_LABEL.match(namespace) and _DNS_LABEL.match(service):
+            return MembersKube(namespace, service)
+    if parts.scheme == "dns" and parts.hostname and port is not None and parts.path in ("", "/"):
+        return MembersDns(parts.hostname, port)
+    forms = ", ".join(MEMBER_FORMS.values())
+    raise BadValue(f"{text!r} is not {MEMBER_FORMS.get(parts.scheme, forms)}")
+
+
+# A member's name in its group (a node's name; pffs.group.members reads lists by it too).
+MEMBER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}\Z")
+
+
+def member_name(text: str) -> str:
+    if not MEMBER_NAME.match(text):
+        raise BadValue(f"{text[:80]!r} is not a member name: letters, digits, '.', '_', '-' only")
+    return text
+
+
+def s3_prefix(text: str) -> str:
+    """`s3://BUCKET[/PREFIX]`: where a shared tier keeps its blocks."""
+    if not text.startswith("s3://") or not text.removeprefix("s3://").split("/", 1)[0]:
+        raise BadValue(f"{text!r} is not s3://BUCKET/PREFIX")
+    return text

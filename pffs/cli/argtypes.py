@@ -5,25 +5,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
 from typing import Any
 
 from pffs import optionvalues as values
-from pffs.optiontable import SECTIONS, SWITCH, TRISTATE, Option, section
-
-
-def argtype(parse: Callable[[str], Any]) -> Callable[[str], Any]:
-    """`parse` as an argparse type: its one-line complaint becomes argparse's."""
-
-    def convert(text: str) -> Any:
-        try:
-            return parse(text)
-        except values.BadValue as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-
-    convert.__name__ = getattr(parse, "__name__", "value")
-    return convert
-
+from pffs.optiontable import SECTIONS, Option, add_argument, argtype, section
 
 seconds = argtype(values.seconds)
 positive_seconds = argtype(values.positive_seconds)
@@ -41,19 +26,11 @@ def add_section(parser: argparse.ArgumentParser, name: str) -> Any:
 
 
 def add_option(group: Any, option: Option) -> None:
-    kwargs: dict[str, Any] = {"help": option.help or None}
-    if option.form == SWITCH:
-        kwargs |= {"action": "store_true", "default": option.default_value()}
-    elif option.form == TRISTATE:
-        kwargs |= {"action": argparse.BooleanOptionalAction, "default": option.default_value()}
-    else:
-        kwargs |= {"type": argtype(option.parse), "default": option.default_value()}
-        if option.metavar:
-            kwargs["metavar"] = option.metavar
+    kwargs: dict[str, Any] = {}
     if option.name == "debug":
         # Also given before the subcommand (`pffs --debug mount`): SUPPRESS keeps that one.
         kwargs["default"] = argparse.SUPPRESS
-    group.add_argument(option.flag, **kwargs)
+    add_argument(group, option, **kwargs)
     for old in option.renamed:
         add_renamed(group, f"--{old}", option.flag, metavar=option.metavar)
 

@@ -1,6 +1,9 @@
 """`pffs`'s argv: the parser of every command and the configs built from its answers.
 
-Only front ends read argv; this module turns it into the frozen dataclasses of pffs.config.
+Only front ends read argv; this module turns it into the frozen dataclasses of pffs.config,
+each filled by the option table (`pffs.optiontable.build`: every row names its field), so
+this module writes only what several options make together and the checks across options.
+A value's own range and form are its parser's (pffs.optionvalues): argparse refuses it.
 A usage error is one line and exit code 2.
 """
 
@@ -10,7 +13,6 @@ import argparse
 import os
 import stat
 import sys
-from dataclasses import replace
 from typing import NoReturn
 
 from pffs.cli import argtypes
@@ -21,6 +23,7 @@ from pffs.config import (
     MetaConfig,
     MountConfig,
     ObserveConfig,
+    OrderLimits,
     PreloadConfig,
     RetryConfig,
     SourceConfig,
@@ -30,6 +33,7 @@ from pffs.config import (
 )
 from pffs.credentials import Credentials, parse_credentials
 from pffs.errors import UsageError
+from pffs.optiontable import build
 from pffs.version import __version__
 
 # A credentials file of a few profiles is a few KiB.
@@ -45,18 +49,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def metadata_config(args: argparse.Namespace) -> MetaConfig:
-    """The TTLs: each option given, else `--metadata-ttl`, else the default."""
-    shared = args.metadata_ttl
-    return MetaConfig(
-        attr_ttl=_first(args.attr_ttl, shared, MetaConfig.attr_ttl),
-        entry_ttl=_first(args.entry_ttl, shared, MetaConfig.entry_ttl),
-        dir_ttl=_first(args.dir_ttl, shared, MetaConfig.dir_ttl),
-        negative_ttl=args.negative_ttl,
-    )
-
-
-def _first(*values: float | None) -> float:
-    return next(value for value in values if value is not None)
+    """The TTLs: each option given, else `--metadata-ttl`, else the default (the table's order)."""
+    return build(MetaConfig, vars(args))
 
 
 def _add_source_options(parser: argparse.ArgumentParser) -> None:
@@ -65,12 +59,8 @@ def _add_source_options(parser: argparse.ArgumentParser) -> None:
 
 
 def preload_config(args: argparse.Namespace) -> PreloadConfig:
-    if args.preload_budget <= 0:
-        raise UsageError("--preload-budget must be above 0 (use --preload off)")
-    if not 0 < args.order_timeout < float("inf"):
-        raise UsageError("--order-timeout must be a number of seconds above 0")
-    orders = replace(PreloadConfig().orders, seconds=args.order_timeout)
-    return PreloadConfig(enabled=args.preload, budget=args.preload_budget, orders=orders)
+    given = vars(args)
+    return build(PreloadConfig, given, orders=build(OrderLimits, given))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -255,34 +245,20 @@ def _add_affinity_commands(commands: argparse._SubParsersAction[_Parser]) -> Non
 
 
 def observe_config(args: argparse.Namespace) -> ObserveConfig:
-    if args.metrics:
-        from pffs.metrics import parse_address
-
-        parse_address(args.metrics)  # a bad address fails here, before a daemon starts
     level = args.log_level or ("debug" if args.debug else "info")
-    return ObserveConfig(
-        metrics_address=args.metrics, slow_request=args.slow_request, log_level=level
-    )
+    return build(ObserveConfig, vars(args), log_level=level)
 
 
 def source_config(args: argparse.Namespace, url: str, read_only: bool = False) -> SourceConfig:
     credentials = read_credentials_file(args.credentials_file, args.profile)
-    return SourceConfig(
+    return build(
+        SourceConfig,
+        vars(args),
         url=url,
-        endpoint_url=args.endpoint_url,
-        region=args.region,
         # With a credentials file, the profile names its section, not a profile of ~/.aws.
         profile=None if credentials else args.profile,
         credentials=credentials,
-        path_style=args.path_style,
         read_only=read_only,
-        max_concurrency=args.max_concurrency,
-        hdfs_user=args.hdfs_user,
-        kerberos_ticket_cache=args.kerberos_ticket_cache,
-        replication=args.replication,
-        buffer_size=args.buffer_size,
-        connect_timeout=args.connect_timeout,
-        read_timeout=args.request_timeout,
         retry=retry_config(args),
     )
 
@@ -311,21 +287,13 @@ def retry_config(args: argparse.Namespace) -> RetryConfig:
             f"--retry-timeout ({args.retry_timeout:g}s) must be at least --request-timeout "
             f"({args.request_timeout:g}s)"
         )
-    return RetryConfig(attempts=args.retries + 1, total_timeout=args.retry_timeout)
+    return build(RetryConfig, vars(args))
 
 
 def cache_config(args: argparse.Namespace) -> CacheConfig:
-    disk_dir = None if args.cache_dir.lower() == "none" else os.path.abspath(args.cache_dir)
     if not memory_holds_blocks(args.cache_memory, args.block_size):
         raise UsageError("--cache-memory must hold at least two blocks")
-    return CacheConfig(
-        block_size=args.block_size,
-        memory_bytes=args.cache_memory,
-        disk_dir=disk_dir,
-        disk_bytes=args.cache_size,
-        free_ratio=args.cache_free_ratio,
-        readahead_max=args.readahead_max,
-    )
+    return build(CacheConfig, vars(args))
 
 
 def mount_config(args: argparse.Namespace) -> MountConfig:
@@ -352,25 +320,13 @@ def table_mount_config(
     args: argparse.Namespace, table: tuple[TableEntry, ...], name: str
 ) -> MountConfig:
     """The mount of `table` with the mount options in `args` (`pffs mount`, `pffs fluid`)."""
-    fuse = FuseConfig(
-        mountpoint=os.path.abspath(args.mountpoint),
-        read_only=args.read_only,
-        uid=args.uid,
-        gid=args.gid,
-        file_mode=args.file_mode,
-        dir_mode=args.dir_mode,
-        allow_other=args.allow_other,
-        kernel_readahead=args.kernel_readahead,
-    )
-    meta = metadata_config(args)
-    log_file = os.path.abspath(args.log_file) if args.log_file else None
-    return MountConfig(
+    return build(
+        MountConfig,
+        vars(args),
         table=table,
-        fuse=fuse,
-        meta=meta,
+        fuse=build(FuseConfig, vars(args), mountpoint=os.path.abspath(args.mountpoint)),
+        meta=metadata_config(args),
         cache=cache_config(args),
-        log_file=log_file,
-        debug=args.debug,
         name=name,
         observe=observe_config(args),
         dataset=preload_config(args),

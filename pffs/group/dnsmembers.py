@@ -13,29 +13,15 @@ import ipaddress
 import logging
 import socket
 from collections.abc import Callable
-from urllib.parse import urlsplit
 
 import trio
 
-from pffs.errors import UsageError
 from pffs.group.members import MAX_MEMBERS, Member, MembershipError
 from pffs.workers import run_blocking
 
 log = logging.getLogger("pffs.group")
 
 POLL = 5.0
-
-
-def parse_dns_source(source: str) -> tuple[str, int]:
-    """(name, port) of `dns://NAME:PORT`."""
-    parts = urlsplit(source)
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
-    if parts.scheme != "dns" or not parts.hostname or port is None or parts.path not in ("", "/"):
-        raise UsageError(f"--group-members {source}: expected dns://NAME:PORT")
-    return parts.hostname, port
 
 
 def members_of(addresses: list[str], port: int) -> tuple[Member, ...]:
@@ -52,8 +38,8 @@ def members_of(addresses: list[str], port: int) -> tuple[Member, ...]:
 
 
 class DnsMembers:
-    def __init__(self, source: str) -> None:
-        self.name, self.port = parse_dns_source(source)
+    def __init__(self, name: str, port: int) -> None:
+        self.name, self.port = name, port
         self._limiter = trio.CapacityLimiter(1)
 
     def _resolve(self) -> list[str]:

@@ -18,7 +18,6 @@ from typing import Any
 
 import trio
 
-from pffs.errors import UsageError
 from pffs.group.members import MAX_MEMBERS, Member, MembershipError, check_name
 from pffs.kube import KubeClient, KubeError
 from pffs.workers import run_blocking
@@ -26,16 +25,6 @@ from pffs.workers import run_blocking
 log = logging.getLogger("pffs.group")
 
 POLL = 5.0
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
-
-
-def parse_k8s_source(source: str) -> tuple[str, str]:
-    """(namespace, service) of `k8s://NAMESPACE/SERVICE`."""
-    rest = source.removeprefix("k8s://")
-    namespace, _, service = rest.partition("/")
-    if rest == source or not _DNS_LABEL.match(namespace) or not _DNS_LABEL.match(service):
-        raise UsageError(f"--group-members {source}: expected k8s://NAMESPACE/SERVICE")
-    return namespace, service
 
 
 def members_of(slices: list[dict[str, Any]]) -> tuple[Member, ...]:
@@ -83,8 +72,8 @@ def _member(endpoint: Any, port: int) -> Member | None:
 class KubeMembers:
     """The members a headless Service's EndpointSlices list, polled every POLL seconds."""
 
-    def __init__(self, source: str, client: KubeClient) -> None:
-        self.namespace, self.service = parse_k8s_source(source)
+    def __init__(self, namespace: str, service: str, client: KubeClient) -> None:
+        self.namespace, self.service = namespace, service
         self.client = client
         self._limiter = trio.CapacityLimiter(1)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -18,6 +17,7 @@ from urllib.parse import urlsplit
 import trio
 
 from pffs.errors import UsageError
+from pffs.optionvalues import MEMBER_NAME
 
 log = logging.getLogger("pffs.group")
 
@@ -25,7 +25,6 @@ MAX_MEMBERS = 4096
 MAX_FILE_BYTES = 1 << 20
 # How often the member file is checked for a change.
 FILE_POLL = 1.0
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}\Z")
 
 
 class MembershipError(UsageError):
@@ -44,7 +43,7 @@ class Member:
 
 
 def check_name(name: str) -> str:
-    if not _NAME.match(name):
+    if not MEMBER_NAME.match(name):
         raise MembershipError(f"member name {name[:80]!r}: letters, digits, '.', '_', '-' only")
     return name
 
@@ -102,14 +101,6 @@ def read_member_file(path: str) -> tuple[Member, ...]:
         raise MembershipError(f"member file {path}: not UTF-8 text") from None
     except MembershipError as exc:
         raise MembershipError(f"member file {path}: {exc}") from None
-
-
-def file_path(source: str) -> str:
-    """The path of a `file:///path` member source."""
-    parts = urlsplit(source)
-    if parts.scheme != "file" or parts.netloc or not parts.path.startswith("/"):
-        raise UsageError(f"--group-members {source}: expected file:///PATH")
-    return parts.path
 
 
 class FileMembers:

@@ -30,7 +30,6 @@ import h11
 import trio
 
 from pffs.cache.pieces import Pieces
-from pffs.errors import UsageError
 from pffs.group import protocol, signing, stats
 from pffs.group.protocol import BadRequest, BlockRequest
 from pffs.group.signing import Signed, Verifier
@@ -315,15 +314,6 @@ async def _send(stream: trio.SocketStream, parts: list[bytes]) -> None:
             else:
                 views[0] = views[0][sent:]
                 sent = 0
-
-
-def parse_listen(address: str) -> tuple[str, int]:
-    """`HOST:PORT` ([::1]:PORT for IPv6) -> (host, port). `:PORT` is 127.0.0.1, as for every
-    listener (docs/SECURITY.md): every interface is asked for by name, `0.0.0.0:PORT`."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise UsageError(f"--group-listen {address!r} is not HOST:PORT")
-    return host.strip("[]") or "127.0.0.1", int(port)
 
 
 def _local(stream: trio.SocketStream) -> str:

@@ -38,10 +38,10 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from pffs.errors import UsageError
 from pffs.metrics import cache as cache  # its collectors count from the first import on
 from pffs.metrics import paces as paces
 from pffs.metrics.registry import REGISTRY as REGISTRY  # the one registry, for every reader
+from pffs.optionvalues import host_port
 
 log = logging.getLogger("pffs.metrics")
 
@@ -383,15 +383,5 @@ def serve_http(address: str) -> tuple[Any, threading.Thread]:
     """Serve the Prometheus endpoint at HOST:PORT from a daemon thread; (server, thread)."""
     from prometheus_client import start_http_server
 
-    host, port = parse_address(address)
+    host, port = host_port(address)  # checked when the option was read
     return start_http_server(port, addr=host, registry=REGISTRY)
-
-
-def parse_address(address: str) -> tuple[str, int]:
-    """'127.0.0.1:9567', '[::1]:9567', ':9567' (this host only: 127.0.0.1) or '0.0.0.0:9567'
-    (every interface, spelled out) -> (host, port)."""
-    host, sep, port_text = address.rpartition(":")
-    if not sep or not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise UsageError(f"--metrics {address!r} is not HOST:PORT (like 127.0.0.1:9567)")
-    host = host.strip("[]") or "127.0.0.1"  # an endpoint reachable from afar is asked for
-    return host, int(port_text)

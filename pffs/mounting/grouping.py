@@ -31,22 +31,23 @@ from pffs.backends.base import Backend, WritableBackend, writable
 from pffs.cache.blocks import BlockCache
 from pffs.cache.keys import ObjectBlocks
 from pffs.cache.pieces import Arriving
-from pffs.config import GroupConfig, SharedCacheConfig, SourceConfig
+from pffs.config import GroupConfig, MembersDns, MembersFile, SharedCacheConfig, SourceConfig
 from pffs.errors import PffsError, UsageError
 from pffs.group import claims
 from pffs.group.claims import Claims
 from pffs.group.client import PeerClient, ProofKey
 from pffs.group.dnsmembers import DnsMembers
 from pffs.group.kubemembers import KubeMembers
-from pffs.group.members import FileMembers, file_path
+from pffs.group.members import FileMembers
 from pffs.group.peers import Group
 from pffs.group.principals import PrincipalKeys
-from pffs.group.server import PeerServer, parse_listen
+from pffs.group.server import PeerServer
 from pffs.group.shared import SharedTier, tier_key
 from pffs.group.signing import Verifier, read_secret
 from pffs.group.sources import Joined, member_order, shuffled_order
 from pffs.kube import KubeClient, KubeError
 from pffs.mounting.peerblocks import PeerBlocks
+from pffs.optionvalues import host_port
 from pffs.routing.table import MountTable
 
 log = logging.getLogger("pffs.group")
@@ -176,18 +177,20 @@ class _SharedStore:
 
 
 def _member_source(config: GroupConfig) -> FileMembers | KubeMembers | DnsMembers:
-    if config.members.startswith("file:"):
-        return FileMembers(file_path(config.members))
-    if config.members.startswith("dns:"):
-        return DnsMembers(config.members)
+    """What follows the member list, by the kind of source the config parsed."""
+    source = config.members
+    if isinstance(source, MembersFile):
+        return FileMembers(source.path)
+    if isinstance(source, MembersDns):
+        return DnsMembers(source.name, source.port)
     try:
-        return KubeMembers(config.members, KubeClient.from_url(config.kube_api))
+        return KubeMembers(source.namespace, source.service, KubeClient.from_url(config.kube_api))
     except KubeError as exc:
-        raise UsageError(f"--group-members {config.members}: {exc}") from None
+        raise UsageError(f"--group-members {source}: {exc}") from None
 
 
 def _bind(address: str) -> socket.socket:
-    host, port = parse_listen(address)
+    host, port = host_port(address)  # checked when the option was read
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:

@@ -101,8 +101,8 @@ def _parse_entry(raw: object, defaults: SourceConfig, where: str) -> TableEntry:
     overrides: dict[str, Any] = {"url": raw["source"]}
     for key, value in raw.items():
         option = _OPTION_KEYS.get(key)
-        if option is not None and option.name != "cache":  # the cache policy is the entry's
-            overrides[option.dest] = value  # a source option's dest is its SourceConfig field
+        for field in option.fields_of(SourceConfig) if option is not None else ():
+            overrides[field] = value  # (the cache policy is the entry's: TableEntry.cache)
     source = dataclasses.replace(defaults, **overrides)
     try:
         open_backend(source)  # parses and checks the URL and options; no network traffic

@@ -198,6 +198,6 @@ def test_chart_cache_group() -> None:
     mount_args = options.build_parser().parse_args(
         ["mount", "s3://b", "/mnt", *config.group_options()]
     )
-    assert mount_args.group_members == "k8s://kube-system/pffs-group"
+    assert str(mount_args.group_members) == "k8s://kube-system/pffs-group"
     missing = helm_template("cacheGroup.enabled=true", "cacheGroup.create=true", check=False)
     assert missing.returncode != 0 and "cacheGroup.secret" in missing.stderr

@@ -260,7 +260,7 @@ def test_example_volumes_pass_the_drivers_checks() -> None:
     assert credentials is not None and credentials.session_token is None
     pv = EXAMPLES[("PersistentVolume", "pffs-imagenet")]["spec"]["csi"]
     spec = params.volume_spec(pv["volumeAttributes"])
-    assert spec.source == "s3://datasets/imagenet" and spec.read_only
+    assert spec.source == "s3://datasets/imagenet" and spec.options["readOnly"]
     sc = EXAMPLES[("StorageClass", "pffs")]
     own = provision.storage_parameters(sc["parameters"])
     assert own["baseSource"] == "s3://my-bucket/volumes"

@@ -7,10 +7,11 @@ from __future__ import annotations
 import pytest
 import trio
 
-from pffs.errors import UsageError
-from pffs.group.kubemembers import KubeMembers, members_of, parse_k8s_source
+from pffs.config import MembersDns, MembersKube
+from pffs.group.kubemembers import KubeMembers, members_of
 from pffs.group.members import Member, MembershipError, parse_member_list
 from pffs.kube import KubeClient
+from pffs.optionvalues import BadValue, member_source
 from tests.csi.kube_apiserver import FakeApiServer
 
 
@@ -40,10 +41,10 @@ def test_a_malformed_member_file_is_refused(text: str, fragment: str) -> None:
 
 
 def test_k8s_sources_are_checked() -> None:
-    assert parse_k8s_source("k8s://pffs-system/pffs-group") == ("pffs-system", "pffs-group")
+    assert member_source("k8s://pffs-system/pffs-group") == MembersKube("pffs-system", "pffs-group")
     for bad in ("k8s://ns", "k8s://NS/svc", "k8s://ns/svc/x", "k8s:///svc"):
-        with pytest.raises(UsageError):
-            parse_k8s_source(bad)
+        with pytest.raises(BadValue):
+            member_source(bad)
 
 
 def endpoint(node: str, ip: str, **conditions: bool) -> dict[str, object]:
@@ -78,28 +79,27 @@ def test_members_from_the_endpoint_slices_of_a_service() -> None:
         api.set_endpoint_slice(
             "pffs", "other-xyz", "another-service", 80, [endpoint("x", "10.9.9.9", ready=True)]
         )
-        source = KubeMembers("k8s://pffs/pffs-group", KubeClient(api.url))
+        source = KubeMembers("pffs", "pffs-group", KubeClient(api.url))
         found = trio.run(source.load)
     assert [m.name for m in found] == ["node-a", "node-b"]
     assert found[0].url == "http://10.0.0.1:7070" and found[0].owns
 
 
 def test_members_from_dns() -> None:
-    from pffs.group.dnsmembers import DnsMembers, members_of, parse_dns_source
+    from pffs.group.dnsmembers import DnsMembers, members_of
 
-    assert parse_dns_source("dns://pffs-group.pffs.svc.cluster.local:7070") == (
-        "pffs-group.pffs.svc.cluster.local",
-        7070,
+    assert member_source("dns://pffs-group.pffs.svc.cluster.local:7070") == MembersDns(
+        "pffs-group.pffs.svc.cluster.local", 7070
     )
     for bad in ("dns://name", "dns://:7070", "dns://name:port", "dns://name:70/path"):
-        with pytest.raises(UsageError):
-            parse_dns_source(bad)
+        with pytest.raises(BadValue):
+            member_source(bad)
     assert members_of(["10.0.0.2", "10.0.0.1", "10.0.0.2", "fd00::1"], 7070) == (
         Member("10.0.0.1", "http://10.0.0.1:7070"),
         Member("10.0.0.2", "http://10.0.0.2:7070"),
         Member("fd00--1", "http://[fd00::1]:7070"),
     )
-    found = trio.run(DnsMembers("dns://localhost:7070").load)  # the resolver of this machine
+    found = trio.run(DnsMembers("localhost", 7070).load)  # the resolver of this machine
     assert Member("127.0.0.1", "http://127.0.0.1:7070") in found
     with pytest.raises(MembershipError):
-        trio.run(DnsMembers("dns://no-such-name.invalid:7070").load)
+        trio.run(DnsMembers("no-such-name.invalid", 7070).load)

@@ -430,8 +430,8 @@ FULL = (
     [
         (FULL[:2], "needs --group-listen"),
         (FULL[2:4], "--group-listen needs --group-members"),
-        (("--group-members", "dns://pffs.svc", *FULL[2:]), "expected dns://NAME:PORT"),
-        (("--group-members", "gopher://x", *FULL[2:]), "expected file:///PATH, k8s://"),
+        (("--group-members", "dns://pffs.svc", *FULL[2:]), "is not dns://NAME:PORT"),
+        (("--group-members", "gopher://x", *FULL[2:]), "is not file:///PATH, k8s://"),
         (("--group-members", "file:///nonexistent/m", *FULL[2:]), "No such file"),
         ((*FULL[:2], "--group-listen", "nowhere", *FULL[4:]), "is not HOST:PORT"),
         ((*FULL, "--group-self", "a/b"), "--group-self"),

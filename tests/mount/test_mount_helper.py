@@ -52,8 +52,10 @@ def test_every_pffs_mount_option_can_be_given_with_o() -> None:
     """Each long option of `pffs mount` (but --help/--foreground/--config) has an -o name,
     and giving it changes what `pffs mount` is started with."""
     defaults = _pffs_mount_args(["mount", "s3://b", "/mnt"])
-    # a size, a count, a mode, seconds or a ratio, a string, a log level, an on/off switch
-    samples = ["8M", "3", "600", "0.5", "x", "warning", "off"]
+    # a size, a count, a mode, seconds or a ratio, a string, a log level, an on/off switch, an
+    # address, a member list, a shared tier
+    samples = ["8M", "3", "600", "0.5", "x", "warning", "off", ":9567", "dns://g.local:7070"]
+    samples.append("s3://near/blocks")
     options = mounthelper.mount_options()
     assert {"endpoint_url", "cache_size", "read_only", "allow_other", "no_path_style"} <= set(
         options

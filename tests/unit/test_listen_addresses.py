@@ -11,15 +11,15 @@ from collections.abc import Callable
 import pytest
 
 from pffs.csi.affinity.extender import parse_listen
-from pffs.group.server import parse_listen as parse_group_listen
-from pffs.metrics import parse_address, serve_http
+from pffs.metrics import serve_http
+from pffs.optionvalues import host_port
 from pffs.testing.servers import free_port
 
 
 @pytest.mark.parametrize(
     "parse",
-    [parse_address, parse_listen, parse_group_listen],
-    ids=["metrics", "extender", "group"],
+    [host_port, parse_listen],
+    ids=["metrics and group", "extender"],
 )
 def test_no_host_is_localhost(parse: Callable[[str], tuple[str, int]]) -> None:
     assert parse(":9567") == ("127.0.0.1", 9567)

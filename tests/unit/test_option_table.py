@@ -7,16 +7,18 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from pathlib import Path
 
 import pytest
 
+from pffs import config as config_module
 from pffs.cli import mounthelper
 from pffs.cli.fluidconfig import SOURCE_KEYS, mount_arguments
 from pffs.cli.fluidpolicy import DATA_OPTIONS
 from pffs.cli.options import build_parser
 from pffs.config import SourceConfig
 from pffs.csi import params
-from pffs.optiontable import OPTIONS, SWITCH, Option, camel
+from pffs.optiontable import OPTIONS, SWITCH, Option, build, camel, defaults
 from pffs.optionvalues import BadValue, boolean
 from pffs.routing.tablefile import parse_table
 
@@ -25,7 +27,20 @@ CLI_OPTIONS = [option for option in OPTIONS if option.cli]
 # attributes took the short name of the endpoint before the table existed.
 TOML_EXCEPTIONS = {"endpoint-url": "endpoint", "hdfs-user": "user"}
 CSI_EXCEPTIONS = {"endpoint-url": "endpoint"}
-CANDIDATES = ("64M", "3", "600", "0.5", "warning", "memory", "off", "true", "x")
+CANDIDATES = (
+    "64M",
+    "3",
+    "600",
+    "0.5",
+    "warning",
+    "memory",
+    "off",
+    "true",
+    "x",
+    ":9567",
+    "dns://group.local:7070",
+    "s3://near/blocks",
+)
 
 
 def sample(option: Option) -> tuple[str, object]:
@@ -181,7 +196,7 @@ def test_each_front_end_reads_an_empty_boolean_by_its_syntax() -> None:
     """A bare key in a list of options is a switch turned on; an empty attribute is not given."""
     assert parsed(mounthelper.translate("s3://b", "/m", ["ro", "allow_other"])).allow_other
     assert mount_arguments("/m", {"read-only": ("MOUNT_OPTIONS.ro", "")}).read_only
-    assert params.volume_spec({"source": "s3://b/x", "readOnly": ""}).read_only is False
+    assert "readOnly" not in params.volume_spec({"source": "s3://b/x", "readOnly": ""}).options
     with pytest.raises(SystemExit):
         parsed(["mount", "s3://b", "/m", "--preload", ""])
 
@@ -189,3 +204,110 @@ def test_each_front_end_reads_an_empty_boolean_by_its_syntax() -> None:
 def test_switches_are_switches_everywhere() -> None:
     switches = {option.name for option in OPTIONS if option.form == SWITCH}
     assert switches == {"read-only", "allow-other", "debug"}
+
+
+@pytest.mark.parametrize("option", [o for o in OPTIONS if o.fills], ids=lambda o: o.name)
+def test_each_row_names_the_config_fields_it_fills(option: Option) -> None:
+    for config_name, field in option.fields:
+        config = getattr(config_module, config_name)
+        assert field in {f.name for f in dataclasses.fields(config)}, option.fills
+
+
+def test_every_row_fills_a_config_field() -> None:
+    assert [option.name for option in OPTIONS if not option.fields] == []
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        config_module.CacheConfig,
+        config_module.MetaConfig,
+        config_module.PreloadConfig,
+        config_module.OrderLimits,
+        config_module.RetryConfig,
+        config_module.ObserveConfig,
+    ],
+    ids=lambda c: c.__name__,
+)
+def test_the_tables_defaults_build_the_configs_defaults(config: type) -> None:
+    """A command line that gives no option means what the configs say by themselves."""
+    assert build(config, defaults()) == config()
+
+
+def test_a_row_later_in_the_table_beats_an_earlier_one() -> None:
+    given = defaults() | {"metadata_ttl": 5.0, "entry_ttl": 7.0}
+    assert build(config_module.MetaConfig, given) == config_module.MetaConfig(5.0, 7.0, 5.0)
+
+
+@pytest.mark.parametrize(
+    ("flag", "text", "complaint"),
+    [
+        ("--preload-budget", "0", "is not a size above 0"),
+        ("--order-timeout", "0", "is not a positive number of seconds"),
+        ("--order-timeout", "inf", "is not a positive number of seconds"),
+        ("--metrics", "9567", "is not HOST:PORT"),
+        ("--metrics", "localhost:99999", "is not HOST:PORT"),
+    ],
+)
+def test_ranges_and_forms_are_the_parsers(
+    flag: str, text: str, complaint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What config building used to refuse by hand, argparse refuses through the parser."""
+    with pytest.raises(SystemExit):
+        parsed(["mount", "s3://b", "/m", flag, text])
+    assert f"argument {flag}: {text!r} {complaint}" in capsys.readouterr().err
+
+
+def test_the_csi_drivers_group_flags_are_the_mounts() -> None:
+    """`pffs csi`'s group flags are the table's rows `pffs mount` has: the same parser, unit
+    and help (dns:// included), and what the driver hands a volume the mount reads back."""
+    from pffs.csi.server import GROUP_OPTIONS, config_from_args
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    csi_flags = {f: a for a in commands.choices["csi"]._actions for f in a.option_strings}
+    mount_flags = mount_actions()
+    for option in GROUP_OPTIONS:
+        driver, mount = csi_flags[option.flag], mount_flags[option.flag]
+        kinds = [getattr(action.type, "__name__", None) for action in (driver, mount)]
+        assert driver.metavar == mount.metavar and kinds[0] == kinds[1] == option.parse.__name__
+        assert str(driver.help).startswith(str(mount.help))
+    assert "dns://NAME:PORT" in str(csi_flags["--group-members"].help)
+    given = ["--group-members", "dns://pffs-group.pffs.svc:7070", "--group-secret-file", "/s"]
+    given += ["--group-handover", "90", "--group-principal-secret-file", "/p"]
+    args = parser.parse_args(["csi", "--endpoint", "unix:///tmp/x.sock", "--node-id", "n", *given])
+    handed = config_from_args(args).group_options()
+    assert handed == [*given[:2], "--group-listen", "0.0.0.0:7070", *given[2:]]
+    mounted = parsed(["mount", "s3://b", "/m", *handed])
+    for option in GROUP_OPTIONS:
+        assert getattr(mounted, option.dest) == getattr(args, option.dest)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["csi", "--endpoint", "unix:///x", "--group-members", "dns://x"])
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+@pytest.mark.parametrize("option", OPTIONS, ids=lambda o: o.name)
+def test_every_option_is_documented(option: Option) -> None:
+    """Each row is on a doc page under its spelling: its flag (a pffs.toml key when it has
+    none), and its CSI attribute on the Kubernetes page."""
+    pages = "".join(page.read_text() for page in DOCS.glob("*.md"))
+    assert (
+        (f"`{option.flag} " in pages or f"`{option.flag}`" in pages)
+        if option.cli
+        else (f"{option.toml} = " in pages)
+    )
+    if option.csi:
+        assert f"`{option.csi}`" in (DOCS / "KUBERNETES.md").read_text()
+
+
+@pytest.mark.parametrize("text", ["-1", "inf", "soon"])
+def test_the_csi_drivers_interval_is_refused_by_its_parser(
+    text: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        parsed(["csi", "--endpoint", "unix:///x", "--publish-interval", text])
+    assert f"argument --publish-interval: {text!r} is not a number of seconds" in (
+        capsys.readouterr().err
+    )

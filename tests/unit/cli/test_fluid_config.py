@@ -384,7 +384,7 @@ def test_the_profile_joins_a_cache_group(tmp_path: Path, secrets: Path) -> None:
     text = fluid_config(dataset, TARGET, secrets)
     config = load(tmp_path, text, {}, policy_for(tmp_path, options=(group,), node_credentials=True))
     assert config.group is not None
-    assert config.group.members == "k8s://fluid-system/pffs-group"
+    assert str(config.group.members) == "k8s://fluid-system/pffs-group"
     assert config.group.listen == "0.0.0.0:7070"
     assert config.group.secret_file == str(tmp_path / "group-secret")
     assert config.group.handover == 120.0

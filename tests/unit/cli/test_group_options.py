@@ -4,28 +4,41 @@ Kubernetes pod is given it), else the host name; `--group-handover`, 300 s unles
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import socket
 from pathlib import Path
 
 import pytest
 
-from pffs.cli.groupoptions import group_config, shared_cache_config
+from pffs.cli.groupoptions import KUBE_API_ENV, group_config, shared_cache_config
+from pffs.cli.options import build_parser
+from pffs.config import (
+    FuseConfig,
+    MembersDns,
+    MembersFile,
+    MembersKube,
+    MemberSource,
+    MountConfig,
+    from_json,
+    to_json,
+)
 from pffs.errors import UsageError
 
 
 def args(
     tmp_path: Path, group_self: str | None, group_handover: float | None = None
 ) -> argparse.Namespace:
+    """`pffs mount`'s parsed command line joining a group of one member file."""
     members, secret = tmp_path / "members", tmp_path / "secret"
     members.write_text("node-a http://127.0.0.2:7000\n")
     secret.write_text("a-shared-secret-of-the-group")
-    return argparse.Namespace(
-        group_members=f"file://{members}",
-        group_listen="127.0.0.2:7000",
-        group_secret_file=str(secret),
-        group_self=group_self,
-        group_handover=group_handover,
-    )
+    argv = ["mount", "s3://bucket", str(tmp_path / "mnt"), "--group-members", f"file://{members}"]
+    argv += ["--group-listen", "127.0.0.2:7000", "--group-secret-file", str(secret)]
+    if group_self is not None:
+        argv += ["--group-self", group_self]
+    if group_handover is not None:
+        argv += ["--group-handover", f"{group_handover:g}"]
+    return build_parser().parse_args(argv)
 
 
 @pytest.mark.parametrize(
@@ -85,3 +98,67 @@ def test_a_shared_tier_needs_its_secret(tmp_path: Path) -> None:
     tier.shared_cache_secret_file = str(secret)
     config = shared_cache_config(tier)
     assert config is not None and config.secret_file == str(secret)
+
+
+@pytest.mark.parametrize(
+    ("url", "parsed"),
+    [
+        ("k8s://pffs-system/pffs-group", MembersKube("pffs-system", "pffs-group")),
+        ("dns://pffs-group.pffs.svc:7070", MembersDns("pffs-group.pffs.svc", 7070)),
+    ],
+)
+def test_the_member_source_is_parsed_once_into_its_kind(
+    url: str, parsed: MemberSource, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The config holds the parsed source: its kind and parts, which the mount's group uses
+    as they are (pffs.mounting.grouping), and which a daemon reads back from the config's JSON."""
+    monkeypatch.delenv(KUBE_API_ENV, raising=False)
+    given = args(tmp_path, "node-a")
+    config = group_config(given)
+    assert config is not None
+    assert config.members == MembersFile(str(tmp_path / "members"))
+    given.group_members = (
+        build_parser().parse_args(["mount", "s3://b", "/m", "--group-members", url]).group_members
+    )
+    config = group_config(given)
+    assert config is not None and config.members == parsed and str(config.members) == url
+    mount = MountConfig(table=(), fuse=FuseConfig(mountpoint="/m"), group=config)
+    assert from_json(to_json(mount)).group == config
+
+
+@pytest.mark.parametrize(
+    ("flag", "text", "complaint"),
+    [
+        ("--group-members", "http://node-a:7070", "is not file:///PATH, k8s://"),
+        ("--group-members", "dns://name", "is not dns://NAME:PORT"),
+        ("--group-members", "k8s://NS/svc", "is not k8s://NAMESPACE/SERVICE"),
+        ("--group-listen", "node-a", "is not HOST:PORT"),
+        ("--group-self", "a/b", "is not a member name"),
+        ("--group-handover", "86401", "is not a number of seconds from 0 to 86400"),
+        ("--shared-cache", "http://near/blocks", "is not s3://BUCKET/PREFIX"),
+    ],
+)
+def test_a_bad_group_value_is_refused_by_its_parser(
+    flag: str, text: str, complaint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(["mount", "s3://b", "/m", flag, text])
+    assert exited.value.code == 2
+    assert f"argument {flag}: {text!r} {complaint}" in capsys.readouterr().err
+
+
+def test_the_mount_follows_the_parsed_kind(tmp_path: Path) -> None:
+    """pffs.mounting.grouping picks what follows the list by the parsed kind, no URL read."""
+    from pffs.group.dnsmembers import DnsMembers
+    from pffs.group.members import FileMembers
+    from pffs.mounting.grouping import _member_source
+
+    config = group_config(args(tmp_path, "node-a"))
+    assert config is not None
+    follower = _member_source(config)
+    assert isinstance(follower, FileMembers) and follower.path == str(tmp_path / "members")
+    follower = _member_source(dataclasses.replace(config, members=MembersDns("localhost", 7070)))
+    assert isinstance(follower, DnsMembers) and (follower.name, follower.port) == (
+        "localhost",
+        7070,
+    )
