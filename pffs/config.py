@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
+from urllib.parse import urlsplit
 
 from pffs.credentials import Credentials
 
@@ -296,9 +298,39 @@ class GroupConfig:
     principal_secret_file: str | None = None
 
 
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
+
+
+def parse_member_source(text: str) -> MemberSource | None:
+    """The member source a URL names, or None where it is none of the forms (the option's
+    parser, pffs.optionvalues.member_source, says which it expected)."""
+    parts = urlsplit(text)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if parts.scheme == "file" and not parts.netloc and parts.path.startswith("/"):
+        return MembersFile(parts.path)
+    if parts.scheme == "k8s":
+        namespace, _, service = text.removeprefix("k8s://").partition("/")
+        if text.startswith("k8s://") and _DNS_LABEL.match(namespace) and _DNS_LABEL.match(service):
+            return MembersKube(namespace, service)
+    if parts.scheme == "dns" and parts.hostname and port is not None and parts.path in ("", "/"):
+        return MembersDns(parts.hostname, port)
+    return None
+
+
 def _group_config(raw: dict[str, Any]) -> GroupConfig:
     fields = dict(raw)
-    members = dict(fields.pop("members"))
+    members = fields.pop("members")
+    if isinstance(members, str):
+        # A record written before the source was kept parsed held its URL: a mount that
+        # outlived an upgrade keeps its settings for `pffs warmup`.
+        source = parse_member_source(members)
+        if source is None:
+            raise ValueError(f"a group record's member source {members!r} is not a URL of one")
+        return GroupConfig(members=source, **fields)
+    members = dict(members)
     source = MEMBER_SOURCES[members.pop("kind")](**members)
     return GroupConfig(members=source, **fields)
 

@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-from pffs.config import INDEFINITE_TTL, MembersDns, MembersFile, MembersKube, MemberSource
+from pffs.config import INDEFINITE_TTL, MemberSource, parse_member_source
 from pffs.sizes import SizeError, parse_size
 
 TRUE_WORDS = ("true", "yes", "on", "1")
@@ -150,28 +150,17 @@ def listen_address(text: str) -> str:
 
 
 # A Kubernetes name (RFC 1123 label): a namespace's or a Service's.
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
-# The forms of a member source, by scheme.
 MEMBER_FORMS = {"file": "file:///PATH", "k8s": "k8s://NAMESPACE/SERVICE", "dns": "dns://NAME:PORT"}
 
 
 def member_source(text: str) -> MemberSource:
     """Where a cache group's member list comes from, by its URL's scheme."""
-    parts = urlsplit(text)
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
-    if parts.scheme == "file" and not parts.netloc and parts.path.startswith("/"):
-        return MembersFile(parts.path)
-    if parts.scheme == "k8s":
-        namespace, _, service = text.removeprefix("k8s://").partition("/")
-        if text.startswith("k8s://") and _DNS_LABEL.match(namespace) and _DNS_LABEL.match(service):
-            return MembersKube(namespace, service)
-    if parts.scheme == "dns" and parts.hostname and port is not None and parts.path in ("", "/"):
-        return MembersDns(parts.hostname, port)
-    forms = ", ".join(MEMBER_FORMS.values())
-    raise BadValue(f"{text!r} is not {MEMBER_FORMS.get(parts.scheme, forms)}")
+    source = parse_member_source(text)
+    if source is None:
+        forms = ", ".join(MEMBER_FORMS.values())
+        scheme = urlsplit(text).scheme
+        raise BadValue(f"{text!r} is not {MEMBER_FORMS.get(scheme, forms)}")
+    return source
 
 
 # A member's name in its group (a node's name; pffs.group.members reads lists by it too).

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import socket
 from pathlib import Path
 
@@ -124,6 +125,17 @@ def test_the_member_source_is_parsed_once_into_its_kind(
     assert config is not None and config.members == parsed and str(config.members) == url
     mount = MountConfig(table=(), fuse=FuseConfig(mountpoint="/m"), group=config)
     assert from_json(to_json(mount)).group == config
+
+
+def test_a_record_from_before_the_parsed_source_reads_its_url(tmp_path: Path) -> None:
+    """A mount started by the previous version recorded its member source as the URL: the
+    record still reads (pffs warmup takes its settings from it)."""
+    config = group_config(args(tmp_path, "node-a"))
+    assert config is not None
+    mount = MountConfig(table=(), fuse=FuseConfig(mountpoint="/m"), group=config)
+    record = json.loads(to_json(mount))
+    record["group"]["members"] = str(config.members)
+    assert from_json(json.dumps(record)).group == config
 
 
 @pytest.mark.parametrize(
