@@ -10,7 +10,7 @@ read given a version that no longer matches raises Changed, so an open file neve
 versions. Backends are synchronous and thread-safe: the VFS calls them from worker threads
 under a per-backend limiter. They raise only `pffs.errors` types. A read (stat, list, a range,
 a run of blocks) takes the `RetryTerms` of its request (pffs.retry: when its reader asked, the
-source's breaker, who hears of push backs), which its retries answer to.
+source's breaker, who hears of throttling), which its retries answer to.
 
 What a store can do beyond reading is declared, never probed: each backend class has a
 `capabilities` class attribute (a `Capabilities`), and for each declared capability it

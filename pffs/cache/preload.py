@@ -18,18 +18,18 @@ not keep (outside the stable subset of a dataset larger than the cache, `BlockCa
 passed over.
 
 How many requests reach the store is not the engine's to decide: each item's requests take
-places of its source's one pace (pffs.pace: halved when the store pushes back, readahead served
-first). The engine's `concurrency`, the files it works on at once, is what its caller reads off
-the pace (the places preload or warmup may hold now), so the files it starts find places and
-none waits in the pace's queue: a file still queued here is left to a reader who opens it, where
-one waiting for a place would keep its reader waiting behind the preload. A failed item is
+permits of its source's flow (pffs.flow.permits: halved when the store throttles, readahead
+served first). The engine's `concurrency`, the files it works on at once, is what its caller
+reads off the flows (the permits preload or warmup may hold now), so the files it starts find
+permits and none waits in the flow's queue: a file still queued here is left to a reader who
+opens it, where one waiting for a permit would keep its reader waiting behind the preload. A failed item is
 dropped (debug log, counter): its reader fetches the file itself and sees exactly what it would
 without preload.
 
 Priority: the engine has none to give readers, because it never serves them. A reader's open of
 a file still queued here tells the engine (`used`), which then never loads it; the reader's
-reads fetch it themselves, at once (a first GET at the open, first in the source's pace as
-readahead; a cold read's own request, in the readers' limiter: pffs.fs.reads), and a file the
+reads fetch it themselves, at once (a first GET at the open, first in the source's flow as
+readahead; a cold read's own request, with a reader's permit: pffs.fs.reads), and a file the
 engine is loading already is joined through its blocks' flights. So a file a reader asks for is
 always ahead of this queue, and moving it to the queue's front would only load it twice. Jobs
 end when their channel ends, when cancelled, or when no reader has touched them for `idle_after`
