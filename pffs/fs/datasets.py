@@ -78,10 +78,10 @@ class DatasetPreload:
         self.cache = cache
         self.config = config
         self.block_size = cache.block_size
-        # Preloaded bytes in flight share the cache's reserve with readahead: half at most.
+        # Preloaded bytes in flight share the mount's budget with readahead (pffs.flow.budget).
         self.engine = Preloader(
             cache,
-            min(config.budget, cache.ahead_budget // 2),
+            cache.ahead.preload_max(config.budget),
             concurrency=self._files_at_once,
             idle_after=config.idle_after,
         )

@@ -74,7 +74,7 @@ async def warm_source(
     # `jobs` files at once at most, and no more than the permits the flow gives warmup now.
     engine = Preloader(
         cache,
-        cache.ahead_budget,
+        cache.ahead.total,
         concurrency=lambda: at_once([mounted.flow], "warmup", jobs),
         idle_after=math.inf,
     )
