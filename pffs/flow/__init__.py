@@ -16,8 +16,7 @@ write-behind slots (pffs.cache.diskio: the disk's pace, not the store's); a stag
 parts in flight (pffs.fs.staging: each part's request takes a reader permit; the cap bounds the
 staging file's bytes read at once) and its threads (pffs.fs.writes); synthesised
 directories' listing threads (pffs.fs.listings: no source, no store request); `pffs warmup
---through`'s files read at once (pffs.cli.warmthrough: reads through a mount); the health
-probes (pffs.routing.health: at most a few, each with its own short timeouts); and one-at-a-time
+--through`'s files read at once (pffs.cli.warmthrough: reads through a mount); and one-at-a-time
 locks (the page cache's settling, the preload socket, a member list's refresh). What each
 reader's window asks for (pffs.cache.window) and which blocks a file's readahead wants
 (pffs.cache.readahead) are the reader's side: they ask this budget and these permits.

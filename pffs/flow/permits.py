@@ -1,7 +1,7 @@
 """A source's request permits: how many requests may be in flight to one store, and who goes first.
 
 Each source (a mount table entry, and a shared tier's store) has one `SourceFlow`, and every
-store request takes one of its permits, by priority (`PRIORITIES`, most urgent first):
+store request takes one of its permits, by priority (`Priority`, most urgent first):
 
 - `reader`: a caller waiting on the store: a reader's bytes, a lookup, a listing, a write's
   upload, a peer's ask served at its owner (pffs.mounting.peerblocks: a reader on another node
@@ -14,6 +14,8 @@ store request takes one of its permits, by priority (`PRIORITIES`, most urgent f
   queues behind them).
 - `write_behind`: a block written to a store for later readers (the shared tier's copies of
   blocks no other mount waits for, pffs.group.shared): `WRITES_BEHIND` at once, unpaced.
+- `probe`: whether a source that is down answers again (pffs.routing.health): `PROBES_AT_ONCE`
+  at once, beside the readers' (whose requests are refused while it is down).
 
 How many permits loading ahead gets: additive increase, multiplicative decrease. The store
 throttling a request (a 503 SlowDown or 429, a timeout, anything a retry loop retries, or a
@@ -62,12 +64,14 @@ BACKGROUND_SHARE = 0.75
 # Blocks a shared tier writes at once for later misses (a block other mounts wait for, one this
 # mount claimed, is written as a reader's request instead).
 WRITES_BEHIND = 4
+# A source's health probes under way at once: each ends by its own short timeouts (seconds),
+# the next starts on time (pffs.routing.health).
+PROBES_AT_ONCE = 3
 # A cache group member's requests to its peers at once (each a kept-alive connection while it
 # lasts).
 PEER_REQUESTS = 32
 
-Priority = Literal["reader", "readahead", "preload", "warmup", "write_behind"]
-PRIORITIES: tuple[Priority, ...] = ("reader", "readahead", "preload", "warmup", "write_behind")
+Priority = Literal["reader", "readahead", "preload", "warmup", "write_behind", "probe"]
 # Loading ahead: the priorities the pace serves, most urgent first.
 Ahead = Literal["readahead", "preload", "warmup"]
 AHEAD: tuple[Ahead, ...] = ("readahead", "preload", "warmup")
@@ -90,12 +94,14 @@ def peer_permits() -> trio.CapacityLimiter:
 
 
 class SourceFlow:
-    """One store's permits: the readers' cap, loading ahead's pace, the writes behind."""
+    """One store's permits: the readers' cap, loading ahead's pace, the writes behind, the
+    probes."""
 
     def __init__(self, max_concurrency: int) -> None:
         self._readers = trio.CapacityLimiter(max_concurrency)
         self.pace = Pace(ceiling_for(max_concurrency))
         self._writes_behind = trio.CapacityLimiter(WRITES_BEHIND)
+        self._probes = trio.CapacityLimiter(PROBES_AT_ONCE)
 
     def permit(self, priority: Priority) -> AbstractAsyncContextManager[object]:
         """One request's permit of `priority`, to hold while the request is in flight (what
@@ -104,6 +110,8 @@ class SourceFlow:
             return self._readers
         if priority == "write_behind":
             return self._writes_behind
+        if priority == "probe":
+            return self._probes
         return self.pace.permit(priority)
 
     def throttled(self, _exc: BaseException | None = None) -> None:

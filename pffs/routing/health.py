@@ -15,7 +15,8 @@ While down, probes (the backend's `probe`: on S3 a one-key LIST of the mount's p
 fresh connection, with short timeouts of its own whatever --request-timeout says) start
 PROBE_FIRST seconds after, then at doubling intervals up to PROBE_MAX, each without waiting for
 the one before (a probe sent while the store hung waits out its own timeout; the next one
-still goes out on time), at most PROBES_AT_ONCE at once. So a store that answers again is seen
+still goes out on time), at most PROBES_AT_ONCE at once (each a permit of the source's flow,
+pffs.flow.permits). So a store that answers again is seen
 within PROBE_MAX and one round trip. The first probe that succeeds marks the source up again,
 without a remount. Each change is one log line and the gauge `pffs_source_up{source}` (in
 `.pffs/stats` and `pffs stats`). Each return counts in `recoveries`, which every request's terms
@@ -39,6 +40,7 @@ import trio
 
 from pffs import metrics, retry
 from pffs.errors import SourceDown, Throttled, Transient
+from pffs.flow.permits import PROBES_AT_ONCE
 from pffs.workers import run_blocking
 
 T = TypeVar("T")
@@ -47,8 +49,6 @@ log = logging.getLogger("pffs.health")
 # Seconds before the first probe, and the cap on the doubling interval between probes' starts.
 PROBE_FIRST = 0.5
 PROBE_MAX = 2.0
-# Probes under way at once: each ends by its own timeouts (seconds), the next starts on time.
-PROBES_AT_ONCE = 3
 
 
 class SourceHealth:

@@ -15,8 +15,6 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-import trio
-
 from pffs.backends.base import Backend, ObjectInfo
 from pffs.errors import NotADirectory, NotFound
 from pffs.flow.permits import SourceFlow
@@ -66,13 +64,12 @@ class Mounted:
         # One flow per source (docs/ARCHITECTURE.md): its request permits, a reader's and
         # loading ahead's (pffs.flow.permits); a slow store cannot starve the others' threads.
         self.flow = SourceFlow(self.backend.max_concurrency)
-        self._probe_limiter = trio.CapacityLimiter(health.PROBES_AT_ONCE)
         # Its breaker: every request to the source passes it (pffs.fs.fetching.Store).
         self.health = health.SourceHealth(self.backend.source_id, self._probe)
 
     async def _probe(self) -> None:
         """Whether the store answers again: its probe (short timeouts, a fresh connection)."""
-        await run_blocking(self._probe_limiter, self.backend.probe)
+        await run_blocking(self.flow.permit("probe"), self.backend.probe)
 
 
 class MountTable:
