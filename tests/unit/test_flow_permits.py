@@ -170,7 +170,7 @@ def test_a_readers_permit_never_waits_behind_loading_ahead() -> None:
                 async with trio.open_nursery() as readers_nursery:
                     for number in range(3):
                         readers_nursery.start_soon(read, number)
-            assert sorted(readers) == [0, 1]  # the third waits on the readers' cap only
+            assert len(readers) == 2  # the third waits on the readers' cap only
             for event in requests.leave.values():
                 event.set()
 
