@@ -9,22 +9,22 @@ million files holds a channel's worth at a time, and its sender waits.
 Each item is loaded through `BlockCache.load`: flights a reader joins, the memory tier, and the
 disk tier through the cache's write-behind.
 
-Bounds, all from the mount's budget of bytes ahead (pffs.flow.budget, `BlockCache.ahead`):
-items in flight <= the concurrency; bytes in flight <= the budget given (preload's share of it),
-and with readahead's within the mount's budget (the memory it reserves for blocks in flight);
-bytes loaded and not yet used by a reader <= its `unread_max`, so loading ahead never pushes out
-what it loaded before the readers get to it. One item at least is always
-allowed, however large (a file larger than the budget is loaded alone). Files the cache would
-not keep (outside the stable subset of a dataset larger than the cache, `BlockCache.room`) are
-passed over.
+Bounds, all from the mount's budget of bytes ahead (pffs.flow.budget, `BlockCache.ahead`): items
+in flight <= the concurrency; bytes in flight <= the budget given (preload's share of it), and
+with readahead's within the mount's budget (the memory it reserves for blocks in flight); bytes
+loaded and not yet used by a reader <= its `unread_max`, so loading ahead never pushes out what
+it loaded before the readers get to it. One item at least is always allowed, however large (a
+file larger than the budget is loaded alone). Files the cache would not keep (outside the stable
+subset of a dataset larger than the cache, `BlockCache.room`) are passed over.
 
-How many requests reach the store is not the engine's to decide: each item's requests take permits
-of its source's flow (pffs.flow.permits: halved when the store throttles, readahead served first).
-The engine's `concurrency`, the files it works on at once, is what its caller reads off the flows
-(the permits preload or warmup may hold now), so the files it starts find permits and none waits in
-the flow's queue: a file still queued here is left to a reader who opens it, where one waiting for a
-permit would keep its reader waiting behind the preload. A failed item is dropped (debug log,
-counter): its reader fetches the file itself and sees exactly what it would without preload.
+How many requests reach the store is not the engine's to decide: each item's requests take
+permits of its source's flow (pffs.flow.permits: halved when the store throttles, readahead
+served first). The engine's `concurrency`, the files it works on at once, is what its caller
+reads off the flows (the permits preload or warmup may hold now), so the files it starts find
+permits and none waits in the flow's queue: a file still queued here is left to a reader who
+opens it, where one waiting for a permit would keep its reader waiting behind the preload. A
+failed item is dropped (debug log, counter): its reader fetches the file itself and sees exactly
+what it would without preload.
 
 Priority: the engine has none to give readers, because it never serves them. A reader's open of
 a file still queued here tells the engine (`used`), which then never loads it; the reader's

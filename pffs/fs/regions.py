@@ -12,9 +12,9 @@ one before. A READ waits only for the pieces it reads. The bytes are not cached 
 span starts anywhere): the kernel keeps what it read in its page cache, so a span is dropped
 once read to its end. Their bytes held or coming are the mount's budget of bytes ahead
 (pffs.flow.budget: at most `region_per_file` per open file, and a bound across all of them, so
-many open files each with a region run do not hold memory without bound); past either the
-READs go through the block cache. A span that
-failed is asked for again by each READ that wants it, on its own, which sees the error.
+many open files each with a region run do not hold memory without bound); past either the READs
+go through the block cache. A span that failed is asked for again by each READ that wants it, on
+its own, which sees the error.
 """
 
 from __future__ import annotations
