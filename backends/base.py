@@ -4,13 +4,14 @@ What a backend must do (`Backend`, the read side, which every store has): name i
 (`source_id`, no credentials) and the principal it reads as (`principal`, a digest), say how
 many calls may run at once (`max_concurrency`), count the transient failures it retried
 (`retries`), check its root, and stat, list and read ranges of what is under that root. Paths
-given to a backend are relative to the source root, '/'-separated, without a leading or
-trailing slash; "" is the root. Every object has a version (its etag, or its mtime and size): a
-read given a version that no longer matches raises Changed, so an open file never mixes two
-versions. Backends are synchronous and thread-safe: the VFS calls them from worker threads
-under a per-backend limiter. They raise only `pffs.errors` types. A read (stat, list, a range,
-a run of blocks) takes the `RetryTerms` of its request (pffs.retry: when its reader asked, the
-source's breaker, who hears of push backs), which its retries answer to.
+given to a backend are relative to the source root, '/'-separated, without a leading or trailing
+slash; "" is the root. Every object has a version (its etag, or its mtime and size): a read
+given a version that no longer matches raises Changed, so an open file never mixes two versions.
+Backends are synchronous and thread-safe: the VFS calls them from worker threads, each call
+holding a permit of its source's flow (pffs.flow.permits). They raise only `pffs.errors` types.
+A read (stat, list, a range, a run of blocks) takes the `RetryTerms` of its request (pffs.retry:
+when its reader asked, the source's breaker, who hears of throttling), which its retries answer
+to.
 
 What a store can do beyond reading is declared, never probed: each backend class has a
 `capabilities` class attribute (a `Capabilities`), and for each declared capability it
@@ -100,7 +101,7 @@ class Backend(Protocol):
     # The key proving that principal to a cache group's peers, from a static credential of its
     # own (principal.s3_principal_key); None where it has none. Never logged.
     principal_key: bytes | None
-    # How many calls may run at once (the VFS makes a CapacityLimiter of this size).
+    # How many readers' calls may run at once (the source's flow: pffs.flow.permits).
     max_concurrency: int
     # What the store does beyond reads, declared by its class (see Capabilities).
     capabilities: Capabilities

@@ -49,7 +49,7 @@ from pffs.backends.s3timestamps import use_fast_timestamps
 from pffs.backends.s3writes import PART_LIMITS, S3Writes
 from pffs.config import SourceConfig
 from pffs.errors import Changed, NotFound, PermissionDenied, PffsError, Transient, UsageError
-from pffs.pace import ceiling_for
+from pffs.flow.permits import ceiling_for
 from pffs.retry import RetryTerms
 
 log = logging.getLogger("pffs.s3")
@@ -161,8 +161,8 @@ class S3Backend:
             self.bucket,
             verify,
             # Idle connections kept: as many as GETs may be in flight, the readers' and the
-            # places of loading ahead (pffs.pace). A smaller pool closes the extra ones after
-            # each burst and connects anew.
+            # permits of loading ahead (pffs.flow.permits). A smaller pool closes the extra ones
+            # after each burst and connects anew.
             config.max_pool_connections + ceiling_for(source.max_concurrency),
             # On AWS itself a bucket of another region is followed there, as boto3 does.
             regional_endpoint=None if self.endpoint_url else _aws_endpoint,

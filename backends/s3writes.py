@@ -1,10 +1,10 @@
 """What an S3 backend writes: PUTs, multipart uploads, deletes, directory markers and renames.
 
 The VFS stages data in a local file and drives uploads (pffs.fs.writes): small objects in one
-PUT, large ones in parts it sends in parallel under the backend's limiter. S3 has no rename:
-a rename copies, then deletes the original once every copy exists, so a failure half-way loses
-nothing (a directory is every object under it, one by one; not atomic). Every PUT and part
-carries its Content-MD5, the one body check every S3 server makes.
+PUT, large ones in parts it sends in parallel, each with a permit of the source's flow. S3 has
+no rename: a rename copies, then deletes the original once every copy exists, so a failure
+half-way loses nothing (a directory is every object under it, one by one; not atomic). Every PUT
+and part carries its Content-MD5, the one body check every S3 server makes.
 
 S3Backend owns one S3Writes, its `writer`: the two share the boto3 client, the GET engine (for
 the listings of a rename) and the S3Calls every call goes through (retries, metrics, error

@@ -206,11 +206,11 @@ class PreloadConfig:
     # training job opens thousands in seconds, `cat a b` or an editor opens one or two.
     trigger_files: int = 3
     trigger_window: float = 10.0
-    # Bytes of files preloaded in flight at most (also capped at half the cache's
-    # `ahead_budget`, so readahead keeps the other half).
+    # Bytes of files preloaded in flight at most (also capped at half the mount's budget of
+    # bytes ahead, so readahead keeps the other half: pffs.flow.budget).
     budget: int = 64 * MIB
-    # Files loaded at once at most; fewer while the sources' paces give preload fewer places
-    # (pffs.pace decides how many requests reach a store).
+    # Files loaded at once at most; fewer while the sources' flows give preload fewer permits
+    # (pffs.flow.permits decides how many requests reach a store).
     concurrency: int = 64
     # A dataset no reader touched for this long stops being loaded (the job ended or moved on).
     idle_after: float = 30.0

@@ -11,7 +11,7 @@ the trio side (`terms()`) and passed with the request to the backend, whose retr
 as an argument; nothing travels beside the call:
 
 - when its reader asked. A reader's bound counts from then, not from when its request started:
-  a read that waited for a place in a limiter, or joined a load ahead of its block that then
+  a read that waited for a permit (pffs.flow), or joined a load ahead of its block that then
   failed, must not start a fresh budget. The trio side marks the moment (`asking()`, a context
   variable of the reader's task), and the retry loop stops starting attempts once
   `total_timeout` has passed since then. So a read gets its bytes or its error within
@@ -19,8 +19,8 @@ as an argument; nothing travels beside the call:
 - a gate (its source's breaker, pffs.routing.health): called before each attempt, it raises
   when the source has gone down meanwhile, so a request already under way stops at its next
   attempt instead of spending the rest of its budget on a store known to be down.
-- who hears of the store's push backs (the pace of loading ahead, pffs.pace): told of each
-  failure the loop retries, while it retries.
+- who hears of the store's throttling (the source's flow of loading ahead, pffs.flow.permits):
+  told of each failure the loop retries, while it retries.
 - how many times its source has come back up (`recovered`, the breaker's count): a backend
   that sees the count grow lets go of every connection it opened before, since a connection
   opened while the store was down, or idle through the outage, may lead nowhere (a load
@@ -54,7 +54,7 @@ class RetryTerms:
 
     asked_at: float | None = None  # time.monotonic() its reader asked; None: its first attempt
     gate: Callable[[], None] | None = None  # raises to stop the attempts (the source's breaker)
-    on_pushback: Callable[[BaseException], None] | None = None  # told of each failure retried
+    on_throttled: Callable[[BaseException], None] | None = None  # told of each failure retried
     recovered: int = 0  # times its source came back up: connections older than that go
 
 
@@ -77,12 +77,12 @@ def asking() -> Iterator[None]:
 
 def terms(
     gate: Callable[[], None] | None = None,
-    on_pushback: Callable[[BaseException], None] | None = None,
+    on_throttled: Callable[[BaseException], None] | None = None,
     recovered: int = 0,
 ) -> RetryTerms:
     """The terms of a request made now, from a trio task: its budget counted from when its
     reader asked (`asking()`), if it is a reader's."""
-    return RetryTerms(_asked_at.get(), gate, on_pushback, recovered)
+    return RetryTerms(_asked_at.get(), gate, on_throttled, recovered)
 
 
 def backoff_delay(policy: RetryConfig, attempt: int) -> float:
@@ -104,7 +104,7 @@ def call_with_retry(
 
     The last exception is re-raised unchanged, so the backend translates it at its own edge.
     Under `terms`, the budget counts from when the reader asked, the gate is passed before
-    each attempt and the push backs are told.
+    each attempt and the throttling is told.
     """
     (result,) = stream_with_retry(
         lambda: iter((fn(),)),
@@ -130,7 +130,7 @@ def stream_with_retry(
     streamed read: each attempt asks only for what the ones before it did not hand over,
     which `start` keeps count of)."""
     terms = terms or _NO_TERMS
-    asked_at, gate, pushback = terms.asked_at, terms.gate, terms.on_pushback
+    asked_at, gate, throttled = terms.asked_at, terms.gate, terms.on_throttled
     deadline = (time.monotonic() if asked_at is None else asked_at) + policy.total_timeout
     attempt = 0
     while True:
@@ -154,8 +154,8 @@ def stream_with_retry(
             log.log(level, "%s failed (%s), retry %d in %.2fs", what, _short(exc), attempt, delay)
             if on_retry is not None:
                 on_retry(exc)
-            if pushback is not None:
-                pushback(exc)
+            if throttled is not None:
+                throttled(exc)
             time.sleep(delay)
 
 

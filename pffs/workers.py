@@ -1,16 +1,16 @@
 """Worker threads for blocking calls, entered from trio at about half the CPU of
 `trio.to_thread.run_sync`.
 
-Backends (boto3, pyarrow, the GET engine), the disk tier and staging files block; trio tasks
-must not. Every such call goes through `run_blocking` with a limiter: the backend's it talks to
-(one per source, so a slow store cannot starve the others' threads), preload's, the
-disk tier's or the staging area's. Threads touch bytes and file descriptors only; shared state
-of the file system is touched only from trio tasks. The cold epoch makes two or three such hops
-per file, so their CPU counts (docs/BENCHMARKS.md measures both). `trio.to_thread` copies the
-context, names the OS thread (a prctl per call), and sets up a cancel scope and a thread-cache
-job. `run_blocking` below does what pffs needs and no more: the trio task takes a place in its
-limiter, puts the call on a queue that idle workers wait on, and parks; the worker hands the
-outcome back with one `run_sync_soon` on the run's token.
+Backends (boto3, pyarrow, the GET engine), the disk tier and staging files block; trio tasks must
+not. Every such call goes through `run_blocking` with a limiter: the backend's it talks to (a permit
+of its source's flow, pffs.flow.permits: a slow store cannot starve the others' threads), the disk
+tier's or the staging area's. Threads touch bytes and file descriptors only; shared state of the
+file system is touched only from trio tasks. The cold epoch makes two or three such hops per file,
+so their CPU counts (docs/BENCHMARKS.md measures both). `trio.to_thread` copies the context, names
+the OS thread (a prctl per call), and sets up a cancel scope and a thread-cache job. `run_blocking`
+below does what pffs needs and no more: the trio task takes a place in its limiter, puts the call on
+a queue that idle workers wait on, and parks; the worker hands the outcome back with one
+`run_sync_soon` on the run's token.
 
 Semantics are `trio.to_thread.run_sync`'s defaults: the call always runs to its end, and a
 task cancelled meanwhile sees the cancellation at its next checkpoint after the call returns,
@@ -107,8 +107,8 @@ def _cannot_abort(_: object) -> trio.lowlevel.Abort:
 async def run_blocking(
     limiter: AbstractAsyncContextManager[object], fn: Callable[..., T], *args: object
 ) -> T:
-    """Run `fn(*args)` in a worker thread, holding a place in `limiter` meanwhile (a trio
-    CapacityLimiter, or a place of a source's pace: pffs.pace)."""
+    """Run `fn(*args)` in a worker thread, holding `limiter` meanwhile (a trio
+    CapacityLimiter, or a permit of a source's flow: pffs.flow.permits)."""
     async with limiter:
         _pool.submit(_Job(functools.partial(fn, *args), trio.lowlevel.current_task()))
         # The worker's outcome comes back unwrapped: the call's value, or its exception raised.

@@ -26,7 +26,7 @@ blocks.py       BlockCache, what callers use: reads from the nearest tier, singl
                 but preload.py.
 preload.py      Preloader: whole files loaded ahead of readers (dataset preload, order lists,
                 warmup), lazily from jobs, as many at once as the sources' paces give preload
-                (pffs.pace), within a budget of bytes in flight and a bound on the bytes
+                (pffs.flow.permits), within a budget of bytes in flight and a bound on the bytes
                 loaded and not yet read.
 datasetroom.py  DatasetRoom: the datasets being consumed share most of the disk tier; one that
                 does not fit its share keeps a subset chosen by a hash of its names, the
@@ -70,7 +70,7 @@ readahead.py    Readahead: the per-file policy deciding which blocks are worth l
 window.py       Windows: each sequential reader's window by Little's law (its read rate x its
                 requests' time), carried by several GETs at once, within its fair share of the
                 budget of bytes loaded ahead among the readers streaming at the time. (A
-                source's pace, pffs.pace, is another thing: its requests in flight.)
+                source's pace, pffs.flow.permits, is another thing: its requests in flight.)
 stats.py        CacheStats: the counters the metrics read.
 pieces.py       Pieces, a block's bytes as its store sends them, and Arriving, the board of
                 blocks on their way by key: filled by the fetch path (pffs.fs.fetching) in a

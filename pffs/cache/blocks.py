@@ -26,6 +26,7 @@ from pffs.cache.stats import CacheStats
 from pffs.cache.window import ReaderWindow, Windows
 from pffs.config import CacheConfig
 from pffs.errors import Corrupted
+from pffs.flow.budget import AheadBudget
 
 
 class BlockCache:
@@ -41,23 +42,19 @@ class BlockCache:
         self.config = config
         self.block_size = config.block_size
         self.stats = stats or CacheStats()
-        # Blocks loaded ahead in flight count against the memory bound, so reserve their budget.
-        self.ahead_budget = min(config.ahead_budget, config.memory_bytes // 2)
+        # The mount's bytes held or loading ahead of readers, reserved out of the memory bound,
+        # and the figures carved from it (pffs.flow.budget).
+        self.ahead = AheadBudget(config)
         self._usage = AheadUsage(self.stats)
-        self.memory = MemoryTier(
-            config.memory_bytes - self.ahead_budget, self.stats, on_evict=self._usage.evicted
-        )
-        # A window larger than half the memory tier would evict blocks loaded ahead before the
-        # reader gets to them, and one larger than the budget could never be in flight.
-        self.readahead_max = min(config.readahead_max, self.memory.capacity // 2, self.ahead_budget)
+        self.memory = MemoryTier(self.ahead.memory_tier, self.stats, on_evict=self._usage.evicted)
+        self.readahead_max = self.ahead.window_max(config.readahead_max)
         # Blocks a load ahead asks the store for in one request (stores that can stream them).
         self.run_blocks = max(1, config.fetch_size // config.block_size)
-        # Sequential readers' windows and requests, by Little's law, sharing the budget; a
-        # window never larger than half the memory tier (see readahead_max).
+        # Sequential readers' windows and requests, by Little's law, sharing the budget.
         self.windows = Windows(
-            self.ahead_budget,
+            self.ahead.total,
             self.readahead_max,
-            min(self.memory.capacity // 2, self.ahead_budget),
+            self.ahead.largest_window,
             config.block_size,
             config.fetch_size,
         )
@@ -80,11 +77,11 @@ class BlockCache:
             # A random read of a compressed disk entry decompresses the whole block: keep it.
             keep_block=self.memory.put,
             admit=self.room.admit,
-            write_room=self.ahead_budget,
+            write_room=self.ahead.total,
             on_written=self.memory.discard,
         )
         self._engine = ReadaheadEngine(
-            self.ahead_budget,
+            self.ahead,
             self.run_blocks,
             self.memory,
             self._flights,
@@ -102,14 +99,8 @@ class BlockCache:
         values["memory_used_bytes"] = self.memory.used
         values["memory_capacity_bytes"] = self.memory.capacity
         values["memory_blocks"] = len(self.memory)
-        values["ahead_in_flight_bytes"] = self.ahead_in_flight
+        values["ahead_in_flight_bytes"] = self.ahead.loading
         return values
-
-    @property
-    def ahead_in_flight(self) -> int:
-        """Bytes of blocks loaded ahead (readahead and preload), asked for and not yet delivered
-        (against `ahead_budget`)."""
-        return self._engine.in_flight
 
     def attach(self, nursery: trio.Nursery) -> None:
         """Give the cache a nursery for background work (disk writes, readahead)."""
@@ -219,8 +210,7 @@ class BlockCache:
 
     def _start_cold(self, key: BlockKey, size: int, source: BlockSource) -> bool:
         """Load a block no one holds in the background; False when it could not start (no
-        background tasks, or the budget of bytes loaded ahead is spent: the reader then loads
-        it)."""
+        background tasks, or the budget of bytes ahead is spent: the reader then loads it)."""
         if key in self._flights:  # arrived on its way while the disk was asked
             return False
         return self._engine.start([key], [size], source, coalesce=False, at_end=True) > 0
@@ -307,10 +297,10 @@ class BlockCache:
         memory or on their way are loaded in the background: from disk when they are there,
         else from `source` (the store, or a tier before it): with `coalesce`, in runs of up to
         `run_blocks` consecutive blocks, one request per run. Fewer, larger requests cost the
-        store and the client less per byte, so until the window's end (`at_end`) is reached,
-        nothing is asked for before a run's worth of blocks is missing. The global
-        `ahead_budget` bounds the bytes in flight. With the reader's `window`, a run is at most
-        its part, and the window is told how long each request took.
+        store and the client less per byte, so until the window's end (`at_end`) is reached, nothing
+        is asked for before a run's worth of blocks is missing. The mount's budget of bytes ahead
+        (`ahead`, pffs.flow.budget) bounds the bytes in flight. With the reader's `window`, a run is
+        at most its part, and the window is told how long each request took.
         """
         return self._engine.start(
             keys, sizes, source, coalesce=coalesce, at_end=at_end, window=window
@@ -351,16 +341,6 @@ class BlockCache:
     def disk_holds(self, source: str) -> bool:
         """Whether blocks of `source` go to the disk tier (it exists, and not memory only)."""
         return self.disk is not None and source not in self.memory_only
-
-    @property
-    def preload_unread_max(self) -> int:
-        """Bytes the preload engine may hold loaded and not yet read.
-
-        Half of what the cache can keep: the memory tier without a disk tier, else the disk
-        tier's bound, so loading ahead never pushes out what it loaded before readers get to
-        it, nor what readers are using.
-        """
-        return (self.config.disk_bytes if self.disk is not None else self.memory.capacity) // 2
 
     def close(self) -> None:
         if self.disk is not None:

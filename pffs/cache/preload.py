@@ -9,27 +9,27 @@ million files holds a channel's worth at a time, and its sender waits.
 Each item is loaded through `BlockCache.load`: flights a reader joins, the memory tier, and the
 disk tier through the cache's write-behind.
 
-Bounds: items in flight <= the concurrency; bytes in flight <= the budget, and with readahead's
-<= the cache's `ahead_budget` (the memory it reserves for blocks in flight); bytes loaded and
-not yet used by a reader <= the bound the cache gives (`BlockCache.preload_unread_max`), so loading
-ahead never pushes out what it loaded before the readers get to it. One item at least is always
-allowed, however large (a file larger than the budget is loaded alone). Files the cache would
-not keep (outside the stable subset of a dataset larger than the cache, `BlockCache.room`) are
-passed over.
+Bounds, all from the mount's budget of bytes ahead (pffs.flow.budget, `BlockCache.ahead`): items
+in flight <= the concurrency; bytes in flight <= the budget given (preload's share of it), and
+with readahead's within the mount's budget (the memory it reserves for blocks in flight); bytes
+loaded and not yet used by a reader <= its `unread_max`, so loading ahead never pushes out what
+it loaded before the readers get to it. One item at least is always allowed, however large (a
+file larger than the budget is loaded alone). Files the cache would not keep (outside the stable
+subset of a dataset larger than the cache, `BlockCache.room`) are passed over.
 
 How many requests reach the store is not the engine's to decide: each item's requests take
-places of its source's one pace (pffs.pace: halved when the store pushes back, readahead served
-first). The engine's `concurrency`, the files it works on at once, is what its caller reads off
-the pace (the places preload or warmup may hold now), so the files it starts find places and
-none waits in the pace's queue: a file still queued here is left to a reader who opens it, where
-one waiting for a place would keep its reader waiting behind the preload. A failed item is
-dropped (debug log, counter): its reader fetches the file itself and sees exactly what it would
-without preload.
+permits of its source's flow (pffs.flow.permits: halved when the store throttles, readahead
+served first). The engine's `concurrency`, the files it works on at once, is what its caller
+reads off the flows (the permits preload or warmup may hold now), so the files it starts find
+permits and none waits in the flow's queue: a file still queued here is left to a reader who
+opens it, where one waiting for a permit would keep its reader waiting behind the preload. A
+failed item is dropped (debug log, counter): its reader fetches the file itself and sees exactly
+what it would without preload.
 
 Priority: the engine has none to give readers, because it never serves them. A reader's open of
 a file still queued here tells the engine (`used`), which then never loads it; the reader's
-reads fetch it themselves, at once (a first GET at the open, first in the source's pace as
-readahead; a cold read's own request, in the readers' limiter: pffs.fs.reads), and a file the
+reads fetch it themselves, at once (a first GET at the open, first in the source's flow as
+readahead; a cold read's own request, with a reader's permit: pffs.fs.reads), and a file the
 engine is loading already is joined through its blocks' flights. So a file a reader asks for is
 always ahead of this queue, and moving it to the queue's front would only load it twice. Jobs
 end when their channel ends, when cancelled, or when no reader has touched them for `idle_after`
@@ -125,7 +125,7 @@ class Preloader:
         self.cache = cache
         self.budget = budget  # bytes in flight at most
         # Bytes loaded ahead and not yet read, at most (not the cache's `room`, the datasets').
-        self.unread_max = cache.preload_unread_max if unread_max is None else unread_max
+        self.unread_max = cache.ahead.unread_max if unread_max is None else unread_max
         # Files at once: a number, or a function asked before each file starts.
         self._concurrency = concurrency
         self.idle_after = idle_after
@@ -265,9 +265,8 @@ class Preloader:
             self.files_in_flight < self.concurrency
             and self.bytes_in_flight + item.size <= self.budget
             and self.unread_bytes + self.bytes_in_flight + item.size <= self.unread_max
-            # The cache reserves its `ahead_budget` in memory for readahead and preload
-            # together: readers' readahead goes first.
-            and self.cache.ahead_in_flight + item.size <= self.cache.ahead_budget
+            # The mount's budget of bytes ahead, shared with readers' readahead, goes first.
+            and self.cache.ahead.fits("preload", item.size)
         )
 
     async def _next(self) -> tuple[PreloadItem, _Job]:

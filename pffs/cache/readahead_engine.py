@@ -2,17 +2,16 @@
 budget (`start`: a reader's readahead window) or awaited (`load`: a whole file, for the preload
 engine, pffs.cache.preload).
 
-Blocks that are neither in memory nor on their way get a flight each at once (a reader
-arriving first waits for it); of a window, only as many as the global budget of bytes loaded
-ahead in flight allows, and the rest of the window is skipped. Then blocks the disk tier holds are
-read from it, in parallel; the others are asked of the store in runs of consecutive blocks,
-one request per run (up to `run_blocks` blocks; a window's runs at once, each in a task of its
-own), and each is handed over as soon as it arrives: into memory, to its waiters, and written
-behind. Before each request the engine waits until the
-disk has taken what was handed to it before (DiskIO.wait_for_room), so it runs at the disk's
-pace without ever holding up a request's stream. A block's budget comes back when it lands, or
-when its flight is given up: the store failed (its reader will fetch it and see the error) or
-the task was cancelled.
+Blocks that are neither in memory nor on their way get a flight each at once (a reader arriving
+first waits for it); of a window, only as many as the mount's budget of bytes ahead allows
+(pffs.flow.budget), and the rest of the window is skipped. Then blocks the disk tier holds are read
+from it, in parallel; the others are asked of the store in runs of consecutive blocks, one request
+per run (up to `run_blocks` blocks; a window's runs at once, each in a task of its own), and each is
+handed over as soon as it arrives: into memory, to its waiters, and written behind. Before each
+request the engine waits until the disk has taken what was handed to it before
+(DiskIO.wait_for_room), so it runs at the disk's pace without ever holding up a request's stream. A
+block's budget comes back when it lands, or when its flight is given up: the store failed (its
+reader will fetch it and see the error) or the task was cancelled.
 
 The engine also counts what readahead was worth: blocks of windows used by a reader, and those
 evicted from memory before any reader asked for them (preload counts its files itself). A
@@ -34,6 +33,7 @@ from pffs.cache.memory import MemoryTier
 from pffs.cache.singleflight import Flight, SingleFlight
 from pffs.cache.stats import CacheStats
 from pffs.cache.window import ReaderWindow
+from pffs.flow.budget import AheadBudget, Kind
 
 log = logging.getLogger("pffs.cache")
 
@@ -45,10 +45,12 @@ class _Run:
         self,
         blocks: dict[int, tuple[BlockKey, int, Flight]],
         source: BlockSource,
+        kind: Kind,
         window: ReaderWindow | None = None,
     ) -> None:
         self.blocks = blocks
         self.source = source
+        self.kind = kind  # whose bytes of the budget its blocks are
         self.window = window  # the reader's, told how long each request took
 
     def spans(self, most: int) -> list[tuple[int, int]]:
@@ -67,7 +69,7 @@ class _Run:
     def take(self, first: int, count: int) -> _Run:
         """Blocks first..first+count-1 (a span of this run) as a run of their own."""
         taken = {p: self.blocks.pop(p) for p in range(first, first + count)}
-        return _Run(taken, self.source, self.window)
+        return _Run(taken, self.source, self.kind, self.window)
 
 
 class AheadUsage:
@@ -102,7 +104,7 @@ class AheadUsage:
 class ReadaheadEngine:
     def __init__(
         self,
-        budget: int,
+        budget: AheadBudget,
         run_blocks: int,
         memory: MemoryTier,
         flights: SingleFlight,
@@ -112,7 +114,7 @@ class ReadaheadEngine:
         stats: CacheStats,
         usage: AheadUsage,
     ) -> None:
-        self.budget = budget  # bytes of blocks loaded ahead in flight at most
+        self.budget = budget  # the mount's bytes ahead: readahead's and preload's blocks count
         self.run_blocks = run_blocks  # blocks asked of the store in one request at most
         self.memory = memory
         self.flights = flights
@@ -121,12 +123,6 @@ class ReadaheadEngine:
         self.background = background
         self.stats = stats
         self.usage = usage
-        self._in_flight = 0
-
-    @property
-    def in_flight(self) -> int:
-        """Bytes of blocks loaded ahead, asked for and not yet landed or given up."""
-        return self._in_flight
 
     def start(
         self,
@@ -150,7 +146,7 @@ class ReadaheadEngine:
         missing = [i for i, key in enumerate(keys) if not self.cached_or_coming(key)]
         if not missing or (len(missing) < min(run_blocks, len(keys)) and not at_end):
             return 0
-        run = self._claim(keys, sizes, missing, source, within_budget=True, ahead=counted)
+        run = self._claim(keys, sizes, missing, source, "readahead", ahead=counted)
         run.window = window
         if counted:
             self.stats.readahead_issued += len(run.blocks)
@@ -170,13 +166,13 @@ class ReadaheadEngine:
 
         Returns the bytes fetched from the store (0: all were cached, on disk or on their way).
         A store error is raised once the blocks not loaded are given up (their readers then
-        fetch them and see the error themselves). The bytes count against the same budget
-        gauge as readahead; the caller bounds them (see pffs.cache.preload).
+        fetch them and see the error themselves). The bytes count in the same budget as
+        readahead's; the caller checked they fit when the file started (pffs.cache.preload).
         """
         missing = [i for i, key in enumerate(keys) if not self.cached_or_coming(key)]
         if not missing:
             return 0
-        run = self._claim(keys, sizes, missing, source, within_budget=False)
+        run = self._claim(keys, sizes, missing, source, "preload")
         return await self._load(run, self.run_blocks, read_disk=read_disk, spread=False)
 
     def _claim(
@@ -185,26 +181,28 @@ class ReadaheadEngine:
         sizes: Sequence[int],
         missing: Sequence[int],
         source: BlockSource,
+        kind: Kind,
         *,
-        within_budget: bool,
         ahead: bool | None = None,
     ) -> _Run:
         """Register a flight for each missing position (a reader arriving first waits for it)
-        and count its bytes in flight; `within_budget`: only while the budget allows. `ahead`
-        (default: `within_budget`): its flights count as readahead used or wasted."""
+        and count its bytes in the budget as `kind`'s: readahead's only while they fit, a
+        preload's all (checked when its file started). `ahead` (default: readahead's): its
+        flights count as readahead used or wasted."""
         blocks: dict[int, tuple[BlockKey, int, Flight]] = {}
         for position in missing:
             size = sizes[position]
-            if within_budget and self._in_flight + size > self.budget:
+            if kind == "preload":
+                self.budget.add(kind, size)
+            elif not self.budget.take(kind, size):
                 self.stats.readahead_skipped_budget += 1
                 break
-            self._in_flight += size
             # Only a window's blocks count as readahead used or wasted (preload counts files).
             flight = self.flights.start(
-                keys[position], ahead=within_budget if ahead is None else ahead
+                keys[position], ahead=kind == "readahead" if ahead is None else ahead
             )
             blocks[keys[position].block] = (keys[position], size, flight)
-        return _Run(blocks, source)
+        return _Run(blocks, source, kind)
 
     # --- loading a run -----------------------------------------------------------------------
 
@@ -306,6 +304,6 @@ class ReadaheadEngine:
         """Give back the budget of blocks that are done; undelivered ones are abandoned."""
         for position in positions:
             key, size, flight = run.blocks.pop(position)
-            self._in_flight -= size
+            self.budget.give_back(run.kind, size)
             if not flight.done.is_set():
                 self.flights.abandon(key, flight, None)

@@ -1,6 +1,6 @@
 """Readahead windows of sequential readers: how far ahead of each one to load, and in how many
-requests. (Not to be confused with a source's pace, pffs.pace: how many requests loading ahead
-may have in flight at that source.)
+requests. (Not to be confused with a source's pace, pffs.flow.permits: how many requests
+loading ahead may have in flight at that source.)
 
 A reader streaming a large object is served by several ranged GETs at once, each on its own
 connection (each GET is one worker thread's call, on a connection of the source's pool), as

@@ -20,10 +20,10 @@ it counts each batch of files it lists (and looks up what of it the disk tier ho
 sends them, so the room has placed its subset as far as the engine has come; one larger than its
 room keeps a stable subset in the cache, and only that subset is loaded ahead.
 
-Files are fetched in places of their source's pace as preload (pffs.pace), never in a reader's:
-a reader's request never waits behind a preload, and readahead is served first. Each open tells
-the engine the file is used (a file not loaded yet is left to its reader) and keeps its dataset
-alive; a dataset no reader touches for `idle_after` seconds ends.
+Files are fetched with permits of their source's flow as preload (pffs.flow.permits), never a
+reader's: a reader's request never waits behind a preload, and readahead is served first. Each
+open tells the engine the file is used (a file not loaded yet is left to its reader) and keeps
+its dataset alive; a dataset no reader touches for `idle_after` seconds ends.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from pffs.cache.keys import ObjectBlocks
 from pffs.cache.preload import Preloader, PreloadItem, job_channel
 from pffs.config import PreloadConfig
 from pffs.errors import PffsError, TooLarge
+from pffs.flow.permits import at_once
 from pffs.fs.fetching import Store, open_blocks
 from pffs.fs.handles import ReadHandle
 from pffs.fs.listings import DirListing
@@ -77,10 +78,10 @@ class DatasetPreload:
         self.cache = cache
         self.config = config
         self.block_size = cache.block_size
-        # Preloaded bytes in flight share the cache's reserve with readahead: half at most.
+        # Preloaded bytes in flight share the mount's budget with readahead (pffs.flow.budget).
         self.engine = Preloader(
             cache,
-            min(config.budget, cache.ahead_budget // 2),
+            cache.ahead.preload_max(config.budget),
             concurrency=self._files_at_once,
             idle_after=config.idle_after,
         )
@@ -98,10 +99,9 @@ class DatasetPreload:
         self._order_numbers = itertools.count(1)
 
     def _files_at_once(self) -> int:
-        """Files the engine loads at once: the places its sources' paces give preload now, so
-        each file it starts finds one (within the configured bound)."""
-        places = sum(mounted.pace.share("preload") for mounted in self.namespace.table.mounted)
-        return min(self.config.concurrency, places)
+        """Files the engine loads at once (pffs.flow.permits.at_once)."""
+        flows = (mounted.flow for mounted in self.namespace.table.mounted)
+        return at_once(flows, "preload", self.config.concurrency)
 
     def gauges(self) -> dict[str, int]:
         """Preload's counters and gauges, as the metrics read them (any thread: reads only)."""
@@ -324,7 +324,7 @@ class DatasetPreload:
 def file_item(store: Store, path: str, info: ObjectInfo, block_size: int) -> PreloadItem:
     """One file of a source as the preload engine loads it (dataset preload and warmup): the
     blocks a reader of the version `info` uses, from the store (or a tier before it) in runs
-    in places of the source's pace (the store's use)."""
+    with permits of the source's flow (the store's priority)."""
     backend = store.backend
     blocks = ObjectBlocks(
         backend.source_id, backend.principal, path, info.version, info.size, block_size

@@ -1,15 +1,15 @@
 """Loading an object's bytes from its store: the one road of a block for readers, readahead,
 preload and warmup.
 
-A `Store` is one source's parts a request goes through: its backend (the client), the readers'
-limiter, the source's one `Pace` (pffs.pace: the places of loading ahead, halved when the store
-pushes back, shared by readahead, preload and warmup by urgency) with the use its loads ahead
-count as, and its breaker (pffs.routing.health: while the source is down a request fails at
+A `Store` is one source's parts a request goes through: its backend (the client), the source's
+flow (pffs.flow.permits: a reader's permits, and loading ahead's, halved when the store throttles,
+shared by readahead, preload and warmup by priority) with the priority its loads ahead take, and
+its breaker (pffs.routing.health: while the source is down a request fails at
 once, and its outcome tells the breaker). `Store.of(mounted, use, tier)` takes them from the
 mount table's entry. `StoreBlocks` is the store as the `BlockSource` (pffs.cache.keys) of one
 open object version: `part` for a reader waiting on bytes, `run` for blocks loaded ahead,
 yielded to the cache as they land. A streamed read of the store has one entry, `stream`: one
-GET whose pieces are yielded as they arrive, with its request's places, breaker, retries and
+GET whose pieces are yielded as they arrive, with its request's permit, breaker, retries and
 version pin in one place; a run's blocks are its pieces put together (in a cache group each is
 announced piece by piece on the mount's board, pffs.cache.pieces, which says why), and a
 region's bytes (pffs.fs.regions) are its pieces as they come. `open_blocks` puts the store's
@@ -36,7 +36,7 @@ from pffs.backends.base import Backend, block_runs
 from pffs.cache.keys import Blocks, BlockSource, ObjectBlocks
 from pffs.cache.pieces import Arriving
 from pffs.errors import Corrupted, SourceDown, Transient
-from pffs.pace import Pace, Use
+from pffs.flow.permits import Ahead, SourceFlow
 from pffs.retry import RetryTerms
 from pffs.routing.health import SourceHealth
 from pffs.routing.table import Mounted
@@ -54,10 +54,9 @@ class Store:
     """One source as a fetch reaches it."""
 
     backend: Backend
-    readers: trio.CapacityLimiter  # readers' places
-    pace: Pace  # loading ahead's places: a reader never queues behind it
+    flow: SourceFlow  # its request permits: a reader never queues behind a load ahead
     breaker: SourceHealth
-    use: Use = "readahead"  # what this store's loads ahead are, for the pace's rule
+    priority: Ahead = "readahead"  # what this store's loads ahead are, for the flow's rule
     tier: Joined | None = None  # a cache group or shared tier asked before the store
     # Where the blocks this store sends are announced as they arrive, piece by piece (a cache
     # group's: a peer's request for one joins its fetch); None: blocks arrive whole.
@@ -67,36 +66,38 @@ class Store:
     def of(
         cls,
         mounted: Mounted,
-        use: Use = "readahead",
+        priority: Ahead = "readahead",
         tier: Joined | None = None,
         arriving: Arriving | None = None,
     ) -> Store:
         """The source's parts; `arriving` defaults to the board of the tier joined."""
         if arriving is None and tier is not None:
             arriving = tier.arriving
-        return cls(
-            mounted.backend, mounted.limiter, mounted.pace, mounted.health, use, tier, arriving
-        )
+        return cls(mounted.backend, mounted.flow, mounted.health, priority, tier, arriving)
 
     async def request(self, fn: Callable[..., T], *args: object, ahead: bool) -> T:
-        """`fn(*args, terms)` in a worker thread: a reader's under the readers' limiter, a load
-        ahead's in a place of the pace, which hears of the store's push backs through the
-        request's `terms` (pffs.retry.RetryTerms, handed down as its last argument)."""
+        """`fn(*args, terms)` in a worker thread, holding a permit of the source's flow: a
+        reader's, or a load ahead's of this store's priority; the flow hears of the store's
+        throttling through the request's `terms` (pffs.retry.RetryTerms, handed down as its
+        last argument)."""
+        flow = self.flow
         if not ahead:
-            return await self.breaker.call(self.readers, fn, *args, self.breaker.terms())
-        pace = self.pace
+            return await self.breaker.call(flow.permit("reader"), fn, *args, self.breaker.terms())
         try:
             # A load ahead's failure does not mark the source down: its readers ask themselves.
             result = await self.breaker.call(
-                pace.place(self.use), fn, *args, self.breaker.terms(pace.pushed_back), counts=False
+                flow.permit(self.priority),
+                fn,
+                *args,
+                self.breaker.terms(flow.throttled),
+                counts=False,
             )
         except SourceDown:
             raise  # refused by the breaker: the store never saw it
         except Transient:
-            pace.pushed_back()  # pushed back beyond its retries
+            flow.throttled()  # throttled beyond its retries
             raise
-        pace.settle()
-        pace.went_well()
+        flow.went_well()
         return result
 
 
@@ -176,9 +177,9 @@ class StoreBlocks:
         streams runs), in pieces of `lengths`, each yielded in order as it arrives; a failure
         is raised after the pieces that did arrive. The blocks of a run are pieces put
         together (`run`, `part`); a region's bytes, fetched just ahead of its reader
-        (pffs.fs.regions), are handed out as they come. `ahead`: a load ahead, in a place of
-        the pace, its failure not marking the source down (its readers ask themselves); else a
-        reader's request. The request's retries ask only for the pieces not yet handed over
+        (pffs.fs.regions), are handed out as they come. `ahead`: a load ahead, with a permit
+        of its priority, its failure not marking the source down (its readers ask themselves);
+        else a reader's request. The request's retries ask only for the pieces not yet handed over
         (the backend's `read_blocks`), pinned to the version opened."""
         streaming = block_runs(self.store.backend)
         assert streaming is not None  # callers check (streams_ranges)

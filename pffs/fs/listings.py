@@ -100,7 +100,8 @@ class Listings:
         self.mount_time = mount_time
         self._now = now
         self._by_path: dict[str, DirListing] = {}
-        # Synthesised directories have no source: their listing needs no backend limiter.
+        # Synthesised directories have no source: their listing asks no store (pffs.flow: not a
+        # store's cap).
         self._local_limiter = trio.CapacityLimiter(4)
 
     def fresh(self, path: str) -> DirListing | None:
@@ -146,7 +147,7 @@ class Listings:
                 else:  # through the source's breaker: while it is down, at once
                     mounted = routed[0]
                     chunk = await mounted.health.call(
-                        mounted.limiter, _take, listing.source, LIST_CHUNK
+                        mounted.flow.permit("reader"), _take, listing.source, LIST_CHUNK
                     )
             except Transient as exc:
                 listing.source = None

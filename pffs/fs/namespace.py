@@ -88,7 +88,10 @@ class Namespace:
             try:
                 # Through the source's breaker: while it is down, at once (pffs.routing.health).
                 info = await mounted.health.call(
-                    mounted.limiter, mounted.backend.stat, inside, mounted.health.terms()
+                    mounted.flow.permit("reader"),
+                    mounted.backend.stat,
+                    inside,
+                    mounted.health.terms(),
                 )
             except NotFound:
                 if not leads_to_mount:

@@ -20,7 +20,7 @@ from pffs.fs.fetching import Store, StoreBlocks, open_blocks
 from pffs.fs.handles import Handles, ReadHandle
 from pffs.fs.namespace import Namespace
 from pffs.fs.pagecache import PageCache
-from pffs.fs.regions import MountRoom, RegionStreams
+from pffs.fs.regions import RegionStreams
 
 if TYPE_CHECKING:  # a mount without a group never imports pffs.group
     from pffs.group.sources import Joined
@@ -36,10 +36,8 @@ COLD_START_SHARE = 4
 # mapped file (or a region's first bytes), which brings its own neighbourhood; whether the rest
 # of the block is wanted shows only when the run continues (a lazy loader's neighbour tensors
 # mostly are not), and the run's readahead then loads blocks.
-# A short region run (Readahead.stream_to) is streamed (pffs.fs.regions), at most this many
-# blocks' bytes held or coming per open file, and across the mount at most the budget of bytes
-# loaded ahead (pffs.cache.blocks: `ahead_budget`).
-REGION_HELD_BLOCKS = 4
+# A short region run (Readahead.stream_to) is streamed (pffs.fs.regions), its bytes held or
+# coming within the mount's budget of bytes ahead (pffs.flow.budget).
 
 
 class Reader:
@@ -59,7 +57,6 @@ class Reader:
         self.handles = handles
         self.cache = cache
         self.block_size = cache.block_size
-        self.region_room = MountRoom(cache.ahead_budget)
         self.pages = pages
 
     async def open(self, ino: int) -> tuple[int, bool]:
@@ -141,8 +138,7 @@ class Reader:
         source = handle.source
         if not isinstance(source, StoreBlocks) or not source.streams_ranges:
             return None  # a tier before the store (pffs.group), or a store without ranges
-        held_max = REGION_HELD_BLOCKS * self.block_size
-        return RegionStreams(source, self.cache.background, held_max, self.region_room)
+        return RegionStreams(source, self.cache.background, self.cache.ahead)
 
     def _cached(self, handle: ReadHandle, offset: int, end: int) -> bool:
         """Whether a block of [offset, end) is held or coming: the block cache serves them."""

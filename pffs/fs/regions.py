@@ -10,10 +10,11 @@ GETs streamed in pieces (`StoreBlocks.stream`), each asked for as soon as the ru
 near the end of the spans before it, so the next span's round trip overlaps the transfer of the
 one before. A READ waits only for the pieces it reads. The bytes are not cached as blocks (a
 span starts anywhere): the kernel keeps what it read in its page cache, so a span is dropped
-once read to its end; at most `held_max` bytes are held or coming per open file, and at most
-the mount's `MountRoom` across all of them (many open files each with a region run must not
-hold memory without bound); past either the READs go through the block cache. A span that
-failed is asked for again by each READ that wants it, on its own, which sees the error.
+once read to its end. Their bytes held or coming are the mount's budget of bytes ahead
+(pffs.flow.budget: at most `region_per_file` per open file, and a bound across all of them, so
+many open files each with a region run do not hold memory without bound); past either the READs
+go through the block cache. A span that failed is asked for again by each READ that wants it, on
+its own, which sees the error.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from functools import partial
 
 import trio
 
+from pffs.flow.budget import AheadBudget
 from pffs.fs.fetching import StoreBlocks, piece_lengths
 
 log = logging.getLogger("pffs.fs")
@@ -59,22 +61,13 @@ class _Span:
         self.changed = trio.Event()
 
 
-class MountRoom:
-    """Bytes of spans held or coming across a mount's open files, and their bound."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.held = 0
-
-
 class RegionStreams:
     """The spans streamed for the region runs of one open file."""
 
-    def __init__(self, source: StoreBlocks, spawn: Spawn, held_max: int, room: MountRoom) -> None:
+    def __init__(self, source: StoreBlocks, spawn: Spawn, budget: AheadBudget) -> None:
         self._source = source
         self._spawn = spawn
-        self._held_max = held_max
-        self._mount = room
+        self._budget = budget
         self._spans: list[_Span] = []  # by start; none overlap
         self._started = 0
 
@@ -146,11 +139,12 @@ class RegionStreams:
         return self._fits(size)
 
     def _fits(self, size: int) -> bool:
-        return self.held + size <= self._held_max and self._mount.held + size <= self._mount.limit
+        budget = self._budget
+        return self.held + size <= budget.region_per_file and budget.fits("region", size)
 
     def _drop(self, span: _Span) -> None:
         self._spans.remove(span)
-        self._mount.held -= span.end - span.start
+        self._budget.give_back("region", span.end - span.start)
 
     def _covering(self, offset: int) -> _Span | None:
         for span in self._spans:
@@ -168,7 +162,7 @@ class RegionStreams:
         if self._spawn(partial(self._fetch, span)):
             self._spans.append(span)
             self._spans.sort(key=lambda s: s.start)
-            self._mount.held += end - start
+            self._budget.add("region", end - start)
 
     async def _fetch(self, span: _Span) -> None:
         failed = True

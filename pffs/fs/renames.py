@@ -51,7 +51,7 @@ class Renamer:
             raise IsADirectory(f"/{path} is a directory")
         was_staged = self.writer.unlinked(inode.ino)
         try:
-            await run_blocking(mounted.limiter, backend.delete, inside)
+            await run_blocking(mounted.flow.permit("reader"), backend.delete, inside)
         except NotFound:
             if not was_staged:
                 raise
@@ -69,7 +69,7 @@ class Renamer:
             pass
         else:
             raise Exists(f"/{path} already exists")
-        info = await run_blocking(mounted.limiter, backend.make_dir, inside)
+        info = await run_blocking(mounted.flow.permit("reader"), backend.make_dir, inside)
         inode = self.namespace.remember(path, dataclasses.replace(info, name=name))
         inode.lookups += 1
         self.namespace.changed(path)
@@ -84,14 +84,14 @@ class Renamer:
         if not inode.is_dir:
             raise NotADirectory(f"/{path} is not a directory")
         await self._require_empty(mounted, inside, path)
-        await run_blocking(mounted.limiter, backend.remove_dir, inside)
+        await run_blocking(mounted.flow.permit("reader"), backend.remove_dir, inside)
         self.namespace.gone(path)
 
     async def _require_empty(self, mounted: Mounted, inside: str, path: str) -> None:
         def first_entry() -> list[ObjectInfo]:
             return list(itertools.islice(mounted.backend.list(inside), 1))
 
-        if await run_blocking(mounted.limiter, first_entry):
+        if await run_blocking(mounted.flow.permit("reader"), first_entry):
             raise NotEmpty(f"/{path} is not empty")
 
     async def rename(
@@ -114,7 +114,7 @@ class Renamer:
         source = await self.namespace.resolve(old_parent, old_name)
         await self._check_target(source, new_parent, new_name, new_path, flags)
         await self.writer.commit_if_staged(source)  # the store must hold what is renamed
-        await run_blocking(mounted.limiter, backend.rename, old_inside, new_inside)
+        await run_blocking(mounted.flow.permit("reader"), backend.rename, old_inside, new_inside)
         self.namespace.moved(old_path, new_path, new_inside)
         await self.writer.renamed(new_inside)  # manifests name the new path from now on
 

@@ -11,8 +11,9 @@ still open), "closed" (closed by its writer but not uploaded: complete, to uploa
 (the store holds these bytes). While a process has a staging file open it holds a flock on it, so a
 recovery never touches the file of a live mount sharing the cache directory.
 
-Large files go up in parts (S3 multipart), several at a time, each part one call under the
-backend's limiter so uploads share the store fairly with reads.
+Large files go up in parts (S3 multipart), several at a time, each part one call holding a
+reader permit of the source's flow (pffs.flow.permits), so uploads share the store fairly with
+reads.
 
 Threading rule as in the cache: worker threads only move bytes (pread/pwrite on the staging
 file descriptor, the store calls); the Staged records are touched only from trio tasks.
@@ -52,7 +53,8 @@ log = logging.getLogger("pffs.fs.staging")
 PART_SIZE = 8 << 20
 # Objects up to this size go up in one PUT: below it, parts only add requests.
 MULTIPART_THRESHOLD = 16 << 20
-# Parts of one file in flight at once; the backend's limiter bounds all calls together.
+# Parts of one file in flight at once (the staging file's bytes read at once); the source's reader
+# permits bound all its calls together (pffs.flow.permits).
 PARTS_IN_FLIGHT = 4
 # Bytes per store read when an existing object is fetched into a staging file.
 FETCH_CHUNK = 8 << 20
@@ -185,14 +187,16 @@ async def fill_from_store(staged: Staged, size: int, version: str, run: Run) -> 
     for start in range(0, size, FETCH_CHUNK):
         length = min(FETCH_CHUNK, size - start)
         data = await run(
-            mounted.limiter,
+            mounted.flow.permit("reader"),
             mounted.backend.read_range,
             staged.path_in_source,
             start,
             length,
             version,
         )
-        await run(mounted.limiter, write_at, staged, start, data)  # one request, then its write
+        await run(
+            mounted.flow.permit("reader"), write_at, staged, start, data
+        )  # one request, then its write
     staged.size = size
 
 
@@ -207,11 +211,13 @@ async def upload(staged: Staged, run: Run) -> ObjectInfo:
     path = staged.path_in_source
     backend = multipart(mounted.backend)
     if backend is None or staged.size <= MULTIPART_THRESHOLD:
-        info: ObjectInfo = await run(mounted.limiter, _writable(mounted).put, path, staged.file)
+        info: ObjectInfo = await run(
+            mounted.flow.permit("reader"), _writable(mounted).put, path, staged.file
+        )
         return info
     part_size = _part_size(mounted, staged.size)
     count = -(-staged.size // part_size)
-    upload_id: str = await run(mounted.limiter, backend.begin_upload, path)
+    upload_id: str = await run(mounted.flow.permit("reader"), backend.begin_upload, path)
     etags: dict[int, str] = {}
     try:
         await _send_parts(staged, run, upload_id, part_size, range(count), etags)
@@ -239,7 +245,7 @@ async def _send_parts(
         async with slots:
             offset = index * part_size
             etags[index] = await run(
-                mounted.limiter,
+                mounted.flow.permit("reader"),
                 backend.upload_part,
                 staged.path_in_source,
                 upload_id,
@@ -261,7 +267,7 @@ async def _complete(
     backend = _multipart(mounted)
     ordered = [etags[index] for index in range(count)]
     info: ObjectInfo = await run(
-        mounted.limiter,
+        mounted.flow.permit("reader"),
         backend.finish_upload,
         staged.path_in_source,
         upload_id,
@@ -275,7 +281,9 @@ async def _abort(staged: Staged, run: Run, upload_id: str) -> None:
     mounted = staged.mounted
     backend = _multipart(mounted)
     try:
-        await run(mounted.limiter, backend.abort_upload, staged.path_in_source, upload_id)
+        await run(
+            mounted.flow.permit("reader"), backend.abort_upload, staged.path_in_source, upload_id
+        )
     except PffsError as exc:  # the store expires abandoned uploads by its own rules
         log.warning("%s: could not abort upload %s: %s", staged.where, upload_id, exc)
 
@@ -335,7 +343,9 @@ class StreamingUpload:
                         mounted = staged.mounted
                         backend = _multipart(mounted)
                         path = staged.path_in_source
-                        self.upload_id = await self.run(mounted.limiter, backend.begin_upload, path)
+                        self.upload_id = await self.run(
+                            mounted.flow.permit("reader"), backend.begin_upload, path
+                        )
                 await _send_parts(
                     staged,
                     self.run,

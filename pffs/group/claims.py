@@ -30,6 +30,7 @@ from typing import Literal, Protocol
 import trio
 
 from pffs.errors import NotFound
+from pffs.flow.permits import SourceFlow
 from pffs.group import stats
 from pffs.workers import run_blocking
 
@@ -79,13 +80,13 @@ class Claims:
         self,
         store: ClaimStore,
         conditional: bool,
-        limiter: trio.CapacityLimiter,
+        flow: SourceFlow,  # the shared store's: a claim takes a reader's permit
         clock: Callable[[], float] = time.time,  # the wall clock, every mount's the same
     ) -> None:
         self.store = store
         self.clock = clock
         self.conditional = conditional
-        self.limiter = limiter
+        self.flow = flow
         self.token = os.urandom(8).hex().encode()
         # Block objects this mount claimed and has not released: its claim, and when.
         self._held: dict[str, tuple[str, float]] = {}
@@ -107,7 +108,7 @@ class Claims:
                 # still fetching, and its waiters would see this block fetched twice.
                 previous = await self._read(claim_name(name, now - PERIOD))
                 if previous not in (None, self.token):
-                    await run_blocking(self.limiter, self.store.delete, claim)
+                    await run_blocking(self.flow.permit("reader"), self.store.delete, claim)
                     stats.CLAIMS.labels(outcome="lost to the previous period").inc()
                     return "lost"
         except Exception as exc:
@@ -144,17 +145,17 @@ class Claims:
         claim = held[0]
         stats.CLAIM_LIVES.observe(time.monotonic() - held[1])
         try:
-            await run_blocking(self.limiter, self.store.delete, claim)
+            await run_blocking(self.flow.permit("reader"), self.store.delete, claim)
         except Exception as exc:
             log.debug("shared cache: claim %s left behind: %s", claim, exc)
 
     async def _put_new(self, claim: str) -> bool:
-        return await run_blocking(self.limiter, self.store.put_new, claim, self.token)
+        return await run_blocking(self.flow.permit("reader"), self.store.put_new, claim, self.token)
 
     async def _read(self, claim: str) -> bytes | None:
         try:
             return await run_blocking(
-                self.limiter, self.store.read_range, claim, 0, MAX_CLAIM, None
+                self.flow.permit("reader"), self.store.read_range, claim, 0, MAX_CLAIM, None
             )
         except NotFound:
             return None

@@ -32,6 +32,7 @@ import trio
 
 from pffs.cache.keys import ObjectBlocks
 from pffs.config import GroupConfig
+from pffs.flow.permits import peer_permits
 from pffs.group import stats
 from pffs.group.breaker import PeerBreaker
 from pffs.group.client import (
@@ -49,8 +50,6 @@ from pffs.group.protocol import BlockRequest
 
 log = logging.getLogger("pffs.group")
 
-# Peer requests at once (each a kept-alive connection while it lasts).
-PEER_CONCURRENCY = 32
 # A handover ends once this many asks of previous owners in a row missed: the group started
 # cold, or the previous owners no longer hold their old blocks, and asking on would cost a round
 # trip per block for nothing.
@@ -87,7 +86,7 @@ class Group:
         self.client = client
         self.placement = Placement(handover=handover, clock=clock)
         self.breakers: dict[str, PeerBreaker] = {}
-        self.limiter = trio.CapacityLimiter(PEER_CONCURRENCY)
+        self.permits = peer_permits()  # requests to peers at once (pffs.flow.permits)
         self._flights: dict[tuple[BlockRequest, str], _Flight] = {}
         self._handover_misses = 0  # asks of previous owners that missed, in a row
         # (member, source, principal) -> when that member may be asked for that source again
@@ -263,7 +262,7 @@ class Group:
             return None
         sent = time.monotonic()
         try:
-            async with self.limiter:
+            async with self.permits:
                 data = await self.client.get(member, request)
         except PeerMiss:
             breaker.succeeded(sent)

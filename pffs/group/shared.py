@@ -33,6 +33,7 @@ import trio
 
 from pffs.cache.keys import ObjectBlocks
 from pffs.errors import NotFound
+from pffs.flow.permits import SourceFlow
 from pffs.group import stats
 from pffs.group.claims import WAIT, Claims
 from pffs.workers import run_blocking
@@ -112,17 +113,18 @@ class SharedTier:
         self,
         store: SharedStore,
         prefix: str,
-        limiter: trio.CapacityLimiter,
+        flow: SourceFlow,
         key: bytes,
         claims: Claims | None = None,
     ) -> None:
         self.store = store
         self.key = key  # tier_key: the MACs of its objects
         self.prefix = prefix.strip("/")
-        # The shared store's requests at once, its claims' (which take the same) included.
-        self.limiter = limiter
+        # The shared store's request permits (pffs.flow.permits), its claims' included: reads
+        # and claims are a reader's, the copies of blocks no other mount waits for written
+        # behind.
+        self.flow = flow
         self.claims = claims
-        self._writes = trio.CapacityLimiter(4)
         self._pending = 0
         self._warned: set[str] = set()
 
@@ -190,7 +192,12 @@ class SharedTier:
         length = HEADER.size + blocks.length(index)
         try:
             raw = await run_blocking(
-                self.limiter, self.store.read_range, self._name(blocks, index), 0, length, None
+                self.flow.permit("reader"),
+                self.store.read_range,
+                self._name(blocks, index),
+                0,
+                length,
+                None,
             )
         except NotFound:
             raise
@@ -221,9 +228,9 @@ class SharedTier:
 
     async def _write(self, name: str, body: bytes, length: int) -> None:
         # Other mounts wait for a block this one claimed: it does not queue behind the rest.
-        limiter = self.limiter if self._mine(name) else self._writes
+        permit = self.flow.permit("reader" if self._mine(name) else "write_behind")
         try:
-            await run_blocking(limiter, self._put, name, body)
+            await run_blocking(permit, self._put, name, body)
             stats.PEER_BYTES.labels(way="served").inc(length)
             stats.TIER_WRITES.labels(outcome="written").inc()
             if self.claims is not None:

@@ -1,7 +1,9 @@
-"""Each source's pace (pffs.pace) as metrics: its places, what each use holds and waits for, and
-the store's push backs; plain integers read at scrape time, one sample per source (and use).
+"""Each source's pace of loading ahead (pffs.flow.permits) as metrics: its permits, what each
+priority holds and waits for, and the store's throttling; plain integers read at scrape time,
+one sample per source (and priority, the `use` label). The metric names keep their first words
+(places, push backs), which dashboards and `pffs stats` read.
 
-A mount hands `watch` a reader of its sources' `Pace.gauges()` by source id
+A mount hands `watch` a reader of its sources' `SourceFlow.gauges()` by source id
 (pffs.mounting.observe); the collector turns them into metrics when the registry is read.
 """
 
@@ -14,19 +16,19 @@ from prometheus_client.registry import Collector
 
 from pffs.metrics.registry import REGISTRY
 
-# Pace.gauges() field -> (gauge, help), one sample per source.
+# SourceFlow.gauges() field -> (gauge, help), one sample per source.
 _GAUGES = {
-    "places": ("pffs_pace_places", "Places for loading ahead a source's pace gives now"),
-    "ceiling": ("pffs_pace_ceiling", "Places for loading ahead a source's pace grows back to"),
+    "permits": ("pffs_pace_places", "Permits for loading ahead a source's pace gives now"),
+    "ceiling": ("pffs_pace_ceiling", "Permits for loading ahead a source's pace grows back to"),
 }
 _COUNTERS = {
-    "pushbacks": ("pffs_pace_pushbacks", "Store push backs (503 SlowDown, timeouts) a pace heard"),
-    "halvings": ("pffs_pace_halvings", "Times a source's pace halved its places"),
+    "throttled": ("pffs_pace_pushbacks", "Requests the store throttled (503 SlowDown, timeouts)"),
+    "halvings": ("pffs_pace_halvings", "Times a source's pace halved its permits"),
 }
-# Per use (readahead, preload, warmup): "<use>_<field>" -> (gauge, help).
+# Per priority (readahead, preload, warmup): "<priority>_<field>" -> (gauge, help).
 _BY_USE = {
-    "in_flight": ("pffs_pace_in_flight", "Requests loading ahead in a source's places, by use"),
-    "waiting": ("pffs_pace_waiting", "Requests loading ahead waiting for a place, by use"),
+    "in_flight": ("pffs_pace_in_flight", "Requests loading ahead holding a permit, by use"),
+    "waiting": ("pffs_pace_waiting", "Requests loading ahead waiting for a permit, by use"),
 }
 
 PaceReader = Callable[[], Mapping[str, Mapping[str, int]]]
@@ -70,7 +72,7 @@ REGISTRY.register(_PACES)
 
 
 def watch(reader: PaceReader) -> None:
-    """Report the paces `reader()` returns: `Pace.gauges()` by source id."""
+    """Report the flows `reader()` returns: `SourceFlow.gauges()` by source id."""
     _PACES.readers.append(reader)
 
 

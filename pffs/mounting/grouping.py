@@ -33,6 +33,7 @@ from pffs.cache.keys import ObjectBlocks
 from pffs.cache.pieces import Arriving
 from pffs.config import GroupConfig, MembersDns, MembersFile, SharedCacheConfig, SourceConfig
 from pffs.errors import PffsError, UsageError
+from pffs.flow.permits import SourceFlow
 from pffs.group import claims
 from pffs.group.claims import Claims
 from pffs.group.client import PeerClient, ProofKey
@@ -154,8 +155,8 @@ def open_shared(config: SharedCacheConfig, mountpoint: str) -> Joined:
         conditional = claims.probe(store, "")
     except PffsError as exc:
         raise type(exc)(f"--shared-cache {config.url}: {exc}") from None
-    limiter = trio.CapacityLimiter(backend.max_concurrency)
-    tier = SharedTier(store, "", limiter, key, Claims(store, conditional, limiter))
+    flow = SourceFlow(backend.max_concurrency)  # the shared store's requests (pffs.flow)
+    tier = SharedTier(store, "", flow, key, Claims(store, conditional, flow))
     log.info(
         "shared cache: blocks in %s; claims %s",
         backend.source_id,

@@ -27,11 +27,11 @@ def cache_reader(vfs: Vfs) -> Callable[[], Mapping[str, int]]:
 
 
 def pace_reader(vfs: Vfs) -> Callable[[], Mapping[str, Mapping[str, int]]]:
-    """What the metrics collector reads of the sources' paces (pffs.pace), by source id."""
+    """What the metrics collector reads of the sources' flows (pffs.flow.permits), by source id."""
     mounted = list(vfs.table.mounted)
 
     def read() -> Mapping[str, Mapping[str, int]]:
-        return {entry.backend.source_id: entry.pace.gauges() for entry in mounted}
+        return {entry.backend.source_id: entry.flow.gauges() for entry in mounted}
 
     return read
 

@@ -1,12 +1,12 @@
 """Warmup of a source: its files loaded into the disk cache through the parts a mount uses.
 
 The source is opened as a mount opens it (pffs.mounting.serving's `open_table`: its backend,
-its limiter and its breaker), the cache as a mount opens it (`open_cache`), and its files go
+its flow and its breaker), the cache as a mount opens it (`open_cache`), and its files go
 through the preload engine (pffs.cache.preload), the one code path that fills the cache, with
-their fetches in places of the source's pace as warmup (pffs.pace: after readahead and
-preload). So a mount over the same cache directory finds the blocks, a source that goes down
-fails the rest at once instead of each file waiting out its retries, and the store's push
-backs slow warmup down.
+their fetches taking permits of the source's flow as warmup (pffs.flow.permits: after
+readahead and preload). So a mount over the same cache directory finds the blocks, a source
+that goes down fails the rest at once instead of each file waiting out its retries, and the
+store's throttling slows warmup down.
 
 One task lists the files, a chunk of a listing at a time, and sends them into the job's bounded
 channel as the engine takes them: a prefix of millions of objects is never held as one list.
@@ -26,6 +26,7 @@ from pffs.backends.base import ObjectInfo, join
 from pffs.cache.preload import Preloader, PreloadItem, job_channel
 from pffs.config import CacheConfig, GroupConfig, SourceConfig, TableEntry
 from pffs.errors import UsageError
+from pffs.flow.permits import at_once
 from pffs.fs.datasets import file_item
 from pffs.fs.fetching import Store
 from pffs.group.sources import Joined
@@ -65,20 +66,20 @@ async def warm_source(
     blocks other members own are asked of them (each owner loads its own once)."""
     table = open_table([TableEntry("", source)])
     (mounted,) = table.mounted
-    await mounted.health.call(mounted.limiter, mounted.backend.check)
+    await mounted.health.call(mounted.flow.permit("reader"), mounted.backend.check)
     cache = open_cache(cache_config, table.memory_only)
     if not cache.disk_holds(mounted.backend.source_id):
         cache.close()
         raise UsageError(f"{source.url} is cached in memory only")
-    # `jobs` files at once at most, and no more than the places the pace gives warmup now.
+    # `jobs` files at once at most, and no more than the permits the flow gives warmup now.
     engine = Preloader(
         cache,
-        cache.ahead_budget,
-        concurrency=lambda: min(jobs, mounted.pace.share("warmup")),
+        cache.ahead.total,
+        concurrency=lambda: at_once([mounted.flow], "warmup", jobs),
         idle_after=math.inf,
     )
     peers = await asking_group(group_config, table) if group_config is not None else None
-    # The source's parts: warmup's share of its one pace (pffs.pace), the group's owners asked
+    # The source's parts: warmup's permits of its flow (pffs.flow.permits), the group's owners asked
     # before the store.
     tier = None if peers is None else Joined(peers)
     store = Store.of(mounted, "warmup", tier)
@@ -126,7 +127,7 @@ async def _files(mounted: Mounted, path: str) -> AsyncIterator[tuple[str, Object
     pages fetched as taken), so no directory, however large, is held whole."""
     backend = mounted.backend
     health = mounted.health
-    info = await health.call(mounted.limiter, backend.stat, path, health.terms())
+    info = await health.call(mounted.flow.permit("reader"), backend.stat, path, health.terms())
     if not info.is_dir:
         yield path, info
         return
@@ -134,7 +135,7 @@ async def _files(mounted: Mounted, path: str) -> AsyncIterator[tuple[str, Object
     # goes down.
     entries = iter(backend.list(path, health.terms()))
     while True:
-        chunk = await health.call(mounted.limiter, _take, entries, LIST_CHUNK)
+        chunk = await health.call(mounted.flow.permit("reader"), _take, entries, LIST_CHUNK)
         for entry in chunk:
             child = join(path, entry.name)
             if entry.is_dir:

@@ -15,7 +15,8 @@ While down, probes (the backend's `probe`: on S3 a one-key LIST of the mount's p
 fresh connection, with short timeouts of its own whatever --request-timeout says) start
 PROBE_FIRST seconds after, then at doubling intervals up to PROBE_MAX, each without waiting for
 the one before (a probe sent while the store hung waits out its own timeout; the next one
-still goes out on time), at most PROBES_AT_ONCE at once. So a store that answers again is seen
+still goes out on time), at most PROBES_AT_ONCE at once (each a permit of the source's flow,
+pffs.flow.permits). So a store that answers again is seen
 within PROBE_MAX and one round trip. The first probe that succeeds marks the source up again,
 without a remount. Each change is one log line and the gauge `pffs_source_up{source}` (in
 `.pffs/stats` and `pffs stats`). Each return counts in `recoveries`, which every request's terms
@@ -24,7 +25,7 @@ connections it opened before, so nothing opened while the store was down, or idl
 carries a request after.
 
 Throttling (`Throttled`: 503 SlowDown, 429) never marks a source down: the store is alive and
-asks for fewer requests, which the pace of loading ahead answers.
+asks for fewer requests, which the source's flow of loading ahead answers (pffs.flow.permits).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import trio
 
 from pffs import metrics, retry
 from pffs.errors import SourceDown, Throttled, Transient
+from pffs.flow.permits import PROBES_AT_ONCE
 from pffs.workers import run_blocking
 
 T = TypeVar("T")
@@ -47,8 +49,6 @@ log = logging.getLogger("pffs.health")
 # Seconds before the first probe, and the cap on the doubling interval between probes' starts.
 PROBE_FIRST = 0.5
 PROBE_MAX = 2.0
-# Probes under way at once: each ends by its own timeouts (seconds), the next starts on time.
-PROBES_AT_ONCE = 3
 
 
 class SourceHealth:
@@ -93,10 +93,12 @@ class SourceHealth:
         log.warning("source %s is down: %s; reads needing it fail at once", self.source, exc)
         trio.lowlevel.spawn_system_task(self._probing, name=f"pffs-probe {self.source}")
 
-    def terms(self, on_pushback: Callable[[BaseException], None] | None = None) -> retry.RetryTerms:
+    def terms(
+        self, on_throttled: Callable[[BaseException], None] | None = None
+    ) -> retry.RetryTerms:
         """The terms of a request to this source made now (from a trio task): the breaker as
-        its gate, the asking reader's bound, `on_pushback` told of the store's push backs."""
-        return retry.terms(self.check, on_pushback, self.recoveries)
+        its gate, the asking reader's bound, `on_throttled` told of the store's throttling."""
+        return retry.terms(self.check, on_throttled, self.recoveries)
 
     async def call(
         self,
@@ -107,7 +109,7 @@ class SourceHealth:
     ) -> T:
         """`fn(*args)`, a store request, in a worker thread under `limiter`, through the
         breaker: refused at once while the source is down, also when it went down while this
-        waited for a place (checked again in the thread: a call that then asks the store
+        waited for a permit (checked again in the thread: a call that then asks the store
         nothing, the rest of a listing already fetched, must not pass for the store's answer
         and mark the source up), its outcome recorded (a failure only when it `counts`). A
         request that hands its backend this breaker's `terms` is also stopped when the source

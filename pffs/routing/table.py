@@ -15,11 +15,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-import trio
-
 from pffs.backends.base import Backend, ObjectInfo
 from pffs.errors import NotADirectory, NotFound
-from pffs.pace import Pace, ceiling_for
+from pffs.flow.permits import SourceFlow
 from pffs.retry import RetryTerms
 from pffs.routing import health
 from pffs.workers import run_blocking
@@ -54,7 +52,7 @@ def longest_prefix(entries: Iterable[E], path: str) -> E | None:
 
 @dataclass(eq=False)
 class Mounted:
-    """A live source in the tree: its backend, its limiter and its per-entry policies."""
+    """A live source in the tree: its backend, its flow of requests and its per-entry policies."""
 
     path: str
     backend: Backend
@@ -63,19 +61,15 @@ class Mounted:
     disk_cache: bool = True
 
     def __post_init__(self) -> None:
-        # One limiter per backend (docs/ARCHITECTURE.md): a slow store cannot starve the
-        # others' threads.
-        self.limiter = trio.CapacityLimiter(self.backend.max_concurrency)
-        # Loading ahead's places (readahead, preload, warmup), AIMD-paced and shared by
-        # urgency: a reader never queues behind them (pffs.pace).
-        self.pace = Pace(ceiling_for(self.backend.max_concurrency))
-        self._probe_limiter = trio.CapacityLimiter(health.PROBES_AT_ONCE)
+        # One flow per source (docs/ARCHITECTURE.md): its request permits, a reader's and
+        # loading ahead's (pffs.flow.permits); a slow store cannot starve the others' threads.
+        self.flow = SourceFlow(self.backend.max_concurrency)
         # Its breaker: every request to the source passes it (pffs.fs.fetching.Store).
         self.health = health.SourceHealth(self.backend.source_id, self._probe)
 
     async def _probe(self) -> None:
         """Whether the store answers again: its probe (short timeouts, a fresh connection)."""
-        await run_blocking(self._probe_limiter, self.backend.probe)
+        await run_blocking(self.flow.permit("probe"), self.backend.probe)
 
 
 class MountTable:

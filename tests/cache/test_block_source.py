@@ -73,7 +73,7 @@ def test_the_cache_reads_through_a_new_source_with_no_change(tmp_path: Path) -> 
 def test_preload_loads_a_file_from_a_new_source(tmp_path: Path) -> None:
     source = CountingSource(DATA, BLOCKS)
     cache = BlockCache(cache_config(tmp_path, fetch_size=2 * BLOCK))
-    engine = Preloader(cache, cache.ahead_budget, concurrency=1)
+    engine = Preloader(cache, cache.ahead.total, concurrency=1)
     item = PreloadItem(BLOCKS.ident, BLOCKS.keys(), BLOCKS.lengths(), source)
     outcomes: list[int | Exception] = []
 

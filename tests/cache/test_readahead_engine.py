@@ -69,7 +69,7 @@ def read_ahead_all_then_read(cache: BlockCache, count: int, runs: Runs) -> list[
             cache.attach(nursery)
             assert cache.read_ahead(keys(count), [BLOCK] * count, runs, coalesce=True) == count
             await cache.flush()
-            assert cache.ahead_in_flight == 0
+            assert cache.ahead.loading == 0
             for index, key in enumerate(keys(count)):
                 assert await cache.read(key, FetchSource(fetcher(index, calls)), BLOCK) == block_of(
                     index
@@ -92,9 +92,9 @@ def test_consecutive_missing_blocks_come_in_runs_of_fetch_size() -> None:
             )  # block 3 is in memory
             started = cache.read_ahead(keys(8), [BLOCK] * 8, runs, coalesce=True)
             assert started == 7
-            assert cache.ahead_in_flight == 7 * BLOCK
+            assert cache.ahead.loading == 7 * BLOCK
             await cache.flush()
-            assert cache.ahead_in_flight == 0
+            assert cache.ahead.loading == 0
             for index, key in enumerate(keys(8)):
                 assert await cache.read(key, FetchSource(fetcher(index, calls)), BLOCK) == block_of(
                     index
@@ -151,7 +151,7 @@ def test_before_the_windows_end_a_runs_worth_must_be_missing() -> None:
 def test_without_a_nursery_nothing_is_read_ahead() -> None:
     cache = BlockCache(cache_config(None))
     assert cache.read_ahead(keys(2), [BLOCK] * 2, Runs()) == 0
-    assert cache.ahead_in_flight == 0
+    assert cache.ahead.loading == 0
 
 
 def test_the_budget_bounds_the_bytes_in_flight() -> None:
@@ -163,20 +163,20 @@ def test_the_budget_bounds_the_bytes_in_flight() -> None:
         async with trio.open_nursery() as nursery:
             cache.attach(nursery)
             assert cache.read_ahead(keys(6), [BLOCK] * 6, runs, coalesce=True) == 4
-            assert cache.ahead_in_flight == 4 * BLOCK
+            assert cache.ahead.loading == 4 * BLOCK
             assert cache.stats.readahead_skipped_budget == 1
             # Budget left for a short last block of another file only after these land.
             assert cache.read_ahead(keys(1, 100), [100], runs) == 0
             assert cache.stats.readahead_skipped_budget == 2
             runs.release.set()
             await cache.flush()
-            assert cache.ahead_in_flight == 0
+            assert cache.ahead.loading == 0
             assert cache.read_ahead(keys(1, 100), [100], Runs(base=100)) == 1
             await cache.flush()
 
     trio.run(main)
     assert runs.requests == [(0, 4)]
-    assert cache.ahead_in_flight == 0
+    assert cache.ahead.loading == 0
 
 
 def test_a_reader_arriving_first_waits_for_the_readahead() -> None:
@@ -227,9 +227,9 @@ def test_cancelled_readaheads_give_their_budget_back() -> None:
             cache.attach(nursery)
             assert cache.read_ahead(keys(4), [BLOCK] * 4, runs, coalesce=True) == 4
             await trio.sleep(0.01)
-            assert cache.ahead_in_flight == 4 * BLOCK
+            assert cache.ahead.loading == 4 * BLOCK
             nursery.cancel_scope.cancel()
-        assert cache.ahead_in_flight == 0
+        assert cache.ahead.loading == 0
         await cache.flush()  # nothing left in the background
         for index, key in enumerate(keys(4)):  # no reader waits on an abandoned load ahead
             assert await cache.read(key, FetchSource(fetcher(index, calls)), BLOCK) == block_of(

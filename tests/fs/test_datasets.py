@@ -19,10 +19,10 @@ import trio
 from pffs import metrics
 from pffs.cli.stats_view import pace_lines, series
 from pffs.errors import ReadOnly, Transient, Unsupported
+from pffs.flow.permits import BACKGROUND_SHARE
 from pffs.fs.special import HIDDEN_DIR, PRELOAD_FILE
 from pffs.fs.vfs import Vfs
 from pffs.mounting.observe import pace_reader
-from pffs.pace import BACKGROUND_SHARE
 from tests.fs.helpers import (
     KIB,
     dataset,
@@ -125,10 +125,10 @@ def test_reader_is_not_starved_while_preload_is_saturated(tmp_path: Path) -> Non
     files = dataset(tmp_path, {"d": 40}, KIB)
     vfs, backend = preloading_vfs(tmp_path)
     paths = list(files)
-    # Every preload request stalls at the store: preload takes all the places of the source's
+    # Every preload request stalls at the store: preload takes all the permits of the source's
     # pace it may (its share: the rest is readahead's), and starts no file beyond them.
     backend.held = set(paths[3:-1])
-    pace = vfs.table.mounted[0].pace
+    pace = vfs.table.mounted[0].flow.pace
     share = int(BACKGROUND_SHARE * pace.current)
 
     async def body() -> None:
@@ -209,9 +209,9 @@ def test_throttled_preload_backs_off_and_readers_see_what_they_would_without_it(
         if enabled:
             stats = vfs.datasets.engine.stats
             assert stats.files_failed == 4 and stats.files_fetched == 23
-            # The source's one pace heard the push backs and halved its places.
-            pace = vfs.table.mounted[0].pace
-            assert pace.pushbacks >= 1 and pace.halvings >= 1
+            # The source's pace heard the throttling and halved its permits.
+            pace = vfs.table.mounted[0].flow.pace
+            assert pace.throttles >= 1 and pace.halvings >= 1
             assert pace.current < pace.ceiling
             # ...and says so in the metrics and `pffs stats`, by source.
             paces = pace_reader(vfs)

@@ -76,16 +76,16 @@ def _source(tmp_path: Path, refusals: int) -> tuple[PushingBack, Mounted, StoreB
 
 def test_a_load_aheads_push_backs_halve_the_pace_and_a_readers_do_not(tmp_path: Path) -> None:
     backend, mounted, source = _source(tmp_path, refusals=2)
-    ceiling = mounted.pace.current
+    ceiling = mounted.flow.pace.current
 
     async def main() -> None:
         assert await source.part(0, 100) == DATA[:100]  # a reader's, retried twice
-        mounted.pace.settle()
-        assert mounted.pace.current == ceiling  # a reader's push backs are not loading ahead's
+        mounted.flow.pace.settle()
+        assert mounted.flow.pace.current == ceiling  # a reader's push backs are not loading ahead's
         async with source.run(1, 1) as landing:
             assert [index async for index, _ in landing] == [1]
-        mounted.pace.settle()
-        assert mounted.pace.current == ceiling // 2
+        mounted.flow.pace.settle()
+        assert mounted.flow.pace.current == ceiling // 2
 
     trio.run(main)
     assert backend.attempts == 6

@@ -389,7 +389,7 @@ def test_a_small_file_is_fetched_from_its_open() -> None:
             inode = await vfs.lookup(ROOT_INODE, "f")
             fh, _ = await vfs.open(inode.ino, os.O_RDONLY)
             await trio.sleep(0.05)
-            assert vfs.cache.ahead_in_flight == len(data)  # asked for before any read
+            assert vfs.cache.ahead.loading == len(data)  # asked for before any read
             store.gate.set()
             assert await vfs.read(fh, 0, 128 * KIB) == data
             assert store.reads == 1

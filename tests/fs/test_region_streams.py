@@ -104,10 +104,10 @@ def test_spans_across_open_files_stay_within_the_mounts_room_and_go_at_close() -
             for offset, size in reads:  # the three runs interleaved, READ by READ
                 for n, fh in enumerate(handles):
                     got[n].append(bytes(await vfs.read(fh, offset, size)))
-                    held.append(vfs.reader.region_room.held)
+                    held.append(vfs.cache.ahead.held["region"])
             for fh in handles:
                 await vfs.release(fh)
-            held.append(vfs.reader.region_room.held)
+            held.append(vfs.cache.ahead.held["region"])
             await vfs.drain()
             nursery.cancel_scope.cancel()
         return got

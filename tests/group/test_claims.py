@@ -21,6 +21,7 @@ from pffs.backends.base import writable
 from pffs.cache.keys import ObjectBlocks
 from pffs.config import SourceConfig
 from pffs.errors import NotFound
+from pffs.flow.permits import SourceFlow
 from pffs.group import claims, shared
 from pffs.group.claims import Claims
 from pffs.group.shared import SharedTier
@@ -81,10 +82,10 @@ def race(store: _SharedStore, conditional: bool, name: str, count: int) -> list[
     outcomes: list[str] = []
 
     async def main() -> None:
-        limiter = trio.CapacityLimiter(count)
+        flow = SourceFlow(count)
 
         async def one() -> None:
-            claimer = Claims(store, conditional, limiter, clock=mid_period)
+            claimer = Claims(store, conditional, flow, clock=mid_period)
             outcomes.append(await claimer.claim(name))
 
         async with trio.open_nursery() as nursery:
@@ -115,12 +116,10 @@ def test_moto_honours_the_condition_and_one_of_eight_wins(moto, bucket) -> None:
 
 def test_a_released_claim_can_be_claimed_again(moto, bucket) -> None:
     store = store_of(moto.endpoint_url, bucket)
-    first = Claims(store, True, trio.CapacityLimiter(1), clock=mid_period)
+    first = Claims(store, True, SourceFlow(1), clock=mid_period)
     assert claim_once(first, "b/3") == "won"
     trio.run(first.release, "b/3")
-    assert (
-        claim_once(Claims(store, True, trio.CapacityLimiter(1), clock=mid_period), "b/3") == "won"
-    )
+    assert claim_once(Claims(store, True, SourceFlow(1), clock=mid_period), "b/3") == "won"
 
 
 def test_a_claim_of_the_previous_period_holds_for_its_first_seconds(moto, bucket) -> None:
@@ -128,18 +127,13 @@ def test_a_claim_of_the_previous_period_holds_for_its_first_seconds(moto, bucket
     claimant is still fetching. Past the first WAIT seconds it has lapsed."""
     store = store_of(moto.endpoint_url, bucket)
     dying = PERIOD_START - 0.1  # the last moment of the previous period
-    assert (
-        claim_once(Claims(store, True, trio.CapacityLimiter(1), clock=lambda: dying), "f/0")
-        == "won"
-    )
-    early = Claims(store, True, trio.CapacityLimiter(1), clock=lambda: PERIOD_START + 0.1)
+    assert claim_once(Claims(store, True, SourceFlow(1), clock=lambda: dying), "f/0") == "won"
+    early = Claims(store, True, SourceFlow(1), clock=lambda: PERIOD_START + 0.1)
     assert claim_once(early, "f/0") == "lost"
     # Its own claim, written before it saw the previous one, is gone: nobody waits on it.
     with pytest.raises(NotFound):
         store.read_range(claims.claim_name("f/0", PERIOD_START + 0.1), 0, 64, None)
-    assert (
-        claim_once(Claims(store, True, trio.CapacityLimiter(1), clock=mid_period), "f/0") == "won"
-    )
+    assert claim_once(Claims(store, True, SourceFlow(1), clock=mid_period), "f/0") == "won"
 
 
 def test_a_failing_store_is_a_claim_won(tmp_path) -> None:
@@ -147,15 +141,13 @@ def test_a_failing_store_is_a_claim_won(tmp_path) -> None:
     from pffs.testing.servers import free_port
 
     store = store_of(f"http://127.0.0.1:{free_port()}", "gone")
-    assert claim_once(Claims(store, True, trio.CapacityLimiter(1)), "c/0") == "failed"
+    assert claim_once(Claims(store, True, SourceFlow(1)), "c/0") == "failed"
 
 
 def test_s3rver_ignores_the_condition_and_claims_are_read_back(s3rver_store) -> None:
     store = s3rver_store
     assert not claims.probe(store, "")
-    first, second = (
-        Claims(store, False, trio.CapacityLimiter(1), clock=mid_period) for _ in range(2)
-    )
+    first, second = (Claims(store, False, SourceFlow(1), clock=mid_period) for _ in range(2))
     assert claim_once(first, "d/0") == "won"
     assert claim_once(first, "d/0") == "won"  # its own claim
     assert claim_once(second, "d/0") == "lost"  # a fresh claim of another mount
@@ -209,8 +201,8 @@ def test_a_won_claim_looks_again_before_the_origin(moto, bucket) -> None:
     name = shared.object_name(blocks, 0)
     key = shared.tier_key(b"the-tier-secret-of-the-test")
     racing = LandsWhileClaiming(store, name, shared.pack(key, blocks, 0, data))
-    limiter = trio.CapacityLimiter(2)
-    tier = SharedTier(racing, "", limiter, key, Claims(racing, True, limiter, clock=mid_period))
+    flow = SourceFlow(2)
+    tier = SharedTier(racing, "", flow, key, Claims(racing, True, flow, clock=mid_period))
     before = metric_value(snapshot(), "pffs_group_tier_origin_total", reason="claimed")
 
     async def main() -> bytes | None:
@@ -245,7 +237,7 @@ def test_s3rver_read_back_waits_out_a_slow_write_of_another_mount(s3rver_store) 
     async def main() -> None:
         async def one(start: float) -> None:
             await trio.sleep(start)
-            claimer = Claims(slow, False, trio.CapacityLimiter(1), clock=mid_period)
+            claimer = Claims(slow, False, SourceFlow(1), clock=mid_period)
             outcomes.append(await claimer.claim("g/0"))
 
         async with trio.open_nursery() as nursery:

@@ -23,7 +23,7 @@ CORE = (
     "pffs.logs",
     "pffs.logfile",
     "pffs.workers",
-    "pffs.pace",
+    "pffs.flow",
     "pffs.privatefiles",
     "pffs.kube",
 )
