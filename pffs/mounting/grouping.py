@@ -42,7 +42,7 @@ from pffs.group.members import FileMembers, file_path
 from pffs.group.peers import Group
 from pffs.group.principals import PrincipalKeys
 from pffs.group.server import PeerServer, parse_listen
-from pffs.group.shared import SharedTier, tier_key
+from pffs.group.shared import Background, SharedTier, tier_key
 from pffs.group.signing import Verifier, read_secret
 from pffs.group.sources import Joined, member_order, shuffled_order
 from pffs.kube import KubeClient, KubeError
@@ -134,10 +134,11 @@ async def asking_group(config: GroupConfig, table: MountTable) -> Group:
     return group
 
 
-def open_shared(config: SharedCacheConfig, mountpoint: str) -> Joined:
+def open_shared(config: SharedCacheConfig, mountpoint: str, background: Background) -> Joined:
     """The shared tier joined, its store checked now (a one-line error before the mount
-    serves). The node's name and the mountpoint tell this mount from the others sharing the
-    tier (they seed the order its dataset preload walks a listing in)."""
+    serves), its writes run by `background` (the mount's). The node's name and the mountpoint
+    tell this mount from the others sharing the tier (they seed the order its dataset preload
+    walks a listing in)."""
     key = tier_key(read_secret(config.secret_file, "--shared-cache-secret-file"))
     source = SourceConfig(url=config.url, endpoint_url=config.endpoint_url, profile=config.profile)
     backend = open_backend(source)
@@ -154,7 +155,8 @@ def open_shared(config: SharedCacheConfig, mountpoint: str) -> Joined:
     except PffsError as exc:
         raise type(exc)(f"--shared-cache {config.url}: {exc}") from None
     limiter = trio.CapacityLimiter(backend.max_concurrency)
-    tier = SharedTier(store, "", limiter, key, Claims(store, conditional, limiter))
+    claimed = Claims(store, conditional, limiter)
+    tier = SharedTier(store, "", limiter, key, claimed, background=background)
     log.info(
         "shared cache: blocks in %s; claims %s",
         backend.source_id,

@@ -19,7 +19,7 @@ smaller size claimed cannot leave a shortened block under the shared key.
 
 from __future__ import annotations
 
-import trio
+import functools
 
 from pffs import retry
 from pffs.cache.blocks import BlockCache
@@ -76,7 +76,12 @@ class PeerBlocks:
         # Announced before the fetch starts, so a store GET it leads to (or the one a reader
         # here is about to start) fills these pieces as its bytes arrive.
         pieces = self.arriving.announce(key, blocks.length(index))
-        trio.lowlevel.spawn_system_task(self._load, store, request, pieces)
+        # Among the cache's background tasks, in the mount's nursery: the load ends (and fills
+        # the cache) whoever stops listening, and is cancelled when the mount stops.
+        if not self.cache.background(functools.partial(self._load, store, request, pieces)):
+            self.arriving.withdraw(key, pieces)
+            # No background tasks (the mount is not serving): answered 503, as a store failure.
+            raise PffsError("no background tasks to load the block in")
         return pieces
 
     def _store_of(self, blocks: ObjectBlocks) -> Store:
@@ -99,9 +104,9 @@ class PeerBlocks:
         request: BlockRequest,
         pieces: Pieces,
     ) -> None:
-        """Load the block through the cache (a system task: the fetch ends, and fills the
-        cache, whoever stops listening); its pieces come as the store sends them, or whole at
-        the end when it came from disk, a flight under way or another member."""
+        """Load the block through the cache (a background task of the mount: the fetch ends,
+        and fills the cache, whoever stops listening); its pieces come as the store sends them,
+        or whole at the end when it came from disk, a flight under way or another member."""
         blocks, index = request.blocks, request.index
         key = blocks.key(index)
         try:

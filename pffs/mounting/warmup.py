@@ -109,6 +109,7 @@ async def warm_source(
         async with trio.open_nursery() as nursery:
             cache.attach(nursery)
             engine.attach(nursery)
+            nursery.start_soon(mounted.health.watch)  # the source's probes while it is down
             engine.add("warmup", receive, report=done, for_readers=False)
             nursery.start_soon(list_files)
             await engine.wait_idle()
