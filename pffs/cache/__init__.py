@@ -73,6 +73,6 @@ window.py       Windows: each sequential reader's window by Little's law (its re
                 source's pace, pffs.pace, is another thing: its requests in flight.)
 stats.py        CacheStats: the counters the metrics read.
 pieces.py       Pieces, a block's bytes as its store sends them, and Arriving, the board of
-                blocks on their way by key: filled by the fetch path (pffs.fs.fetching) in a
+                blocks on their way by key: filled by the fetch path (pffs.store.fetching) in a
                 cache group, streamed to peers that join a fetch; the cache never uses it.
 """

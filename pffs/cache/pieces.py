@@ -1,7 +1,7 @@
 """A block's bytes as they arrive from its store, for whoever joins its fetch.
 
 A block on its way from the store is announced on its mount's `Arriving` board (the fetch path,
-pffs.fs.fetching, does it when a cache group is joined, whatever started the fetch: a reader, a
+pffs.store.fetching, does it when a cache group is joined, whatever started the fetch: a reader, a
 load ahead, a peer's request); its pieces are added to its `Pieces` as the store sends them.
 A cache group's peer request for that block (pffs.mounting.peerblocks) streams them from the
 first piece, so an asker joining an owner's fetch gets the bytes as soon as the owner does.

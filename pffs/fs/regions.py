@@ -24,7 +24,7 @@ from functools import partial
 
 import trio
 
-from pffs.fs.fetching import StoreBlocks, piece_lengths
+from pffs.store.fetching import StoreBlocks, piece_lengths
 
 log = logging.getLogger("pffs.fs")
 

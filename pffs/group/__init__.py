@@ -16,5 +16,5 @@ The group is a layer beside pffs/cache: it uses the cache's key types, and the c
 imports it. pffs.mounting composes it and hands the tier joined (`sources.Joined`) to the parts
 that build block sources (the VFS's reader and dataset preload, warmup), which put it before
 each object's store
-(pffs.fs.fetching). Without a group nothing of this is imported.
+(pffs.store.fetching). Without a group nothing of this is imported.
 """

@@ -5,7 +5,7 @@ blocks in a cache group, every block for a shared tier); a block it cannot give 
 from the store, and every whole block the store serves is handed to its `landed` (a shared tier
 writes it there). `TierFirst` is the `BlockSource` (pffs.cache.keys) of one open object version
 with a tier asked before its store's own source: the cache asks it as it asks the store. The
-fetch path (pffs.fs.fetching) builds it from `Joined.before`: the tier a mount or warmup joined,
+fetch path (pffs.store.fetching) builds it from `Joined.before`: the tier a mount or warmup joined,
 handed to the parts that open block sources when they are built (pffs.mounting).
 
 Mounts sharing a tier would otherwise preload a dataset in the same order, each wanting the

@@ -10,7 +10,7 @@ block once for the whole group, streamed to the askers as it arrives. It serves 
 this mount mounts: the source id in the key carries the bucket and endpoint, so the group is
 never a way around a bucket's access rules. The group, as the tier joined
 (`JoinedGroup.tier`), is handed to the VFS, whose reads put it before each object's store
-(pffs.fs.fetching). `asking_group` is the same group for `pffs warmup` on a member: it asks
+(pffs.store.fetching). `asking_group` is the same group for `pffs warmup` on a member: it asks
 the owners, so each owner loads its own blocks from the store once, and the group fills in
 parallel. `open_shared` joins the group's second form instead, a shared tier over a store of
 its own, after checking whether that store honours `If-None-Match: *` (pffs.group.claims).

@@ -26,7 +26,6 @@ from pffs.cache.blocks import BlockCache
 from pffs.cache.keys import Blocks, ObjectBlocks
 from pffs.cache.pieces import Arriving, Pieces
 from pffs.errors import PffsError
-from pffs.fs.fetching import Store, StoreBlocks
 from pffs.group import stats
 from pffs.group.peers import Group
 from pffs.group.principals import PrincipalKeys
@@ -34,6 +33,7 @@ from pffs.group.protocol import BlockRequest
 from pffs.group.server import AskSecond, NotServed, Refused
 from pffs.group.signing import Signed
 from pffs.routing.table import MountTable
+from pffs.store.fetching import Store, StoreBlocks
 
 
 class NotTheOwnersObject(PffsError):

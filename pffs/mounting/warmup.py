@@ -27,11 +27,11 @@ from pffs.cache.preload import Preloader, PreloadItem, job_channel
 from pffs.config import CacheConfig, GroupConfig, SourceConfig, TableEntry
 from pffs.errors import UsageError
 from pffs.fs.datasets import file_item
-from pffs.fs.fetching import Store
 from pffs.group.sources import Joined
 from pffs.mounting.grouping import asking_group
 from pffs.mounting.serving import open_cache, open_table
 from pffs.routing.table import Mounted
+from pffs.store.fetching import Store
 
 # Entries of a listing taken at once: an S3 page's worth.
 LIST_CHUNK = 1000

@@ -70,7 +70,7 @@ class Mounted:
         # urgency: a reader never queues behind them (pffs.pace).
         self.pace = Pace(ceiling_for(self.backend.max_concurrency))
         self._probe_limiter = trio.CapacityLimiter(health.PROBES_AT_ONCE)
-        # Its breaker: every request to the source passes it (pffs.fs.fetching.Store).
+        # Its breaker: every request to the source passes it (pffs.store.fetching.Store).
         self.health = health.SourceHealth(self.backend.source_id, self._probe)
 
     async def _probe(self) -> None:

@@ -1,4 +1,4 @@
-"""pffs.fs.fetching with a board of arriving blocks (pffs.cache.pieces), over the S3 backend on
+"""pffs.store.fetching with a board of arriving blocks (pffs.cache.pieces), over the S3 backend on
 a real moto server: a whole block comes in pieces of `PIECE` bytes, added to the pieces a peer's
 request announced before the fetch started, and every block of a run lands exact; the board is
 empty once the fetches end, and a partial read never touches it."""
@@ -13,8 +13,8 @@ from pffs.backends import open_backend
 from pffs.cache.keys import ObjectBlocks
 from pffs.cache.pieces import Arriving, Pieces
 from pffs.config import SourceConfig
-from pffs.fs.fetching import PIECE, Store, StoreBlocks
 from pffs.routing.table import Mounted
+from pffs.store.fetching import PIECE, Store, StoreBlocks
 
 BLOCK = 2 * PIECE
 
