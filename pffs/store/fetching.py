@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import Protocol, TypeVar
 
 import trio
 
@@ -41,12 +41,21 @@ from pffs.retry import RetryTerms
 from pffs.routing.health import SourceHealth
 from pffs.routing.table import Mounted
 
-if TYPE_CHECKING:  # a mount without a group never imports pffs.group
-    from pffs.group.sources import Joined
-
 T = TypeVar("T")
 
 PIECE = 256 * 1024  # the bytes of a block announced at a time, for peers joining its fetch
+
+
+class Joined(Protocol):
+    """A tier joined, asked before the store (pffs.group.sources.Joined: a cache group, a
+    shared tier; the group sits above the store, which only names what it asks of it)."""
+
+    @property
+    def arriving(self) -> Arriving | None:
+        """Where the store's blocks are announced as they arrive (a cache group's board)."""
+
+    def before(self, store: BlockSource, blocks: ObjectBlocks) -> BlockSource:
+        """The blocks of one object version, the tier asked before `store`."""
 
 
 @dataclass(frozen=True, eq=False)

@@ -55,10 +55,11 @@ BELOW = {
     "backends": {"core", "metrics"},
     "cache": {"core", "metrics"},
     "routing": {"core", "metrics", "backends"},
-    # Beside the cache: it names blocks by the cache's keys; the cache never imports it.
-    "group": {"core", "metrics", "cache"},
-    # The store adapter: a source as a fetch sees it (its tier joined, typed only, is group's).
-    "store": {"core", "metrics", "backends", "routing", "cache", "group"},
+    # The store adapter: a source as a fetch sees it.
+    "store": {"core", "metrics", "backends", "routing", "cache"},
+    # On the store: the owner's side of a peer's ask loads through it; the cache and the store
+    # never import the group.
+    "group": {"core", "metrics", "routing", "cache", "store"},
     "fs": {"core", "metrics", "backends", "routing", "cache", "group", "store"},
     "kernel edge": {"core", "metrics", "fs"},
     "scheduler": {"core", "metrics", "backends", "routing"},
