@@ -3,7 +3,7 @@
 A block on its way from the store is announced on its mount's `Arriving` board (the fetch path,
 pffs.store.fetching, does it when a cache group is joined, whatever started the fetch: a reader, a
 load ahead, a peer's request); its pieces are added to its `Pieces` as the store sends them.
-A cache group's peer request for that block (pffs.mounting.peerblocks) streams them from the
+A cache group's peer request for that block (pffs.group.owner) streams them from the
 first piece, so an asker joining an owner's fetch gets the bytes as soon as the owner does.
 `finish` ends it with the whole block (given at once when it came from a tier or the cache, not
 in pieces); `fail` ends it with the error (a request that has sent nothing yet answers 503, one

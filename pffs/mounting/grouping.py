@@ -3,7 +3,7 @@ this mount.
 
 `open_group` reads the secret, binds the peer port (a port in use is a one-line error before
 the mount serves) and reads the first member list; `JoinedGroup.run` serves peers and follows
-the member list while the mount serves. The server's block handler (pffs.mounting.peerblocks)
+the member list while the mount serves. The server's block handler (pffs.group.owner)
 is this mount's own read path: the block cache (its single flight, so one fetch serves every
 asker) over the store of the source the block names, version pinned, so an owner fetches a
 block once for the whole group, streamed to the askers as it arrives. It serves only sources
@@ -39,6 +39,7 @@ from pffs.group.client import PeerClient, ProofKey
 from pffs.group.dnsmembers import DnsMembers
 from pffs.group.kubemembers import KubeMembers
 from pffs.group.members import FileMembers, file_path
+from pffs.group.owner import PeerBlocks
 from pffs.group.peers import Group
 from pffs.group.principals import PrincipalKeys
 from pffs.group.server import PeerServer, parse_listen
@@ -46,7 +47,6 @@ from pffs.group.shared import Background, SharedTier, tier_key
 from pffs.group.signing import Verifier, read_secret
 from pffs.group.sources import Joined, member_order, shuffled_order
 from pffs.kube import KubeClient, KubeError
-from pffs.mounting.peerblocks import PeerBlocks
 from pffs.routing.table import MountTable
 
 log = logging.getLogger("pffs.group")
