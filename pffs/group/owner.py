@@ -15,6 +15,12 @@ store, a block held in memory must have the length asked for, and a fetch for a 
 block its size makes a short last one asks the store for a byte more, so the store's own end
 of that version says whether the size is the object's before the block lands in the cache: a
 smaller size claimed cannot leave a shortened block under the shared key.
+
+The assembly point (pffs.mounting, through grouping) hands it what it loads with: the mount
+table, the block cache, the board and the principal keys. A load it starts runs among the
+cache's background tasks, in the mount's nursery: it ends with the mount, and its errors go to
+the pieces its askers stream. A peer's ask goes down from here, never back up: the cache
+(pffs.cache.blocks), the store (pffs.store.fetching), the backend.
 """
 
 from __future__ import annotations
