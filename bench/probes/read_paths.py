@@ -66,7 +66,8 @@ def _profile(frame: FrameType, event: str, arg: Any) -> None:
 
 async def _traced(body: Callable[[], Awaitable[None]]) -> set[str]:
     global _recording
-    _recording = seen = set()
+    seen: set[str] = set()
+    _recording = seen
     _calls.clear()
     try:
         await body()
@@ -123,7 +124,7 @@ def main() -> None:
                 seen, edge = trio.run(TRACES[name], s3, bucket, moto.endpoint_url)
                 _report(name, seen, edge)
     sys.setprofile(None)
-    threading.setprofile(None)  # type: ignore[arg-type]
+    threading.setprofile(None)
 
 
 def _vfs(endpoint: str, bucket: str, **parts: Any) -> Any:
@@ -258,8 +259,8 @@ async def peer(s3: Any, bucket: str, endpoint: str) -> tuple[set[str], bool]:
 
 async def preload(s3: Any, bucket: str, endpoint: str) -> tuple[set[str], bool]:
     files = {f"train/{i:03}.bin": random.randbytes(100 * 1024) for i in range(20)}
-    for key, body in files.items():
-        s3.put_object(Bucket=bucket, Key=key, Body=body)
+    for key, data in files.items():
+        s3.put_object(Bucket=bucket, Key=key, Body=data)
     vfs = _vfs(endpoint, bucket)
     async with trio.open_nursery() as nursery:
         vfs.attach(nursery)
