@@ -79,7 +79,7 @@ async def _traced(body: Callable[[], Awaitable[None]]) -> set[str]:
 def _report(name: str, seen: set[str], edge: bool) -> None:
     pffs = sorted(m for m in seen if m.startswith("pffs."))
     stores = sorted(m for m in seen if m.startswith("backends."))
-    kernel = " + pffs.fuse_ops (the kernel edge)" if edge else ""
+    kernel = " (with pffs.fuse_ops, the kernel edge)" if edge else ""
     print(f"{name}: {len(pffs) + edge} of pffs{kernel}, {len(stores)} of backends/")
     print("  pffs:", " ".join(m.removeprefix("pffs.") for m in pffs))
     print("  backends:", " ".join(m.removeprefix("backends.") for m in stores))
