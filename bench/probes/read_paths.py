@@ -129,16 +129,14 @@ def main() -> None:
 
 def _vfs(endpoint: str, bucket: str, **parts: Any) -> Any:
     from pffs.backends import open_backend
-    from pffs.cache.blocks import BlockCache
-    from pffs.config import CacheConfig, FuseConfig, MetaConfig, SourceConfig
+    from pffs.config import FuseConfig, MetaConfig, SourceConfig
     from pffs.fs.vfs import Vfs
     from pffs.routing.table import MountTable
 
     table = parts.pop("table", None) or MountTable.single(
         open_backend(SourceConfig(url=f"s3://{bucket}", endpoint_url=endpoint))
     )
-    disk = tempfile.mkdtemp(prefix="pffs-trace-")
-    cache = BlockCache(CacheConfig(disk_dir=disk), memory_only=table.memory_only)
+    cache = parts.pop("cache", None) or _cache()
     return Vfs(
         table,
         MetaConfig(),
@@ -147,6 +145,13 @@ def _vfs(endpoint: str, bucket: str, **parts: Any) -> Any:
         staging_dir=tempfile.mkdtemp(prefix="pffs-trace-staging-"),
         **parts,
     )
+
+
+def _cache() -> Any:
+    from pffs.cache.blocks import BlockCache
+    from pffs.config import CacheConfig
+
+    return BlockCache(CacheConfig(disk_dir=tempfile.mkdtemp(prefix="pffs-trace-")))
 
 
 async def _read(vfs: Any, path: str) -> bytes:
@@ -191,7 +196,6 @@ async def cold(s3: Any, bucket: str, endpoint: str) -> tuple[set[str], bool]:
 async def peer(s3: Any, bucket: str, endpoint: str) -> tuple[set[str], bool]:
     from pffs.backends import open_backend
     from pffs.cache.keys import ObjectBlocks
-    from pffs.cache.pieces import Arriving
     from pffs.config import SourceConfig
     from pffs.group.client import PeerClient
     from pffs.group.members import Member
@@ -221,7 +225,10 @@ async def peer(s3: Any, bucket: str, endpoint: str) -> tuple[set[str], bool]:
         return group
 
     group_a, group_b = member("a", tables[0]), member("b", tables[1])
-    vfs_a = _vfs(endpoint, bucket, table=tables[0], tier=Joined(group_a, Arriving()))
+    cache_a = _cache()
+    vfs_a = _vfs(
+        endpoint, bucket, table=tables[0], cache=cache_a, tier=Joined(group_a, cache_a.flights)
+    )
     vfs_b = _vfs(endpoint, bucket, table=tables[1])
     block = vfs_a.cache.block_size
     data = random.randbytes(block)
@@ -232,7 +239,7 @@ async def peer(s3: Any, bucket: str, endpoint: str) -> tuple[set[str], bool]:
         blocks = ObjectBlocks(backend.source_id, backend.principal, path, version, block, block)
         if group_a.peer_owner(blocks, 0) is not None:
             break
-    owner = PeerBlocks(group_b, tables[1], vfs_b.cache, Arriving(), keys)
+    owner = PeerBlocks(group_b, tables[1], vfs_b.cache, keys)
     server = PeerServer(owner.serve, Verifier(secret, "b"))
     async with trio.open_nursery() as nursery:
         vfs_a.attach(nursery)

@@ -30,7 +30,7 @@ from pffs.backends import open_backend
 from pffs.backends.base import Backend, WritableBackend, writable
 from pffs.cache.blocks import BlockCache
 from pffs.cache.keys import ObjectBlocks
-from pffs.cache.pieces import Arriving
+from pffs.cache.singleflight import SingleFlight
 from pffs.config import GroupConfig, SharedCacheConfig, SourceConfig
 from pffs.errors import PffsError, UsageError
 from pffs.group import claims
@@ -59,11 +59,11 @@ class JoinedGroup:
         server: PeerServer,
         listening: socket.socket,
         members: FileMembers | KubeMembers | DnsMembers,
-        arriving: Arriving,
+        arriving: SingleFlight,
     ) -> None:
         self.group = group
-        # What the mount's reads ask before the store, and where its store's blocks are
-        # announced as they arrive (the peer server's handler streams them).
+        # What the mount's reads ask before the store, and the flights its store fills piece
+        # by piece (the peer server's handler streams them).
         self.tier = Joined(group, arriving, self._preload_order)
         self.server = server
         self._listening = listening
@@ -94,12 +94,12 @@ def open_group(config: GroupConfig, table: MountTable, cache: BlockCache) -> Joi
     members = _member_source(config)
     if isinstance(members, FileMembers):
         group.update(members.load())
-    arriving = Arriving()
-    blocks = PeerBlocks(group, table, cache, arriving, keys)
+    blocks = PeerBlocks(group, table, cache, keys)
     server = PeerServer(blocks.serve, Verifier(secret, config.self_name))
     listening = _bind(config.listen)
     log.info("group: %s serving peers on %s", config.self_name, config.listen)
-    return JoinedGroup(group, server, listening, members, arriving)
+    # The store's blocks fill their flights piece by piece: a peer's ask joins any of them.
+    return JoinedGroup(group, server, listening, members, cache.flights)
 
 
 def _principal_keys(config: GroupConfig) -> PrincipalKeys:

@@ -1,6 +1,6 @@
 """The owner's side of a peer's ask (pffs.group.owner) runs its load under the mount's
-nursery: when the mount stops, a load started for a peer ends with it, its pieces failed and
-off the board, and the requests it made are closed. Real parts: an S3 source on moto, the
+nursery: when the mount stops, a load started for a peer ends with it, its flight given up and
+its pieces failed, and the requests it made are closed. Real parts: an S3 source on moto, the
 block cache, the group's client, and a member that accepts the owner's request and never
 answers (a real socket), which keeps the load waiting until the mount stops."""
 
@@ -13,7 +13,6 @@ import trio
 from pffs.backends import open_backend
 from pffs.cache.blocks import BlockCache
 from pffs.cache.keys import ObjectBlocks
-from pffs.cache.pieces import Arriving
 from pffs.config import SourceConfig
 from pffs.group import signing
 from pffs.group.client import PeerClient
@@ -47,7 +46,6 @@ def test_a_load_started_for_a_peer_ends_when_the_mount_stops(s3, bucket, moto) -
         "GET", target, signing.sign(SECRET, "GET", target, "me", proof_key)
     )
     assert isinstance(signed, signing.Signed)
-    board = Arriving()
     requests_in: list[trio.SocketStream] = []
     closed = trio.Event()
 
@@ -68,21 +66,22 @@ def test_a_load_started_for_a_peer_ends_when_the_mount_stops(s3, bucket, moto) -
         group.update(
             [Member("me", "http://127.0.0.1:1"), Member("old", f"http://127.0.0.1:{port}")]
         )
-        owner = PeerBlocks(group, MountTable.single(backend), cache, board, keys)
+        owner = PeerBlocks(group, MountTable.single(backend), cache, keys)
         async with trio.open_nursery() as outside:  # the test's, not the mount's
             outside.start_soon(trio.serve_listeners, hung_member, listeners)
             async with trio.open_nursery() as mount:
                 cache.attach(mount)
                 pieces = await owner.serve(request, signed)
                 assert not isinstance(pieces, bytes | None)
-                assert board.get(blocks.key(0)) is pieces
+                flight = cache.flights.get(blocks.key(0))  # its flight: on its way here
+                assert flight is not None and flight.pieces is pieces
                 while not requests_in:  # the load is under way, waiting on the member
                     await trio.sleep(0.01)
                 mount.cancel_scope.cancel()  # the mount stops
-            # The load ended with the mount: nobody is left waiting on its pieces, the board
-            # is empty, and the member's connection was closed.
+            # The load ended with the mount: nobody is left waiting on its pieces, its flight
+            # is over, and the member's connection was closed.
             assert pieces.error is not None
-            assert board.get(blocks.key(0)) is None
+            assert cache.flights.get(blocks.key(0)) is None
             with trio.fail_after(5):
                 await closed.wait()
             outside.cancel_scope.cancel()
