@@ -31,9 +31,10 @@ preload.py      Preloader: whole files loaded ahead of readers (dataset preload,
 datasetroom.py  DatasetRoom: the datasets being consumed share most of the disk tier; one that
                 does not fit its share keeps a subset chosen by a hash of its names, the
                 blocks of its other files are not written to disk, nor preloaded.
-singleflight.py The flights under way, by block: concurrent readers of one block wait for one
-                load and share its bytes or its error; an abandoned flight sends them to load
-                it themselves.
+singleflight.py The flights under way, by block, the one registry of blocks on their way:
+                concurrent readers of one block wait for one load and share its bytes or its
+                error; an abandoned flight sends them to load it themselves. In a cache group a
+                flight also streams its block's pieces to the peers that join it.
 readahead_engine.py
                 ReadaheadEngine: readahead windows loaded in the background within a global
                 budget of bytes in flight, as runs of consecutive missing blocks in one
@@ -72,7 +73,7 @@ window.py       Windows: each sequential reader's window by Little's law (its re
                 budget of bytes loaded ahead among the readers streaming at the time. (A
                 source's pace, pffs.flow.permits, is another thing: its requests in flight.)
 stats.py        CacheStats: the counters the metrics read.
-pieces.py       Pieces, a block's bytes as its store sends them, and Arriving, the board of
-                blocks on their way by key: filled by the fetch path (pffs.fs.fetching) in a
-                cache group, streamed to peers that join a fetch; the cache never uses it.
+pieces.py       Pieces, a block's bytes as its store sends them (a flight's, in a cache
+                group): filled by the fetch path (pffs.store.fetching), streamed to the peers
+                that join the flight.
 """

@@ -10,10 +10,12 @@ rule they all follow is in pffs/cache/__init__.py.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 
 import trio
 
+from pffs import retry
 from pffs.cache.background import Background
 from pffs.cache.datasetroom import DatasetRoom
 from pffs.cache.disk import DiskTier
@@ -21,7 +23,7 @@ from pffs.cache.diskio import DiskIO
 from pffs.cache.keys import BlockKey, BlockSource
 from pffs.cache.memory import MemoryTier
 from pffs.cache.readahead_engine import AheadUsage, ReadaheadEngine
-from pffs.cache.singleflight import SingleFlight
+from pffs.cache.singleflight import Flight, SingleFlight
 from pffs.cache.stats import CacheStats
 from pffs.cache.window import ReaderWindow, Windows
 from pffs.config import CacheConfig
@@ -101,6 +103,11 @@ class BlockCache:
         values["memory_blocks"] = len(self.memory)
         values["ahead_in_flight_bytes"] = self.ahead.loading
         return values
+
+    @property
+    def flights(self) -> SingleFlight:
+        """The blocks on their way to this cache (the one registry: pffs.cache.singleflight)."""
+        return self._flights
 
     def attach(self, nursery: trio.Nursery) -> None:
         """Give the cache a nursery for background work (disk writes, readahead)."""
@@ -221,11 +228,33 @@ class BlockCache:
         else:
             self.stats.store_bytes_served += count
 
+    def load_for_peer(self, key: BlockKey, source: BlockSource, length: int) -> Flight | None:
+        """Start loading a block nobody holds for a cache group's peer, among the background
+        tasks: its flight, registered now (the peer streams its pieces as they arrive), or None
+        when there are no background tasks. Its reader's bound on retries starts now."""
+        if not self._background.attached:
+            return None
+        flight = self._flights.start(key)
+        self.stats.memory_misses += 1
+        self._background.spawn(self._load_for_peer, key, flight, source, length)
+        return flight
+
+    async def _load_for_peer(
+        self, key: BlockKey, flight: Flight, source: BlockSource, length: int
+    ) -> None:
+        with contextlib.suppress(Exception), retry.asking():  # its error ends the flight
+            await self._fill(key, flight, source, length, None)
+
     async def _load(
         self, key: BlockKey, source: BlockSource, length: int, served: int | None
     ) -> bytes:
         """Load a block a reader asked for: from disk, else from its source."""
-        flight = self._flights.start(key)
+        return await self._fill(key, self._flights.start(key), source, length, served)
+
+    async def _fill(
+        self, key: BlockKey, flight: Flight, source: BlockSource, length: int, served: int | None
+    ) -> bytes:
+        """Load the block of `flight`: from disk, else from its source."""
         try:
             data = await self._disk.get(key)
             fetched = data is None

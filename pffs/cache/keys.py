@@ -84,7 +84,7 @@ Blocks = AbstractAsyncContextManager[ReceiveChannel[tuple[int, bytes]]]
 
 class BlockSource(Protocol):
     """Where the blocks of one open object version come from when the cache holds none of
-    them: its store (pffs.fs.fetching), or a tier asked before the store (pffs.group). The
+    them: its store (pffs.store.fetching), or a tier asked before the store (pffs.group). The
     cache asks it for runs of blocks and gets them back as a stream; it never calls the cache.
 
     Adding a source of blocks is one class with these two methods and no change to the cache.
@@ -94,7 +94,7 @@ class BlockSource(Protocol):
         """Blocks first..first+count-1 of the object (indices in the object), in order, each
         sent as soon as it has arrived (loading ahead: readahead, preload, warmup). Written as
         an async generator of (index, bytes) under `@trio.as_safe_channel`, or as a channel
-        of its own where that costs too much (the store's run of one block, pffs.fs.fetching)."""
+        of its own where that costs too much (the store's run of one block, pffs.store.fetching)."""
         ...
 
     async def part(self, offset: int, length: int) -> bytes:

@@ -1,25 +1,21 @@
 """A block's bytes as they arrive from its store, for whoever joins its fetch.
 
-A block on its way from the store is announced on its mount's `Arriving` board (the fetch path,
-pffs.fs.fetching, does it when a cache group is joined, whatever started the fetch: a reader, a
-load ahead, a peer's request); its pieces are added to its `Pieces` as the store sends them.
-A cache group's peer request for that block (pffs.mounting.peerblocks) streams them from the
-first piece, so an asker joining an owner's fetch gets the bytes as soon as the owner does.
-`finish` ends it with the whole block (given at once when it came from a tier or the cache, not
-in pieces); `fail` ends it with the error (a request that has sent nothing yet answers 503, one
-mid-stream closes its connection: the asker sees a short body and reads the store itself).
-Touched only from trio tasks.
+A block on its way is a flight (pffs.cache.singleflight, the one registry of blocks on their
+way); on a mount in a cache group, the fetch path (pffs.store.fetching) adds each piece of a
+whole block it streams to the flight's `Pieces`, whatever started the fetch: a reader, a load
+ahead, a peer's request. A cache group's peer request for that block (pffs.group.owner)
+streams them from the first piece, so an asker joining an owner's fetch gets the bytes as soon
+as the owner does. `finish` ends it with the whole block (given at once when it came from a
+tier or the cache, not in pieces); `fail` ends it with the error (a request that has sent
+nothing yet answers 503, one mid-stream closes its connection: the asker sees a short body and
+reads the store itself). Touched only from trio tasks.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
 
 import trio
-
-from pffs.cache.keys import BlockKey
-from pffs.errors import Corrupted
 
 
 class Pieces:
@@ -30,11 +26,6 @@ class Pieces:
         self._done = False
         self.error: BaseException | None = None
         self._changed = trio.Event()
-
-    @property
-    def fresh(self) -> bool:
-        """Nothing arrived yet, nor ended: a fetch starting now may fill it."""
-        return not self._pieces and not self._done
 
     def add(self, piece: bytes) -> None:
         if self._done or self._got + len(piece) > self.length:
@@ -83,38 +74,3 @@ class Pieces:
     def _wake(self) -> None:
         self._changed.set()
         self._changed = trio.Event()
-
-
-class Arriving:
-    """The blocks on their way to this mount now, by key, each with its pieces so far."""
-
-    def __init__(self) -> None:
-        self._blocks: dict[BlockKey, Pieces] = {}
-
-    def get(self, key: BlockKey) -> Pieces | None:
-        return self._blocks.get(key)
-
-    def announce(self, key: BlockKey, length: int) -> Pieces:
-        """The block's pieces for a fetch starting now: the ones already announced when
-        nothing has reached them yet (a peer's request announces a block before the fetch it
-        starts reaches the store), else new ones."""
-        pieces = self._blocks.get(key)
-        if pieces is None or not pieces.fresh:
-            pieces = self._blocks[key] = Pieces(length)
-        return pieces
-
-    def withdraw(self, key: BlockKey, pieces: Pieces) -> None:
-        """The fetch ended: failed if they never finished (a fetch given up), so nobody waits
-        on them; off the board."""
-        pieces.fail(Corrupted("the block's fetch stopped"))  # nothing when it ended
-        if self._blocks.get(key) is pieces:
-            del self._blocks[key]
-
-    @contextmanager
-    def expecting(self, key: BlockKey, length: int) -> Iterator[Pieces]:
-        """The block's pieces (`announce`) while its fetch runs, withdrawn at its end."""
-        pieces = self.announce(key, length)
-        try:
-            yield pieces
-        finally:
-            self.withdraw(key, pieces)

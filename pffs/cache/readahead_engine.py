@@ -16,7 +16,7 @@ reader will fetch it and see the error) or the task was cancelled.
 The engine also counts what readahead was worth: blocks of windows used by a reader, and those
 evicted from memory before any reader asked for them (preload counts its files itself). A
 reader's own read (memory, then a flight, then disk, then the source) is BlockCache's
-(pffs.cache.blocks); what a source does with a run is pffs.fs.fetching's.
+(pffs.cache.blocks); what a source does with a run is pffs.store.fetching's.
 """
 
 from __future__ import annotations

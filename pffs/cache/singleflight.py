@@ -5,6 +5,12 @@ table holds its flight. A reader that finds one waits for it instead of loading 
 again. When the flight ends, every waiter gets the bytes or the error; when it was abandoned
 (its task was cancelled, its load ahead given up), they get nothing and load the block
 themselves. The table is touched only from trio tasks.
+
+It is the one registry of blocks on their way. A flight's bytes can also be streamed as they
+arrive (`Flight.stream`: its `Pieces`, pffs.cache.pieces): on a mount in a cache group, the
+store adds each piece of a block it sends to the block's flight, and a peer's request for the
+block (pffs.group.owner) streams them from the first piece, whoever started the fetch (a
+reader, readahead, preload, another peer). A flight nobody streams keeps no pieces.
 """
 
 from __future__ import annotations
@@ -12,6 +18,8 @@ from __future__ import annotations
 import trio
 
 from pffs.cache.keys import BlockKey
+from pffs.cache.pieces import Pieces
+from pffs.errors import Corrupted
 
 
 class Flight:
@@ -23,6 +31,25 @@ class Flight:
         self.error: BaseException | None = None
         self.ahead = ahead  # loaded ahead, and no reader has asked for it yet
         self.tier = "store"  # where the bytes came from: "disk" or "store" (for metrics)
+        self.pieces: Pieces | None = None  # its bytes as they arrive, once asked to stream
+
+    def stream(self, length: int) -> Pieces:
+        """The block's pieces as they arrive (a block of `length` bytes), made on the first
+        ask: the fetch adds them (pffs.store.fetching), a peer's request streams them. Ends
+        with the flight: the whole block when it lands, the error when it is given up."""
+        if self.pieces is None:
+            self.pieces = Pieces(length)
+            if self.done.is_set():
+                self._end_pieces()
+        return self.pieces
+
+    def _end_pieces(self) -> None:
+        if self.pieces is None:
+            return
+        if self.data is not None:
+            self.pieces.finish(self.data)
+        else:  # given up: nobody waits on pieces that will not come
+            self.pieces.fail(self.error or Corrupted("the block's fetch stopped"))
 
     async def outcome(self) -> bytes | None:
         """Wait for the flight to end: its bytes, its error raised, or None when abandoned."""
@@ -63,5 +90,6 @@ class SingleFlight:
 
     def _settle(self, key: BlockKey, flight: Flight) -> None:
         flight.done.set()
+        flight._end_pieces()
         if self._flights.get(key) is flight:
             del self._flights[key]

@@ -5,7 +5,7 @@ One place decides both (docs/notes/flow-control.md has the numbers and what they
 - `permits`: per source, how many requests may be in flight to its store and who goes first
   (`SourceFlow.permit`: a waiting reader, then readahead, then preload, then warmup; loading
   ahead paced by AIMD when the store throttles). Every store request takes one: the readers'
-  (pffs.fs.fetching, namespace, listings, writes), loading ahead's (readahead, regions,
+  (pffs.store.fetching, namespace, listings, writes), loading ahead's (readahead, regions,
   preload, warmup), the owner's side of a cache group, the shared tier's reads, claims and
   writes. A cache group's asks of its peers take the group's `peer_permits`.
 - `budget`: per mount, the bytes of blocks held or loading ahead of readers

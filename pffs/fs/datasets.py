@@ -44,10 +44,10 @@ from pffs.cache.preload import Preloader, PreloadItem, job_channel
 from pffs.config import PreloadConfig
 from pffs.errors import PffsError, TooLarge
 from pffs.flow.permits import at_once
-from pffs.fs.fetching import Store, open_blocks
 from pffs.fs.handles import ReadHandle
 from pffs.fs.listings import DirListing
 from pffs.fs.namespace import Namespace
+from pffs.store.fetching import Store, open_blocks
 
 if TYPE_CHECKING:  # a mount without a group never imports pffs.group
     from pffs.group.sources import Joined, Order

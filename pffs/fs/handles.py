@@ -31,7 +31,7 @@ class ReadHandle:
     blocks: ObjectBlocks
     readahead: Readahead
     mounted: Mounted
-    source: BlockSource  # where its blocks come from (pffs.fs.fetching.open_blocks)
+    source: BlockSource  # where its blocks come from (pffs.store.fetching.open_blocks)
     pages: HandlePages = field(default_factory=HandlePages)
     regions: RegionStreams | None = None  # its region runs' streamed bytes, once it has some
 

@@ -16,11 +16,11 @@ from pffs.cache.blocks import BlockCache
 from pffs.cache.keys import ObjectBlocks
 from pffs.cache.readahead import LARGE_READ, Readahead
 from pffs.errors import Changed, IsADirectory
-from pffs.fs.fetching import Store, StoreBlocks, open_blocks
 from pffs.fs.handles import Handles, ReadHandle
 from pffs.fs.namespace import Namespace
 from pffs.fs.pagecache import PageCache
 from pffs.fs.regions import RegionStreams
+from pffs.store.fetching import Store, StoreBlocks, open_blocks
 
 if TYPE_CHECKING:  # a mount without a group never imports pffs.group
     from pffs.group.sources import Joined

@@ -26,7 +26,7 @@ from functools import partial
 import trio
 
 from pffs.flow.budget import AheadBudget
-from pffs.fs.fetching import StoreBlocks, piece_lengths
+from pffs.store.fetching import StoreBlocks, piece_lengths
 
 log = logging.getLogger("pffs.fs")
 

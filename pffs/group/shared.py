@@ -15,17 +15,21 @@ tier's one trust domain (docs/SECURITY.md). A missing object is first claimed (`
 mount that claims it fetches it from the origin and writes it, while the others wait for it to
 appear, so mounts missing one block at once fetch it from the origin once. The shared store is
 any pffs backend that reads ranges and takes PUTs, composed by pffs.mounting with its own
-endpoint and credentials.
+endpoint and credentials. The writes run among the mount's background tasks (`Background`,
+handed in by the assembly point: the block cache's), so an unmount waits for them a while, then
+cancels them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import hmac
 import logging
 import struct
 import tempfile
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 import crc32c
@@ -51,6 +55,11 @@ MAX_PENDING = 64
 # How often a mount waiting for a block another mount claimed looks for it: from the first
 # pause, growing by half each time, to the last.
 POLL_FIRST, POLL_LAST = 0.01, 0.1
+
+
+# Runs a task among the mount's background tasks (pffs.cache.blocks.BlockCache.background);
+# False when the mount runs none (nothing started).
+Background = Callable[[Callable[[], Awaitable[None]]], bool]
 
 
 class SharedStore(Protocol):
@@ -116,8 +125,11 @@ class SharedTier:
         flow: SourceFlow,
         key: bytes,
         claims: Claims | None = None,
+        *,
+        background: Background,
     ) -> None:
         self.store = store
+        self.background = background  # where its writes run: the mount's nursery
         self.key = key  # tier_key: the MACs of its objects
         self.prefix = prefix.strip("/")
         # The shared store's request permits (pffs.flow.permits), its claims' included: reads
@@ -221,10 +233,11 @@ class SharedTier:
         if self._pending >= MAX_PENDING and not self._mine(name):
             stats.TIER_WRITES.labels(outcome="dropped").inc()
             return
+        body = pack(self.key, blocks, index, data)
+        if not self.background(functools.partial(self._write, name, body, len(data))):
+            stats.TIER_WRITES.labels(outcome="dropped").inc()
+            return
         self._pending += 1
-        trio.lowlevel.spawn_system_task(
-            self._write, name, pack(self.key, blocks, index, data), len(data)
-        )
 
     async def _write(self, name: str, body: bytes, length: int) -> None:
         # Other mounts wait for a block this one claimed: it does not queue behind the rest.

@@ -5,7 +5,7 @@ blocks in a cache group, every block for a shared tier); a block it cannot give 
 from the store, and every whole block the store serves is handed to its `landed` (a shared tier
 writes it there). `TierFirst` is the `BlockSource` (pffs.cache.keys) of one open object version
 with a tier asked before its store's own source: the cache asks it as it asks the store. The
-fetch path (pffs.fs.fetching) builds it from `Joined.before`: the tier a mount or warmup joined,
+fetch path (pffs.store.fetching) builds it from `Joined.before`: the tier a mount or warmup joined,
 handed to the parts that open block sources when they are built (pffs.mounting).
 
 Mounts sharing a tier would otherwise preload a dataset in the same order, each wanting the
@@ -27,7 +27,7 @@ from typing import Protocol
 import trio
 
 from pffs.cache.keys import BlockSource, ObjectBlocks
-from pffs.cache.pieces import Arriving
+from pffs.cache.singleflight import SingleFlight
 
 
 class Tier(Protocol):
@@ -65,13 +65,16 @@ def member_order(name: str, members: Sequence[str], count: int) -> list[int]:
 
 
 class Joined:
-    """The tier a mount joined: what it puts before each object's store, where the store's
-    blocks are announced as they arrive (`arriving`: a cache group's, whose peers join the
-    fetches; None for a shared tier or an asker that serves no peers), and the order its dataset
+    """The tier a mount joined: what it puts before each object's store, the flights the
+    store fills piece by piece (`arriving`: a cache group's mount's cache's, whose peers join
+    them; None for a shared tier or an asker that serves no peers), and the order its dataset
     preload walks a listing's windows in (`preload_order`; None: listing order)."""
 
     def __init__(
-        self, tier: Tier, arriving: Arriving | None = None, preload_order: Order | None = None
+        self,
+        tier: Tier,
+        arriving: SingleFlight | None = None,
+        preload_order: Order | None = None,
     ) -> None:
         self.tier = tier
         self.arriving = arriving

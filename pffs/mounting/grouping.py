@@ -3,14 +3,14 @@ this mount.
 
 `open_group` reads the secret, binds the peer port (a port in use is a one-line error before
 the mount serves) and reads the first member list; `JoinedGroup.run` serves peers and follows
-the member list while the mount serves. The server's block handler (pffs.mounting.peerblocks)
+the member list while the mount serves. The server's block handler (pffs.group.owner)
 is this mount's own read path: the block cache (its single flight, so one fetch serves every
 asker) over the store of the source the block names, version pinned, so an owner fetches a
 block once for the whole group, streamed to the askers as it arrives. It serves only sources
 this mount mounts: the source id in the key carries the bucket and endpoint, so the group is
 never a way around a bucket's access rules. The group, as the tier joined
 (`JoinedGroup.tier`), is handed to the VFS, whose reads put it before each object's store
-(pffs.fs.fetching). `asking_group` is the same group for `pffs warmup` on a member: it asks
+(pffs.store.fetching). `asking_group` is the same group for `pffs warmup` on a member: it asks
 the owners, so each owner loads its own blocks from the store once, and the group fills in
 parallel. `open_shared` joins the group's second form instead, a shared tier over a store of
 its own, after checking whether that store honours `If-None-Match: *` (pffs.group.claims).
@@ -30,7 +30,7 @@ from pffs.backends import open_backend
 from pffs.backends.base import Backend, WritableBackend, writable
 from pffs.cache.blocks import BlockCache
 from pffs.cache.keys import ObjectBlocks
-from pffs.cache.pieces import Arriving
+from pffs.cache.singleflight import SingleFlight
 from pffs.config import GroupConfig, MembersDns, MembersFile, SharedCacheConfig, SourceConfig
 from pffs.errors import PffsError, UsageError
 from pffs.flow.permits import SourceFlow
@@ -40,14 +40,14 @@ from pffs.group.client import PeerClient, ProofKey
 from pffs.group.dnsmembers import DnsMembers
 from pffs.group.kubemembers import KubeMembers
 from pffs.group.members import FileMembers
+from pffs.group.owner import PeerBlocks
 from pffs.group.peers import Group
 from pffs.group.principals import PrincipalKeys
 from pffs.group.server import PeerServer
-from pffs.group.shared import SharedTier, tier_key
+from pffs.group.shared import Background, SharedTier, tier_key
 from pffs.group.signing import Verifier, read_secret
 from pffs.group.sources import Joined, member_order, shuffled_order
 from pffs.kube import KubeClient, KubeError
-from pffs.mounting.peerblocks import PeerBlocks
 from pffs.optionvalues import host_port
 from pffs.routing.table import MountTable
 
@@ -61,11 +61,11 @@ class JoinedGroup:
         server: PeerServer,
         listening: socket.socket,
         members: FileMembers | KubeMembers | DnsMembers,
-        arriving: Arriving,
+        arriving: SingleFlight,
     ) -> None:
         self.group = group
-        # What the mount's reads ask before the store, and where its store's blocks are
-        # announced as they arrive (the peer server's handler streams them).
+        # What the mount's reads ask before the store, and the flights its store fills piece
+        # by piece (the peer server's handler streams them).
         self.tier = Joined(group, arriving, self._preload_order)
         self.server = server
         self._listening = listening
@@ -96,12 +96,12 @@ def open_group(config: GroupConfig, table: MountTable, cache: BlockCache) -> Joi
     members = _member_source(config)
     if isinstance(members, FileMembers):
         group.update(members.load())
-    arriving = Arriving()
-    blocks = PeerBlocks(group, table, cache, arriving, keys)
+    blocks = PeerBlocks(group, table, cache, keys)
     server = PeerServer(blocks.serve, Verifier(secret, config.self_name))
     listening = _bind(config.listen)
     log.info("group: %s serving peers on %s", config.self_name, config.listen)
-    return JoinedGroup(group, server, listening, members, arriving)
+    # The store's blocks fill their flights piece by piece: a peer's ask joins any of them.
+    return JoinedGroup(group, server, listening, members, cache.flights)
 
 
 def _principal_keys(config: GroupConfig) -> PrincipalKeys:
@@ -136,10 +136,11 @@ async def asking_group(config: GroupConfig, table: MountTable) -> Group:
     return group
 
 
-def open_shared(config: SharedCacheConfig, mountpoint: str) -> Joined:
+def open_shared(config: SharedCacheConfig, mountpoint: str, background: Background) -> Joined:
     """The shared tier joined, its store checked now (a one-line error before the mount
-    serves). The node's name and the mountpoint tell this mount from the others sharing the
-    tier (they seed the order its dataset preload walks a listing in)."""
+    serves), its writes run by `background` (the mount's). The node's name and the mountpoint
+    tell this mount from the others sharing the tier (they seed the order its dataset preload
+    walks a listing in)."""
     key = tier_key(read_secret(config.secret_file, "--shared-cache-secret-file"))
     source = SourceConfig(url=config.url, endpoint_url=config.endpoint_url, profile=config.profile)
     backend = open_backend(source)
@@ -156,7 +157,7 @@ def open_shared(config: SharedCacheConfig, mountpoint: str) -> Joined:
     except PffsError as exc:
         raise type(exc)(f"--shared-cache {config.url}: {exc}") from None
     flow = SourceFlow(backend.max_concurrency)  # the shared store's requests (pffs.flow)
-    tier = SharedTier(store, "", flow, key, Claims(store, conditional, flow))
+    tier = SharedTier(store, "", flow, key, Claims(store, conditional, flow), background=background)
     log.info(
         "shared cache: blocks in %s; claims %s",
         backend.source_id,

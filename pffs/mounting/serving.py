@@ -67,7 +67,8 @@ def serve_here(config: MountConfig, on_ready: Callable[[], None] | None = None) 
     if config.shared_cache is not None:
         from pffs.mounting.grouping import open_shared
 
-        shared = tier = open_shared(config.shared_cache, str(mountpoint))
+        # Its writes among the cache's background tasks: in the mount's nursery.
+        shared = tier = open_shared(config.shared_cache, str(mountpoint), cache.background)
     try:
         vfs = Vfs(
             table,
@@ -93,7 +94,10 @@ def serve_here(config: MountConfig, on_ready: Callable[[], None] | None = None) 
 
         async def after_init() -> None:
             set_kernel_readahead(mountpoint, config.fuse.kernel_readahead)
+            # The mount's own tasks, cancelled with it: each source's probes while it is down.
             async with trio.open_nursery() as nursery:
+                for mounted in table.mounted:
+                    nursery.start_soon(mounted.health.watch)
                 await nursery.start(serve_order_socket, vfs, mountpoint)
                 if joined is not None:
                     await nursery.start(joined.run)

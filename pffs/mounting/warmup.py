@@ -28,11 +28,11 @@ from pffs.config import CacheConfig, GroupConfig, SourceConfig, TableEntry
 from pffs.errors import UsageError
 from pffs.flow.permits import at_once
 from pffs.fs.datasets import file_item
-from pffs.fs.fetching import Store
 from pffs.group.sources import Joined
 from pffs.mounting.grouping import asking_group
 from pffs.mounting.serving import open_cache, open_table
 from pffs.routing.table import Mounted
+from pffs.store.fetching import Store
 
 # Entries of a listing taken at once: an S3 page's worth.
 LIST_CHUNK = 1000
@@ -110,6 +110,7 @@ async def warm_source(
         async with trio.open_nursery() as nursery:
             cache.attach(nursery)
             engine.attach(nursery)
+            nursery.start_soon(mounted.health.watch)  # the source's probes while it is down
             engine.add("warmup", receive, report=done, for_readers=False)
             nursery.start_soon(list_files)
             await engine.wait_idle()

@@ -18,11 +18,13 @@ the one before (a probe sent while the store hung waits out its own timeout; the
 still goes out on time), at most PROBES_AT_ONCE at once (each a permit of the source's flow,
 pffs.flow.permits). So a store that answers again is seen
 within PROBE_MAX and one round trip. The first probe that succeeds marks the source up again,
-without a remount. Each change is one log line and the gauge `pffs_source_up{source}` (in
-`.pffs/stats` and `pffs stats`). Each return counts in `recoveries`, which every request's terms
-carry down to the backend (`RetryTerms.recovered`): seeing it grow, the backend lets go of the
-connections it opened before, so nothing opened while the store was down, or idle through it,
-carries a request after.
+without a remount. The probes run in `watch`, a task the mount runs in its own nursery for
+its whole life (pffs.mounting.serving, the one assembly point; warmup's likewise), so they end
+with the mount and a failure of theirs is its own. Each change is one log line and the gauge
+`pffs_source_up{source}` (in `.pffs/stats` and `pffs stats`). Each return counts in
+`recoveries`, which every request's terms carry down to the backend (`RetryTerms.recovered`):
+seeing it grow, the backend lets go of the connections it opened before, so nothing opened
+while the store was down, or idle through it, carries a request after.
 
 Throttling (`Throttled`: 503 SlowDown, 429) never marks a source down: the store is alive and
 asks for fewer requests, which the source's flow of loading ahead answers (pffs.flow.permits).
@@ -61,6 +63,7 @@ class SourceHealth:
         self.down_since: float | None = None
         self.recoveries = 0  # times it came back up (see the module's docstring)
         self._reason = ""
+        self._woken: trio.Event | None = None  # set when it goes down: `watch` starts probing
         self._gauge = metrics.SOURCE_UP.labels(source=source)
         self._gauge.set(1)
 
@@ -91,7 +94,8 @@ class SourceHealth:
         self._reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         self._gauge.set(0)
         log.warning("source %s is down: %s; reads needing it fail at once", self.source, exc)
-        trio.lowlevel.spawn_system_task(self._probing, name=f"pffs-probe {self.source}")
+        if self._woken is not None:
+            self._woken.set()
 
     def terms(
         self, on_throttled: Callable[[BaseException], None] | None = None
@@ -130,6 +134,15 @@ class SourceHealth:
         self.recoveries += 1
         self._gauge.set(1)
         log.warning("source %s is up again after %.1fs down", self.source, down_for)
+
+    async def watch(self) -> None:
+        """Probe the source whenever it is down, until cancelled: the mount runs it in its own
+        nursery, so the probes end with the mount (without it, a source once down stays down)."""
+        while True:
+            while self.down_since is None:
+                self._woken = trio.Event()
+                await self._woken.wait()
+            await self._probing()
 
     async def _probing(self) -> None:
         interval = PROBE_FIRST

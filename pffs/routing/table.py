@@ -64,7 +64,7 @@ class Mounted:
         # One flow per source (docs/ARCHITECTURE.md): its request permits, a reader's and
         # loading ahead's (pffs.flow.permits); a slow store cannot starve the others' threads.
         self.flow = SourceFlow(self.backend.max_concurrency)
-        # Its breaker: every request to the source passes it (pffs.fs.fetching.Store).
+        # Its breaker: every request to the source passes it (pffs.store.fetching.Store).
         self.health = health.SourceHealth(self.backend.source_id, self._probe)
 
     async def _probe(self) -> None:

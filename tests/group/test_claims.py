@@ -202,7 +202,15 @@ def test_a_won_claim_looks_again_before_the_origin(moto, bucket) -> None:
     key = shared.tier_key(b"the-tier-secret-of-the-test")
     racing = LandsWhileClaiming(store, name, shared.pack(key, blocks, 0, data))
     flow = SourceFlow(2)
-    tier = SharedTier(racing, "", flow, key, Claims(racing, True, flow, clock=mid_period))
+    # Nothing is written here (the block is found): no background tasks to run writes.
+    tier = SharedTier(
+        racing,
+        "",
+        flow,
+        key,
+        Claims(racing, True, flow, clock=mid_period),
+        background=lambda write: False,
+    )
     before = metric_value(snapshot(), "pffs_group_tier_origin_total", reason="claimed")
 
     async def main() -> bytes | None:

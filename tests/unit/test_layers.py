@@ -36,6 +36,7 @@ LAYERS = {
     "pffs.cache": "cache",
     "pffs.group": "group",
     "pffs.routing": "routing",
+    "pffs.store": "store",
     "pffs.fs": "fs",
     "pffs.fuse_ops": "kernel edge",
     "pffs.mounting": "mounting",
@@ -54,15 +55,18 @@ BELOW = {
     "backends": {"core", "metrics"},
     "cache": {"core", "metrics"},
     "routing": {"core", "metrics", "backends"},
-    # Beside the cache: it names blocks by the cache's keys; the cache never imports it.
-    "group": {"core", "metrics", "cache"},
-    "fs": {"core", "metrics", "backends", "routing", "cache", "group"},
+    # The store adapter: a source as a fetch sees it.
+    "store": {"core", "metrics", "backends", "routing", "cache"},
+    # On the store: the owner's side of a peer's ask loads through it; the cache and the store
+    # never import the group.
+    "group": {"core", "metrics", "routing", "cache", "store"},
+    "fs": {"core", "metrics", "backends", "routing", "cache", "group", "store"},
     "kernel edge": {"core", "metrics", "fs"},
-    "mounting": {"core", "metrics", "backends", "routing", "cache", "group", "fs", "kernel edge"},
     "scheduler": {"core", "metrics", "backends", "routing"},
     "csi driver": {"core", "metrics", "backends", "routing", "mounting", "scheduler"},
     "api": {"core", "mounting"},
 }
+BELOW["mounting"] = BELOW["fs"] | {"fs", "kernel edge"}
 BELOW["cli"] = set(BELOW) - {"cli"} | {"testing"}
 BELOW["bench"] = set(BELOW) - {"bench"} | {"testing", "cli"}
 

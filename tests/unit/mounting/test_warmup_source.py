@@ -53,7 +53,7 @@ def test_warmup_goes_through_the_sources_breaker(tmp_path: Path) -> None:
     tree(data)
     source = SourceConfig(url=f"file://{data}")
     warm(source, CacheConfig(disk_dir=str(tmp_path / "cache"), block_size=1 * MIB))
-    # Opened as a mount opens its sources: with the source's breaker (pffs.fs.fetching.Store
+    # Opened as a mount opens its sources: with the source's breaker (pffs.store.fetching.Store
     # takes it from the Mounted; before, warmup's source had none), which shows it up.
     up = metrics.REGISTRY.get_sample_value(
         "pffs_source_up", {"source": open_backend(source).source_id}

@@ -75,20 +75,54 @@ def test_down_after_a_transient_failure_then_probed_up(monkeypatch) -> None:
         assert breaker.up
         assert breaker.terms().recovered == 0
         limiter = trio.CapacityLimiter(1)
-        with pytest.raises(Transient):
-            await breaker.call(limiter, failing)
-        assert not breaker.up
-        with pytest.raises(SourceDown):  # at once, without calling the store
-            await breaker.call(limiter, failing)
-        assert calls == ["failing"]
-        await trio.sleep(0.3)
-        assert len(probes) >= 2  # probing with backoff while down
-        store_answers[0] = True
-        while not breaker.up:
-            await trio.sleep(0.05)
-        # Its requests' terms now tell the backend the source came back (issue 49).
-        assert breaker.terms().recovered == 1
-        assert await breaker.call(limiter, answering) == b"x"
+        async with trio.open_nursery() as mount:  # the mount's nursery runs its probes
+            mount.start_soon(breaker.watch)
+            with pytest.raises(Transient):
+                await breaker.call(limiter, failing)
+            assert not breaker.up
+            with pytest.raises(SourceDown):  # at once, without calling the store
+                await breaker.call(limiter, failing)
+            assert calls == ["failing"]
+            await trio.sleep(0.3)
+            assert len(probes) >= 2  # probing with backoff while down
+            store_answers[0] = True
+            while not breaker.up:
+                await trio.sleep(0.05)
+            # Its requests' terms now tell the backend the source came back (issue 49).
+            assert breaker.terms().recovered == 1
+            assert await breaker.call(limiter, answering) == b"x"
+            mount.cancel_scope.cancel()
+
+    virtual_run(main)
+
+
+def test_probes_end_with_the_mount(monkeypatch) -> None:
+    """The probes of a source that stays down run in the mount's nursery: once the mount
+    stops (its nursery cancelled), none is under way and none starts again."""
+    monkeypatch.setattr(health, "PROBE_FIRST", 0.05)
+    under_way: list[int] = [0]
+    probes: list[float] = []
+
+    async def probe() -> None:  # a store that never answers
+        under_way[0] += 1
+        probes.append(trio.current_time())
+        try:
+            await trio.sleep_forever()
+        finally:
+            under_way[0] -= 1
+
+    async def main() -> None:
+        breaker = health.SourceHealth("s3://stopping", probe)
+        async with trio.open_nursery() as mount:
+            mount.start_soon(breaker.watch)
+            breaker.failed(Transient("timed out after retries"))
+            while not probes:
+                await trio.sleep(0.01)
+            mount.cancel_scope.cancel()
+        assert under_way == [0]
+        seen = len(probes)
+        await trio.sleep(10)  # no probe left behind the mount's end
+        assert len(probes) == seen and not breaker.up
 
     virtual_run(main)
 
@@ -108,11 +142,14 @@ def test_a_probe_waiting_on_a_hung_store_does_not_hold_up_the_next(monkeypatch) 
 
     async def main() -> float:
         breaker = health.SourceHealth("s3://hung", probe)
-        breaker.failed(Transient("timed out after retries"))
-        await trio.sleep(0.5)
-        answering_since.append(trio.current_time())
-        while not breaker.up:
-            await trio.sleep(0.01)
+        async with trio.open_nursery() as mount:
+            mount.start_soon(breaker.watch)
+            breaker.failed(Transient("timed out after retries"))
+            await trio.sleep(0.5)
+            answering_since.append(trio.current_time())
+            while not breaker.up:
+                await trio.sleep(0.01)
+            mount.cancel_scope.cancel()
         return trio.current_time() - answering_since[0]
 
     took = virtual_run(main)

@@ -11,7 +11,7 @@ open object version: `part` for a reader waiting on bytes, `run` for blocks load
 yielded to the cache as they land. A streamed read of the store has one entry, `stream`: one
 GET whose pieces are yielded as they arrive, with its request's permit, breaker, retries and
 version pin in one place; a run's blocks are its pieces put together (in a cache group each is
-announced piece by piece on the mount's board, pffs.cache.pieces, which says why), and a
+added piece by piece to its flight, pffs.cache.singleflight, which says why), and a
 region's bytes (pffs.fs.regions) are its pieces as they come. `open_blocks` puts the store's
 joined tier (pffs.group: a cache group, a shared tier, handed to the store when it is built)
 before it. What the cache tries before it asks a store (memory, a flight, the disk tier) is
@@ -25,28 +25,38 @@ bound docs/RELIABILITY.md states.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import Protocol, TypeVar
 
 import trio
 
 from pffs.backends.base import Backend, block_runs
 from pffs.cache.keys import Blocks, BlockSource, ObjectBlocks
-from pffs.cache.pieces import Arriving
+from pffs.cache.pieces import Pieces
+from pffs.cache.singleflight import SingleFlight
 from pffs.errors import Corrupted, SourceDown, Transient
 from pffs.flow.permits import Ahead, SourceFlow
 from pffs.retry import RetryTerms
 from pffs.routing.health import SourceHealth
 from pffs.routing.table import Mounted
 
-if TYPE_CHECKING:  # a mount without a group never imports pffs.group
-    from pffs.group.sources import Joined
-
 T = TypeVar("T")
 
 PIECE = 256 * 1024  # the bytes of a block announced at a time, for peers joining its fetch
+
+
+class Joined(Protocol):
+    """A tier joined, asked before the store (pffs.group.sources.Joined: a cache group, a
+    shared tier; the group sits above the store, which only names what it asks of it)."""
+
+    @property
+    def arriving(self) -> SingleFlight | None:
+        """The flights whose blocks the store streams piece by piece (a cache group's mount's,
+        whose peers join them); None: blocks arrive whole."""
+
+    def before(self, store: BlockSource, blocks: ObjectBlocks) -> BlockSource:
+        """The blocks of one object version, the tier asked before `store`."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -58,9 +68,10 @@ class Store:
     breaker: SourceHealth
     priority: Ahead = "readahead"  # what this store's loads ahead are, for the flow's rule
     tier: Joined | None = None  # a cache group or shared tier asked before the store
-    # Where the blocks this store sends are announced as they arrive, piece by piece (a cache
-    # group's: a peer's request for one joins its fetch); None: blocks arrive whole.
-    arriving: Arriving | None = None
+    # The flights of the blocks this store sends, filled piece by piece as they arrive (a
+    # cache group's mount's: a peer's request for one joins its fetch); None: blocks arrive
+    # whole.
+    arriving: SingleFlight | None = None
 
     @classmethod
     def of(
@@ -68,9 +79,9 @@ class Store:
         mounted: Mounted,
         priority: Ahead = "readahead",
         tier: Joined | None = None,
-        arriving: Arriving | None = None,
+        arriving: SingleFlight | None = None,
     ) -> Store:
-        """The source's parts; `arriving` defaults to the board of the tier joined."""
+        """The source's parts; `arriving` defaults to the flights of the tier joined."""
         if arriving is None and tier is not None:
             arriving = tier.arriving
         return cls(mounted.backend, mounted.flow, mounted.health, priority, tier, arriving)
@@ -109,8 +120,8 @@ class StoreBlocks:
         self.blocks = blocks
 
     async def part(self, offset: int, length: int) -> bytes:
-        """A reader's bytes; a whole block streamed in pieces when the store has a board of
-        arriving blocks (a cache group's peers join the fetch)."""
+        """A reader's bytes; a whole block streamed in pieces when the store fills flights
+        piece by piece (a cache group's peers join the fetch)."""
         blocks = self.blocks
         index = offset // blocks.block_size
         whole = offset == blocks.start(index) and length == blocks.length(index)
@@ -131,10 +142,10 @@ class StoreBlocks:
         self, first: int, count: int, ahead: bool
     ) -> AsyncGenerator[tuple[int, bytes], None]:
         """Blocks first..first+count-1, each yielded once its last byte is in: from `stream`
-        (one GET) where the store streams runs, else a ranged GET per block. With a board of
-        arriving blocks (pffs.cache.pieces), each block is announced on it for the run's time
-        and streamed in pieces of `PIECE` bytes, each added to its `Pieces` as it arrives, so a
-        peer's request joining the fetch streams the bytes as they come."""
+        (one GET) where the store streams runs, else a ranged GET per block. With flights to
+        fill (`Store.arriving`), each block under one (the cache's load of it) is streamed in
+        pieces of `PIECE` bytes, each added to the flight's `Pieces` (pffs.cache.pieces) as it
+        arrives, so a peer's request joining the fetch streams the bytes as they come."""
         blocks, board = self.blocks, self.store.arriving
         indices = range(first, first + count)
         if block_runs(self.store.backend) is None:
@@ -147,27 +158,29 @@ class StoreBlocks:
             sizes = [blocks.length(index)] if board is None else piece_lengths(blocks.length(index))
             plan += [index] * len(sizes)
             lengths += sizes
-        with contextlib.ExitStack() as announced:
-            on_board = {}
-            if board is not None:
-                for index in indices:
-                    expecting = board.expecting(blocks.key(index), blocks.length(index))
-                    on_board[index] = announced.enter_context(expecting)
-            received: list[bytes] = []
-            number = -1
-            async with self.stream(blocks.start(first), lengths, ahead) as arriving:
-                async for piece in arriving:
-                    number += 1
-                    index = plan[number]
-                    received.append(piece)
+        # The flights' pieces: each ends with its flight (landed, or given up), whatever
+        # becomes of this request.
+        on_board: dict[int, Pieces] = {}
+        if board is not None:
+            for index in indices:
+                flight = board.get(blocks.key(index))
+                if flight is not None:
+                    on_board[index] = flight.stream(blocks.length(index))
+        received: list[bytes] = []
+        number = -1
+        async with self.stream(blocks.start(first), lengths, ahead) as arriving:
+            async for piece in arriving:
+                number += 1
+                index = plan[number]
+                received.append(piece)
+                if index in on_board:
+                    on_board[index].add(piece)
+                if number + 1 == len(plan) or plan[number + 1] != index:
+                    data = received[0] if len(received) == 1 else b"".join(received)
+                    received.clear()
                     if index in on_board:
-                        on_board[index].add(piece)
-                    if number + 1 == len(plan) or plan[number + 1] != index:
-                        data = received[0] if len(received) == 1 else b"".join(received)
-                        received.clear()
-                        if index in on_board:
-                            on_board[index].finish(data)
-                        yield index, data
+                        on_board[index].finish(data)
+                    yield index, data
 
     @trio.as_safe_channel
     async def stream(

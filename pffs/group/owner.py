@@ -4,7 +4,7 @@ A block a peer asks for comes through this mount's own cache, its version pinned
 memory or disk, else fetched once for every asker (the cache's single flight), from the
 previous owner during a handover (pffs.group.peers), else the store. A block on its way from
 the store, whoever started its fetch, is streamed to every peer request that joins it, from
-its first piece (this mount's board of arriving blocks: pffs.cache.pieces says how); the whole
+its first piece (the block's flight: pffs.cache.singleflight says how); the whole
 block lands in the cache as usual. Every second request for a hot block this member
 owns is sent to the block's second copy (pffs.group.hot). It serves only sources this mount
 mounts, as the principal the block key names and only when the request proves that principal
@@ -15,18 +15,20 @@ store, a block held in memory must have the length asked for, and a fetch for a 
 block its size makes a short last one asks the store for a byte more, so the store's own end
 of that version says whether the size is the object's before the block lands in the cache: a
 smaller size claimed cannot leave a shortened block under the shared key.
+
+The assembly point (pffs.mounting, through grouping) hands it what it loads with: the mount
+table, the block cache (whose flights are the blocks on their way) and the principal keys. A
+load it starts runs among the cache's background tasks, in the mount's nursery: it ends with the
+mount, and its errors go to the pieces its askers stream. A peer's ask goes down from here,
+never back up: the cache (pffs.cache.blocks), the store (pffs.store.fetching), the backend.
 """
 
 from __future__ import annotations
 
-import trio
-
-from pffs import retry
 from pffs.cache.blocks import BlockCache
 from pffs.cache.keys import Blocks, ObjectBlocks
-from pffs.cache.pieces import Arriving, Pieces
+from pffs.cache.pieces import Pieces
 from pffs.errors import PffsError
-from pffs.fs.fetching import Store, StoreBlocks
 from pffs.group import stats
 from pffs.group.peers import Group
 from pffs.group.principals import PrincipalKeys
@@ -34,6 +36,7 @@ from pffs.group.protocol import BlockRequest
 from pffs.group.server import AskSecond, NotServed, Refused
 from pffs.group.signing import Signed
 from pffs.routing.table import MountTable
+from pffs.store.fetching import Store, StoreBlocks
 
 
 class NotTheOwnersObject(PffsError):
@@ -46,13 +49,11 @@ class PeerBlocks:
         group: Group,
         table: MountTable,
         cache: BlockCache,
-        arriving: Arriving,
         keys: PrincipalKeys,
     ) -> None:
         self.group = group
         self.table = table
-        self.cache = cache
-        self.arriving = arriving  # the blocks on their way to this mount, piece by piece
+        self.cache = cache  # its flights: the blocks on their way to this mount
         self.keys = keys
 
     async def serve(self, request: BlockRequest, signed: Signed) -> bytes | Pieces | None:
@@ -68,16 +69,20 @@ class PeerBlocks:
             return await self.cache.held(key)
         if not request.forwarded and self.group.to_second(blocks, index):
             raise AskSecond(key)
-        pieces = self.arriving.get(key)
-        if pieces is not None:  # on its way here: whoever fetches it, the pieces so far
-            return pieces
+        length = blocks.length(index)
+        flight = self.cache.flights.get(key)
+        if flight is not None:  # on its way here: whoever fetches it, the pieces so far
+            return flight.stream(length)
         if key in self.cache.memory:
-            return await self.cache.read(key, self._source(store, request), blocks.length(index))
-        # Announced before the fetch starts, so a store GET it leads to (or the one a reader
-        # here is about to start) fills these pieces as its bytes arrive.
-        pieces = self.arriving.announce(key, blocks.length(index))
-        trio.lowlevel.spawn_system_task(self._load, store, request, pieces)
-        return pieces
+            return await self.cache.read(key, self._source(store, request), length)
+        # Its flight registered now, so the store GET it leads to fills its pieces; loaded
+        # among the cache's background tasks, in the mount's nursery: the load ends (and fills
+        # the cache) whoever stops listening, and is cancelled when the mount stops.
+        flight = self.cache.load_for_peer(key, self._source(store, request), length)
+        if flight is None:
+            # No background tasks (the mount is not serving): answered 503, as a store failure.
+            raise PffsError("no background tasks to load the block in")
+        return flight.stream(length)
 
     def _store_of(self, blocks: ObjectBlocks) -> Store:
         if blocks.block_size != self.cache.block_size:
@@ -86,35 +91,12 @@ class PeerBlocks:
         for mounted in self.table.mounted:
             backend = mounted.backend
             if backend.source_id == blocks.source and backend.principal == blocks.principal:
-                # The store itself (it never asks the group), announcing what it sends.
-                return Store.of(mounted, arriving=self.arriving)
+                # The store itself (it never asks the group), filling the flights it serves.
+                return Store.of(mounted, arriving=self.cache.flights)
         raise NotServed("a source this member does not mount as that principal")
 
     def _source(self, store: Store, request: BlockRequest) -> _OwnerSide:
         return _OwnerSide(self.group, request, StoreBlocks(store, request.blocks))
-
-    async def _load(
-        self,
-        store: Store,
-        request: BlockRequest,
-        pieces: Pieces,
-    ) -> None:
-        """Load the block through the cache (a system task: the fetch ends, and fills the
-        cache, whoever stops listening); its pieces come as the store sends them, or whole at
-        the end when it came from disk, a flight under way or another member."""
-        blocks, index = request.blocks, request.index
-        key = blocks.key(index)
-        try:
-            with retry.asking():  # the store's retries stop within the usual bound
-                data = await self.cache.read(
-                    key, self._source(store, request), blocks.length(index)
-                )
-        except Exception as exc:
-            pieces.fail(exc)
-        else:
-            pieces.finish(data)
-        finally:
-            self.arriving.withdraw(key, pieces)
 
 
 class _OwnerSide:

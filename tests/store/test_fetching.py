@@ -1,4 +1,4 @@
-"""pffs.fs.fetching: a request's terms (pffs.retry.RetryTerms) go down with it to the retry loop
+"""pffs.store.fetching: a request's terms (pffs.retry.RetryTerms) go down with it to the retry loop
 of its backend, so the store's push backs reach the source's pace and its breaker stops the
 retries, with nothing carried beside the call.
 
@@ -18,9 +18,9 @@ import trio
 from pffs.cache.keys import ObjectBlocks
 from pffs.config import RetryConfig
 from pffs.errors import SourceDown, Throttled, Transient
-from pffs.fs.fetching import Store, StoreBlocks
 from pffs.retry import RetryTerms, call_with_retry
 from pffs.routing.table import Mounted
+from pffs.store.fetching import Store, StoreBlocks
 from tests.fs.helpers import HoldingBackend
 
 POLICY = RetryConfig(attempts=5, base_delay=0.001, max_delay=0.001, total_timeout=10.0)
@@ -108,7 +108,7 @@ def test_the_breaker_stops_a_request_between_two_attempts(tmp_path: Path) -> Non
 
 
 def test_a_run_of_one_block_or_of_several_gives_each_block_once_in_order(tmp_path: Path) -> None:
-    # A run of one block takes the channel without a task of its own (pffs.fs.fetching's
+    # A run of one block takes the channel without a task of its own (pffs.store.fetching's
     # _OneBlock); it must land what as_safe_channel's run of several lands.
     backend, _, source = _source(tmp_path, refusals=0)
 
