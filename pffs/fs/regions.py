@@ -14,16 +14,23 @@ once read to its end; at most `held_max` bytes are held or coming per open file,
 the mount's `MountRoom` across all of them (many open files each with a region run must not
 hold memory without bound); past either the READs go through the block cache. A span that
 failed is asked for again by each READ that wants it, on its own, which sees the error.
+
+Each byte is fetched once: a file's region may turn out to be part of a walk of the whole file
+(an Arrow file's metadata hops, then the kernel's readahead of it front to back), whose blocks
+then cover bytes its spans hold or are still fetching. Once a handle streams regions, its blocks
+come through `SpansFirst`: a block load (a reader's, or a readahead run's) takes what the spans
+hold, waiting for their pieces, and asks the store only for the rest.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from functools import partial
 
 import trio
 
+from pffs.cache.keys import Blocks
 from pffs.fs.fetching import StoreBlocks, piece_lengths
 
 log = logging.getLogger("pffs.fs")
@@ -91,6 +98,36 @@ class RegionStreams:
     def covers(self, offset: int) -> bool:
         return self._covering(offset) is not None
 
+    def overlaps(self, offset: int, end: int) -> bool:
+        """Whether a span holds or is fetching any of bytes [offset, end)."""
+        return any(span.start < end and offset < span.end for span in self._spans)
+
+    async def assemble(
+        self, offset: int, end: int, fetch: Callable[[int, int], Awaitable[bytes]]
+    ) -> bytes:
+        """Bytes [offset, end) for a block load: what spans hold or are fetching taken from
+        them (waiting for their pieces; a failed span's part fetched instead), the gaps
+        between them from `fetch(offset, length)`, one call per gap. Not counted as taken by a
+        READ: the spans stay for the READs they were streamed for."""
+        pieces: list[bytes] = []
+        position = offset
+        while position < end:
+            span = self._covering(position)
+            if span is None:
+                stop = min(end, self._next_start(position, end))
+                pieces.append(await fetch(position, stop - position))
+                position = stop
+                continue
+            stop = min(end, span.end)
+            while len(span.data) < stop - span.start and not span.done:
+                await span.changed.wait()
+            if span.failed and len(span.data) < stop - span.start:
+                pieces.append(await fetch(position, stop - position))
+            else:
+                pieces.append(bytes(span.data[position - span.start : stop - span.start]))
+            position = stop
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
     def reach(self, offset: int, target: int, least: int) -> None:
         """Have spans cover [offset, target): what no span covers is asked for as new spans,
         when the one it would follow ends within `least` bytes of `offset`'s run reaching
@@ -110,17 +147,20 @@ class RegionStreams:
             self._start(position, stop)
             position = stop
 
-    async def take(self, offset: int, end: int) -> bytes | None:
-        """Bytes [offset, end) when spans cover them all (waiting for their pieces), else
+    async def take(
+        self, offset: int, end: int, rest: Callable[[int, int], Awaitable[bytes | memoryview]]
+    ) -> bytes | None:
+        """Bytes [offset, end) when a span covers `offset` (waiting for their pieces; past the
+        spans, the rest from `rest(position, end)`: the block cache, which may hold it), else
         None (the caller reads through the block cache)."""
-        pieces: list[bytes] = []
+        pieces: list[bytes | memoryview] = []
         position = offset
         while position < end:
             span = self._covering(position)
             if span is None:
                 if position == offset:
                     return None
-                pieces.append(await self._source.part(position, end - position))
+                pieces.append(await rest(position, end))
                 break
             stop = min(end, span.end)
             while len(span.data) < stop - span.start and not span.done:
@@ -133,7 +173,7 @@ class RegionStreams:
             if span.taken >= span.end - span.start and span.done:
                 self._drop(span)
             position = stop
-        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        return bytes(pieces[0]) if len(pieces) == 1 else b"".join(pieces)
 
     def _room(self, size: int) -> bool:
         """Whether `size` more bytes may be held, dropping spans that arrived whole, oldest
@@ -184,3 +224,55 @@ class RegionStreams:
             span.ended(failed)
             if span.taken >= span.end - span.start and span in self._spans:
                 self._drop(span)
+
+
+class SpansFirst:
+    """The block source (pffs.cache.keys.BlockSource) of a file whose region streams may hold
+    some of a block's bytes: a block load takes those from the spans and asks the store for
+    the rest only, so no byte of the file is fetched twice while its spans hold it."""
+
+    def __init__(self, store: StoreBlocks, regions: RegionStreams) -> None:
+        self.store = store
+        self.regions = regions
+
+    async def part(self, offset: int, length: int) -> bytes:
+        if not self.regions.overlaps(offset, offset + length):
+            return await self.store.part(offset, length)
+        return await self.regions.assemble(offset, offset + length, self.store.part)
+
+    def run(self, first: int, count: int) -> Blocks:
+        blocks = self.store.blocks
+        last = first + count - 1
+        if not self.regions.overlaps(blocks.start(first), blocks.start(last) + blocks.length(last)):
+            return self.store.run(first, count)
+        return self._assembled(first, count)
+
+    @trio.as_safe_channel
+    async def _assembled(self, first: int, count: int) -> AsyncGenerator[tuple[int, bytes], None]:
+        """Blocks first..first+count-1 in order: those no span touches in runs of the store's,
+        the others put together from their spans and the store's ranges of the rest."""
+        blocks, regions = self.store.blocks, self.regions
+        index, stop = first, first + count
+
+        def touched(i: int) -> bool:
+            return regions.overlaps(blocks.start(i), blocks.start(i) + blocks.length(i))
+
+        while index < stop:
+            if touched(index):
+                start, end = blocks.start(index), blocks.start(index) + blocks.length(index)
+                yield index, await regions.assemble(start, end, self._ahead)
+                index += 1
+                continue
+            plain = index
+            while plain < stop and not touched(plain):
+                plain += 1
+            async with self.store.run(index, plain - index) as landed:
+                async for item in landed:
+                    yield item
+            index = plain
+
+    async def _ahead(self, offset: int, length: int) -> bytes:
+        """Bytes of a block loaded ahead that no span holds: one streamed request, in a place
+        of the pace like the rest of the load."""
+        async with self.store.stream(offset, piece_lengths(length), True) as pieces:
+            return b"".join([piece async for piece in pieces])

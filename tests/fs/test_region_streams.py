@@ -116,3 +116,27 @@ def test_spans_across_open_files_stay_within_the_mounts_room_and_go_at_close() -
     assert got == [[data[o : o + n] for o, n in reads]] * 3
     assert max(held) <= budget and max(held) > 0
     assert held[-1] == 0  # closed files hold nothing
+
+
+def _fetched_twice(ranges: list[tuple[int, int]]) -> int:
+    """Bytes of `ranges` (start, length) asked for more than once."""
+    union, end = 0, -1
+    for start, length in sorted(ranges):
+        union += max(0, start + length - max(start, end))
+        end = max(end, start + length)
+    return sum(length for _, length in ranges) - union
+
+
+def test_a_walk_of_the_whole_file_takes_what_its_regions_fetched() -> None:
+    """An Arrow file read through a mapping (docs/notes/clients-arrow-mmap.md): a fault in the
+    middle of the file streams a region, then the kernel's readahead walks the file from its
+    start, skipping the pages the fault brought. The walk's blocks take the bytes the region's
+    spans hold or are fetching. Fetched twice: the fault's first READ (fetched alone, before any
+    run) and the walk's first (a cold start: its bytes alone, its block loading behind)."""
+    data, store, _, start = _region(13)
+    hop = [(start + n * READ, READ) for n in range(3)]  # the fault's read-around
+    walk = [(o, READ) for o in range(0, len(data), READ) if not start <= o < start + 3 * READ]
+    config = cache_config(None, block=BLOCK, readahead_max=8 * BLOCK, ahead_budget=16 * BLOCK)
+    got = trio.run(with_nursery, cached_vfs(store, config), "f", hop + walk)
+    assert got == [data[o : o + n] for o, n in hop + walk]
+    assert _fetched_twice(store.ranges) <= 2 * READ, sorted(store.ranges)
