@@ -143,7 +143,9 @@ class Reader:
         if not isinstance(source, StoreBlocks) or not source.streams_ranges:
             return None  # a tier before the store (pffs.group), or a store without ranges
         held_max = REGION_HELD_BLOCKS * self.block_size
-        regions = RegionStreams(source, self.cache.background, held_max, self.region_room)
+        regions = RegionStreams(
+            source, self.cache.background, held_max, self.region_room, parking=self.cache
+        )
         # From now on the file's block loads take what its spans hold (fetched once).
         handle.source = SpansFirst(source, regions)
         return regions

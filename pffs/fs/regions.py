@@ -19,14 +19,20 @@ Each byte is fetched once: a file's region may turn out to be part of a walk of 
 (an Arrow file's metadata hops, then the kernel's readahead of it front to back), whose blocks
 then cover bytes its spans hold or are still fetching. Once a handle streams regions, its blocks
 come through `SpansFirst`: a block load (a reader's, or a readahead run's) takes what the spans
-hold, waiting for their pieces, and asks the store only for the rest.
+hold, waiting for their pieces, and asks the store only for the rest. A span dropped while its
+file is open (read to its end, or to make room) is parked in the cache's memory tier
+(`Parking`: evicted like a block, never written to disk), where such a load finds it too: the
+walk may come long after the regions (an Arrow file's metadata hops, then its bodies).
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections import deque
+from collections.abc import AsyncGenerator, Awaitable, Callable, Hashable
 from functools import partial
+from typing import Protocol
 
 import trio
 
@@ -66,6 +72,19 @@ class _Span:
         self.changed = trio.Event()
 
 
+class Parking(Protocol):
+    """Where a file's dropped spans wait for a block load over them (pffs.cache.blocks)."""
+
+    def keep_loose(self, key: Hashable, data: bytes) -> None: ...
+
+    def loose(self, key: Hashable) -> bytes | None: ...
+
+
+# Spans parked per open file that it remembers (the oldest forgotten first).
+PARKED_MAX = 64
+_parked_numbers = itertools.count()
+
+
 class MountRoom:
     """Bytes of spans held or coming across a mount's open files, and their bound."""
 
@@ -77,13 +96,23 @@ class MountRoom:
 class RegionStreams:
     """The spans streamed for the region runs of one open file."""
 
-    def __init__(self, source: StoreBlocks, spawn: Spawn, held_max: int, room: MountRoom) -> None:
+    def __init__(
+        self,
+        source: StoreBlocks,
+        spawn: Spawn,
+        held_max: int,
+        room: MountRoom,
+        parking: Parking | None = None,
+    ) -> None:
         self._source = source
         self._spawn = spawn
         self._held_max = held_max
         self._mount = room
+        self._parking = parking
         self._spans: list[_Span] = []  # by start; none overlap
         self._started = 0
+        # Dropped spans parked in the cache: (start, end, key), oldest first.
+        self._parked: deque[tuple[int, int, Hashable]] = deque(maxlen=PARKED_MAX)
 
     @property
     def held(self) -> int:
@@ -93,14 +122,17 @@ class RegionStreams:
     def close(self) -> None:
         """The file is closed: its spans are dropped (one still coming ends unread)."""
         for span in list(self._spans):
-            self._drop(span)
+            self._drop(span, park=False)
+        self._parked.clear()
 
     def covers(self, offset: int) -> bool:
         return self._covering(offset) is not None
 
     def overlaps(self, offset: int, end: int) -> bool:
-        """Whether a span holds or is fetching any of bytes [offset, end)."""
-        return any(span.start < end and offset < span.end for span in self._spans)
+        """Whether a span holds, is fetching or parked any of bytes [offset, end)."""
+        return any(span.start < end and offset < span.end for span in self._spans) or any(
+            start < end and offset < stop for start, stop, _ in self._parked
+        )
 
     async def assemble(
         self, offset: int, end: int, fetch: Callable[[int, int], Awaitable[bytes]]
@@ -114,7 +146,15 @@ class RegionStreams:
         while position < end:
             span = self._covering(position)
             if span is None:
+                parked = self._parked_at(position)
+                if parked is not None:
+                    start, data = parked
+                    stop = min(end, start + len(data))
+                    pieces.append(data[position - start : stop - start])
+                    position = stop
+                    continue
                 stop = min(end, self._next_start(position, end))
+                stop = min([stop] + [a for a, _, _ in self._parked if position < a < stop])
                 pieces.append(await fetch(position, stop - position))
                 position = stop
                 continue
@@ -188,9 +228,22 @@ class RegionStreams:
     def _fits(self, size: int) -> bool:
         return self.held + size <= self._held_max and self._mount.held + size <= self._mount.limit
 
-    def _drop(self, span: _Span) -> None:
+    def _drop(self, span: _Span, park: bool = True) -> None:
         self._spans.remove(span)
         self._mount.held -= span.end - span.start
+        if park and self._parking is not None and span.done and not span.failed:
+            key = ("span", next(_parked_numbers))
+            self._parking.keep_loose(key, bytes(span.data))
+            self._parked.append((span.start, span.end, key))
+
+    def _parked_at(self, offset: int) -> tuple[int, bytes] | None:
+        """(start, bytes) of a parked span covering `offset` still in the cache, else None."""
+        for start, end, key in reversed(self._parked):  # the newest first
+            if start <= offset < end:
+                data = self._parking.loose(key) if self._parking is not None else None
+                if data is not None:
+                    return start, data
+        return None
 
     def _covering(self, offset: int) -> _Span | None:
         for span in self._spans:
