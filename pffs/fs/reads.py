@@ -93,6 +93,8 @@ class Reader:
         end = min(offset + size, blocks.size)
         # Ask for blocks ahead before waiting on this one, so both travel at once.
         ahead = handle.readahead.on_read(offset, end)
+        if handle.shape is not None:  # how its dataset's files are read (pffs.fs.datasets)
+            handle.shape.read(offset, end, handle.readahead)
         if ahead:
             self.cache.read_ahead(
                 blocks.keys(ahead),
