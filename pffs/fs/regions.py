@@ -302,27 +302,49 @@ class SpansFirst:
 
     @trio.as_safe_channel
     async def _assembled(self, first: int, count: int) -> AsyncGenerator[tuple[int, bytes], None]:
-        """Blocks first..first+count-1 in order: those no span touches in runs of the store's,
-        the others put together from their spans and the store's ranges of the rest."""
+        """Blocks first..first+count-1, each yielded in order once in: those no span touches
+        in runs of the store's, the others put together from their spans and the store's
+        ranges of the rest; all asked for at once."""
         blocks, regions = self.store.blocks, self.regions
-        index, stop = first, first + count
+        stop = first + count
+        landed: dict[int, bytes] = {}
+        changed = trio.Event()
 
-        def touched(i: int) -> bool:
-            return regions.overlaps(blocks.start(i), blocks.start(i) + blocks.length(i))
+        def land(index: int, data: bytes) -> None:
+            nonlocal changed
+            landed[index] = data
+            changed.set()
+            changed = trio.Event()
 
-        while index < stop:
-            if touched(index):
-                start, end = blocks.start(index), blocks.start(index) + blocks.length(index)
-                yield index, await regions.assemble(start, end, self._ahead)
-                index += 1
-                continue
-            plain = index
-            while plain < stop and not touched(plain):
-                plain += 1
-            async with self.store.run(index, plain - index) as landed:
-                async for item in landed:
-                    yield item
-            index = plain
+        def touched(index: int) -> bool:
+            start = blocks.start(index)
+            return regions.overlaps(start, start + blocks.length(index))
+
+        async def plain(index: int, end: int) -> None:
+            async with self.store.run(index, end - index) as arriving:
+                async for number, data in arriving:
+                    land(number, data)
+
+        async def assembled(index: int) -> None:
+            start = blocks.start(index)
+            land(index, await regions.assemble(start, start + blocks.length(index), self._ahead))
+
+        async with trio.open_nursery() as nursery:
+            index = first
+            while index < stop:
+                if touched(index):
+                    nursery.start_soon(assembled, index)
+                    index += 1
+                    continue
+                end = index
+                while end < stop and not touched(end):
+                    end += 1
+                nursery.start_soon(plain, index, end)
+                index = end
+            for index in range(first, stop):
+                while index not in landed:
+                    await changed.wait()
+                yield index, landed.pop(index)
 
     async def _ahead(self, offset: int, length: int) -> bytes:
         """Bytes of a block loaded ahead that no span holds: one streamed request, in a place
