@@ -145,3 +145,17 @@ def test_a_walk_of_the_whole_file_takes_what_its_regions_fetched() -> None:
     got = trio.run(with_nursery, cached_vfs(store, config), "f", faults + walk)
     assert got == [data[o : o + n] for o, n in faults + walk]
     assert _fetched_twice(store.ranges) <= len(hops) * READ + BLOCK, sorted(store.ranges)
+
+
+def test_a_region_fetches_nothing_past_the_kernels_last_read() -> None:
+    """A lazy loader's tensor (docs/notes/clients-safetensors.md): past the fault's first span,
+    each READ's bytes are asked when it comes; the kernel's readahead of the mapping already
+    keeps its READs ahead of the copy, and bytes streamed beyond its last READ were never
+    asked for."""
+    data, store, reads, _ = _region(17)
+    config = cache_config(None, block=BLOCK, readahead_max=8 * BLOCK, ahead_budget=16 * BLOCK)
+    got = trio.run(with_nursery, cached_vfs(store, config), "f", reads)
+    assert got == [data[o : o + n] for o, n in reads]
+    last = reads[-1][0] + READ
+    assert max(start + length for start, length in store.ranges) <= last
+    assert sum(length for _, length in store.ranges) == last - reads[0][0]  # each byte once
