@@ -55,12 +55,6 @@ REGION_STREAM_BLOCKS = 4
 # at once, so a READ's bytes asked when it comes are still ahead of the reader; bytes streamed
 # past the kernel's last READ are those past the region's end it never asks for (a lazy
 # loader's tensor: docs/notes/clients-safetensors.md).
-# A run from the file's start whose READs come several at once (one arrives while another is
-# still being answered: the kernel's READs of a large read, a scan's coalesced range) starts
-# with a window of at least this many bytes, not one block: doubling from one block, each
-# block is asked a few ms before the READ that needs it and the reader waits a round trip at
-# every doubling (docs/notes/clients-parquet.md).
-BURST_WINDOW = 16 * MIB
 REGION_STREAM_SHARE = 2.0
 REGION_STREAM_FIRST = 4 * MIB
 REGION_STREAM_AHEAD = 0
@@ -102,8 +96,6 @@ class Readahead:
         # Where a streamed region run's bytes should be asked for up to (pffs.fs.regions), or
         # None: the last read is not one.
         self.stream_to: int | None = None
-        self.reading = 0  # reads recorded and not yet answered (`answered`)
-        self.burst_blocks = max(1, BURST_WINDOW // block_size)
 
     @property
     def window(self) -> int:
@@ -136,15 +128,8 @@ class Readahead:
         del streams[STREAMS:]
         return stream, False
 
-    def answered(self) -> None:
-        """A read recorded by `on_read` was answered (or failed)."""
-        self.reading -= 1
-
     def on_read(self, offset: int, end: int) -> range:
-        """Record a read of [offset, end); return the block indices worth loading ahead. Its
-        caller tells `answered` when it has answered it."""
-        burst = self.reading > 0  # another read is still being answered
-        self.reading += 1
+        """Record a read of [offset, end); return the block indices worth loading ahead."""
         stream, near = self._stream_for(offset, end - offset)
         stream.streak = stream.streak + 1 if near else 0
         stream.expected = max(end, stream.expected) if near else end
@@ -176,10 +161,6 @@ class Readahead:
             stream.window = 1
         elif block > stream.current_block:
             stream.window = min(most, stream.window * 2)
-        if burst and not self.region:
-            # BURST_WINDOW past the next block, which the run's first window asked for already
-            # (the engine asks for a window's blocks only a whole run at a time).
-            stream.window = max(stream.window, 1 + self.burst_blocks)
         stream.window = min(stream.window, most)
         stream.current_block = max(stream.current_block, block)
         return range(block + 1, min(self.last_block, block + stream.window) + 1)

@@ -92,7 +92,7 @@ class Reader:
             return b""
         end = min(offset + size, blocks.size)
         # Ask for blocks ahead before waiting on this one, so both travel at once.
-        ahead = handle.readahead.on_read(offset, end)  # its `answered` in the finally below
+        ahead = handle.readahead.on_read(offset, end)
         if handle.shape is not None:  # how its dataset's files are read (pffs.fs.datasets)
             handle.shape.read(offset, end, handle.readahead)
         if ahead:
@@ -120,8 +120,6 @@ class Reader:
             # the next open must not trust the listing or attributes that named the old one.
             self.namespace.outdated(handle.inode.path)
             raise
-        finally:
-            handle.readahead.answered()
         self.pages.after_read(handle, offset)
         return data
 

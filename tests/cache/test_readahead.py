@@ -5,7 +5,6 @@ from __future__ import annotations
 import random
 
 from pffs.cache.readahead import (
-    BURST_WINDOW,
     REGION_STREAM_AHEAD,
     REGION_STREAM_BLOCKS,
     REGION_STREAM_FIRST,
@@ -182,27 +181,3 @@ def test_a_run_under_way_still_takes_the_kernels_skips_forward() -> None:
     assert not fresh.sequential
     fresh.on_read(int(104.5 * MIB), int(105.5 * MIB))  # two continuations in a row: a run
     assert fresh.sequential
-
-
-def test_a_run_from_the_start_whose_reads_come_at_once_starts_with_a_larger_window() -> None:
-    """A scan's coalesced range (docs/notes/clients-parquet.md): the kernel's READs from the
-    file's start arrive several at once. A READ arriving while another is being answered
-    makes the run's window BURST_WINDOW at once, not one block doubling per block entered;
-    READs one at a time, or a region's, start with one block as before."""
-    block, size = 4 * MIB, MIB
-    burst = BURST_WINDOW // block
-    assert burst > 1
-    scan = Readahead(block, readahead_max=8 * block, file_size=100 * block)
-    assert scan.on_read(0, size) == range(1, 2)
-    assert scan.on_read(size, 2 * size) == range(1, burst + 2)  # the first is still unanswered
-    scan.answered()
-    scan.answered()
-    one_by_one = Readahead(block, readahead_max=8 * block, file_size=100 * block)
-    for step in range(3):
-        assert one_by_one.on_read(step * size, (step + 1) * size) == range(1, 2)
-        one_by_one.answered()
-    region = Readahead(block, readahead_max=8 * block, file_size=100 * block)
-    start = 30 * block + 5616
-    for step in range(REGION_STREAM_BLOCKS * block // size + 2):
-        region.on_read(start + step * size, start + (step + 1) * size)  # none answered
-        assert region.window < burst

@@ -20,7 +20,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pffs.backends.base import Capabilities, ObjectInfo
-from pffs.cache.readahead import BURST_WINDOW
 from pffs.config import CacheConfig, MetaConfig
 from pffs.errors import Changed, NotFound, Transient
 from pffs.fs.inodes import ROOT_INODE
@@ -433,36 +432,3 @@ def test_a_parquet_projection_fetches_its_footer_and_chunks_alone() -> None:
     assert got == [data[offset : offset + size] for offset, size in [footer, *chunks]]
     fetched = sum(length for _, length in store.ranges)
     assert fetched <= 1.1 * sum(size for _, size in [footer, *chunks]), store.ranges
-
-
-def test_reads_from_the_start_asked_at_once_load_a_larger_first_window() -> None:
-    """The kernel's READs of a scan's range from offset 0 come several at once: the second,
-    arriving while the first is being answered, asks for BURST_WINDOW ahead at once."""
-    block = 2048 * KIB
-    data = random.Random(14).randbytes(24 * block)
-    store = RunStore({"f": data})
-    store.delay = 0.05  # each request takes a while: the READs overlap
-    vfs = cached_vfs(store, cache_config(None, block=block, readahead_max=16 * block))
-    reads = [(0, 1024 * KIB), (1024 * KIB, 1024 * KIB)]
-
-    async def at_once() -> list[bytes]:
-        got: dict[int, bytes] = {}
-        async with trio.open_nursery() as nursery:
-            vfs.attach(nursery)
-            fh, _ = await vfs.open((await vfs.lookup(ROOT_INODE, "f")).ino, os.O_RDONLY)
-
-            async def read(offset: int, size: int) -> None:
-                got[offset] = bytes(await vfs.read(fh, offset, size))
-
-            async with trio.open_nursery() as readers:
-                for offset, size in reads:  # in order, the first still waiting on the store
-                    readers.start_soon(read, offset, size)
-                    await trio.sleep(0.01)
-            await vfs.release(fh)
-            await vfs.drain()
-            nursery.cancel_scope.cancel()
-        return [got[offset] for offset, _ in reads]
-
-    assert trio.run(at_once) == [data[o : o + n] for o, n in reads]
-    asked = max(start + length for start, length in store.ranges)
-    assert asked >= BURST_WINDOW + block, sorted(store.ranges)
