@@ -231,10 +231,16 @@ class RegionStreams:
     def _drop(self, span: _Span, park: bool = True) -> None:
         self._spans.remove(span)
         self._mount.held -= span.end - span.start
-        if park and self._parking is not None and span.done and not span.failed:
+        if park and span.done and not span.failed:
+            self.park(span.start, bytes(span.data))
+
+    def park(self, offset: int, data: bytes) -> None:
+        """Bytes [offset, offset+len(data)) a READ of the file fetched alone (a region's first
+        READ, before its run is known), parked like a dropped span."""
+        if self._parking is not None and data:
             key = ("span", next(_parked_numbers))
-            self._parking.keep_loose(key, bytes(span.data))
-            self._parked.append((span.start, span.end, key))
+            self._parking.keep_loose(key, data)
+            self._parked.append((offset, offset + len(data), key))
 
     def _parked_at(self, offset: int) -> tuple[int, bytes] | None:
         """(start, bytes) of a parked span covering `offset` still in the cache, else None."""
@@ -289,9 +295,14 @@ class SpansFirst:
         self.regions = regions
 
     async def part(self, offset: int, length: int) -> bytes:
-        if not self.regions.overlaps(offset, offset + length):
-            return await self.store.part(offset, length)
-        return await self.regions.assemble(offset, offset + length, self.store.part)
+        if self.regions.overlaps(offset, offset + length):
+            return await self.regions.assemble(offset, offset + length, self.store.part)
+        data = await self.store.part(offset, length)
+        blocks = self.store.blocks
+        index = offset // blocks.block_size
+        if offset != blocks.start(index) or length != blocks.length(index):
+            self.regions.park(offset, data)  # a READ's bytes alone: a walk may come over them
+        return data
 
     def run(self, first: int, count: int) -> Blocks:
         blocks = self.store.blocks
