@@ -33,7 +33,8 @@ readahead; a cold read's own request, with a reader's permit: pffs.fs.reads), an
 engine is loading already is joined through its blocks' flights. So a file a reader asks for is
 always ahead of this queue, and moving it to the queue's front would only load it twice. Jobs
 end when their channel ends, when cancelled, or when no reader has touched them for `idle_after`
-seconds.
+seconds. A job may be held (`hold`): its caller sees its files read by ranges, not whole, so
+loading them whole would fetch what no reader wants; nothing is taken from it until released.
 """
 
 from __future__ import annotations
@@ -110,6 +111,8 @@ class _Job:
     loaded: set[Hashable] = field(default_factory=set)  # loaded, not yet used by a reader
     # Its channel ended; it stays (its loads counted as unread) until its readers go idle.
     exhausted: bool = False
+    # Held by its caller (`Preloader.hold`): nothing is taken from it meanwhile.
+    held: bool = False
 
 
 class Preloader:
@@ -172,16 +175,25 @@ class Preloader:
         *,
         report: Report | None = None,
         for_readers: bool = True,
+        held: bool = False,
     ) -> None:
         """Queue a job: its items (from `job_channel`) are loaded in their order, after earlier
         jobs' items.
 
         `report` is told of each item done. Without `for_readers` (warmup filling the disk
         tier), what is loaded does not count against the bound on unread files, and blocks the
-        disk tier holds are not read back.
+        disk tier holds are not read back. `held`: it starts held (see `hold`).
         """
-        self._jobs.append(_Job(name, items, trio.current_time(), report, for_readers))
+        job = _Job(name, items, trio.current_time(), report, for_readers, held=held)
+        self._jobs.append(job)
         self._wake()
+
+    def hold(self, name: Hashable, held: bool) -> None:
+        """Hold job `name` (take nothing from it, its loads under way finish) or release it."""
+        for job in self._jobs:
+            if job.name == name and job.held != held:
+                job.held = held
+                self._wake()
 
     def has_job(self, name: Hashable) -> bool:
         return any(job.name == name for job in self._jobs)
@@ -210,8 +222,8 @@ class Preloader:
         self._handled.add(ident)
 
     def idle(self) -> bool:
-        """Whether nothing is queued or loading."""
-        streaming = any(not job.exhausted for job in self._jobs)
+        """Whether nothing is queued or loading (a held job's files wait for its release)."""
+        streaming = any(not job.exhausted and not job.held for job in self._jobs)
         return not streaming and self.files_in_flight == 0
 
     async def wait_idle(self) -> None:
@@ -273,7 +285,7 @@ class Preloader:
         """The next item to load: the oldest live job's next one."""
         while True:
             self._end_idle_jobs()
-            streaming = [job for job in self._jobs if not job.exhausted]
+            streaming = [job for job in self._jobs if not job.exhausted and not job.held]
             if not streaming:
                 await self._wait_change()
                 continue

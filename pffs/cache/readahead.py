@@ -50,11 +50,14 @@ REGION_SHARE = 0.5
 REGION_STREAM_BLOCKS = 4
 # How far ahead of a streamed region run its bytes are asked for: this share of what the run
 # has read, at most REGION_STREAM_FIRST bytes at its second read (the page fault's read-around:
-# most of the region in one round trip), at most REGION_STREAM_AHEAD after it (the kernel's own
-# readahead keeps its READs ahead of the copy; more would be fetched past the region's end).
+# most of the region in one round trip), at most REGION_STREAM_AHEAD after it. None: the
+# kernel's own readahead of a mapping keeps its READs 2-4 MiB ahead of the copy, several asked
+# at once, so a READ's bytes asked when it comes are still ahead of the reader; bytes streamed
+# past the kernel's last READ are those past the region's end it never asks for (a lazy
+# loader's tensor: docs/notes/clients-safetensors.md).
 REGION_STREAM_SHARE = 2.0
 REGION_STREAM_FIRST = 4 * MIB
-REGION_STREAM_AHEAD = 2 * MIB
+REGION_STREAM_AHEAD = 0
 
 
 class _Stream:

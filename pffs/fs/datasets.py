@@ -20,6 +20,13 @@ it counts each batch of files it lists (and looks up what of it the disk tier ho
 sends them, so the room has placed its subset as far as the engine has come; one larger than its
 room keeps a stable subset in the cache, and only that subset is loaded ahead.
 
+How the dataset's files are read decides whether its other files are loaded whole
+(pffs.fs.readshape): a dataset starts held, loading nothing, until one of its files is read
+through (an epoch of whole files, a shard stream, a scan: a run from a file's start); it is
+held again when a file closes having been read by ranges (a column projection: reads in the
+middle of each file, a small share of it), and released when one is read through again. The
+last file to show its reading decides, per directory.
+
 Files are fetched with permits of their source's flow as preload (pffs.flow.permits), never a
 reader's: a reader's request never waits behind a preload, and readahead is served first. Each
 open tells the engine the file is used (a file not loaded yet is left to its reader) and keeps
@@ -32,6 +39,7 @@ import itertools
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
+from functools import partial
 from typing import TYPE_CHECKING
 
 import trio
@@ -47,6 +55,7 @@ from pffs.flow.permits import at_once
 from pffs.fs.handles import ReadHandle
 from pffs.fs.listings import DirListing
 from pffs.fs.namespace import Namespace
+from pffs.fs.readshape import ReadShape
 from pffs.store.fetching import Store, open_blocks
 
 if TYPE_CHECKING:  # a mount without a group never imports pffs.group
@@ -94,6 +103,8 @@ class DatasetPreload:
         # seen in it). Kept after its job ended while readers go on, so it is not started again
         # at every open; forgotten once no reader came for `idle_after` seconds.
         self._datasets: dict[str, tuple[int, float]] = {}
+        # Directory -> whether its files were last seen read through (True) or by ranges.
+        self._reading: dict[str, bool] = {}
         # Order lists being loaded: any read in the mount keeps them alive.
         self._orders: list[str] = []
         self._order_numbers = itertools.count(1)
@@ -119,6 +130,10 @@ class DatasetPreload:
         if not self.config.enabled:
             return
         self.engine.used(handle.blocks.ident)
+        directory = handle.inode.path.rpartition("/")[0]
+        handle.shape = ReadShape(
+            handle.blocks.size, self.block_size, partial(self._read_as, directory, True)
+        )
         self._orders = [name for name in self._orders if self.engine.has_job(name)]
         for name in self._orders:
             self.engine.touch(name)
@@ -149,6 +164,24 @@ class DatasetPreload:
             if files >= self.config.trigger_files:
                 self.start(parent, depth=1)
 
+    def closed(self, handle: ReadHandle) -> None:
+        """A file opened read-only was closed: whether it was read by ranges."""
+        shape = handle.shape
+        if shape is not None and shape.by_ranges:
+            self._read_as(handle.inode.path.rpartition("/")[0], False)
+
+    def _read_as(self, directory: str, through: bool) -> None:
+        """A file of `directory` was read through (or by ranges): the dataset it is part of
+        loads its files whole (or holds)."""
+        parent = directory.rpartition("/")[0]
+        for key in (directory, parent):
+            if self._reading.get(key) is not through:
+                if key not in self._reading and len(self._reading) >= MAX_WATCHED:
+                    del self._reading[next(iter(self._reading))]
+                self._reading[key] = through
+                if key in self._datasets:
+                    self.engine.hold(_job(key), not through)
+
     def start(self, root: str, depth: int) -> None:
         """Preload the files of directory `root` (and of its subdirectories if depth is 1)."""
         known = self._datasets.get(root)
@@ -168,7 +201,7 @@ class DatasetPreload:
             source, principal = backend.source_id, backend.principal
             watched = self.cache.room.watch(f"/{root}", source, principal, prefix)
         send, receive = job_channel()
-        self.engine.add(_job(root), receive)
+        self.engine.add(_job(root), receive, held=not self._reading.get(root, False))
         self._nursery.start_soon(self._feed, send, root, depth, watched)
 
     async def _feed(

@@ -17,6 +17,7 @@ from pffs.fs.inodes import Inode
 from pffs.fs.listings import DirListing
 from pffs.fs.orders import OrderBuffer, Sender
 from pffs.fs.pagecache import HandlePages
+from pffs.fs.readshape import ReadShape
 from pffs.fs.regions import RegionStreams
 from pffs.fs.staging import Staged
 from pffs.routing.table import Mounted
@@ -34,6 +35,7 @@ class ReadHandle:
     source: BlockSource  # where its blocks come from (pffs.store.fetching.open_blocks)
     pages: HandlePages = field(default_factory=HandlePages)
     regions: RegionStreams | None = None  # its region runs' streamed bytes, once it has some
+    shape: ReadShape | None = None  # how it is read, for its dataset's preload (pffs.fs.datasets)
 
 
 @dataclass(eq=False)

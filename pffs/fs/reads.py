@@ -8,6 +8,7 @@ memory tier, random reads only the bytes asked of the disk tier.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING
 
 from pffs import retry
@@ -19,7 +20,7 @@ from pffs.errors import Changed, IsADirectory
 from pffs.fs.handles import Handles, ReadHandle
 from pffs.fs.namespace import Namespace
 from pffs.fs.pagecache import PageCache
-from pffs.fs.regions import RegionStreams
+from pffs.fs.regions import RegionStreams, SpansFirst
 from pffs.store.fetching import Store, StoreBlocks, open_blocks
 
 if TYPE_CHECKING:  # a mount without a group never imports pffs.group
@@ -89,6 +90,8 @@ class Reader:
         end = min(offset + size, blocks.size)
         # Ask for blocks ahead before waiting on this one, so both travel at once.
         ahead = handle.readahead.on_read(offset, end)
+        if handle.shape is not None:  # how its dataset's files are read (pffs.fs.datasets)
+            handle.shape.read(offset, end, handle.readahead)
         if ahead:
             self.cache.read_ahead(
                 blocks.keys(ahead),
@@ -129,7 +132,7 @@ class Reader:
             regions.reach(offset, target, (target - end) // 2)
         elif not regions.covers(offset):
             return None
-        data = await regions.take(offset, end)
+        data = await regions.take(offset, end, partial(self._read_blocks, handle))
         if data is not None:
             self.cache.stats.store_bytes_served += len(data)
         return data
@@ -138,7 +141,10 @@ class Reader:
         source = handle.source
         if not isinstance(source, StoreBlocks) or not source.streams_ranges:
             return None  # a tier before the store (pffs.group), or a store without ranges
-        return RegionStreams(source, self.cache.background, self.cache.ahead)
+        regions = RegionStreams(source, self.cache.background, self.cache.ahead, parking=self.cache)
+        # From now on the file's block loads take what its spans hold (fetched once).
+        handle.source = SpansFirst(source, regions)
+        return regions
 
     def _cached(self, handle: ReadHandle, offset: int, end: int) -> bool:
         """Whether a block of [offset, end) is held or coming: the block cache serves them."""
@@ -156,7 +162,7 @@ class Reader:
         alone = (end - offset >= LARGE_READ or footer) and not handle.readahead.sequential
         small = (end - offset) * COLD_START_SHARE <= self.block_size
         across = offset // self.block_size != (end - 1) // self.block_size
-        across = across and isinstance(source, StoreBlocks)
+        across = across and isinstance(source, StoreBlocks | SpansFirst)
         if alone and small and across and not self._cached(handle, offset, end):
             # A read alone across a block's end: one request, not one per block in series (each
             # part small: loaded alone, no block behind either).

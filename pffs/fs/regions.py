@@ -15,16 +15,29 @@ once read to its end. Their bytes held or coming are the mount's budget of bytes
 many open files each with a region run do not hold memory without bound); past either the READs
 go through the block cache. A span that failed is asked for again by each READ that wants it, on
 its own, which sees the error.
+
+Each byte is fetched once: a file's region may turn out to be part of a walk of the whole file
+(an Arrow file's metadata hops, then the kernel's readahead of it front to back), whose blocks
+then cover bytes its spans hold or are still fetching. Once a handle streams regions, its blocks
+come through `SpansFirst`: a block load (a reader's, or a readahead run's) takes what the spans
+hold, waiting for their pieces, and asks the store only for the rest. A span dropped while its
+file is open (read to its end, or to make room) is parked in the cache's memory tier
+(`Parking`: evicted like a block, never written to disk), where such a load finds it too: the
+walk may come long after the regions (an Arrow file's metadata hops, then its bodies).
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
-from collections.abc import Awaitable, Callable
+from collections import deque
+from collections.abc import AsyncGenerator, Awaitable, Callable, Hashable
 from functools import partial
+from typing import Protocol
 
 import trio
 
+from pffs.cache.keys import Blocks
 from pffs.flow.budget import AheadBudget
 from pffs.store.fetching import StoreBlocks, piece_lengths
 
@@ -61,15 +74,37 @@ class _Span:
         self.changed = trio.Event()
 
 
+class Parking(Protocol):
+    """Where a file's dropped spans wait for a block load over them (pffs.cache.blocks)."""
+
+    def keep_loose(self, key: Hashable, data: bytes) -> None: ...
+
+    def loose(self, key: Hashable) -> bytes | None: ...
+
+
+# Spans parked per open file that it remembers (the oldest forgotten first).
+PARKED_MAX = 64
+_parked_numbers = itertools.count()
+
+
 class RegionStreams:
     """The spans streamed for the region runs of one open file."""
 
-    def __init__(self, source: StoreBlocks, spawn: Spawn, budget: AheadBudget) -> None:
+    def __init__(
+        self,
+        source: StoreBlocks,
+        spawn: Spawn,
+        budget: AheadBudget,
+        parking: Parking | None = None,
+    ) -> None:
         self._source = source
         self._spawn = spawn
         self._budget = budget
+        self._parking = parking
         self._spans: list[_Span] = []  # by start; none overlap
         self._started = 0
+        # Dropped spans parked in the cache: (start, end, key), oldest first.
+        self._parked: deque[tuple[int, int, Hashable]] = deque(maxlen=PARKED_MAX)
 
     @property
     def held(self) -> int:
@@ -79,10 +114,51 @@ class RegionStreams:
     def close(self) -> None:
         """The file is closed: its spans are dropped (one still coming ends unread)."""
         for span in list(self._spans):
-            self._drop(span)
+            self._drop(span, park=False)
+        self._parked.clear()
 
     def covers(self, offset: int) -> bool:
         return self._covering(offset) is not None
+
+    def overlaps(self, offset: int, end: int) -> bool:
+        """Whether a span holds, is fetching or parked any of bytes [offset, end)."""
+        return any(span.start < end and offset < span.end for span in self._spans) or any(
+            start < end and offset < stop for start, stop, _ in self._parked
+        )
+
+    async def assemble(
+        self, offset: int, end: int, fetch: Callable[[int, int], Awaitable[bytes]]
+    ) -> bytes:
+        """Bytes [offset, end) for a block load: what spans hold or are fetching taken from
+        them (waiting for their pieces; a failed span's part fetched instead), the gaps
+        between them from `fetch(offset, length)`, one call per gap. Not counted as taken by a
+        READ: the spans stay for the READs they were streamed for."""
+        pieces: list[bytes] = []
+        position = offset
+        while position < end:
+            span = self._covering(position)
+            if span is None:
+                parked = self._parked_at(position)
+                if parked is not None:
+                    start, data = parked
+                    stop = min(end, start + len(data))
+                    pieces.append(data[position - start : stop - start])
+                    position = stop
+                    continue
+                stop = min(end, self._next_start(position, end))
+                stop = min([stop] + [a for a, _, _ in self._parked if position < a < stop])
+                pieces.append(await fetch(position, stop - position))
+                position = stop
+                continue
+            stop = min(end, span.end)
+            while len(span.data) < stop - span.start and not span.done:
+                await span.changed.wait()
+            if span.failed and len(span.data) < stop - span.start:
+                pieces.append(await fetch(position, stop - position))
+            else:
+                pieces.append(bytes(span.data[position - span.start : stop - span.start]))
+            position = stop
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
     def reach(self, offset: int, target: int, least: int) -> None:
         """Have spans cover [offset, target): what no span covers is asked for as new spans,
@@ -103,17 +179,20 @@ class RegionStreams:
             self._start(position, stop)
             position = stop
 
-    async def take(self, offset: int, end: int) -> bytes | None:
-        """Bytes [offset, end) when spans cover them all (waiting for their pieces), else
+    async def take(
+        self, offset: int, end: int, rest: Callable[[int, int], Awaitable[bytes | memoryview]]
+    ) -> bytes | None:
+        """Bytes [offset, end) when a span covers `offset` (waiting for their pieces; past the
+        spans, the rest from `rest(position, end)`: the block cache, which may hold it), else
         None (the caller reads through the block cache)."""
-        pieces: list[bytes] = []
+        pieces: list[bytes | memoryview] = []
         position = offset
         while position < end:
             span = self._covering(position)
             if span is None:
                 if position == offset:
                     return None
-                pieces.append(await self._source.part(position, end - position))
+                pieces.append(await rest(position, end))
                 break
             stop = min(end, span.end)
             while len(span.data) < stop - span.start and not span.done:
@@ -126,7 +205,7 @@ class RegionStreams:
             if span.taken >= span.end - span.start and span.done:
                 self._drop(span)
             position = stop
-        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        return bytes(pieces[0]) if len(pieces) == 1 else b"".join(pieces)
 
     def _room(self, size: int) -> bool:
         """Whether `size` more bytes may be held, dropping spans that arrived whole, oldest
@@ -142,9 +221,28 @@ class RegionStreams:
         budget = self._budget
         return self.held + size <= budget.region_per_file and budget.fits("region", size)
 
-    def _drop(self, span: _Span) -> None:
+    def _drop(self, span: _Span, park: bool = True) -> None:
         self._spans.remove(span)
         self._budget.give_back("region", span.end - span.start)
+        if park and span.done and not span.failed:
+            self.park(span.start, bytes(span.data))
+
+    def park(self, offset: int, data: bytes) -> None:
+        """Bytes [offset, offset+len(data)) a READ of the file fetched alone (a region's first
+        READ, before its run is known), parked like a dropped span."""
+        if self._parking is not None and data:
+            key = ("span", next(_parked_numbers))
+            self._parking.keep_loose(key, data)
+            self._parked.append((offset, offset + len(data), key))
+
+    def _parked_at(self, offset: int) -> tuple[int, bytes] | None:
+        """(start, bytes) of a parked span covering `offset` still in the cache, else None."""
+        for start, end, key in reversed(self._parked):  # the newest first
+            if start <= offset < end:
+                data = self._parking.loose(key) if self._parking is not None else None
+                if data is not None:
+                    return start, data
+        return None
 
     def _covering(self, offset: int) -> _Span | None:
         for span in self._spans:
@@ -178,3 +276,82 @@ class RegionStreams:
             span.ended(failed)
             if span.taken >= span.end - span.start and span in self._spans:
                 self._drop(span)
+
+
+class SpansFirst:
+    """The block source (pffs.cache.keys.BlockSource) of a file whose region streams may hold
+    some of a block's bytes: a block load takes those from the spans and asks the store for
+    the rest only, so no byte of the file is fetched twice while its spans hold it."""
+
+    def __init__(self, store: StoreBlocks, regions: RegionStreams) -> None:
+        self.store = store
+        self.regions = regions
+
+    async def part(self, offset: int, length: int) -> bytes:
+        if self.regions.overlaps(offset, offset + length):
+            return await self.regions.assemble(offset, offset + length, self.store.part)
+        data = await self.store.part(offset, length)
+        blocks = self.store.blocks
+        index = offset // blocks.block_size
+        if offset != blocks.start(index) or length != blocks.length(index):
+            self.regions.park(offset, data)  # a READ's bytes alone: a walk may come over them
+        return data
+
+    def run(self, first: int, count: int) -> Blocks:
+        blocks = self.store.blocks
+        last = first + count - 1
+        if not self.regions.overlaps(blocks.start(first), blocks.start(last) + blocks.length(last)):
+            return self.store.run(first, count)
+        return self._assembled(first, count)
+
+    @trio.as_safe_channel
+    async def _assembled(self, first: int, count: int) -> AsyncGenerator[tuple[int, bytes], None]:
+        """Blocks first..first+count-1, each yielded in order once in: those no span touches
+        in runs of the store's, the others put together from their spans and the store's
+        ranges of the rest; all asked for at once."""
+        blocks, regions = self.store.blocks, self.regions
+        stop = first + count
+        landed: dict[int, bytes] = {}
+        changed = trio.Event()
+
+        def land(index: int, data: bytes) -> None:
+            nonlocal changed
+            landed[index] = data
+            changed.set()
+            changed = trio.Event()
+
+        def touched(index: int) -> bool:
+            start = blocks.start(index)
+            return regions.overlaps(start, start + blocks.length(index))
+
+        async def plain(index: int, end: int) -> None:
+            async with self.store.run(index, end - index) as arriving:
+                async for number, data in arriving:
+                    land(number, data)
+
+        async def assembled(index: int) -> None:
+            start = blocks.start(index)
+            land(index, await regions.assemble(start, start + blocks.length(index), self._ahead))
+
+        async with trio.open_nursery() as nursery:
+            index = first
+            while index < stop:
+                if touched(index):
+                    nursery.start_soon(assembled, index)
+                    index += 1
+                    continue
+                end = index
+                while end < stop and not touched(end):
+                    end += 1
+                nursery.start_soon(plain, index, end)
+                index = end
+            for index in range(first, stop):
+                while index not in landed:
+                    await changed.wait()
+                yield index, landed.pop(index)
+
+    async def _ahead(self, offset: int, length: int) -> bytes:
+        """Bytes of a block loaded ahead that no span holds: one streamed request, in a place
+        of the pace like the rest of the load."""
+        async with self.store.stream(offset, piece_lengths(length), True) as pieces:
+            return b"".join([piece async for piece in pieces])

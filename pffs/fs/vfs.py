@@ -210,6 +210,7 @@ class Vfs:
             handle.readahead.close()
             if handle.regions is not None:
                 handle.regions.close()
+            self.datasets.closed(handle)
 
     def statfs(self) -> dict[str, int]:
         """Large, constant figures: object stores have no meaningful capacity."""

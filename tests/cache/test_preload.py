@@ -322,3 +322,25 @@ async def test_opens_with_no_job_under_way_are_remembered_within_a_bound() -> No
         engine.used(("s", next(iter(store.files))))
         assert engine.unread_bytes == 2 * BLOCK
         nursery.cancel_scope.cancel()
+
+
+@in_trio
+async def test_a_held_job_loads_nothing_until_released_and_others_go_on() -> None:
+    """A dataset read by ranges holds its job (pffs.fs.datasets): nothing is taken from it,
+    a job behind it is loaded meanwhile, and once released its files are loaded."""
+    store = Store(files(12, BLOCK))
+    names = list(store.files)
+    cache = BlockCache(cache_config(None, memory_bytes=256 * BLOCK))
+    engine = Preloader(cache, budget=64 * BLOCK)
+    async with trio.open_nursery() as nursery:
+        cache.attach(nursery)
+        engine.attach(nursery)
+        engine.add("ranges", stream(nursery, [store.item(n) for n in names[:6]]), held=True)
+        engine.add("whole", stream(nursery, [store.item(n) for n in names[6:]]))
+        await engine.wait_idle()  # a held job is idle: it waits for its release
+        assert sorted(store.requests) == names[6:]
+        engine.hold("ranges", True)
+        engine.hold("ranges", False)
+        await engine.wait_idle()
+        assert sorted(store.requests) == names
+        nursery.cancel_scope.cancel()

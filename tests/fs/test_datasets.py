@@ -229,3 +229,67 @@ def test_throttled_preload_backs_off_and_readers_see_what_they_would_without_it(
             assert f"places {pace.current}/{pace.ceiling}" in line
     assert outcomes[True] == outcomes[False]
     assert outcomes[True][2] == f"{paths[5]}: 503 SlowDown"
+
+
+async def _read_ranges(vfs: Vfs, path: str, ranges: list[tuple[int, int]]) -> list[bytes]:
+    fh, _ = await vfs.open(await resolve(vfs, path), os.O_RDONLY)
+    try:
+        return [bytes(await vfs.read(fh, offset, size)) for offset, size in ranges]
+    finally:
+        await vfs.release(fh)
+
+
+def test_a_projection_of_its_files_holds_the_preload_until_one_is_read_through(
+    tmp_path: Path,
+) -> None:
+    """A column projection (docs/notes/clients-parquet.md): each file's footer, then a few
+    chunks in its middle, a small share of it. Loading the other files whole would fetch ten
+    times what is read: nothing is loaded until a file is read through (a scan), then the rest
+    of the directory is."""
+    size = 2 << 20  # 32 blocks of 64 KiB
+    files = dataset(tmp_path, {"columns": 12}, size)
+    vfs, backend = preloading_vfs(tmp_path)
+    paths = list(files)
+    footer = (size - 64 * KIB, 64 * KIB)
+    chunks = [(offset, 40 * KIB) for offset in (300 * KIB, 900 * KIB, 1500 * KIB)]
+
+    async def body() -> None:
+        for path in paths[:5]:
+            got = await _read_ranges(vfs, path, [footer, *chunks])
+            assert got == [files[path][o : o + n] for o, n in [footer, *chunks]]
+        await trio.sleep(0.3)  # time for a listing and loads, were any started
+        assert vfs.datasets.engine.stats.files_queued == 0
+        assert not any(backend.reads[path] for path in paths[5:])
+        assert await read_whole(vfs, paths[5]) == files[paths[5]]  # a scan now
+        await vfs.datasets.engine.wait_idle()
+        assert vfs.datasets.engine.stats.files_fetched == len(paths) - 6
+
+    with_vfs(vfs, body)
+
+
+def test_shard_streams_release_the_preload_while_they_are_read(tmp_path: Path) -> None:
+    """Tar shards read front to back by several readers at once (WebDataset): their first
+    reads are a run from each file's start, so the other shards are loaded while the first
+    are still being read."""
+    size = 2 << 20
+    files = dataset(tmp_path, {"shards": 10}, size)
+    vfs, _backend = preloading_vfs(tmp_path)
+    paths = list(files)
+    step = 128 * KIB
+
+    async def body() -> None:
+        handles = [(await vfs.open(await resolve(vfs, p), os.O_RDONLY))[0] for p in paths[:3]]
+        got: list[list[bytes]] = [[] for _ in handles]
+        for offset in range(0, 2 * step, step):  # each reader's first two reads
+            for n, fh in enumerate(handles):
+                got[n].append(bytes(await vfs.read(fh, offset, step)))
+        await vfs.datasets.engine.wait_idle()  # the others loaded before these are read
+        assert vfs.datasets.engine.stats.files_fetched == len(paths) - 3
+        for offset in range(2 * step, size, step):
+            for n, fh in enumerate(handles):
+                got[n].append(bytes(await vfs.read(fh, offset, step)))
+        for n, fh in enumerate(handles):
+            await vfs.release(fh)
+            assert b"".join(got[n]) == files[paths[n]]
+
+    with_vfs(vfs, body)

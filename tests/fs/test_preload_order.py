@@ -55,7 +55,9 @@ def preload_order(
         async with trio.open_nursery() as nursery:
             vfs.namespace.attach(nursery)
             preload.attach(nursery)
-            monkeypatch.setattr(preload.engine, "add", lambda _name, items: channels.append(items))
+            monkeypatch.setattr(
+                preload.engine, "add", lambda _name, items, **_: channels.append(items)
+            )
             preload.start("train", depth=0)
             async for item in channels[0]:
                 names.append(item.keys[0].path.rpartition("/")[2])

@@ -116,3 +116,47 @@ def test_spans_across_open_files_stay_within_the_mounts_room_and_go_at_close() -
     assert got == [[data[o : o + n] for o, n in reads]] * 3
     assert max(held) <= budget and max(held) > 0
     assert held[-1] == 0  # closed files hold nothing
+
+
+def _fetched_twice(ranges: list[tuple[int, int]]) -> int:
+    """Bytes of `ranges` (start, length) asked for more than once."""
+    union, end = 0, -1
+    for start, length in sorted(ranges):
+        union += max(0, start + length - max(start, end))
+        end = max(end, start + length)
+    return sum(length for _, length in ranges) - union
+
+
+def test_a_walk_of_the_whole_file_takes_what_its_regions_fetched() -> None:
+    """An Arrow file read through a mapping (docs/notes/clients-arrow-mmap.md): faults at the
+    file's metadata, a few MiB apart, each stream a region; then the kernel's readahead walks
+    the file from its start, skipping the pages the faults brought. The walk's blocks take the
+    bytes the regions' spans hold, are fetching, or parked in the cache when they were dropped
+    (more spans than a file may hold at once), and those each fault's first READ fetched alone
+    (parked too, once the file streams a region). Fetched twice: the first fault's first READ
+    (before the file streamed any region) and the walk's first block (its first READs are cold
+    starts, their bytes alone while the block loads behind: the faults' streams pushed the
+    file's start out of the handle's)."""
+    data, store, _, start = _region(13)
+    hops = [start + n * 3 * BLOCK for n in range(5)]
+    faults = [(hop + n * READ, READ) for hop in hops for n in range(3)]
+    brought = {offset for offset, _ in faults}
+    walk = [(o, READ) for o in range(0, len(data), READ) if o not in brought]
+    config = cache_config(None, block=BLOCK, readahead_max=8 * BLOCK, ahead_budget=16 * BLOCK)
+    got = trio.run(with_nursery, cached_vfs(store, config), "f", faults + walk)
+    assert got == [data[o : o + n] for o, n in faults + walk]
+    assert _fetched_twice(store.ranges) <= READ + BLOCK, sorted(store.ranges)
+
+
+def test_a_region_fetches_nothing_past_the_kernels_last_read() -> None:
+    """A lazy loader's tensor (docs/notes/clients-safetensors.md): past the fault's first span,
+    each READ's bytes are asked when it comes; the kernel's readahead of the mapping already
+    keeps its READs ahead of the copy, and bytes streamed beyond its last READ were never
+    asked for."""
+    data, store, reads, _ = _region(17)
+    config = cache_config(None, block=BLOCK, readahead_max=8 * BLOCK, ahead_budget=16 * BLOCK)
+    got = trio.run(with_nursery, cached_vfs(store, config), "f", reads)
+    assert got == [data[o : o + n] for o, n in reads]
+    last = reads[-1][0] + READ
+    assert max(start + length for start, length in store.ranges) <= last
+    assert sum(length for _, length in store.ranges) == last - reads[0][0]  # each byte once

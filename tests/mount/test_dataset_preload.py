@@ -9,6 +9,7 @@ import os
 import random
 import stat
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -196,3 +197,34 @@ def test_a_read_only_bind_takes_the_list_through_the_order_socket(
             assert metric_value(after, "pffs_backend_requests_total", request="GET") == gets
         finally:
             subprocess.run(["umount", str(bind)], check=True)
+
+
+@pytest.mark.mount
+def test_files_read_by_ranges_hold_the_preload_until_one_is_read_through(
+    mount_s3, s3, bucket: str
+) -> None:
+    """A column projection on a real mount (docs/notes/clients-parquet.md): each file's footer
+    and a few chunks in its middle, a tenth of it. The directory is a dataset, but no other
+    file is loaded whole until one is read through; then the rest are."""
+    size, chunk = 8 << 20, 460 << 10
+    rng = random.Random(23)
+    files = {f"columns/part-{i}.parquet": rng.randbytes(size) for i in range(8)}
+    for key, data in files.items():
+        s3.put_object(Bucket=bucket, Key=key, Body=data)
+    names = list(files)
+    footer = (size - (64 << 10), 64 << 10)
+    ranges = [footer] + [(offset, chunk) for offset in (1_400_000, 3_700_000, 6_000_000)]
+    with mount_s3(f"s3://{bucket}", "--cache-dir", "none") as mnt:
+        for name in names[:5]:
+            fd = os.open(mnt / name, os.O_RDONLY)
+            try:
+                for offset, length in ranges:
+                    assert os.pread(fd, length, offset) == files[name][offset : offset + length]
+            finally:
+                os.close(fd)
+        time.sleep(0.5)  # a moment for a listing and loads, were any started
+        held = stats_snapshot(mnt)
+        assert metric_value(held, "pffs_preload_files_queued_total") == 0
+        assert (mnt / names[5]).read_bytes() == files[names[5]]  # a scan now
+        loaded = wait_for(mnt, "pffs_preload_files_fetched_total", 2)
+        assert metric_value(loaded, "pffs_preload_files_fetched_bytes_total") == 2 * size

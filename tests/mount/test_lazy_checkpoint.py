@@ -29,11 +29,12 @@ TENSOR_BYTES = 8 * MIB  # a layer of a large model; four blocks of pffs's defaul
 PICKED = 3
 # Bytes fetched at most, as a multiple of the tensors read, by the mount's kernel readahead.
 # At the default 4 MiB the kernel alone asks for about twice a tensor (read-around and
-# readahead at its ends), at 2 MiB about 1.5 times. pffs adds its streams' reach past a
-# region's last READ (pffs.fs.regions) and the blocks of the header's read from offset 0, a
-# whole-file reader's start (9 MiB, here for three tensors): 2.625x and 1.875x in 9 runs of
-# 10, 2.125x at 2 MiB in one (not traced: a tensor faulted before the disk tier's key filter
-# is first read, on a fresh mount under load, goes through blocks, not spans, the likely cause).
+# readahead at its ends), at 2 MiB about 1.5 times. pffs adds the blocks of the header's read
+# from offset 0, a whole-file reader's start (8 MiB, here for three tensors; its streams ask
+# nothing past a region's last READ, pffs.fs.regions): 2.625x and 1.875x in 9 runs of 10
+# before that reach was cut, 2.125x at 2 MiB in one (not traced: a tensor faulted before the
+# disk tier's key filter is first read, on a fresh mount under load, goes through blocks, not
+# spans, the likely cause).
 MOST_FETCHED = {"4M": 3.0, "2M": 2.25}
 
 
