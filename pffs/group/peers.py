@@ -3,8 +3,9 @@ block's owner before the store.
 
 Blocks another member owns are asked of it, the others (this member's own, and any a peer did
 not give) come from the store as before. A peer that fails is a fallback to the store, counted
-and told to its breaker; a reader never sees a peer's error. Asks for the same block join one
-request.
+and told to its breaker; a reader never sees a peer's error. A block is asked once however
+many read it: every ask is made under the block's flight in the cache (the one registry of
+blocks on their way, pffs.cache.singleflight), which the other loads of the block join.
 
 A block's owner is the first member in its rendezvous order (pffs.group.placement) that this
 member may ask: a member whose breaker is open, or that answered it does not serve the block's
@@ -27,8 +28,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-
-import trio
 
 from pffs.cache.keys import ObjectBlocks
 from pffs.config import GroupConfig
@@ -63,14 +62,6 @@ NOT_SERVED_FOR = 600.0
 MAX_ASKED = 3
 
 
-class _Flight:
-    """A peer request under way, which askers of the same block join."""
-
-    def __init__(self) -> None:
-        self.landed = trio.Event()
-        self.data: bytes | None = None
-
-
 class Group:
     """This member's view of the group: members, owners, peers' breakers, the client."""
 
@@ -87,7 +78,6 @@ class Group:
         self.placement = Placement(handover=handover, clock=clock)
         self.breakers: dict[str, PeerBreaker] = {}
         self.permits = peer_permits()  # requests to peers at once (pffs.flow.permits)
-        self._flights: dict[tuple[BlockRequest, str], _Flight] = {}
         self._handover_misses = 0  # asks of previous owners that missed, in a row
         # (member, source, principal) -> when that member may be asked for that source again
         self._not_served: dict[tuple[str, str, str], float] = {}
@@ -238,21 +228,9 @@ class Group:
         return None
 
     async def _ask(self, member: Member, request: BlockRequest) -> bytes | None:
-        """One request to `member` (joined with the same one under way); None on any failure."""
-        key = (request, member.name)
-        flight = self._flights.get(key)
-        if flight is not None:
-            await flight.landed.wait()
-            return flight.data
-        flight = self._flights[key] = _Flight()
-        try:
-            flight.data = await self._request(member, request)
-        finally:
-            del self._flights[key]
-            flight.landed.set()
-        return flight.data
-
-    async def _request(self, member: Member, request: BlockRequest) -> bytes | None:
+        """One request to `member`; None on any failure. Not joined here: every ask is made
+        under the block's flight in the cache (pffs.cache.singleflight), which the other
+        loads of the block join."""
         if self.client.proof_key(request.blocks) is None:
             stats.FALLBACKS.labels(reason="principal unprovable").inc()
             return None  # no owner serves it (pffs.group.principals): not asked

@@ -81,25 +81,46 @@ class Joined:
         self.preload_order = preload_order
 
     def before(self, store: BlockSource, blocks: ObjectBlocks) -> BlockSource:
-        return TierFirst(self.tier, store, blocks)
+        return TierFirst(self.tier, store, blocks, self.arriving)
 
 
 class TierFirst:
-    """The blocks of one object version: from the tier where it has them, else the store."""
+    """The blocks of one object version: from the tier where it has them, else the store.
+    With `flights` (the mount's, pffs.cache.singleflight), a part of a block already on its
+    way comes from its flight, never from a second ask of the tier."""
 
-    def __init__(self, tier: Tier, store: BlockSource, blocks: ObjectBlocks) -> None:
+    def __init__(
+        self,
+        tier: Tier,
+        store: BlockSource,
+        blocks: ObjectBlocks,
+        flights: SingleFlight | None = None,
+    ) -> None:
         self.tier = tier
         self.store = store
         self.blocks = blocks
+        self.flights = flights
 
     async def part(self, offset: int, length: int) -> bytes:
         """The tier's bytes when one block holds them and the tier gives it, else the store's
-        (a whole block the store served is handed to the tier)."""
-        blocks, tier = self.blocks, self.tier
+        (a whole block the store served is handed to the tier). A few bytes of a block on its
+        way (a cold small read, which started the block's load: pffs.cache.blocks) are its
+        flight's: the tier's block once it landed whole (checked), or the store's pieces."""
+        blocks, tier, flights = self.blocks, self.tier, self.flights
         index = offset // blocks.block_size
         start = offset - blocks.start(index)
         whole = start == 0 and length == blocks.length(index)
-        if length > 0 and start + length <= blocks.length(index) and tier.asks(blocks, index):
+        within = length > 0 and start + length <= blocks.length(index)
+        if within and not whole and flights is not None and blocks.key(index) in flights:
+            if tier.asks(blocks, index):
+                key, size = blocks.key(index), blocks.length(index)
+                data = await flights.part_of(key, size, start, length)
+                if data is not None:
+                    return data
+            # The store's pieces where its fetch streams them (pffs.store.fetching), else a
+            # ranged read of the store: the tier is asked once per flight.
+            return await self.store.part(offset, length)
+        if within and tier.asks(blocks, index):
             data = await tier.fetch_block(blocks, index)
             if data is not None:
                 return data if whole else data[start : start + length]

@@ -120,15 +120,25 @@ class StoreBlocks:
         self.blocks = blocks
 
     async def part(self, offset: int, length: int) -> bytes:
-        """A reader's bytes; a whole block streamed in pieces when the store fills flights
-        piece by piece (a cache group's peers join the fetch)."""
-        blocks = self.blocks
+        """A reader's bytes. Where the store fills flights piece by piece (a cache group's
+        peers join the fetch): a whole block is streamed in pieces, and a few bytes of a block
+        on its way (a cold small read, which started the block's load: pffs.cache.blocks)
+        are taken from its flight's pieces once they came, not asked for apart (one request
+        for the block, not two); else a ranged GET."""
+        blocks, flights = self.blocks, self.store.arriving
         index = offset // blocks.block_size
-        whole = offset == blocks.start(index) and length == blocks.length(index)
-        if whole and self.store.arriving is not None and block_runs(self.store.backend):
-            async with self._runs(index, 1, False) as landed:
-                # Taken to the run's end: the request has returned (the breaker heard of it).
-                return b"".join([data async for _, data in landed])
+        start = offset - blocks.start(index)
+        whole = start == 0 and length == blocks.length(index)
+        if flights is not None and block_runs(self.store.backend):
+            if whole:
+                async with self._runs(index, 1, False) as landed:
+                    # Taken to the run's end: the request has returned (the breaker heard of it).
+                    return b"".join([data async for _, data in landed])
+            if 0 < length and start + length <= blocks.length(index):
+                key, size = blocks.key(index), blocks.length(index)
+                data = await flights.part_of(key, size, start, length)
+                if data is not None:
+                    return data
         return await self._range(offset, length, ahead=False)
 
     def run(self, first: int, count: int) -> Blocks:
