@@ -134,7 +134,7 @@ class StoreBlocks:
                 async with self._runs(index, 1, False) as landed:
                     # Taken to the run's end: the request has returned (the breaker heard of it).
                     return b"".join([data async for _, data in landed])
-            if 0 < length and start + length <= blocks.length(index):
+            if length > 0 and start + length <= blocks.length(index):
                 key, size = blocks.key(index), blocks.length(index)
                 data = await flights.part_of(key, size, start, length)
                 if data is not None:

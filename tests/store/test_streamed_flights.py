@@ -12,12 +12,12 @@ import pytest
 import trio
 import trio.testing
 
+from pffs import metrics
 from pffs.backends import open_backend
 from pffs.cache.keys import ObjectBlocks
 from pffs.cache.pieces import Pieces
 from pffs.cache.singleflight import SingleFlight
 from pffs.config import SourceConfig
-from pffs import metrics
 from pffs.errors import Corrupted
 from pffs.routing.table import Mounted
 from pffs.store.fetching import PIECE, Store, StoreBlocks
