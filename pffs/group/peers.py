@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 
 from pffs.cache.keys import ObjectBlocks
 from pffs.config import GroupConfig
-from pffs.flow.permits import peer_permits
+from pffs.flow.permits import PeerFlow, Priority
 from pffs.group import stats
 from pffs.group.breaker import PeerBreaker
 from pffs.group.client import (
@@ -77,7 +77,8 @@ class Group:
         self.client = client
         self.placement = Placement(handover=handover, clock=clock)
         self.breakers: dict[str, PeerBreaker] = {}
-        self.permits = peer_permits()  # requests to peers at once (pffs.flow.permits)
+        # Requests to peers at once, a reader's apart from loading ahead's (pffs.flow.permits).
+        self.permits = PeerFlow()
         self._handover_misses = 0  # asks of previous owners that missed, in a row
         # (member, source, principal) -> when that member may be asked for that source again
         self._not_served: dict[tuple[str, str, str], float] = {}
@@ -155,18 +156,21 @@ class Group:
         previous = self.placement.previous_owner(blocks.key(index))
         return None if previous is None or previous.name == self.self_name else previous
 
-    async def fetch_block(self, blocks: ObjectBlocks, index: int) -> bytes | None:
+    async def fetch_block(
+        self, blocks: ObjectBlocks, index: int, priority: Priority = "reader"
+    ) -> bytes | None:
         """The block from its owner, or during a handover from its previous owner (after the
         owner failed, or first when this member is the new owner: only what it holds); None
-        when the store must serve it."""
+        when the store must serve it. Each ask takes a permit of `priority` (who waits on
+        it: a reader, or a load ahead)."""
         request = BlockRequest(blocks, index)
         asked: set[str] = set()
         owner = self.peer_owner(blocks, index)
         while owner is not None and owner.name not in asked and len(asked) < MAX_ASKED:
             asked.add(owner.name)
-            data = await self._ask(owner, request)
+            data = await self._ask(owner, request, priority)
             if data == ASK_SECOND:
-                data = await self._from_second(blocks, index, owner)
+                data = await self._from_second(blocks, index, owner, priority)
             if data is not None:
                 return data
             owner = self.peer_owner(blocks, index)  # a stand-in, if that one broke or refused
@@ -174,28 +178,32 @@ class Group:
         if previous is None or previous.name in asked:
             return None
         if asked:  # the owners failed: the previous owner, which fetches it if it must
-            return await self._ask(previous, request)
-        return await self._handed_over(previous, blocks, index)  # this member owns it
+            return await self._ask(previous, request, priority)
+        return await self._handed_over(previous, blocks, index, priority)  # this member owns it
 
     async def _handed_over(
-        self, previous: Member, blocks: ObjectBlocks, index: int
+        self, previous: Member, blocks: ObjectBlocks, index: int, priority: Priority
     ) -> bytes | None:
         """What the previous owner holds of a block this member owns now (a handover ask)."""
-        data = await self._ask(previous, BlockRequest(blocks, index, cached_only=True))
+        request = BlockRequest(blocks, index, cached_only=True)
+        data = await self._ask(previous, request, priority)
         self._handover_misses = 0 if data is not None else self._handover_misses + 1
         if self._handover_misses >= HANDOVER_PROBES:
             self.placement.end_handover()
         return data
 
-    async def _from_second(self, blocks: ObjectBlocks, index: int, owner: Member) -> bytes | None:
+    async def _from_second(
+        self, blocks: ObjectBlocks, index: int, owner: Member, priority: Priority
+    ) -> bytes | None:
         """A hot block its owner sent this asker away for: from its second copy, else (it
         failed, or this member is that copy) from the owner, forwarded."""
         second = self.placement.second(blocks.key(index))
         data = None
         if second is not None and second.name not in (self.self_name, owner.name):
-            data = await self._ask(second, BlockRequest(blocks, index))
+            data = await self._ask(second, BlockRequest(blocks, index), priority)
         if not data:
-            data = await self._ask(owner, BlockRequest(blocks, index, forwarded=True))
+            forwarded = BlockRequest(blocks, index, forwarded=True)
+            data = await self._ask(owner, forwarded, priority)
         return data or None
 
     def to_second(self, blocks: ObjectBlocks, index: int) -> bool:
@@ -216,21 +224,21 @@ class Group:
         """A miss of a block a peer asked for: at a member that does not own it (a hot block's
         second copy, or the asker's member list differs), the owner's copy unless the request
         was `forwarded` already; during a handover, the previous owner's; None: the caller's
-        store serves it."""
+        store serves it. Asked as a reader's: a reader on another node waits on it."""
         owner = self.peer_owner(blocks, index)
         if owner is not None and not forwarded:
-            data = await self._ask(owner, BlockRequest(blocks, index, forwarded=True))
+            data = await self._ask(owner, BlockRequest(blocks, index, forwarded=True), "reader")
             if data:
                 return data
         previous = self.previous_owner(blocks, index)
         if previous is not None:
-            return await self._handed_over(previous, blocks, index)
+            return await self._handed_over(previous, blocks, index, "reader")
         return None
 
-    async def _ask(self, member: Member, request: BlockRequest) -> bytes | None:
-        """One request to `member`; None on any failure. Not joined here: every ask is made
-        under the block's flight in the cache (pffs.cache.singleflight), which the other
-        loads of the block join."""
+    async def _ask(self, member: Member, request: BlockRequest, priority: Priority) -> bytes | None:
+        """One request to `member`, holding a permit of `priority`; None on any failure. Not
+        joined here: every ask is made under the block's flight in the cache
+        (pffs.cache.singleflight), which the other loads of the block join."""
         if self.client.proof_key(request.blocks) is None:
             stats.FALLBACKS.labels(reason="principal unprovable").inc()
             return None  # no owner serves it (pffs.group.principals): not asked
@@ -240,7 +248,7 @@ class Group:
             return None
         sent = time.monotonic()
         try:
-            async with self.permits:
+            async with self.permits.permit(priority):
                 data = await self.client.get(member, request)
         except PeerMiss:
             breaker.succeeded(sent)

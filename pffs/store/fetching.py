@@ -55,8 +55,9 @@ class Joined(Protocol):
         """The flights whose blocks the store streams piece by piece (a cache group's mount's,
         whose peers join them); None: blocks arrive whole."""
 
-    def before(self, store: BlockSource, blocks: ObjectBlocks) -> BlockSource:
-        """The blocks of one object version, the tier asked before `store`."""
+    def before(self, store: BlockSource, blocks: ObjectBlocks, priority: Ahead) -> BlockSource:
+        """The blocks of one object version, the tier asked before `store`; its loads ahead
+        asked of the tier as `priority`, its parts as a reader's."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -289,4 +290,4 @@ def open_blocks(store: Store, blocks: ObjectBlocks) -> BlockSource:
     """Where the cache gets the blocks of one open object version: the store, with its joined
     tier (pffs.group), if any, asked first."""
     source = StoreBlocks(store, blocks)
-    return source if store.tier is None else store.tier.before(source, blocks)
+    return source if store.tier is None else store.tier.before(source, blocks, store.priority)
