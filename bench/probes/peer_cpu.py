@@ -62,7 +62,7 @@ async def _ask(port: int, size: int, requests: int, concurrency: int) -> float:
         nonlocal failed
         while left:
             n = left.pop()
-            data = await group._ask(owner, BlockRequest(_blocks(f"f{n}", size), 0))
+            data = await group._ask(owner, BlockRequest(_blocks(f"f{n}", size), 0), "reader")
             if data is None or len(data) != size:
                 failed += 1
 

@@ -167,10 +167,13 @@ class BlockCache:
 
         From memory when the block is there; else only the chunks needed are read from the disk
         tier (a 4 KiB read costs a 64 KiB read, not 4 MiB); else, with `cold_start` (a reader
-        wanting a small part of a block nobody holds), the block is loaded in the background
-        and the reader's bytes are asked of `source` on their own (the reader waits one round
-        trip, not the whole block's transfer), or with `alone` only the reader's bytes are
-        asked for, the block left unloaded; else the whole block is fetched and cached as usual.
+        wanting a small part of a block nobody holds), the block's flight is started (loaded
+        in the background) and the reader's bytes are asked of `source`: where the flight
+        streams (a cache group's mount) the source takes them from the flight's pieces once
+        they came, one request for the block (pffs.store.fetching, pffs.group.sources), else
+        it asks for them on their own (the reader waits one round trip, not the whole block's
+        transfer); or with `alone` only the reader's bytes are asked for, the block left
+        unloaded; else the whole block is fetched and cached as usual.
         """
         if not self.is_cached_or_coming(key):
             if self._disk.holds(key):

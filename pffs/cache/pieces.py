@@ -58,6 +58,26 @@ class Pieces:
             await self._changed.wait()
         return bool(self._pieces)
 
+    async def covering(self, start: int, length: int) -> bytes | None:
+        """Bytes [start, start+length) of the block once the pieces cover them (a cold small
+        read joining the block's fetch); None when the fetch ended without them (given up, or
+        failed: the reader then asks for its bytes itself and sees its own outcome)."""
+        end = start + length
+        while self._got < end and not self._done:
+            await self._changed.wait()
+        if self._got < end:
+            return None
+        parts: list[bytes] = []
+        at = 0  # where the current piece starts in the block
+        for piece in self._pieces:
+            stop = at + len(piece)
+            if stop > start and at < end:
+                parts.append(piece[max(start - at, 0) : min(end, stop) - at])
+            if stop >= end:
+                break
+            at = stop
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
     async def stream(self) -> AsyncIterator[bytes]:
         """Every piece in order, as it arrives; the error raised when the fetch failed."""
         sent = 0

@@ -71,6 +71,18 @@ class SingleFlight:
     def get(self, key: BlockKey) -> Flight | None:
         return self._flights.get(key)
 
+    async def part_of(
+        self, key: BlockKey, block_length: int, start: int, length: int
+    ) -> bytes | None:
+        """Bytes [start, start+length) of a block of `block_length` bytes on its way, once its
+        flight's pieces cover them (a cold small read joining the block's load, made by the
+        block source that knows the flight streams: pffs.store.fetching, pffs.group.sources);
+        None when the block has no flight, or its flight ends without them."""
+        flight = self._flights.get(key)
+        if flight is None:
+            return None
+        return await flight.stream(block_length).covering(start, length)
+
     def start(self, key: BlockKey, ahead: bool = False) -> Flight:
         """Register a new flight for `key`: readers arriving from now on wait for it."""
         flight = Flight(ahead)

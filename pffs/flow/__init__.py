@@ -7,7 +7,7 @@ One place decides both (docs/notes/flow-control.md has the numbers and what they
   ahead paced by AIMD when the store throttles). Every store request takes one: the readers'
   (pffs.store.fetching, namespace, listings, writes), loading ahead's (readahead, regions,
   preload, warmup), the owner's side of a cache group, the shared tier's reads, claims and
-  writes. A cache group's asks of its peers take the group's `peer_permits`.
+  writes. A cache group's asks of its peers take the group's `PeerFlow`, by the same priorities.
 - `budget`: per mount, the bytes of blocks held or loading ahead of readers
   (`AheadBudget`), which readahead, preload, warmup and regions' spans draw from.
 

@@ -37,9 +37,13 @@ Throttling is seen in worker threads (pffs.retry calls `throttled` from its loop
 noted there; the permits change on the trio side when a request next takes or gives one back
 (`settle`).
 
-A cache group's requests to its peers (pffs.group.peers) are no store's: they take one of the
-member's `PEER_REQUESTS` permits (`peer_permits`), whatever their priority; each peer serves
-its asks from its own store under that store's flow. The numbers, and the measurements behind
+A cache group's requests to its peers (pffs.group.peers) are no store's: they take a permit of
+the member's `PeerFlow` by the same rule, the asker's priority carried down with the ask
+(pffs.group.sources): a reader's ask (and the owner's side's, on which a reader on another node
+waits) one of `PEER_REQUESTS` of its own, loads ahead a pace of `PEER_REQUESTS` shared
+readahead first; so a reader's ask never queues behind a preload's. A peer never throttles, so
+that pace stays at its ceiling: it orders, it does not back off. Each peer serves its asks from
+its own store under that store's flow. The numbers, and the measurements behind
 them: docs/notes/flow-control.md.
 """
 
@@ -88,9 +92,19 @@ def at_once(flows: Iterable[SourceFlow], priority: Ahead, most: int) -> int:
     return min(most, sum(flow.share(priority) for flow in flows))
 
 
-def peer_permits() -> trio.CapacityLimiter:
-    """A cache group member's permits for its requests to peers."""
-    return trio.CapacityLimiter(PEER_REQUESTS)
+class PeerFlow:
+    """A cache group member's permits for its requests to peers: readers' apart from loading
+    ahead's."""
+
+    def __init__(self, most: int = PEER_REQUESTS) -> None:
+        self._readers = trio.CapacityLimiter(most)
+        self.pace = Pace(most)
+
+    def permit(self, priority: Priority) -> AbstractAsyncContextManager[object]:
+        """One ask's permit of `priority`, held while the ask is in flight."""
+        if priority == "readahead" or priority == "preload" or priority == "warmup":
+            return self.pace.permit(priority)
+        return self._readers
 
 
 class SourceFlow:

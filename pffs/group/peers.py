@@ -3,8 +3,9 @@ block's owner before the store.
 
 Blocks another member owns are asked of it, the others (this member's own, and any a peer did
 not give) come from the store as before. A peer that fails is a fallback to the store, counted
-and told to its breaker; a reader never sees a peer's error. Asks for the same block join one
-request.
+and told to its breaker; a reader never sees a peer's error. A block is asked once however
+many read it: every ask is made under the block's flight in the cache (the one registry of
+blocks on their way, pffs.cache.singleflight), which the other loads of the block join.
 
 A block's owner is the first member in its rendezvous order (pffs.group.placement) that this
 member may ask: a member whose breaker is open, or that answered it does not serve the block's
@@ -28,11 +29,9 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
-import trio
-
 from pffs.cache.keys import ObjectBlocks
 from pffs.config import GroupConfig
-from pffs.flow.permits import peer_permits
+from pffs.flow.permits import PeerFlow, Priority
 from pffs.group import stats
 from pffs.group.breaker import PeerBreaker
 from pffs.group.client import (
@@ -63,14 +62,6 @@ NOT_SERVED_FOR = 600.0
 MAX_ASKED = 3
 
 
-class _Flight:
-    """A peer request under way, which askers of the same block join."""
-
-    def __init__(self) -> None:
-        self.landed = trio.Event()
-        self.data: bytes | None = None
-
-
 class Group:
     """This member's view of the group: members, owners, peers' breakers, the client."""
 
@@ -86,8 +77,8 @@ class Group:
         self.client = client
         self.placement = Placement(handover=handover, clock=clock)
         self.breakers: dict[str, PeerBreaker] = {}
-        self.permits = peer_permits()  # requests to peers at once (pffs.flow.permits)
-        self._flights: dict[tuple[BlockRequest, str], _Flight] = {}
+        # Requests to peers at once, a reader's apart from loading ahead's (pffs.flow.permits).
+        self.permits = PeerFlow()
         self._handover_misses = 0  # asks of previous owners that missed, in a row
         # (member, source, principal) -> when that member may be asked for that source again
         self._not_served: dict[tuple[str, str, str], float] = {}
@@ -165,18 +156,21 @@ class Group:
         previous = self.placement.previous_owner(blocks.key(index))
         return None if previous is None or previous.name == self.self_name else previous
 
-    async def fetch_block(self, blocks: ObjectBlocks, index: int) -> bytes | None:
+    async def fetch_block(
+        self, blocks: ObjectBlocks, index: int, priority: Priority = "reader"
+    ) -> bytes | None:
         """The block from its owner, or during a handover from its previous owner (after the
         owner failed, or first when this member is the new owner: only what it holds); None
-        when the store must serve it."""
+        when the store must serve it. Each ask takes a permit of `priority` (who waits on
+        it: a reader, or a load ahead)."""
         request = BlockRequest(blocks, index)
         asked: set[str] = set()
         owner = self.peer_owner(blocks, index)
         while owner is not None and owner.name not in asked and len(asked) < MAX_ASKED:
             asked.add(owner.name)
-            data = await self._ask(owner, request)
+            data = await self._ask(owner, request, priority)
             if data == ASK_SECOND:
-                data = await self._from_second(blocks, index, owner)
+                data = await self._from_second(blocks, index, owner, priority)
             if data is not None:
                 return data
             owner = self.peer_owner(blocks, index)  # a stand-in, if that one broke or refused
@@ -184,28 +178,32 @@ class Group:
         if previous is None or previous.name in asked:
             return None
         if asked:  # the owners failed: the previous owner, which fetches it if it must
-            return await self._ask(previous, request)
-        return await self._handed_over(previous, blocks, index)  # this member owns it
+            return await self._ask(previous, request, priority)
+        return await self._handed_over(previous, blocks, index, priority)  # this member owns it
 
     async def _handed_over(
-        self, previous: Member, blocks: ObjectBlocks, index: int
+        self, previous: Member, blocks: ObjectBlocks, index: int, priority: Priority
     ) -> bytes | None:
         """What the previous owner holds of a block this member owns now (a handover ask)."""
-        data = await self._ask(previous, BlockRequest(blocks, index, cached_only=True))
+        request = BlockRequest(blocks, index, cached_only=True)
+        data = await self._ask(previous, request, priority)
         self._handover_misses = 0 if data is not None else self._handover_misses + 1
         if self._handover_misses >= HANDOVER_PROBES:
             self.placement.end_handover()
         return data
 
-    async def _from_second(self, blocks: ObjectBlocks, index: int, owner: Member) -> bytes | None:
+    async def _from_second(
+        self, blocks: ObjectBlocks, index: int, owner: Member, priority: Priority
+    ) -> bytes | None:
         """A hot block its owner sent this asker away for: from its second copy, else (it
         failed, or this member is that copy) from the owner, forwarded."""
         second = self.placement.second(blocks.key(index))
         data = None
         if second is not None and second.name not in (self.self_name, owner.name):
-            data = await self._ask(second, BlockRequest(blocks, index))
+            data = await self._ask(second, BlockRequest(blocks, index), priority)
         if not data:
-            data = await self._ask(owner, BlockRequest(blocks, index, forwarded=True))
+            forwarded = BlockRequest(blocks, index, forwarded=True)
+            data = await self._ask(owner, forwarded, priority)
         return data or None
 
     def to_second(self, blocks: ObjectBlocks, index: int) -> bool:
@@ -226,33 +224,21 @@ class Group:
         """A miss of a block a peer asked for: at a member that does not own it (a hot block's
         second copy, or the asker's member list differs), the owner's copy unless the request
         was `forwarded` already; during a handover, the previous owner's; None: the caller's
-        store serves it."""
+        store serves it. Asked as a reader's: a reader on another node waits on it."""
         owner = self.peer_owner(blocks, index)
         if owner is not None and not forwarded:
-            data = await self._ask(owner, BlockRequest(blocks, index, forwarded=True))
+            data = await self._ask(owner, BlockRequest(blocks, index, forwarded=True), "reader")
             if data:
                 return data
         previous = self.previous_owner(blocks, index)
         if previous is not None:
-            return await self._handed_over(previous, blocks, index)
+            return await self._handed_over(previous, blocks, index, "reader")
         return None
 
-    async def _ask(self, member: Member, request: BlockRequest) -> bytes | None:
-        """One request to `member` (joined with the same one under way); None on any failure."""
-        key = (request, member.name)
-        flight = self._flights.get(key)
-        if flight is not None:
-            await flight.landed.wait()
-            return flight.data
-        flight = self._flights[key] = _Flight()
-        try:
-            flight.data = await self._request(member, request)
-        finally:
-            del self._flights[key]
-            flight.landed.set()
-        return flight.data
-
-    async def _request(self, member: Member, request: BlockRequest) -> bytes | None:
+    async def _ask(self, member: Member, request: BlockRequest, priority: Priority) -> bytes | None:
+        """One request to `member`, holding a permit of `priority`; None on any failure. Not
+        joined here: every ask is made under the block's flight in the cache
+        (pffs.cache.singleflight), which the other loads of the block join."""
         if self.client.proof_key(request.blocks) is None:
             stats.FALLBACKS.labels(reason="principal unprovable").inc()
             return None  # no owner serves it (pffs.group.principals): not asked
@@ -262,7 +248,7 @@ class Group:
             return None
         sent = time.monotonic()
         try:
-            async with self.permits:
+            async with self.permits.permit(priority):
                 data = await self.client.get(member, request)
         except PeerMiss:
             breaker.succeeded(sent)

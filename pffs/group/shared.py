@@ -37,7 +37,7 @@ import trio
 
 from pffs.cache.keys import ObjectBlocks
 from pffs.errors import NotFound
-from pffs.flow.permits import SourceFlow
+from pffs.flow.permits import Priority, SourceFlow
 from pffs.group import stats
 from pffs.group.claims import WAIT, Claims
 from pffs.workers import run_blocking
@@ -147,9 +147,12 @@ class SharedTier:
     def asks(self, blocks: ObjectBlocks, index: int) -> bool:
         return True
 
-    async def fetch_block(self, blocks: ObjectBlocks, index: int) -> bytes | None:
+    async def fetch_block(
+        self, blocks: ObjectBlocks, index: int, priority: Priority = "reader"
+    ) -> bytes | None:
         """The block from the tier; else None, after waiting for it when another mount
-        claimed it. Each None is counted by why the origin serves it."""
+        claimed it. Each None is counted by why the origin serves it. (`priority` is not
+        used: the tier's reads take its store's reader permits, pffs.flow.permits.)"""
         name = self._name(blocks, index)
         if self._mine(name):
             return self._origin("claimed already")  # this mount is fetching it already

@@ -28,14 +28,18 @@ import trio
 
 from pffs.cache.keys import BlockSource, ObjectBlocks
 from pffs.cache.singleflight import SingleFlight
+from pffs.flow.permits import Ahead, Priority
 
 
 class Tier(Protocol):
     def asks(self, blocks: ObjectBlocks, index: int) -> bool:
         """Whether this tier may hold the block (else the store is asked at once)."""
 
-    async def fetch_block(self, blocks: ObjectBlocks, index: int) -> bytes | None:
-        """The block, checked; None when the store must serve it."""
+    async def fetch_block(
+        self, blocks: ObjectBlocks, index: int, priority: Priority = "reader"
+    ) -> bytes | None:
+        """The block, checked; None when the store must serve it. `priority`: who waits on
+        it (pffs.flow.permits: a reader, or a load ahead)."""
 
     def landed(self, blocks: ObjectBlocks, index: int, data: bytes) -> None:
         """A block the store served (called from the trio task that received it)."""
@@ -80,27 +84,53 @@ class Joined:
         self.arriving = arriving
         self.preload_order = preload_order
 
-    def before(self, store: BlockSource, blocks: ObjectBlocks) -> BlockSource:
-        return TierFirst(self.tier, store, blocks)
+    def before(
+        self, store: BlockSource, blocks: ObjectBlocks, priority: Ahead = "readahead"
+    ) -> BlockSource:
+        return TierFirst(self.tier, store, blocks, self.arriving, priority)
 
 
 class TierFirst:
-    """The blocks of one object version: from the tier where it has them, else the store."""
+    """The blocks of one object version: from the tier where it has them, else the store.
+    With `flights` (the mount's, pffs.cache.singleflight), a part of a block already on its
+    way comes from its flight, never from a second ask of the tier. Its parts are asked of the
+    tier as a reader's, its runs (loading ahead) as `priority`'s, as the store's own are."""
 
-    def __init__(self, tier: Tier, store: BlockSource, blocks: ObjectBlocks) -> None:
+    def __init__(
+        self,
+        tier: Tier,
+        store: BlockSource,
+        blocks: ObjectBlocks,
+        flights: SingleFlight | None = None,
+        priority: Ahead = "readahead",
+    ) -> None:
         self.tier = tier
         self.store = store
         self.blocks = blocks
+        self.flights = flights
+        self.priority = priority
 
     async def part(self, offset: int, length: int) -> bytes:
         """The tier's bytes when one block holds them and the tier gives it, else the store's
-        (a whole block the store served is handed to the tier)."""
-        blocks, tier = self.blocks, self.tier
+        (a whole block the store served is handed to the tier). A few bytes of a block on its
+        way (a cold small read, which started the block's load: pffs.cache.blocks) are its
+        flight's: the tier's block once it landed whole (checked), or the store's pieces."""
+        blocks, tier, flights = self.blocks, self.tier, self.flights
         index = offset // blocks.block_size
         start = offset - blocks.start(index)
         whole = start == 0 and length == blocks.length(index)
-        if length > 0 and start + length <= blocks.length(index) and tier.asks(blocks, index):
-            data = await tier.fetch_block(blocks, index)
+        within = length > 0 and start + length <= blocks.length(index)
+        if within and not whole and flights is not None and blocks.key(index) in flights:
+            if tier.asks(blocks, index):
+                key, size = blocks.key(index), blocks.length(index)
+                data = await flights.part_of(key, size, start, length)
+                if data is not None:
+                    return data
+            # The store's pieces where its fetch streams them (pffs.store.fetching), else a
+            # ranged read of the store: the tier is asked once per flight.
+            return await self.store.part(offset, length)
+        if within and tier.asks(blocks, index):
+            data = await tier.fetch_block(blocks, index, "reader")
             if data is not None:
                 return data if whole else data[start : start + length]
         data = await self.store.part(offset, length)
@@ -120,7 +150,7 @@ class TierFirst:
 
         async def ask(index: int) -> None:
             try:
-                results[index] = await tier.fetch_block(blocks, index)
+                results[index] = await tier.fetch_block(blocks, index, self.priority)
             finally:
                 arrived[index].set()
 

@@ -55,8 +55,9 @@ class Joined(Protocol):
         """The flights whose blocks the store streams piece by piece (a cache group's mount's,
         whose peers join them); None: blocks arrive whole."""
 
-    def before(self, store: BlockSource, blocks: ObjectBlocks) -> BlockSource:
-        """The blocks of one object version, the tier asked before `store`."""
+    def before(self, store: BlockSource, blocks: ObjectBlocks, priority: Ahead) -> BlockSource:
+        """The blocks of one object version, the tier asked before `store`; its loads ahead
+        asked of the tier as `priority`, its parts as a reader's."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -120,15 +121,25 @@ class StoreBlocks:
         self.blocks = blocks
 
     async def part(self, offset: int, length: int) -> bytes:
-        """A reader's bytes; a whole block streamed in pieces when the store fills flights
-        piece by piece (a cache group's peers join the fetch)."""
-        blocks = self.blocks
+        """A reader's bytes. Where the store fills flights piece by piece (a cache group's
+        peers join the fetch): a whole block is streamed in pieces, and a few bytes of a block
+        on its way (a cold small read, which started the block's load: pffs.cache.blocks)
+        are taken from its flight's pieces once they came, not asked for apart (one request
+        for the block, not two); else a ranged GET."""
+        blocks, flights = self.blocks, self.store.arriving
         index = offset // blocks.block_size
-        whole = offset == blocks.start(index) and length == blocks.length(index)
-        if whole and self.store.arriving is not None and block_runs(self.store.backend):
-            async with self._runs(index, 1, False) as landed:
-                # Taken to the run's end: the request has returned (the breaker heard of it).
-                return b"".join([data async for _, data in landed])
+        start = offset - blocks.start(index)
+        whole = start == 0 and length == blocks.length(index)
+        if flights is not None and block_runs(self.store.backend):
+            if whole:
+                async with self._runs(index, 1, False) as landed:
+                    # Taken to the run's end: the request has returned (the breaker heard of it).
+                    return b"".join([data async for _, data in landed])
+            if length > 0 and start + length <= blocks.length(index):
+                key, size = blocks.key(index), blocks.length(index)
+                data = await flights.part_of(key, size, start, length)
+                if data is not None:
+                    return data
         return await self._range(offset, length, ahead=False)
 
     def run(self, first: int, count: int) -> Blocks:
@@ -279,4 +290,4 @@ def open_blocks(store: Store, blocks: ObjectBlocks) -> BlockSource:
     """Where the cache gets the blocks of one open object version: the store, with its joined
     tier (pffs.group), if any, asked first."""
     source = StoreBlocks(store, blocks)
-    return source if store.tier is None else store.tier.before(source, blocks)
+    return source if store.tier is None else store.tier.before(source, blocks, store.priority)

@@ -19,6 +19,7 @@ import trio
 from pffs.cache.keys import ObjectBlocks
 from pffs.cache.preload import Items
 from pffs.config import PreloadConfig
+from pffs.flow.permits import Priority
 from pffs.fs import datasets
 from pffs.fs.datasets import DatasetPreload
 from pffs.group.sources import Joined, member_order, shuffled_order
@@ -31,7 +32,9 @@ class HoldsNothing:
     def asks(self, blocks: ObjectBlocks, index: int) -> bool:
         return False
 
-    async def fetch_block(self, blocks: ObjectBlocks, index: int) -> bytes | None:
+    async def fetch_block(
+        self, blocks: ObjectBlocks, index: int, priority: Priority = "reader"
+    ) -> bytes | None:
         return None
 
     def landed(self, blocks: ObjectBlocks, index: int, data: bytes) -> None:

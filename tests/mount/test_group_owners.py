@@ -14,6 +14,7 @@ moto server behind a FaultProxy, 1 MiB blocks.
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import socket
 import threading
@@ -240,3 +241,58 @@ def test_preload_asks_the_owners(s3, bucket, proxy, tmp_path) -> None:
         read_all(mounts["node0"], files, 0, errors)
         assert errors == []
         assert store_bytes(node0) == before
+
+
+def store_gets(mnt: Path) -> float:
+    return metric_value(stats_snapshot(mnt), "pffs_backend_requests_total", request="GET")
+
+
+def test_a_cold_small_read_is_one_request_for_its_block(s3, bucket, proxy, tmp_path) -> None:
+    """node0 owns every block (its member list names only itself); node1 asks node0 for all.
+    A cold 4 KiB read starts its block's load and takes its bytes from that load (the one
+    registry of blocks on their way): at the owner, one store GET (the block's, streamed in
+    pieces), not a ranged GET beside it; at the asker, one ask of the owner and no store
+    request. Both get exact bytes."""
+    data = random.Random(12).randbytes(4 * MIB)
+    s3.put_object(Bucket=bucket, Key="four.bin", Body=data)
+    cluster = Cluster(tmp_path, 2)
+    lists = {"node0": {"node0": cluster.urls["node0"]}, "node1": {"node0": cluster.urls["node0"]}}
+    with contextlib.ExitStack() as stack:
+        mounts = {}
+        for name, members in lists.items():
+            member_file = tmp_path / f"members-{name}"
+            write_members(member_file, members)
+            options = list(cluster.options(name))
+            options[1] = f"file://{member_file}"
+            mounts[name] = stack.enter_context(
+                mounted(
+                    f"s3://{bucket}",
+                    tmp_path / name,
+                    "--endpoint-url",
+                    proxy.endpoint_url,
+                    *options,
+                )
+            )
+        node0, node1 = mounts["node0"], mounts["node1"]
+
+        def cold_read(mnt: Path, offset: int) -> bytes:
+            with (mnt / "four.bin").open("rb") as file:
+                return os.pread(file.fileno(), 4096, offset)
+
+        # The owner's own cold small read (block 1): one GET of the block.
+        (node0 / "four.bin").stat()
+        gets, fetched = store_gets(node0), proxy.body_bytes
+        offset = MIB + 300 * 1024
+        assert cold_read(node0, offset) == data[offset : offset + 4096]
+        assert settled(lambda: store_gets(node0)) - gets == 1
+        assert proxy.body_bytes - fetched == MIB  # the block, no ranged read beside it
+        # The asker's cold small read (block 2): one ask of the owner, which fetches it once.
+        (node1 / "four.bin").stat()
+        gets, fetched = store_gets(node0), proxy.body_bytes
+        offset = 2 * MIB + 300 * 1024
+        assert cold_read(node1, offset) == data[offset : offset + 4096]
+        assert settled(lambda: peer_bytes({"node0": node0}, "served")) == MIB  # one ask
+        assert settled(lambda: store_gets(node0)) - gets == 1
+        assert proxy.body_bytes - fetched == MIB
+        assert store_gets(node1) == 0
+        assert peer_bytes({"node1": node1}, "received") == MIB

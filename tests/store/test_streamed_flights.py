@@ -10,7 +10,9 @@ import random
 
 import pytest
 import trio
+import trio.testing
 
+from pffs import metrics
 from pffs.backends import open_backend
 from pffs.cache.keys import ObjectBlocks
 from pffs.cache.pieces import Pieces
@@ -65,5 +67,54 @@ def test_fetches_fill_their_flights_piece_by_piece(s3, bucket, moto) -> None:
         late = flights.start(key)
         flights.land(key, late, block(1), "store")
         assert await collected(late.stream(blocks.length(1))) == [block(1)]
+
+    trio.run(main)
+
+
+def test_a_part_of_a_block_on_its_way_comes_from_its_flight(s3, bucket, moto) -> None:
+    """A cold small read's bytes of a block whose load streams (a cache group's mount) come
+    from the load's pieces as soon as they cover them: the run's one GET serves both. A part
+    of a block whose flight is given up is asked of the store on its own."""
+    data = random.Random(4).randbytes(2 * BLOCK)
+    s3.put_object(Bucket=bucket, Key="p.bin", Body=data)
+    backend = open_backend(SourceConfig(url=f"s3://{bucket}", endpoint_url=moto.endpoint_url))
+    version = backend.stat("p.bin").version
+    blocks = ObjectBlocks(backend.source_id, backend.principal, "p.bin", version, len(data), BLOCK)
+    flights = SingleFlight()
+    source = StoreBlocks(Store.of(Mounted("", backend), arriving=flights), blocks)
+    got: dict[str, bytes] = {}
+
+    def gets() -> float:
+        family = metrics.snapshot()["metrics"]["pffs_backend_requests_total"]
+        wanted = {"source": backend.source_id, "request": "GET"}
+        return float(sum(s["value"] for s in family["samples"] if s["labels"] == wanted))
+
+    async def main() -> None:
+        key = blocks.key(1)
+        before = gets()
+        flight = flights.start(key)  # as the cold start does before it asks for the bytes
+
+        async def part(name: str, offset: int, length: int) -> None:
+            got[name] = await source.part(offset, length)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(part, "first piece", BLOCK + 10, 100)
+            nursery.start_soon(part, "across pieces", BLOCK + PIECE - 50, 100)
+            await trio.testing.wait_all_tasks_blocked()
+            assert got == {}  # waiting on the flight, no request of their own
+            async with source.run(1, 1) as landing:
+                async for _, block in landing:
+                    flights.land(key, flight, block, "store")
+        assert got == {
+            "first piece": data[BLOCK + 10 : BLOCK + 110],
+            "across pieces": data[BLOCK + PIECE - 50 : BLOCK + PIECE + 50],
+        }
+        assert gets() - before == 1  # the run's GET alone
+        given_up = flights.start(blocks.key(0))
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(part, "given up", 5, 10)
+            await trio.testing.wait_all_tasks_blocked()
+            flights.abandon(blocks.key(0), given_up, None)
+        assert got["given up"] == data[5:15]
 
     trio.run(main)

@@ -9,7 +9,16 @@ from __future__ import annotations
 import trio
 import trio.testing
 
-from pffs.flow.permits import AHEAD, COOLDOWN, Ahead, Pace, SourceFlow, at_once, ceiling_for
+from pffs.flow.permits import (
+    AHEAD,
+    COOLDOWN,
+    Ahead,
+    Pace,
+    PeerFlow,
+    SourceFlow,
+    at_once,
+    ceiling_for,
+)
 
 
 def test_pace_halves_once_per_cooldown_and_grows_back_slowly() -> None:
@@ -186,5 +195,29 @@ def test_files_at_once_are_the_permits_the_flows_give_now() -> None:
         flows[0].throttled()
         flows[0].went_well()
         assert at_once(flows, "preload", 64) == 6 + 6  # the first halved: 8 permits, 6 preload's
+
+    trio.run(main)
+
+
+def test_a_readers_ask_of_a_peer_never_waits_behind_loading_ahead() -> None:
+    """A cache group's `PeerFlow`: with every permit of loading ahead held, another load
+    ahead waits, and a reader's ask (or the owner's side's) gets a permit at once."""
+
+    async def main() -> None:
+        flow = PeerFlow(most=2)
+        async with trio.open_nursery() as nursery:
+            requests = Requests(flow.pace, nursery)
+            await requests.fill()
+            requests.start("late", "readahead")
+            await trio.testing.wait_all_tasks_blocked()
+            assert sorted(requests.served) == ["r0", "r1"]  # the late load ahead waits
+            with trio.fail_after(1):
+                async with flow.permit("reader"):
+                    pass
+            requests.leave["r0"].set()
+            await trio.testing.wait_all_tasks_blocked()
+            assert requests.served[2:] == ["late"]
+            for event in requests.leave.values():
+                event.set()
 
     trio.run(main)
