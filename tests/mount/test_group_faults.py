@@ -36,6 +36,7 @@ from tests.mount.test_group import (
     read_everywhere,
     store_bytes,
 )
+from tests.waiting import eventually
 
 __all__ = ["proxy"]  # the fixture, shared with the group's tests
 pytestmark = pytest.mark.mount
@@ -131,10 +132,11 @@ def test_k8s_members_from_endpoint_slices(s3, bucket, proxy, tmp_path) -> None:
                     )
                 )  # fmt: skip
             for mnt in mounts.values():  # the first list comes with the first poll
-                for _ in range(200):
-                    if metric_value(stats_snapshot(mnt), "pffs_group_members") == 2:
-                        break
-                    time.sleep(0.05)
+                eventually(
+                    lambda mnt=mnt: metric_value(stats_snapshot(mnt), "pffs_group_members") == 2,
+                    10,
+                    f"two members seen by {mnt}",
+                )
             assert read_everywhere(mounts, files) == []
             assert peer_bytes(mounts, "received") > 0
             assert peer_bytes(mounts, "served") == peer_bytes(mounts, "received")

@@ -17,8 +17,6 @@ import contextlib
 import random
 import socket
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -39,6 +37,7 @@ from tests.mount.test_group import (
     store_bytes,
     write_members,
 )
+from tests.waiting import eventually
 
 __all__ = ["proxy"]  # the fixture, shared with the group's tests
 pytestmark = pytest.mark.mount
@@ -76,16 +75,9 @@ class Relay:
             with contextlib.suppress(OSError):
                 end.shutdown(socket.SHUT_RDWR)
 
-    def wait_for(self, count: int, polls: int = 200) -> bool:
-        """Whether `count` bytes came back within `polls` looks (the bound only ends a failing
-        test: a passing one sees them at once)."""
-        released = threading.Event()
-        for _ in range(polls):
-            with self._lock:
-                if self.returned >= count:
-                    return True
-            released.wait(0.05)
-        return False
+    def returned_at_least(self, count: int) -> bool:
+        with self._lock:
+            return self.returned >= count
 
     def close(self) -> None:
         self._listener.close()
@@ -137,12 +129,15 @@ def test_a_peer_joining_an_owners_own_fetch_gets_bytes_as_they_arrive(
             assert proxy.holding.wait(10), "node0's reader never reached the store"
             asker = threading.Thread(target=read_into, args=(mounts["node1"] / "one.bin", results))
             asker.start()
-            streamed = relay.wait_for(PIECE)
+            eventually(
+                lambda: relay.returned_at_least(PIECE),
+                10,
+                "node1 streamed while node0's fetch held",
+            )
         finally:
             proxy.release()
         owner.join()
         asker.join()
-        assert streamed, f"node1 got {relay.returned} bytes while node0's fetch was held"
         assert results == {"node0": data, "node1": data}
         assert (
             metric_value(stats_snapshot(mounts["node1"]), "pffs_backend_received_bytes_total") == 0
@@ -201,19 +196,6 @@ def test_a_broken_members_blocks_come_through_one_stand_in(
     assert received >= dataset * 0.9, received / dataset  # every block but one copy via a peer
 
 
-def settled(count: Callable[[], float], looks: int = 100) -> float:
-    """A counter once it stops moving: a member counts a block served after its last byte is
-    written, so an asker may count it received a moment before the owner counts it served."""
-    last = count()
-    for _ in range(looks):
-        time.sleep(0.05)
-        now = count()
-        if now == last:
-            return now
-        last = now
-    return last
-
-
 def test_preload_asks_the_owners(s3, bucket, proxy, tmp_path) -> None:
     """node0 opens three files of a directory, so its preload loads the rest: the blocks node1
     owns come from node1 (which fetches them from the store for it), not from the store; then
@@ -231,8 +213,14 @@ def test_preload_asks_the_owners(s3, bucket, proxy, tmp_path) -> None:
         # files read brought at most their own bytes from node1 (the preload may be done before
         # a count taken after them, so the bound is theirs, not a count).
         assert peer_bytes(node0, "received") > 3 * MIB
-        served = settled(lambda: peer_bytes({"node1": mounts["node1"]}, "served"))
-        assert served == peer_bytes(node0, "received")
+        # node1 counts a block served after its last byte is written, so node0 may count it
+        # received a moment before node1 counts it served.
+        served = peer_bytes(node0, "received")
+        eventually(
+            lambda: peer_bytes({"node1": mounts["node1"]}, "served") == served,
+            10,
+            "node1's served bytes at node0's received",
+        )
         assert store_bytes({"node1": mounts["node1"]}) == served  # fetched for node0 alone
         before = store_bytes(node0)
         assert store_bytes(node0) + served <= 1.1 * sum(map(len, files.values()))
