@@ -243,7 +243,9 @@ class _WrongRegion(http.server.BaseHTTPRequestHandler):
 def test_a_bucket_of_another_region_is_followed(moto: MotoServer, stored: tuple[str, str]) -> None:
     bucket, etag = stored
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _WrongRegion)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    ).start()
     try:
         wrong = f"http://127.0.0.1:{server.server_address[1]}"
         backend = _backend(wrong, bucket)
@@ -341,7 +343,9 @@ def test_a_keep_alive_connection_closed_as_the_request_goes_out_is_not_a_failure
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "key")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ClosesSecondRequests)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    ).start()
     try:
         backend = _backend(f"http://127.0.0.1:{server.server_address[1]}", "closing")
         for offset in range(0, 50, 10):  # each after the first goes out on a kept connection
@@ -376,7 +380,9 @@ def _serving(
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.load_cert_chain(*cert)
         server.socket = context.wrap_socket(server.socket, server_side=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    ).start()
     try:
         yield f"{'https' if cert else 'http'}://127.0.0.1:{server.server_address[1]}"
     finally:
@@ -435,7 +441,9 @@ def test_reads_go_through_the_proxy_boto3_would_use(
 ) -> None:
     bucket, etag = stored
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ForwardProxy)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    ).start()
     try:
         for name in ("NO_PROXY", "no_proxy"):
             monkeypatch.delenv(name, raising=False)

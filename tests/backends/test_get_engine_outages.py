@@ -32,7 +32,7 @@ def test_after_a_hang_no_connection_that_hung_is_used_and_probes_time_out_on_the
     timeout; once the store answers, the next GET and probe are served on connections opened
     since, none that carried a request while it hung."""
     bucket, _ = stored
-    backend = _backend(proxy.endpoint_url, bucket, read_timeout=1.0)
+    backend = _backend(proxy.endpoint_url, bucket, read_timeout=0.5)
     assert backend.read_range("data", 0, 10, None) == DATA[:10]  # a pooled connection
     probing_timeout = 30.0
     probing = _backend(proxy.endpoint_url, bucket, read_timeout=probing_timeout)

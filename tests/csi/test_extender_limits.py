@@ -38,7 +38,9 @@ def served() -> Iterator[tuple[FakeApiServer, HttpServer]]:
         _node(api, "n2", {})
         limits = HttpLimits(request_seconds=REQUEST_SECONDS, max_connections=SLOW + 8)
         server = make_server(Extender(KubeClient(api.url)), "127.0.0.1:0", "/pffs", limits)
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
         thread.start()
         yield api, server
         server.shutdown()
@@ -112,7 +114,9 @@ def test_slow_connections_hold_no_thread_and_the_scheduler_is_answered(
 def test_connections_over_the_cap_are_closed_at_once() -> None:
     limits = HttpLimits(max_connections=3)
     server = make_server(Extender(None), "127.0.0.1:0", "", limits)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     try:
         held = [_connect(server) for _ in range(3)]
