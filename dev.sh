@@ -160,7 +160,12 @@ lint() {
 case "${1:-}" in
   setup) setup ;;
   demo) shift; setup; exec "$VENV/bin/pffs" demo "$@" ;;
-  test) shift; setup; lint; exec "$PY" -m pytest "$@" ;;
+  # Two workers, each given whole test files (--dist loadfile: a file's module fixtures, its
+  # servers and mounts, are made once): most tests wait on processes, sockets and mounts, not
+  # the CPU, so two at once take about half the time even on 2 cores. Every worker has its own
+  # servers, scratch directories, session mark and hang guard (tests/conftest.py); `-n 0`
+  # after `test` runs in one process (for --pdb).
+  test) shift; setup; lint; exec "$PY" -m pytest -n 2 --dist loadfile "$@" ;;
   lint) setup; lint ;;
   typecheck) shift; setup; typecheck "$@" ;;
   format) setup; "$VENV/bin/ruff" format . && "$VENV/bin/ruff" check --fix . ;;

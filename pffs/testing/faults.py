@@ -214,7 +214,12 @@ class FaultProxy(Service):
 
     def start(self) -> FaultProxy:
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name="fault-proxy", daemon=True
+            # A short poll: stop() waits for it (socketserver's default half second would add
+            # that much to every test's teardown).
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="fault-proxy",
+            daemon=True,
         )
         self._thread.start()
         return self

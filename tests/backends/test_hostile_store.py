@@ -58,7 +58,9 @@ def test_a_hostile_store_is_bounded(mode: str) -> None:
     read up to MAX_LISTING_BYTES, never without a bound."""
     handler = type("Handler", (_Hostile,), {"mode": mode})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    ).start()
     try:
         backend = _backend(f"http://127.0.0.1:{server.server_address[1]}", "hostile")
         asked: list[str] = []

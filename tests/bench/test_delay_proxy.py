@@ -70,7 +70,9 @@ class Upstream(ThreadingHTTPServer):
 @pytest.fixture
 def upstream() -> Iterator[Upstream]:
     server = Upstream()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     yield server
     server.shutdown()

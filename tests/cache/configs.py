@@ -20,6 +20,7 @@ def cache_config(tmp_path: Path | None, block: int = 16 * KIB, **kwargs) -> Cach
         "disk_dir": str(tmp_path / "cache") if tmp_path else None,
         "readahead_max": 8 * block,
         "ahead_budget": 16 * block,
+        "free_ratio": 0.0,  # no floor: whatever the machine's disk holds (tests/conftest.py)
         **kwargs,
     }
     return CacheConfig(**settings_)

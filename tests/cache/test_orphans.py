@@ -17,6 +17,7 @@ from pffs.cache.orphans import GRACE, sweep_orphans
 from pffs.cli.cacheadmin import cache_admin
 from tests.cache.test_disk_batch import _check_every_row, _rows, _tier, _writer
 from tests.cache.test_disk_batch import _entry_files as entry_files
+from tests.waiting import eventually
 
 BLOCKS = 8
 SIZE = 16 << 10
@@ -111,9 +112,7 @@ def test_a_tier_sweeps_in_the_background_and_stops_at_close(tmp_path: Path) -> N
     age(tmp_path, orphans, GRACE + 60)
     tier = _tier(tmp_path)
     tier.sweep_in_background()
-    deadline = time.monotonic() + 10
-    while entry_files(tmp_path) & orphans and time.monotonic() < deadline:
-        time.sleep(0.01)
+    eventually(lambda: not entry_files(tmp_path) & orphans, 10, "the orphans swept")
     tier.close()
     assert not entry_files(tmp_path) & orphans
     assert len(entry_files(tmp_path)) == BLOCKS

@@ -23,6 +23,7 @@ from pffs.csi.affinity.inventory import (
     summarize,
 )
 from pffs.testing.servers import MotoServer
+from tests.waiting import eventually
 
 A, B = "s3://bucket-a/train", "file:///srv/b"
 
@@ -141,9 +142,7 @@ def test_totals_are_listed_in_the_background_and_remembered(tmp_path: Path) -> N
 
     totals = SourceTotals(str(tmp_path), refresh=3600, retry_after=3600, lister=lister)
     totals.request([A, B], {})
-    deadline = time.monotonic() + 10
-    while not totals.idle() and time.monotonic() < deadline:
-        time.sleep(0.01)
+    eventually(totals.idle, 10, "the totals listed")
     known = totals.load()
     assert set(known) == {A} and known[A].blocks == 3
     totals.request([A, B], known)  # A is fresh, B failed recently: nothing to do

@@ -14,7 +14,6 @@ import errno
 import json
 import os
 import signal
-import time
 import uuid
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from pffs.jobs import preload_order
 from pffs.mounting.kernel import FSTYPE, find_mount
 from tests.csi.csi_driver import AccessMode, Driver, capability, mount_daemons, running, status_of
 from tests.fusecheck import is_dead
+from tests.waiting import eventually
 
 pytestmark = [pytest.mark.mount]
 
@@ -150,10 +150,7 @@ def test_publish_two_targets_share_one_mount(
     # Unpublish the last: the mount and its process go away.
     driver.unpublish("vol-1", second)
     assert not second.exists()
-    deadline = time.monotonic() + 15
-    while mount_daemons(volumes_dir) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert mount_daemons(volumes_dir) == []
+    eventually(lambda: mount_daemons(volumes_dir) == [], 15, "the mount's process gone")
     assert volume_states(driver) == []
     assert not [e for e in _mounts_under(driver.root)]
     driver.unpublish("vol-1", second)  # again: OK
@@ -271,10 +268,7 @@ def test_restart_readopts_live_mounts_and_revives_dead_ones(
     b_state = next(s for s in volume_states(driver) if s["volume_id"] == "vol-b")
     os.kill(b_state["pid"], signal.SIGKILL)
     # At once, though the kernel still holds the root's attributes (is_dead asks with statfs).
-    deadline = time.monotonic() + 10
-    while not is_dead(str(b1)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert is_dead(str(b1))
+    eventually(lambda: is_dead(str(b1)), 10, f"{b1} seen dead")
 
     driver.start()
     states = {s["volume_id"]: s for s in volume_states(driver)}
@@ -290,10 +284,7 @@ def test_restart_readopts_live_mounts_and_revives_dead_ones(
     driver.unpublish("vol-a", a2)  # not mounted any more: OK
     driver.unpublish("vol-a", a1)
     driver.unpublish("vol-b", b1)
-    deadline = time.monotonic() + 15
-    while mount_daemons(logs) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert mount_daemons(logs) == []
+    eventually(lambda: mount_daemons(logs) == [], 15, "every mount's process gone")
     assert _mounts_under(driver.root) == []
 
 
@@ -326,14 +317,13 @@ def test_node_publishes_its_cache_for_the_scheduler(
             driver.publish("vol-1", target, context, {})
             assert_reads(target, dataset)
             wanted = label_key(dataset_id(context))
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
+
+            def labelled() -> bool:
                 metadata = api.nodes["node-1"]["metadata"]
-                if metadata.get("labels", {}).get(wanted) == "true":
-                    break
-                time.sleep(0.2)
-            else:
-                raise AssertionError(f"no {wanted} label on the node:\n{driver.log()}")
+                return bool(metadata.get("labels", {}).get(wanted) == "true")
+
+            eventually(labelled, 30, f"the {wanted} label on the node")
+            metadata = api.nodes["node-1"]["metadata"]
             published = decode_annotation(metadata["annotations"][CACHE_ANNOTATION])
             assert dataset_id(context) in published, published
             driver.unpublish("vol-1", target)

@@ -25,7 +25,14 @@ from pffs.routing.table import Mounted
 from pffs.testing.faults import FaultProxy
 from tests.cache.test_disk_batch import _entry_files as entry_files
 from tests.cache.test_orphans import age, kill_a_writer_before_its_commit, orphans_of
-from tests.conftest import metric_value, mounted, run_pffs, stats_snapshot, unmount_quietly
+from tests.conftest import (
+    NO_FREE_FLOOR,
+    metric_value,
+    mounted,
+    run_pffs,
+    stats_snapshot,
+    unmount_quietly,
+)
 from tests.waiting import eventually
 
 MIB = 1 << 20
@@ -104,6 +111,7 @@ def test_kill_9_then_remount_recovers_cache_and_staged_writes(s3, bucket, proxy,
         *("mount", f"s3://{bucket}", str(mnt), "--endpoint-url", proxy.endpoint_url),
         *("--cache-dir", str(cache), "--retries", "1", "--retry-timeout", "2"),
         *("--request-timeout", "1", "--log-file", str(tmp_path / "mnt.log")),
+        *NO_FREE_FLOOR,
     )
     first = run_pffs(*args)
     assert first.returncode == 0, first.stderr

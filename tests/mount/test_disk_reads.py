@@ -52,6 +52,7 @@ def test_random_reads_of_a_remounted_file_come_from_open_entries(
     options = (
         *("--endpoint-url", counted.endpoint_url, "--cache-dir", str(cache_dir)),
         *("--cache-memory", "8M"),  # two blocks: most reads must come from the disk tier
+        *ALWAYS_WRITE,
     )
     with mounted("s3://data", tmp_path / "mnt", *options) as mnt:
         assert (mnt / "big.bin").read_bytes() == data

@@ -13,7 +13,6 @@ import random
 import signal
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -305,7 +304,9 @@ class BadPeer:
         self.server = http.server.ThreadingHTTPServer((host, 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://{host}:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        ).start()
 
     def close(self) -> None:
         self.release.set()
@@ -514,10 +515,8 @@ def test_a_member_joining_takes_blocks_from_their_previous_owners(
         before = store_bytes(mounts)
         write_members(cluster.member_file, cluster.urls)
         for name in mounts:  # each polls the file every second
-            for _ in range(200):
-                if "joined node2" in log_of(cluster, name):
-                    break
-                time.sleep(0.05)
+            joined = lambda name=name: "joined node2" in log_of(cluster, name)  # noqa: E731
+            eventually(joined, 10, f"{name} joined node2")
             assert log_of(cluster, name).count("joined node2") == 1  # one line per change
         mounts["node2"] = stack.enter_context(
             mounted(

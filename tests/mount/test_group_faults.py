@@ -15,6 +15,7 @@ Small files and 1 MiB blocks keep it quick; nothing here is timed.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import time
 from collections.abc import Iterator, Mapping
@@ -36,9 +37,15 @@ from tests.mount.test_group import (
     read_everywhere,
     store_bytes,
 )
+from tests.waiting import eventually
 
 __all__ = ["proxy"]  # the fixture, shared with the group's tests
 pytestmark = pytest.mark.mount
+
+
+def members_seen(mnt: Path, count: int) -> bool:
+    """Whether the member mounted at `mnt` counts `count` members in its group."""
+    return metric_value(stats_snapshot(mnt), "pffs_group_members") == count
 
 
 @contextlib.contextmanager
@@ -131,10 +138,7 @@ def test_k8s_members_from_endpoint_slices(s3, bucket, proxy, tmp_path) -> None:
                     )
                 )  # fmt: skip
             for mnt in mounts.values():  # the first list comes with the first poll
-                for _ in range(200):
-                    if metric_value(stats_snapshot(mnt), "pffs_group_members") == 2:
-                        break
-                    time.sleep(0.05)
+                eventually(functools.partial(members_seen, mnt, 2), 10, f"two members at {mnt}")
             assert read_everywhere(mounts, files) == []
             assert peer_bytes(mounts, "received") > 0
             assert peer_bytes(mounts, "served") == peer_bytes(mounts, "received")

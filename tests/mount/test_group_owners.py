@@ -18,8 +18,6 @@ import os
 import random
 import socket
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -40,6 +38,7 @@ from tests.mount.test_group import (
     store_bytes,
     write_members,
 )
+from tests.waiting import eventually
 
 __all__ = ["proxy"]  # the fixture, shared with the group's tests
 pytestmark = pytest.mark.mount
@@ -77,16 +76,9 @@ class Relay:
             with contextlib.suppress(OSError):
                 end.shutdown(socket.SHUT_RDWR)
 
-    def wait_for(self, count: int, polls: int = 200) -> bool:
-        """Whether `count` bytes came back within `polls` looks (the bound only ends a failing
-        test: a passing one sees them at once)."""
-        released = threading.Event()
-        for _ in range(polls):
-            with self._lock:
-                if self.returned >= count:
-                    return True
-            released.wait(0.05)
-        return False
+    def returned_at_least(self, count: int) -> bool:
+        with self._lock:
+            return self.returned >= count
 
     def close(self) -> None:
         self._listener.close()
@@ -138,12 +130,15 @@ def test_a_peer_joining_an_owners_own_fetch_gets_bytes_as_they_arrive(
             assert proxy.holding.wait(10), "node0's reader never reached the store"
             asker = threading.Thread(target=read_into, args=(mounts["node1"] / "one.bin", results))
             asker.start()
-            streamed = relay.wait_for(PIECE)
+            eventually(
+                lambda: relay.returned_at_least(PIECE),
+                10,
+                "node1 streamed while node0's fetch held",
+            )
         finally:
             proxy.release()
         owner.join()
         asker.join()
-        assert streamed, f"node1 got {relay.returned} bytes while node0's fetch was held"
         assert results == {"node0": data, "node1": data}
         assert (
             metric_value(stats_snapshot(mounts["node1"]), "pffs_backend_received_bytes_total") == 0
@@ -202,19 +197,6 @@ def test_a_broken_members_blocks_come_through_one_stand_in(
     assert received >= dataset * 0.9, received / dataset  # every block but one copy via a peer
 
 
-def settled(count: Callable[[], float], looks: int = 100) -> float:
-    """A counter once it stops moving: a member counts a block served after its last byte is
-    written, so an asker may count it received a moment before the owner counts it served."""
-    last = count()
-    for _ in range(looks):
-        time.sleep(0.05)
-        now = count()
-        if now == last:
-            return now
-        last = now
-    return last
-
-
 def test_preload_asks_the_owners(s3, bucket, proxy, tmp_path) -> None:
     """node0 opens three files of a directory, so its preload loads the rest: the blocks node1
     owns come from node1 (which fetches them from the store for it), not from the store; then
@@ -232,8 +214,14 @@ def test_preload_asks_the_owners(s3, bucket, proxy, tmp_path) -> None:
         # files read brought at most their own bytes from node1 (the preload may be done before
         # a count taken after them, so the bound is theirs, not a count).
         assert peer_bytes(node0, "received") > 3 * MIB
-        served = settled(lambda: peer_bytes({"node1": mounts["node1"]}, "served"))
-        assert served == peer_bytes(node0, "received")
+        # node1 counts a block served after its last byte is written, so node0 may count it
+        # received a moment before node1 counts it served.
+        served = peer_bytes(node0, "received")
+        eventually(
+            lambda: peer_bytes({"node1": mounts["node1"]}, "served") == served,
+            10,
+            "node1's served bytes at node0's received",
+        )
         assert store_bytes({"node1": mounts["node1"]}) == served  # fetched for node0 alone
         before = store_bytes(node0)
         assert store_bytes(node0) + served <= 1.1 * sum(map(len, files.values()))
@@ -284,15 +272,21 @@ def test_a_cold_small_read_is_one_request_for_its_block(s3, bucket, proxy, tmp_p
         gets, fetched = store_gets(node0), proxy.body_bytes
         offset = MIB + 300 * 1024
         assert cold_read(node0, offset) == data[offset : offset + 4096]
-        assert settled(lambda: store_gets(node0)) - gets == 1
+        # The block lands in the background; a ranged GET beside it would come before.
+        eventually(lambda: proxy.body_bytes - fetched >= MIB, 10, "the owner's block fetched")
+        eventually(lambda: store_gets(node0) - gets >= 1, 10, "the owner's GET counted")
+        assert store_gets(node0) - gets == 1
         assert proxy.body_bytes - fetched == MIB  # the block, no ranged read beside it
         # The asker's cold small read (block 2): one ask of the owner, which fetches it once.
         (node1 / "four.bin").stat()
         gets, fetched = store_gets(node0), proxy.body_bytes
         offset = 2 * MIB + 300 * 1024
         assert cold_read(node1, offset) == data[offset : offset + 4096]
-        assert settled(lambda: peer_bytes({"node0": node0}, "served")) == MIB  # one ask
-        assert settled(lambda: store_gets(node0)) - gets == 1
+        # The owner counts a block served after its last byte is written.
+        eventually(lambda: peer_bytes({"node0": node0}, "served") >= MIB, 10, "the block served")
+        eventually(lambda: store_gets(node0) - gets >= 1, 10, "the owner's GET counted")
+        assert peer_bytes({"node0": node0}, "served") == MIB  # one ask
+        assert store_gets(node0) - gets == 1
         assert proxy.body_bytes - fetched == MIB
         assert store_gets(node1) == 0
         assert peer_bytes({"node1": node1}, "received") == MIB

@@ -74,7 +74,9 @@ class ForgingListener:
 
         self.server = http.server.ThreadingHTTPServer((host, port), Handler)
         self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        ).start()
 
     def close(self) -> None:
         self.server.shutdown()

@@ -92,6 +92,7 @@ def test_a_test_stuck_on_a_mount_without_fusectl_fails_at_its_limit_with_where_i
     mnt = Path(SCRATCH) / f"stuck-{bucket}" / "mnt"
     with stopped(moto.endpoint_url, bucket, mnt), pytest.MonkeyPatch.context() as patch:
         patch.setattr(fusecheck, "CONNECTIONS", empty)
+        patch.setattr(fusecheck, "HANG_GRACE_S", 1.0)  # the inner session's guard, sooner
         pytester.makeconftest('pytest_plugins = ["tests.conftest"]\n')
         pytester.makepyfile(
             test_stuck=f"""

@@ -65,21 +65,29 @@ def lazy_load(path: Path, names: list[str]) -> dict[str, Any]:
     return loaded
 
 
-@pytest.mark.parametrize("readahead", sorted(MOST_FETCHED))
-def test_a_lazy_load_fetches_the_tensors_read_and_little_more(
-    moto: MotoServer, tmp_path: Path, readahead: str
-) -> None:
+@pytest.fixture(scope="module")
+def checkpoint(moto: MotoServer, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The checkpoint in moto's bucket "weights", made and uploaded once for every readahead
+    (96 MiB): the sha256 of each tensor, by name."""
     rng = np.random.default_rng(5)
     tensors = {
         f"layers.{i:02d}.weight": rng.standard_normal(TENSOR_BYTES // 4, dtype=np.float32)
         for i in range(TENSORS)
     }
-    local = tmp_path / "model.safetensors"
+    local = tmp_path_factory.mktemp("checkpoint") / "model.safetensors"
     safetensors_numpy.save_file(tensors, str(local))
     s3 = boto3.client("s3", endpoint_url=moto.endpoint_url)
     s3.create_bucket(Bucket="weights")
     s3.put_object(Bucket="weights", Key="model.safetensors", Body=local.read_bytes())
-    picked = random.Random(3).sample(sorted(tensors), PICKED)
+    local.unlink()
+    return {name: hashlib.sha256(tensor.tobytes()).hexdigest() for name, tensor in tensors.items()}
+
+
+@pytest.mark.parametrize("readahead", sorted(MOST_FETCHED))
+def test_a_lazy_load_fetches_the_tensors_read_and_little_more(
+    moto: MotoServer, checkpoint: dict[str, str], tmp_path: Path, readahead: str
+) -> None:
+    picked = random.Random(3).sample(sorted(checkpoint), PICKED)
     with FaultProxy(moto.port) as store:  # no faults: it counts the bytes of object GETs
         options = (
             *("--endpoint-url", store.endpoint_url, "--cache-dir", str(tmp_path / "cache")),
@@ -88,9 +96,9 @@ def test_a_lazy_load_fetches_the_tensors_read_and_little_more(
         with mounted("s3://weights", tmp_path / "mnt", *options) as mnt:
             loaded = lazy_load(mnt / "model.safetensors", picked)
             fetched = store.body_bytes
-    assert loaded["keys"] == sorted(tensors)
+    assert loaded["keys"] == sorted(checkpoint)
     for name in picked:
-        assert loaded[name] == hashlib.sha256(tensors[name].tobytes()).hexdigest(), name
+        assert loaded[name] == checkpoint[name], name
     assert 0 < fetched <= MOST_FETCHED[readahead] * PICKED * TENSOR_BYTES, fetched / (
         PICKED * TENSOR_BYTES
     )

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
+
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.mount
 
@@ -30,14 +31,16 @@ def _daemon_writing(log: Path) -> int:
     raise AssertionError(f"no daemon writes {log}")
 
 
-def _wait_for(path: Path, text: str, timeout: float = 10) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+def _wait_for(path: Path, text: str, times: int = 1) -> str:
+    """`path`'s text once it says `text` `times` times."""
+
+    def said() -> str | None:
         content = path.read_text() if path.exists() else ""
-        if text in content:
-            return content
-        time.sleep(0.05)
-    raise AssertionError(f"{text!r} not in {path} after {timeout}s")
+        return content if content.count(text) >= times else None
+
+    content = eventually(said, 10, f"{text!r} {times} times in {path}")
+    assert content is not None
+    return content
 
 
 def test_sighup_reopens_the_log_file_logrotate_moved(s3, bucket: str, mount_s3, tmp_path) -> None:
@@ -55,10 +58,6 @@ def test_sighup_reopens_the_log_file_logrotate_moved(s3, bucket: str, mount_s3, 
         assert "received SIGHUP" not in moved.read_text()
         assert (log.stat().st_mode & 0o777) == 0o600
         os.kill(daemon, signal.SIGHUP)  # again, without a move: the same file, appended
-        content = _wait_for(log, "opened again", timeout=10)
-        deadline = time.monotonic() + 10
-        while content.count("opened again") < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
-            content = log.read_text()
+        content = _wait_for(log, "opened again", times=2)
         assert content.count("opened again") == 2
         assert (mnt / "a.txt").read_bytes() == b"hello"

@@ -15,6 +15,7 @@ import pytest
 from pffs.testing.servers import MotoServer
 from tests.conftest import mounted
 from tests.mount.test_cache_mount import drop_page_cache
+from tests.mount.test_disk_faults import ALWAYS_WRITE
 
 pytestmark = [pytest.mark.mount]
 
@@ -58,7 +59,8 @@ def test_a_remounted_second_epoch_fetches_no_bytes_and_asks_no_heads(
     files = {f"images/{i:03d}.jpg": rng.randbytes(rng.randrange(1, 60_000)) for i in range(300)}
     with ThreadPoolExecutor(8) as workers:
         list(workers.map(lambda k: s3.put_object(Bucket="train", Key=k, Body=files[k]), files))
-    options = ("--endpoint-url", counted.endpoint_url, "--cache-dir", str(tmp_path / "cache"))
+    cache = ("--cache-dir", str(tmp_path / "cache"), *ALWAYS_WRITE)  # whatever the disk's room
+    options = ("--endpoint-url", counted.endpoint_url, *cache)
     assert counted.access_log is not None
 
     with mounted("s3://train", tmp_path / "mnt", *options) as mnt:

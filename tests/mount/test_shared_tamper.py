@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import struct
-import time
 from pathlib import Path
 
 import boto3
@@ -22,6 +21,7 @@ from pffs.group import shared
 from pffs.testing.servers import MotoServer
 from tests.conftest import metric_value, mounted, stats_snapshot
 from tests.mount.test_group import MIB, proxy, put_files, read_everywhere
+from tests.waiting import eventually
 
 __all__ = ["proxy"]  # the fixture, shared with the group's tests
 pytestmark = pytest.mark.mount
@@ -67,14 +67,16 @@ def test_a_tampered_block_object_is_refused_and_fetched_from_the_origin(
                 return None
 
         def wait_for(name: str, good: bool) -> bytes:
-            for _ in range(200):  # written behind the readers
+            def written() -> bytes | None:  # behind the readers
                 raw = body(name)
-                if raw is not None:
-                    blocks = a if name == name_a else b
-                    if (shared.unpack(key, blocks, 0, raw)[0] is not None) == good:
-                        return raw
-                time.sleep(0.05)
-            raise AssertionError(f"{name} never {'right' if good else 'there'}")
+                blocks = a if name == name_a else b
+                if raw is None or (shared.unpack(key, blocks, 0, raw)[0] is not None) != good:
+                    return None
+                return raw
+
+            raw = eventually(written, 10, f"{name} {'right' if good else 'there'}")
+            assert raw is not None
+            return raw
 
         with mount("first") as mnt:
             assert read_everywhere({"first": mnt}, files) == []

@@ -4,6 +4,7 @@ included) goes to a layer the importer may use, and no modules import each other
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -108,6 +109,7 @@ def layer(module: str) -> str:
     return LAYERS[prefix]
 
 
+@functools.cache  # the tree is read once for the three tests (none changes the graph)
 def graph() -> dict[str, set[str]]:
     found = modules()
     return {m: imports_of(m, p, set(found)) for m, p in found.items()}

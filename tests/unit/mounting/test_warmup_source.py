@@ -38,7 +38,7 @@ def test_warmup_fills_the_cache_then_finds_it_full(tmp_path: Path) -> None:
     data = tmp_path / "data"
     total = tree(data)
     source = SourceConfig(url=f"file://{data}")
-    cache = CacheConfig(disk_dir=str(tmp_path / "cache"), block_size=1 * MIB)
+    cache = CacheConfig(disk_dir=str(tmp_path / "cache"), block_size=1 * MIB, free_ratio=0.0)
 
     first = warm(source, cache)
     assert (first.files_total, first.files_done, first.bytes_total) == (4, 4, total)
@@ -52,7 +52,7 @@ def test_warmup_goes_through_the_sources_breaker(tmp_path: Path) -> None:
     data = tmp_path / "data"
     tree(data)
     source = SourceConfig(url=f"file://{data}")
-    warm(source, CacheConfig(disk_dir=str(tmp_path / "cache"), block_size=1 * MIB))
+    warm(source, CacheConfig(disk_dir=str(tmp_path / "cache"), block_size=1 * MIB, free_ratio=0.0))
     # Opened as a mount opens its sources: with the source's breaker (pffs.store.fetching.Store
     # takes it from the Mounted; before, warmup's source had none), which shows it up.
     up = metrics.REGISTRY.get_sample_value(
@@ -71,5 +71,8 @@ def test_a_listing_taken_in_chunks_finds_every_file(
     for name in ["a", "b", "c", "d/v", "d/w", "d/x", "d/y", "d/z"]:
         (data / name).parent.mkdir(parents=True, exist_ok=True)
         (data / name).write_bytes(b"z" * 10)
-    tally = warm(SourceConfig(url=f"file://{data}"), CacheConfig(disk_dir=str(tmp_path / "c")))
+    tally = warm(
+        SourceConfig(url=f"file://{data}"),
+        CacheConfig(disk_dir=str(tmp_path / "c"), free_ratio=0.0),
+    )
     assert (tally.files_total, tally.bytes_fetched, tally.failures) == (8, 80, [])
