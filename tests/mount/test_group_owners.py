@@ -91,6 +91,28 @@ def read_into(path: Path, results: dict[str, bytes | str]) -> None:
         results[path.parent.name] = str(exc)
 
 
+def mount_with_members(
+    stack: contextlib.ExitStack,
+    cluster: Cluster,
+    bucket: str,
+    endpoint_url: str,
+    tmp_path: Path,
+    lists: dict[str, dict[str, str]],
+) -> dict[str, Path]:
+    """Each member of `lists` mounted with its own member list (what it believes the group is),
+    unmounted when `stack` closes."""
+    mounts = {}
+    for name, members in lists.items():
+        member_file = tmp_path / f"members-{name}"
+        write_members(member_file, members)
+        options = list(cluster.options(name))
+        options[1] = f"file://{member_file}"
+        mounts[name] = stack.enter_context(
+            mounted(f"s3://{bucket}", tmp_path / name, "--endpoint-url", endpoint_url, *options)
+        )
+    return mounts
+
+
 def test_a_peer_joining_an_owners_own_fetch_gets_bytes_as_they_arrive(
     s3, bucket, proxy, tmp_path
 ) -> None:
@@ -107,21 +129,7 @@ def test_a_peer_joining_an_owners_own_fetch_gets_bytes_as_they_arrive(
     lists = {"node0": {"node0": cluster.urls["node0"]}, "node1": {"node0": relay.url}}
     with contextlib.ExitStack() as stack:
         stack.callback(relay.close)
-        mounts = {}
-        for name, members in lists.items():
-            member_file = tmp_path / f"members-{name}"
-            write_members(member_file, members)
-            options = list(cluster.options(name))
-            options[1] = f"file://{member_file}"
-            mounts[name] = stack.enter_context(
-                mounted(
-                    f"s3://{bucket}",
-                    tmp_path / name,
-                    "--endpoint-url",
-                    proxy.endpoint_url,
-                    *options,
-                )
-            )
+        mounts = mount_with_members(stack, cluster, bucket, proxy.endpoint_url, tmp_path, lists)
         results: dict[str, bytes | str] = {}
         proxy.hold_tail(PIECE)
         owner = threading.Thread(target=read_into, args=(mounts["node0"] / "one.bin", results))
@@ -246,21 +254,7 @@ def test_a_cold_small_read_is_one_request_for_its_block(s3, bucket, proxy, tmp_p
     cluster = Cluster(tmp_path, 2)
     lists = {"node0": {"node0": cluster.urls["node0"]}, "node1": {"node0": cluster.urls["node0"]}}
     with contextlib.ExitStack() as stack:
-        mounts = {}
-        for name, members in lists.items():
-            member_file = tmp_path / f"members-{name}"
-            write_members(member_file, members)
-            options = list(cluster.options(name))
-            options[1] = f"file://{member_file}"
-            mounts[name] = stack.enter_context(
-                mounted(
-                    f"s3://{bucket}",
-                    tmp_path / name,
-                    "--endpoint-url",
-                    proxy.endpoint_url,
-                    *options,
-                )
-            )
+        mounts = mount_with_members(stack, cluster, bucket, proxy.endpoint_url, tmp_path, lists)
         node0, node1 = mounts["node0"], mounts["node1"]
 
         def cold_read(mnt: Path, offset: int) -> bytes:
