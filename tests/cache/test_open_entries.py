@@ -407,6 +407,9 @@ def test_a_part_not_in_the_page_cache_is_left_to_a_thread(tmp_path: Path) -> Non
     assert tier.get_range(_key(8), 0, 10).data == data[:10]
     path = _entry_file(tier, _key(8))
     fd = os.open(path, os.O_RDONLY)
+    # Written back first: the page cache keeps dirty pages through DONTNEED (a busy machine's
+    # writeback may not have reached them yet).
+    os.fsync(fd)
     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # the page cache lets it go
     os.close(fd)
     assert tier.get_range_nowait(_key(8), 3 * CHUNK, 10) is None  # would wait for the disk
