@@ -33,6 +33,8 @@ DEFAULT_DRIVER_NAME = "csi.pffs.io"
 MODES = ("node", "controller", "all")
 # The cache group's options the driver takes, rows of the option table as `pffs mount`'s are
 # (the member name is each node's: $NODE_NAME), and where a node's mounts serve peers.
+# `pffs mount` options that are the node's: its disk, not a volume's.
+NODE_OPTIONS = (BY_NAME["cache-free-ratio"],)
 GROUP_OPTIONS = tuple(
     BY_NAME[name]
     for name in (
@@ -64,10 +66,22 @@ class DriverConfig:
     publish_interval: float = 10.0
     # The API server for publishing; None means the in-cluster service account (when there).
     kube_api: str | None = None
+    # Mount options of the node's own, the operator's alone (no volume attribute sets them):
+    # the disk tier's free-space floor on the node's disk ({dest: value}, as parsed).
+    node: Mapping[str, object] = field(default_factory=dict)
     # The cache group volumes with cacheGroup "true" join (pffs.group): the values of the
     # driver's GROUP_OPTIONS ({dest: value}, as parsed; None: not given), handed to each such
     # volume's `pffs mount` (its member name is the mount's default, $NODE_NAME).
     group: Mapping[str, object] = field(default_factory=dict)
+
+    def node_options(self) -> list[str]:
+        """The `pffs mount` options every volume of this node gets."""
+        return [
+            arg
+            for option in NODE_OPTIONS
+            if self.node.get(option.dest) is not None
+            for arg in option.argv(self.node[option.dest])
+        ]
 
     def group_options(self) -> list[str]:
         """The `pffs mount` options of a volume in the node's cache group ([] without one)."""
@@ -105,6 +119,8 @@ def add_parser(commands: argparse._SubParsersAction[Parser]) -> None:
     csi.add_argument("--driver-name", default=defaults.driver_name, help="(csi.pffs.io)")
     csi.add_argument("--mode", choices=MODES, default=defaults.mode, help="services served (all)")
     csi.add_argument("--cache-dir", default=defaults.cache_dir, help="shared disk cache")
+    for option in NODE_OPTIONS:
+        add_argument(csi, option)
     csi.add_argument("--state-dir", default=defaults.state_dir, help="volume state, staging")
     csi.add_argument("--kubelet-dir", default=defaults.kubelet_dir, help="target paths root")
     csi.add_argument(
@@ -137,6 +153,7 @@ def config_from_args(args: argparse.Namespace) -> DriverConfig:
         kubelet_dir=os.path.abspath(args.kubelet_dir),
         publish_interval=args.publish_interval,
         kube_api=args.kube_api,
+        node={option.dest: getattr(args, option.dest) for option in NODE_OPTIONS},
         group={option.dest: getattr(args, option.dest) for option in GROUP_OPTIONS},
     )
     members, secret_file = config.group.get("group_members"), config.group.get("group_secret_file")
@@ -187,7 +204,9 @@ def build_server(config: DriverConfig) -> grpc.Server:
     )
     if config.serves_node:
         os.makedirs(config.cache_dir, mode=0o700, exist_ok=True)
-        volumes = VolumeManager(config.state_dir, config.cache_dir, config.group_options())
+        volumes = VolumeManager(
+            config.state_dir, config.cache_dir, config.group_options(), config.node_options()
+        )
         volumes.recover()
         csi_pb2_grpc.add_NodeServicer_to_server(  # type: ignore[no-untyped-call]
             NodeService(config.node_id, volumes, config.kubelet_dir), server

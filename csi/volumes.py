@@ -109,12 +109,18 @@ class VolumeManager:
     """Publishes and unpublishes volumes at target paths; one instance per node driver."""
 
     def __init__(
-        self, state_dir: str, cache_dir: str, group_options: list[str] | None = None
+        self,
+        state_dir: str,
+        cache_dir: str,
+        group_options: list[str] | None = None,
+        node_options: list[str] | None = None,
     ) -> None:
         self.state_dir = os.path.abspath(state_dir)
         self.cache_dir = os.path.abspath(cache_dir)
         # `pffs mount` options joining the node's cache group (volumes with cacheGroup).
         self.group_options = group_options or []
+        # The node's own `pffs mount` options (the operator's driver flags), every volume's.
+        self.node_options = node_options or []
         self.volumes: dict[str, Volume] = {}
         self._guard = threading.Lock()  # self.volumes and self._busy
         self._busy: set[str] = set()
@@ -299,6 +305,7 @@ class VolumeManager:
             *what,
             self.staging(volume),
             *("--cache-dir", self.cache_dir, "--log-file", self.log_path(volume)),
+            *self.node_options,
             *spec.mount_options(),
         ]
         if spec.cache_group:

@@ -91,6 +91,9 @@ class FaultProxy(Service):
         self.match = match
         self.injected: collections.Counter[str] = collections.Counter()
         self.forwarded = 0
+        # Every request read from a client, (method, path), faulted or not: what reached the
+        # store's door, for tests that ask "did this read ask the store at all?".
+        self.requests: list[tuple[str, str]] = []
         # Bytes of the bodies of matching GETs (by default object reads) sent back to clients.
         self.body_bytes = 0
         self._rates: dict[str, float] = {}
@@ -296,6 +299,8 @@ class FaultProxy(Service):
                 if request is None:
                     return
                 method, path, headers, body = request
+                with self._lock:
+                    self.requests.append((method, path))
                 if hung:
                     with self._lock:
                         self.reused_after_hang += 1

@@ -23,6 +23,7 @@ from bench.remount import remount_epoch
 from bench.servers import Server
 from bench.systems import Pffs, rss_bytes, unmount
 from pffs.testing.servers import MotoServer
+from tests.conftest import NO_FREE_FLOOR
 
 TREE_FILES = 300
 
@@ -99,7 +100,7 @@ def test_pffs_serves_the_remounted_epoch_from_its_disk_tier(
     for index, key in enumerate(keys):
         s3.put_object(Bucket=bucket, Key=key, Body=bytes([index]) * 10_000)
     results, peaks = remount_epoch(
-        Pffs([]), near_moto, dataset_of(bucket, epoch_keys=keys), str(tmp_path)
+        Pffs(list(NO_FREE_FLOOR)), near_moto, dataset_of(bucket, epoch_keys=keys), str(tmp_path)
     )
     files_per_s = results["epoch2_remount_files_per_s"]
     assert isinstance(files_per_s, float) and files_per_s > 0

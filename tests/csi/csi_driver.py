@@ -23,6 +23,7 @@ import grpc
 
 from pffs.csi.proto import csi_pb2, csi_pb2_grpc
 from pffs.mounting.kernel import mount_table
+from tests.conftest import NO_FREE_FLOOR
 from tests.fusecheck import end_connection
 
 AccessMode = csi_pb2.VolumeCapability.AccessMode
@@ -92,6 +93,7 @@ class Driver:
                     str(self.state_dir),
                     "--kubelet-dir",
                     str(self.kubelet_dir),
+                    *NO_FREE_FLOOR,  # the node's disk, shared with the machine's other work
                     *self.extra_args,
                 ],
                 stdout=log,

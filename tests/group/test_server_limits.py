@@ -79,7 +79,8 @@ def test_a_silent_connection_is_closed_after_the_first_request_wait(
     async def check(member: Member) -> float:
         return await trio.to_thread.run_sync(silent, member.url)
 
-    assert 0.2 <= serve_and(check) < 3.0
+    # Not before its wait; never closed would fail `_closed` (5 s) above.
+    assert serve_and(check) >= 0.2
 
 
 def test_refusals_are_logged_within_one_global_rate(
@@ -128,4 +129,5 @@ def test_a_head_that_trickles_is_cut_off_at_the_request_time(
     async def check(member: Member) -> float:
         return await trio.to_thread.run_sync(trickle, member.url)
 
-    assert 0.4 <= serve_and(check) < 5.0
+    # Kept, the trickle would take its 28 s; a loaded machine's delay is well within 15.
+    assert 0.4 <= serve_and(check) < 15.0

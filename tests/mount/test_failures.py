@@ -30,6 +30,7 @@ from tests.mount.test_reliability import errno_of, mount_via, read_all, read_whe
 pytestmark = pytest.mark.mount
 KIB, MIB = 1 << 10, 1 << 20
 REQUEST, RETRY = 1.0, 3.0
+SLACK = 10.0  # a loaded machine's delay on top of a configured wait; a hang is twice that
 FAST = ("--request-timeout", f"{REQUEST:g}", "--connect-timeout", "1", "--retry-timeout")
 
 
@@ -64,10 +65,12 @@ def test_hung_store_one_bound_then_fail_fast_then_back(s3, bucket, proxy, tmp_pa
         proxy.set_rates({"stall": 1.0})  # headers, a little body, then silence
         code, took = errno_of(read_all, mnt / "d" / "f1.bin")
         assert code == errno.EIO, code
-        assert took < RETRY + REQUEST + 2, f"first EIO after {took:.1f}s"
-        for name in ("f2.bin", "f3.bin"):
-            code, took = errno_of(read_all, mnt / "d" / name)
-            assert code == errno.EIO and took < 2, (name, code, took)
+        # The bound is the configured wait; a hang would be the stall's 20 s.
+        assert took < RETRY + REQUEST + SLACK, f"first EIO after {took:.1f}s"
+        for name in ("f2.bin", "f3.bin"):  # at once: without asking the store for them
+            code, _ = errno_of(read_all, mnt / "d" / name)
+            asked = [path for method, path in proxy.requests if name in path]
+            assert code == errno.EIO and not asked, (name, code, asked)
         assert source_up(mnt) == 0
         assert "DOWN: s3://" in run_pffs("stats", str(mnt), "-n", "1").stdout
         with open(mnt / "d" / "f0.bin", "rb") as f:  # the kernel's pages of it: still served
@@ -103,7 +106,7 @@ def test_a_read_joining_a_failing_readahead_keeps_its_own_bound(
             reader.join(30)
         assert len(outcomes) == 3, "a reader hung"
         for code, took in outcomes:
-            assert code == errno.EIO and took < RETRY + REQUEST + 2, (outcomes, started)
+            assert code == errno.EIO and took < RETRY + REQUEST + SLACK, (outcomes, started)
 
 
 def test_store_throttling_under_load_costs_readers_no_error(s3, bucket, proxy, tmp_path) -> None:

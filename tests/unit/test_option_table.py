@@ -285,6 +285,26 @@ def test_the_csi_drivers_group_flags_are_the_mounts() -> None:
         parser.parse_args(["csi", "--endpoint", "unix:///x", "--group-members", "dns://x"])
 
 
+def test_the_csi_drivers_node_flags_reach_every_volume_and_refuse_bad_values() -> None:
+    """The node's own mount options (its disk's free-space floor) are the driver's flags,
+    parsed by the table's row: handed to every volume's `pffs mount`, a bad value refused when
+    the driver starts; without the flag a volume gets the mount's default."""
+    from pffs.csi.server import config_from_args
+
+    parser = build_parser()
+    driver = ["csi", "--endpoint", "unix:///tmp/x.sock", "--node-id", "n"]
+    args = parser.parse_args([*driver, "--cache-free-ratio", "0"])
+    handed = config_from_args(args).node_options()
+    assert handed == ["--cache-free-ratio", "0"]
+    assert parsed(["mount", "s3://b", "/m", *handed]).cache_free_ratio == 0
+    assert config_from_args(parser.parse_args(driver)).node_options() == [
+        "--cache-free-ratio",
+        "0.1",
+    ]
+    with pytest.raises(SystemExit):
+        parser.parse_args([*driver, "--cache-free-ratio", "1.5"])
+
+
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
