@@ -167,7 +167,7 @@ def test_gateway_killed_under_a_reader(rgw: RgwCluster, rgw_s3, rgw_bucket: str,
                 rgw.kill_gateway()
                 code, took = errno_of(lambda: f.read())
             assert code == errno.EIO, code
-            assert took < RETRY + REQUEST + 2, f"EIO after {took:.1f}s"
+            assert took < RETRY + REQUEST + 10, f"EIO after {took:.1f}s"  # a hang: never
             rgw.start_gateway()
             assert read_when_back(mnt / "stream.bin", within=15) == data
     finally:

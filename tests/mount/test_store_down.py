@@ -37,10 +37,11 @@ pytestmark = pytest.mark.mount
 MIB = 1 << 20
 # The defaults (pffs.config): retry budget, request, connect timeouts and the metadata TTLs.
 DEFAULTS = {"retry": 60.0, "request": 30.0, "connect": 10.0, "ttl": 60.0}
-# While down, every request needing the store is answered within this (the issue's target).
-FAST = 2.0
+# A loaded machine's delay on top of a configured wait; the failures these bounds catch are a
+# hang, or a wait of the default request timeout (30 s).
+SLACK = 10.0
 # Once the store answers again, the mount reads exact bytes within this.
-BACK = 5.0
+BACK = 15.0
 
 
 @pytest.fixture
@@ -78,6 +79,7 @@ def drill(
         code, took["first read (EIO)"] = errno_of(read_all, mnt / "d" / "b.bin")
         assert code == errno.EIO, code
         assert source_up(mnt) == 0
+        asked_while_down = len(proxy.requests)
         time.sleep(max(0.0, listed_at + ttl + 0.5 - time.monotonic()))  # the TTLs run out
         started = time.monotonic()
         assert sorted(os.listdir(mnt / "d")) == ["a.bin", "b.bin", "c.bin"]
@@ -92,6 +94,10 @@ def drill(
         started = time.monotonic()
         assert (mnt / "d" / "a.bin").read_bytes() == files["d/a.bin"]  # cached
         took["read of a cached file"] = time.monotonic() - started
+        # Answered at once: while down, the store is asked nothing but the breaker's probes
+        # (a one-key LIST), whatever the machine's speed.
+        asked = [r for r in proxy.requests[asked_while_down:] if "max-keys=1" not in r[1]]
+        assert not asked, asked
         proxy.resume(held)
         started = time.monotonic()
         assert when_back(Path.read_bytes, mnt / "d" / "b.bin", within=60) == files["d/b.bin"]
@@ -109,10 +115,7 @@ def drill(
     # No request after it (a GET, or boto3's HEAD of a name never seen) waited out a timeout.
     slow = [float(t) for t in re.findall(r"slow store request: \S+ took ([0-9.]+)s", after)]
     assert all(seconds < request * 0.9 for seconds in slow), (slow, after[-3000:])
-    assert took["first read (EIO)"] < retry + request + 2
-    for step, seconds in took.items():
-        if step not in ("first read (EIO)", "back: exact bytes after"):
-            assert seconds < FAST, took
+    assert took["first read (EIO)"] < retry + request + SLACK
     assert took["back: exact bytes after"] < BACK, took
     return took
 
