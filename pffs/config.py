@@ -298,7 +298,8 @@ class GroupConfig:
     principal_secret_file: str | None = None
 
 
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
+# A DNS label as Kubernetes names namespaces, services and each part of a label's prefix.
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
 
 
 def parse_member_source(text: str) -> MemberSource | None:
@@ -313,7 +314,7 @@ def parse_member_source(text: str) -> MemberSource | None:
         return MembersFile(parts.path)
     if parts.scheme == "k8s":
         namespace, _, service = text.removeprefix("k8s://").partition("/")
-        if text.startswith("k8s://") and _DNS_LABEL.match(namespace) and _DNS_LABEL.match(service):
+        if text.startswith("k8s://") and DNS_LABEL.match(namespace) and DNS_LABEL.match(service):
             return MembersKube(namespace, service)
     if parts.scheme == "dns" and parts.hostname and port is not None and parts.path in ("", "/"):
         return MembersDns(parts.hostname, port)

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from pffs.config import SourceConfig
+from pffs.config import DNS_LABEL, SourceConfig
 from pffs.errors import UsageError
 
 log = logging.getLogger("pffs.csi.labels")
@@ -47,7 +47,6 @@ _NAME_MAX = 63
 _HASH_HEX = 10  # 40 bits: collisions among one cluster's datasets are not a practical concern
 _SLUG_MAX = _NAME_MAX - _HASH_HEX - 1
 _NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.\-]*[A-Za-z0-9])?$")
-_DNS_LABEL_RE = re.compile(r"^[a-z0-9]([a-z0-9\-]*[a-z0-9])?$")
 
 
 class VolumeAttributesError(UsageError):
@@ -127,7 +126,7 @@ def is_pffs_label(key: str) -> bool:
 def is_valid_label_key(key: str) -> bool:
     """The Kubernetes rules: optional DNS-subdomain prefix (<= 253) and a name of <= 63."""
     prefix, _, name = key.rpartition("/")
-    if prefix and (len(prefix) > 253 or not all(_DNS_LABEL_RE.match(p) for p in prefix.split("."))):
+    if prefix and (len(prefix) > 253 or not all(DNS_LABEL.match(p) for p in prefix.split("."))):
         return False
     return 0 < len(name) <= _NAME_MAX and bool(_NAME_RE.match(name))
 
