@@ -26,7 +26,7 @@ import pytest
 import trio
 
 from pffs.cache import entries
-from pffs.cache.background import Background
+from pffs.cache.blocks import Background
 from pffs.cache.disk import DiskTier, entry_key
 from pffs.cache.diskio import DiskIO
 from pffs.cache.keys import BlockKey

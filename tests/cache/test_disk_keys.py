@@ -14,7 +14,7 @@ from pathlib import Path
 import trio
 import trio.testing
 
-from pffs.cache.background import Background
+from pffs.cache.blocks import Background
 from pffs.cache.disk import DiskTier, entry_key
 from pffs.cache.diskio import DiskIO
 from pffs.cache.diskkeys import DiskKeys
