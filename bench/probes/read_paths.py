@@ -343,10 +343,9 @@ async def peer(s3: Any, bucket: str, endpoint: str) -> None:
     from pffs.config import SourceConfig
     from pffs.group.client import PeerClient
     from pffs.group.members import Member
-    from pffs.group.owner import PeerBlocks
     from pffs.group.peers import Group
     from pffs.group.principals import PrincipalKeys
-    from pffs.group.server import PeerServer
+    from pffs.group.server import PeerBlocks, PeerServer
     from pffs.group.signing import Verifier
     from pffs.group.sources import Joined
     from pffs.routing.table import MountTable
