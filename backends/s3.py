@@ -12,10 +12,17 @@ is part of every cache key of the source's blocks.
 Object reads (read_range, read_blocks) and listings (of a directory, of the keys under a
 renamed one, and the check that a prefix is a directory) go through the lean GET engine of
 s3get.py, which costs far less CPU per request than boto3 (listing pages are parsed by
-s3listing.py); every other call goes through boto3. Both paths' calls are made by one S3Calls
-(s3calls.py: retries, metrics, and s3errors.py's one mapping of either stack's failures to
-pffs errors). Writes (PUTs, multipart uploads, deletes, renames) are the backend's `writer`, an
-S3Writes (s3writes.py) sharing the client, the engine and the S3Calls.
+s3listing.py); every other call goes through boto3. Writes (PUTs, multipart uploads, deletes,
+renames) are the backend's `writer`, an S3Writes (s3writes.py) sharing the client, the engine
+and the S3Calls.
+
+How every S3 call is made, reads and writes alike (`S3Calls`, below): with pffs's retries
+(pffs.retry), counted and timed by pffs.metrics, and its failure translated into a pffs error
+by s3errors.py's one mapping of either stack's failures. S3Backend owns one and shares it with
+its writes, so a write fails, retries and shows in the metrics the way a read does. A request's
+terms say how many times its source has come back up (`RetryTerms.recovered`); the first
+request to bring a higher count calls `renew` before it goes out, which lets go of the
+connections opened before (the GET engine's and boto3's).
 """
 
 from __future__ import annotations
@@ -24,8 +31,9 @@ import functools
 import logging
 import os
 import re
-from collections.abc import Generator, Iterator, Sequence
-from typing import Any
+import threading
+from collections.abc import Callable, Generator, Iterator, Sequence
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import boto3
@@ -33,6 +41,7 @@ import botocore.exceptions
 import botocore.session
 from botocore.config import Config
 
+from pffs import metrics
 from pffs.backends.base import (
     BlockRunReader,
     Capabilities,
@@ -41,16 +50,15 @@ from pffs.backends.base import (
     is_valid_name,
 )
 from pffs.backends.principal import s3_principal, s3_principal_key
-from pffs.backends.s3calls import S3Calls
-from pffs.backends.s3errors import Kind, classify, error_code, is_transient
+from pffs.backends.s3errors import Kind, classify, error_code, is_transient, translate
 from pffs.backends.s3get import LeanGetEngine
 from pffs.backends.s3listing import parse_page
 from pffs.backends.s3timestamps import use_fast_timestamps
 from pffs.backends.s3writes import PART_LIMITS, S3Writes
-from pffs.config import SourceConfig
+from pffs.config import RetryConfig, SourceConfig
 from pffs.errors import Changed, NotFound, PermissionDenied, PffsError, Transient, UsageError
 from pffs.flow.permits import ceiling_for
-from pffs.retry import RetryTerms
+from pffs.retry import RetryTerms, stream_with_retry
 
 log = logging.getLogger("pffs.s3")
 
@@ -102,6 +110,110 @@ def _setup_error(exc: botocore.exceptions.BotoCoreError, url: str) -> PffsError:
     if isinstance(exc, config_errors):
         return UsageError(f"{url}: AWS credentials or config: {first}")
     return PermissionDenied(f"{url}: cannot get AWS credentials: {first}")
+
+
+T = TypeVar("T")
+
+# The mount's preflight check must answer within seconds, not after a minute of retries.
+QUICK = RetryConfig(attempts=2, base_delay=0.1, max_delay=0.5, total_timeout=5.0)
+
+
+class S3Calls:
+    """Calls to one bucket and prefix (`source_id` names them in metrics and logs)."""
+
+    def __init__(
+        self,
+        source_id: str,
+        url_prefix: str,
+        policy: RetryConfig,
+        renew: Callable[[], None] | None = None,
+    ) -> None:
+        """`url_prefix`: the s3:// URL a path is appended to in error messages; `renew`: lets
+        go of the connections open now (called once per return of the source)."""
+        self.source_id = source_id
+        self.url_prefix = url_prefix
+        self.policy = policy
+        self.retries = 0  # transient failures retried, for stats
+        self._renew = renew
+        self._recovered = 0  # the source's returns seen so far
+        self._renew_lock = threading.Lock()
+
+    def run(
+        self,
+        fn: Callable[[], T],
+        what: str,
+        path: str = "",
+        quick: bool = False,
+        terms: RetryTerms | None = None,
+    ) -> T:
+        """`fn()` retried while it fails transiently, under the request's `terms`; its last
+        failure raised as it is."""
+        (result,) = self.stream(lambda: iter((fn(),)), what, path, quick, terms)
+        return result
+
+    def stream(
+        self,
+        start: Callable[[], Iterator[T]],
+        what: str,
+        path: str = "",
+        quick: bool = False,
+        terms: RetryTerms | None = None,
+    ) -> Iterator[T]:
+        """`run` of a streamed answer: what `start()` yields, as it comes (its bytes counted as
+        they do), started again where it failed transiently (pffs.retry.stream_with_retry)."""
+        if terms is not None and terms.recovered > self._recovered:
+            self._renew_after(terms.recovered)
+        # Counted, timed and logged when slow by pffs.metrics (one request, retries included).
+        with metrics.BackendRequest(self.source_id, what, path, self._count_retry) as request:
+            for item in stream_with_retry(
+                start,
+                is_transient=is_transient,
+                policy=QUICK if quick else self.policy,
+                what=f"{what} {self.source_id}",
+                on_retry=request.retried,
+                terms=terms,
+            ):
+                yield request.received(item)
+
+    def do(self, fn: Callable[[], T], what: str, path: str, terms: RetryTerms | None = None) -> T:
+        """`run`, its failure translated into a pffs error about `path`."""
+        try:
+            return self.run(fn, what, path, terms=terms)
+        except Exception as exc:
+            raise self.translate(exc, path) from exc
+
+    def head(
+        self, client: Any, bucket: str, key: str, path: str, terms: RetryTerms | None = None
+    ) -> dict[str, Any] | None:
+        """The HEAD answer of the object at `key` (`path` in the source), or None where there
+        is none."""
+        try:
+            answer: dict[str, Any] = self.run(
+                lambda: client.head_object(Bucket=bucket, Key=key), "HEAD", path, terms=terms
+            )
+        except Exception as exc:
+            if classify(exc) is Kind.NOT_FOUND:
+                return None
+            raise self.translate(exc, path) from exc
+        return answer
+
+    def _renew_after(self, recovered: int) -> None:
+        """The source came back up since the last request: once, let go of the connections."""
+        with self._renew_lock:
+            if recovered <= self._recovered:
+                return  # another thread did it
+            self._recovered = recovered
+            if self._renew is not None:
+                self._renew()
+
+    def translate(self, exc: BaseException, path: str) -> PffsError:
+        return translate(exc, self.url(path))
+
+    def url(self, path: str) -> str:
+        return self.url_prefix + path
+
+    def _count_retry(self, _exc: BaseException) -> None:
+        self.retries += 1
 
 
 class S3Backend:

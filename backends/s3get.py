@@ -1,7 +1,7 @@
 """The lean GET engine behind S3Backend's object reads and listings: one ranged GET or one
 ListObjectsV2 page, signed by pffs.backends.sigv4, written whole on a pooled keep-alive
-connection and its answer framed by http.client's response code (pffs.backends.s3connections,
-s3response), without boto3's client call machinery.
+connection and its answer framed by http.client's response code (pffs.backends.s3connections),
+without boto3's client call machinery.
 
 Why: on a small machine the client's CPU per request limits a cold read, and boto3's event
 hooks, parameter validation, serialisation and response parsing cost several times this path's
@@ -36,9 +36,8 @@ from botocore.credentials import Credentials
 from botocore.httpsession import ProxyConfiguration
 from botocore.utils import get_environ_proxies
 
-from pffs.backends.s3connections import Connection, Connections
+from pffs.backends.s3connections import Connection, Connections, LeanResponse
 from pffs.backends.s3errors import S3RequestFailed, Unanswered
-from pffs.backends.s3response import LeanResponse
 from pffs.backends.sigv4 import SigV4Signer, host_header
 from pffs.errors import UsageError
 

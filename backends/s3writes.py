@@ -19,19 +19,36 @@ import hashlib
 import os
 import re
 import time
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol, TypeVar
 
 from pffs.backends.base import MultipartBackend, ObjectInfo, PartLimits
-from pffs.backends.s3calls import S3Calls
 from pffs.backends.s3get import LeanGetEngine
 from pffs.backends.s3listing import parse_page
 from pffs.errors import Changed, NotFound
+from pffs.retry import RetryTerms
+
+T = TypeVar("T")
 
 # The largest object one CopyObject request may copy (S3's limit).
 COPY_LIMIT = 5 << 30
 # S3's rules for the parts of an upload: at least 5 MiB but the last, at most 5 GiB, 10,000.
 PART_LIMITS = PartLimits(min_size=5 << 20, max_size=5 << 30, max_count=10_000)
+
+
+class Calls(Protocol):
+    """What the writes use of their backend's S3Calls (pffs.backends.s3, which imports this
+    module): a call made, retried and its failure translated; a HEAD; a path's URL."""
+
+    def do(
+        self, fn: Callable[[], T], what: str, path: str, terms: RetryTerms | None = None
+    ) -> T: ...
+
+    def head(
+        self, client: Any, bucket: str, key: str, path: str, terms: RetryTerms | None = None
+    ) -> dict[str, Any] | None: ...
+
+    def url(self, path: str) -> str: ...
 
 
 class S3Writes:
@@ -41,7 +58,7 @@ class S3Writes:
         self,
         client: Any,  # boto3's S3 client (no type hints)
         engine: LeanGetEngine,
-        calls: S3Calls,
+        calls: Calls,
         bucket: str,
         prefix: str,
     ) -> None:

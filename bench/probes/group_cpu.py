@@ -118,7 +118,7 @@ def top(raw: str, count: int) -> str:
     under: Counter[str] = Counter()
     total = 0
     marks = (
-        "client.py", "server.py", "signing.py", "protocol.py", "peers.py", "owner.py",
+        "client.py", "server.py", "signing.py", "protocol.py", "peers.py",
         "h11", "urllib3", "http/client", "fetching.py", "fuse_ops.py", "diskio.py",
         "run_blocking", "crc32c", "hmac",
     )  # fmt: skip

@@ -22,7 +22,9 @@ keys.py         BlockKey (source, principal, path, object version, index: a chan
                 as a value, runs of blocks as a stream.
 blocks.py       BlockCache, what callers use: reads from the nearest tier, single-flight, the
                 disk tier's partial reads for random access, the readahead entry point
-                (`read_ahead`) and whole-object loads (`load`). It composes every module below
+                (`read_ahead`) and whole-object loads (`load`), and `Background`: the tasks the
+                cache starts in the nursery it is given (write-behind, readahead) and waiting
+                until none is left (flush before an unmount). It composes every module below
                 but preload.py.
 preload.py      Preloader: whole files loaded ahead of readers (dataset preload, order lists,
                 warmup), lazily from jobs, as many at once as the sources' paces give preload
@@ -47,8 +49,6 @@ diskio.py       DiskIO: the disk tier as trio tasks use it, each call in a worke
                 one limiter and counted, and write-behind with a capped number of write slots,
                 in batches (one worker-thread hop and one index transaction per batch); asks
                 the key filter before the index, and keeps it in step with the index.
-background.py   Background: the tasks the cache starts in the nursery it is given (write-behind,
-                readahead) and waiting until none is left (flush before an unmount).
 memory.py       MemoryTier: an LRU of blocks bounded in bytes.
 disk.py         DiskTier: blocks in a diskcache directory, a corrupt entry dropped as a miss;
                 blocking, thread- and process-safe, and per-source usage; reads through

@@ -4,19 +4,20 @@ A read looks in the memory tier, then joins the block's flight when one is under
 loads it itself: from the disk tier, else from the block source it was handed, and writes it
 behind to disk. A random read takes only the bytes it asks for from the disk tier. The cache
 composes the tiers (memory.py, disk.py through diskio.py), single-flight (singleflight.py), the
-readahead engine (readahead_engine.py) and its background tasks (background.py); the threading
-rule they all follow is in pffs/cache/__init__.py.
+readahead engine (readahead_engine.py) and the background tasks they all start (`Background`,
+below, in the nursery the cache is given); the threading rule they all follow is in
+pffs/cache/__init__.py.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Awaitable, Callable, Hashable, Sequence
+from typing import TypeVarTuple
 
 import trio
 
 from pffs import retry
-from pffs.cache.background import Background
 from pffs.cache.datasetroom import DatasetRoom
 from pffs.cache.disk import DiskTier
 from pffs.cache.diskio import DiskIO
@@ -29,6 +30,51 @@ from pffs.cache.window import ReaderWindow, Windows
 from pffs.config import CacheConfig
 from pffs.errors import Corrupted
 from pffs.flow.budget import AheadBudget
+
+Ts = TypeVarTuple("Ts")
+
+
+class Background:
+    """The cache's background work: tasks started in the nursery it is given, and waiting for
+    them (the `Tasks` its parts are handed: pffs.cache.keys).
+
+    Disk writes behind a reader and readahead run here, so a read never waits for them; `idle`
+    waits until none is left (before an unmount, so blocks fetched reach the disk). Without a
+    nursery there is no background work: the cache then neither reads ahead nor writes behind."""
+
+    def __init__(self) -> None:
+        self._nursery: trio.Nursery | None = None
+        self._running = 0  # tasks started and not finished yet
+        self._idle = trio.Event()
+        self._idle.set()
+
+    def attach(self, nursery: trio.Nursery) -> None:
+        self._nursery = nursery
+
+    @property
+    def attached(self) -> bool:
+        return self._nursery is not None
+
+    def spawn(self, fn: Callable[[*Ts], Awaitable[object]], *args: *Ts) -> None:
+        """Start `fn(*args)` in the nursery (one must be attached)."""
+        assert self._nursery is not None
+
+        async def tracked() -> None:
+            try:
+                await fn(*args)
+            finally:
+                self._running -= 1
+                if self._running == 0:
+                    self._idle.set()
+
+        if self._running == 0:
+            self._idle = trio.Event()
+        self._running += 1
+        self._nursery.start_soon(tracked)
+
+    async def idle(self) -> None:
+        """Wait until no task started here is left."""
+        await self._idle.wait()
 
 
 class BlockCache:

@@ -48,10 +48,9 @@ from typing import TypeVarTuple
 
 import trio
 
-from pffs.cache.background import Background
 from pffs.cache.disk import MISS, DiskRead, DiskTier, entry_key
 from pffs.cache.diskkeys import DiskKeys, keys_after, load_keys
-from pffs.cache.keys import BlockKey
+from pffs.cache.keys import BlockKey, Tasks
 from pffs.cache.stats import CacheStats
 from pffs.workers import run_blocking
 
@@ -104,7 +103,7 @@ class DiskIO:
         block_size: int,
         threads: int,
         stats: CacheStats,
-        background: Background,
+        background: Tasks,
         *,
         memory_only: frozenset[str] = frozenset(),
         keep_block: Callable[[BlockKey, bytes], None] | None = None,

@@ -1,4 +1,5 @@
-"""What names a block, and what the cache asks for blocks it holds none of.
+"""What names a block, what the cache asks for blocks it holds none of, and where its parts
+start their background tasks.
 
 Shared by every module of the cache and by its callers (the read path, dataset preload,
 warmup). A block is identified by (source, principal, path, object version, index): a changed
@@ -14,11 +15,14 @@ a `BlockSource`, which gives the bytes back.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from typing import NamedTuple, Protocol, TypeVarTuple
 
 from trio.abc import ReceiveChannel
+
+Ts = TypeVarTuple("Ts")
 
 
 class BlockKey(NamedTuple):
@@ -101,3 +105,14 @@ class BlockSource(Protocol):
         """Bytes [offset, offset+length) of the object, all of them, for a reader waiting on
         them (a whole block, or the few bytes of a cold start)."""
         ...
+
+
+class Tasks(Protocol):
+    """Where the cache's parts (readahead_engine.py, diskio.py) start their background tasks:
+    the block cache's `Background` (pffs.cache.blocks), in the nursery the cache was given, which
+    an unmount waits for. Without one there is no background work."""
+
+    @property
+    def attached(self) -> bool: ...
+
+    def spawn(self, fn: Callable[[*Ts], Awaitable[object]], *args: *Ts) -> None: ...

@@ -3,7 +3,7 @@
 A block on its way is a flight (pffs.cache.singleflight, the one registry of blocks on their
 way); on a mount in a cache group, the fetch path (pffs.store.fetching) adds each piece of a
 whole block it streams to the flight's `Pieces`, whatever started the fetch: a reader, a load
-ahead, a peer's request. A cache group's peer request for that block (pffs.group.owner)
+ahead, a peer's request. A cache group's peer request for that block (pffs.group.server)
 streams them from the first piece, so an asker joining an owner's fetch gets the bytes as soon
 as the owner does. `finish` ends it with the whole block (given at once when it came from a
 tier or the cache, not in pieces); `fail` ends it with the error (a request that has sent

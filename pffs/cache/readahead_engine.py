@@ -26,9 +26,8 @@ from collections.abc import Callable, Sequence
 
 import trio
 
-from pffs.cache.background import Background
 from pffs.cache.diskio import DiskIO
-from pffs.cache.keys import BlockKey, BlockSource
+from pffs.cache.keys import BlockKey, BlockSource, Tasks
 from pffs.cache.memory import MemoryTier
 from pffs.cache.singleflight import Flight, SingleFlight
 from pffs.cache.stats import CacheStats
@@ -110,7 +109,7 @@ class ReadaheadEngine:
         flights: SingleFlight,
         cached_or_coming: Callable[[BlockKey], bool],
         disk: DiskIO,
-        background: Background,
+        background: Tasks,
         stats: CacheStats,
         usage: AheadUsage,
     ) -> None:

@@ -9,7 +9,7 @@ themselves. The table is touched only from trio tasks.
 It is the one registry of blocks on their way. A flight's bytes can also be streamed as they
 arrive (`Flight.stream`: its `Pieces`, pffs.cache.pieces): on a mount in a cache group, the
 store adds each piece of a block it sends to the block's flight, and a peer's request for the
-block (pffs.group.owner) streams them from the first piece, whoever started the fetch (a
+block (pffs.group.server) streams them from the first piece, whoever started the fetch (a
 reader, readahead, preload, another peer). A flight nobody streams keeps no pieces.
 """
 

@@ -5,7 +5,7 @@ One place decides both (docs/notes/flow-control.md has the numbers and what they
 - `permits`: per source, how many requests may be in flight to its store and who goes first
   (`SourceFlow.permit`: a waiting reader, then readahead, then preload, then warmup; loading
   ahead paced by AIMD when the store throttles). Every store request takes one: the readers'
-  (pffs.store.fetching, namespace, listings, writes), loading ahead's (readahead, regions,
+  (pffs.store.fetching, namespace and its listings, writes), loading ahead's (readahead, regions,
   preload, warmup), the owner's side of a cache group, the shared tier's reads, claims and
   writes. A cache group's asks of its peers take the group's `PeerFlow`, by the same priorities.
 - `budget`: per mount, the bytes of blocks held or loading ahead of readers
@@ -15,7 +15,7 @@ Caps left elsewhere on purpose, none sized for store requests: the disk tier's t
 write-behind slots (pffs.cache.diskio: the disk's pace, not the store's); a staging upload's
 parts in flight (pffs.fs.staging: each part's request takes a reader permit; the cap bounds the
 staging file's bytes read at once) and its threads (pffs.fs.writes); synthesised
-directories' listing threads (pffs.fs.listings: no source, no store request); `pffs warmup
+directories' listing threads (pffs.fs.namespace: no source, no store request); `pffs warmup
 --through`'s files read at once (pffs.cli.warmthrough: reads through a mount); and one-at-a-time
 locks (the page cache's settling, the preload socket, a member list's refresh). What each
 reader's window asks for (pffs.cache.window) and which blocks a file's readahead wants

@@ -4,7 +4,7 @@ Each source (a mount table entry, and a shared tier's store) has one `SourceFlow
 store request takes one of its permits, by priority (`Priority`, most urgent first):
 
 - `reader`: a caller waiting on the store: a reader's bytes, a lookup, a listing, a write's
-  upload, a peer's ask served at its owner (pffs.group.owner: a reader on another node
+  upload, a peer's ask served at its owner (pffs.group.server: a reader on another node
   waits on it). At most the source's `max_concurrency` at once; never paced, so a reader waits
   only on other waiting readers, never behind a load ahead.
 - `readahead`, `preload`, `warmup`: loading ahead, every request no reader waits on yet: a

@@ -1,4 +1,4 @@
-"""The namespace: lookups, attributes, directories, and the negative cache.
+"""The namespace: lookups, attributes, directories, their listings, and the negative cache.
 
 It answers from what it knows while that is fresh (an inode's attributes for the attribute TTL,
 a complete directory listing for the directory TTL, "no such name" for the negative TTL) and
@@ -9,14 +9,24 @@ at once while its source is marked down: every request goes through the source's
 what the mount already knows is served stale rather than failed: attributes of known entries
 and expired directory listings, each then trusted for one more TTL before the store is asked
 again. Only what was never seen fails, with EIO.
+
+Directory listings (`Listings`) are streamed from the store in chunks and kept by path for a
+TTL. A complete and unexpired listing answers lookups (including "no such name", unless it is
+one served as last seen) and attributes without asking the store. Listings are kept by path,
+not inode, so one outlives the kernel forgetting the directory's inode (as it does under
+memory pressure or drop_caches). An expired listing is kept until swept, to answer while the
+store is offline: a listing's requests go through its source's breaker, so while the source is
+down an expired listing is answered as last seen at once. A listing's entries as they stream
+in are a `DirListing` (pffs.fs.listings).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import trio
 
@@ -25,12 +35,19 @@ from pffs.config import MetaConfig
 from pffs.errors import NotADirectory, NotFound, SourceDown, Transient
 from pffs.fs.handles import DirHandle, Handles
 from pffs.fs.inodes import ROOT_INODE, Inode, InodeTable, TableInode
-from pffs.fs.listings import MAX_LISTINGS, DirListing, Listings
+from pffs.fs.listings import DirListing
 from pffs.fs.staging import Staged
+from pffs.retry import RetryTerms
 from pffs.routing.table import Mounted, MountTable
+from pffs.workers import run_blocking
 
 log = logging.getLogger(__name__)
 
+# Entries pulled from a backend listing per worker-thread hop: large enough that thread
+# switches cost nothing next to the listing, small enough that `ls` starts printing at once.
+LIST_CHUNK = 1000
+# Directory listings kept at once before expired ones are swept out.
+MAX_LISTINGS = 1024
 # A directory listed in the background for lookups is given up past this many entries: its
 # listing would cost more requests and memory than the lookups it could answer.
 BACKGROUND_LISTING_MAX = 50_000
@@ -38,6 +55,124 @@ BACKGROUND_LISTING_MAX = 50_000
 LISTING_PAGE = 1000
 # The pages of a directory too big to list in the background: it never is again.
 _NEVER = 1 << 62
+
+
+class Listings:
+    """Complete listings by directory path, and the streaming of a listing from the store."""
+
+    def __init__(
+        self, table: MountTable, ttl: float, mount_time: float, now: Callable[[], float]
+    ) -> None:
+        self.table = table
+        self.ttl = ttl
+        self.mount_time = mount_time
+        self._now = now
+        self._by_path: dict[str, DirListing] = {}
+        # Synthesised directories have no source: their listing asks no store (pffs.flow: not a
+        # store's cap).
+        self._local_limiter = trio.CapacityLimiter(4)
+
+    def fresh(self, path: str) -> DirListing | None:
+        """The complete, unexpired listing of `path`, if there is one."""
+        listing = self._by_path.get(path)
+        if listing is None or listing.expires <= self._now():
+            return None  # an expired one is kept (until swept) to answer while offline
+        return listing
+
+    def last_seen(self, path: str) -> DirListing | None:
+        """The listing of `path` as last seen, expired or not."""
+        return self._by_path.get(path)
+
+    def drop(self, path: str) -> None:
+        self._by_path.pop(path, None)
+
+    def keep(self, path: str, listing: DirListing) -> None:
+        now = self._now()
+        if len(self._by_path) >= MAX_LISTINGS:  # drop the expired before growing further
+            for old in [p for p, entry in self._by_path.items() if entry.expires <= now]:
+                del self._by_path[old]
+        if len(self._by_path) >= MAX_LISTINGS:  # long TTLs: drop the oldest, memory is bounded
+            del self._by_path[next(iter(self._by_path))]
+        self._by_path.pop(path, None)  # re-inserted: the oldest stays first
+        listing.expires = now + self.ttl
+        self._by_path[path] = listing
+
+    async def pull(self, path: str, listing: DirListing) -> bool:
+        """Fetch the next chunk of a streaming listing; False when it is finished."""
+        async with listing.lock:
+            if listing.complete:
+                return False
+            routed = self.table.route(path)
+            if listing.source is None:
+                # Its pages' retries stop when the source goes down (its breaker, the gate).
+                terms = None if routed is None else routed[0].health.terms()
+                listing.source = self._tree_listing(path, terms)
+            try:
+                if routed is None:  # a synthesised directory: no store to ask
+                    chunk = await run_blocking(
+                        self._local_limiter, _take, listing.source, LIST_CHUNK
+                    )
+                else:  # through the source's breaker: while it is down, at once
+                    mounted = routed[0]
+                    chunk = await mounted.health.call(
+                        mounted.flow.permit("reader"), _take, listing.source, LIST_CHUNK
+                    )
+            except Transient as exc:
+                listing.source = None
+                if self._use_stale(path, listing, exc):
+                    return True
+                raise
+            except BaseException:
+                # The store failed mid-listing: start over next time. Entries already seen are
+                # kept and de-duplicated by name, so a retried readdir continues seamlessly.
+                listing.source = None
+                raise
+            for info in chunk:
+                listing.add(info)
+            listing.first_chunk.set()
+            if len(chunk) < LIST_CHUNK:
+                listing.complete = True
+                listing.source = None
+                self.keep(path, listing)
+            return bool(chunk) or not listing.complete
+
+    def _tree_listing(self, path: str, terms: RetryTerms | None) -> Iterator[ObjectInfo]:
+        """Directory `path` as the tree shows it: mount points first, then the entries of the
+        source the table routes it to (its pages' retries under `terms`).
+
+        Blocking (it iterates the backend's listing): run it in a worker thread.
+        """
+        junctions = self.table.mount_points_below(path)
+        for name in junctions:
+            yield ObjectInfo(name=name, size=0, mtime=self.mount_time, etag=None, is_dir=True)
+        routed = self.table.route(path)
+        if routed is None:
+            return
+        mounted, inside = routed
+        try:
+            for info in mounted.backend.list(inside, terms):
+                if info.name not in junctions:
+                    yield info
+        except (NotFound, NotADirectory):
+            if not junctions:  # else the directory exists only as the way to a mount point
+                raise
+
+    def _use_stale(self, path: str, listing: DirListing, exc: Transient) -> bool:
+        """Fill an empty listing from an expired one while the store is unreachable."""
+        stale = self._by_path.get(path)
+        if listing.names or stale is None or stale is listing or not stale.complete:
+            return False
+        listing.take_entries(stale)
+        listing.complete = listing.last_seen = stale.last_seen = True
+        stale.expires = self._now() + self.ttl  # ask the store again after a TTL
+        # While the source is down the breaker has said so already.
+        level = logging.DEBUG if isinstance(exc, SourceDown) else logging.INFO
+        log.log(level, "store unreachable, listing /%s as last seen: %s", path, exc)
+        return True
+
+
+def _take(source: Iterator[ObjectInfo], count: int) -> list[ObjectInfo]:
+    return list(itertools.islice(source, count))
 
 
 class Namespace:

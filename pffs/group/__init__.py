@@ -2,7 +2,7 @@
 
 A block has one owner among the group's members (`placement`: rendezvous hashing of its key).
 A miss asks the owner first (`client`), whose server (`server`) hands the ask to the owner's
-side (`owner`): from its cache, or fetched once through the same block cache and store
+side (`server.PeerBlocks`): from its cache, or fetched once through the same block cache and store
 (pffs.store) its own readers use, which the mount's assembly point hands it. Any failure
 on the way (refused, timed out, a 5xx, a reply whose version, length or CRC32C is wrong) means
 the asker fetches from the store itself; a breaker per peer (`breaker`) stops asking a broken

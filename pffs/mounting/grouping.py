@@ -3,7 +3,7 @@ this mount.
 
 `open_group` reads the secret, binds the peer port (a port in use is a one-line error before
 the mount serves) and reads the first member list; `JoinedGroup.run` serves peers and follows
-the member list while the mount serves. The server's block handler (pffs.group.owner)
+the member list while the mount serves. The server's block handler (pffs.group.server)
 is this mount's own read path: the block cache (its single flight, so one fetch serves every
 asker) over the store of the source the block names, version pinned, so an owner fetches a
 block once for the whole group, streamed to the askers as it arrives. It serves only sources
@@ -40,10 +40,9 @@ from pffs.group.client import PeerClient, ProofKey
 from pffs.group.dnsmembers import DnsMembers
 from pffs.group.kubemembers import KubeMembers
 from pffs.group.members import FileMembers
-from pffs.group.owner import PeerBlocks
 from pffs.group.peers import Group
 from pffs.group.principals import PrincipalKeys
-from pffs.group.server import PeerServer
+from pffs.group.server import PeerBlocks, PeerServer
 from pffs.group.shared import Background, SharedTier, tier_key
 from pffs.group.signing import Verifier, read_secret
 from pffs.group.sources import Joined, member_order, shuffled_order

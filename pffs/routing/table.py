@@ -11,14 +11,12 @@ for the root.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from pffs.backends.base import Backend, ObjectInfo
-from pffs.errors import NotADirectory, NotFound
+from pffs.backends.base import Backend
 from pffs.flow.permits import SourceFlow
-from pffs.retry import RetryTerms
 from pffs.routing import health
 from pffs.workers import run_blocking
 
@@ -109,26 +107,3 @@ class MountTable:
     def leads_to_mount(self, path: str) -> bool:
         """Whether `path` is a mount point or a directory above one (it always exists)."""
         return any(is_under(m.path, path) for m in self.mounted)
-
-    def listing(
-        self, path: str, mtime: float, terms: RetryTerms | None = None
-    ) -> Iterator[ObjectInfo]:
-        """Directory `path` as the tree shows it: mount points first, then the source's entries
-        (its pages' retries under `terms`).
-
-        Blocking (it iterates the backend's listing): run it in a worker thread.
-        """
-        junctions = self.mount_points_below(path)
-        for name in junctions:
-            yield ObjectInfo(name=name, size=0, mtime=mtime, etag=None, is_dir=True)
-        routed = self.route(path)
-        if routed is None:
-            return
-        mounted, inside = routed
-        try:
-            for info in mounted.backend.list(inside, terms):
-                if info.name not in junctions:
-                    yield info
-        except (NotFound, NotADirectory):
-            if not junctions:  # else the directory exists only as the way to a mount point
-                raise

@@ -1,4 +1,4 @@
-"""The lean GET engine's response parsing (pffs.backends.s3response) against raw answers: the
+"""The lean GET engine's response parsing (pffs.backends.s3connections) against raw answers: the
 same status, headers, body framing and keep-alive decision http.client's own parser gives."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import io
 
 import pytest
 
-from pffs.backends.s3response import LeanResponse, read_headers
+from pffs.backends.s3connections import LeanResponse, read_headers
 
 
 class _Socket:

@@ -26,7 +26,7 @@ import pytest
 import trio
 
 from pffs.cache import entries
-from pffs.cache.background import Background
+from pffs.cache.blocks import Background
 from pffs.cache.disk import DiskTier, entry_key
 from pffs.cache.diskio import DiskIO
 from pffs.cache.keys import BlockKey
@@ -278,17 +278,18 @@ def test_write_behind_writes_blocks_in_batches(tmp_path: Path) -> None:
     tier.put_batch = counting  # type: ignore[method-assign]
     stats = CacheStats()
     keys = [BlockKey("src", "u", "p", "v", index) for index in range(40)]
-    disk = DiskIO(tier, BLOCK, threads=4, stats=stats, background=Background())
+    background = Background()
+    disk = DiskIO(tier, BLOCK, threads=4, stats=stats, background=background)
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            disk._background.attach(nursery)
+            background.attach(nursery)
             for key in keys[:20]:  # blocks loaded ahead: each waits for the disk's backlog
                 await disk.wait_for_room()
                 disk.write_behind(key, _block(disk.name(key)))
             for key in keys[20:]:  # a reader's blocks: queued in the background
                 disk.write_behind(key, _block(disk.name(key)))
-            await disk._background.idle()
+            await background.idle()
             nursery.cancel_scope.cancel()
 
     trio.run(main)
@@ -304,18 +305,19 @@ def test_write_behind_counts_a_skipped_block_and_frees_its_slot(tmp_path: Path) 
     tier = _tier(tmp_path)
     tier.put_batch = lambda blocks: [False] * len(blocks)  # type: ignore[method-assign]
     stats = CacheStats()
-    disk = DiskIO(tier, BLOCK, threads=1, stats=stats, background=Background())
+    background = Background()
+    disk = DiskIO(tier, BLOCK, threads=1, stats=stats, background=background)
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            disk._background.attach(nursery)
+            background.attach(nursery)
             # Two write slots (2 x threads): ten blocks get through only if slots come back.
             for index in range(10):
                 key = BlockKey("src", "u", "p", "v", index)
                 with trio.fail_after(10):
                     await disk.wait_for_room()
                 disk.write_behind(key, b"x" * 100)
-            await disk._background.idle()
+            await background.idle()
             nursery.cancel_scope.cancel()
 
     trio.run(main)
@@ -339,14 +341,13 @@ def test_blocks_loaded_ahead_wait_for_the_disk_only_beyond_its_write_room(
 
     tier.put_batch = busy_disk  # type: ignore[method-assign]
     stats = CacheStats()
-    disk = DiskIO(
-        tier, BLOCK, threads=1, stats=stats, background=Background(), write_room=write_room
-    )
+    background = Background()
+    disk = DiskIO(tier, BLOCK, threads=1, stats=stats, background=background, write_room=write_room)
     keys = [BlockKey("src", "u", "p", "v", index) for index in range(room_blocks + 1)]
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            disk._background.attach(nursery)
+            background.attach(nursery)
             for key in keys[:-1]:  # the room's blocks land while the disk writes nothing
                 with trio.fail_after(10):
                     await disk.wait_for_room()
@@ -359,7 +360,7 @@ def test_blocks_loaded_ahead_wait_for_the_disk_only_beyond_its_write_room(
             with trio.fail_after(10):
                 await disk.wait_for_room()  # a batch written: room again
             disk.write_behind(keys[-1], _block(disk.name(keys[-1])))
-            await disk._background.idle()
+            await background.idle()
             nursery.cancel_scope.cancel()
 
     trio.run(main)

@@ -14,7 +14,7 @@ from pathlib import Path
 import trio
 import trio.testing
 
-from pffs.cache.background import Background
+from pffs.cache.blocks import Background
 from pffs.cache.disk import DiskTier, entry_key
 from pffs.cache.diskio import DiskIO
 from pffs.cache.diskkeys import DiskKeys
@@ -60,14 +60,15 @@ def _run_with_disk(
     stats: CacheStats | None = None,
 ) -> CacheStats:
     stats = stats or CacheStats()
-    disk = DiskIO(tier, BLOCK, threads=2, stats=stats, background=Background())
+    background = Background()
+    disk = DiskIO(tier, BLOCK, threads=2, stats=stats, background=background)
     clock = trio.testing.MockClock()
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            disk._background.attach(nursery)
+            background.attach(nursery)
             await body(disk, clock)  # type: ignore[misc]
-            await disk._background.idle()
+            await background.idle()
 
     trio.run(main, clock=clock)
     return stats

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from pffs.cache.background import Background
+from pffs.cache.blocks import Background
 from pffs.cache.disk import DiskTier, entry_key
 from pffs.cache.diskio import DiskIO
 from pffs.cache.entries import ALIGN, CHUNK

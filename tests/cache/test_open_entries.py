@@ -21,8 +21,7 @@ import pytest
 import trio
 
 from pffs.cache import openentries
-from pffs.cache.background import Background
-from pffs.cache.blocks import BlockCache
+from pffs.cache.blocks import Background, BlockCache
 from pffs.cache.disk import DiskTier, entry_key
 from pffs.cache.diskio import DiskIO
 from pffs.cache.entries import CHUNK

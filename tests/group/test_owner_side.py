@@ -1,4 +1,4 @@
-"""The owner's side of a peer's ask (pffs.group.owner) runs its load under the mount's
+"""The owner's side of a peer's ask (pffs.group.server) runs its load under the mount's
 nursery: when the mount stops, a load started for a peer ends with it, its flight given up and
 its pieces failed, and the requests it made are closed. Real parts: an S3 source on moto, the
 block cache, the group's client, and a member that accepts the owner's request and never
@@ -17,10 +17,10 @@ from pffs.config import SourceConfig
 from pffs.group import signing
 from pffs.group.client import PeerClient
 from pffs.group.members import Member
-from pffs.group.owner import PeerBlocks
 from pffs.group.peers import Group
 from pffs.group.principals import PrincipalKeys
 from pffs.group.protocol import BlockRequest
+from pffs.group.server import PeerBlocks
 from pffs.routing.table import MountTable
 from tests.cache.configs import cache_config
 
