@@ -14,8 +14,9 @@ until their write is done; the scratch file goes when the file is closed. The ke
 scratch file's pages in its page cache, reclaimable, not in the mount's resident memory
 (docs/notes/parked-spans-rss.md measured both).
 
-Bounded: at most `ROOM` bytes parked across the mount and PARKED_MAX spans per open file; past
-either, a dropped span is let go (a block load over it asks the store). A scratch file that
+Bounded: at most `ROOM` bytes parked across the mount, UNWRITTEN of them in memory (a slow disk
+must not turn parking back into resident memory), and PARKED_MAX spans per open file; past any,
+a dropped span is let go (a block load over it asks the store). A scratch file that
 cannot be written (a full disk) parks nothing more; the spans it failed to take are let go.
 Sources whose blocks never go to disk (`cache = "memory"`) park nothing. Threading rule as in
 the cache: worker threads only move bytes (pwrite, pread); the records are touched only from
@@ -38,6 +39,8 @@ log = logging.getLogger("pffs.fs")
 
 # Bytes parked across the mount at most (its open files' scratch files together).
 ROOM = 1 << 30
+# Bytes parked and not yet written across the mount at most: what parking holds in memory.
+UNWRITTEN = 32 << 20
 # Spans parked per open file at most (each lookup walks them).
 PARKED_MAX = 1024
 # Worker threads writing or reading scratch files at once.
@@ -50,17 +53,24 @@ Spawn = Callable[[Callable[[], Awaitable[None]]], bool]
 class Parking:
     """The mount's parking: where scratch files go, and the room they share."""
 
-    def __init__(self, directory: str, room: int = ROOM) -> None:
+    def __init__(self, directory: str, room: int = ROOM, unwritten: int = UNWRITTEN) -> None:
         self.directory = directory
         self.room = room
+        self.unwritten_max = unwritten
         self.used = 0  # bytes parked now, across the open files
+        self.unwritten = 0  # of them, bytes still in memory (their writes not done)
         self.limiter = trio.CapacityLimiter(THREADS)
 
     def take(self, size: int) -> bool:
-        if self.used + size > self.room:
+        """Count `size` bytes parked, in memory until written, if they fit (True)."""
+        if self.used + size > self.room or self.unwritten + size > self.unwritten_max:
             return False
         self.used += size
+        self.unwritten += size
         return True
+
+    def written(self, size: int) -> None:
+        self.unwritten -= size
 
     def give_back(self, size: int) -> None:
         self.used -= size
@@ -90,8 +100,8 @@ class ParkedSpans:
 
     @property
     def held(self) -> int:
-        """Bytes parked and still in memory (their write not done yet)."""
-        return sum(len(p.data) for p in self._parked if p.data is not None)
+        """Bytes of this file parked and still in memory (their write not done yet)."""
+        return sum(p.end - p.start for p in self._parked if p.data is not None)
 
     def park(self, offset: int, data: bytes | bytearray) -> None:
         """Keep bytes [offset, offset+len(data)) of the file (`data` is not changed after)."""
@@ -128,7 +138,7 @@ class ParkedSpans:
         if parked is None or end > parked.end:
             return None
         if parked.data is not None:
-            return bytes(parked.data[offset - parked.start : end - parked.start])
+            return bytes(memoryview(parked.data)[offset - parked.start : end - parked.start])
         scratch = self._scratch
         if scratch is None:
             return None
@@ -152,14 +162,13 @@ class ParkedSpans:
         self._close_when_idle()
 
     async def _write(self, parked: _Parked) -> None:
+        data = parked.data  # None once let go (the file closed before the write started)
         try:
-            if self._closed or self._broken or parked.data is None:
+            if self._closed or self._broken or data is None:
                 return
             scratch = await self._open()
-            await run_blocking(
-                self._parking.limiter, _write_all, scratch, parked.data, parked.start
-            )
-            parked.data = None  # on disk now: its memory goes
+            await run_blocking(self._parking.limiter, _write_all, scratch, data, parked.start)
+            self._drop_bytes(parked)  # on disk now: its memory goes
         except OSError as exc:
             log.warning("parking region spans failed, they are let go: %s", exc)
             self._broken = True
@@ -175,9 +184,15 @@ class ParkedSpans:
                 self._scratch = await run_blocking(self._parking.limiter, _scratch_file, directory)
             return self._scratch
 
+    def _drop_bytes(self, parked: _Parked) -> None:
+        if parked.data is not None:
+            parked.data = None
+            self._parking.written(parked.end - parked.start)
+
     def _forget(self, parked: _Parked) -> None:
         if parked in self._parked:
             self._parked.remove(parked)
+            self._drop_bytes(parked)
             self._parking.give_back(parked.end - parked.start)
 
     def _close_when_idle(self) -> None:

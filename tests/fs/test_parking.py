@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import trio
+import trio.testing
 
 from pffs.fs.parking import ParkedSpans, Parking
 
@@ -39,9 +40,12 @@ async def _written(parked: ParkedSpans) -> None:
 
 
 async def _parked_in(
-    directory: Path, room: int, test: Callable[[ParkedSpans, Parking], Awaitable[None]]
+    directory: Path,
+    room: int,
+    test: Callable[[ParkedSpans, Parking], Awaitable[None]],
+    unwritten: int = 1 << 20,
 ) -> None:
-    parking = Parking(str(directory), room)
+    parking = Parking(str(directory), room, unwritten)
     async with trio.open_nursery() as nursery:
 
         def spawn(fn: Callable[[], Awaitable[None]]) -> bool:
@@ -80,6 +84,25 @@ def test_spans_past_the_mounts_room_are_let_go(tmp_path: Path) -> None:
         assert parking.used == 0
 
     trio.run(_parked_in, tmp_path, 300 * KIB, test)
+
+
+def test_spans_waiting_for_their_write_are_bounded_in_memory(tmp_path: Path) -> None:
+    """A slow disk must not turn parking back into resident memory: past UNWRITTEN bytes not yet
+    written across the mount, a dropped span is let go."""
+
+    async def test(parked: ParkedSpans, parking: Parking) -> None:
+        for n in range(5):  # all at once: no write has started yet
+            parked.park(n * 100 * KIB, bytes(100 * KIB))
+        assert parking.unwritten == 200 * KIB and parked.held == 200 * KIB
+        await _written(parked)
+        assert parking.unwritten == 0 and parking.used == 200 * KIB
+        parked.park(500 * KIB, bytes(100 * KIB))  # room again once written
+        assert parking.unwritten == 100 * KIB
+        parked.close()  # before its write: let go all the same
+        await trio.testing.wait_all_tasks_blocked()
+        assert parking.used == parking.unwritten == 0 and _scratch_files(tmp_path) == 0
+
+    trio.run(_parked_in, tmp_path, 1 << 20, test, 200 * KIB)
 
 
 def test_a_scratch_file_that_cannot_be_made_parks_nothing_more(tmp_path: Path) -> None:

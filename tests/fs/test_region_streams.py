@@ -20,8 +20,10 @@ import trio
 from pffs.cache.readahead import REGION_STREAM_AHEAD
 from pffs.errors import SourceDown, Transient
 from pffs.fs.inodes import ROOT_INODE
+from pffs.routing.table import Mounted, MountTable
 from tests.cache.configs import KIB, cache_config
-from tests.fs.test_reads_through_cache import RunStore, cached_vfs, with_nursery
+from tests.fs.helpers import make_vfs
+from tests.fs.test_reads_through_cache import NO_TTLS, RunStore, cached_vfs, with_nursery
 
 MIB = 1024 * KIB
 BLOCK = 2 * MIB
@@ -197,3 +199,27 @@ def test_a_lazy_loads_dropped_spans_are_not_held_in_memory() -> None:
     # its end came after the last READ), and little else.
     assert seen["held"] < seen["spans"] + 256 * KIB, seen
     assert seen["parked_after"] == 0
+
+
+def test_a_memory_only_sources_spans_are_never_parked() -> None:
+    """`cache = "memory"`: the source's bytes never go to disk, so its dropped spans are let go
+    rather than parked in a scratch file."""
+    data, store, reads, _ = _region(23)
+    config = cache_config(None, block=BLOCK, readahead_max=8 * BLOCK, ahead_budget=16 * BLOCK)
+    table = MountTable([Mounted("", store, disk_cache=False)])
+    vfs = make_vfs(table, meta=NO_TTLS, cache=config)
+    parked: list[int] = []
+
+    async def load_a_tensor() -> None:
+        async with trio.open_nursery() as nursery:
+            vfs.attach(nursery)
+            inode = await vfs.lookup(ROOT_INODE, "f")
+            fh, _ = await vfs.open(inode.ino, os.O_RDONLY)
+            for offset, size in reads:
+                assert bytes(await vfs.read(fh, offset, size)) == data[offset : offset + size]
+                parked.append(vfs.reader.parking.used)
+            await vfs.release(fh)
+            nursery.cancel_scope.cancel()
+
+    trio.run(load_a_tensor)
+    assert parked == [0] * len(reads)
