@@ -114,8 +114,8 @@ class RegionStreams:
         self, offset: int, end: int, fetch: Callable[[int, int], Awaitable[bytes]]
     ) -> bytes:
         """Bytes [offset, end) for a block load: what spans hold or are fetching taken from
-        them (waiting for their pieces; a failed span's part fetched instead), the gaps
-        between them from `fetch(offset, length)`, one call per gap. Not counted as taken by a
+        them (waiting for their pieces; a failed span's part fetched instead), what was parked
+        read back, the gaps between them from `fetch(offset, length)`, one call per gap. Not counted as taken by a
         READ: the spans stay for the READs they were streamed for."""
         pieces: list[bytes] = []
         position = offset
@@ -123,19 +123,15 @@ class RegionStreams:
             span = self._covering(position)
             if span is None:
                 stop = min(end, self._next_start(position, end))
-                parked_end = None if self._parked is None else self._parked.covering(position)
-                if parked_end is not None:
-                    stop = min(end, parked_end)
-                    assert self._parked is not None
-                    data = await self._parked.read(position, stop)
-                    pieces.append(
-                        data if data is not None else await fetch(position, stop - position)
-                    )
-                    position = stop
-                    continue
-                if self._parked is not None:
-                    stop = self._parked.next_start(position, stop)
-                pieces.append(await fetch(position, stop - position))
+                parked, data = self._parked, None
+                if parked is not None:
+                    parked_end = parked.covering(position)
+                    if parked_end is None:
+                        stop = parked.next_start(position, stop)  # the gap up to the next one
+                    else:  # the parked span's bytes (the store's, should they be gone)
+                        stop = min(end, parked_end)
+                        data = await parked.read(position, stop)
+                pieces.append(data if data is not None else await fetch(position, stop - position))
                 position = stop
                 continue
             stop = min(end, span.end)
