@@ -114,9 +114,10 @@ class RegionStreams:
         self, offset: int, end: int, fetch: Callable[[int, int], Awaitable[bytes]]
     ) -> bytes:
         """Bytes [offset, end) for a block load: what spans hold or are fetching taken from
-        them (waiting for their pieces; a failed span's part fetched instead), what was parked
-        read back, the gaps between them from `fetch(offset, length)`, one call per gap. Not counted as taken by a
-        READ: the spans stay for the READs they were streamed for."""
+        them (waiting for their pieces; a failed span's part fetched instead), what was
+        parked read back, the gaps between them from `fetch(offset, length)`, one call per
+        gap. Not counted as taken by a READ: the spans stay for the READs they were streamed
+        for."""
         pieces: list[bytes] = []
         position = offset
         while position < end:
