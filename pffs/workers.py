@@ -69,9 +69,13 @@ class _Pool:
                 self._idle -= 1
                 self._jobs.put(job)
                 return
-        threading.Thread(target=self._serve, args=(job,), name="pffs-worker", daemon=True).start()
+        # The first job goes in a list the thread empties: a Thread keeps its args until it
+        # ends, and with them the call's arguments (a span's bytes, a batch of blocks).
+        first = [job]
+        threading.Thread(target=self._serve, args=(first,), name="pffs-worker", daemon=True).start()
 
-    def _serve(self, job: _Job) -> None:
+    def _serve(self, first: list[_Job]) -> None:
+        job = first.pop()
         while True:
             job.run()
             del job  # nothing of a finished call is kept alive by an idle thread

@@ -12,7 +12,7 @@ pffs/cache/__init__.py.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVarTuple
 
 import trio
@@ -320,16 +320,6 @@ class BlockCache:
         if fetched:
             self._disk.write_behind(key, data)
         return data
-
-    def keep_loose(self, key: Hashable, data: bytes) -> None:
-        """Keep bytes that are no block (a file's region span, pffs.fs.regions) in the memory
-        tier under `key`, evicted like a block and never written to disk, so that a block load
-        over them later takes them rather than asking the store again."""
-        self.memory.put(key, data)
-
-    def loose(self, key: Hashable) -> bytes | None:
-        """Bytes kept by `keep_loose`, while the memory tier holds them."""
-        return self.memory.get(key)
 
     def passed(self, key: BlockKey) -> None:
         """A sequential reader has read past the block (drop-behind): it leaves the memory tier

@@ -14,7 +14,8 @@ One place decides both (docs/notes/flow-control.md has the numbers and what they
 Caps left elsewhere on purpose, none sized for store requests: the disk tier's threads and its
 write-behind slots (pffs.cache.diskio: the disk's pace, not the store's); a staging upload's
 parts in flight (pffs.fs.staging: each part's request takes a reader permit; the cap bounds the
-staging file's bytes read at once) and its threads (pffs.fs.writes); synthesised
+staging file's bytes read at once) and its threads (pffs.fs.writes); parking's scratch-file
+threads (pffs.fs.parking: local disk); synthesised
 directories' listing threads (pffs.fs.namespace: no source, no store request); `pffs warmup
 --through`'s files read at once (pffs.cli.warmthrough: reads through a mount); and one-at-a-time
 locks (the page cache's settling, the preload socket, a member list's refresh). What each

@@ -20,6 +20,7 @@ from pffs.errors import Changed, IsADirectory
 from pffs.fs.handles import Handles, ReadHandle
 from pffs.fs.namespace import Namespace
 from pffs.fs.pagecache import PageCache
+from pffs.fs.parking import ParkedSpans, Parking
 from pffs.fs.regions import RegionStreams, SpansFirst
 from pffs.store.fetching import Store, StoreBlocks, open_blocks
 
@@ -50,15 +51,18 @@ class Reader:
         handles: Handles,
         cache: BlockCache,
         pages: PageCache,
+        parking: Parking,
         tier: Joined | None = None,
     ) -> None:
-        """`tier`: the cache group or shared tier the mount joined, asked before the store."""
+        """`parking`: where open files' dropped region spans go (pffs.fs.parking); `tier`: the
+        cache group or shared tier the mount joined, asked before the store."""
         self.namespace = namespace
         self.tier = tier
         self.handles = handles
         self.cache = cache
         self.block_size = cache.block_size
         self.pages = pages
+        self.parking = parking
 
     async def open(self, ino: int) -> tuple[int, bool]:
         """Open for reading. Returns (handle, keep_cache): whether the kernel may keep pages
@@ -141,7 +145,11 @@ class Reader:
         source = handle.source
         if not isinstance(source, StoreBlocks) or not source.streams_ranges:
             return None  # a tier before the store (pffs.group), or a store without ranges
-        regions = RegionStreams(source, self.cache.background, self.cache.ahead, parking=self.cache)
+        # A memory-only source's bytes never go to disk: its dropped spans are let go.
+        parked = None
+        if handle.blocks.source not in self.cache.memory_only:
+            parked = ParkedSpans(self.parking, self.cache.background)
+        regions = RegionStreams(source, self.cache.background, self.cache.ahead, parked)
         # From now on the file's block loads take what its spans hold (fetched once).
         handle.source = SpansFirst(source, regions)
         return regions

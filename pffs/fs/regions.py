@@ -21,24 +21,22 @@ Each byte is fetched once: a file's region may turn out to be part of a walk of 
 then cover bytes its spans hold or are still fetching. Once a handle streams regions, its blocks
 come through `SpansFirst`: a block load (a reader's, or a readahead run's) takes what the spans
 hold, waiting for their pieces, and asks the store only for the rest. A span dropped while its
-file is open (read to its end, or to make room) is parked in the cache's memory tier
-(`Parking`: evicted like a block, never written to disk), where such a load finds it too: the
-walk may come long after the regions (an Arrow file's metadata hops, then its bodies).
+file is open (read to its end, or to make room) is parked (pffs.fs.parking: on local disk, not
+in memory), where such a load finds it too: the walk may come long after the regions (an Arrow
+file's metadata hops, then its bodies).
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
-from collections import deque
-from collections.abc import AsyncGenerator, Awaitable, Callable, Hashable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from functools import partial
-from typing import Protocol
 
 import trio
 
 from pffs.cache.keys import Blocks
 from pffs.flow.budget import AheadBudget
+from pffs.fs.parking import ParkedSpans
 from pffs.store.fetching import StoreBlocks, piece_lengths
 
 log = logging.getLogger("pffs.fs")
@@ -74,19 +72,6 @@ class _Span:
         self.changed = trio.Event()
 
 
-class Parking(Protocol):
-    """Where a file's dropped spans wait for a block load over them (pffs.cache.blocks)."""
-
-    def keep_loose(self, key: Hashable, data: bytes) -> None: ...
-
-    def loose(self, key: Hashable) -> bytes | None: ...
-
-
-# Spans parked per open file that it remembers (the oldest forgotten first).
-PARKED_MAX = 64
-_parked_numbers = itertools.count()
-
-
 class RegionStreams:
     """The spans streamed for the region runs of one open file."""
 
@@ -95,16 +80,15 @@ class RegionStreams:
         source: StoreBlocks,
         spawn: Spawn,
         budget: AheadBudget,
-        parking: Parking | None = None,
+        parked: ParkedSpans | None = None,
     ) -> None:
+        """`parked`: where the file's dropped spans go (None: they are let go)."""
         self._source = source
         self._spawn = spawn
         self._budget = budget
-        self._parking = parking
+        self._parked = parked
         self._spans: list[_Span] = []  # by start; none overlap
         self._started = 0
-        # Dropped spans parked in the cache: (start, end, key), oldest first.
-        self._parked: deque[tuple[int, int, Hashable]] = deque(maxlen=PARKED_MAX)
 
     @property
     def held(self) -> int:
@@ -115,39 +99,40 @@ class RegionStreams:
         """The file is closed: its spans are dropped (one still coming ends unread)."""
         for span in list(self._spans):
             self._drop(span, park=False)
-        self._parked.clear()
+        if self._parked is not None:
+            self._parked.close()
 
     def covers(self, offset: int) -> bool:
         return self._covering(offset) is not None
 
     def overlaps(self, offset: int, end: int) -> bool:
         """Whether a span holds, is fetching or parked any of bytes [offset, end)."""
-        return any(span.start < end and offset < span.end for span in self._spans) or any(
-            start < end and offset < stop for start, stop, _ in self._parked
-        )
+        spans = any(span.start < end and offset < span.end for span in self._spans)
+        return spans or (self._parked is not None and self._parked.overlaps(offset, end))
 
     async def assemble(
         self, offset: int, end: int, fetch: Callable[[int, int], Awaitable[bytes]]
     ) -> bytes:
         """Bytes [offset, end) for a block load: what spans hold or are fetching taken from
-        them (waiting for their pieces; a failed span's part fetched instead), the gaps
-        between them from `fetch(offset, length)`, one call per gap. Not counted as taken by a
-        READ: the spans stay for the READs they were streamed for."""
+        them (waiting for their pieces; a failed span's part fetched instead), what was
+        parked read back, the gaps between them from `fetch(offset, length)`, one call per
+        gap. Not counted as taken by a READ: the spans stay for the READs they were streamed
+        for."""
         pieces: list[bytes] = []
         position = offset
         while position < end:
             span = self._covering(position)
             if span is None:
-                parked = self._parked_at(position)
-                if parked is not None:
-                    start, data = parked
-                    stop = min(end, start + len(data))
-                    pieces.append(data[position - start : stop - start])
-                    position = stop
-                    continue
                 stop = min(end, self._next_start(position, end))
-                stop = min([stop] + [a for a, _, _ in self._parked if position < a < stop])
-                pieces.append(await fetch(position, stop - position))
+                parked, data = self._parked, None
+                if parked is not None:
+                    parked_end = parked.covering(position)
+                    if parked_end is None:
+                        stop = parked.next_start(position, stop)  # the gap up to the next one
+                    else:  # the parked span's bytes (the store's, should they be gone)
+                        stop = min(end, parked_end)
+                        data = await parked.read(position, stop)
+                pieces.append(data if data is not None else await fetch(position, stop - position))
                 position = stop
                 continue
             stop = min(end, span.end)
@@ -225,24 +210,14 @@ class RegionStreams:
         self._spans.remove(span)
         self._budget.give_back("region", span.end - span.start)
         if park and span.done and not span.failed:
-            self.park(span.start, bytes(span.data))
+            self.park(span.start, span.data)  # no copy: nothing changes a dropped span's bytes
 
-    def park(self, offset: int, data: bytes) -> None:
-        """Bytes [offset, offset+len(data)) a READ of the file fetched alone (a region's first
-        READ, before its run is known), parked like a dropped span."""
-        if self._parking is not None and data:
-            key = ("span", next(_parked_numbers))
-            self._parking.keep_loose(key, data)
-            self._parked.append((offset, offset + len(data), key))
-
-    def _parked_at(self, offset: int) -> tuple[int, bytes] | None:
-        """(start, bytes) of a parked span covering `offset` still in the cache, else None."""
-        for start, end, key in reversed(self._parked):  # the newest first
-            if start <= offset < end:
-                data = self._parking.loose(key) if self._parking is not None else None
-                if data is not None:
-                    return start, data
-        return None
+    def park(self, offset: int, data: bytes | bytearray) -> None:
+        """Bytes [offset, offset+len(data)) of the file a block load may come over later: a
+        dropped span's, or those a READ fetched alone (a region's first READ, before its run
+        is known)."""
+        if self._parked is not None:
+            self._parked.park(offset, data)
 
     def _covering(self, offset: int) -> _Span | None:
         for span in self._spans:

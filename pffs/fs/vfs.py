@@ -37,6 +37,7 @@ from pffs.fs.inodes import ROOT_INODE, Inode
 from pffs.fs.namespace import Namespace
 from pffs.fs.orders import UNKNOWN_SENDER, Sender, refusal, report
 from pffs.fs.pagecache import KernelCache, PageCache
+from pffs.fs.parking import Parking
 from pffs.fs.reads import Reader
 from pffs.fs.renames import Renamer
 from pffs.fs.special import HIDDEN_DIR, SpecialFiles
@@ -73,7 +74,8 @@ class Vfs:
         staged = StagedFiles()  # the writer's; the namespace reads it
         self.namespace = Namespace(table, meta, self.handles, staged.view)
         self.pages = PageCache(self.cache)
-        self.reader = Reader(self.namespace, self.handles, self.cache, self.pages, tier)
+        parking = Parking(staging_dir, free_ratio=self.cache.config.free_ratio)
+        self.reader = Reader(self.namespace, self.handles, self.cache, self.pages, parking, tier)
         self.writer = Writer(self.namespace, self.handles, fuse, staging_dir, staged, self.pages)
         self.renamer = Renamer(self.namespace, self.writer)
         dataset = dataset or PreloadConfig()

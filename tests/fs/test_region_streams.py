@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import os
 import random
+import tracemalloc
 from collections.abc import Iterator
 
 import pytest
@@ -19,8 +20,10 @@ import trio
 from pffs.cache.readahead import REGION_STREAM_AHEAD
 from pffs.errors import SourceDown, Transient
 from pffs.fs.inodes import ROOT_INODE
+from pffs.routing.table import Mounted, MountTable
 from tests.cache.configs import KIB, cache_config
-from tests.fs.test_reads_through_cache import RunStore, cached_vfs, with_nursery
+from tests.fs.helpers import make_vfs
+from tests.fs.test_reads_through_cache import NO_TTLS, RunStore, cached_vfs, with_nursery
 
 MIB = 1024 * KIB
 BLOCK = 2 * MIB
@@ -160,3 +163,63 @@ def test_a_region_fetches_nothing_past_the_kernels_last_read() -> None:
     last = reads[-1][0] + READ
     assert max(start + length for start, length in store.ranges) <= last
     assert sum(length for _, length in store.ranges) == last - reads[0][0]  # each byte once
+
+
+def test_a_lazy_loads_dropped_spans_are_not_held_in_memory() -> None:
+    """A lazy loader's tensors (docs/notes/parked-spans-rss.md): the spans dropped once read
+    are parked on local disk, not kept in the mount's memory while the file is open (where
+    they bought nothing: no walk comes over them); the file's close lets them go."""
+    data, store, reads, _ = _region(19)
+    config = cache_config(None, block=BLOCK, readahead_max=8 * BLOCK, ahead_budget=16 * BLOCK)
+    vfs = cached_vfs(store, config)
+    seen: dict[str, int] = {}
+
+    async def load_a_tensor() -> None:
+        async with trio.open_nursery() as nursery:
+            vfs.attach(nursery)
+            inode = await vfs.lookup(ROOT_INODE, "f")
+            tracemalloc.start()
+            fh, _ = await vfs.open(inode.ino, os.O_RDONLY)
+            for offset, size in reads:  # checked one by one: the test keeps none of them
+                assert bytes(await vfs.read(fh, offset, size)) == data[offset : offset + size]
+            await vfs.drain()  # the parked spans' writes done
+            seen["held"] = tracemalloc.get_traced_memory()[0]
+            tracemalloc.stop()
+            regions = vfs.handles.reading(fh).regions
+            seen["spans"] = regions.held if regions is not None else 0  # not dropped yet
+            seen["parked"] = vfs.reader.parking.used
+            await vfs.release(fh)
+            seen["parked_after"] = vfs.reader.parking.used
+            nursery.cancel_scope.cancel()
+
+    trio.run(load_a_tensor)
+    region = len(reads) * READ
+    assert seen["parked"] >= region - READ  # parked (but the last span): a walk may come
+    # But not in memory: what the mount holds is the spans not dropped yet (the last one, when
+    # its end came after the last READ), and little else.
+    assert seen["held"] < seen["spans"] + 256 * KIB, seen
+    assert seen["parked_after"] == 0
+
+
+def test_a_memory_only_sources_spans_are_never_parked() -> None:
+    """`cache = "memory"`: the source's bytes never go to disk, so its dropped spans are let go
+    rather than parked in a scratch file."""
+    data, store, reads, _ = _region(23)
+    config = cache_config(None, block=BLOCK, readahead_max=8 * BLOCK, ahead_budget=16 * BLOCK)
+    table = MountTable([Mounted("", store, disk_cache=False)])
+    vfs = make_vfs(table, meta=NO_TTLS, cache=config)
+    parked: list[int] = []
+
+    async def load_a_tensor() -> None:
+        async with trio.open_nursery() as nursery:
+            vfs.attach(nursery)
+            inode = await vfs.lookup(ROOT_INODE, "f")
+            fh, _ = await vfs.open(inode.ino, os.O_RDONLY)
+            for offset, size in reads:
+                assert bytes(await vfs.read(fh, offset, size)) == data[offset : offset + size]
+                parked.append(vfs.reader.parking.used)
+            await vfs.release(fh)
+            nursery.cancel_scope.cancel()
+
+    trio.run(load_a_tensor)
+    assert parked == [0] * len(reads)

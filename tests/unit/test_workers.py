@@ -5,6 +5,7 @@ waits: nothing here depends on the machine's speed."""
 from __future__ import annotations
 
 import threading
+import weakref
 
 import pytest
 import trio
@@ -135,6 +136,30 @@ def test_an_idle_thread_takes_the_next_call(monkeypatch: pytest.MonkeyPatch) -> 
 
     first, second = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
     assert first == second  # the idle thread took the second call
+
+
+class _Payload:
+    """Stands for the bytes a call moves (a weakref tells when nothing holds them)."""
+
+
+def test_an_idle_thread_keeps_nothing_of_the_calls_it_ran(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Calls move bytes (a region span being parked, a batch of blocks): an idle thread must
+    not keep them alive, nor those of the call that started it."""
+    monkeypatch.setattr(workers, "_pool", workers._Pool())  # a thread started for the first
+    monkeypatch.setattr(workers, "_IDLE_SECONDS", 60.0)  # idle for the whole test
+    payloads = [_Payload(), _Payload()]
+    gone = [weakref.ref(payload) for payload in payloads]
+
+    async def main() -> None:
+        limiter = trio.CapacityLimiter(1)
+        for _ in range(2):
+            await workers.run_blocking(limiter, lambda payload: None, payloads.pop())
+            while not workers.idle_threads():  # counted idle once it handed the outcome back
+                await trio.sleep(0.001)  # virtual: the clock jumps while the thread runs
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert workers.idle_threads() == 1
+    assert [ref() for ref in gone] == [None, None]
 
 
 def test_an_idle_thread_ends(monkeypatch: pytest.MonkeyPatch) -> None:
