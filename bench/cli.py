@@ -205,6 +205,16 @@ def run_on_server(
             "store_files_per_s": round(store_files_per_s(server, data), 1),
             "local_disk_mbs": round(local_disk_ceiling(data), 1),
         })  # fmt: skip
+        if data.clients is not None and data.clients.arrow_file_bytes > data.sizes.large:
+            # The clients' floors (bench.clientfloor) divide by a ceiling over an object of
+            # their own size when it is the larger: the large file of --quick (32 MiB) is a
+            # few GETs' round trips more than its transfer at 20 ms, a floor too high.
+            ceilings[-1]["clients_server_mbs"] = round(
+                server_ceiling(
+                    server, data, key=client_patterns.ARROW_KEY, size=data.clients.arrow_file_bytes
+                ),
+                1,
+            )
         # Interleaved and rotated (A B C, then B C A, ...): no system is always the first
         # to read the data after its upload, which costs RGW more (docs/notes/rgw-large-reads.md).
         turn = rep % len(systems) if systems else 0
@@ -459,6 +469,11 @@ def run_session(
             )
             progress.note(f"{server.name}: creating the tree of {data.sizes.tree_files:,} objects")
             create_tree(server, data)
+            if data.clients is not None:
+                entry["clients_must_fetch_bytes"] = {
+                    pattern: client_patterns.must_fetch_bytes(data.clients, pattern)
+                    for pattern in client_patterns.PATTERNS
+                }
             for latency in args.latencies:
                 name = f"{server.name}, {latency:g} ms"
                 try:

@@ -17,6 +17,7 @@ import sys
 from typing import Any
 
 from bench.charts import draw_charts
+from bench.clientfloor import floor_table
 from bench.groupreport import group_tables, write_section
 from bench.headline import HeadlineError, update_gaps, update_readme
 from bench.scenarios import METRICS, Metric
@@ -83,6 +84,9 @@ def markdown(summary: dict[str, Any]) -> str:
             ratio = server["ratios"].get(metric.key)
             row.append(f"{ratio:.2f}x" if ratio else "-")
             lines.append("| " + " | ".join(row) + " |")
+        floors = floor_table(server)
+        if floors:
+            lines.append("\n" + floors)
         kinds = server.get("remount_requests", {})
         if kinds:
             listed = "; ".join(f"{system} {text}" for system, text in kinds.items())

@@ -422,16 +422,19 @@ def _cpu_of(pids: tuple[int | None, ...]) -> float | None:
     return sum(s for s in seconds if s is not None)
 
 
-def server_ceiling(server: Server, dataset: Dataset, parallel: int = 8) -> float:
-    """The store's own throughput: parallel ranged GETs of the large file with curl, in MB/s.
+def server_ceiling(
+    server: Server, dataset: Dataset, parallel: int = 8, key: str = "large.bin", size: int = 0
+) -> float:
+    """The store's own throughput: parallel ranged GETs of an object with curl, in MB/s; the
+    large file by default, else `key` of `size` bytes.
 
     The page cache is dropped first, as before the cold read it is compared with: a server
     on this machine then reads the object from disk in both.
     """
     url = client(server).generate_presigned_url(
-        "get_object", Params={"Bucket": dataset.bucket, "Key": "large.bin"}, ExpiresIn=3600
+        "get_object", Params={"Bucket": dataset.bucket, "Key": key}, ExpiresIn=3600
     )
-    size = dataset.sizes.large
+    size = size or dataset.sizes.large
     step = -(-size // parallel)
 
     def get(index: int) -> None:

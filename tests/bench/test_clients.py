@@ -57,6 +57,10 @@ def test_every_pattern_reads_what_was_generated_and_the_files_are_seeded(tmp_pat
     assert first.projection_bytes < first.scan_bytes
     assert first.full_bytes == os.path.getsize(tmp_path / "a/store" / clients.FULL_KEY)
     assert second.tar_sha256 == first.tar_sha256
+    # What any system must fetch (the floors' bytes): the Arrow file whole, else what was read.
+    arrow_file = os.path.getsize(tmp_path / "a/store" / clients.ARROW_KEY)
+    assert clients.must_fetch_bytes(first, "arrow_batches") == arrow_file > first.arrow_bytes
+    assert clients.must_fetch_bytes(first, "parquet_columns") == first.projection_bytes
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.clients import PATTERNS
 from bench.scenarios import METRICS, PFFS_ONLY
 from tests.bench.sizes import SMALL_DATASET
 
@@ -73,6 +74,12 @@ def test_quick_bench_produces_every_figure(tmp_path: Path) -> None:
     assert "| training epoch 1, cold (8 readers) |" in result.stdout
     assert "Epoch 1 against the store's own files/s: pffs " in result.stdout
     assert "| training epoch 2 after a remount |" in result.stdout
+    # The clients' floors: the quick Arrow file (16 MiB) is larger than this large file (8
+    # MiB), so their ceiling is measured over it.
+    assert "Clients against the store's floor" in result.stdout
+    for server in summary["servers"]:
+        assert server["ceilings"]["clients_server_mbs"] > 0
+        assert set(server["clients_must_fetch_bytes"]) == set(PATTERNS)
     assert "| ls -lR of the tree (100 directories), cold |" in result.stdout
     assert "Store requests during epoch 2 after a remount (first rep): pffs GET " in result.stdout
     for run in payload["runs"]:
