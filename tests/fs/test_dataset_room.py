@@ -31,7 +31,11 @@ def room_vfs(root: Path, tmp: Path, disk_bytes: int) -> tuple[Vfs, HoldingBacken
     """A Vfs over `root` with a disk tier of `disk_bytes`, and its store."""
     backend = HoldingBackend(root)
     config = CacheConfig(
-        block_size=FILE, memory_bytes=2 * MIB, disk_dir=str(tmp / "cache"), disk_bytes=disk_bytes
+        block_size=FILE,
+        memory_bytes=2 * MIB,
+        disk_dir=str(tmp / "cache"),
+        disk_bytes=disk_bytes,
+        free_ratio=0.0,  # no floor: whatever the machine's disk holds (tests/conftest.py)
     )
     return make_vfs(backend, cache=config, dataset=PreloadConfig()), backend
 

@@ -11,8 +11,7 @@ import boto3
 import pytest
 
 from pffs.testing.servers import MotoServer
-from tests.conftest import mounted, run_pffs
-from tests.mount.test_disk_faults import ALWAYS_WRITE
+from tests.conftest import NO_FREE_FLOOR, mounted, run_pffs
 
 pytestmark = [pytest.mark.mount]
 MIB = 1 << 20
@@ -31,7 +30,7 @@ def test_remounted_warm_read_makes_no_data_requests(counted: MotoServer, tmp_pat
     s3.create_bucket(Bucket="data")
     data = os.urandom(64 * MIB)  # 16 blocks
     s3.put_object(Bucket="data", Key="big.bin", Body=data)
-    cache = ("--cache-dir", str(tmp_path / "cache"), *ALWAYS_WRITE)  # whatever the disk's room
+    cache = ("--cache-dir", str(tmp_path / "cache"), *NO_FREE_FLOOR)  # whatever the disk's room
     options = ("--endpoint-url", counted.endpoint_url, *cache)
     with mounted("s3://data", tmp_path / "mnt", *options) as mnt:
         assert (mnt / "big.bin").read_bytes() == data
@@ -56,7 +55,7 @@ def test_readers_streaming_at_once_get_exact_bytes_each_block_once(
     bodies = {f"s{i}.tar": os.urandom(24 * MIB + i * 12345) for i in range(4)}
     for key, body in bodies.items():
         s3.put_object(Bucket="shards", Key=key, Body=body)
-    cache = ("--cache-dir", str(tmp_path / "cache"), *ALWAYS_WRITE)  # whatever the disk's room
+    cache = ("--cache-dir", str(tmp_path / "cache"), *NO_FREE_FLOOR)  # whatever the disk's room
     options = ("--endpoint-url", counted.endpoint_url, *cache)
     read: dict[str, bytes] = {}
 
@@ -91,7 +90,7 @@ def test_warmup_fills_the_cache_a_mount_then_uses(counted: MotoServer, tmp_path:
     for key, body in files.items():
         s3.put_object(Bucket="dset", Key=key, Body=body)
     cache_dir = str(tmp_path / "cache")
-    options = ("--endpoint-url", counted.endpoint_url, "--cache-dir", cache_dir, *ALWAYS_WRITE)
+    options = ("--endpoint-url", counted.endpoint_url, "--cache-dir", cache_dir, *NO_FREE_FLOOR)
     with mounted("s3://dset", tmp_path / "mnt", *options) as mnt:
         first = run_pffs("warmup", str(mnt / "train"))
         assert first.returncode == 0, first.stderr
@@ -116,7 +115,7 @@ def test_warmup_of_a_source_url(counted: MotoServer, tmp_path: Path) -> None:
     listing = tmp_path / "list.txt"
     listing.write_text("s3://urls/a\n")
     cache_dir = str(tmp_path / "cache")
-    args = ("--endpoint-url", counted.endpoint_url, "--cache-dir", cache_dir, *ALWAYS_WRITE)
+    args = ("--endpoint-url", counted.endpoint_url, "--cache-dir", cache_dir, *NO_FREE_FLOOR)
     result = run_pffs("warmup", "--list", str(listing), *args)
     assert result.returncode == 0, result.stderr
     assert "1 files" in result.stdout and "5.0 MiB fetched" in result.stdout

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import metric_value, stats_snapshot
-from tests.mount.test_disk_faults import ALWAYS_WRITE
+from tests.conftest import NO_FREE_FLOOR, metric_value, stats_snapshot
 from tests.mount.test_remount_epoch import read_epoch
 
 pytestmark = [pytest.mark.mount]
@@ -50,7 +49,7 @@ def test_epoch_two_of_a_dataset_twice_the_cache_comes_from_a_stable_subset(
     files = {f"train/s{i:04d}.bin": rng.randbytes(64 * KIB) for i in range(FILES)}
     with ThreadPoolExecutor(8) as workers:
         list(workers.map(lambda k: s3.put_object(Bucket=bucket, Key=k, Body=files[k]), files))
-    options = ["--cache-dir", str(tmp_path / "cache"), "--cache-size", "5M", *ALWAYS_WRITE]
+    options = ["--cache-dir", str(tmp_path / "cache"), "--cache-size", "5M", *NO_FREE_FLOOR]
     options += ["--cache-memory", "1M", "--block-size", "64K"]
 
     with mount_s3(f"s3://{bucket}", *options) as mnt:

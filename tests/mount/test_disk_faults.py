@@ -13,14 +13,13 @@ import pytest
 
 from pffs.cache.disklayout import INDEX, LAYOUT, mark
 from pffs.cache.entries import ALIGN
-from tests.conftest import mounted, run_pffs, unmount_quietly
+from tests.conftest import NO_FREE_FLOOR, mounted, run_pffs, unmount_quietly
 from tests.mount.test_crash_and_disk import daemon_pid, kill_daemon
 
 pytestmark = [pytest.mark.mount]
 MIB = 1 << 20
 # No free-space floor: on a shared machine's nearly full disk the tier would otherwise write
 # nothing, and these tests are about what it wrote.
-ALWAYS_WRITE = ("--cache-free-ratio", "0")
 
 
 def metric(mnt: Path, name: str) -> float:
@@ -46,7 +45,7 @@ def source_with(tmp_path: Path, size: int) -> tuple[str, bytes]:
 def test_entries_damaged_by_hand_are_fetched_again(tmp_path: Path) -> None:
     source, data = source_with(tmp_path, 16 * MIB)
     cache = tmp_path / "cache"
-    options = ("--cache-dir", str(cache), *ALWAYS_WRITE)
+    options = ("--cache-dir", str(cache), *NO_FREE_FLOOR)
     with mounted(source, tmp_path / "mnt", *options) as mnt:
         assert (mnt / "data.bin").read_bytes() == data
     damaged = entries(cache)
@@ -80,7 +79,7 @@ def test_a_cache_directory_of_another_layout_is_cleared_with_one_log_line(
 ) -> None:
     source, data = source_with(tmp_path, 8 * MIB)
     cache = tmp_path / "cache"
-    options = ("--cache-dir", str(cache), *ALWAYS_WRITE)
+    options = ("--cache-dir", str(cache), *NO_FREE_FLOOR)
     with mounted(source, tmp_path / "mnt", *options) as mnt:
         assert (mnt / "data.bin").read_bytes() == data
     if how == "older entries":  # written by a pffs before the mark, in the older format
@@ -111,7 +110,7 @@ def test_a_mount_killed_while_it_writes_the_tier_serves_the_same_bytes_after(
     source, data = source_with(tmp_path, 64 * MIB)
     cache, mnt = tmp_path / "cache", tmp_path / "mnt"
     mnt.mkdir()
-    args = ("mount", source, str(mnt), "--cache-dir", str(cache), *ALWAYS_WRITE)
+    args = ("mount", source, str(mnt), "--cache-dir", str(cache), *NO_FREE_FLOOR)
     first = run_pffs(*args, "--log-file", str(tmp_path / "first.log"))
     assert first.returncode == 0, first.stderr
     try:
@@ -121,6 +120,6 @@ def test_a_mount_killed_while_it_writes_the_tier_serves_the_same_bytes_after(
     finally:
         run_pffs("umount", str(mnt))
         unmount_quietly(mnt)
-    with mounted(source, mnt, "--cache-dir", str(cache), *ALWAYS_WRITE) as again:
+    with mounted(source, mnt, "--cache-dir", str(cache), *NO_FREE_FLOOR) as again:
         assert (again / "data.bin").read_bytes() == data
         assert metric(again, "pffs_cache_disk_corrupt_total") == 0

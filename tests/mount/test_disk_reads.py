@@ -13,9 +13,9 @@ import boto3
 import pytest
 
 from pffs.testing.servers import MotoServer
-from tests.conftest import mounted, run_pffs
+from tests.conftest import NO_FREE_FLOOR, mounted, run_pffs
 from tests.mount.test_cache_mount import drop_page_cache
-from tests.mount.test_disk_faults import ALWAYS_WRITE, metric, source_with
+from tests.mount.test_disk_faults import metric, source_with
 from tests.waiting import eventually
 
 pytestmark = [pytest.mark.mount]
@@ -52,7 +52,7 @@ def test_random_reads_of_a_remounted_file_come_from_open_entries(
     options = (
         *("--endpoint-url", counted.endpoint_url, "--cache-dir", str(cache_dir)),
         *("--cache-memory", "8M"),  # two blocks: most reads must come from the disk tier
-        *ALWAYS_WRITE,
+        *NO_FREE_FLOOR,
     )
     with mounted("s3://data", tmp_path / "mnt", *options) as mnt:
         assert (mnt / "big.bin").read_bytes() == data
@@ -112,7 +112,7 @@ def test_a_sequential_read_leaves_the_blocks_it_passed_on_disk_not_in_memory(
     """Drop-behind: after a whole 64 MiB file is read in order, the memory tier holds about
     its last blocks, not the file (its default bound, 384 MiB, would hold all of it)."""
     source, data = source_with(tmp_path, 64 * MIB)
-    options = ("--cache-dir", str(tmp_path / "cache"), *ALWAYS_WRITE)
+    options = ("--cache-dir", str(tmp_path / "cache"), *NO_FREE_FLOOR)
     with mounted(source, tmp_path / "mnt", *options) as mnt:
         with open(mnt / "data.bin", "rb", buffering=0) as f:
             read = [f.read(MIB) for _ in range(64)]

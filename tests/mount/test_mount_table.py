@@ -131,7 +131,10 @@ def _vfs(tmp_path: Path, cache_dir: Path | None = None) -> Vfs:
     cache = (
         None
         if cache_dir is None
-        else BlockCache(CacheConfig(disk_dir=str(cache_dir)), memory_only=table.memory_only)
+        else BlockCache(
+            CacheConfig(disk_dir=str(cache_dir), free_ratio=0.0),  # no floor (tests/conftest.py)
+            memory_only=table.memory_only,
+        )
     )
     return Vfs(table, meta, fuse, cache, staging_dir=str(tmp_path / "staging"))
 

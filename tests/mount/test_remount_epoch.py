@@ -13,9 +13,8 @@ import boto3
 import pytest
 
 from pffs.testing.servers import MotoServer
-from tests.conftest import mounted
+from tests.conftest import NO_FREE_FLOOR, mounted
 from tests.mount.test_cache_mount import drop_page_cache
-from tests.mount.test_disk_faults import ALWAYS_WRITE
 
 pytestmark = [pytest.mark.mount]
 
@@ -59,7 +58,7 @@ def test_a_remounted_second_epoch_fetches_no_bytes_and_asks_no_heads(
     files = {f"images/{i:03d}.jpg": rng.randbytes(rng.randrange(1, 60_000)) for i in range(300)}
     with ThreadPoolExecutor(8) as workers:
         list(workers.map(lambda k: s3.put_object(Bucket="train", Key=k, Body=files[k]), files))
-    cache = ("--cache-dir", str(tmp_path / "cache"), *ALWAYS_WRITE)  # whatever the disk's room
+    cache = ("--cache-dir", str(tmp_path / "cache"), *NO_FREE_FLOOR)  # whatever the disk's room
     options = ("--endpoint-url", counted.endpoint_url, *cache)
     assert counted.access_log is not None
 
