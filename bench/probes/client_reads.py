@@ -271,6 +271,8 @@ def _probe(args: argparse.Namespace, patterns: list[str], out: str) -> int:
         if target is not near:
             target.stop()
         near.stop()
+        # The store's objects and the generated files: GiBs a run at full size leaves otherwise.
+        shutil.rmtree(workdir, ignore_errors=True)
     return 0
 
 
