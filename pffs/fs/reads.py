@@ -94,6 +94,8 @@ class Reader:
         end = min(offset + size, blocks.size)
         # Ask for blocks ahead before waiting on this one, so both travel at once.
         ahead = handle.readahead.on_read(offset, end)
+        if not ahead and handle.readahead.sweeping:  # random faults over the file: all of it
+            ahead = handle.readahead.sweep()
         if handle.shape is not None:  # how its dataset's files are read (pffs.fs.datasets)
             handle.shape.read(offset, end, handle.readahead)
         if ahead:
