@@ -171,6 +171,23 @@ def test_random_faults_fetch_the_file_about_once_then_find_it_loaded() -> None:
     assert store.requests + len(store.ranges) < len(faults)  # most faults found it loaded
 
 
+def test_random_faults_over_a_file_larger_than_the_cache_keeps_unread_never_load_it() -> None:
+    """The same faults over a file larger than what loading ahead may leave unread (half the
+    memory tier here, no disk tier): its blocks are not loaded; the faults fetch their own."""
+    data = random.Random(31).randbytes(24 * BLOCK)
+    store = RunStore({"f": data})
+    starts = random.Random(32).sample(range(0, len(data) - 2 * READ, 4096), 120)
+    faults = [(start + n * READ, READ) for start in starts for n in range(2)]
+    config = cache_config(
+        None, block=BLOCK, memory_bytes=32 * BLOCK, readahead_max=8 * BLOCK, ahead_budget=8 * BLOCK
+    )
+    vfs = cached_vfs(store, config)
+    assert vfs.reader.cache.ahead.unread_max < len(data)
+    got = trio.run(with_nursery, vfs, "f", faults)
+    assert got == [data[o : o + n] for o, n in faults]
+    assert not any(n == BLOCK and o % BLOCK == 0 for o, n in store.ranges)  # no block loaded
+
+
 def test_a_region_fetches_nothing_past_the_kernels_last_read() -> None:
     """A lazy loader's tensor (docs/notes/clients-safetensors.md): past the fault's first span,
     each READ's bytes are asked when it comes; the kernel's readahead of the mapping already
