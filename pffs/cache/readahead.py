@@ -64,11 +64,10 @@ REGION_STREAM_BLOCKS = 4
 REGION_STREAM_SHARE = 2.0
 REGION_STREAM_FIRST = 4 * MIB
 REGION_STREAM_AHEAD = 0
-# The read of a region run from which its bytes are streamed REGION_STREAM_FIRST ahead: its
-# third. A page fault's read-around is two READs whatever comes next, so only a third READ in
-# order (a tensor copied on) shows a run that continues; a random fault's pair is fetched as
-# asked, no more.
-REGION_STREAM_FIRST_READ = 2
+# REGION_STREAM_FIRST is asked at a region's second READ, though a random fault's read-around
+# ends there and wastes it (unless the file is swept, below, which takes those bytes): waiting
+# for a third READ in order cost a lazy loader's tensors a round trip each (their READs waiting
+# more than 15 ms: 70 of 74, against 53-57; docs/notes/clients-arrow-mmap.md).
 # Random faults: once short regions that never continued, each landing behind the furthest
 # fault before it (not a forward walk), have touched this share of the file's blocks, the rest
 # of the file is loaded. What tells them apart in this view: a lazy loader's tensor is a region
@@ -171,12 +170,7 @@ class Readahead:
         read = stream.expected - stream.origin
         streamed = self.region and near and end - offset >= LARGE_READ and self.max_blocks > 0
         if streamed and read < REGION_STREAM_BLOCKS * self.block_size:
-            if stream.streak < REGION_STREAM_FIRST_READ:
-                most = 0  # a fault's read-around: its own bytes only
-            elif stream.streak == REGION_STREAM_FIRST_READ:
-                most = REGION_STREAM_FIRST
-            else:
-                most = REGION_STREAM_AHEAD
+            most = REGION_STREAM_FIRST if stream.streak == 1 else REGION_STREAM_AHEAD
             ahead = min(most, int(read * REGION_STREAM_SHARE))
             self.stream_to = min(self.file_size, stream.expected + ahead)
             stream.current_block = block

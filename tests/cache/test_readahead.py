@@ -113,20 +113,17 @@ def test_a_straggler_behind_a_whole_file_run_does_not_take_it_over() -> None:
 
 def test_a_short_region_run_of_large_reads_is_streamed_then_loads_blocks() -> None:
     """A region run of the kernel's READs (1 MiB, from mid-file) loads no blocks while it is
-    short: its second read (a page fault's read-around, whatever comes next) asks for its own
-    bytes only, its third (the run continues) for them streamed REGION_STREAM_FIRST ahead (a
-    share of what it read), the reads after it REGION_STREAM_AHEAD ahead; past
-    REGION_STREAM_BLOCKS blocks read, the run loads blocks ahead as any region does."""
+    short: its second read asks for its bytes to be streamed REGION_STREAM_FIRST ahead (a share
+    of what it read), the reads after it REGION_STREAM_AHEAD ahead; past REGION_STREAM_BLOCKS
+    blocks read, the run loads blocks ahead as any region does."""
     block, size = 4 * MIB, MIB
     ra = Readahead(block, readahead_max=8 * block, file_size=100 * block)
     start = 30 * block + 5616
     assert not ra.on_read(start, start + size) and ra.stream_to is None  # starts no run
     assert not ra.on_read(start + size, start + 2 * size)
-    assert ra.stream_to == start + 2 * size  # the read-around's second READ: no more
-    assert not ra.on_read(start + 2 * size, start + 3 * size)
-    assert ra.stream_to == start + 3 * size + REGION_STREAM_FIRST
+    assert ra.stream_to == start + 2 * size + REGION_STREAM_FIRST
     ends = []
-    offset = start + 3 * size
+    offset = start + 2 * size
     while offset + size - start < REGION_STREAM_BLOCKS * block:
         assert not ra.on_read(offset, offset + size)
         assert ra.stream_to == offset + size + REGION_STREAM_AHEAD
@@ -151,10 +148,9 @@ def test_no_stream_for_a_whole_file_run_small_reads_or_readahead_off() -> None:
 def test_a_stream_never_reaches_past_the_end_of_the_file() -> None:
     block, size = 4 * MIB, MIB
     ra = Readahead(block, readahead_max=8 * block, file_size=10 * block)
-    start = 10 * block - 4 * size
+    start = 10 * block - 3 * size
     ra.on_read(start, start + size)
     ra.on_read(start + size, start + 2 * size)
-    ra.on_read(start + 2 * size, start + 3 * size)
     assert ra.stream_to == 10 * block
 
 

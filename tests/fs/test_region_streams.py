@@ -154,10 +154,10 @@ def test_a_walk_of_the_whole_file_takes_what_its_regions_fetched() -> None:
 def test_random_faults_fetch_the_file_about_once_then_find_it_loaded() -> None:
     """`datasets`' gathers of random rows from a mapped Arrow file (docs/notes/
     clients-arrow-mmap.md): page faults one at a time at random offsets, each the kernel's
-    read-around (two READs) and no more. A fault fetches what it asks, not a span past it;
-    once the faults have touched an eighth of the file's blocks the rest of the file is loaded
-    (taking the bytes the faults fetched), and the later faults find it: the file's bytes are
-    fetched about once, however many faults come over them."""
+    read-around (two READs) and no more. Once the faults have touched an eighth of the file's
+    blocks the rest of the file is loaded (taking the bytes the faults and their spans
+    fetched), and the later faults find it: the file's bytes are fetched about once, however
+    many faults come over them."""
     data = random.Random(29).randbytes(24 * BLOCK)
     store = RunStore({"f": data})
     starts = random.Random(30).sample(range(0, len(data) - 2 * READ, 4096), 120)
