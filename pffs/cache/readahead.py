@@ -20,6 +20,12 @@ A run from the start of the file is a whole-file reader and keeps the full windo
 region run is short (REGION_STREAM_BLOCKS), of large reads (the kernel's), it loads no blocks:
 `stream_to` says how far its bytes should be streamed (pffs.fs.regions), a share of what it
 has read ahead of it.
+
+Random page faults over a mapped file (`datasets`' gathers of rows from an Arrow file) are
+regions too, short ones that never continue: the kernel's read-around (two READs) at a random
+offset, then a fault elsewhere. Once such faults have touched a share of the file's blocks
+(SWEEP_SHARE), the rest of the file is loaded as a scan's blocks are (`sweeping`), within the
+mount's budget of bytes ahead, so later faults find it (docs/notes/clients-arrow-mmap.md).
 """
 
 from __future__ import annotations
@@ -58,6 +64,18 @@ REGION_STREAM_BLOCKS = 4
 REGION_STREAM_SHARE = 2.0
 REGION_STREAM_FIRST = 4 * MIB
 REGION_STREAM_AHEAD = 0
+# REGION_STREAM_FIRST is asked at a region's second READ, though a random fault's read-around
+# ends there and wastes it (unless the file is swept, below, which takes those bytes): waiting
+# for a third READ in order cost a lazy loader's tensors a round trip each (their READs waiting
+# more than 15 ms: 70 of 74, against 53-57; docs/notes/clients-arrow-mmap.md).
+# Random faults: once short regions that never continued, each landing behind the furthest
+# fault before it (not a forward walk), have touched this share of the file's blocks, the rest
+# of the file is loaded. What tells them apart in this view: a lazy loader's tensor is a region
+# that continues in order (its run goes past its read-around), so it never counts; a Parquet
+# projection's ranged reads (pread of its column chunks) go forward through the file, so they
+# never land behind an earlier one; an Arrow file's metadata walk also goes forward. The
+# gathers of random rows land anywhere, mostly behind the furthest one so far.
+SWEEP_SHARE = 1 / 8
 
 
 class _Stream:
@@ -96,6 +114,16 @@ class Readahead:
         # Where a streamed region run's bytes should be asked for up to (pffs.fs.regions), or
         # None: the last read is not one.
         self.stream_to: int | None = None
+        # Random faults (see SWEEP_SHARE): the blocks touched by short regions landing behind
+        # the furthest fault start, the stream of the last fault (counted once the next comes,
+        # if it never continued) and the furthest fault start so far.
+        self._fault_blocks: set[int] = set()
+        self._last_fault: _Stream | None = None
+        self._fault_front = -1
+        # Reads of a forward walk answered out of order (a few threads' preads) land at most
+        # this far behind the furthest one: not random.
+        self._reorder = FORWARD_BLOCKS_TOLERANCE * block_size
+        self.sweeping = False  # whether the rest of the file is being loaded
 
     @property
     def window(self) -> int:
@@ -131,6 +159,8 @@ class Readahead:
     def on_read(self, offset: int, end: int) -> range:
         """Record a read of [offset, end); return the block indices worth loading ahead."""
         stream, near = self._stream_for(offset, end - offset)
+        if not near and end - offset >= LARGE_READ and offset > 0:
+            self._fault(stream, end)
         stream.streak = stream.streak + 1 if near else 0
         stream.expected = max(end, stream.expected) if near else end
         self.sequential = stream.streak >= RUN_READS
@@ -164,6 +194,27 @@ class Readahead:
         stream.window = min(stream.window, most)
         stream.current_block = max(stream.current_block, block)
         return range(block + 1, min(self.last_block, block + stream.window) + 1)
+
+    def _fault(self, stream: _Stream, end: int) -> None:
+        """A large read that continues no run (a page fault's first READ) starts `stream`;
+        the last fault's run, if it never went past its read-around, was a random one."""
+        last = self._last_fault
+        behind = last is not None and last.origin + self._reorder < self._fault_front
+        if last is not None and last.streak < RUN_READS and behind:
+            first = last.origin // self.block_size
+            self._fault_blocks.update(range(first, (last.expected - 1) // self.block_size + 1))
+        self._last_fault = stream
+        if end < self.file_size:  # a footer's read is no walk's front
+            self._fault_front = max(self._fault_front, stream.origin)
+        blocks = self.last_block + 1
+        if not self.sweeping and blocks > 2 and len(self._fault_blocks) >= blocks * SWEEP_SHARE:
+            self.sweeping = True
+
+    def sweep(self) -> range:
+        """The file's blocks to load while random faults sweep it (empty when not): all of them;
+        the cache starts those neither held nor coming, as many as the budget of bytes ahead
+        lets it."""
+        return range(self.last_block + 1) if self.sweeping else range(0)
 
     def close(self) -> None:
         """The file is closed: its window no longer takes a share of the budget."""

@@ -94,6 +94,11 @@ class Reader:
         end = min(offset + size, blocks.size)
         # Ask for blocks ahead before waiting on this one, so both travel at once.
         ahead = handle.readahead.on_read(offset, end)
+        if not ahead and handle.readahead.sweeping and blocks.size <= self.cache.ahead.unread_max:
+            # Random faults over the file: the rest of it, when the cache keeps it beside what
+            # else it holds (as a preload's files: pffs.flow.budget); a larger file's faults
+            # stay in their neighbourhoods, not loading it over and over.
+            ahead = handle.readahead.sweep()
         if handle.shape is not None:  # how its dataset's files are read (pffs.fs.datasets)
             handle.shape.read(offset, end, handle.readahead)
         if ahead:

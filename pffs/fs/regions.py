@@ -146,19 +146,26 @@ class RegionStreams:
         return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
     def reach(self, offset: int, target: int, least: int) -> None:
-        """Have spans cover [offset, target): what no span covers is asked for as new spans,
-        when the one it would follow ends within `least` bytes of `offset`'s run reaching
-        `target` (so a run's spans come a few at a time, not one per READ); nothing beyond
-        the bound of bytes held."""
+        """Have spans cover [offset, target): what no span covers and none parked holds is
+        asked for as new spans, when the one it would follow ends within `least` bytes of
+        `offset`'s run reaching `target` (so a run's spans come a few at a time, not one per
+        READ); nothing beyond the bound of bytes held."""
         position = offset
         while position < target:
             span = self._covering(position)
             if span is not None:
                 position = span.end
                 continue
+            parked = self._parked
+            parked_end = parked.covering(position) if parked is not None else None
+            if parked_end is not None:  # fetched before: the READ reads it back (SpansFirst)
+                position = parked_end
+                continue
             if position > offset and target - position < least:
                 return  # the spans ahead still reach far enough: ask for more later
             stop = min(target, self._next_start(position, target))
+            if parked is not None:
+                stop = parked.next_start(position, stop)
             if not self._room(stop - position):
                 return
             self._start(position, stop)

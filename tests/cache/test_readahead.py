@@ -8,6 +8,7 @@ from pffs.cache.readahead import (
     REGION_STREAM_AHEAD,
     REGION_STREAM_BLOCKS,
     REGION_STREAM_FIRST,
+    SWEEP_SHARE,
     Readahead,
 )
 from tests.cache.configs import KIB
@@ -181,3 +182,48 @@ def test_a_run_under_way_still_takes_the_kernels_skips_forward() -> None:
     assert not fresh.sequential
     fresh.on_read(int(104.5 * MIB), int(105.5 * MIB))  # two continuations in a row: a run
     assert fresh.sequential
+
+
+def _faults(ra: Readahead, starts: list[int], reads: int, size: int) -> list[range]:
+    """Each start a page fault's run of `reads` READs of `size` in order (2: a read-around);
+    the ranges the readahead asked to load."""
+    asked = []
+    for start in starts:
+        for step in range(reads):
+            asked.append(ra.on_read(start + step * size, start + (step + 1) * size))
+    return asked
+
+
+def test_random_faults_over_a_share_of_the_file_load_all_of_it() -> None:
+    """Read-arounds at random offsets that never continue (`datasets`' gathers of rows from a
+    mapped Arrow file): once they have touched SWEEP_SHARE of the file's blocks, every block is
+    worth loading; before, none."""
+    block, size, blocks = 4 * MIB, MIB, 64
+    ra = Readahead(block, readahead_max=8 * block, file_size=blocks * block)
+    starts = random.Random(5).sample(range(0, blocks * block - 2 * size, 64 * KIB), 40)
+    touched: set[int] = set()
+    for start in starts:
+        _faults(ra, [start], 2, size)
+        if not ra.sweeping:
+            assert not ra.sweep()
+            touched.add(start // block)
+    assert ra.sweeping and ra.sweep() == range(blocks)
+    assert len(touched) >= blocks * SWEEP_SHARE  # not at the first faults
+
+
+def test_forward_faults_and_continuing_tensors_never_load_the_file() -> None:
+    """A Parquet projection's ranged reads (forward through the file, a few answered out of
+    order) and a lazy loader's tensors (regions that continue, in random order) are no random
+    faults, however much of the file they touch."""
+    block, size, blocks = 4 * MIB, MIB, 64
+    forward = Readahead(block, readahead_max=8 * block, file_size=blocks * block)
+    _faults(forward, [blocks * block - 2 * size], 2, size)  # the footer
+    starts = list(range(size, (blocks - 2) * block, 3 * MIB))
+    for i in range(0, len(starts) - 1, 2):  # pairs of chunks answered out of order
+        starts[i], starts[i + 1] = starts[i + 1], starts[i]
+    _faults(forward, starts, 2, size)
+    assert not forward.sweeping
+    tensors = Readahead(block, readahead_max=8 * block, file_size=blocks * block)
+    starts = random.Random(6).sample(range(block, (blocks - 2) * block, 2 * block), 24)
+    _faults(tensors, [s + 5616 for s in starts], 4, size)
+    assert not tensors.sweeping

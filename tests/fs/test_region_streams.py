@@ -151,6 +151,43 @@ def test_a_walk_of_the_whole_file_takes_what_its_regions_fetched() -> None:
     assert _fetched_twice(store.ranges) <= READ + BLOCK, sorted(store.ranges)
 
 
+def test_random_faults_fetch_the_file_about_once_then_find_it_loaded() -> None:
+    """`datasets`' gathers of random rows from a mapped Arrow file (docs/notes/
+    clients-arrow-mmap.md): page faults one at a time at random offsets, each the kernel's
+    read-around (two READs) and no more. Once the faults have touched an eighth of the file's
+    blocks the rest of the file is loaded (taking the bytes the faults and their spans
+    fetched), and the later faults find it: the file's bytes are fetched about once, however
+    many faults come over them."""
+    data = random.Random(29).randbytes(24 * BLOCK)
+    store = RunStore({"f": data})
+    starts = random.Random(30).sample(range(0, len(data) - 2 * READ, 4096), 120)
+    faults = [(start + n * READ, READ) for start in starts for n in range(2)]
+    config = cache_config(None, block=BLOCK, readahead_max=8 * BLOCK, ahead_budget=16 * BLOCK)
+    got = trio.run(with_nursery, cached_vfs(store, config), "f", faults)
+    assert got == [data[o : o + n] for o, n in faults]
+    fetched = sum(length for _, length in store.ranges)
+    assert fetched <= len(data) + 2 * BLOCK, (fetched, len(data))
+    assert _fetched_twice(store.ranges) <= 2 * BLOCK
+    assert store.requests + len(store.ranges) < len(faults)  # most faults found it loaded
+
+
+def test_random_faults_over_a_file_larger_than_the_cache_keeps_unread_never_load_it() -> None:
+    """The same faults over a file larger than what loading ahead may leave unread (half the
+    memory tier here, no disk tier): its blocks are not loaded; the faults fetch their own."""
+    data = random.Random(31).randbytes(24 * BLOCK)
+    store = RunStore({"f": data})
+    starts = random.Random(32).sample(range(0, len(data) - 2 * READ, 4096), 120)
+    faults = [(start + n * READ, READ) for start in starts for n in range(2)]
+    config = cache_config(
+        None, block=BLOCK, memory_bytes=32 * BLOCK, readahead_max=8 * BLOCK, ahead_budget=8 * BLOCK
+    )
+    vfs = cached_vfs(store, config)
+    assert vfs.reader.cache.ahead.unread_max < len(data)
+    got = trio.run(with_nursery, vfs, "f", faults)
+    assert got == [data[o : o + n] for o, n in faults]
+    assert not any(n == BLOCK and o % BLOCK == 0 for o, n in store.ranges)  # no block loaded
+
+
 def test_a_region_fetches_nothing_past_the_kernels_last_read() -> None:
     """A lazy loader's tensor (docs/notes/clients-safetensors.md): past the fault's first span,
     each READ's bytes are asked when it comes; the kernel's readahead of the mapping already
