@@ -12,11 +12,13 @@ import itertools
 import os
 import random
 import tracemalloc
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pytest
 import trio
 
+from pffs.cache.keys import BlockKey
 from pffs.cache.readahead import REGION_STREAM_AHEAD, Readahead
 from pffs.errors import SourceDown, Transient
 from pffs.fs.inodes import ROOT_INODE
@@ -183,7 +185,11 @@ def test_random_faults_over_a_file_larger_than_the_cache_keeps_unread_never_load
     faults = [(start + n * READ, READ) for start in starts for n in range(2)]
     readahead_max = 8 * BLOCK
     config = cache_config(
-        None, block=BLOCK, memory_bytes=32 * BLOCK, readahead_max=readahead_max, ahead_budget=8 * BLOCK
+        None,
+        block=BLOCK,
+        memory_bytes=32 * BLOCK,
+        readahead_max=readahead_max,
+        ahead_budget=8 * BLOCK,
     )
     vfs = cached_vfs(store, config)
     assert vfs.reader.cache.ahead.unread_max < len(data)
@@ -194,7 +200,7 @@ def test_random_faults_over_a_file_larger_than_the_cache_keeps_unread_never_load
     asked: list[int] = []  # the blocks of each load ahead the reads started (recorded, then done)
     read_ahead = vfs.reader.cache.read_ahead
 
-    def recorded(keys, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def recorded(keys: Sequence[BlockKey], *args: Any, **kwargs: Any) -> int:
         asked.append(len(keys))
         return read_ahead(keys, *args, **kwargs)
 
