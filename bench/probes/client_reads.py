@@ -76,12 +76,27 @@ def serve(trace_path: str, pffs_argv: list[str]) -> int:
     async def traced_read(self: Any, fh: int, off: int, size: int) -> Any:
         started = time.monotonic()
         data = await original_read(self, fh, off, size)
-        write(f"read {started:.6f} {time.monotonic() - started:.6f} {fh} {off} {size}")
+        seconds = time.monotonic() - started
+        write(f"read {started:.6f} {seconds:.6f} {fh} {off} {size}" + _window(self, fh))
         return data
 
     PffsOperations.open = traced_open  # type: ignore[method-assign]
     PffsOperations.read = traced_read  # type: ignore[method-assign]
     return main(pffs_argv)
+
+
+def _window(ops: Any, fh: int) -> str:
+    """After a READ: its run's window (blocks), and its reader window's size (MiB), rate (MB/s)
+    and request time (ms), or nothing when this pffs has none of them."""
+    handle = ops.vfs.handles.get(fh)
+    readahead = getattr(handle, "readahead", None)
+    if readahead is None:
+        return ""
+    text = f" w={readahead.window}"
+    reader = readahead.reader_window
+    if reader is not None and reader.rate is not None and reader.request_time is not None:
+        text += f" rate={reader.rate / 1e6:.0f} rt={reader.request_time * 1e3:.0f}"
+    return text
 
 
 def _mount_traced(
