@@ -186,18 +186,16 @@ class Readahead:
             if self.reader_window is not None:
                 self.reader_window.paused()
             return range(0)
-        # Past the kernel's read-around of the file's start: a whole-file reader (a scan, a full
-        # load, a shard stream), which will read every byte ahead of it.
-        whole = not self.region and read > WHOLE_FILE_AFTER
         most = self.max_blocks
         if self.reader_window is not None:
             self.reader_window.read(end - offset)
-            most = max(1, self.reader_window.size(whole_file=whole) // self.block_size)
+            most = max(1, self.reader_window.size() // self.block_size)
         if self.region:
             most = min(most, max(1, int(read * REGION_SHARE) // self.block_size))
-        if whole:
-            # Its whole window at once rather than doubling from one block, each doubling a
-            # round trip it would wait for (docs/notes/clients-sequential.md).
+        if not self.region and read > WHOLE_FILE_AFTER:
+            # Past the kernel's read-around of the file's start: a whole-file reader (a scan, a
+            # full load, a shard stream), its whole window at once rather than doubling from one
+            # block, each doubling a round trip it would wait for (clients-sequential).
             stream.window = most
         elif stream.window == 0:
             stream.window = 1

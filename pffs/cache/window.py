@@ -134,16 +134,12 @@ class ReaderWindow:
         """One of the reader's readahead GETs took `seconds` from the ask to its last byte."""
         self.request_time = _average(self.request_time, seconds)
 
-    def size(self, whole_file: bool = False) -> int:
+    def size(self) -> int:
         """Bytes to keep loaded or on their way ahead of the reader: at least one block. Sets
-        `part` for it. A `whole_file` reader (one reading a file through from its start) gets
-        its share of the budget at once: every byte ahead of it will be read, and the rate x
-        request time it would need shows only once its window carried it."""
+        `part` for it."""
         windows = self._windows
         wanted = windows.readahead_max
-        if whole_file:
-            wanted = windows.largest
-        elif self.rate is not None and self.request_time is not None:
+        if self.rate is not None and self.request_time is not None:
             wanted = max(wanted, int(HEADROOM * self.rate * self.request_time))
         window = max(windows.block_size, min(wanted, windows.largest, windows.share(self)))
         self.part = self.part_blocks(window)

@@ -137,18 +137,3 @@ def test_a_rate_needs_a_whole_period_of_reads() -> None:
     clock.now += RATE_PERIOD
     window.read(MIB)
     assert window.rate == pytest.approx(2 * MIB / (1.5 * RATE_PERIOD))
-
-
-def test_a_whole_file_reader_gets_its_share_of_the_budget_at_once() -> None:
-    """A reader reading a file through from its start will read every byte ahead of it: its
-    window is its share of the budget (at most the largest) from its first estimate on, not
-    the configured one Little's law would grow only as its rate shows (each step a round trip
-    of the store's: docs/notes/clients-sequential.md)."""
-    clock = Clock()
-    windows = make_windows(clock, budget=128 * MIB, readahead_max=32 * MIB, largest=96 * MIB)
-    lone = windows.reader()
-    assert lone.size() == 32 * MIB  # not known to read the whole file: the configured window
-    assert lone.size(whole_file=True) == 96 * MIB  # the largest, under its share (128 MiB)
-    assert lone.part == 4  # carried by 16 MiB parts
-    other = windows.reader()
-    assert other.size(whole_file=True) == 64 * MIB  # two readers streaming: half the budget each
