@@ -49,11 +49,6 @@ STREAMS = 4
 # file, a buffered reader): only such reads continue a run other than the last read's, so a
 # program's small random reads landing near an older run never make a sequential run of it.
 LARGE_READ = 128 << 10
-# A run from the file's start that has read more than this is a whole-file reader: its window
-# is the whole of `most` at once. Up to it, one block: the kernel's read-around of a fault at
-# offset 0 (a lazy loader's header: two READs of 1 MiB at the mount's kernel readahead, 2 MiB)
-# must not load the file's first window behind a header.
-WHOLE_FILE_AFTER = 2 * MIB
 # A region's window is at most this share of the bytes its run has read (one block at least).
 REGION_SHARE = 0.5
 # A region run that has read less than this many blocks is streamed (pffs.fs.regions): its
@@ -192,12 +187,7 @@ class Readahead:
             most = max(1, self.reader_window.size() // self.block_size)
         if self.region:
             most = min(most, max(1, int(read * REGION_SHARE) // self.block_size))
-        if not self.region and read > WHOLE_FILE_AFTER:
-            # Past the kernel's read-around of the file's start: a whole-file reader (a scan, a
-            # full load, a shard stream), its whole window at once rather than doubling from one
-            # block, each doubling a round trip it would wait for (clients-sequential).
-            stream.window = most
-        elif stream.window == 0:
+        if stream.window == 0:
             stream.window = 1
         elif block > stream.current_block:
             stream.window = min(most, stream.window * 2)
