@@ -9,7 +9,6 @@ from pffs.cache.readahead import (
     REGION_STREAM_BLOCKS,
     REGION_STREAM_FIRST,
     SWEEP_SHARE,
-    WHOLE_FILE_AFTER,
     Readahead,
 )
 from tests.cache.configs import KIB
@@ -28,32 +27,6 @@ def test_readahead_grows_on_sequential_reads_and_resets_on_seek() -> None:
     # Sequential again: the first continuation may be chance, the second starts a window.
     assert list(ra.on_read(500 * block + 100, 500 * block + 200)) == []
     assert len(ra.on_read(500 * block + 200, 500 * block + 300)) == 1
-
-
-def test_a_run_from_the_start_past_its_read_around_asks_its_whole_window_at_once() -> None:
-    """A whole-file reader (a scan, a full load, a shard stream: the kernel's 1 MiB READs from
-    offset 0) asks for its whole window as soon as it reads past the kernel's read-around of
-    the file's start, not one block doubling per block entered (each doubling a round trip its
-    READs wait for: docs/notes/clients-sequential.md); up to it, one block, so a lazy loader's
-    header (two READs from 0) loads one block behind it."""
-    block, size = 4 * MIB, MIB
-    ra = Readahead(block, readahead_max=8 * block, file_size=100 * block)
-    assert list(ra.on_read(0, size)) == [1]
-    assert list(ra.on_read(size, 2 * size)) == [1]  # the read-around of offset 0: one block
-    assert 2 * size <= WHOLE_FILE_AFTER
-    assert list(ra.on_read(2 * size, 3 * size)) == list(range(1, 9))  # past it: the window
-    assert ra.window == 8 and not ra.region
-    # The window is the reader's `most` (here the configured one) and stops at the file's end.
-    short = Readahead(block, readahead_max=8 * block, file_size=5 * block)
-    for offset in range(0, 3 * size, size):
-        ahead = short.on_read(offset, offset + size)
-    assert list(ahead) == [1, 2, 3, 4]
-    # A region (a run from mid-file) is still held to a share of what it read.
-    region = Readahead(block, readahead_max=8 * block, file_size=100 * block)
-    start = 40 * block + 5616
-    for offset in range(start, start + 20 * size, size):
-        ahead = region.on_read(offset, offset + size)
-    assert region.region and 0 < len(ahead) <= 20 * size // 2 // block
 
 
 def test_random_reads_never_read_ahead() -> None:
