@@ -5,9 +5,11 @@ time on one mount with empty caches, the page cache dropped before each, traced 
 
 - the kernel's READs at pffs (pffs only): pffs is run in the foreground in a process of this
   module's (`--serve`), its FUSE `open` and `read` handlers wrapped to write one line per call:
-  start, seconds, file handle, offset, size, and at open the thread that opened it (pyfuse3's
-  `read` is told no caller: a read's thread is its file handle's opener's; the kernel's own
-  readahead and a mapping's faults carry the faulting thread's in FUSE, but pyfuse3 drops it);
+  start, seconds, file handle, offset, size (then the run's window in blocks and its reader
+  window's rate in MB/s and request time in ms, `w=8 rate=166 rt=130`), and at open the thread
+  that opened it (pyfuse3's `read` is told no caller: a read's thread is its file handle's
+  opener's; the kernel's own readahead and a mapping's faults carry the faulting thread's in
+  FUSE, but pyfuse3 drops it);
 - what the system fetched: every request through a counting proxy (bench.counting, its `--log`),
   the Range of each GET, for any system (`--system s3fs`, `--system rclone` too).
 
