@@ -5,9 +5,11 @@ time on one mount with empty caches, the page cache dropped before each, traced 
 
 - the kernel's READs at pffs (pffs only): pffs is run in the foreground in a process of this
   module's (`--serve`), its FUSE `open` and `read` handlers wrapped to write one line per call:
-  start, seconds, file handle, offset, size, and at open the thread that opened it (pyfuse3's
-  `read` is told no caller: a read's thread is its file handle's opener's; the kernel's own
-  readahead and a mapping's faults carry the faulting thread's in FUSE, but pyfuse3 drops it);
+  start, seconds, file handle, offset, size (then the run's window in blocks and its reader
+  window's rate in MB/s and request time in ms, `w=8 rate=166 rt=130`), and at open the thread
+  that opened it (pyfuse3's `read` is told no caller: a read's thread is its file handle's
+  opener's; the kernel's own readahead and a mapping's faults carry the faulting thread's in
+  FUSE, but pyfuse3 drops it);
 - what the system fetched: every request through a counting proxy (bench.counting, its `--log`),
   the Range of each GET, for any system (`--system s3fs`, `--system rclone` too).
 
@@ -76,12 +78,27 @@ def serve(trace_path: str, pffs_argv: list[str]) -> int:
     async def traced_read(self: Any, fh: int, off: int, size: int) -> Any:
         started = time.monotonic()
         data = await original_read(self, fh, off, size)
-        write(f"read {started:.6f} {time.monotonic() - started:.6f} {fh} {off} {size}")
+        seconds = time.monotonic() - started
+        write(f"read {started:.6f} {seconds:.6f} {fh} {off} {size}" + _window(self, fh))
         return data
 
     PffsOperations.open = traced_open  # type: ignore[method-assign]
     PffsOperations.read = traced_read  # type: ignore[method-assign]
     return main(pffs_argv)
+
+
+def _window(ops: Any, fh: int) -> str:
+    """After a READ: its run's window (blocks), and its reader window's size (MiB), rate (MB/s)
+    and request time (ms), or nothing when this pffs has none of them."""
+    handle = ops.vfs.handles.get(fh)
+    readahead = getattr(handle, "readahead", None)
+    if readahead is None:
+        return ""
+    text = f" w={readahead.window}"
+    reader = readahead.reader_window
+    if reader is not None and reader.rate is not None and reader.request_time is not None:
+        text += f" rate={reader.rate / 1e6:.0f} rt={reader.request_time * 1e3:.0f}"
+    return text
 
 
 def _mount_traced(
