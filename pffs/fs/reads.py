@@ -94,20 +94,21 @@ class Reader:
         end = min(offset + size, blocks.size)
         # Ask for blocks ahead before waiting on this one, so both travel at once.
         ahead = handle.readahead.on_read(offset, end)
+        loads = [ahead] if ahead else []
         if not ahead and handle.readahead.sweeping and blocks.size <= self.cache.ahead.unread_max:
-            # Random faults over the file: the rest of it, when the cache keeps it beside what
-            # else it holds (as a preload's files: pffs.flow.budget); a larger file's faults
-            # stay in their neighbourhoods, not loading it over and over.
-            ahead = handle.readahead.sweep()
+            # Random faults over the file, or a walk of it in hops: all of it, when the cache
+            # keeps it beside what else it holds (as a preload's files: pffs.flow.budget); a
+            # larger file's faults stay in their neighbourhoods, not loading it over and over.
+            loads = handle.readahead.sweep()
         if handle.shape is not None:  # how its dataset's files are read (pffs.fs.datasets)
             handle.shape.read(offset, end, handle.readahead)
-        if ahead:
+        for load in loads:  # in order: a sweep's later part starts only once the budget frees
             self.cache.read_ahead(
-                blocks.keys(ahead),
-                blocks.lengths(ahead),
+                blocks.keys(load),
+                blocks.lengths(load),
                 handle.source,
                 coalesce=block_runs(handle.mounted.backend) is not None,
-                at_end=ahead.stop > handle.readahead.last_block,
+                at_end=load.stop > handle.readahead.last_block or load is not ahead,
                 window=handle.readahead.reader_window,
             )
         try:

@@ -171,6 +171,44 @@ def test_random_faults_fetch_the_file_about_once_then_find_it_loaded() -> None:
     assert store.requests + len(store.ranges) < len(faults)  # most faults found it loaded
 
 
+def test_a_walk_in_hops_from_the_start_loads_the_file_ahead_of_it_then_behind() -> None:
+    """An Arrow file's `read_all` by mmap (docs/notes/clients-arrow-mmap.md): the file's start,
+    then a hop per record batch's metadata, each the fault's read-around and a READ of
+    readahead, strides alike. At the third fault the file is loaded (the cache keeps it), from
+    the walk's front to the end first, then the blocks behind: the walk alone brings all of
+    it, each byte fetched about once (what the hops' spans fetched is taken, not asked again)."""
+    data = random.Random(41).randbytes(24 * BLOCK)
+    store = RunStore({"f": data})
+    stride = 5 * MIB + 12 * KIB
+    hops = [stride * (n + 1) for n in range(8)]
+    walk = [(0, READ), (READ, READ)] + [(hop + n * READ, READ) for hop in hops for n in range(3)]
+    config = cache_config(
+        None,
+        block=BLOCK,
+        memory_bytes=128 * BLOCK,
+        readahead_max=8 * BLOCK,
+        ahead_budget=32 * BLOCK,
+    )
+    vfs = cached_vfs(store, config)
+    assert vfs.reader.cache.ahead.unread_max >= len(data)
+    asked: list[tuple[int, int]] = []  # (first block, blocks) of each load ahead started
+    read_ahead = vfs.reader.cache.read_ahead
+
+    def recorded(keys, *args, **kwargs):  # type: ignore[no-untyped-def]
+        asked.append((keys[0].block, len(keys)))
+        return read_ahead(keys, *args, **kwargs)
+
+    vfs.reader.cache.read_ahead = recorded  # type: ignore[method-assign]
+    got = trio.run(with_nursery, vfs, "f", walk)
+    assert got == [data[o : o + n] for o, n in walk]
+    front, blocks = hops[1] // BLOCK, len(data) // BLOCK
+    first = asked.index((front, blocks - front))  # before it: the start's run, a block ahead
+    assert all(count == 1 for _, count in asked[:first]) and asked[first + 1] == (0, front)
+    fetched = sum(length for _, length in store.ranges)
+    assert fetched - _fetched_twice(store.ranges) == len(data)  # all of it, by the walk alone
+    assert fetched <= len(data) + 2 * BLOCK, (fetched, len(data))
+
+
 def test_random_faults_over_a_file_larger_than_the_cache_keeps_unread_never_load_it() -> None:
     """The same faults over a file larger than what loading ahead may leave unread (half the
     memory tier here, no disk tier): they are random faults (the readahead would sweep), but
@@ -183,7 +221,11 @@ def test_random_faults_over_a_file_larger_than_the_cache_keeps_unread_never_load
     faults = [(start + n * READ, READ) for start in starts for n in range(2)]
     readahead_max = 8 * BLOCK
     config = cache_config(
-        None, block=BLOCK, memory_bytes=32 * BLOCK, readahead_max=readahead_max, ahead_budget=8 * BLOCK
+        None,
+        block=BLOCK,
+        memory_bytes=32 * BLOCK,
+        readahead_max=readahead_max,
+        ahead_budget=8 * BLOCK,
     )
     vfs = cached_vfs(store, config)
     assert vfs.reader.cache.ahead.unread_max < len(data)
