@@ -130,6 +130,7 @@ class Readahead:
         self.sweeping = False  # whether the rest of the file is being loaded
         self._walk = HopWalk()  # a walk forward in hops from the start also starts it
         self._sweep_from = 0  # the block a sweep loads first (then on to the end, then before)
+        self._swept = 0  # blocks of the sweep's order held or coming, from its first (`swept`)
 
     @property
     def window(self) -> int:
@@ -230,15 +231,24 @@ class Readahead:
 
     def sweep(self) -> list[range]:
         """The file's blocks to load while it is swept (none when not), in the order to load
-        them: all of them, from the block a walk reached (the first, after random faults) to
-        the end, then those before it; the cache starts those neither held nor coming, as many
-        as the budget of bytes ahead lets it."""
+        them: from the block a walk reached (the first, after random faults) to the end, then
+        those before it; less those `swept` passed. The cache starts those neither held nor
+        coming, as many as the budget of bytes ahead lets it."""
         if not self.sweeping:
             return []
-        first = self._sweep_from
-        return [r for r in (range(first, self.last_block + 1), range(first)) if r]
+        first, passed = self._sweep_from, self._swept
+        ahead = range(first + passed, self.last_block + 1)
+        behind = range(max(0, passed - len(range(first, self.last_block + 1))), first)
+        return [r for r in (ahead, behind) if r]
+
+    def swept(self, count: int) -> None:
+        """The first `count` blocks `sweep` gives are held or coming: not given again (a block
+        evicted since is its reader's to fetch)."""
+        self._swept += count
 
     def close(self) -> None:
-        """The file is closed: its window no longer takes a share of the budget."""
+        """The file is closed: its window no longer takes a share of the budget, nor is the
+        file swept on (a load that lands after asks for no more)."""
+        self.sweeping = False
         if self.reader_window is not None:
             self.reader_window.close()

@@ -209,6 +209,37 @@ def test_a_walk_in_hops_from_the_start_loads_the_file_ahead_of_it_then_behind() 
     assert fetched <= len(data) + 2 * BLOCK, (fetched, len(data))
 
 
+def test_a_swept_file_goes_on_loading_while_no_read_comes() -> None:
+    """A file swept within a budget of bytes ahead smaller than it: each block that lands
+    starts the next, so the file is loaded while its reader waits (on a block of the sweep)
+    and no READ comes to ask for more. Here the READs stop at the walk's third fault (the
+    sweep's start); the file stays open, and all of it comes, each byte once."""
+    data = random.Random(43).randbytes(24 * BLOCK)
+    store = RunStore({"f": data})
+    stride = 5 * MIB + 12 * KIB
+    walk = [(0, READ), (READ, READ)] + [(stride + n * READ, READ) for n in range(3)]
+    walk.append((2 * stride, READ))  # the third fault's first READ: the sweep starts
+    config = cache_config(
+        None, block=BLOCK, memory_bytes=128 * BLOCK, readahead_max=8 * BLOCK, ahead_budget=6 * BLOCK
+    )
+    vfs = cached_vfs(store, config)
+
+    async def walked_then_idle() -> list[bytes]:
+        async with trio.open_nursery() as nursery:
+            vfs.attach(nursery)
+            fh, _ = await vfs.open((await vfs.lookup(ROOT_INODE, "f")).ino, os.O_RDONLY)
+            got = [bytes(await vfs.read(fh, offset, size)) for offset, size in walk]
+            await vfs.drain()  # the loads ahead, the file still open
+            await vfs.release(fh)
+            nursery.cancel_scope.cancel()
+        return got
+
+    assert trio.run(walked_then_idle) == [data[o : o + n] for o, n in walk]
+    fetched = sum(length for _, length in store.ranges)
+    assert fetched - _fetched_twice(store.ranges) == len(data)
+    assert fetched <= len(data) + 2 * BLOCK, (fetched, len(data))
+
+
 def test_random_faults_over_a_file_larger_than_the_cache_keeps_unread_never_load_it() -> None:
     """The same faults over a file larger than what loading ahead may leave unread (half the
     memory tier here, no disk tier): they are random faults (the readahead would sweep), but
