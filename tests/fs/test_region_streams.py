@@ -194,7 +194,7 @@ def test_a_walk_in_hops_from_the_start_loads_the_file_ahead_of_it_then_behind() 
     asked: list[tuple[int, int]] = []  # (first block, blocks) of each load ahead started
     read_ahead = vfs.reader.cache.read_ahead
 
-    def recorded(keys, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def recorded(keys, *args, **kwargs):
         asked.append((keys[0].block, len(keys)))
         return read_ahead(keys, *args, **kwargs)
 
@@ -267,7 +267,7 @@ def test_random_faults_over_a_file_larger_than_the_cache_keeps_unread_never_load
     asked: list[int] = []  # the blocks of each load ahead the reads started (recorded, then done)
     read_ahead = vfs.reader.cache.read_ahead
 
-    def recorded(keys, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def recorded(keys, *args, **kwargs):
         asked.append(len(keys))
         return read_ahead(keys, *args, **kwargs)
 
