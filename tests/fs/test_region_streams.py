@@ -12,11 +12,13 @@ import itertools
 import os
 import random
 import tracemalloc
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pytest
 import trio
 
+from pffs.cache.keys import BlockKey
 from pffs.cache.readahead import REGION_STREAM_AHEAD, Readahead
 from pffs.errors import SourceDown, Transient
 from pffs.fs.inodes import ROOT_INODE
@@ -194,7 +196,7 @@ def test_a_walk_in_hops_from_the_start_loads_the_file_ahead_of_it_then_behind() 
     asked: list[tuple[int, int]] = []  # (first block, blocks) of each load ahead started
     read_ahead = vfs.reader.cache.read_ahead
 
-    def recorded(keys, *args, **kwargs):
+    def recorded(keys: Sequence[BlockKey], *args: Any, **kwargs: Any) -> int:
         asked.append((keys[0].block, len(keys)))
         return read_ahead(keys, *args, **kwargs)
 
@@ -267,7 +269,7 @@ def test_random_faults_over_a_file_larger_than_the_cache_keeps_unread_never_load
     asked: list[int] = []  # the blocks of each load ahead the reads started (recorded, then done)
     read_ahead = vfs.reader.cache.read_ahead
 
-    def recorded(keys, *args, **kwargs):
+    def recorded(keys: Sequence[BlockKey], *args: Any, **kwargs: Any) -> int:
         asked.append(len(keys))
         return read_ahead(keys, *args, **kwargs)
 
