@@ -368,6 +368,7 @@ class BlockCache:
         coalesce: bool = False,
         at_end: bool = True,
         window: ReaderWindow | None = None,
+        landed: Callable[[], None] | None = None,
     ) -> int:
         """Start loading a reader's readahead window; returns how many blocks were started.
 
@@ -378,10 +379,11 @@ class BlockCache:
         store and the client less per byte, so until the window's end (`at_end`) is reached, nothing
         is asked for before a run's worth of blocks is missing. The mount's budget of bytes ahead
         (`ahead`, pffs.flow.budget) bounds the bytes in flight. With the reader's `window`, a run is
-        at most its part, and the window is told how long each request took.
+        at most its part, and the window is told how long each request took. `landed` is called
+        after each block landed, its budget given back (a swept file asks for its next blocks).
         """
         return self._engine.start(
-            keys, sizes, source, coalesce=coalesce, at_end=at_end, window=window
+            keys, sizes, source, coalesce=coalesce, at_end=at_end, window=window, landed=landed
         )
 
     def load_soon(self, keys: Sequence[BlockKey], sizes: Sequence[int], source: BlockSource) -> int:

@@ -26,10 +26,14 @@ regions too, short ones that never continue: the kernel's read-around (two READs
 offset, then a fault elsewhere. Once such faults have touched a share of the file's blocks
 (SWEEP_SHARE), the rest of the file is loaded as a scan's blocks are (`sweeping`), within the
 mount's budget of bytes ahead, so later faults find it (docs/notes/clients-arrow-mmap.md).
+The same file's metadata walk before them (`read_all`: a hop per record batch, forward from the
+file's start) starts that load sooner (pffs.cache.walks), from the walk's front: the blocks it
+goes on to first, those behind it after.
 """
 
 from __future__ import annotations
 
+from pffs.cache.walks import HopWalk
 from pffs.cache.window import ReaderWindow
 
 MIB = 1 << 20
@@ -124,6 +128,9 @@ class Readahead:
         # this far behind the furthest one: not random.
         self._reorder = FORWARD_BLOCKS_TOLERANCE * block_size
         self.sweeping = False  # whether the rest of the file is being loaded
+        self._walk = HopWalk()  # a walk forward in hops from the start also starts it
+        self._sweep_from = 0  # the block a sweep loads first (then on to the end, then before)
+        self._swept = 0  # blocks of the sweep's order held or coming, from its first (`swept`)
 
     @property
     def window(self) -> int:
@@ -161,6 +168,8 @@ class Readahead:
         stream, near = self._stream_for(offset, end - offset)
         if not near and end - offset >= LARGE_READ and offset > 0:
             self._fault(stream, end)
+        if end - offset >= LARGE_READ and not self.sweeping:
+            self._walked(offset, end)
         stream.streak = stream.streak + 1 if near else 0
         stream.expected = max(end, stream.expected) if near else end
         self.sequential = stream.streak >= RUN_READS
@@ -210,13 +219,36 @@ class Readahead:
         if not self.sweeping and blocks > 2 and len(self._fault_blocks) >= blocks * SWEEP_SHARE:
             self.sweeping = True
 
-    def sweep(self) -> range:
-        """The file's blocks to load while random faults sweep it (empty when not): all of them;
-        the cache starts those neither held nor coming, as many as the budget of bytes ahead
-        lets it."""
-        return range(self.last_block + 1) if self.sweeping else range(0)
+    def _walked(self, offset: int, end: int) -> None:
+        """A large READ, seen as part of a walk in hops; once the walk is told, the file is
+        swept from where the walk is: it goes on to the blocks ahead (a round trip per hop
+        otherwise), the gathers of its bodies come after it and land anywhere."""
+        walk = self._walk
+        walk.read(offset, end)
+        if walk.walking and self.last_block + 1 > 2:
+            self.sweeping = True
+            self._sweep_from = min(walk.front // self.block_size, self.last_block)
+
+    def sweep(self) -> list[range]:
+        """The file's blocks to load while it is swept (none when not), in the order to load
+        them: from the block a walk reached (the first, after random faults) to the end, then
+        those before it; less those `swept` passed. The cache starts those neither held nor
+        coming, as many as the budget of bytes ahead lets it."""
+        if not self.sweeping:
+            return []
+        first, passed = self._sweep_from, self._swept
+        ahead = range(first + passed, self.last_block + 1)
+        behind = range(max(0, passed - len(range(first, self.last_block + 1))), first)
+        return [r for r in (ahead, behind) if r]
+
+    def swept(self, count: int) -> None:
+        """The first `count` blocks `sweep` gives are held or coming: not given again (a block
+        evicted since is its reader's to fetch)."""
+        self._swept += count
 
     def close(self) -> None:
-        """The file is closed: its window no longer takes a share of the budget."""
+        """The file is closed: its window no longer takes a share of the budget, nor is the
+        file swept on (a load that lands after asks for no more)."""
+        self.sweeping = False
         if self.reader_window is not None:
             self.reader_window.close()

@@ -46,11 +46,13 @@ class _Run:
         source: BlockSource,
         kind: Kind,
         window: ReaderWindow | None = None,
+        landed: Callable[[], None] | None = None,
     ) -> None:
         self.blocks = blocks
         self.source = source
         self.kind = kind  # whose bytes of the budget its blocks are
         self.window = window  # the reader's, told how long each request took
+        self.landed = landed  # told after each of its blocks landed (its budget given back)
 
     def spans(self, most: int) -> list[tuple[int, int]]:
         """(first, count) of consecutive blocks left to load, at most `most` long each."""
@@ -68,7 +70,7 @@ class _Run:
     def take(self, first: int, count: int) -> _Run:
         """Blocks first..first+count-1 (a span of this run) as a run of their own."""
         taken = {p: self.blocks.pop(p) for p in range(first, first + count)}
-        return _Run(taken, self.source, self.kind, self.window)
+        return _Run(taken, self.source, self.kind, self.window, self.landed)
 
 
 class AheadUsage:
@@ -133,10 +135,13 @@ class ReadaheadEngine:
         at_end: bool,
         window: ReaderWindow | None = None,
         counted: bool = True,
+        landed: Callable[[], None] | None = None,
     ) -> int:
         """Start loading a window in the background, within the budget; how many blocks were
         started (see BlockCache.read_ahead). Unless `counted`, its blocks are not readahead's
-        (a small file's GET at open: its reader surely wants them)."""
+        (a small file's GET at open: its reader surely wants them). `landed` is called after
+        each of its blocks landed, its bytes of the budget given back (not after a failure:
+        what asks again on it would ask again and again)."""
         if not self.background.attached:
             return 0
         run_blocks = 1
@@ -147,6 +152,7 @@ class ReadaheadEngine:
             return 0
         run = self._claim(keys, sizes, missing, source, "readahead", ahead=counted)
         run.window = window
+        run.landed = landed
         if counted:
             self.stats.readahead_issued += len(run.blocks)
         if run.blocks:
@@ -273,6 +279,8 @@ class ReadaheadEngine:
         if data is not None:  # else gone or damaged since it was seen: left to the store
             self._land(key, flight, data, "disk")
             self._release(run, [position])
+            if run.landed is not None:
+                run.landed()
 
     async def _fetch(self, run: _Run, first: int, count: int) -> int:
         """Blocks first..first+count-1 of a run from the store; the bytes fetched."""
@@ -288,6 +296,8 @@ class ReadaheadEngine:
                 self._land(key, flight, data, "store")
                 self._release(run, [index])
                 self.disk.write_behind(key, data)
+                if run.landed is not None:
+                    run.landed()
         if run.window is not None:
             run.window.fetched(trio.current_time() - asked)
         return fetched

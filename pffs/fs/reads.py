@@ -94,11 +94,6 @@ class Reader:
         end = min(offset + size, blocks.size)
         # Ask for blocks ahead before waiting on this one, so both travel at once.
         ahead = handle.readahead.on_read(offset, end)
-        if not ahead and handle.readahead.sweeping and blocks.size <= self.cache.ahead.unread_max:
-            # Random faults over the file: the rest of it, when the cache keeps it beside what
-            # else it holds (as a preload's files: pffs.flow.budget); a larger file's faults
-            # stay in their neighbourhoods, not loading it over and over.
-            ahead = handle.readahead.sweep()
         if handle.shape is not None:  # how its dataset's files are read (pffs.fs.datasets)
             handle.shape.read(offset, end, handle.readahead)
         if ahead:
@@ -110,6 +105,8 @@ class Reader:
                 at_end=ahead.stop > handle.readahead.last_block,
                 window=handle.readahead.reader_window,
             )
+        elif handle.readahead.sweeping:
+            self._sweep(handle)
         try:
             with retry.asking():  # the bound on this read counts from now (pffs.retry)
                 # Most reads have no region run: no coroutine for them on the read path.
@@ -128,6 +125,41 @@ class Reader:
             raise
         self.pages.after_read(handle, offset)
         return data
+
+    def _sweep(self, handle: ReadHandle) -> None:
+        """Random faults over the file, or a walk of it in hops (Readahead.sweep): its next
+        blocks, when the cache keeps it beside what else it holds (as a preload's files:
+        pffs.flow.budget; a larger file's faults stay in their neighbourhoods, not loading it
+        over and over). As many start as the budget of bytes ahead lets, at each READ and again
+        as each lands: the store is kept busy while the reader waits on one of them (a walk's
+        hop, a gather's fault), when no READ comes to ask for more."""
+        readahead, blocks, cache = handle.readahead, handle.blocks, self.cache
+        if blocks.size > cache.ahead.unread_max:
+            return
+        passed = 0  # the order's first blocks held or coming: not looked at again
+        for load in readahead.sweep():
+            held = next(
+                (n for n, i in enumerate(load) if not cache.is_cached_or_coming(blocks.key(i))),
+                len(load),
+            )
+            passed += held
+            if held < len(load):
+                break
+        readahead.swept(passed)
+        room = max(1, cache.ahead.total // self.block_size)  # what could start at most
+        for load in readahead.sweep():  # in order: the rest starts once the budget frees
+            load = load[:room]
+            room -= len(load)
+            cache.read_ahead(
+                blocks.keys(load),
+                blocks.lengths(load),
+                handle.source,
+                coalesce=block_runs(handle.mounted.backend) is not None,
+                window=readahead.reader_window,
+                landed=partial(self._sweep, handle),
+            )
+            if room <= 0:
+                break
 
     async def _read_streamed(self, handle: ReadHandle, offset: int, end: int) -> bytes | None:
         """The read's bytes from its region's spans (pffs.fs.regions) when its run is streamed

@@ -207,7 +207,7 @@ def test_random_faults_over_a_share_of_the_file_load_all_of_it() -> None:
         if not ra.sweeping:
             assert not ra.sweep()
             touched.add(start // block)
-    assert ra.sweeping and ra.sweep() == range(blocks)
+    assert ra.sweeping and ra.sweep() == [range(blocks)]
     assert len(touched) >= blocks * SWEEP_SHARE  # not at the first faults
 
 
@@ -227,3 +227,58 @@ def test_forward_faults_and_continuing_tensors_never_load_the_file() -> None:
     starts = random.Random(6).sample(range(block, (blocks - 2) * block, 2 * block), 24)
     _faults(tensors, [s + 5616 for s in starts], 4, size)
     assert not tensors.sweeping
+
+
+def _walk_reads(hops: list[int], size: int) -> list[tuple[int, int]]:
+    """An Arrow file's `read_all` by mmap (docs/notes/clients-arrow-mmap.md): the file's start,
+    then a hop per record batch's metadata: the fault's read-around (two READs, here the second
+    first now and then) and one READ of readahead after it."""
+    reads = [(0, size), (size, size)]
+    for n, hop in enumerate(hops):
+        pair = [(hop, size), (hop + size, size)]
+        reads += (pair[::-1] if n % 2 else pair) + [(hop + 2 * size, size)]
+    return reads
+
+
+def test_a_walk_in_hops_from_the_start_loads_the_file_from_its_front() -> None:
+    """Forward hops of read-arounds at alike strides from the file's first byte: at the third
+    fault the file is swept, the blocks ahead of the walk first, then those behind it."""
+    block, size, blocks = 4 * MIB, MIB, 64
+    stride = 15 * MIB + 656 * KIB  # a record batch and its metadata
+    hops = [14 * MIB + 660 * KIB + n * stride for n in range(6)]
+    ra = Readahead(block, readahead_max=8 * block, file_size=blocks * block)
+    reads = _walk_reads(hops, size)
+    third = reads.index((hops[1] + size, size))  # the third fault's first READ (pair reversed)
+    for n, (offset, length) in enumerate(reads):
+        ra.on_read(offset, offset + length)
+        assert ra.sweeping == (n >= third), n
+    front = (hops[1] + size) // block
+    assert ra.sweep() == [range(front, blocks), range(front)]
+
+
+def test_reads_that_walk_no_file_in_hops_never_sweep_it() -> None:
+    """What is no walk: a Parquet projection (its footer first, then one pread per column chunk,
+    a few answered out of order: the bench's trace), a lazy loader's tensors (the header at the
+    start, then runs of many READs), hops not from the file's start, or at strides unalike."""
+    block, size, blocks = 4 * MIB, MIB, 64
+
+    def swept(reads: list[tuple[int, int]]) -> bool:
+        ra = Readahead(block, readahead_max=8 * block, file_size=blocks * block)
+        for offset, length in reads:
+            ra.on_read(offset, offset + length)
+        return ra.sweeping
+
+    footer = [(blocks * block - 68 * KIB, 68 * KIB)]
+    chunks = [n * 3 * MIB + 600 * KIB for n in range(40)]
+    for i in range(0, len(chunks) - 1, 2):
+        chunks[i], chunks[i + 1] = chunks[i + 1], chunks[i]
+    assert not swept(footer + [(chunk, 460 * KIB) for chunk in chunks])
+    tensors = [(0, size), (size, size)]
+    for start in (135 * MIB + 4 * KIB, 160 * MIB + 4 * KIB, 190 * MIB + 4 * KIB):
+        tensors += [(start + n * size, size) for n in range(11)]
+    assert not swept(tensors)
+    stride = 15 * MIB
+    walk = _walk_reads([stride + n * stride for n in range(6)], size)
+    assert swept(walk)  # the control
+    assert not swept(walk[2:])
+    assert not swept(_walk_reads([stride, 40 * MIB, 55 * MIB, 70 * MIB], size))

@@ -173,6 +173,75 @@ def test_random_faults_fetch_the_file_about_once_then_find_it_loaded() -> None:
     assert store.requests + len(store.ranges) < len(faults)  # most faults found it loaded
 
 
+def test_a_walk_in_hops_from_the_start_loads_the_file_ahead_of_it_then_behind() -> None:
+    """An Arrow file's `read_all` by mmap (docs/notes/clients-arrow-mmap.md): the file's start,
+    then a hop per record batch's metadata, each the fault's read-around and a READ of
+    readahead, strides alike. At the third fault the file is loaded (the cache keeps it), from
+    the walk's front to the end first, then the blocks behind: the walk alone brings all of
+    it, each byte fetched about once (what the hops' spans fetched is taken, not asked again)."""
+    data = random.Random(41).randbytes(24 * BLOCK)
+    store = RunStore({"f": data})
+    stride = 5 * MIB + 12 * KIB
+    hops = [stride * (n + 1) for n in range(8)]
+    walk = [(0, READ), (READ, READ)] + [(hop + n * READ, READ) for hop in hops for n in range(3)]
+    config = cache_config(
+        None,
+        block=BLOCK,
+        memory_bytes=128 * BLOCK,
+        readahead_max=8 * BLOCK,
+        ahead_budget=32 * BLOCK,
+    )
+    vfs = cached_vfs(store, config)
+    assert vfs.reader.cache.ahead.unread_max >= len(data)
+    asked: list[tuple[int, int]] = []  # (first block, blocks) of each load ahead started
+    read_ahead = vfs.reader.cache.read_ahead
+
+    def recorded(keys: Sequence[BlockKey], *args: Any, **kwargs: Any) -> int:
+        asked.append((keys[0].block, len(keys)))
+        return read_ahead(keys, *args, **kwargs)
+
+    vfs.reader.cache.read_ahead = recorded  # type: ignore[method-assign]
+    got = trio.run(with_nursery, vfs, "f", walk)
+    assert got == [data[o : o + n] for o, n in walk]
+    front, blocks = hops[1] // BLOCK, len(data) // BLOCK
+    first = asked.index((front, blocks - front))  # before it: the start's run, a block ahead
+    assert all(count == 1 for _, count in asked[:first]) and asked[first + 1] == (0, front)
+    fetched = sum(length for _, length in store.ranges)
+    assert fetched - _fetched_twice(store.ranges) == len(data)  # all of it, by the walk alone
+    assert fetched <= len(data) + 2 * BLOCK, (fetched, len(data))
+
+
+def test_a_swept_file_goes_on_loading_while_no_read_comes() -> None:
+    """A file swept within a budget of bytes ahead smaller than it: each block that lands
+    starts the next, so the file is loaded while its reader waits (on a block of the sweep)
+    and no READ comes to ask for more. Here the READs stop at the walk's third fault (the
+    sweep's start); the file stays open, and all of it comes, each byte once."""
+    data = random.Random(43).randbytes(24 * BLOCK)
+    store = RunStore({"f": data})
+    stride = 5 * MIB + 12 * KIB
+    walk = [(0, READ), (READ, READ)] + [(stride + n * READ, READ) for n in range(3)]
+    walk.append((2 * stride, READ))  # the third fault's first READ: the sweep starts
+    config = cache_config(
+        None, block=BLOCK, memory_bytes=128 * BLOCK, readahead_max=8 * BLOCK, ahead_budget=6 * BLOCK
+    )
+    vfs = cached_vfs(store, config)
+
+    async def walked_then_idle() -> list[bytes]:
+        async with trio.open_nursery() as nursery:
+            vfs.attach(nursery)
+            fh, _ = await vfs.open((await vfs.lookup(ROOT_INODE, "f")).ino, os.O_RDONLY)
+            got = [bytes(await vfs.read(fh, offset, size)) for offset, size in walk]
+            await vfs.drain()  # the loads ahead, the file still open
+            await vfs.release(fh)
+            nursery.cancel_scope.cancel()
+        return got
+
+    assert trio.run(walked_then_idle) == [data[o : o + n] for o, n in walk]
+    fetched = sum(length for _, length in store.ranges)
+    assert fetched - _fetched_twice(store.ranges) == len(data)
+    assert fetched <= len(data) + 2 * BLOCK, (fetched, len(data))
+
+
 def test_random_faults_over_a_file_larger_than_the_cache_keeps_unread_never_load_it() -> None:
     """The same faults over a file larger than what loading ahead may leave unread (half the
     memory tier here, no disk tier): they are random faults (the readahead would sweep), but
