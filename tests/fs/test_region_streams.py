@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import trio
 
+import pffs
 from pffs.cache.keys import BlockKey
 from pffs.cache.readahead import REGION_STREAM_AHEAD, Readahead
 from pffs.errors import SourceDown, Transient
@@ -293,6 +294,20 @@ def test_a_region_fetches_nothing_past_the_kernels_last_read() -> None:
     assert sum(length for _, length in store.ranges) == last - reads[0][0]  # each byte once
 
 
+# Frames kept per allocation: enough to find pffs's or the fake store's code below the
+# builtins and trio's machinery that made it.
+FRAMES = 32
+
+
+def _held_by_pffs_and_its_store(snapshot: tracemalloc.Snapshot) -> int:
+    """Bytes still allocated whose call stack passed through pffs or these tests (the store's
+    fake): not those of other threads of the test process (pytest-xdist's channel to its
+    controller allocates hundreds of KiB at any moment)."""
+    places = [os.path.dirname(pffs.__file__), os.path.dirname(__file__)]
+    ours = [tracemalloc.Filter(True, os.path.join(place, "*"), all_frames=True) for place in places]
+    return sum(stat.size for stat in snapshot.filter_traces(ours).statistics("filename"))
+
+
 def test_a_lazy_loads_dropped_spans_are_not_held_in_memory() -> None:
     """A lazy loader's tensors (docs/notes/parked-spans-rss.md): the spans dropped once read
     are parked on local disk, not kept in the mount's memory while the file is open (where
@@ -306,12 +321,12 @@ def test_a_lazy_loads_dropped_spans_are_not_held_in_memory() -> None:
         async with trio.open_nursery() as nursery:
             vfs.attach(nursery)
             inode = await vfs.lookup(ROOT_INODE, "f")
-            tracemalloc.start()
+            tracemalloc.start(FRAMES)
             fh, _ = await vfs.open(inode.ino, os.O_RDONLY)
             for offset, size in reads:  # checked one by one: the test keeps none of them
                 assert bytes(await vfs.read(fh, offset, size)) == data[offset : offset + size]
             await vfs.drain()  # the parked spans' writes done
-            seen["held"] = tracemalloc.get_traced_memory()[0]
+            seen["held"] = _held_by_pffs_and_its_store(tracemalloc.take_snapshot())
             tracemalloc.stop()
             regions = vfs.handles.reading(fh).regions
             seen["spans"] = regions.held if regions is not None else 0  # not dropped yet
