@@ -131,6 +131,8 @@ class Readahead:
         self._walk = HopWalk()  # a walk forward in hops from the start also starts it
         self._sweep_from = 0  # the block a sweep loads first (then on to the end, then before)
         self._swept = 0  # blocks of the sweep's order held or coming, from its first (`swept`)
+        # The sweep's blocks on their way (their landings ask for more; kept by pffs.fs.reads).
+        self.sweep_coming = 0
 
     @property
     def window(self) -> int:

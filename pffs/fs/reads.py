@@ -146,20 +146,33 @@ class Reader:
             if held < len(load):
                 break
         readahead.swept(passed)
+        # While its blocks are on their way, a run's worth at a time (or the rest, when less
+        # is left): a landing frees one block of the budget, and asking for it alone makes a
+        # GET per block; the landings coming free the rest of a run soon, and fewer, larger
+        # GETs cost the store and the mount less per byte. None on their way: what fits.
+        left = sum(len(load) for load in readahead.sweep())
+        run = min(cache.run_blocks, left) * self.block_size
+        if readahead.sweep_coming > 0 and not cache.ahead.fits("readahead", run):
+            return
         room = max(1, cache.ahead.total // self.block_size)  # what could start at most
         for load in readahead.sweep():  # in order: the rest starts once the budget frees
             load = load[:room]
             room -= len(load)
-            cache.read_ahead(
+            readahead.sweep_coming += cache.read_ahead(
                 blocks.keys(load),
                 blocks.lengths(load),
                 handle.source,
                 coalesce=block_runs(handle.mounted.backend) is not None,
                 window=readahead.reader_window,
-                landed=partial(self._sweep, handle),
+                landed=partial(self._swept_landed, handle),
             )
             if room <= 0:
                 break
+
+    def _swept_landed(self, handle: ReadHandle) -> None:
+        """A block of the sweep landed: the next ones, as its budget allows."""
+        handle.readahead.sweep_coming -= 1
+        self._sweep(handle)
 
     async def _read_streamed(self, handle: ReadHandle, offset: int, end: int) -> bytes | None:
         """The read's bytes from its region's spans (pffs.fs.regions) when its run is streamed

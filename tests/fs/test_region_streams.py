@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import os
 import random
+import threading
 import tracemalloc
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -241,6 +242,70 @@ def test_a_swept_file_goes_on_loading_while_no_read_comes() -> None:
     fetched = sum(length for _, length in store.ranges)
     assert fetched - _fetched_twice(store.ranges) == len(data)
     assert fetched <= len(data) + 2 * BLOCK, (fetched, len(data))
+
+
+def test_a_sweeps_landings_ask_for_runs_not_a_block_each() -> None:
+    """The landings of a sweep free the budget a block at a time; the next blocks are asked
+    for a run at a time (`fetch_size`) once a run's worth is free, not one GET per block as
+    each lands: fewer, larger requests for the same bytes."""
+    data = random.Random(47).randbytes(24 * BLOCK)
+    store = RunStore({"f": data})
+    in_runs: list[int] = []  # blocks a run (one request) delivered
+    alone: list[int] = []  # whole blocks asked for in a request of their own
+    read_blocks, read_range = store.read_blocks, store.read_range
+
+    running = threading.local()  # whether this worker thread is inside a run's request
+
+    def run(
+        path: str, start: int, lengths: list[int], *args: Any, **kwargs: Any
+    ) -> Iterator[bytes]:
+        in_runs.append(len(lengths))
+        pieces = read_blocks(path, start, lengths, *args, **kwargs)
+        while True:
+            running.inside = True
+            try:
+                piece = next(pieces)
+            except StopIteration:
+                return
+            finally:
+                running.inside = False
+            yield piece
+
+    def one(path: str, offset: int, length: int, *args: Any, **kwargs: Any) -> bytes:
+        whole = length == BLOCK and offset % BLOCK == 0
+        if whole and not getattr(running, "inside", False):
+            alone.append(offset // BLOCK)
+        return read_range(path, offset, length, *args, **kwargs)
+
+    store.read_blocks = run  # type: ignore[method-assign]
+    store.read_range = one  # type: ignore[method-assign,assignment]
+    stride = 5 * MIB + 12 * KIB
+    walk = [(0, READ), (READ, READ)] + [(stride + n * READ, READ) for n in range(3)]
+    walk.append((2 * stride, READ))  # the sweep starts
+    config = cache_config(
+        None,
+        block=BLOCK,
+        memory_bytes=128 * BLOCK,
+        readahead_max=8 * BLOCK,
+        ahead_budget=6 * BLOCK,
+        fetch_size=4 * BLOCK,
+    )
+    vfs = cached_vfs(store, config)
+
+    async def walked_then_idle() -> None:
+        async with trio.open_nursery() as nursery:
+            vfs.attach(nursery)
+            fh, _ = await vfs.open((await vfs.lookup(ROOT_INODE, "f")).ino, os.O_RDONLY)
+            for offset, size in walk:
+                assert bytes(await vfs.read(fh, offset, size)) == data[offset : offset + size]
+            await vfs.drain()
+            await vfs.release(fh)
+            nursery.cancel_scope.cancel()
+
+    trio.run(walked_then_idle)
+    assert sum(length for _, length in store.ranges) - _fetched_twice(store.ranges) == len(data)
+    # Blocks alone: the walk's first ones and where spans split a run, not one per landing.
+    assert len(alone) <= 24 // 3, (alone, in_runs)
 
 
 def test_random_faults_over_a_file_larger_than_the_cache_keeps_unread_never_load_it() -> None:
