@@ -24,6 +24,7 @@ from pffs.cache.keys import BlockKey
 from pffs.cache.readahead import REGION_STREAM_AHEAD, Readahead
 from pffs.errors import SourceDown, Transient
 from pffs.fs.inodes import ROOT_INODE
+from pffs.fs.vfs import Vfs
 from pffs.routing.table import Mounted, MountTable
 from tests.cache.configs import KIB, cache_config
 from tests.fs.helpers import make_vfs
@@ -213,6 +214,29 @@ def test_a_walk_in_hops_from_the_start_loads_the_file_ahead_of_it_then_behind() 
     assert fetched <= len(data) + 2 * BLOCK, (fetched, len(data))
 
 
+def _walk_to_the_sweep() -> list[tuple[int, int]]:
+    """An Arrow metadata walk's READs up to its third fault's first READ (the sweep starts)."""
+    stride = 5 * MIB + 12 * KIB
+    walk = [(0, READ), (READ, READ)] + [(stride + n * READ, READ) for n in range(3)]
+    return [*walk, (2 * stride, READ)]
+
+
+def _read_then_idle(vfs: Vfs, data: bytes, reads: list[tuple[int, int]]) -> None:
+    """`reads` of "f" checked one by one, then the loads ahead drained, the file still open."""
+
+    async def read_then_idle() -> None:
+        async with trio.open_nursery() as nursery:
+            vfs.attach(nursery)
+            fh, _ = await vfs.open((await vfs.lookup(ROOT_INODE, "f")).ino, os.O_RDONLY)
+            for offset, size in reads:
+                assert bytes(await vfs.read(fh, offset, size)) == data[offset : offset + size]
+            await vfs.drain()
+            await vfs.release(fh)
+            nursery.cancel_scope.cancel()
+
+    trio.run(read_then_idle)
+
+
 def test_a_swept_file_goes_on_loading_while_no_read_comes() -> None:
     """A file swept within a budget of bytes ahead smaller than it: each block that lands
     starts the next, so the file is loaded while its reader waits (on a block of the sweep)
@@ -220,25 +244,10 @@ def test_a_swept_file_goes_on_loading_while_no_read_comes() -> None:
     sweep's start); the file stays open, and all of it comes, each byte once."""
     data = random.Random(43).randbytes(24 * BLOCK)
     store = RunStore({"f": data})
-    stride = 5 * MIB + 12 * KIB
-    walk = [(0, READ), (READ, READ)] + [(stride + n * READ, READ) for n in range(3)]
-    walk.append((2 * stride, READ))  # the third fault's first READ: the sweep starts
     config = cache_config(
         None, block=BLOCK, memory_bytes=128 * BLOCK, readahead_max=8 * BLOCK, ahead_budget=6 * BLOCK
     )
-    vfs = cached_vfs(store, config)
-
-    async def walked_then_idle() -> list[bytes]:
-        async with trio.open_nursery() as nursery:
-            vfs.attach(nursery)
-            fh, _ = await vfs.open((await vfs.lookup(ROOT_INODE, "f")).ino, os.O_RDONLY)
-            got = [bytes(await vfs.read(fh, offset, size)) for offset, size in walk]
-            await vfs.drain()  # the loads ahead, the file still open
-            await vfs.release(fh)
-            nursery.cancel_scope.cancel()
-        return got
-
-    assert trio.run(walked_then_idle) == [data[o : o + n] for o, n in walk]
+    _read_then_idle(cached_vfs(store, config), data, _walk_to_the_sweep())
     fetched = sum(length for _, length in store.ranges)
     assert fetched - _fetched_twice(store.ranges) == len(data)
     assert fetched <= len(data) + 2 * BLOCK, (fetched, len(data))
@@ -279,9 +288,6 @@ def test_a_sweeps_landings_ask_for_runs_not_a_block_each() -> None:
 
     store.read_blocks = run  # type: ignore[method-assign]
     store.read_range = one  # type: ignore[method-assign,assignment]
-    stride = 5 * MIB + 12 * KIB
-    walk = [(0, READ), (READ, READ)] + [(stride + n * READ, READ) for n in range(3)]
-    walk.append((2 * stride, READ))  # the sweep starts
     config = cache_config(
         None,
         block=BLOCK,
@@ -290,19 +296,7 @@ def test_a_sweeps_landings_ask_for_runs_not_a_block_each() -> None:
         ahead_budget=6 * BLOCK,
         fetch_size=4 * BLOCK,
     )
-    vfs = cached_vfs(store, config)
-
-    async def walked_then_idle() -> None:
-        async with trio.open_nursery() as nursery:
-            vfs.attach(nursery)
-            fh, _ = await vfs.open((await vfs.lookup(ROOT_INODE, "f")).ino, os.O_RDONLY)
-            for offset, size in walk:
-                assert bytes(await vfs.read(fh, offset, size)) == data[offset : offset + size]
-            await vfs.drain()
-            await vfs.release(fh)
-            nursery.cancel_scope.cancel()
-
-    trio.run(walked_then_idle)
+    _read_then_idle(cached_vfs(store, config), data, _walk_to_the_sweep())
     assert sum(length for _, length in store.ranges) - _fetched_twice(store.ranges) == len(data)
     # Blocks alone: the walk's first ones and where spans split a run, not one per landing.
     assert len(alone) <= 24 // 3, (alone, in_runs)
