@@ -380,7 +380,8 @@ class BlockCache:
         is asked for before a run's worth of blocks is missing. The mount's budget of bytes ahead
         (`ahead`, pffs.flow.budget) bounds the bytes in flight. With the reader's `window`, a run is
         at most its part, and the window is told how long each request took. `landed` is called
-        after each block landed, its budget given back (a swept file asks for its next blocks).
+        after each block landed, its budget given back (a swept file asks for its next blocks:
+        pffs.cache.sweeps).
         """
         return self._engine.start(
             keys, sizes, source, coalesce=coalesce, at_end=at_end, window=window, landed=landed

@@ -130,9 +130,6 @@ class Readahead:
         self.sweeping = False  # whether the rest of the file is being loaded
         self._walk = HopWalk()  # a walk forward in hops from the start also starts it
         self._sweep_from = 0  # the block a sweep loads first (then on to the end, then before)
-        self._swept = 0  # blocks of the sweep's order held or coming, from its first (`swept`)
-        # The sweep's blocks on their way (their landings ask for more; kept by pffs.fs.reads).
-        self.sweep_coming = 0
 
     @property
     def window(self) -> int:
@@ -231,22 +228,17 @@ class Readahead:
             self.sweeping = True
             self._sweep_from = min(walk.front // self.block_size, self.last_block)
 
-    def sweep(self) -> list[range]:
+    def sweep(self, passed: int = 0) -> list[range]:
         """The file's blocks to load while it is swept (none when not), in the order to load
         them: from the block a walk reached (the first, after random faults) to the end, then
-        those before it; less those `swept` passed. The cache starts those neither held nor
-        coming, as many as the budget of bytes ahead lets it."""
+        those before it; less the order's first `passed`. The cache loads them
+        (pffs.cache.sweeps)."""
         if not self.sweeping:
             return []
-        first, passed = self._sweep_from, self._swept
+        first = self._sweep_from
         ahead = range(first + passed, self.last_block + 1)
         behind = range(max(0, passed - len(range(first, self.last_block + 1))), first)
         return [r for r in (ahead, behind) if r]
-
-    def swept(self, count: int) -> None:
-        """The first `count` blocks `sweep` gives are held or coming: not given again (a block
-        evicted since is its reader's to fetch)."""
-        self._swept += count
 
     def close(self) -> None:
         """The file is closed: its window no longer takes a share of the budget, nor is the

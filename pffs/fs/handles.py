@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from pffs.cache.keys import BlockSource, ObjectBlocks
 from pffs.cache.readahead import Readahead
+from pffs.cache.sweeps import FileSweep
 from pffs.errors import NotFound
 from pffs.fs.inodes import Inode
 from pffs.fs.listings import DirListing
@@ -36,6 +37,7 @@ class ReadHandle:
     pages: HandlePages = field(default_factory=HandlePages)
     regions: RegionStreams | None = None  # its region runs' streamed bytes, once it has some
     shape: ReadShape | None = None  # how it is read, for its dataset's preload (pffs.fs.datasets)
+    sweep: FileSweep | None = None  # its load whole while read at random (pffs.cache.sweeps)
 
 
 @dataclass(eq=False)

@@ -16,6 +16,7 @@ from pffs.backends.base import block_runs
 from pffs.cache.blocks import BlockCache
 from pffs.cache.keys import ObjectBlocks
 from pffs.cache.readahead import LARGE_READ, Readahead
+from pffs.cache.sweeps import FileSweep
 from pffs.errors import Changed, IsADirectory
 from pffs.fs.handles import Handles, ReadHandle
 from pffs.fs.namespace import Namespace
@@ -106,7 +107,7 @@ class Reader:
                 window=handle.readahead.reader_window,
             )
         elif handle.readahead.sweeping:
-            self._sweep(handle)
+            self._sweep_of(handle).advance()
         try:
             with retry.asking():  # the bound on this read counts from now (pffs.retry)
                 # Most reads have no region run: no coroutine for them on the read path.
@@ -126,53 +127,14 @@ class Reader:
         self.pages.after_read(handle, offset)
         return data
 
-    def _sweep(self, handle: ReadHandle) -> None:
-        """Random faults over the file, or a walk of it in hops (Readahead.sweep): its next
-        blocks, when the cache keeps it beside what else it holds (as a preload's files:
-        pffs.flow.budget; a larger file's faults stay in their neighbourhoods, not loading it
-        over and over). As many start as the budget of bytes ahead lets, at each READ and again
-        as each lands: the store is kept busy while the reader waits on one of them (a walk's
-        hop, a gather's fault), when no READ comes to ask for more."""
-        readahead, blocks, cache = handle.readahead, handle.blocks, self.cache
-        if blocks.size > cache.ahead.unread_max:
-            return
-        passed = 0  # the order's first blocks held or coming: not looked at again
-        for load in readahead.sweep():
-            held = next(
-                (n for n, i in enumerate(load) if not cache.is_cached_or_coming(blocks.key(i))),
-                len(load),
+    def _sweep_of(self, handle: ReadHandle) -> FileSweep:
+        """The handle's sweep (pffs.cache.sweeps), made at its first READ once swept."""
+        if handle.sweep is None:
+            coalesce = block_runs(handle.mounted.backend) is not None
+            handle.sweep = FileSweep(
+                self.cache, handle.blocks, handle.readahead, handle.source, coalesce=coalesce
             )
-            passed += held
-            if held < len(load):
-                break
-        readahead.swept(passed)
-        # While its blocks are on their way, a run's worth at a time (or the rest, when less
-        # is left): a landing frees one block of the budget, and asking for it alone makes a
-        # GET per block; the landings coming free the rest of a run soon, and fewer, larger
-        # GETs cost the store and the mount less per byte. None on their way: what fits.
-        left = sum(len(load) for load in readahead.sweep())
-        run = min(cache.run_blocks, left) * self.block_size
-        if readahead.sweep_coming > 0 and not cache.ahead.fits("readahead", run):
-            return
-        room = max(1, cache.ahead.total // self.block_size)  # what could start at most
-        for load in readahead.sweep():  # in order: the rest starts once the budget frees
-            load = load[:room]
-            room -= len(load)
-            readahead.sweep_coming += cache.read_ahead(
-                blocks.keys(load),
-                blocks.lengths(load),
-                handle.source,
-                coalesce=block_runs(handle.mounted.backend) is not None,
-                window=readahead.reader_window,
-                landed=partial(self._swept_landed, handle),
-            )
-            if room <= 0:
-                break
-
-    def _swept_landed(self, handle: ReadHandle) -> None:
-        """A block of the sweep landed: the next ones, as its budget allows."""
-        handle.readahead.sweep_coming -= 1
-        self._sweep(handle)
+        return handle.sweep
 
     async def _read_streamed(self, handle: ReadHandle, offset: int, end: int) -> bytes | None:
         """The read's bytes from its region's spans (pffs.fs.regions) when its run is streamed
