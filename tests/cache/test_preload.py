@@ -25,7 +25,7 @@ from pffs.cache.preload import (
     PreloadItem,
     job_channel,
 )
-from pffs.cache.readahead_engine import READERS_LOOK, RUNS_AT_ONCE
+from pffs.cache.readahead_engine import RUNS_AT_ONCE
 from pffs.errors import NotFound, Transient
 from tests.cache.configs import KIB, FetchSource, cache_config
 
@@ -209,35 +209,6 @@ async def test_a_file_loaded_alone_asks_for_its_runs_at_once() -> None:
     assert store.most_in_flight == RUNS_AT_ONCE
     assert len(store.requests) == 2 * runs  # each run asked once
     assert engine.stats.bytes_fetched == 2 * runs * 2 * BLOCK
-
-
-@in_trio
-async def test_a_file_goes_one_request_at_a_time_while_readers_load_ahead() -> None:
-    """While readers' windows are loading (readahead holds some of the budget), a preloaded
-    file asks for one run at a time: the store's bandwidth is theirs first. Once they are done,
-    its other runs go at once."""
-    store = Store(files(1, RUNS_AT_ONCE * 2 * 2 * BLOCK))
-    store.gate = trio.Event()
-    config = cache_config(None, memory_bytes=256 * BLOCK, ahead_budget=64 * BLOCK)
-    cache = BlockCache(replace(config, fetch_size=2 * BLOCK))
-    engine = Preloader(cache, budget=64 * BLOCK)
-    assert cache.ahead.take("readahead", BLOCK)  # a reader's window, loading
-    async with trio.open_nursery() as nursery:
-        cache.attach(nursery)
-        engine.attach(nursery)
-        engine.add("job", stream(nursery, [store.item(n) for n in store.files]))
-        await trio.sleep(3 * READERS_LOOK)  # the engine looks again, and again
-        await trio.testing.wait_all_tasks_blocked()
-        assert store.in_flight == 1
-        cache.ahead.give_back("readahead", BLOCK)  # the reader's blocks landed
-        await trio.sleep(3 * READERS_LOOK)
-        await trio.testing.wait_all_tasks_blocked()
-        assert store.in_flight == RUNS_AT_ONCE
-        store.gate.set()
-        await engine.wait_idle()
-        nursery.cancel_scope.cancel()
-    assert len(store.requests) == 2 * RUNS_AT_ONCE
-    assert engine.stats.bytes_fetched == RUNS_AT_ONCE * 4 * BLOCK
 
 
 @in_trio
