@@ -33,10 +33,6 @@ FETCH_AT_OPEN = 1 << 20
 # A read wanting at most this share of a block nobody holds gets its bytes with a request of
 # its own while the block loads behind it (the first byte of a file, a random 4 KiB read).
 COLD_START_SHARE = 4
-# The kernel's first READs of a file: it sends the first two together and waits for both
-# before it sends more. The first (from offset 0, at least LARGE_READ) asks for both in one
-# request (`Reader._first_reads`).
-FIRST_READS = 2
 # Such a read of at least LARGE_READ (pffs.cache.readahead) that continues no run gets its bytes
 # alone, the block not loaded behind it: it is the kernel's read-around of a page fault in a
 # mapped file (or a region's first bytes), which brings its own neighbourhood; whether the rest
@@ -111,8 +107,6 @@ class Reader:
             )
         elif handle.readahead.sweeping:
             self._sweep(handle)
-        if handle.regions is None and end <= FIRST_READS * (end - offset):
-            self._first_reads(handle, offset, end)
         try:
             with retry.asking():  # the bound on this read counts from now (pffs.retry)
                 # Most reads have no region run: no coroutine for them on the read path.
@@ -174,33 +168,6 @@ class Reader:
             )
             if room <= 0:
                 break
-
-    def _first_reads(self, handle: ReadHandle, offset: int, end: int) -> None:
-        """One of a file's first READs (the first FIRST_READS of its size from the start, in
-        either order: trio may run the second's task first): the kernel sent them together and
-        waits for all. They are served from one request of FIRST_READS READs, streamed (each
-        READ waits only for its own bytes), and block 0's load, started beside it, takes those
-        bytes (SpansFirst) and asks the store for the rest of the block at once. The second
-        READ then waits for its own bytes, not for the whole block (a 4 MiB GET sharing the
-        store with the file's first window: docs/notes/clients-first-reads.md), and no byte is
-        fetched twice: the first request is part of block 0, which is loaded anyway behind a
-        first read (COLD_START_SHARE)."""
-        blocks, size = handle.blocks, end - offset
-        first_end = min(blocks.length(0), FIRST_READS * size)
-        if size < LARGE_READ or first_end <= size or not handle.readahead.sequential:
-            return
-        if self._cached(handle, 0, blocks.length(0)):
-            return
-        regions = self._regions(handle)
-        if regions is None:  # a tier before the store, or a store without ranges
-            return
-        handle.regions = regions
-
-        def load_block() -> bool:
-            key, length = blocks.key(0), blocks.length(0)
-            return self.cache.load_soon([key], [length], handle.source) > 0
-
-        regions.first(first_end, load_block)
 
     def _swept_landed(self, handle: ReadHandle) -> None:
         """A block of the sweep landed: the next ones, as its budget allows."""

@@ -46,18 +46,7 @@ Spawn = Callable[[Callable[[], Awaitable[None]]], bool]
 
 
 class _Span:
-    __slots__ = (
-        "block_load",
-        "changed",
-        "data",
-        "done",
-        "end",
-        "failed",
-        "in_block",
-        "number",
-        "start",
-        "taken",
-    )
+    __slots__ = ("changed", "data", "done", "end", "failed", "number", "start", "taken")
 
     def __init__(self, number: int, start: int, end: int) -> None:
         self.number = number  # the order spans were asked for in
@@ -65,10 +54,6 @@ class _Span:
         self.end = end
         self.data = bytearray()  # the pieces arrived so far, in order
         self.taken = 0  # bytes READs took from it
-        # A block load over it is on its way and has not taken its bytes yet (`first`); one
-        # took them (a block holds them: not parked when dropped).
-        self.block_load = False
-        self.in_block = False
         self.done = False
         self.failed = False
         self.changed = trio.Event()
@@ -131,93 +116,34 @@ class RegionStreams:
         """Bytes [offset, end) for a block load: what spans hold or are fetching taken from
         them (waiting for their pieces; a failed span's part fetched instead), what was
         parked read back, the gaps between them from `fetch(offset, length)`, one call per
-        gap. The parts are asked for at once, not each after the one before: a block whose
-        first bytes a span is still fetching (a file's first READs) has the rest asked for
-        beside it, not a round trip after it. Not counted as taken by a READ: the spans stay
-        for the READs they were streamed for."""
-        parts = self._parts(offset, end)
-        if len(parts) == 1:
-            return await self._part(*parts[0], fetch)
-        pieces: dict[int, bytes] = {}
-        errors: list[Exception] = []
-
-        async def part(start: int, stop: int, span: _Span | None) -> None:
-            try:
-                pieces[start] = await self._part(start, stop, span, fetch)
-            except Exception as exc:  # raised below, once every part ended
-                errors.append(exc)
-
-        async with trio.open_nursery() as nursery:
-            for start, stop, span in parts:
-                nursery.start_soon(part, start, stop, span)
-        if errors:
-            raise errors[0]
-        return b"".join(pieces[start] for start, _, _ in parts)
-
-    def _parts(self, offset: int, end: int) -> list[tuple[int, int, _Span | None]]:
-        """[offset, end) cut where spans start and end: (start, stop, the span covering it or
-        None)."""
-        parts: list[tuple[int, int, _Span | None]] = []
+        gap. Not counted as taken by a READ: the spans stay for the READs they were streamed
+        for."""
+        pieces: list[bytes] = []
         position = offset
         while position < end:
             span = self._covering(position)
-            if span is not None:
-                stop = min(end, span.end)
-            else:
+            if span is None:
                 stop = min(end, self._next_start(position, end))
-                parked = self._parked
+                parked, data = self._parked, None
                 if parked is not None:
                     parked_end = parked.covering(position)
                     if parked_end is None:
                         stop = parked.next_start(position, stop)  # the gap up to the next one
-                    else:
-                        stop = min(stop, parked_end)
-            parts.append((position, stop, span))
+                    else:  # the parked span's bytes (the store's, should they be gone)
+                        stop = min(end, parked_end)
+                        data = await parked.read(position, stop)
+                pieces.append(data if data is not None else await fetch(position, stop - position))
+                position = stop
+                continue
+            stop = min(end, span.end)
+            while len(span.data) < stop - span.start and not span.done:
+                await span.changed.wait()
+            if span.failed and len(span.data) < stop - span.start:
+                pieces.append(await fetch(position, stop - position))
+            else:
+                pieces.append(bytes(span.data[position - span.start : stop - span.start]))
             position = stop
-        return parts
-
-    async def _part(
-        self,
-        position: int,
-        stop: int,
-        span: _Span | None,
-        fetch: Callable[[int, int], Awaitable[bytes]],
-    ) -> bytes:
-        """One part of `assemble`: a span's bytes, parked ones (the store's, should they be
-        gone) or the store's."""
-        if span is None:
-            parked = self._parked
-            if parked is not None and parked.covering(position) is not None:
-                data = await parked.read(position, stop)
-                if data is not None:
-                    return data
-            return await fetch(position, stop - position)
-        while len(span.data) < stop - span.start and not span.done:
-            await span.changed.wait()
-        if span.failed and len(span.data) < stop - span.start:
-            data = await fetch(position, stop - position)
-        else:
-            data = bytes(span.data[position - span.start : stop - span.start])
-        if span.block_load and position == span.start and stop == span.end:
-            # The block load `first` started took its bytes: the span may go.
-            span.block_load, span.in_block = False, True
-            if self._used_up(span) and span in self._spans:
-                self._drop(span)
-        return data
-
-    def first(self, end: int, load_block: Callable[[], bool]) -> bool:
-        """Stream [0, end), a file's first READs' bytes (pffs.fs.reads), as a reader's request
-        (its READs wait on it), then `load_block()`: start the load of the block under it,
-        which takes the span's bytes (SpansFirst); True when it started. The span then stays
-        until both its READs and that load took it, and is not parked (the block holds its
-        bytes). Whether the span started (not past the bound of bytes held)."""
-        if self._covering(0) is not None or not self._room(end):
-            return False
-        span = self._start(0, end, ahead=False)
-        if span is None:
-            return False
-        span.block_load = load_block()
-        return True
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
     def reach(self, offset: int, target: int, least: int) -> None:
         """Have spans cover [offset, target): what no span covers and none parked holds is
@@ -268,7 +194,7 @@ class RegionStreams:
             else:
                 pieces.append(bytes(span.data[position - span.start : stop - span.start]))
             span.taken += stop - position
-            if self._used_up(span):
+            if span.taken >= span.end - span.start and span.done:
                 self._drop(span)
             position = stop
         return bytes(pieces[0]) if len(pieces) == 1 else b"".join(pieces)
@@ -290,7 +216,7 @@ class RegionStreams:
     def _drop(self, span: _Span, park: bool = True) -> None:
         self._spans.remove(span)
         self._budget.give_back("region", span.end - span.start)
-        if park and span.done and not span.failed and not span.in_block:
+        if park and span.done and not span.failed:
             self.park(span.start, span.data)  # no copy: nothing changes a dropped span's bytes
 
     def park(self, offset: int, data: bytes | bytearray) -> None:
@@ -310,26 +236,19 @@ class RegionStreams:
         """Where the first span starting in (offset, end) starts, else `end`."""
         return min((s.start for s in self._spans if offset < s.start < end), default=end)
 
-    def _start(self, start: int, end: int, ahead: bool = True) -> _Span | None:
+    def _start(self, start: int, end: int) -> None:
         self._started += 1
         span = _Span(self._started, start, end)
-        if not self._spawn(partial(self._fetch, span, ahead)):
-            return None
-        self._spans.append(span)
-        self._spans.sort(key=lambda s: s.start)
-        self._budget.add("region", end - start)
-        return span
+        if self._spawn(partial(self._fetch, span)):
+            self._spans.append(span)
+            self._spans.sort(key=lambda s: s.start)
+            self._budget.add("region", end - start)
 
-    def _used_up(self, span: _Span) -> bool:
-        """Whether nothing more will take from the span: READs took it whole, it ended, and
-        no block load waits to take it."""
-        return span.taken >= span.end - span.start and span.done and not span.block_load
-
-    async def _fetch(self, span: _Span, ahead: bool) -> None:
+    async def _fetch(self, span: _Span) -> None:
         failed = True
         try:
             lengths = piece_lengths(span.end - span.start)
-            async with self._source.stream(span.start, lengths, ahead) as pieces:
+            async with self._source.stream(span.start, lengths, True) as pieces:
                 async for piece in pieces:
                     span.arrived(piece)
             failed = False
@@ -337,7 +256,7 @@ class RegionStreams:
             log.debug("a region's span %d+%d failed", span.start, span.end - span.start)
         finally:
             span.ended(failed)
-            if self._used_up(span) and span in self._spans:
+            if span.taken >= span.end - span.start and span in self._spans:
                 self._drop(span)
 
 
