@@ -404,9 +404,8 @@ class BlockCache:
 
         For the preload engine (pffs.cache.preload): blocks not cached or on their way get a
         flight readers join, are taken from the disk tier when it holds them, else fetched in
-        runs of up to `run_blocks` blocks, one request of `source` each, a few at once (a lone
-        large file still comes in at several requests' rate); each lands in memory and is
-        written behind to disk. Returns the bytes fetched from the store; a store error is
+        runs of up to `run_blocks` blocks, one request of `source` each; each lands in memory and
+        is written behind to disk. Returns the bytes fetched from the store; a store error is
         raised (the blocks not loaded are given up, so a reader fetches them itself). Without
         `read_disk` (warmup), blocks the disk tier holds are only checked for, not read.
         """

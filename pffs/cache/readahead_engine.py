@@ -6,8 +6,7 @@ Blocks that are neither in memory nor on their way get a flight each at once (a 
 first waits for it); of a window, only as many as the mount's budget of bytes ahead allows
 (pffs.flow.budget), and the rest of the window is skipped. Then blocks the disk tier holds are read
 from it, in parallel; the others are asked of the store in runs of consecutive blocks, one request
-per run (up to `run_blocks` blocks; a window's runs at once, each in a task of its own; a whole
-file's `RUNS_AT_ONCE` at a time), and each is
+per run (up to `run_blocks` blocks; a window's runs at once, each in a task of its own), and each is
 handed over as soon as it arrives: into memory, to its waiters, and written behind. Before each
 request the engine waits until the disk has taken what was handed to it before
 (DiskIO.wait_for_room), so it runs at the disk's pace without ever holding up a request's stream. A
@@ -36,12 +35,6 @@ from pffs.cache.window import ReaderWindow
 from pffs.flow.budget import AheadBudget, Kind
 
 log = logging.getLogger("pffs.cache")
-
-# Requests of one whole-file load (a preload's) in flight at once: 4 runs of the default 16 MiB
-# are the preload's default budget (64 MiB), so a file the engine loads alone is still fetched
-# at several requests' rate, while a file far larger than the budget (loaded alone all the same)
-# does not ask for all of itself at once.
-RUNS_AT_ONCE = 4
 
 
 class _Run:
@@ -237,8 +230,7 @@ class ReadaheadEngine:
     async def _load(self, run: _Run, run_blocks: int, *, read_disk: bool, spread: bool) -> int:
         """Load a run's blocks: those the disk tier holds from it, the others from the store in
         spans of up to `run_blocks` blocks, one request each. With `spread`, several spans are
-        fetched at once, in tasks of their own (whose errors only their readers see); without
-        it, `RUNS_AT_ONCE` at a time, awaited (`_fetch_together`). Returns
+        fetched at once, in tasks of their own (whose errors only their readers see). Returns
         the bytes fetched (by this task); what is left at an error or a cancellation is given
         back."""
         try:
@@ -249,40 +241,12 @@ class ReadaheadEngine:
                 for first, count in spans:
                     self.background.spawn(self._fetch_quietly, run.take(first, count), first, count)
                 return 0
-            if len(spans) == 1:  # one span (the usual case) costs no task of its own
-                return await self._fetch(run, *spans[0])
-            return await self._fetch_together(run, spans)
+            fetched = 0
+            for first, count in spans:  # one span (the usual case) costs no task of its own
+                fetched += await self._fetch(run, first, count)
+            return fetched
         finally:
             self._release(run, list(run.blocks))
-
-    async def _fetch_together(self, run: _Run, spans: Sequence[tuple[int, int]]) -> int:
-        """A whole file's spans (a preload's), RUNS_AT_ONCE of them in flight at once, awaited:
-        one request at a time came in at one GET's rate (about 80 MB/s through this machine's
-        proxies), and the engine works on few files when they are large (its budget holds one
-        scan file of 36 MiB: docs/notes/clients-first-reads.md). The bytes fetched; the first
-        error is raised once every span ended (the others' blocks landed for their readers)."""
-        fetched = 0
-        errors: list[Exception] = []
-        at_once = trio.CapacityLimiter(RUNS_AT_ONCE)
-
-        async def fetch(first: int, count: int) -> None:
-            nonlocal fetched
-            async with at_once:
-                if errors:  # the store failed this file: its readers ask for the rest
-                    return
-                try:
-                    got = await self._fetch(run, first, count)
-                except Exception as exc:
-                    errors.append(exc)
-                else:
-                    fetched += got  # not `fetched += await`: that reads `fetched` before it
-
-        async with trio.open_nursery() as nursery:
-            for first, count in spans:
-                nursery.start_soon(fetch, first, count)
-        if errors:
-            raise errors[0]
-        return fetched
 
     async def _from_disk(self, run: _Run, read: bool) -> None:
         """Land the blocks of the run the disk tier holds (several read at once); without

@@ -8,7 +8,6 @@ from __future__ import annotations
 import functools
 import random
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Iterator
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ import trio
 import trio.testing
 
 from pffs.cache.blocks import BlockCache
-from pffs.cache.keys import BlockKey, Blocks
+from pffs.cache.keys import BlockKey
 from pffs.cache.preload import (
     ITEMS_QUEUED,
     OPENS_KEPT_WITHOUT_JOBS,
@@ -25,7 +24,6 @@ from pffs.cache.preload import (
     PreloadItem,
     job_channel,
 )
-from pffs.cache.readahead_engine import RUNS_AT_ONCE
 from pffs.errors import NotFound, Transient
 from tests.cache.configs import KIB, FetchSource, cache_config
 
@@ -181,77 +179,6 @@ async def test_bounds_concurrency_and_budget(tmp_path: Path) -> None:
         nursery.cancel_scope.cancel()
     assert store.most_in_flight == 5
     assert engine.stats.files_fetched == count
-
-
-@in_trio
-async def test_a_file_loaded_alone_asks_for_its_runs_at_once() -> None:
-    """A file of several runs (a scan's 36 MiB file, alone in the preload's budget) is not
-    fetched one request after another: its runs are in flight together, RUNS_AT_ONCE at most
-    (a file far larger than the budget does not ask for all of itself at once)."""
-    runs = RUNS_AT_ONCE + 2
-    store = Store(files(2, runs * 2 * BLOCK))
-    store.gate = trio.Event()  # hold every request, to count those in flight
-    config = cache_config(None, memory_bytes=256 * BLOCK, ahead_budget=64 * BLOCK)
-    cache = BlockCache(replace(config, fetch_size=2 * BLOCK))  # a run is two blocks
-    engine = Preloader(cache, budget=runs * 2 * BLOCK)  # one file at a time
-    async with trio.open_nursery() as nursery:
-        cache.attach(nursery)
-        engine.attach(nursery)
-        engine.add("job", stream(nursery, [store.item(n) for n in store.files]))
-        await trio.testing.wait_all_tasks_blocked()
-        assert engine.files_in_flight == 1
-        assert store.in_flight == RUNS_AT_ONCE
-        store.gate.set()
-        await engine.wait_idle()
-        for name, data in store.files.items():
-            assert await read_back(cache, store, name) == data
-        nursery.cancel_scope.cancel()
-    assert store.most_in_flight == RUNS_AT_ONCE
-    assert len(store.requests) == 2 * runs  # each run asked once
-    assert engine.stats.bytes_fetched == 2 * runs * 2 * BLOCK
-
-
-@in_trio
-async def test_a_failed_run_fails_its_file_and_its_other_runs_still_land() -> None:
-    """One run of a file failing fails the file (counted, its blocks given up for their
-    readers), while its runs in flight beside it land whole."""
-    store = Store(files(1, 3 * 2 * BLOCK))
-    name = next(iter(store.files))
-    item = store.item(name)
-    assert isinstance(item.source, FileSource)
-    item = replace(item, source=FailingRun(item.source, first=0))
-    cache = BlockCache(replace(cache_config(None, memory_bytes=256 * BLOCK), fetch_size=2 * BLOCK))
-    engine = Preloader(cache, budget=64 * BLOCK)
-    async with trio.open_nursery() as nursery:
-        cache.attach(nursery)
-        engine.attach(nursery)
-        engine.add("job", stream(nursery, [item]))
-        await engine.wait_idle()
-        keys = item.keys
-        assert not cache.is_cached_or_coming(keys[0]) and not cache.is_cached_or_coming(keys[1])
-        assert all(cache.is_cached_or_coming(key) for key in keys[2:])
-        nursery.cancel_scope.cancel()
-    assert engine.stats.files_failed == 1 and engine.stats.files_fetched == 0
-
-
-class FailingRun:
-    """A file's source whose run starting at block `first` fails (the store's 503)."""
-
-    def __init__(self, source: FileSource, first: int) -> None:
-        self.source, self.first = source, first
-
-    async def part(self, offset: int, length: int) -> bytes:
-        raise AssertionError("preload loads runs only")
-
-    def run(self, first: int, count: int) -> Blocks:
-        if first == self.first:
-            return self._failed()
-        return self.source.run(first, count)
-
-    @trio.as_safe_channel
-    async def _failed(self) -> AsyncGenerator[tuple[int, bytes], None]:
-        raise Transient("503 SlowDown")
-        yield 0, b""  # an async generator all the same
 
 
 @in_trio
