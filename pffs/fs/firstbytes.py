@@ -13,8 +13,6 @@ or was cancelled leaves the head to the load, which then asks for it itself.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
-
 import trio
 
 from pffs.cache.keys import Blocks
@@ -53,21 +51,33 @@ class HeadFirst:
     def run(self, first: int, count: int) -> Blocks:
         if first != self.index or count != 1:
             return self.store.run(first, count)
-        return self._block()
+        return _Block(self)
 
-    @trio.as_safe_channel
-    async def _block(self) -> AsyncGenerator[tuple[int, bytes], None]:
-        blocks = self.store.blocks
-        start, size = blocks.start(self.index), blocks.length(self.index)
-        rest = await self._ahead(start + self.length, size - self.length)
-        await self.head.done.wait()
-        head = self.head.data
+
+class _Block(trio.abc.ReceiveChannel[tuple[int, bytes]]):
+    """The run of the one block `HeadFirst` loads, as a channel that fetches it when first
+    asked, in the receiving task (as pffs.store.fetching's `_OneBlock`): the rest's request
+    goes out at once, not after the task, nursery and channels a streamed run takes, which
+    cost it 10-40 ms against the read's own request on a busy loop (the scan's trace,
+    docs/notes/clients-first-reads.md)."""
+
+    def __init__(self, loading: HeadFirst) -> None:
+        self._loading: HeadFirst | None = loading
+
+    async def receive(self) -> tuple[int, bytes]:
+        loading = self._loading
+        if loading is None:
+            raise trio.EndOfChannel
+        self._loading = None
+        store, index, length = loading.store, loading.index, loading.length
+        start, size = store.blocks.start(index), store.blocks.length(index)
+        rest = await store.ahead(start + length, size - length)
+        await loading.head.done.wait()
+        head = loading.head.data
         if head is None:
-            head = await self._ahead(start, self.length)
-        yield self.index, head + rest
+            head = await store.ahead(start, length)
+        return index, head + rest
 
-    async def _ahead(self, offset: int, length: int) -> bytes:
-        """Bytes of the block loaded ahead: one request, in a place of the pace like the rest
-        of the load (as pffs.fs.regions' `SpansFirst`), in one piece (nobody streams them)."""
-        async with self.store.stream(offset, [length], True) as pieces:
-            return b"".join([piece async for piece in pieces])
+    async def aclose(self) -> None:
+        self._loading = None
+        await trio.lowlevel.checkpoint()
