@@ -3,7 +3,7 @@
 A read wanting a small part of a block nobody holds (a file's first READ: 1 MiB of a 4 MiB block)
 gets its bytes with a request of its own while the block loads behind it (the cold start,
 pffs.fs.reads). Loaded whole, the block asks the store again for the bytes the read's request
-brings: 1 MiB of every file read cold from its start, 2-5% of a scan's or a tar stream's bytes
+brings: 1 MiB of every file read cold from its start, 1-2% of a scan's or a tar stream's bytes
 (docs/notes/clients-first-reads.md). When the read starts at the block's start, its block is
 loaded through `HeadFirst` instead: the load asks the store for the rest of the block only, at
 once, and takes the head from the read's request when it has come. The read's own request is
@@ -58,7 +58,7 @@ class _Block(trio.abc.ReceiveChannel[tuple[int, bytes]]):
     """The run of the one block `HeadFirst` loads, as a channel that fetches it when first
     asked, in the receiving task (as pffs.store.fetching's `_OneBlock`): the rest's request
     goes out at once, not after the task, nursery and channels a streamed run takes, which
-    cost it 10-40 ms against the read's own request on a busy loop (the scan's trace,
+    cost it 8-42 ms against the read's own request on a busy loop (the scan's trace,
     docs/notes/clients-first-reads.md)."""
 
     def __init__(self, loading: HeadFirst) -> None:
