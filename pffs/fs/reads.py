@@ -9,15 +9,14 @@ memory tier, random reads only the bytes asked of the disk tier.
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING, TypeGuard
+from typing import TYPE_CHECKING
 
 from pffs import retry
 from pffs.backends.base import block_runs
 from pffs.cache.blocks import BlockCache
-from pffs.cache.keys import BlockKey, BlockSource, ObjectBlocks
+from pffs.cache.keys import ObjectBlocks
 from pffs.cache.readahead import LARGE_READ, Readahead
 from pffs.errors import Changed, IsADirectory
-from pffs.fs.firstbytes import Head, HeadFirst
 from pffs.fs.handles import Handles, ReadHandle
 from pffs.fs.namespace import Namespace
 from pffs.fs.pagecache import PageCache
@@ -211,33 +210,6 @@ class Reader:
         first, last = offset // self.block_size, (end - 1) // self.block_size
         return any(self.cache.may_hold(key) for key in blocks.keys(range(first, last + 1)))
 
-    def _head_first_fits(self, source: BlockSource, key: BlockKey) -> TypeGuard[StoreBlocks]:
-        """Whether a cold read of a block's first bytes may load the block through `HeadFirst`
-        (pffs.fs.firstbytes): no tier holds or is loading it, and the source is the store's own
-        (a cache group's reader takes its bytes from the block's flight: one request already)."""
-        if not isinstance(source, StoreBlocks) or source.store.arriving is not None:
-            return False
-        return source.streams_ranges and not self.cache.may_hold(key)
-
-    async def _head_first(self, source: StoreBlocks, index: int, length: int) -> bytes:
-        """A cold read of block `index`'s first `length` bytes: its own request, as a cold
-        start's, with the block loaded behind it taking those bytes (not asking for them again);
-        as a cold start otherwise (the budget of bytes ahead spent)."""
-        blocks, cache = source.blocks, self.cache
-        key, size = blocks.key(index), blocks.length(index)
-        head = Head()
-        if not cache.read_ahead([key], [size], HeadFirst(source, index, length, head)):
-            return await cache.read_part(key, 0, length, source, size, cold_start=True)
-        try:
-            data = await source.part(blocks.start(index), length)
-        except BaseException:
-            head.failed()  # the load asks for the head itself
-            raise
-        head.arrived(data)
-        cache.stats.memory_misses += 1
-        cache.stats.store_bytes_served += len(data)
-        return data
-
     async def _read_blocks(self, handle: ReadHandle, offset: int, end: int) -> bytes | memoryview:
         # The cache asks the handle's source itself on a miss: nothing is built per block.
         blocks, source, cache = handle.blocks, handle.source, self.cache
@@ -260,9 +232,7 @@ class Reader:
         for index, start, stop in blocks.spans(offset, end):
             key, block_length = blocks.key(index), blocks.length(index)
             small = (stop - start) * COLD_START_SHARE <= block_length
-            if small and start == 0 and not alone and self._head_first_fits(source, key):
-                pieces.append(await self._head_first(source, index, stop))
-            elif small and not cache.is_cached_or_coming(key):  # a first or random read
+            if small and not cache.is_cached_or_coming(key):  # a first or random read
                 part = await cache.read_part(
                     key, start, stop - start, source, block_length, cold_start=True, alone=alone
                 )

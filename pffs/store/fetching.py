@@ -243,11 +243,6 @@ class StoreBlocks:
         if failure is not None:
             raise failure
 
-    async def ahead(self, offset: int, length: int) -> bytes:
-        """Bytes [offset, offset+length) loaded ahead: one ranged GET with a permit of the
-        store's priority (a block's part no other source gives: pffs.fs.firstbytes)."""
-        return await self._range(offset, length, True)
-
     @property
     def streams_ranges(self) -> bool:
         """Whether `stream` may be used: the store streams runs."""
