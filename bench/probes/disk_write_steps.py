@@ -31,7 +31,7 @@ import tempfile
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 MIB = 1024 * 1024
@@ -118,26 +118,10 @@ def _tier(directory: str) -> Any:
     return DiskTier(directory, capacity=1 << 40, free_ratio=0.0, compress=True)
 
 
-def _fill_pool(tier: Any, blocks: int) -> None:
-    """Fill the tier's pool of entry files created ahead (a tree that has one), as a mount does
-    between bursts: timed apart, since the burst does not pay it."""
-    if not hasattr(tier, "fill_pool"):
-        return
-    tier.pool.size = blocks
-    wall, cpu = time.perf_counter_ns(), time.thread_time_ns()
-    tier.fill_pool(blocks)
-    cpu, wall = time.thread_time_ns() - cpu, time.perf_counter_ns() - wall
-    print(
-        f"  pool of {blocks} files filled ahead: {wall / blocks / 1e3:.0f} us wall and"
-        f" {cpu / blocks / 1e3:.0f} us CPU per file"
-    )
-
-
 def whole(source: _Source, workdir: str, writers: int) -> None:
     """put_batch per batch, in `writers` threads at once; its wall and CPU per block."""
     directory = tempfile.mkdtemp(prefix="whole-", dir=workdir)
     tier = _tier(directory)
-    _fill_pool(tier, source.count)
     batches = source.batches("whole")
     lock = threading.Lock()
     spent = {"wall": 0, "cpu": 0}
@@ -177,7 +161,6 @@ def steps(source: _Source, workdir: str) -> None:
 
     directory = tempfile.mkdtemp(prefix="steps-", dir=workdir)
     tier = _tier(directory)
-    _fill_pool(tier, source.count)
     clock = _Clock()
     paths = []
     for batch in source.batches("steps"):
@@ -185,14 +168,10 @@ def steps(source: _Source, workdir: str) -> None:
         with clock.step("free-space check (statvfs, per batch)"):
             tier._room()
         for key, data, tag in batch:
-            pool = getattr(tier, "pool", None)
-            with clock.step("entry name (urandom, or the pool's)"):
-                filename = pool.take() if pool is not None else None
-                created = filename is not None
-                if filename is None:
-                    filename = tier._cache.disk.filename()[0]
+            with clock.step("entry name (urandom)"):
+                filename = tier._cache.disk.filename()[0]
             path = os.path.join(directory, filename)
-            size = _write_steps(entries, clock, path, key, data, created)
+            size = _write_steps(entries, clock, path, key, data)
             rows.append(IndexRow(key, filename, size, tag))
             paths.append(path)
         with clock.step("index transaction (per batch)"):
@@ -207,9 +186,7 @@ def steps(source: _Source, workdir: str) -> None:
     shutil.rmtree(directory)
 
 
-def _write_steps(
-    entries: Any, clock: _Clock, path: str, key: str, data: bytes, created: bool
-) -> int:
+def _write_steps(entries: Any, clock: _Clock, path: str, key: str, data: bytes) -> int:
     """entries.write_entry, its steps timed one by one (kept in step with it)."""
     with clock.step("lz4 probe"):
         packed = entries._packed(data, True)
@@ -225,16 +202,17 @@ def _write_steps(
     with clock.step("header and padding"):
         view[:region] = entries._header_region(key, 0, len(data), len(data), crcs)
         view[end:total] = bytes(total - end)
-    _file_steps(entries, clock, path, view[:total], created)
+    _file_steps(entries, clock, path, view[:total])
     view.release()
     entries._give_back(buffer)
     return int(total)
 
 
-def _file_steps(entries: Any, clock: _Clock, path: str, content: memoryview, created: bool) -> None:
-    """The entry file's create (or open, created ahead), write and close, as entries does."""
-    with clock.step("create, or open one created ahead"):
-        fd = entries._open_for_write(path, True) if created else entries._open_for_write(path)
+def _file_steps(entries: Any, clock: _Clock, path: str, content: memoryview) -> None:
+    """The entry file's create, write and close, as entries writes it."""
+    take: Callable[[str], int] | None = getattr(entries, "_created_file", None)
+    with clock.step("create (open O_CREAT|O_EXCL|O_DIRECT)"):
+        fd = take(path) if take is not None else entries._open_for_write(path)
     with clock.step("O_DIRECT write"):
         written = 0
         while written < len(content):

@@ -47,7 +47,6 @@ import diskcache
 from pffs.cache.diskindex import BatchIndex, IndexRow, usage_by_tag
 from pffs.cache.disklayout import check_layout
 from pffs.cache.entries import read_block, read_layout, read_range, write_entry
-from pffs.cache.entrypool import EntryPool
 from pffs.cache.keys import BlockKey
 from pffs.cache.openentries import OpenEntries, OpenEntry, descriptor_share
 from pffs.cache.orphans import Swept, sweep_in_background, sweep_orphans
@@ -164,9 +163,6 @@ class DiskTier:
         # function there): the one hook set after construction.
         self._cache.disk.on_remove = self.open_entries.drop_path
         self.index = BatchIndex(directory, capacity, float(self._cache.timeout))
-        # Empty entry files created ahead, which writes take (entrypool.py): a mount fills it
-        # in a thread of its own between bursts of writes (`fill_pool_in_background`).
-        self.pool = EntryPool(directory, lambda: str(self._cache.disk.filename()[0]))
         self._nowait = hasattr(os, "RWF_NOWAIT")  # off once the file system refuses it
         self._stop_sweep: Callable[[], None] | None = None
 
@@ -384,7 +380,6 @@ class DiskTier:
             row = self._write(key, data, source)
             if row is not None:
                 written.append((position, row))
-        self.pool.wrote()  # the pool's filler waits for writes to be quiet
         stored = [False] * len(blocks)
         if not written:
             return stored
@@ -401,15 +396,10 @@ class DiskTier:
         return stored
 
     def _write(self, key: str, data: bytes, source: str) -> IndexRow | None:
-        """Write a block's entry file (not yet in the index), in a file created ahead when the
-        pool has one; None when that failed."""
-        filename = self.pool.take()
-        created = filename is not None
-        if filename is None:
-            filename = self._cache.disk.filename()[0]
-        path = os.path.join(self.directory, filename)
+        """Write a block's entry file (not yet in the index); None when that failed."""
+        filename = self._cache.disk.filename()[0]
         try:
-            size = write_entry(path, key, data, self.compress, created)
+            size = write_entry(os.path.join(self.directory, filename), key, data, self.compress)
         except Exception as exc:  # a full disk, an I/O error...: this block is not cached
             log.warning("disk cache write of %s skipped: %s", key, exc)
             if isinstance(exc, OSError) and exc.errno in _OUT_OF_DESCRIPTORS:
@@ -456,20 +446,9 @@ class DiskTier:
         """Start that sweep in a thread of its own (a mount starting); `close` stops it."""
         self._stop_sweep = sweep_in_background(self.directory)
 
-    def fill_pool(self, most: int) -> int:
-        """Create up to `most` entry files ahead (entrypool.py); how many the pool still
-        misses."""
-        return self.pool.fill(most)
-
-    def fill_pool_in_background(self) -> None:
-        """Fill the pool in a thread of its own: at once (a mount starting, before its first
-        reads), then whenever writes have been quiet a while; `close` stops it."""
-        self.pool.start_filling()
-
     def close(self) -> None:
         if self._stop_sweep is not None:
             self._stop_sweep()
-        self.pool.close()  # stops the filler, removes the files left
         self.open_entries.close_all()
         self.index.close()
         self._cache.close()

@@ -275,10 +275,8 @@ def _give_back(buffer: mmap.mmap) -> None:
         _spare_buffers.append(buffer)
 
 
-def _open_for_write(path: str, created: bool = False) -> int:
-    """The entry file at `path` open for its O_DIRECT write: created here, or, `created`, an
-    empty one created ahead (entrypool.py)."""
-    flags = os.O_WRONLY if created else os.O_WRONLY | os.O_CREAT | os.O_EXCL
+def _open_for_write(path: str) -> int:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
     try:
         return os.open(path, flags | os.O_DIRECT, 0o600)
     except OSError as exc:  # some file systems refuse O_DIRECT (tmpfs before Linux 6.6)
@@ -299,11 +297,10 @@ def _copy_with_crcs(target: memoryview, data: bytes | memoryview) -> array.array
     return crcs
 
 
-def write_entry(path: str, key: str, data: bytes, compress: bool, created: bool = False) -> int:
+def write_entry(path: str, key: str, data: bytes, compress: bool) -> int:
     """Write the block's entry (header region, payload, zero padding) to a new file with
-    O_DIRECT (`created`: an empty file created ahead, else created here); its size. The
-    payload is copied once, into an aligned buffer, and an uncompressed block's CRC table is
-    taken from that copy."""
+    O_DIRECT; its size. The payload is copied once, into an aligned buffer, and an
+    uncompressed block's CRC table is taken from that copy."""
     packed = _packed(data, compress)
     region = _region_size(len(data))
     stored = len(data) if packed is None else len(packed)
@@ -320,18 +317,17 @@ def write_entry(path: str, key: str, data: bytes, compress: bool, created: bool 
             flags = 0 if packed is None else _COMPRESSED
             view[:region] = _header_region(key, flags, len(data), stored, crcs)
             view[end:total] = bytes(total - end)
-            _write_new_file(path, view[:total], created)
+            _write_new_file(path, view[:total])
     finally:
         _give_back(buffer)
     return total
 
 
-def _write_new_file(path: str, content: memoryview, created: bool = False) -> None:
-    """Create the file at `path` (its directory too when it went), or open the empty one
-    created ahead (`created`), and write `content`."""
+def _write_new_file(path: str, content: memoryview) -> None:
+    """Create the file at `path` (its directory too when it went) and write `content`."""
     try:
-        fd = _open_for_write(path, created)
-    except FileNotFoundError:  # removed meanwhile (an emptied cache, say), maybe its directory
+        fd = _open_for_write(path)
+    except FileNotFoundError:  # its directory was removed (an emptied cache, say)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         fd = _open_for_write(path)
     try:

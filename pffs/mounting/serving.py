@@ -91,7 +91,6 @@ def serve_here(config: MountConfig, on_ready: Callable[[], None] | None = None) 
     try:
         if cache.disk is not None:  # files a crash left unindexed: swept while the mount serves
             cache.disk.sweep_in_background()
-            cache.disk.fill_pool_in_background()  # entry files for the first writes
 
         async def after_init() -> None:
             set_kernel_readahead(mountpoint, config.fuse.kernel_readahead)

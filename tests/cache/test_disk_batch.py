@@ -91,14 +91,12 @@ def test_a_block_whose_file_fails_is_skipped_alone(
     real_write = entries.write_entry
     writes = 0
 
-    def failing_third(
-        path: str, key: str, data: bytes, compress: bool, created: bool = False
-    ) -> int:
+    def failing_third(path: str, key: str, data: bytes, compress: bool) -> int:
         nonlocal writes
         writes += 1
         if writes == 3:
             raise OSError(errno.ENOSPC, "No space left on device")
-        return real_write(path, key, data, compress, created)
+        return real_write(path, key, data, compress)
 
     monkeypatch.setattr("pffs.cache.disk.write_entry", failing_third)
     assert tier.put_batch([(key, _block(key), "src") for key in keys]) == [
