@@ -268,7 +268,7 @@ def _probe(args: argparse.Namespace, patterns: list[str], out: str) -> int:
         objects = {o["Key"]: o["Size"] for o in s3.list_objects_v2(Bucket=BUCKET)["Contents"]}
         if args.latency:
             target = far(near, args.latency, os.path.join(out, "delay.log"))
-        clients.import_libraries()
+        clients.warm_libraries()
         print(f"{args.system}, {args.latency:g} ms, {args.sizes} sizes; traces in {out}")
         figures: dict[tuple[str, str], list[str]] = collections.defaultdict(list)
         for round_number in range(1, args.rounds + 1):

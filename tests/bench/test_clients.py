@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -97,3 +98,25 @@ def test_only_clients_names_every_figure_of_the_scenario() -> None:
     one = parse_args(["--only", "clients_tar_fetched_x,write_mbs"])
     assert client_patterns_of(measured_steps(one.only)) == ["tar"]
     assert client_sizes(parse_args(["--only", "write_mbs"])) is None
+
+
+def test_the_warm_up_runs_every_pattern_once_and_leaves_no_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before any clock starts, each pattern's library is used once (its first use in a process
+    costs what no later one does), over files of its own that it removes."""
+    ran: list[str] = []
+
+    def counted(name: str, runner: clients.Runner) -> clients.Runner:
+        def run(root: str, data: clients.ClientData) -> None:
+            ran.append(name)
+            runner(root, data)
+
+        return run
+
+    runners = {name: counted(name, runner) for name, runner in clients.RUNNERS.items()}
+    monkeypatch.setattr(clients, "RUNNERS", runners)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    clients.warm_libraries.__wrapped__()
+    assert sorted(ran) == sorted(clients.RUNNERS)
+    assert list(tmp_path.iterdir()) == []
