@@ -15,8 +15,9 @@ time on one mount with empty caches, the page cache dropped before each, traced 
 
 Per pattern it prints the kernel's reads (count, bytes, sizes, how each file handle moved: in
 order, forward gap, backward), the store's GETs (count, sizes, bytes, bytes asked twice) and
-the bytes fetched over the kernel's and over what the client needed; the raw traces stay in
-`--out`.
+the bytes fetched over the kernel's and over what the client needed, and the CPU the mount's
+process used over the pattern beside this process's (the client's and the counting proxy's);
+the raw traces stay in `--out`.
 
     python -m bench.probes.client_reads --latency 20                 # quick sizes, pffs
     python -m bench.probes.client_reads --sizes full --patterns parquet_columns,safetensors_lazy
@@ -45,7 +46,7 @@ from bench.data import client
 from bench.leftovers import stopped_cleanly, track_mount, track_process, unmount
 from bench.scenarios import drop_caches
 from bench.servers import Launcher, Server, far
-from bench.systems import Rclone, S3fs, mount_system
+from bench.systems import Rclone, S3fs, cpu_seconds, mount_system
 
 BUCKET = "clients"
 KIB = 1024
@@ -323,11 +324,12 @@ class _Session:
             if self.args.system == "pffs":
                 options = self.args.pffs_options.split()
                 proc = _mount_traced(proxy.server, mountpoint, cache, trace, options, self.tree)
+                pid: int | None = proc.pid
             else:
                 system = S3fs() if self.args.system == "s3fs" else Rclone()
-                mount_system(system, proxy.server, BUCKET, mountpoint, cache)
+                pid = mount_system(system, proxy.server, BUCKET, mountpoint, cache)
             for pattern in patterns:
-                seconds, ratio = self._pattern(pattern, mountpoint, proxy, store_log, trace)
+                seconds, ratio = self._pattern(pattern, mountpoint, pid, proxy, store_log, trace)
                 results.append((pattern, seconds, ratio))
         finally:
             unmount(mountpoint)
@@ -338,15 +340,29 @@ class _Session:
         return results
 
     def _pattern(
-        self, pattern: str, mountpoint: str, proxy: CountingProxy, store_log: str, trace: str
+        self,
+        pattern: str,
+        mountpoint: str,
+        pid: int | None,
+        proxy: CountingProxy,
+        store_log: str,
+        trace: str,
     ) -> tuple[float, float]:
         drop_caches()
         time.sleep(0.5)
         proxy.restart_count()
         since = time.monotonic()
+        mount_cpu, own_cpu = cpu_seconds(pid), time.process_time()
         started = time.perf_counter()
         clients.RUNNERS[pattern](mountpoint, self.data)
         seconds = time.perf_counter() - started
+        own_cpu = time.process_time() - own_cpu
+        mount_after = cpu_seconds(pid)
+        mount_used = (
+            "unknown"
+            if mount_cpu is None or mount_after is None
+            else f"{mount_after - mount_cpu:.2f} s"
+        )
         time.sleep(clients.QUIET_S * 2)  # what is fetched after the client is done
         until = time.monotonic()
         proxy.restart_count()
@@ -360,6 +376,8 @@ class _Session:
             if reads.get("bytes"):
                 print(f"  sent / read by the kernel: {sent / reads['bytes']:.2f}")
         print(f"  store GETs (ranges asked): {gets}")
+        # This process runs the client and the counting proxy: both are in its figure.
+        print(f"  CPU: the mount {mount_used}, the client and the proxy {own_cpu:.2f} s")
         print(f"  sent by the store: {sent / KIB:,.0f} KiB, over needed: {sent / needed:.2f}")
         with open(os.path.join(self.out, "spans.txt"), "a", encoding="utf-8") as f:
             f.write(f"{pattern} {since:.6f} {until:.6f}\n")
