@@ -32,6 +32,23 @@ def dataset(tmp_path: Path, files: int = 20) -> Path:
     return root
 
 
+class TtlClock:
+    """The namespace's clock of every TTL (`Namespace.now`), moved by the test alone: a busy
+    machine's pauses never expire what the test means to keep."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def ttl_clock(monkeypatch: pytest.MonkeyPatch) -> TtlClock:
+    clock = TtlClock()
+    monkeypatch.setattr(namespace.Namespace, "now", staticmethod(clock))
+    return clock
+
+
 async def listed(vfs: Vfs) -> None:
     """Wait until no background listing runs."""
     while vfs.namespace._background:
@@ -65,6 +82,7 @@ def test_an_expired_listing_is_taken_again_when_lookups_have_paid_for_it(
     """Past the TTLs, a directory of 4 pages is listed again by the 4th lookup that would ask
     the store (a lone stat now and then stays one HEAD); then the rest need no store."""
     monkeypatch.setattr(namespace, "LISTING_PAGE", 5)
+    clock = ttl_clock(monkeypatch)
     vfs, backend = counted_vfs(dataset(tmp_path), attr_ttl=0.3, dir_ttl=0.3, negative_ttl=0.3)
 
     async def main() -> None:
@@ -72,7 +90,7 @@ def test_an_expired_listing_is_taken_again_when_lookups_have_paid_for_it(
             vfs.attach(nursery)
             await vfs.lookup(ROOT_INODE, "f00")
             await listed(vfs)
-            await trio.sleep(0.4)  # every TTL has passed
+            clock.now += 0.4  # every TTL has passed
             for i in range(1, 4):
                 await vfs.lookup(ROOT_INODE, f"f{i:02d}")
             assert backend.calls == {"stat": 3, "list": 1}
@@ -93,6 +111,7 @@ def test_a_directory_too_big_is_not_listed_in_the_background_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(namespace, "BACKGROUND_LISTING_MAX", 5)
+    clock = ttl_clock(monkeypatch)
     vfs, backend = counted_vfs(dataset(tmp_path), attr_ttl=0.01, dir_ttl=0.01, negative_ttl=0.01)
 
     async def main() -> None:
@@ -100,7 +119,7 @@ def test_a_directory_too_big_is_not_listed_in_the_background_again(
             vfs.attach(nursery)
             await vfs.lookup(ROOT_INODE, "f00")
             await listed(vfs)
-            await trio.sleep(0.05)  # what it listed has expired
+            clock.now += 0.05  # what it listed has expired
             for i in range(1, 20):
                 assert (await vfs.lookup(ROOT_INODE, f"f{i:02d}")).info.size == i
             await listed(vfs)
