@@ -202,6 +202,7 @@ for round_ in range(rounds):
     keys += [entry_key(BlockKey("src", "u", "shared", "v", round_ * 8 + n), size) for n in range(8)]
     stored = tier.put_batch([(key, block(key, size), name) for key in keys])
     assert all(stored), stored
+    print("committed", flush=True)
 tier.close()
 """
 
@@ -257,11 +258,13 @@ def test_a_writer_killed_in_the_middle_of_batches_leaves_no_entry_read_wrong(
     size = 1 << 20  # batches of 16 MiB: a kill lands inside one more often than not
     for attempt in range(3):
         writer = _writer(tmp_path, f"killed{attempt}", 1000, 1 << 30, size)
-        time.sleep(0.3 + 0.1 * attempt)
+        assert writer.stdout is not None
+        assert writer.stdout.readline().strip() == "committed"  # one batch in, however slow
+        time.sleep(0.05 * attempt)  # the kill lands somewhere in a later batch
         writer.send_signal(signal.SIGKILL)
         writer.wait(timeout=10)
     rows = _check_every_row(tmp_path, size)
-    assert rows  # some batches were committed before the kills
+    assert rows  # the batches committed before the kills
     # A batch killed before its commit leaves files no row names; they are never served.
     assert set(rows.values()) <= _entry_files(tmp_path)
 

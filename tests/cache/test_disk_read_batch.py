@@ -16,11 +16,11 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 
 from pffs.cache.blocks import Background
 from pffs.cache.disk import DiskTier, entry_key
@@ -300,15 +300,17 @@ def test_reads_arriving_during_a_hop_wait_for_it_and_go_together(
     tier = _filled(tmp_path, 11)
     disk, background = _disk_io(tier)
     batches: list[int] = []
+    first_hop_running, first_hop_may_end = threading.Event(), threading.Event()
     get_many = tier.get_many
 
-    def slow(keys: list[str]) -> list[object]:
+    def held(keys: list[str]) -> list[object]:
         batches.append(len(keys))
-        if len(batches) == 1:
-            time.sleep(0.2)  # the others arrive meanwhile
+        if len(batches) == 1:  # held until every other read has arrived, however slow the machine
+            first_hop_running.set()
+            first_hop_may_end.wait(30)
         return get_many(keys)  # type: ignore[return-value]
 
-    monkeypatch.setattr(tier, "get_many", slow)
+    monkeypatch.setattr(tier, "get_many", held)
     got: dict[int, bytes | None] = {}
 
     async def read(index: int) -> None:
@@ -319,10 +321,13 @@ def test_reads_arriving_during_a_hop_wait_for_it_and_go_together(
             background.attach(nursery)
             async with trio.open_nursery() as readers:
                 readers.start_soon(read, 0)
-                await trio.sleep(0.02)
+                with trio.fail_after(30):
+                    while not first_hop_running.is_set():
+                        await trio.sleep(0.001)
                 for index in range(1, 11):  # one at a time, while the first hop runs
                     readers.start_soon(read, index)
-                    await trio.sleep(0.005)
+                    await trio.testing.wait_all_tasks_blocked()  # it has asked, and waits
+                first_hop_may_end.set()
             nursery.cancel_scope.cancel()
 
     trio.run(main)
@@ -342,17 +347,23 @@ def test_large_blocks_are_read_one_per_hop_several_at_once(
     disk, background = _disk_io(tier)
     batches = _counting_batches(monkeypatch, tier)
     running, most = 0, 0
+    changed = threading.Condition()
     get_many = tier.get_many
 
     def overlapping(keys: list[str]) -> list[object]:
         nonlocal running, most
-        running += 1
-        most = max(most, running)
+        with changed:
+            running += 1
+            most = max(most, running)
+            changed.notify_all()
+            # Each hop waits (30 s at most: a failing run) for a second to run beside it; were
+            # the hops one at a time, none would come and `most` would stay 1.
+            changed.wait_for(lambda: most >= 2, timeout=30)
         try:
-            time.sleep(0.05)  # while the others start
             return get_many(keys)  # type: ignore[return-value]
         finally:
-            running -= 1
+            with changed:
+                running -= 1
 
     monkeypatch.setattr(tier, "get_many", overlapping)
     got = _read_at_once(disk, background, range(4), large)

@@ -8,6 +8,7 @@ from collections.abc import AsyncGenerator, Sequence
 from pathlib import Path
 
 import trio
+import trio.testing
 
 from pffs.cache.blocks import BlockCache
 from pffs.cache.keys import BlockKey
@@ -191,7 +192,7 @@ def test_a_reader_arriving_first_waits_for_the_readahead() -> None:
             assert cache.read_ahead(keys(1), [BLOCK], runs) == 1
 
             async def let_go() -> None:
-                await trio.sleep(0.01)
+                await trio.testing.wait_all_tasks_blocked()  # the reader waits on the flight
                 runs.release.set()
 
             nursery.start_soon(let_go)
@@ -226,7 +227,7 @@ def test_cancelled_readaheads_give_their_budget_back() -> None:
         async with trio.open_nursery() as nursery:
             cache.attach(nursery)
             assert cache.read_ahead(keys(4), [BLOCK] * 4, runs, coalesce=True) == 4
-            await trio.sleep(0.01)
+            await trio.testing.wait_all_tasks_blocked()  # every load started, none answered
             assert cache.ahead.loading == 4 * BLOCK
             nursery.cancel_scope.cancel()
         assert cache.ahead.loading == 0
@@ -348,7 +349,7 @@ def test_a_readahead_waits_for_the_disks_backlog_before_its_request(tmp_path: Pa
                         await trio.sleep(0.01)
                 # Its four blocks wait for the disk, filling its room: the next window waits.
                 assert cache.read_ahead(keys(4, 4), [BLOCK] * 4, second, coalesce=True) == 4
-                await trio.sleep(0.2)
+                await trio.testing.wait_all_tasks_blocked()  # all that could go has gone
                 assert second.requests == []
             finally:
                 free.set()

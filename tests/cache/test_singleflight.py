@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import trio
+import trio.testing
 
 from pffs.cache.keys import BlockKey
 from pffs.cache.singleflight import Flight, SingleFlight
@@ -26,7 +27,7 @@ def test_waiters_get_the_bytes_and_where_they_came_from() -> None:
         async with trio.open_nursery() as nursery:
             for _ in range(3):
                 nursery.start_soon(_wait, flight, got)
-            await trio.sleep(0.01)
+            await trio.testing.wait_all_tasks_blocked()  # all three wait on the flight
             flights.land(KEY, flight, b"data", "disk")
 
     trio.run(main)

@@ -203,13 +203,16 @@ def test_ls_during_a_background_listing_shares_its_stream(tmp_path: Path) -> Non
     run(main)
 
 
-def test_a_directory_listed_lately_is_found_again_without_the_store(tmp_path: Path) -> None:
+def test_a_directory_listed_lately_is_found_again_without_the_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`ls -l sub`, then, once the kernel forgot `sub` and the root's listing expired, a lookup
     of it: its own listing, still fresh, says it is a directory; neither a HEAD nor a listing of
     the root is asked for. Once that listing has expired too, the store is asked again."""
     root = dataset(tmp_path)
     (root / "sub").mkdir()
     (root / "sub" / "a").write_bytes(b"a")
+    clock = ttl_clock(monkeypatch)
     vfs, backend = counted_vfs(root, attr_ttl=1.0, entry_ttl=1.0, dir_ttl=1.0, negative_ttl=1.0)
 
     async def main() -> None:
@@ -217,14 +220,15 @@ def test_a_directory_listed_lately_is_found_again_without_the_store(tmp_path: Pa
             vfs.attach(nursery)
             sub = await vfs.lookup(ROOT_INODE, "sub")  # the root is listed
             await listed(vfs)
-            await trio.sleep(0.6)
+            clock.now += 0.6
             assert [name for name, _ in await list_all(vfs, sub.ino)] == ["a"]
-            await trio.sleep(0.5)  # the root's listing and sub's attributes have expired
+            await listed(vfs)
+            clock.now += 0.5  # the root's listing and sub's attributes have expired
             before = dict(backend.calls)
             again = await vfs.lookup(ROOT_INODE, "sub")
             assert again.info.is_dir and again.ino == sub.ino
             assert backend.calls == before
-            await trio.sleep(1.1)  # sub's own listing has expired, and what the lookup kept
+            clock.now += 1.1  # sub's own listing has expired, and what the lookup kept
             await vfs.lookup(ROOT_INODE, "sub")
             assert backend.calls != before
             nursery.cancel_scope.cancel()

@@ -388,7 +388,7 @@ def test_a_small_file_is_fetched_from_its_open() -> None:
             vfs.attach(nursery)
             inode = await vfs.lookup(ROOT_INODE, "f")
             fh, _ = await vfs.open(inode.ino, os.O_RDONLY)
-            await trio.sleep(0.05)
+            await trio.testing.wait_all_tasks_blocked()  # whatever the open started waits
             assert vfs.cache.ahead.loading == len(data)  # asked for before any read
             store.gate.set()
             assert await vfs.read(fh, 0, 128 * KIB) == data

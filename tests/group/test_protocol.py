@@ -265,11 +265,21 @@ def test_a_connection_the_member_closed_while_idle_is_not_used(monkeypatch) -> N
     """The server closes an idle kept-alive connection: the next request finds it closed
     before sending and opens another (no failure, nothing told to a breaker)."""
     monkeypatch.setattr(server_module, "IDLE", 0.2)
+    connection = PeerServer._connection
+    ended: list[bool] = []
+
+    async def counted(self: PeerServer, stream: trio.SocketStream) -> None:
+        await connection(self, stream)
+        ended.append(True)
+
+    monkeypatch.setattr(PeerServer, "_connection", counted)
 
     async def check(member: Member) -> list[bytes]:
         client = PeerClient(SECRET, "asker")
         first = await client.get(member, BlockRequest(BLOCKS, 0))
-        await trio.sleep(0.6)  # past the server's IDLE: it closed the connection
+        with trio.fail_after(30):  # past the server's IDLE, however late: it closed the connection
+            while not ended:
+                await trio.sleep(0.01)
         second = await client.get(member, BlockRequest(BLOCKS, 1))
         assert client.connections_opened == 2
         return [first, second]

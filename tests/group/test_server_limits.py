@@ -10,6 +10,7 @@ import logging
 import socket
 import time
 
+import h11
 import pytest
 import trio
 
@@ -17,7 +18,9 @@ from pffs.group import server as server_module
 from pffs.group.client import PeerClient
 from pffs.group.members import Member
 from pffs.group.protocol import BlockRequest
+from pffs.group.server import PeerServer
 from tests.group.test_protocol import BLOCKS, DATA, SECRET, serve_and
+from tests.waiting import eventually
 
 
 def _connect(url: str, source: str) -> socket.socket:
@@ -42,10 +45,20 @@ def _closed(sock: socket.socket, within: float) -> bool:
 
 def test_one_address_holds_at_most_its_share(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(server_module, "MAX_PER_ADDRESS", 4)
+    one_request = PeerServer._one_request
+    waiting: list[str] = []  # the address of each connection counted and waiting for a request
+
+    async def counted(
+        self: PeerServer, conn: h11.Connection, stream: trio.SocketStream, peer: str, wait: float
+    ) -> bool:
+        waiting.append(peer)
+        return await one_request(self, conn, stream, peer, wait)
+
+    monkeypatch.setattr(PeerServer, "_one_request", counted)
 
     def crowd(url: str) -> tuple[list[bool], bool]:
         held = [_connect(url, "127.0.0.3") for _ in range(4)]
-        time.sleep(0.3)  # each accepted and waiting for its request
+        eventually(lambda: waiting.count("127.0.0.3") == 4, what="the four accepted and counted")
         extra = _connect(url, "127.0.0.3")
         refused = _closed(extra, 2.0)
         kept = [not _closed(sock, 0.05) for sock in held]
