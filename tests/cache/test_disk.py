@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from pffs.cache import entries
 from pffs.cache.disk import DiskTier, entry_key
 from pffs.cache.entries import decode, encode
 from pffs.cache.keys import BlockKey
@@ -35,6 +36,29 @@ def test_compression_is_judged_by_samples_over_the_whole_block() -> None:
         header, payload = encode("k", data, compress=True)
         assert (len(payload) < len(data)) is compressed
         assert decode("k", header + payload) == data
+
+
+def test_one_compressible_sample_does_not_have_a_random_block_compressed_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Parquet file's last block: random but for its footer at the very end, where one of
+    the first samples falls. lz4 is not run over the whole block only to store it raw."""
+    block = random.Random(6).randbytes(4096 * KIB - 4 * KIB) + b"footer" * 700
+    sizes: list[int] = []
+    compress = entries.lz4.block.compress
+
+    def counted(data: bytes, **options: object) -> bytes:
+        sizes.append(len(data))
+        return compress(data, **options)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(entries.lz4.block, "compress", counted)
+    header, payload = encode("k", block, compress=True)
+    assert len(payload) >= len(block) and decode("k", header + payload) == block
+    assert sizes and max(sizes) <= 4 * KIB  # samples only
+    sizes.clear()
+    text = b"label,path\n" * (4096 * KIB // 11)
+    header, payload = encode("k", text, compress=True)  # compressible throughout: compressed
+    assert len(payload) < len(text) / 2 and len(text) in sizes
 
 
 @pytest.mark.parametrize("o_direct", [True, False])
