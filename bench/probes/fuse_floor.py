@@ -10,22 +10,54 @@ of a `file://` tree of the same names (defaults but `--cache-dir none`), listed 
 that its lookups are answered from its listing, as after `ls -l`.
 
     python -m bench.probes.fuse_floor --files 10000 --reps 3
+
+With `--read-mib N`, the floor of a sequential read instead: the minimal file system serves one
+file of N MiB from one bytes object in memory (its READ returns a memoryview slice, as pffs's
+does), mounted with pffs's FUSE options (pyfuse3's defaults, its task bounds, the kernel's
+readahead raised as pffs raises it), so the kernel sends the READs it sends pffs. The page
+cache is dropped before each read; the file is read whole by one thread in 1 MiB reads, then
+by 4 threads at 4 offsets (a quarter each, as the Parquet scan's 4 readers). Per read: the
+serving process's CPU-s per GiB (utime + stime of all its threads), MB/s, and the READs' sizes
+the kernel sent. Then the same reads on `pffs mount` of an object of N random MiB in s3rver at
+0 ms with `--cache-dir none` (its memory tier only; a disk tier would take the passed blocks
+out of memory): a cold read, and a warm one from its memory tier after the page cache is
+dropped; and on s3fs (`--systems`), cold, then warm from its own cache file.
+
+    python -m bench.probes.fuse_floor --read-mib 256 --reps 3 --systems floor,pffs,s3fs
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import errno
+import json
 import os
+import signal
 import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 
-from bench.systems import cpu_seconds
+from bench.data import client
+from bench.leftovers import stopped_cleanly, unmount
+from bench.servers import Launcher
+from bench.systems import Pffs as PffsSystem
+from bench.systems import S3fs, System, cpu_seconds, mount_system
+from pffs.cli.stats_view import read_snapshot, series, total
+from pffs.config import FuseConfig
+from pffs.mounting.kernel import find_mount, set_kernel_readahead
 
 WIDE_INODE = 2
+FILE_INODE = 2  # the --read-mib file system's one file
+FILE_NAME = "data"
+MIB = 1 << 20
+GIB = 1 << 30
+READ_SIZE = MIB  # each reader's read(2)
+SCAN_READERS = 4  # the Parquet scan's readers (bench.clients.READERS)
 
 
 def serve(mountpoint: str, files: int) -> None:
@@ -65,6 +97,68 @@ def serve(mountpoint: str, files: int) -> None:
         pyfuse3.close()
 
 
+def serve_file(mountpoint: str, mib: int, counts_path: str) -> None:
+    """The minimal file system of one file of `mib` MiB, in this process until unmounted.
+
+    Mounted as pffs mounts (pffs.fuse_ops.serve): pyfuse3's default options, its session loop
+    with the same task bounds. Each READ's size is counted; SIGUSR1 writes the counts to
+    `counts_path` (JSON, size -> READs) and starts them again.
+    """
+    import pyfuse3
+    import trio
+
+    content = bytes(range(256)) * (MIB // 256) * mib
+    view = memoryview(content)
+    sizes: collections.Counter[int] = collections.Counter()
+
+    def attributes(ino: int) -> pyfuse3.EntryAttributes:
+        attr = pyfuse3.EntryAttributes()
+        attr.st_ino = pyfuse3.InodeT(ino)
+        attr.entry_timeout = attr.attr_timeout = 60
+        if ino == pyfuse3.ROOT_INODE:
+            attr.st_mode = pyfuse3.ModeT(stat.S_IFDIR | 0o755)
+            attr.st_nlink = 2
+        else:
+            attr.st_mode = pyfuse3.ModeT(stat.S_IFREG | 0o644)
+            attr.st_nlink = 1
+            attr.st_size = len(content)
+            attr.st_blksize = MIB  # as pffs's
+        return attr
+
+    class OneFile(pyfuse3.Operations):
+        async def lookup(
+            self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext
+        ) -> pyfuse3.EntryAttributes:
+            if parent_inode == pyfuse3.ROOT_INODE and name == FILE_NAME.encode():
+                return attributes(FILE_INODE)
+            raise pyfuse3.FUSEError(errno.ENOENT)
+
+        async def getattr(self, inode: int, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+            return attributes(inode)
+
+        async def open(
+            self, inode: int, flags: int, ctx: pyfuse3.RequestContext
+        ) -> pyfuse3.FileInfo:
+            return pyfuse3.FileInfo(fh=pyfuse3.FileHandleT(inode))
+
+        async def read(self, fh: int, off: int, size: int) -> bytes:
+            sizes[size] += 1
+            return view[off : off + size]  # type: ignore[return-value]  # as pffs's read
+
+    def write_counts(_signum: int, _frame: object) -> None:
+        with open(counts_path + ".tmp", "w", encoding="utf-8") as f:
+            json.dump(dict(sizes), f)
+        os.replace(counts_path + ".tmp", counts_path)
+        sizes.clear()
+
+    signal.signal(signal.SIGUSR1, write_counts)
+    pyfuse3.init(OneFile(), mountpoint, {*pyfuse3.default_options, "fsname=fuse-floor"})
+    try:
+        trio.run(lambda: pyfuse3.main(min_tasks=4, max_tasks=FuseConfig.max_tasks))
+    finally:
+        pyfuse3.close()
+
+
 def lookups(mountpoint: str, pid: int, files: int, reps: int) -> list[float]:
     """CPU microseconds of the serving process per stat that became a LOOKUP, per repetition."""
     paths = [os.path.join(mountpoint, "wide", f"f{i:07d}") for i in range(files)]
@@ -82,14 +176,244 @@ def lookups(mountpoint: str, pid: int, files: int, reps: int) -> list[float]:
     return figures
 
 
+# --- the read floor (--read-mib) ----------------------------------------------------------
+
+
+def reader_spans(size: int, readers: int) -> list[tuple[int, int]]:
+    """(offset, length) of each reader's share of a file of `size` bytes: `readers` contiguous
+    spans, each a whole number of reads but the last, which takes what is left."""
+    share = -(-size // readers)
+    share = -(-share // READ_SIZE) * READ_SIZE
+    spans = []
+    for offset in range(0, size, share):
+        spans.append((offset, min(share, size - offset)))
+    return spans
+
+
+def read_spans(path: str, spans: list[tuple[int, int]]) -> None:
+    """Read each span in READ_SIZE reads, one thread a span, into a buffer of its own."""
+
+    def read_span(offset: int, length: int) -> None:
+        buffer = bytearray(READ_SIZE)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            end = offset + length
+            while offset < end:
+                got = os.preadv(fd, [memoryview(buffer)[: min(READ_SIZE, end - offset)]], offset)
+                if got <= 0:
+                    raise SystemExit(f"fuse_floor: {path} ended at {offset}, before {end}")
+                offset += got
+        finally:
+            os.close(fd)
+
+    threads = [threading.Thread(target=read_span, args=span) for span in spans]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def timed_read(path: str, pid: int, size: int, readers: int) -> tuple[float, float]:
+    """(serving CPU-s per GiB, MB/s) of one whole read of `path` from a dropped page cache."""
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("1")  # the page cache: every byte below is asked of the file system
+    time.sleep(0.2)
+    before, started = cpu_seconds(pid), time.perf_counter()
+    read_spans(path, reader_spans(size, readers))
+    seconds, after = time.perf_counter() - started, cpu_seconds(pid)
+    if before is None or after is None:
+        raise SystemExit(f"fuse_floor: process {pid} is gone")
+    return (after - before) / (size / GIB), size / seconds / 1e6
+
+
+def spread(values: list[float], digits: int = 2) -> str:
+    """`values` as the repetitions, then their median and range."""
+    ordered = sorted(values)
+    median = ordered[len(ordered) // 2]
+    each = ", ".join(f"{v:.{digits}f}" for v in values)
+    return f"{each} (median {median:.{digits}f}, {ordered[0]:.{digits}f}-{ordered[-1]:.{digits}f})"
+
+
+def sizes_text(counts: dict[int, int]) -> str:
+    """READs counted by size, largest count first: `1024 KiB x256, 128 KiB x2`."""
+    ordered = sorted(counts.items(), key=lambda item: (-item[1], -item[0]))
+    return ", ".join(f"{size // 1024} KiB x{n}" for size, n in ordered)
+
+
+def kernel_readahead_kib(mountpoint: str) -> str:
+    """The kernel's readahead for a mount (its backing device's read_ahead_kb)."""
+    entry = find_mount(mountpoint)
+    try:
+        with open(f"/sys/class/bdi/{entry.device}/read_ahead_kb") as f:  # type: ignore[union-attr]
+            return f.read().strip()
+    except (OSError, AttributeError):
+        return "?"
+
+
+class Rows:
+    """Each read's figures, repetitions pooled, printed as a table at the end."""
+
+    def __init__(self) -> None:
+        self.cpu: dict[str, list[float]] = collections.defaultdict(list)
+        self.rate: dict[str, list[float]] = collections.defaultdict(list)
+
+    def add(self, label: str, figures: tuple[float, float]) -> None:
+        self.cpu[label].append(figures[0])
+        self.rate[label].append(figures[1])
+        print(f"  {label}: {figures[0]:.2f} CPU-s/GiB, {figures[1]:.0f} MB/s", flush=True)
+
+    def print(self) -> None:
+        print("\nserving process, CPU-s per GiB read | MB/s")
+        for label, cpu in self.cpu.items():
+            print(f"  {label:34} {spread(cpu)} | {spread(self.rate[label], 0)}")
+
+
+def floor_reads(work: str, mib: int, reps: int, rows: Rows) -> None:
+    """The minimal file system's reads, 1 reader then SCAN_READERS, `reps` each."""
+    mountpoint, counts = os.path.join(work, "floor"), os.path.join(work, "counts.json")
+    os.mkdir(mountpoint)
+    argv = [sys.executable, "-m", "bench.probes.fuse_floor", "--serve", mountpoint]
+    child = subprocess.Popen([*argv, "--read-mib", str(mib), "--counts", counts])
+    try:
+        _wait_mounted(mountpoint, child)
+        set_kernel_readahead(mountpoint, FuseConfig.kernel_readahead)  # as pffs at its init
+        print(f"floor: kernel readahead {kernel_readahead_kib(mountpoint)} KiB", flush=True)
+        path = os.path.join(mountpoint, FILE_NAME)
+        for readers in (1, SCAN_READERS):
+            for _ in range(reps):
+                rows.add(
+                    f"floor, {readers} reader(s)", timed_read(path, child.pid, mib * MIB, readers)
+                )
+                print(f"    READs: {sizes_text(_counts(child, counts))}")
+    finally:
+        subprocess.run(["fusermount3", "-u", mountpoint], check=False)
+        child.wait(timeout=10)
+
+
+def _counts(child: subprocess.Popen[bytes], path: str) -> dict[int, int]:
+    """The READ sizes the floor counted since the last call."""
+    if os.path.exists(path):
+        os.unlink(path)
+    child.send_signal(signal.SIGUSR1)
+    deadline = time.monotonic() + 5
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            return {}
+        time.sleep(0.01)
+    with open(path, encoding="utf-8") as f:
+        return {int(size): n for size, n in json.load(f).items()}
+
+
+def _wait_mounted(mountpoint: str, child: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 30
+    while not os.path.ismount(mountpoint):
+        if time.monotonic() > deadline or child.poll() is not None:
+            raise SystemExit("fuse_floor: the minimal file system did not mount")
+        time.sleep(0.05)
+
+
+def store_reads(work: str, mib: int, reps: int, systems: list[str], rows: Rows) -> None:
+    """pffs (memory tier only) and s3fs over s3rver at 0 ms: a cold read then a warm one, on a
+    fresh mount each repetition."""
+
+    server = Launcher(work).s3rver()
+    try:
+        s3 = client(server)
+        s3.create_bucket(Bucket="floor")
+        local = os.path.join(work, "object")
+        with open(local, "wb") as f:
+            for _ in range(mib):
+                f.write(os.urandom(MIB))
+        s3.upload_file(local, "floor", FILE_NAME)
+        os.unlink(local)
+        chosen: dict[str, Callable[[], System]] = {
+            "pffs": lambda: PffsSystem(["--cache-dir", "none"]),
+            "s3fs": S3fs,
+        }
+        for name in systems:
+            print(f"{name} (load {os.getloadavg()[0]:.1f})", flush=True)
+            for readers in (1, SCAN_READERS):
+                for rep in range(reps):
+                    base = tempfile.mkdtemp(prefix=f"{name}-{rep}-", dir=work)
+                    mountpoint, cache = os.path.join(base, "mnt"), os.path.join(base, "cache")
+                    os.mkdir(mountpoint)
+                    os.mkdir(cache)
+                    pid = mount_system(chosen[name](), server, "floor", mountpoint, cache)
+                    if pid is None:
+                        raise SystemExit(f"fuse_floor: no process found serving {name}")
+                    try:
+                        path = os.path.join(mountpoint, FILE_NAME)
+                        label = f"{name}, {readers} reader(s)"
+                        rows.add(f"{label}, cold", timed_read(path, pid, mib * MIB, readers))
+                        served = _memory_served(mountpoint) if name == "pffs" else None
+                        rows.add(f"{label}, warm", timed_read(path, pid, mib * MIB, readers))
+                        if served is not None:
+                            share = (_memory_served(mountpoint) - served) / (mib * MIB)
+                            print(
+                                f"    warm read from pffs's memory tier: {share:.2f} of its bytes"
+                            )
+                        if rep == 0 and readers == 1:
+                            print(f"    kernel readahead {kernel_readahead_kib(mountpoint)} KiB")
+                    finally:
+                        unmount(mountpoint)
+                        _wait_gone(pid)
+    finally:
+        server.stop()
+
+
+def _memory_served(mountpoint: str) -> float:
+    return total(series(read_snapshot(mountpoint)), "pffs_cache_served_bytes_total", tier="memory")
+
+
+def _wait_gone(pid: int) -> None:
+    deadline = time.monotonic() + 30
+    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def read_floor(mib: int, reps: int, systems: list[str]) -> None:
+    print(f"one file of {mib} MiB, {reps} reps, load {os.getloadavg()[0]:.1f}", flush=True)
+    rows = Rows()
+    with (
+        stopped_cleanly(),
+        tempfile.TemporaryDirectory(prefix="pffs-read-floor-", dir="/var/tmp") as work,
+    ):
+        if "floor" in systems:
+            floor_reads(work, mib, reps, rows)
+        store_reads(work, mib, reps, [s for s in systems if s != "floor"], rows)
+    rows.print()
+    print(f"load at the end {os.getloadavg()[0]:.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=10_000)
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument(
+        "--read-mib",
+        type=int,
+        metavar="N",
+        help="measure a sequential read of a file of N MiB instead of lookups",
+    )
+    parser.add_argument(
+        "--systems",
+        default="floor,pffs,s3fs",
+        help="with --read-mib: which of floor, pffs, s3fs read it (all three)",
+    )
     parser.add_argument("--serve", metavar="MOUNTPOINT", help=argparse.SUPPRESS)
+    parser.add_argument("--counts", help=argparse.SUPPRESS)  # the read floor's READ sizes
     args = parser.parse_args()
+    if args.serve and args.read_mib:
+        serve_file(args.serve, args.read_mib, args.counts)
+        return
     if args.serve:
         serve(args.serve, args.files)
+        return
+    if args.read_mib:
+        systems = args.systems.split(",")
+        if unknown := set(systems) - {"floor", "pffs", "s3fs"}:
+            parser.error(f"unknown system {sorted(unknown)[0]!r}")
+        read_floor(args.read_mib, args.reps, systems)
         return
     with tempfile.TemporaryDirectory(prefix="pffs-fuse-floor-") as work:
         mountpoint = os.path.join(work, "mnt")
