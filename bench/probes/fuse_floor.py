@@ -42,6 +42,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from bench.counting import CountingProxy
 from bench.data import client
 from bench.leftovers import stopped_cleanly, unmount
 from bench.servers import Launcher
@@ -312,13 +313,17 @@ def _wait_mounted(mountpoint: str, child: subprocess.Popen[bytes]) -> None:
         time.sleep(0.05)
 
 
-def store_reads(work: str, mib: int, reps: int, systems: list[str], rows: Rows) -> None:
+def store_reads(
+    work: str, mib: int, reps: int, systems: list[str], rows: Rows, count_gets: bool
+) -> None:
     """pffs (memory tier only) and s3fs over s3rver at 0 ms: a cold read then a warm one, on a
-    fresh mount each repetition."""
-
-    server = Launcher(work).s3rver()
+    fresh mount each repetition; with `count_gets`, through a counting proxy (its own process)
+    whose GETs each read prints."""
+    store = Launcher(work).s3rver()
+    proxy = CountingProxy(store) if count_gets else None
+    server = store if proxy is None else proxy.server
     try:
-        s3 = client(server)
+        s3 = client(store)
         s3.create_bucket(Bucket="floor")
         local = os.path.join(work, "object")
         with open(local, "wb") as f:
@@ -344,9 +349,12 @@ def store_reads(work: str, mib: int, reps: int, systems: list[str], rows: Rows) 
                     try:
                         path = os.path.join(mountpoint, FILE_NAME)
                         label = f"{name}, {readers} reader(s)"
+                        _gets_text(proxy)  # the mount's own requests (listing, HEAD)
                         rows.add(f"{label}, cold", timed_read(path, pid, mib * MIB, readers))
+                        print(_gets_text(proxy), end="")
                         served = _memory_served(mountpoint) if name == "pffs" else None
                         rows.add(f"{label}, warm", timed_read(path, pid, mib * MIB, readers))
+                        print(_gets_text(proxy), end="")
                         if served is not None:
                             share = (_memory_served(mountpoint) - served) / (mib * MIB)
                             print(
@@ -358,7 +366,18 @@ def store_reads(work: str, mib: int, reps: int, systems: list[str], rows: Rows) 
                         unmount(mountpoint)
                         _wait_gone(pid)
     finally:
-        server.stop()
+        if proxy is not None:
+            proxy.stop()
+        store.stop()
+
+
+def _gets_text(proxy: CountingProxy | None) -> str:
+    """The GETs since the last call and the bytes they brought, a line, or nothing."""
+    if proxy is None:
+        return ""
+    gets = proxy.restart_count().get("GET", 0)
+    mib = proxy.store_bytes / MIB
+    return f"    GETs: {gets}, {mib:.0f} MiB, {mib / max(gets, 1):.1f} MiB each\n"
 
 
 def _memory_served(mountpoint: str) -> float:
@@ -371,7 +390,7 @@ def _wait_gone(pid: int) -> None:
         time.sleep(0.1)
 
 
-def read_floor(mib: int, reps: int, systems: list[str]) -> None:
+def read_floor(mib: int, reps: int, systems: list[str], count_gets: bool) -> None:
     print(f"one file of {mib} MiB, {reps} reps, load {os.getloadavg()[0]:.1f}", flush=True)
     rows = Rows()
     with (
@@ -380,7 +399,8 @@ def read_floor(mib: int, reps: int, systems: list[str]) -> None:
     ):
         if "floor" in systems:
             floor_reads(work, mib, reps, rows)
-        store_reads(work, mib, reps, [s for s in systems if s != "floor"], rows)
+        if stores := [s for s in systems if s != "floor"]:
+            store_reads(work, mib, reps, stores, rows, count_gets)
     rows.print()
     print(f"load at the end {os.getloadavg()[0]:.1f}")
 
@@ -400,6 +420,11 @@ def main() -> None:
         default="floor,pffs,s3fs",
         help="with --read-mib: which of floor, pffs, s3fs read it (all three)",
     )
+    parser.add_argument(
+        "--gets",
+        action="store_true",
+        help="with --read-mib: pffs and s3fs through a counting proxy, each read's GETs printed",
+    )
     parser.add_argument("--serve", metavar="MOUNTPOINT", help=argparse.SUPPRESS)
     parser.add_argument("--counts", help=argparse.SUPPRESS)  # the read floor's READ sizes
     args = parser.parse_args()
@@ -413,7 +438,7 @@ def main() -> None:
         systems = args.systems.split(",")
         if unknown := set(systems) - {"floor", "pffs", "s3fs"}:
             parser.error(f"unknown system {sorted(unknown)[0]!r}")
-        read_floor(args.read_mib, args.reps, systems)
+        read_floor(args.read_mib, args.reps, systems, args.gets)
         return
     with tempfile.TemporaryDirectory(prefix="pffs-fuse-floor-") as work:
         mountpoint = os.path.join(work, "mnt")
