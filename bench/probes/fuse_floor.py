@@ -23,7 +23,12 @@ the kernel sent. Then the same reads on `pffs mount` of an object of N random Mi
 out of memory): a cold read, and a warm one from its memory tier after the page cache is
 dropped; and on s3fs (`--systems`), cold, then warm from its own cache file.
 
+`--gets` puts a counting proxy before s3rver and prints each read's GETs; `--perf PREFIX`
+splits each system's first cold read of each kind by stage (bench/probes/_perfstages.py, whose
+"Python" lines are a C++ daemon's own code for s3fs).
+
     python -m bench.probes.fuse_floor --read-mib 256 --reps 3 --systems floor,pffs,s3fs
+    python -m bench.probes.fuse_floor --read-mib 256 --reps 1 --systems pffs --gets --perf /tmp/f
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from collections.abc import Callable
 from bench.counting import CountingProxy
 from bench.data import client
 from bench.leftovers import stopped_cleanly, unmount
+from bench.probes import _perfstages as perfstages
 from bench.servers import Launcher
 from bench.systems import Pffs as PffsSystem
 from bench.systems import S3fs, System, cpu_seconds, mount_system
@@ -314,11 +320,18 @@ def _wait_mounted(mountpoint: str, child: subprocess.Popen[bytes]) -> None:
 
 
 def store_reads(
-    work: str, mib: int, reps: int, systems: list[str], rows: Rows, count_gets: bool
+    work: str,
+    mib: int,
+    reps: int,
+    systems: list[str],
+    rows: Rows,
+    count_gets: bool,
+    perf: str | None,
 ) -> None:
     """pffs (memory tier only) and s3fs over s3rver at 0 ms: a cold read then a warm one, on a
     fresh mount each repetition; with `count_gets`, through a counting proxy (its own process)
-    whose GETs each read prints."""
+    whose GETs each read prints; with `perf`, each system's first cold read of each kind split
+    by stage from perf's samples (bench/probes/_perfstages.py) into PERF-<system>-<readers>.data."""
     store = Launcher(work).s3rver()
     proxy = CountingProxy(store) if count_gets else None
     server = store if proxy is None else proxy.server
@@ -350,8 +363,18 @@ def store_reads(
                         path = os.path.join(mountpoint, FILE_NAME)
                         label = f"{name}, {readers} reader(s)"
                         _gets_text(proxy)  # the mount's own requests (listing, HEAD)
-                        rows.add(f"{label}, cold", timed_read(path, pid, mib * MIB, readers))
+                        sampler, perf_data = None, f"{perf}-{name}-{readers}.data"
+                        if perf and rep == 0:
+                            sampler = perfstages.record(pid, perf_data)
+                            time.sleep(1)  # perf attached to every thread
+                        cold = timed_read(path, pid, mib * MIB, readers)
+                        rows.add(f"{label}, cold", cold)
                         print(_gets_text(proxy), end="")
+                        if sampler is not None:
+                            sampler.send_signal(signal.SIGINT)
+                            sampler.wait()
+                            print(f"    by stage ({perf_data}):")
+                            print(perfstages.table(perf_data, cold[0]))
                         served = _memory_served(mountpoint) if name == "pffs" else None
                         rows.add(f"{label}, warm", timed_read(path, pid, mib * MIB, readers))
                         print(_gets_text(proxy), end="")
@@ -390,7 +413,7 @@ def _wait_gone(pid: int) -> None:
         time.sleep(0.1)
 
 
-def read_floor(mib: int, reps: int, systems: list[str], count_gets: bool) -> None:
+def read_floor(mib: int, reps: int, systems: list[str], count_gets: bool, perf: str | None) -> None:
     print(f"one file of {mib} MiB, {reps} reps, load {os.getloadavg()[0]:.1f}", flush=True)
     rows = Rows()
     with (
@@ -400,7 +423,7 @@ def read_floor(mib: int, reps: int, systems: list[str], count_gets: bool) -> Non
         if "floor" in systems:
             floor_reads(work, mib, reps, rows)
         if stores := [s for s in systems if s != "floor"]:
-            store_reads(work, mib, reps, stores, rows, count_gets)
+            store_reads(work, mib, reps, stores, rows, count_gets, perf)
     rows.print()
     print(f"load at the end {os.getloadavg()[0]:.1f}")
 
@@ -425,6 +448,12 @@ def main() -> None:
         action="store_true",
         help="with --read-mib: pffs and s3fs through a counting proxy, each read's GETs printed",
     )
+    parser.add_argument(
+        "--perf",
+        metavar="PREFIX",
+        help="with --read-mib: perf's samples of each system's first cold read of each kind "
+        "(PREFIX-<system>-<readers>.data), its CPU per GiB split by stage",
+    )
     parser.add_argument("--serve", metavar="MOUNTPOINT", help=argparse.SUPPRESS)
     parser.add_argument("--counts", help=argparse.SUPPRESS)  # the read floor's READ sizes
     args = parser.parse_args()
@@ -438,7 +467,7 @@ def main() -> None:
         systems = args.systems.split(",")
         if unknown := set(systems) - {"floor", "pffs", "s3fs"}:
             parser.error(f"unknown system {sorted(unknown)[0]!r}")
-        read_floor(args.read_mib, args.reps, systems, args.gets)
+        read_floor(args.read_mib, args.reps, systems, args.gets, args.perf)
         return
     with tempfile.TemporaryDirectory(prefix="pffs-fuse-floor-") as work:
         mountpoint = os.path.join(work, "mnt")
