@@ -275,7 +275,7 @@ class Rows:
             print(f"  {label:34} {spread(cpu)} | {spread(self.rate[label], 0)}")
 
 
-def floor_reads(work: str, mib: int, reps: int, rows: Rows) -> None:
+def floor_reads(work: str, mib: int, reps: int, rows: Rows, perf: str | None) -> None:
     """The minimal file system's reads, 1 reader then SCAN_READERS, `reps` each."""
     mountpoint, counts = os.path.join(work, "floor"), os.path.join(work, "counts.json")
     os.mkdir(mountpoint)
@@ -287,11 +287,19 @@ def floor_reads(work: str, mib: int, reps: int, rows: Rows) -> None:
         print(f"floor: kernel readahead {kernel_readahead_kib(mountpoint)} KiB", flush=True)
         path = os.path.join(mountpoint, FILE_NAME)
         for readers in (1, SCAN_READERS):
-            for _ in range(reps):
-                rows.add(
-                    f"floor, {readers} reader(s)", timed_read(path, child.pid, mib * MIB, readers)
-                )
+            for rep in range(reps):
+                sampler, perf_data = None, f"{perf}-floor-{readers}.data"
+                if perf and rep == 0:
+                    sampler = perfstages.record(child.pid, perf_data)
+                    time.sleep(1)  # perf attached to every thread
+                figures = timed_read(path, child.pid, mib * MIB, readers)
+                rows.add(f"floor, {readers} reader(s)", figures)
                 print(f"    READs: {sizes_text(_counts(child, counts))}")
+                if sampler is not None:
+                    sampler.send_signal(signal.SIGINT)
+                    sampler.wait()
+                    print(f"    by stage ({perf_data}):")
+                    print(perfstages.table(perf_data, figures[0]))
     finally:
         subprocess.run(["fusermount3", "-u", mountpoint], check=False)
         child.wait(timeout=10)
@@ -421,7 +429,7 @@ def read_floor(mib: int, reps: int, systems: list[str], count_gets: bool, perf: 
         tempfile.TemporaryDirectory(prefix="pffs-read-floor-", dir="/var/tmp") as work,
     ):
         if "floor" in systems:
-            floor_reads(work, mib, reps, rows)
+            floor_reads(work, mib, reps, rows, perf)
         if stores := [s for s in systems if s != "floor"]:
             store_reads(work, mib, reps, stores, rows, count_gets, perf)
     rows.print()
@@ -451,7 +459,7 @@ def main() -> None:
     parser.add_argument(
         "--perf",
         metavar="PREFIX",
-        help="with --read-mib: perf's samples of each system's first cold read of each kind "
+        help="with --read-mib: perf's samples of each system's first (cold) read of each kind "
         "(PREFIX-<system>-<readers>.data), its CPU per GiB split by stage",
     )
     parser.add_argument("--serve", metavar="MOUNTPOINT", help=argparse.SUPPRESS)
