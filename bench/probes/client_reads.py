@@ -19,7 +19,8 @@ the bytes fetched over the kernel's and over what the client needed, and the CPU
 process used over the pattern beside this process's (the client's and the counting proxy's);
 the raw traces stay in `--out`. With `--perf PREFIX` (pffs), perf samples every thread of the
 mount over each pattern and what follows it, and the probe prints that CPU per GiB the kernel
-read split by stage (bench/probes/_perfstages.py, as bench.probes.epoch_cpu's `--perf`).
+read split by stage (bench/probes/_perfstages.py, as bench.probes.epoch_cpu's `--perf`);
+`--no-trace` leaves pffs's handlers unwrapped, to see what the trace costs the mount.
 
     python -m bench.probes.client_reads --latency 20                 # quick sizes, pffs
     python -m bench.probes.client_reads --sizes full --patterns parquet_columns,safetensors_lazy
@@ -56,6 +57,7 @@ from bench.systems import Rclone, S3fs, cpu_seconds, mount_system
 BUCKET = "clients"
 KIB = 1024
 GIB = 1 << 30
+UNTRACED = "none"  # --serve's trace path for a pffs whose handlers are not wrapped
 # The kernel's READ sizes in classes: (upper bound, name); the last class takes the rest.
 SIZE_CLASSES = [(128 * KIB, "under 128 KiB"), (1024 * KIB, "128 KiB to 1 MiB"), (0, "1 MiB")]
 
@@ -68,6 +70,8 @@ def serve(trace_path: str, pffs_argv: list[str]) -> int:
     from pffs.cli.main import main
     from pffs.fuse_ops import PffsOperations
 
+    if trace_path == UNTRACED:
+        return main(pffs_argv)
     trace = open(trace_path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 (the process's)
     lock = threading.Lock()
 
@@ -257,6 +261,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pffs-options", default="", help="extra `pffs mount` options, quoted")
     p.add_argument("--out", help="where the raw traces stay (a new directory)")
     p.add_argument(
+        "--no-trace",
+        action="store_true",
+        help="pffs's handlers not wrapped (no kernel READs traced): what the trace costs the mount",
+    )
+    p.add_argument(
         "--perf",
         metavar="PREFIX",
         help="pffs only: perf's samples of the mount (every thread) over each pattern into "
@@ -357,7 +366,8 @@ class _Session:
         try:
             if self.args.system == "pffs":
                 options = self.args.pffs_options.split()
-                proc = _mount_traced(proxy.server, mountpoint, cache, trace, options, self.tree)
+                traced = UNTRACED if self.args.no_trace else trace
+                proc = _mount_traced(proxy.server, mountpoint, cache, traced, options, self.tree)
                 pid: int | None = proc.pid
             else:
                 system = S3fs() if self.args.system == "s3fs" else Rclone()
