@@ -53,10 +53,21 @@ from bench.probes import _perfstages as perfstages
 from bench.scenarios import drop_caches
 from bench.servers import Launcher, Server, far
 from bench.systems import Rclone, S3fs, cpu_seconds, mount_system
+from pffs.cli.stats_view import read_snapshot, series, total
+from pffs.errors import MountpointError
 
 BUCKET = "clients"
 KIB = 1024
 GIB = 1 << 30
+# pffs's own counters of where a pattern's bytes came from and went (its .pffs/stats), in MiB.
+PFFS_BYTES = {
+    "served from memory": ("pffs_cache_served_bytes_total", {"tier": "memory"}),
+    "from disk": ("pffs_cache_served_bytes_total", {"tier": "disk"}),
+    "from the store": ("pffs_cache_served_bytes_total", {"tier": "store"}),
+    "blocks fetched": ("pffs_cache_store_fetched_bytes_total", {}),
+    "preloaded": ("pffs_preload_files_fetched_bytes_total", {}),
+    "pushed to the page cache": ("pffs_page_cache_pushed_bytes_total", {}),
+}
 UNTRACED = "none"  # --serve's trace path for a pffs whose handlers are not wrapped
 # The kernel's READ sizes in classes: (upper bound, name); the last class takes the rest.
 SIZE_CLASSES = [(128 * KIB, "under 128 KiB"), (1024 * KIB, "128 KiB to 1 MiB"), (0, "1 MiB")]
@@ -177,6 +188,15 @@ def _gets(log: str, since: float, until: float) -> list[tuple[str, int, int]]:
             else:
                 gets.append((key, 0, -1))
     return gets
+
+
+def pffs_bytes(mountpoint: str) -> dict[str, float]:
+    """PFFS_BYTES now (bytes), or nothing when the mount is not pffs."""
+    try:
+        values = series(read_snapshot(mountpoint))
+    except MountpointError:
+        return {}
+    return {name: total(values, metric, **labels) for name, (metric, labels) in PFFS_BYTES.items()}
 
 
 def _sizes_text(values: list[int]) -> str:
@@ -399,6 +419,7 @@ class _Session:
             perf_data = f"{self.args.perf}-{os.path.basename(self.out)}-{pattern}.data"
             sampler = perfstages.record(pid, perf_data)
             time.sleep(1)  # perf attached to every thread
+        counters = pffs_bytes(mountpoint) if self.args.system == "pffs" else {}
         proxy.restart_count()
         since = time.monotonic()
         mount_cpu, own_cpu = cpu_seconds(pid), time.process_time()
@@ -410,6 +431,12 @@ class _Session:
         time.sleep(clients.QUIET_S * 2)  # what is fetched after the client is done
         until = time.monotonic()
         mount_quiet = cpu_seconds(pid)
+        if counters:
+            after = pffs_bytes(mountpoint)
+            moved = {name: f"{(after[name] - counters[name]) / 2**20:.0f}" for name in counters}
+            counted = f"  pffs's counters (MiB): {moved}"
+        else:
+            counted = ""
         if sampler is not None:
             sampler.send_signal(signal.SIGINT)
             sampler.wait()
@@ -438,6 +465,8 @@ class _Session:
                         f"  the mount's CPU: {per_gib:.2f} CPU-s/GiB read, {per_read:.0f} us/READ"
                     )
         print(f"  store GETs (ranges asked): {gets}")
+        if counted:
+            print(counted)
         # This process runs the client and the counting proxy: both are in its figure.
         print(f"  CPU: the mount {mount_used}, the client and the proxy {own_cpu:.2f} s")
         print(f"  sent by the store: {sent / KIB:,.0f} KiB, over needed: {sent / needed:.2f}")
