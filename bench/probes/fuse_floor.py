@@ -16,12 +16,14 @@ file of N MiB from one bytes object in memory (its READ returns a memoryview sli
 does), mounted with pffs's FUSE options (pyfuse3's defaults, its task bounds, the kernel's
 readahead raised as pffs raises it), so the kernel sends the READs it sends pffs. The page
 cache is dropped before each read; the file is read whole by one thread in 1 MiB reads, then
-by 4 threads at 4 offsets (a quarter each, as the Parquet scan's 4 readers). Per read: the
+by 4 threads at 4 offsets (a quarter each), then as 4 files of a quarter each, one thread
+each (as the Parquet scan's 4 readers). Per read: the
 serving process's CPU-s per GiB (utime + stime of all its threads), MB/s, and the READs' sizes
 the kernel sent. Then the same reads on `pffs mount` of an object of N random MiB in s3rver at
-0 ms with `--cache-dir none` (its memory tier only; a disk tier would take the passed blocks
-out of memory): a cold read, and a warm one from its memory tier after the page cache is
-dropped; and on s3fs (`--systems`), cold, then warm from its own cache file.
+0 ms (and its quarters) with `--cache-dir none` (its memory tier only; a disk tier would take
+the passed blocks out of memory): a cold read, and a warm one from its memory tier after the
+page cache is dropped, with the share of each pffs served from each tier; and on s3fs
+(`--systems`), cold, then warm from its own cache file.
 
 `--gets` puts a counting proxy before s3rver and prints each read's GETs; `--perf PREFIX`
 splits each system's first cold read of each kind by stage (bench/probes/_perfstages.py, whose
@@ -36,6 +38,7 @@ from __future__ import annotations
 import argparse
 import collections
 import errno
+import io
 import json
 import os
 import signal
@@ -59,12 +62,15 @@ from pffs.config import FuseConfig
 from pffs.mounting.kernel import find_mount, set_kernel_readahead
 
 WIDE_INODE = 2
-FILE_INODE = 2  # the --read-mib file system's one file
-FILE_NAME = "data"
 MIB = 1 << 20
 GIB = 1 << 30
 READ_SIZE = MIB  # each reader's read(2)
 SCAN_READERS = 4  # the Parquet scan's readers (bench.clients.READERS)
+# The --read-mib file system's files: the whole, and its quarters as files of their own.
+FILE_NAME = "data"
+PART_NAMES = [f"part{i}" for i in range(SCAN_READERS)]
+# How a read is made: one thread; 4 threads at 4 offsets of one file; 4 threads on 4 files.
+MODES = ("1 reader", "4 offsets", "4 files")
 
 
 def serve(mountpoint: str, files: int) -> None:
@@ -104,8 +110,17 @@ def serve(mountpoint: str, files: int) -> None:
         pyfuse3.close()
 
 
+def file_spans(size: int) -> dict[str, tuple[int, int]]:
+    """The --read-mib files over `size` bytes: name -> (offset, length) in them."""
+    quarter = size // SCAN_READERS
+    spans = {FILE_NAME: (0, size)}
+    spans.update({name: (i * quarter, quarter) for i, name in enumerate(PART_NAMES)})
+    return spans
+
+
 def serve_file(mountpoint: str, mib: int, counts_path: str) -> None:
-    """The minimal file system of one file of `mib` MiB, in this process until unmounted.
+    """The minimal file system of one file of `mib` MiB and its quarters (file_spans), from one
+    bytes object, in this process until unmounted.
 
     Mounted as pffs mounts (pffs.fuse_ops.serve): pyfuse3's default options, its session loop
     with the same task bounds. Each READ's size is counted; SIGUSR1 writes the counts to
@@ -117,6 +132,9 @@ def serve_file(mountpoint: str, mib: int, counts_path: str) -> None:
     content = bytes(range(256)) * (MIB // 256) * mib
     view = memoryview(content)
     sizes: collections.Counter[int] = collections.Counter()
+    spans = file_spans(len(content))
+    inodes = {name.encode(): pyfuse3.ROOT_INODE + 1 + i for i, name in enumerate(spans)}
+    by_inode = {ino: spans[name.decode()] for name, ino in inodes.items()}
 
     def attributes(ino: int) -> pyfuse3.EntryAttributes:
         attr = pyfuse3.EntryAttributes()
@@ -128,7 +146,7 @@ def serve_file(mountpoint: str, mib: int, counts_path: str) -> None:
         else:
             attr.st_mode = pyfuse3.ModeT(stat.S_IFREG | 0o644)
             attr.st_nlink = 1
-            attr.st_size = len(content)
+            attr.st_size = by_inode[ino][1]
             attr.st_blksize = MIB  # as pffs's
         return attr
 
@@ -136,8 +154,8 @@ def serve_file(mountpoint: str, mib: int, counts_path: str) -> None:
         async def lookup(
             self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext
         ) -> pyfuse3.EntryAttributes:
-            if parent_inode == pyfuse3.ROOT_INODE and name == FILE_NAME.encode():
-                return attributes(FILE_INODE)
+            if parent_inode == pyfuse3.ROOT_INODE and name in inodes:
+                return attributes(inodes[name])
             raise pyfuse3.FUSEError(errno.ENOENT)
 
         async def getattr(self, inode: int, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
@@ -150,7 +168,9 @@ def serve_file(mountpoint: str, mib: int, counts_path: str) -> None:
 
         async def read(self, fh: int, off: int, size: int) -> bytes:
             sizes[size] += 1
-            return view[off : off + size]  # type: ignore[return-value]  # as pffs's read
+            start, length = by_inode[fh]
+            end = start + min(off + size, length)
+            return view[start + off : end]  # type: ignore[return-value]  # as pffs's read
 
     def write_counts(_signum: int, _frame: object) -> None:
         with open(counts_path + ".tmp", "w", encoding="utf-8") as f:
@@ -197,10 +217,22 @@ def reader_spans(size: int, readers: int) -> list[tuple[int, int]]:
     return spans
 
 
-def read_spans(path: str, spans: list[tuple[int, int]]) -> None:
-    """Read each span in READ_SIZE reads, one thread a span, into a buffer of its own."""
+def read_jobs(mountpoint: str, mode: str, size: int) -> list[tuple[str, int, int]]:
+    """(path, offset, length) of each thread's share of a read of `size` bytes in `mode`."""
+    whole = os.path.join(mountpoint, FILE_NAME)
+    if mode == "1 reader":
+        return [(whole, 0, size)]
+    if mode == "4 offsets":
+        return [(whole, offset, length) for offset, length in reader_spans(size, SCAN_READERS)]
+    quarter = size // SCAN_READERS
+    return [(os.path.join(mountpoint, name), 0, quarter) for name in PART_NAMES]
 
-    def read_span(offset: int, length: int) -> None:
+
+def read_spans(jobs: list[tuple[str, int, int]]) -> None:
+    """Read each (path, offset, length) in READ_SIZE reads, one thread each, into a buffer of
+    its own."""
+
+    def read_span(path: str, offset: int, length: int) -> None:
         buffer = bytearray(READ_SIZE)
         fd = os.open(path, os.O_RDONLY)
         try:
@@ -213,20 +245,21 @@ def read_spans(path: str, spans: list[tuple[int, int]]) -> None:
         finally:
             os.close(fd)
 
-    threads = [threading.Thread(target=read_span, args=span) for span in spans]
+    threads = [threading.Thread(target=read_span, args=job) for job in jobs]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
 
 
-def timed_read(path: str, pid: int, size: int, readers: int) -> tuple[float, float]:
-    """(serving CPU-s per GiB, MB/s) of one whole read of `path` from a dropped page cache."""
+def timed_read(mountpoint: str, mode: str, pid: int, size: int) -> tuple[float, float]:
+    """(serving CPU-s per GiB, MB/s) of one read of `size` bytes in `mode` from a dropped page
+    cache."""
     with open("/proc/sys/vm/drop_caches", "w") as f:
         f.write("1")  # the page cache: every byte below is asked of the file system
     time.sleep(0.2)
     before, started = cpu_seconds(pid), time.perf_counter()
-    read_spans(path, reader_spans(size, readers))
+    read_spans(read_jobs(mountpoint, mode, size))
     seconds, after = time.perf_counter() - started, cpu_seconds(pid)
     if before is None or after is None:
         raise SystemExit(f"fuse_floor: process {pid} is gone")
@@ -276,7 +309,7 @@ class Rows:
 
 
 def floor_reads(work: str, mib: int, reps: int, rows: Rows, perf: str | None) -> None:
-    """The minimal file system's reads, 1 reader then SCAN_READERS, `reps` each."""
+    """The minimal file system's reads in each of MODES, `reps` each."""
     mountpoint, counts = os.path.join(work, "floor"), os.path.join(work, "counts.json")
     os.mkdir(mountpoint)
     argv = [sys.executable, "-m", "bench.probes.fuse_floor", "--serve", mountpoint]
@@ -285,15 +318,14 @@ def floor_reads(work: str, mib: int, reps: int, rows: Rows, perf: str | None) ->
         _wait_mounted(mountpoint, child)
         set_kernel_readahead(mountpoint, FuseConfig.kernel_readahead)  # as pffs at its init
         print(f"floor: kernel readahead {kernel_readahead_kib(mountpoint)} KiB", flush=True)
-        path = os.path.join(mountpoint, FILE_NAME)
-        for readers in (1, SCAN_READERS):
+        for mode in MODES:
             for rep in range(reps):
-                sampler, perf_data = None, f"{perf}-floor-{readers}.data"
+                sampler, perf_data = None, f"{perf}-floor-{mode.replace(' ', '-')}.data"
                 if perf and rep == 0:
                     sampler = perfstages.record(child.pid, perf_data)
                     time.sleep(1)  # perf attached to every thread
-                figures = timed_read(path, child.pid, mib * MIB, readers)
-                rows.add(f"floor, {readers} reader(s)", figures)
+                figures = timed_read(mountpoint, mode, child.pid, mib * MIB)
+                rows.add(f"floor, {mode}", figures)
                 print(f"    READs: {sizes_text(_counts(child, counts))}")
                 if sampler is not None:
                     sampler.send_signal(signal.SIGINT)
@@ -339,26 +371,24 @@ def store_reads(
     """pffs (memory tier only) and s3fs over s3rver at 0 ms: a cold read then a warm one, on a
     fresh mount each repetition; with `count_gets`, through a counting proxy (its own process)
     whose GETs each read prints; with `perf`, each system's first cold read of each kind split
-    by stage from perf's samples (bench/probes/_perfstages.py) into PERF-<system>-<readers>.data."""
+    by stage from perf's samples (bench/probes/_perfstages.py) into PERF-<system>-<mode>.data."""
     store = Launcher(work).s3rver()
     proxy = CountingProxy(store) if count_gets else None
     server = store if proxy is None else proxy.server
     try:
         s3 = client(store)
         s3.create_bucket(Bucket="floor")
-        local = os.path.join(work, "object")
-        with open(local, "wb") as f:
-            for _ in range(mib):
-                f.write(os.urandom(MIB))
-        s3.upload_file(local, "floor", FILE_NAME)
-        os.unlink(local)
+        content = memoryview(os.urandom(mib * MIB))
+        for name, (offset, length) in file_spans(mib * MIB).items():
+            s3.upload_fileobj(io.BytesIO(content[offset : offset + length]), "floor", name)
+        del content
         chosen: dict[str, Callable[[], System]] = {
             "pffs": lambda: PffsSystem(["--cache-dir", "none"]),
             "s3fs": S3fs,
         }
         for name in systems:
             print(f"{name} (load {os.getloadavg()[0]:.1f})", flush=True)
-            for readers in (1, SCAN_READERS):
+            for mode in MODES:
                 for rep in range(reps):
                     base = tempfile.mkdtemp(prefix=f"{name}-{rep}-", dir=work)
                     mountpoint, cache = os.path.join(base, "mnt"), os.path.join(base, "cache")
@@ -368,14 +398,14 @@ def store_reads(
                     if pid is None:
                         raise SystemExit(f"fuse_floor: no process found serving {name}")
                     try:
-                        path = os.path.join(mountpoint, FILE_NAME)
-                        label = f"{name}, {readers} reader(s)"
+                        label = f"{name}, {mode}"
                         _gets_text(proxy)  # the mount's own requests (listing, HEAD)
-                        sampler, perf_data = None, f"{perf}-{name}-{readers}.data"
+                        sampler, perf_data = None, f"{perf}-{name}-{mode.replace(' ', '-')}.data"
                         if perf and rep == 0:
                             sampler = perfstages.record(pid, perf_data)
                             time.sleep(1)  # perf attached to every thread
-                        cold = timed_read(path, pid, mib * MIB, readers)
+                        served = _served(mountpoint) if name == "pffs" else None
+                        cold = timed_read(mountpoint, mode, pid, mib * MIB)
                         rows.add(f"{label}, cold", cold)
                         print(_gets_text(proxy), end="")
                         if sampler is not None:
@@ -383,15 +413,13 @@ def store_reads(
                             sampler.wait()
                             print(f"    by stage ({perf_data}):")
                             print(perfstages.table(perf_data, cold[0]))
-                        served = _memory_served(mountpoint) if name == "pffs" else None
-                        rows.add(f"{label}, warm", timed_read(path, pid, mib * MIB, readers))
+                        if served is not None:
+                            served = _served_text(mountpoint, served, mib * MIB)
+                        rows.add(f"{label}, warm", timed_read(mountpoint, mode, pid, mib * MIB))
                         print(_gets_text(proxy), end="")
                         if served is not None:
-                            share = (_memory_served(mountpoint) - served) / (mib * MIB)
-                            print(
-                                f"    warm read from pffs's memory tier: {share:.2f} of its bytes"
-                            )
-                        if rep == 0 and readers == 1:
+                            _served_text(mountpoint, served, mib * MIB)
+                        if rep == 0 and mode == MODES[0]:
                             print(f"    kernel readahead {kernel_readahead_kib(mountpoint)} KiB")
                     finally:
                         unmount(mountpoint)
@@ -411,8 +439,22 @@ def _gets_text(proxy: CountingProxy | None) -> str:
     return f"    GETs: {gets}, {mib:.0f} MiB, {mib / max(gets, 1):.1f} MiB each\n"
 
 
-def _memory_served(mountpoint: str) -> float:
-    return total(series(read_snapshot(mountpoint)), "pffs_cache_served_bytes_total", tier="memory")
+def _served(mountpoint: str) -> dict[str, float]:
+    """pffs's bytes served to READs so far, by the tier that held them."""
+    values = series(read_snapshot(mountpoint))
+    return {
+        tier: total(values, "pffs_cache_served_bytes_total", tier=tier)
+        for tier in ("memory", "disk", "store")
+    }
+
+
+def _served_text(mountpoint: str, before: dict[str, float], size: int) -> dict[str, float]:
+    """Print the shares of a read's `size` bytes pffs served from each tier since `before` (the
+    rest came some other way: a region's streamed spans, pffs.fs.regions); the counts now."""
+    now = _served(mountpoint)
+    shares = ", ".join(f"{tier} {(now[tier] - before[tier]) / size:.2f}" for tier in now)
+    print(f"    pffs served, by tier: {shares}")
+    return now
 
 
 def _wait_gone(pid: int) -> None:
@@ -460,7 +502,7 @@ def main() -> None:
         "--perf",
         metavar="PREFIX",
         help="with --read-mib: perf's samples of each system's first (cold) read of each kind "
-        "(PREFIX-<system>-<readers>.data), its CPU per GiB split by stage",
+        "(PREFIX-<system>-<mode>.data), its CPU per GiB split by stage",
     )
     parser.add_argument("--serve", metavar="MOUNTPOINT", help=argparse.SUPPRESS)
     parser.add_argument("--counts", help=argparse.SUPPRESS)  # the read floor's READ sizes

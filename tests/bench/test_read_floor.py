@@ -4,10 +4,20 @@ and READ sizes are written down."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from bench.probes.client_reads import size_classes
-from bench.probes.fuse_floor import MIB, reader_spans, sizes_text, spread
+from bench.probes.fuse_floor import (
+    MIB,
+    MODES,
+    file_spans,
+    read_jobs,
+    reader_spans,
+    sizes_text,
+    spread,
+)
 
 
 def test_one_reader_takes_the_whole_file() -> None:
@@ -22,7 +32,7 @@ def test_four_readers_share_a_file_in_whole_reads() -> None:
 def test_spans_cover_the_file_once_each_a_whole_number_of_reads_but_the_last(size: int) -> None:
     spans = reader_spans(size, 4)
     assert spans[0][0] == 0
-    for (offset, length), (next_offset, _) in zip(spans, spans[1:], strict=False):
+    for (offset, length), (next_offset, _) in itertools.pairwise(spans):
         assert next_offset == offset + length
         assert length % MIB == 0
     assert spans[-1][0] + spans[-1][1] == size
@@ -47,3 +57,25 @@ def test_size_classes_count_reads_and_their_share_of_the_bytes() -> None:
     }
     assert size_classes([]) == {}
     assert size_classes([MIB + 1]) == {"1 MiB": "1 (100%)"}
+
+
+def test_the_files_are_the_whole_and_its_four_quarters() -> None:
+    assert file_spans(256 * MIB) == {
+        "data": (0, 256 * MIB),
+        "part0": (0, 64 * MIB),
+        "part1": (64 * MIB, 64 * MIB),
+        "part2": (128 * MIB, 64 * MIB),
+        "part3": (192 * MIB, 64 * MIB),
+    }
+
+
+def test_each_mode_reads_every_byte_once() -> None:
+    size = 256 * MIB
+    assert read_jobs("/m", "1 reader", size) == [("/m/data", 0, size)]
+    offsets = read_jobs("/m", "4 offsets", size)
+    assert [(path, offset) for path, offset, _ in offsets] == [
+        ("/m/data", i * 64 * MIB) for i in range(4)
+    ]
+    assert read_jobs("/m", "4 files", size) == [(f"/m/part{i}", 0, 64 * MIB) for i in range(4)]
+    for mode in MODES:
+        assert sum(length for *_, length in read_jobs("/m", mode, size)) == size
