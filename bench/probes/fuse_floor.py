@@ -66,9 +66,12 @@ MIB = 1 << 20
 GIB = 1 << 30
 READ_SIZE = MIB  # each reader's read(2)
 SCAN_READERS = 4  # the Parquet scan's readers (bench.clients.READERS)
-# The --read-mib file system's files: the whole, and its quarters as files of their own.
+# The --read-mib file system's files: the whole, and its quarters as files of their own in a
+# directory of their own (pffs preloads a directory's other files once a few are read: the
+# whole would be preloaded beside the quarters).
 FILE_NAME = "data"
-PART_NAMES = [f"part{i}" for i in range(SCAN_READERS)]
+PART_DIR = "parts"
+PART_NAMES = [f"{PART_DIR}/part{i}" for i in range(SCAN_READERS)]
 # How a read is made: one thread; 4 threads at 4 offsets of one file; 4 threads on 4 files.
 MODES = ("1 reader", "4 offsets", "4 files")
 
@@ -133,14 +136,15 @@ def serve_file(mountpoint: str, mib: int, counts_path: str) -> None:
     view = memoryview(content)
     sizes: collections.Counter[int] = collections.Counter()
     spans = file_spans(len(content))
-    inodes = {name.encode(): pyfuse3.ROOT_INODE + 1 + i for i, name in enumerate(spans)}
-    by_inode = {ino: spans[name.decode()] for name, ino in inodes.items()}
+    part_dir = pyfuse3.ROOT_INODE + 1
+    inodes = {name: part_dir + 1 + i for i, name in enumerate(spans)}
+    by_inode = {ino: spans[name] for name, ino in inodes.items()}
 
     def attributes(ino: int) -> pyfuse3.EntryAttributes:
         attr = pyfuse3.EntryAttributes()
         attr.st_ino = pyfuse3.InodeT(ino)
         attr.entry_timeout = attr.attr_timeout = 60
-        if ino == pyfuse3.ROOT_INODE:
+        if ino in (pyfuse3.ROOT_INODE, part_dir):
             attr.st_mode = pyfuse3.ModeT(stat.S_IFDIR | 0o755)
             attr.st_nlink = 2
         else:
@@ -154,8 +158,15 @@ def serve_file(mountpoint: str, mib: int, counts_path: str) -> None:
         async def lookup(
             self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext
         ) -> pyfuse3.EntryAttributes:
-            if parent_inode == pyfuse3.ROOT_INODE and name in inodes:
-                return attributes(inodes[name])
+            if parent_inode == pyfuse3.ROOT_INODE and name == PART_DIR.encode():
+                return attributes(part_dir)
+            path = os.fsdecode(name)
+            if parent_inode == part_dir:
+                path = f"{PART_DIR}/{path}"
+            elif parent_inode != pyfuse3.ROOT_INODE:
+                raise pyfuse3.FUSEError(errno.ENOENT)
+            if path in inodes:
+                return attributes(inodes[path])
             raise pyfuse3.FUSEError(errno.ENOENT)
 
         async def getattr(self, inode: int, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:

@@ -59,13 +59,13 @@ def test_size_classes_count_reads_and_their_share_of_the_bytes() -> None:
     assert size_classes([MIB + 1]) == {"1 MiB": "1 (100%)"}
 
 
-def test_the_files_are_the_whole_and_its_four_quarters() -> None:
+def test_the_files_are_the_whole_and_its_four_quarters_in_a_directory() -> None:
     assert file_spans(256 * MIB) == {
         "data": (0, 256 * MIB),
-        "part0": (0, 64 * MIB),
-        "part1": (64 * MIB, 64 * MIB),
-        "part2": (128 * MIB, 64 * MIB),
-        "part3": (192 * MIB, 64 * MIB),
+        "parts/part0": (0, 64 * MIB),
+        "parts/part1": (64 * MIB, 64 * MIB),
+        "parts/part2": (128 * MIB, 64 * MIB),
+        "parts/part3": (192 * MIB, 64 * MIB),
     }
 
 
@@ -76,6 +76,8 @@ def test_each_mode_reads_every_byte_once() -> None:
     assert [(path, offset) for path, offset, _ in offsets] == [
         ("/m/data", i * 64 * MIB) for i in range(4)
     ]
-    assert read_jobs("/m", "4 files", size) == [(f"/m/part{i}", 0, 64 * MIB) for i in range(4)]
+    assert read_jobs("/m", "4 files", size) == [
+        (f"/m/parts/part{i}", 0, 64 * MIB) for i in range(4)
+    ]
     for mode in MODES:
         assert sum(length for *_, length in read_jobs("/m", mode, size)) == size
