@@ -378,8 +378,9 @@ def store_reads(
     rows: Rows,
     count_gets: bool,
     perf: str | None,
+    pffs_options: list[str],
 ) -> None:
-    """pffs (memory tier only) and s3fs over s3rver at 0 ms: a cold read then a warm one, on a
+    """pffs (memory tier only, and `pffs_options`) and s3fs over s3rver at 0 ms: a cold read then a warm one, on a
     fresh mount each repetition; with `count_gets`, through a counting proxy (its own process)
     whose GETs each read prints; with `perf`, each system's first cold read of each kind split
     by stage from perf's samples (bench/probes/_perfstages.py) into PERF-<system>-<mode>.data."""
@@ -394,7 +395,7 @@ def store_reads(
             s3.upload_fileobj(io.BytesIO(content[offset : offset + length]), "floor", name)
         del content
         chosen: dict[str, Callable[[], System]] = {
-            "pffs": lambda: PffsSystem(["--cache-dir", "none"]),
+            "pffs": lambda: PffsSystem(["--cache-dir", "none", *pffs_options]),
             "s3fs": S3fs,
         }
         for name in systems:
@@ -474,7 +475,14 @@ def _wait_gone(pid: int) -> None:
         time.sleep(0.1)
 
 
-def read_floor(mib: int, reps: int, systems: list[str], count_gets: bool, perf: str | None) -> None:
+def read_floor(
+    mib: int,
+    reps: int,
+    systems: list[str],
+    count_gets: bool,
+    perf: str | None,
+    pffs_options: list[str],
+) -> None:
     print(f"one file of {mib} MiB, {reps} reps, load {os.getloadavg()[0]:.1f}", flush=True)
     rows = Rows()
     with (
@@ -484,7 +492,7 @@ def read_floor(mib: int, reps: int, systems: list[str], count_gets: bool, perf: 
         if "floor" in systems:
             floor_reads(work, mib, reps, rows, perf)
         if stores := [s for s in systems if s != "floor"]:
-            store_reads(work, mib, reps, stores, rows, count_gets, perf)
+            store_reads(work, mib, reps, stores, rows, count_gets, perf, pffs_options)
     rows.print()
     print(f"load at the end {os.getloadavg()[0]:.1f}")
 
@@ -515,6 +523,11 @@ def main() -> None:
         help="with --read-mib: perf's samples of each system's first (cold) read of each kind "
         "(PREFIX-<system>-<mode>.data), its CPU per GiB split by stage",
     )
+    parser.add_argument(
+        "--pffs-options",
+        default="",
+        help="with --read-mib: more `pffs mount` options, quoted (after --cache-dir none)",
+    )
     parser.add_argument("--serve", metavar="MOUNTPOINT", help=argparse.SUPPRESS)
     parser.add_argument("--counts", help=argparse.SUPPRESS)  # the read floor's READ sizes
     args = parser.parse_args()
@@ -528,7 +541,9 @@ def main() -> None:
         systems = args.systems.split(",")
         if unknown := set(systems) - {"floor", "pffs", "s3fs"}:
             parser.error(f"unknown system {sorted(unknown)[0]!r}")
-        read_floor(args.read_mib, args.reps, systems, args.gets, args.perf)
+        read_floor(
+            args.read_mib, args.reps, systems, args.gets, args.perf, args.pffs_options.split()
+        )
         return
     with tempfile.TemporaryDirectory(prefix="pffs-fuse-floor-") as work:
         mountpoint = os.path.join(work, "mnt")
