@@ -380,10 +380,11 @@ def store_reads(
     perf: str | None,
     pffs_options: list[str],
 ) -> None:
-    """pffs (memory tier only, and `pffs_options`) and s3fs over s3rver at 0 ms: a cold read then a warm one, on a
-    fresh mount each repetition; with `count_gets`, through a counting proxy (its own process)
-    whose GETs each read prints; with `perf`, each system's first cold read of each kind split
-    by stage from perf's samples (bench/probes/_perfstages.py) into PERF-<system>-<mode>.data."""
+    """pffs (memory tier only, and `pffs_options`) and s3fs over s3rver at 0 ms: a cold read
+    then a warm one, on a fresh mount each repetition; with `count_gets`, through a counting
+    proxy (its own process) whose GETs each read prints; with `perf`, each system's first cold
+    read of each kind split by stage from perf's samples (bench/probes/_perfstages.py) into
+    PERF-<system>-<mode>.data."""
     store = Launcher(work).s3rver()
     proxy = CountingProxy(store) if count_gets else None
     server = store if proxy is None else proxy.server
