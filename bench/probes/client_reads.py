@@ -9,7 +9,8 @@ time on one mount with empty caches, the page cache dropped before each, traced 
   window's rate in MB/s and request time in ms, `w=8 rate=166 rt=130`), and at open the thread
   that opened it (pyfuse3's `read` is told no caller: a read's thread is its file handle's
   opener's; the kernel's own readahead and a mapping's faults carry the faulting thread's in
-  FUSE, but pyfuse3 drops it);
+  FUSE, but pyfuse3 drops it); and the bytes of each READ a region's spans answered
+  (pffs.fs.regions: `RegionStreams.take` wrapped too);
 - what the system fetched: every request through a counting proxy (bench.counting, its `--log`),
   the Range of each GET, for any system (`--system s3fs`, `--system rclone` too).
 
@@ -106,8 +107,20 @@ def serve(trace_path: str, pffs_argv: list[str]) -> int:
         write(f"read {started:.6f} {seconds:.6f} {fh} {off} {size}" + _window(self, fh))
         return data
 
+    from pffs.fs.regions import RegionStreams
+
+    original_take = RegionStreams.take
+
+    @functools.wraps(original_take)
+    async def traced_take(self: Any, offset: int, end: int, rest: Any) -> bytes | None:
+        data = await original_take(self, offset, end, rest)
+        if data is not None:  # the READ was answered by its region's spans (pffs.fs.regions)
+            write(f"span {time.monotonic():.6f} {len(data)}")
+        return data
+
     PffsOperations.open = traced_open  # type: ignore[method-assign]
     PffsOperations.read = traced_read  # type: ignore[method-assign]
+    RegionStreams.take = traced_take  # type: ignore[method-assign]
     return main(pffs_argv)
 
 
@@ -168,6 +181,17 @@ def _kernel_reads(trace: str, since: float, until: float) -> list[tuple[float, i
             if parts[0] == "read" and since <= float(parts[1]) < until:
                 reads.append((float(parts[1]), int(parts[3]), int(parts[4]), int(parts[5])))
     return reads
+
+
+def _span_bytes(trace: str, since: float, until: float) -> int:
+    """The bytes of the READs in [since, until) that a region's spans answered."""
+    total = 0
+    with open(trace, encoding="utf-8") as f:
+        for line in f:
+            parts = line.split()
+            if parts[0] == "span" and since <= float(parts[1]) < until:
+                total += int(parts[2])
+    return total
 
 
 def _gets(log: str, since: float, until: float) -> list[tuple[str, int, int]]:
@@ -457,6 +481,8 @@ class _Session:
             print(f"  kernel READs: {reads}")
             if reads.get("bytes"):
                 print(f"  sent / read by the kernel: {sent / reads['bytes']:.2f}")
+                spans = _span_bytes(trace, since, until)
+                print(f"  READ bytes its region's spans answered: {spans / reads['bytes']:.2f}")
                 read_bytes = reads["bytes"]
                 if mount_cpu is not None and mount_after is not None:
                     per_read = (mount_after - mount_cpu) / reads["reads"] * 1e6
