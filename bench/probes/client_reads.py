@@ -9,7 +9,8 @@ time on one mount with empty caches, the page cache dropped before each, traced 
   window's rate in MB/s and request time in ms, `w=8 rate=166 rt=130`), and at open the thread
   that opened it (pyfuse3's `read` is told no caller: a read's thread is its file handle's
   opener's; the kernel's own readahead and a mapping's faults carry the faulting thread's in
-  FUSE, but pyfuse3 drops it);
+  FUSE, but pyfuse3 drops it); and the bytes of each READ a region's spans answered
+  (pffs.fs.regions: `RegionStreams.take` wrapped too);
 - what the system fetched: every request through a counting proxy (bench.counting, its `--log`),
   the Range of each GET, for any system (`--system s3fs`, `--system rclone` too).
 
@@ -17,12 +18,16 @@ Per pattern it prints the kernel's reads (count, bytes, sizes, how each file han
 order, forward gap, backward), the store's GETs (count, sizes, bytes, bytes asked twice) and
 the bytes fetched over the kernel's and over what the client needed, and the CPU the mount's
 process used over the pattern beside this process's (the client's and the counting proxy's);
-the raw traces stay in `--out`.
+the raw traces stay in `--out`. With `--perf PREFIX` (pffs), perf samples every thread of the
+mount over each pattern and what follows it, and the probe prints that CPU per GiB the kernel
+read split by stage (bench/probes/_perfstages.py, as bench.probes.epoch_cpu's `--perf`);
+`--no-trace` leaves pffs's handlers unwrapped, to see what the trace costs the mount.
 
     python -m bench.probes.client_reads --latency 20                 # quick sizes, pffs
     python -m bench.probes.client_reads --sizes full --patterns parquet_columns,safetensors_lazy
     python -m bench.probes.client_reads --system rclone --latency 20
     python -m bench.probes.client_reads --sizes full --latency 20 --baseline /tmp/base --rounds 2
+    python -m bench.probes.client_reads --sizes full --patterns parquet_scan --perf /tmp/scan
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import collections
 import functools
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -44,12 +50,28 @@ from bench import clients
 from bench.counting import CountingProxy
 from bench.data import client
 from bench.leftovers import stopped_cleanly, track_mount, track_process, unmount
+from bench.probes import _perfstages as perfstages
 from bench.scenarios import drop_caches
 from bench.servers import Launcher, Server, far
 from bench.systems import Rclone, S3fs, cpu_seconds, mount_system
+from pffs.cli.stats_view import read_snapshot, series, total
+from pffs.errors import MountpointError
 
 BUCKET = "clients"
 KIB = 1024
+GIB = 1 << 30
+# pffs's own counters of where a pattern's bytes came from and went (its .pffs/stats), in MiB.
+PFFS_BYTES = {
+    "served from memory": ("pffs_cache_served_bytes_total", {"tier": "memory"}),
+    "from disk": ("pffs_cache_served_bytes_total", {"tier": "disk"}),
+    "from the store": ("pffs_cache_served_bytes_total", {"tier": "store"}),
+    "blocks fetched": ("pffs_cache_store_fetched_bytes_total", {}),
+    "preloaded": ("pffs_preload_files_fetched_bytes_total", {}),
+    "pushed to the page cache": ("pffs_page_cache_pushed_bytes_total", {}),
+}
+UNTRACED = "none"  # --serve's trace path for a pffs whose handlers are not wrapped
+# The kernel's READ sizes in classes: (upper bound, name); the last class takes the rest.
+SIZE_CLASSES = [(128 * KIB, "under 128 KiB"), (1024 * KIB, "128 KiB to 1 MiB"), (0, "1 MiB")]
 
 
 # --- the traced mount (the --serve process) ----------------------------------------------
@@ -60,6 +82,8 @@ def serve(trace_path: str, pffs_argv: list[str]) -> int:
     from pffs.cli.main import main
     from pffs.fuse_ops import PffsOperations
 
+    if trace_path == UNTRACED:
+        return main(pffs_argv)
     trace = open(trace_path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 (the process's)
     lock = threading.Lock()
 
@@ -83,8 +107,20 @@ def serve(trace_path: str, pffs_argv: list[str]) -> int:
         write(f"read {started:.6f} {seconds:.6f} {fh} {off} {size}" + _window(self, fh))
         return data
 
+    from pffs.fs.regions import RegionStreams
+
+    original_take = RegionStreams.take
+
+    @functools.wraps(original_take)
+    async def traced_take(self: Any, offset: int, end: int, rest: Any) -> bytes | None:
+        data = await original_take(self, offset, end, rest)
+        if data is not None:  # the READ was answered by its region's spans (pffs.fs.regions)
+            write(f"span {time.monotonic():.6f} {len(data)}")
+        return data
+
     PffsOperations.open = traced_open  # type: ignore[method-assign]
     PffsOperations.read = traced_read  # type: ignore[method-assign]
+    RegionStreams.take = traced_take  # type: ignore[method-assign]
     return main(pffs_argv)
 
 
@@ -147,6 +183,17 @@ def _kernel_reads(trace: str, since: float, until: float) -> list[tuple[float, i
     return reads
 
 
+def _span_bytes(trace: str, since: float, until: float) -> int:
+    """The bytes of the READs in [since, until) that a region's spans answered."""
+    total = 0
+    with open(trace, encoding="utf-8") as f:
+        for line in f:
+            parts = line.split()
+            if parts[0] == "span" and since <= float(parts[1]) < until:
+                total += int(parts[2])
+    return total
+
+
 def _gets(log: str, since: float, until: float) -> list[tuple[str, int, int]]:
     """(key, first byte, length) of each object GET in [since, until); a GET of a whole object
     has length -1."""
@@ -165,6 +212,15 @@ def _gets(log: str, since: float, until: float) -> list[tuple[str, int, int]]:
             else:
                 gets.append((key, 0, -1))
     return gets
+
+
+def pffs_bytes(mountpoint: str) -> dict[str, float]:
+    """PFFS_BYTES now (bytes), or nothing when the mount is not pffs."""
+    try:
+        values = series(read_snapshot(mountpoint))
+    except MountpointError:
+        return {}
+    return {name: total(values, metric, **labels) for name, (metric, labels) in PFFS_BYTES.items()}
 
 
 def _sizes_text(values: list[int]) -> str:
@@ -191,10 +247,27 @@ def describe_reads(reads: list[tuple[float, int, int, int]]) -> dict[str, Any]:
         "reads": len(reads),
         "bytes": sum(size for *_, size in reads),
         "sizes": _sizes_text([size for *_, size in reads]),
+        "classes": size_classes([size for *_, size in reads]),
         "handles": len(ends),
         "moves": dict(moves),
         "median gap KiB": round(statistics.median(gaps) / KIB) if gaps else 0,
         "seconds": round(span, 3),
+    }
+
+
+def size_classes(sizes: list[int]) -> dict[str, str]:
+    """READs per class of SIZE_CLASSES: their count and their share of the bytes, as
+    `{"1 MiB": "278 (97%)"}`; a class with none is left out."""
+    counts, sums = collections.Counter[str](), collections.Counter[str]()
+    for size in sizes:
+        name = next(name for bound, name in SIZE_CLASSES if size < bound or bound == 0)
+        counts[name] += 1
+        sums[name] += size
+    whole = max(sum(sums.values()), 1)
+    return {
+        name: f"{counts[name]} ({100 * sums[name] / whole:.0f}%)"
+        for _, name in SIZE_CLASSES
+        if counts[name]
     }
 
 
@@ -231,6 +304,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--system", choices=("pffs", "s3fs", "rclone"), default="pffs")
     p.add_argument("--pffs-options", default="", help="extra `pffs mount` options, quoted")
     p.add_argument("--out", help="where the raw traces stay (a new directory)")
+    p.add_argument(
+        "--no-trace",
+        action="store_true",
+        help="pffs's handlers not wrapped (no kernel READs traced): what the trace costs the mount",
+    )
+    p.add_argument(
+        "--perf",
+        metavar="PREFIX",
+        help="pffs only: perf's samples of the mount (every thread) over each pattern into "
+        "PREFIX-<arm>-<round>-<pattern>.data, and its CPU per GiB read split by stage "
+        "(bench/probes/_perfstages.py; perf's sampling adds a little CPU)",
+    )
     p.add_argument("--rounds", type=int, default=1, help="mounts per arm, arms alternated (1)")
     p.add_argument(
         "--baseline",
@@ -242,6 +327,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.serve:
         return serve(args.serve, [a for a in rest if a != "--"])
     patterns = args.patterns.split(",")
+    if args.perf and args.system != "pffs":
+        p.error("--perf samples pffs's mount: use it with --system pffs")
     if unknown := set(patterns) - set(clients.PATTERNS):
         p.error(f"unknown pattern {sorted(unknown)[0]!r}: one of {', '.join(clients.PATTERNS)}")
     out = args.out or tempfile.mkdtemp(prefix="client-reads-")
@@ -323,7 +410,8 @@ class _Session:
         try:
             if self.args.system == "pffs":
                 options = self.args.pffs_options.split()
-                proc = _mount_traced(proxy.server, mountpoint, cache, trace, options, self.tree)
+                traced = UNTRACED if self.args.no_trace else trace
+                proc = _mount_traced(proxy.server, mountpoint, cache, traced, options, self.tree)
                 pid: int | None = proc.pid
             else:
                 system = S3fs() if self.args.system == "s3fs" else Rclone()
@@ -350,6 +438,12 @@ class _Session:
     ) -> tuple[float, float]:
         drop_caches()
         time.sleep(0.5)
+        sampled_from, perf_data, sampler = cpu_seconds(pid), None, None
+        if self.args.perf and pid is not None:
+            perf_data = f"{self.args.perf}-{os.path.basename(self.out)}-{pattern}.data"
+            sampler = perfstages.record(pid, perf_data)
+            time.sleep(1)  # perf attached to every thread
+        counters = pffs_bytes(mountpoint) if self.args.system == "pffs" else {}
         proxy.restart_count()
         since = time.monotonic()
         mount_cpu, own_cpu = cpu_seconds(pid), time.process_time()
@@ -358,27 +452,54 @@ class _Session:
         seconds = time.perf_counter() - started
         own_cpu = time.process_time() - own_cpu
         mount_after = cpu_seconds(pid)
-        mount_used = (
-            "unknown"
-            if mount_cpu is None or mount_after is None
-            else f"{mount_after - mount_cpu:.2f} s"
-        )
         time.sleep(clients.QUIET_S * 2)  # what is fetched after the client is done
         until = time.monotonic()
+        mount_quiet = cpu_seconds(pid)
+        if counters:
+            after = pffs_bytes(mountpoint)
+            moved = {name: f"{(after[name] - counters[name]) / 2**20:.0f}" for name in counters}
+            counted = f"  pffs's counters (MiB): {moved}"
+        else:
+            counted = ""
+        if sampler is not None:
+            sampler.send_signal(signal.SIGINT)
+            sampler.wait()
+        mount_used = (
+            "unknown"
+            if mount_cpu is None or mount_after is None or mount_quiet is None
+            else f"{mount_after - mount_cpu:.2f} s ({mount_quiet - mount_cpu:.2f} s with what"
+            f" followed in {clients.QUIET_S * 2:g} s)"
+        )
         proxy.restart_count()
         sent = proxy.store_bytes  # what the store sent: a GET cut short counts what came
         needed = clients.read_bytes(self.data, pattern)
         gets = describe_gets(_gets(store_log, since, until), self.objects)
         print(f"\n{pattern}: {seconds:.3f} s, the client needed {needed / KIB:,.0f} KiB")
+        read_bytes = needed
         if os.path.exists(trace):
             reads = describe_reads(_kernel_reads(trace, since, until))
             print(f"  kernel READs: {reads}")
             if reads.get("bytes"):
                 print(f"  sent / read by the kernel: {sent / reads['bytes']:.2f}")
+                spans = _span_bytes(trace, since, until)
+                print(f"  READ bytes its region's spans answered: {spans / reads['bytes']:.2f}")
+                read_bytes = reads["bytes"]
+                if mount_cpu is not None and mount_after is not None:
+                    per_read = (mount_after - mount_cpu) / reads["reads"] * 1e6
+                    per_gib = (mount_after - mount_cpu) / (read_bytes / GIB)
+                    print(
+                        f"  the mount's CPU: {per_gib:.2f} CPU-s/GiB read, {per_read:.0f} us/READ"
+                    )
         print(f"  store GETs (ranges asked): {gets}")
+        if counted:
+            print(counted)
         # This process runs the client and the counting proxy: both are in its figure.
         print(f"  CPU: the mount {mount_used}, the client and the proxy {own_cpu:.2f} s")
         print(f"  sent by the store: {sent / KIB:,.0f} KiB, over needed: {sent / needed:.2f}")
+        if perf_data is not None and sampled_from is not None and mount_quiet is not None:
+            sampled = (mount_quiet - sampled_from) / (read_bytes / GIB)
+            print(f"  by stage, from perf attached to what followed ({perf_data}):")
+            print(perfstages.table(perf_data, sampled))
         with open(os.path.join(self.out, "spans.txt"), "a", encoding="utf-8") as f:
             f.write(f"{pattern} {since:.6f} {until:.6f}\n")
         return seconds, sent / needed
