@@ -7,9 +7,9 @@ import os
 import random
 from pathlib import Path
 
+import lz4.block
 import pytest
 
-from pffs.cache import entries
 from pffs.cache.disk import DiskTier, entry_key
 from pffs.cache.entries import decode, encode
 from pffs.cache.keys import BlockKey
@@ -45,13 +45,13 @@ def test_one_compressible_sample_does_not_have_a_random_block_compressed_whole(
     the first samples falls. lz4 is not run over the whole block only to store it raw."""
     block = random.Random(6).randbytes(4096 * KIB - 4 * KIB) + b"footer" * 700
     sizes: list[int] = []
-    compress = entries.lz4.block.compress
+    compress = lz4.block.compress
 
     def counted(data: bytes, **options: object) -> bytes:
         sizes.append(len(data))
         return compress(data, **options)  # type: ignore[no-any-return]
 
-    monkeypatch.setattr(entries.lz4.block, "compress", counted)
+    monkeypatch.setattr(lz4.block, "compress", counted)  # as pffs.cache.entries calls it
     header, payload = encode("k", block, compress=True)
     assert len(payload) >= len(block) and decode("k", header + payload) == block
     assert sizes and max(sizes) <= 4 * KIB  # samples only
