@@ -14,7 +14,9 @@ kernel.perf_event_paranoid <= 1.
 
 from __future__ import annotations
 
+import signal
 import subprocess
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 
@@ -55,11 +57,21 @@ STAGES: list[tuple[str, Rule]] = [
 
 
 def record(pid: int, output: str) -> subprocess.Popen[bytes]:
-    """Start sampling the process `pid` (every thread) into `output`; stop it with SIGINT."""
+    """Start sampling the process `pid` (every thread) into `output`, once perf is attached to
+    every thread (a second); `stop` ends it."""
     argv = ["perf", "record", "-F", "499", "--call-graph", "dwarf,8192", "-p", str(pid)]
-    return subprocess.Popen(
+    sampler = subprocess.Popen(
         [*argv, "-o", output], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
+    time.sleep(1)
+    return sampler
+
+
+def stop(sampler: subprocess.Popen[bytes] | None) -> None:
+    """End a sampling `record` started (None: there was none); its file is written."""
+    if sampler is not None:
+        sampler.send_signal(signal.SIGINT)
+        sampler.wait()
 
 
 def _samples(data: str) -> Iterator[tuple[bool, str]]:

@@ -37,7 +37,6 @@ import collections
 import functools
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -442,7 +441,6 @@ class _Session:
         if self.args.perf and pid is not None:
             perf_data = f"{self.args.perf}-{os.path.basename(self.out)}-{pattern}.data"
             sampler = perfstages.record(pid, perf_data)
-            time.sleep(1)  # perf attached to every thread
         counters = pffs_bytes(mountpoint) if self.args.system == "pffs" else {}
         proxy.restart_count()
         since = time.monotonic()
@@ -461,9 +459,7 @@ class _Session:
             counted = f"  pffs's counters (MiB): {moved}"
         else:
             counted = ""
-        if sampler is not None:
-            sampler.send_signal(signal.SIGINT)
-            sampler.wait()
+        perfstages.stop(sampler)
         mount_used = (
             "unknown"
             if mount_cpu is None or mount_after is None or mount_quiet is None

@@ -121,8 +121,6 @@ def _round(
             )
             time.sleep(1)
         sampler = None if perf is None else perfstages.record(pid, perf)
-        if sampler is not None:
-            time.sleep(1)
         cpu, system = _cpu(pid), _cpu(pid, system_only=True)
         main_thread = _cpu(pid, thread=pid)
         rate = read_epoch(mountpoint, keys, size, seed=seed)
@@ -154,8 +152,7 @@ def _round(
     stages = ""
     # Sampled to the end: the writes left after the epoch are in.
     if sampler is not None and perf is not None:
-        sampler.send_signal(signal.SIGINT)
-        sampler.wait()
+        perfstages.stop(sampler)
         stages = "\n" + perfstages.table(perf, cpu_total / (len(keys) * size / (1 << 30)))
     per_file = cpu_epoch / len(keys) * 1e3
     with_writes = (cpu_total - again_cpu) / len(keys) * 1e3

@@ -54,6 +54,7 @@ from bench.counting import CountingProxy
 from bench.data import client
 from bench.leftovers import stopped_cleanly, unmount
 from bench.probes import _perfstages as perfstages
+from bench.scenarios import drop_caches
 from bench.servers import Launcher
 from bench.systems import Pffs as PffsSystem
 from bench.systems import S3fs, System, cpu_seconds, mount_system
@@ -202,8 +203,8 @@ def lookups(mountpoint: str, pid: int, files: int, reps: int) -> list[float]:
     paths = [os.path.join(mountpoint, "wide", f"f{i:07d}") for i in range(files)]
     figures = []
     for _ in range(reps):
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("2")  # dentries and inodes: every stat below asks the file system
+        if not drop_caches("2"):  # dentries and inodes: every stat below asks the file system
+            raise SystemExit("fuse_floor: the dentries cannot be dropped (run as root)")
         before = cpu_seconds(pid)
         for path in paths:
             os.stat(path)
@@ -266,8 +267,8 @@ def read_spans(jobs: list[tuple[str, int, int]]) -> None:
 def timed_read(mountpoint: str, mode: str, pid: int, size: int) -> tuple[float, float]:
     """(serving CPU-s per GiB, MB/s) of one read of `size` bytes in `mode` from a dropped page
     cache."""
-    with open("/proc/sys/vm/drop_caches", "w") as f:
-        f.write("1")  # the page cache: every byte below is asked of the file system
+    if not drop_caches("1"):  # the page cache: every byte below is asked of the file system
+        raise SystemExit("fuse_floor: the page cache cannot be dropped (run as root)")
     time.sleep(0.2)
     before, started = cpu_seconds(pid), time.perf_counter()
     read_spans(read_jobs(mountpoint, mode, size))
@@ -334,13 +335,11 @@ def floor_reads(work: str, mib: int, reps: int, rows: Rows, perf: str | None) ->
                 sampler, perf_data = None, f"{perf}-floor-{mode.replace(' ', '-')}.data"
                 if perf and rep == 0:
                     sampler = perfstages.record(child.pid, perf_data)
-                    time.sleep(1)  # perf attached to every thread
                 figures = timed_read(mountpoint, mode, child.pid, mib * MIB)
                 rows.add(f"floor, {mode}", figures)
                 print(f"    READs: {sizes_text(_counts(child, counts))}")
                 if sampler is not None:
-                    sampler.send_signal(signal.SIGINT)
-                    sampler.wait()
+                    perfstages.stop(sampler)
                     print(f"    by stage ({perf_data}):")
                     print(perfstages.table(perf_data, figures[0]))
     finally:
@@ -416,14 +415,12 @@ def store_reads(
                         sampler, perf_data = None, f"{perf}-{name}-{mode.replace(' ', '-')}.data"
                         if perf and rep == 0:
                             sampler = perfstages.record(pid, perf_data)
-                            time.sleep(1)  # perf attached to every thread
                         served = _served(mountpoint) if name == "pffs" else None
                         cold = timed_read(mountpoint, mode, pid, mib * MIB)
                         rows.add(f"{label}, cold", cold)
                         print(_gets_text(proxy), end="")
                         if sampler is not None:
-                            sampler.send_signal(signal.SIGINT)
-                            sampler.wait()
+                            perfstages.stop(sampler)
                             print(f"    by stage ({perf_data}):")
                             print(perfstages.table(perf_data, cold[0]))
                         if served is not None:

@@ -81,8 +81,7 @@ def worth_trying(data: bytes) -> bool:
     header unlike the rest. Four first, 16 KiB that cost a quarter of a 64 KiB probe on random
     bytes, which most training data is; a yes is checked with _CONFIRM samples, because one
     compressible sample in four can carry the sum: a Parquet file's last block, random but for
-    the footer in its last 4 KiB, said yes and was compressed whole (4.8 ms a block) to be
-    stored raw.
+    the footer in its last 4 KiB, said yes and was compressed whole to be stored raw.
     """
     return _samples_compress(data, _PROBES) and _samples_compress(data, _CONFIRM)
 
