@@ -119,6 +119,18 @@ def reset_peak_rss(pid: int | None) -> bool:
         return False
 
 
+def machine_cpu_seconds() -> tuple[float, float]:
+    """CPU time every core of the machine has been busy so far, and of it the time a hypervisor
+    took (steal), from /proc/stat's first line: over a wall interval, busy / wall is the cores
+    kept busy, whichever processes used them."""
+    with open("/proc/stat") as f:
+        fields = [int(value) for value in f.readline().split()[1:]]
+    # user nice system idle iowait irq softirq steal (guest time is inside user already)
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields[:8]
+    tick = os.sysconf("SC_CLK_TCK")
+    return (user + nice + system + irq + softirq + steal) / tick, steal / tick
+
+
 def cpu_seconds(
     pid: int | None, thread: int | None = None, system_only: bool = False
 ) -> float | None:

@@ -17,7 +17,8 @@ time on one mount with empty caches, the page cache dropped before each, traced 
 Per pattern it prints the kernel's reads (count, bytes, sizes, how each file handle moved: in
 order, forward gap, backward), the store's GETs (count, sizes, bytes, bytes asked twice) and
 the bytes fetched over the kernel's and over what the client needed, and the CPU the mount's
-process used over the pattern beside this process's (the client's and the counting proxy's);
+process used over the pattern beside this process's (the client's and the counting proxy's), the
+store's and the delay proxy's, and the cores the whole machine kept busy;
 the raw traces stay in `--out`. With `--perf PREFIX` (pffs), perf samples every thread of the
 mount over each pattern and what follows it, and the probe prints that CPU per GiB the kernel
 read split by stage (bench/probes/_perfstages.py, as bench.probes.epoch_cpu's `--perf`);
@@ -52,7 +53,7 @@ from bench.leftovers import stopped_cleanly, track_mount, track_process, unmount
 from bench.probes import _perfstages as perfstages
 from bench.scenarios import drop_caches
 from bench.servers import Launcher, Server, far
-from bench.systems import Rclone, S3fs, cpu_seconds, mount_system
+from bench.systems import Rclone, S3fs, cpu_seconds, machine_cpu_seconds, mount_system
 from pffs.cli.stats_view import read_snapshot, series, total
 from pffs.errors import MountpointError
 
@@ -426,6 +427,13 @@ class _Session:
             shutil.rmtree(self.base, ignore_errors=True)
         return results
 
+    def _sides_cpu(self) -> dict[str, float]:
+        """CPU so far of the store's processes and of the delay proxy (when there is one)."""
+        sides = {"the store": sum(cpu_seconds(pid) or 0.0 for pid in self.target.store_pids)}
+        if self.target.pid is not None and self.target.pid not in self.target.store_pids:
+            sides["the delay proxy"] = cpu_seconds(self.target.pid) or 0.0
+        return sides
+
     def _pattern(
         self,
         pattern: str,
@@ -444,12 +452,16 @@ class _Session:
         counters = pffs_bytes(mountpoint) if self.args.system == "pffs" else {}
         proxy.restart_count()
         since = time.monotonic()
+        sides = self._sides_cpu()
+        machine = machine_cpu_seconds()
         mount_cpu, own_cpu = cpu_seconds(pid), time.process_time()
         started = time.perf_counter()
         clients.RUNNERS[pattern](mountpoint, self.data)
         seconds = time.perf_counter() - started
         own_cpu = time.process_time() - own_cpu
         mount_after = cpu_seconds(pid)
+        machine_after = machine_cpu_seconds()
+        sides_after = self._sides_cpu()
         time.sleep(clients.QUIET_S * 2)  # what is fetched after the client is done
         until = time.monotonic()
         mount_quiet = cpu_seconds(pid)
@@ -491,6 +503,14 @@ class _Session:
             print(counted)
         # This process runs the client and the counting proxy: both are in its figure.
         print(f"  CPU: the mount {mount_used}, the client and the proxy {own_cpu:.2f} s")
+        used = {side: sides_after[side] - cpu for side, cpu in sides.items() if side in sides_after}
+        busy, steal = (after - before for after, before in zip(machine_after, machine, strict=True))
+        print(
+            "  the machine: "
+            + ", ".join(f"{side} {cpu:.2f} s" for side, cpu in used.items())
+            + f"; {busy / seconds:.2f} of {os.cpu_count()} cores busy over the pattern"
+            f" ({busy:.2f} CPU-s, steal {steal:.2f})"
+        )
         print(f"  sent by the store: {sent / KIB:,.0f} KiB, over needed: {sent / needed:.2f}")
         if perf_data is not None and sampled_from is not None and mount_quiet is not None:
             sampled = (mount_quiet - sampled_from) / (read_bytes / GIB)
