@@ -112,7 +112,7 @@ def serve(trace_path: str, pffs_argv: list[str]) -> int:
     original_take = RegionStreams.take
 
     @functools.wraps(original_take)
-    async def traced_take(self: Any, offset: int, end: int, rest: Any) -> bytes | None:
+    async def traced_take(self: Any, offset: int, end: int, rest: Any) -> bytes | memoryview | None:
         data = await original_take(self, offset, end, rest)
         if data is not None:  # the READ was answered by its region's spans (pffs.fs.regions)
             write(f"span {time.monotonic():.6f} {len(data)}")

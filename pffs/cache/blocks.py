@@ -207,9 +207,9 @@ class BlockCache:
         *,
         cold_start: bool = False,
         alone: bool = False,
-    ) -> bytes:
+    ) -> bytes | memoryview:
         """Bytes [start, start+length) of a block of `block_length` bytes, for random reads
-        and first reads.
+        and first reads (of a block in memory, a view of it: no copy).
 
         From memory when the block is there; else only the chunks needed are read from the disk
         tier (a 4 KiB read costs a 64 KiB read, not 4 MiB); else, with `cold_start` (a reader
@@ -234,7 +234,7 @@ class BlockCache:
                 self.stats.store_bytes_served += len(data)
                 return data
         block = await self.read(key, source, block_length, served=length)
-        return block[start : start + length]
+        return memoryview(block)[start : start + length]
 
     def part_reader(
         self, key: BlockKey, start: int, length: int

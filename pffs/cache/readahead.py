@@ -19,7 +19,8 @@ ends is unknown, so its window is also held to a share of what the run has read 
 A run from the start of the file is a whole-file reader and keeps the full window. While a
 region run is short (REGION_STREAM_BLOCKS), of large reads (the kernel's), it loads no blocks:
 `stream_to` says how far its bytes should be streamed (pffs.fs.regions), a share of what it
-has read ahead of it.
+has read ahead of it; a stream that would reach the file's end loads the file's last blocks
+instead.
 
 Random page faults over a mapped file (`datasets`' gathers of rows from an Arrow file) are
 regions too, short ones that never continue: the kernel's read-around (two READs) at a random
@@ -180,8 +181,15 @@ class Readahead:
         if streamed and read < REGION_STREAM_BLOCKS * self.block_size:
             most = REGION_STREAM_FIRST if stream.streak == 1 else REGION_STREAM_AHEAD
             ahead = min(most, int(read * REGION_STREAM_SHARE))
-            self.stream_to = min(self.file_size, stream.expected + ahead)
             stream.current_block = block
+            if stream.expected + REGION_STREAM_FIRST >= self.file_size:
+                # The stream would run to the file's end (pyarrow reading a Parquet file's
+                # last row group): its blocks are loaded instead, whole blocks the cache keeps
+                # and the file's run from the start then finds, not spans streamed in pieces
+                # for this open alone (each piece a hop, a copy and a wake-up on the main
+                # thread). At most the read's block before it is fetched beyond the stream.
+                return range(offset // self.block_size, self.last_block + 1)
+            self.stream_to = stream.expected + ahead
             return range(0)
         if stream.streak < RUN_READS or self.max_blocks == 0:
             stream.window = 0

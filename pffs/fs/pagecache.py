@@ -58,7 +58,7 @@ import trio
 
 from pffs.cache.blocks import BlockCache
 from pffs.cache.keys import ObjectBlocks
-from pffs.cache.readahead import Readahead
+from pffs.cache.readahead import LARGE_READ, Readahead
 from pffs.cache.stats import CacheStats
 from pffs.fs.inodeviews import Inode
 from pffs.workers import run_blocking
@@ -152,20 +152,20 @@ class PageCache:
         inode.kernel_version = None
         await self.pusher.settle()
 
-    def after_read(self, handle: OpenFile, offset: int) -> None:
-        """After a read at `offset` reached pffs, hand the kernel the cached bytes around it
-        when reads are random, so the next reads nearby are answered by its page cache."""
+    def after_read(self, handle: OpenFile, offset: int, end: int) -> None:
+        """After a read of [offset, end) reached pffs, hand the kernel the cached bytes around
+        it when reads are random, so the next reads nearby are answered by its page cache."""
         if not self.pusher.enabled:
             return
-        window = self.pusher.window(handle, offset)
+        window = self.pusher.window(handle, offset, end)
         if window is None:
             return
-        start, stop = window
+        aligned, start, stop = window
         blocks = handle.blocks
         [(index, first, last)] = blocks.spans(start, stop)  # a window never crosses a block
         read = self.cache.part_reader(blocks.key(index), first, last - first)
         if read is not None:
-            self.pusher.push(handle, start, read)
+            self.pusher.push(handle, aligned, start, read)
 
 
 @dataclass(frozen=True)
@@ -226,13 +226,17 @@ class PagePusher:
 
     # --- the trio side -----------------------------------------------------------------------
 
-    def window(self, handle: OpenFile, offset: int) -> tuple[int, int] | None:
-        """The range [start, stop) to push after a random read at `offset` reached pffs, or None
-        (pushing off, a sequential reader, or a version the kernel may not keep).
+    def window(self, handle: OpenFile, offset: int, end: int) -> tuple[int, int, int] | None:
+        """The window to push after a random read of [offset, end) reached pffs, as its aligned
+        start and the range [start, stop) to push of it, or None (pushing off, a sequential
+        reader, a version the kernel may not keep, or nothing the read did not bring).
 
         Each read that reaches pffs doubles the handle's window (the kernel is missing pages
         here, and reads stay random), up to `max_window` and the block; windows are aligned,
-        so a larger one holds the smaller ones before it.
+        so a larger one holds the smaller ones before it. A large read (a page fault's
+        read-around: READs of 1 MiB, as large as the window) has its own bytes in the kernel's
+        pages once answered: only the part of the window it does not cover is pushed, which
+        would otherwise copy them a second time.
         """
         pages, blocks = handle.pages, handle.blocks
         if self._kernel is None or handle.readahead.sequential:
@@ -252,11 +256,19 @@ class PagePusher:
             return None
         # Never past the block (one cache entry holds the bytes) nor the end of the file.
         block_end = start - start % block_size + block_size
-        return start, min(start + window, block_end, blocks.size)
+        first, stop = start, min(start + window, block_end, blocks.size)
+        if end - offset >= LARGE_READ:
+            if offset <= first and stop <= end:
+                return None
+            if offset <= first:
+                first = end
+            elif stop <= end:
+                stop = offset
+        return start, first, stop
 
-    def push(self, handle: OpenFile, offset: int, read: PartReader) -> None:
-        """Queue the bytes `read` returns for the kernel's page cache at `offset` (the start of
-        the window `window` just gave); never waits."""
+    def push(self, handle: OpenFile, aligned: int, offset: int, read: PartReader) -> None:
+        """Queue the bytes `read` returns for the kernel's page cache at `offset`, within the
+        window `window` gave (`aligned`: its aligned start); never waits."""
         if self._kernel is None:
             return
         job = _Push(handle, offset, read)
@@ -268,7 +280,7 @@ class PagePusher:
         pushing = handle.pages.pushing
         if len(pushing) >= PUSHING_LIMIT:
             pushing.clear()
-        pushing[(offset, handle.pages.window)] = job.done
+        pushing[(aligned, handle.pages.window)] = job.done
 
     async def settle(self) -> None:
         """Wait until no push that checked an older `kernel_version` is still storing, for

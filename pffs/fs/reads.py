@@ -124,7 +124,7 @@ class Reader:
             # the next open must not trust the listing or attributes that named the old one.
             self.namespace.outdated(handle.inode.path)
             raise
-        self.pages.after_read(handle, offset)
+        self.pages.after_read(handle, offset, end)
         return data
 
     def _sweep_of(self, handle: ReadHandle) -> FileSweep:
@@ -136,7 +136,9 @@ class Reader:
             )
         return handle.sweep
 
-    async def _read_streamed(self, handle: ReadHandle, offset: int, end: int) -> bytes | None:
+    async def _read_streamed(
+        self, handle: ReadHandle, offset: int, end: int
+    ) -> bytes | memoryview | None:
         """The read's bytes from its region's spans (pffs.fs.regions) when its run is streamed
         or spans already cover them; None otherwise (read through the block cache)."""
         target, regions = handle.readahead.stream_to, handle.regions

@@ -141,7 +141,10 @@ class RegionStreams:
             if span.failed and len(span.data) < stop - span.start:
                 pieces.append(await fetch(position, stop - position))
             else:
-                pieces.append(bytes(span.data[position - span.start : stop - span.start]))
+                # One copy (a bytearray slice would be a second): the span may still grow,
+                # so no view of it may outlive this line.
+                with memoryview(span.data) as view:
+                    pieces.append(bytes(view[position - span.start : stop - span.start]))
             position = stop
         return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
@@ -173,7 +176,7 @@ class RegionStreams:
 
     async def take(
         self, offset: int, end: int, rest: Callable[[int, int], Awaitable[bytes | memoryview]]
-    ) -> bytes | None:
+    ) -> bytes | memoryview | None:
         """Bytes [offset, end) when a span covers `offset` (waiting for their pieces; past the
         spans, the rest from `rest(position, end)`: the block cache, which may hold it), else
         None (the caller reads through the block cache)."""
@@ -192,12 +195,15 @@ class RegionStreams:
             if span.failed:
                 pieces.append(await self._source.part(position, stop - position))
             else:
-                pieces.append(bytes(span.data[position - span.start : stop - span.start]))
+                # One copy (a bytearray slice would be a second): the span may still grow,
+                # so no view of it may outlive this line.
+                with memoryview(span.data) as view:
+                    pieces.append(bytes(view[position - span.start : stop - span.start]))
             span.taken += stop - position
             if span.taken >= span.end - span.start and span.done:
                 self._drop(span)
             position = stop
-        return bytes(pieces[0]) if len(pieces) == 1 else b"".join(pieces)
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
     def _room(self, size: int) -> bool:
         """Whether `size` more bytes may be held, dropping spans that arrived whole, oldest

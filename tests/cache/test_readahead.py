@@ -145,13 +145,24 @@ def test_no_stream_for_a_whole_file_run_small_reads_or_readahead_off() -> None:
         assert whole.stream_to is None and small.stream_to is None and off.stream_to is None
 
 
-def test_a_stream_never_reaches_past_the_end_of_the_file() -> None:
+def test_a_region_run_to_the_end_of_the_file_loads_its_last_blocks_not_a_stream() -> None:
+    """pyarrow's read of a Parquet file's last row group (traced: from 31.76 MiB of a 35.73 MiB
+    file, in 1 MiB READs to the end): a stream would reach the file's end, so the blocks from
+    the second READ's on are loaded (cached whole, found by the run from the file's start),
+    never a stream; a region ending further from the end still streams."""
     block, size = 4 * MIB, MIB
-    ra = Readahead(block, readahead_max=8 * block, file_size=10 * block)
-    start = 10 * block - 3 * size
-    ra.on_read(start, start + size)
-    ra.on_read(start + size, start + 2 * size)
-    assert ra.stream_to == 10 * block
+    file_size = 35 * MIB + 750 * KIB
+    ra = Readahead(block, readahead_max=8 * block, file_size=file_size)
+    start = 31 * MIB + 780 * KIB
+    assert not ra.on_read(start, start + size) and ra.stream_to is None  # the fault: alone
+    second = start + size  # in block 8, the file's last
+    assert ra.on_read(second, second + size) == range(8, 9) and ra.stream_to is None
+    assert ra.on_read(second + size, second + 2 * size) == range(8, 9)
+    assert ra.stream_to is None
+    far = Readahead(block, readahead_max=8 * block, file_size=file_size + 8 * MIB)
+    far.on_read(start, start + size)
+    assert not far.on_read(second, second + size)
+    assert far.stream_to == second + size + REGION_STREAM_FIRST
 
 
 def test_reads_at_named_offsets_a_few_mib_apart_never_make_a_run() -> None:

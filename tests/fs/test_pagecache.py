@@ -186,6 +186,36 @@ def test_random_reads_push_the_cached_bytes_around_them_in_growing_windows(
         assert data == DATA[offset : offset + len(data)]  # the version's bytes, exactly
 
 
+def test_a_large_random_read_pushes_only_what_it_did_not_bring(
+    vfs: Vfs, kernel: KernelPages
+) -> None:
+    """A page fault's read-around reaches pffs as READs of 1 MiB, as large as the window: its
+    own bytes are in the kernel's pages once answered, so only the rest of the window is
+    pushed (they were copied there twice before), and a READ covering its window pushes none."""
+    # 4 KiB-aligned, not 64 KiB-aligned: each READ covers the end of its window, not its start.
+    offsets = [20 * MIB + 12 * 1024, 5 * MIB + 200 * 1024, 27 * MIB + 4096, 12 * MIB + 900 * 1024]
+    aligned = 2 * MIB  # covers its 1 MiB window (the window has grown to the block by then)
+
+    async def body() -> None:
+        _, fh = await open_file(vfs)
+        for offset in offsets:
+            assert await vfs.read(fh, offset, MIB) == DATA[offset : offset + MIB]
+            await settled(vfs, len(kernel.pushes) + 1)
+        assert await vfs.read(fh, aligned, MIB) == DATA[aligned : aligned + MIB]
+        await trio.sleep(0.05)  # nothing more happens: a slow machine only weakens the check
+        await vfs.release(fh)
+
+    run_pushing(vfs, kernel, body, warmed="f")
+    assert len(kernel.pushes) == len(offsets)  # none for the READ covering its window
+    for (_, pushed_at, data), read_at, window in zip(
+        kernel.pushes, offsets, [CHUNK, 2 * CHUNK, 4 * CHUNK, 8 * CHUNK], strict=True
+    ):
+        # The window before the READ: from its aligned start up to the READ, never into it.
+        assert pushed_at == read_at - read_at % window
+        assert pushed_at + len(data) == read_at
+        assert data == DATA[pushed_at:read_at]
+
+
 def test_pushes_from_the_disk_tier_carry_verified_bytes(
     tmp_path: Path, kernel: KernelPages
 ) -> None:
