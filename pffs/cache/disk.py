@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import hashlib
 import logging
 import os
@@ -58,9 +59,19 @@ log = logging.getLogger("pffs.cache.disk")
 def entry_key(key: BlockKey, block_size: int) -> str:
     """The diskcache key of a block: a digest of what identifies the bytes (the principal that
     read them among it), plus the index."""
-    identity = "\0".join((key.source, key.principal, key.path, key.version, str(block_size)))
+    return (
+        f"{_file_digest(key.source, key.principal, key.path, key.version, block_size)}:{key.block}"
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _file_digest(source: str, principal: str, path: str, version: str, block_size: int) -> str:
+    """The digest of a file version's blocks, kept for the files read lately: the read path
+    asks for a block's entry key several times per READ (whether the tier may hold it, its
+    lookup, its write), each a hash of the same few strings."""
+    identity = "\0".join((source, principal, path, version, str(block_size)))
     identity_bytes = identity.encode("utf-8", "surrogateescape")
-    return f"{hashlib.blake2b(identity_bytes, digest_size=16).hexdigest()}:{key.block}"
+    return hashlib.blake2b(identity_bytes, digest_size=16).hexdigest()
 
 
 class _BlockDisk(diskcache.Disk):  # type: ignore[misc]  # diskcache has no type hints
