@@ -13,7 +13,8 @@ bytes around it: the 64 KiB chunk at first, a window that doubles
 with each further miss of the handle while its reads stay random, up to `max_window`. Only
 bytes the cache already holds are pushed (memory, else the disk tier, checksums verified);
 the store is never asked. Sequential reads push nothing: the kernel's readahead already asks
-for what comes next, and pushing too would copy every byte twice.
+for what comes next, and pushing too would copy every byte twice. Nor do large random reads
+(a page fault's read-around), which bring their neighbourhood themselves.
 
 Never stale: a push carries the version its handle opened and is made only while the kernel
 may keep that version's pages (the handle's version is the inode's `kernel_version`, which
@@ -154,18 +155,23 @@ class PageCache:
 
     def after_read(self, handle: OpenFile, offset: int, end: int) -> None:
         """After a read of [offset, end) reached pffs, hand the kernel the cached bytes around
-        it when reads are random, so the next reads nearby are answered by its page cache."""
-        if not self.pusher.enabled:
+        it when reads are random, so the next reads nearby are answered by its page cache.
+
+        Not after a large read (the kernel's read-around of a page fault, its readahead): the
+        kernel brought that neighbourhood itself, in READs as large as the window, so a push
+        around one copies mostly its own bytes into the pages a second time, and costs the
+        mount more than the few READs it saves (docs/notes/clients-arrow-mmap.md)."""
+        if not self.pusher.enabled or end - offset >= LARGE_READ:
             return
-        window = self.pusher.window(handle, offset, end)
+        window = self.pusher.window(handle, offset)
         if window is None:
             return
-        aligned, start, stop = window
+        start, stop = window
         blocks = handle.blocks
         [(index, first, last)] = blocks.spans(start, stop)  # a window never crosses a block
         read = self.cache.part_reader(blocks.key(index), first, last - first)
         if read is not None:
-            self.pusher.push(handle, aligned, start, read)
+            self.pusher.push(handle, start, read)
 
 
 @dataclass(frozen=True)
@@ -226,17 +232,13 @@ class PagePusher:
 
     # --- the trio side -----------------------------------------------------------------------
 
-    def window(self, handle: OpenFile, offset: int, end: int) -> tuple[int, int, int] | None:
-        """The window to push after a random read of [offset, end) reached pffs, as its aligned
-        start and the range [start, stop) to push of it, or None (pushing off, a sequential
-        reader, a version the kernel may not keep, or nothing the read did not bring).
+    def window(self, handle: OpenFile, offset: int) -> tuple[int, int] | None:
+        """The range [start, stop) to push after a random read at `offset` reached pffs, or None
+        (pushing off, a sequential reader, or a version the kernel may not keep).
 
         Each read that reaches pffs doubles the handle's window (the kernel is missing pages
         here, and reads stay random), up to `max_window` and the block; windows are aligned,
-        so a larger one holds the smaller ones before it. A large read (a page fault's
-        read-around: READs of 1 MiB, as large as the window) has its own bytes in the kernel's
-        pages once answered: only the part of the window it does not cover is pushed, which
-        would otherwise copy them a second time.
+        so a larger one holds the smaller ones before it.
         """
         pages, blocks = handle.pages, handle.blocks
         if self._kernel is None or handle.readahead.sequential:
@@ -256,19 +258,11 @@ class PagePusher:
             return None
         # Never past the block (one cache entry holds the bytes) nor the end of the file.
         block_end = start - start % block_size + block_size
-        first, stop = start, min(start + window, block_end, blocks.size)
-        if end - offset >= LARGE_READ:
-            if offset <= first and stop <= end:
-                return None
-            if offset <= first:
-                first = end
-            elif stop <= end:
-                stop = offset
-        return start, first, stop
+        return start, min(start + window, block_end, blocks.size)
 
-    def push(self, handle: OpenFile, aligned: int, offset: int, read: PartReader) -> None:
-        """Queue the bytes `read` returns for the kernel's page cache at `offset`, within the
-        window `window` gave (`aligned`: its aligned start); never waits."""
+    def push(self, handle: OpenFile, offset: int, read: PartReader) -> None:
+        """Queue the bytes `read` returns for the kernel's page cache at `offset` (the start of
+        the window `window` just gave); never waits."""
         if self._kernel is None:
             return
         job = _Push(handle, offset, read)
@@ -280,7 +274,7 @@ class PagePusher:
         pushing = handle.pages.pushing
         if len(pushing) >= PUSHING_LIMIT:
             pushing.clear()
-        pushing[(aligned, handle.pages.window)] = job.done
+        pushing[(offset, handle.pages.window)] = job.done
 
     async def settle(self) -> None:
         """Wait until no push that checked an older `kernel_version` is still storing, for
