@@ -62,6 +62,12 @@ class _Span:
         self.data += piece
         self._wake()
 
+    def copy(self, start: int, stop: int) -> bytes:
+        """The file's bytes [start, stop), arrived: copied once (a bytearray slice then bytes
+        would be two), since the span may still grow and no view of it may outlive the call."""
+        with memoryview(self.data) as view:
+            return bytes(view[start - self.start : stop - self.start])
+
     def ended(self, failed: bool) -> None:
         self.done = True
         self.failed = failed or len(self.data) < self.end - self.start
@@ -141,10 +147,7 @@ class RegionStreams:
             if span.failed and len(span.data) < stop - span.start:
                 pieces.append(await fetch(position, stop - position))
             else:
-                # One copy (a bytearray slice would be a second): the span may still grow,
-                # so no view of it may outlive this line.
-                with memoryview(span.data) as view:
-                    pieces.append(bytes(view[position - span.start : stop - span.start]))
+                pieces.append(span.copy(position, stop))
             position = stop
         return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
@@ -195,10 +198,7 @@ class RegionStreams:
             if span.failed:
                 pieces.append(await self._source.part(position, stop - position))
             else:
-                # One copy (a bytearray slice would be a second): the span may still grow,
-                # so no view of it may outlive this line.
-                with memoryview(span.data) as view:
-                    pieces.append(bytes(view[position - span.start : stop - span.start]))
+                pieces.append(span.copy(position, stop))
             span.taken += stop - position
             if span.taken >= span.end - span.start and span.done:
                 self._drop(span)
