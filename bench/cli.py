@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from bench import clients as client_patterns
 from bench import data as ds
@@ -185,6 +185,19 @@ def make_systems(names: list[str], pffs_options: list[str]) -> tuple[list[System
     return systems, unavailable
 
 
+T = TypeVar("T")
+
+
+def in_turn(systems: list[T], table: int, rep: int) -> list[T]:
+    """The systems in the order repetition `rep` of table `table` runs them: rotated (A B C,
+    then B C A, ...) each repetition and each server-and-latency table, so that no system is
+    always the first to read the data after its upload, which costs RGW more
+    (docs/notes/rgw-large-reads.md), nor the first after a proxy or server starts, even in a
+    run of one repetition (--quick)."""
+    turn = (table + rep) % len(systems) if systems else 0
+    return systems[turn:] + systems[:turn]
+
+
 def run_on_server(
     server: Server,
     data: ds.Dataset,
@@ -193,8 +206,11 @@ def run_on_server(
     workdir: str,
     progress: Progress,
     latency: float,
+    table: int = 0,
 ) -> tuple[list[dict[str, Any]], list[dict[str, float]], dict[str, str]]:
-    """Every repetition of every system against `server` (already far, when it should be)."""
+    """Every repetition of every system against `server` (already far, when it should be);
+    `table`: how many server-and-latency tables came before this one (the systems' order
+    turns with it)."""
     reps = repetitions(args)
     runs: list[dict[str, Any]] = []
     ceilings: list[dict[str, float]] = []
@@ -215,10 +231,7 @@ def run_on_server(
                 ),
                 1,
             )
-        # Interleaved and rotated (A B C, then B C A, ...): no system is always the first
-        # to read the data after its upload, which costs RGW more (docs/notes/rgw-large-reads.md).
-        turn = rep % len(systems) if systems else 0
-        for system in systems[turn:] + systems[:turn]:
+        for system in in_turn(systems, table, rep):
             progress.run(Run(server.name.split(",")[0], latency, rep, system.name), reps)
             if system.name in unavailable:
                 progress.run_done()
@@ -433,6 +446,7 @@ def run_session(
     all_runs: list[dict[str, Any]] = []
     servers: list[dict[str, Any]] = []
     groups: list[dict[str, Any]] = []
+    tables = 0  # server-and-latency tables begun: the systems' order turns with each
     with contextlib.ExitStack() as stack:
         launcher = Launcher(workdir)
         starters = {
@@ -475,6 +489,7 @@ def run_session(
                     for pattern in client_patterns.PATTERNS
                 }
             for latency in args.latencies:
+                tables += 1
                 name = f"{server.name}, {latency:g} ms"
                 try:
                     target = at_latency(server, latency, server_dir)
@@ -483,7 +498,7 @@ def run_session(
                     continue
                 try:
                     runs, ceilings, failed = run_on_server(
-                        target, data, args, systems, server_dir, progress, latency
+                        target, data, args, systems, server_dir, progress, latency, tables - 1
                     )
                 finally:
                     target.stop()
