@@ -78,6 +78,24 @@ class _Span:
         self.changed = trio.Event()
 
 
+# A part of a READ or a block load: bytes got elsewhere, or a span's [start, stop) of the file.
+_Piece = bytes | memoryview | tuple[_Span, int, int]
+
+
+def _joined(pieces: list[_Piece]) -> bytes | memoryview:
+    """The pieces put together, each span's bytes copied once, here, after the last wait: a
+    span may still grow while its reader waits for more (a bytearray with a view of it
+    cannot), and its bytes never change once arrived. The views made for the join end with
+    the call."""
+    if len(pieces) == 1:
+        piece = pieces[0]
+        return piece[0].copy(piece[1], piece[2]) if isinstance(piece, tuple) else piece
+    return b"".join(
+        memoryview(p[0].data)[p[1] - p[0].start : p[2] - p[0].start] if isinstance(p, tuple) else p
+        for p in pieces
+    )
+
+
 class RegionStreams:
     """The spans streamed for the region runs of one open file."""
 
@@ -124,7 +142,7 @@ class RegionStreams:
         parked read back, the gaps between them from `fetch(offset, length)`, one call per
         gap. Not counted as taken by a READ: the spans stay for the READs they were streamed
         for."""
-        pieces: list[bytes] = []
+        pieces: list[_Piece] = []
         position = offset
         while position < end:
             span = self._covering(position)
@@ -147,9 +165,9 @@ class RegionStreams:
             if span.failed and len(span.data) < stop - span.start:
                 pieces.append(await fetch(position, stop - position))
             else:
-                pieces.append(span.copy(position, stop))
+                pieces.append((span, position, stop))
             position = stop
-        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        return bytes(_joined(pieces))
 
     def reach(self, offset: int, target: int, least: int) -> None:
         """Have spans cover [offset, target): what no span covers and none parked holds is
@@ -183,7 +201,7 @@ class RegionStreams:
         """Bytes [offset, end) when a span covers `offset` (waiting for their pieces; past the
         spans, the rest from `rest(position, end)`: the block cache, which may hold it), else
         None (the caller reads through the block cache)."""
-        pieces: list[bytes | memoryview] = []
+        pieces: list[_Piece] = []
         position = offset
         while position < end:
             span = self._covering(position)
@@ -198,12 +216,12 @@ class RegionStreams:
             if span.failed:
                 pieces.append(await self._source.part(position, stop - position))
             else:
-                pieces.append(span.copy(position, stop))
+                pieces.append((span, position, stop))
             span.taken += stop - position
             if span.taken >= span.end - span.start and span.done:
-                self._drop(span)
+                self._drop(span)  # parked as it is: its bytes stay what they are
             position = stop
-        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        return _joined(pieces)
 
     def _room(self, size: int) -> bool:
         """Whether `size` more bytes may be held, dropping spans that arrived whole, oldest
