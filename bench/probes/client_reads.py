@@ -503,7 +503,7 @@ class _Session:
             print(counted)
         # This process runs the client and the counting proxy: both are in its figure.
         print(f"  CPU: the mount {mount_used}, the client and the proxy {own_cpu:.2f} s")
-        used = {side: sides_after[side] - cpu for side, cpu in sides.items() if side in sides_after}
+        used = {side: sides_after[side] - cpu for side, cpu in sides.items()}
         busy, steal = (after - before for after, before in zip(machine_after, machine, strict=True))
         print(
             "  the machine: "
