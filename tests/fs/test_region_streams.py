@@ -425,3 +425,30 @@ def test_a_memory_only_sources_spans_are_never_parked() -> None:
 
     trio.run(load_a_tensor)
     assert parked == [0] * len(reads)
+
+
+def test_a_parquet_files_last_row_group_loads_its_last_block_which_the_scan_then_finds() -> None:
+    """pyarrow's scan of a Parquet file, as traced (docs/notes/clients-machine-cpu.md): its
+    footer, its last row group from 31.76 MiB of 35.73 in 1 MiB READs to the end, then the file
+    from its start. The last row group's run is within reach of the end, so the file's last
+    block is loaded whole, in one request (not spans streamed in pieces for this open alone),
+    and the run from the start finds it: the file is fetched once, but for the READs fetched
+    alone before a run is known."""
+    block = 4 * MIB
+    data = random.Random(50).randbytes(35 * MIB + 750 * KIB)
+    size = len(data)
+    store = RunStore({"f": data})
+    config = cache_config(None, block=block, readahead_max=8 * block, ahead_budget=16 * block)
+    footer, tail = size - 68 * KIB, 31 * MIB + 780 * KIB
+    reads = [(footer, size - footer)]
+    reads += [(o, min(MIB, size - o)) for o in range(tail, size, MIB)]
+    reads += [(o, min(MIB, size - o)) for o in range(0, size, MIB)]
+    got = trio.run(with_nursery, cached_vfs(store, config), "f", reads)
+    assert got == [data[o : o + n] for o, n in reads]
+    last = 8 * block
+    assert store.ranges.count((last, size - last)) == 1  # the last block, whole, once
+    # Nothing else asked within it but the footer and the tail's first READ (fetched alone).
+    assert [r for r in store.ranges if r[0] >= last and r != (last, size - last)] == [
+        (footer, size - footer)
+    ]
+    assert sum(n for _, n in store.ranges) <= size + (size - footer) + 2 * MIB
