@@ -187,7 +187,8 @@ class Readahead:
                 # last row group): its blocks are loaded instead, whole blocks the cache keeps
                 # and the file's run from the start then finds, not spans streamed in pieces
                 # for this open alone (each piece a hop, a copy and a wake-up on the main
-                # thread). At most the read's block before it is fetched beyond the stream.
+                # thread). Beyond the stream's bytes, this fetches at most the start of the
+                # read's block, before the read.
                 return range(offset // self.block_size, self.last_block + 1)
             self.stream_to = stream.expected + ahead
             return range(0)

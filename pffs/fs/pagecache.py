@@ -160,7 +160,7 @@ class PageCache:
         Not after a large read (the kernel's read-around of a page fault, its readahead): the
         kernel brought that neighbourhood itself, in READs as large as the window, so a push
         around one copies mostly its own bytes into the pages a second time, and costs the
-        mount more than the few READs it saves (docs/notes/clients-arrow-mmap.md)."""
+        mount more than the few READs it saves (docs/notes/clients-machine-cpu.md)."""
         if not self.pusher.enabled or end - offset >= LARGE_READ:
             return
         window = self.pusher.window(handle, offset)
