@@ -83,7 +83,10 @@ def worth_trying(data: bytes) -> bool:
     compressible sample in four can carry the sum: a Parquet file's last block, random but for
     the footer in its last 4 KiB, said yes and was compressed whole to be stored raw.
     """
-    return _samples_compress(data, _PROBES) and _samples_compress(data, _CONFIRM)
+    if not _samples_compress(data, _PROBES):
+        return False
+    # Data the check would compress whole as its one sample is compressed whole next anyway.
+    return len(data) <= _CONFIRM * _PROBE or _samples_compress(data, _CONFIRM)
 
 
 def _packed(data: bytes, compress: bool) -> bytes | None:
