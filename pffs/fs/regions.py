@@ -78,21 +78,22 @@ class _Span:
         self.changed = trio.Event()
 
 
-# A part of a READ or a block load: bytes got elsewhere, or a span's [start, stop) of the file.
-_Piece = bytes | memoryview | tuple[_Span, int, int]
+# A part of a READ or a block load (not a span's arriving piece): bytes got elsewhere, or a
+# span's [start, stop) of the file.
+_Part = bytes | memoryview | tuple[_Span, int, int]
 
 
-def _joined(pieces: list[_Piece]) -> bytes | memoryview:
-    """The pieces put together, each span's bytes copied once, here, after the last wait: a
+def _joined(parts: list[_Part]) -> bytes | memoryview:
+    """The parts put together, each span's bytes copied once, here, after the last wait: a
     span may still grow while its reader waits for more (a bytearray with a view of it
     cannot), and its bytes never change once arrived. The views made for the join end with
     the call."""
-    if len(pieces) == 1:
-        piece = pieces[0]
-        return piece[0].copy(piece[1], piece[2]) if isinstance(piece, tuple) else piece
+    if len(parts) == 1:
+        part = parts[0]
+        return part[0].copy(part[1], part[2]) if isinstance(part, tuple) else part
     return b"".join(
         memoryview(p[0].data)[p[1] - p[0].start : p[2] - p[0].start] if isinstance(p, tuple) else p
-        for p in pieces
+        for p in parts
     )
 
 
@@ -142,7 +143,7 @@ class RegionStreams:
         parked read back, the gaps between them from `fetch(offset, length)`, one call per
         gap. Not counted as taken by a READ: the spans stay for the READs they were streamed
         for."""
-        pieces: list[_Piece] = []
+        parts: list[_Part] = []
         position = offset
         while position < end:
             span = self._covering(position)
@@ -156,18 +157,18 @@ class RegionStreams:
                     else:  # the parked span's bytes (the store's, should they be gone)
                         stop = min(end, parked_end)
                         data = await parked.read(position, stop)
-                pieces.append(data if data is not None else await fetch(position, stop - position))
+                parts.append(data if data is not None else await fetch(position, stop - position))
                 position = stop
                 continue
             stop = min(end, span.end)
             while len(span.data) < stop - span.start and not span.done:
                 await span.changed.wait()
             if span.failed and len(span.data) < stop - span.start:
-                pieces.append(await fetch(position, stop - position))
+                parts.append(await fetch(position, stop - position))
             else:
-                pieces.append((span, position, stop))
+                parts.append((span, position, stop))
             position = stop
-        return bytes(_joined(pieces))
+        return bytes(_joined(parts))
 
     def reach(self, offset: int, target: int, least: int) -> None:
         """Have spans cover [offset, target): what no span covers and none parked holds is
@@ -201,27 +202,27 @@ class RegionStreams:
         """Bytes [offset, end) when a span covers `offset` (waiting for their pieces; past the
         spans, the rest from `rest(position, end)`: the block cache, which may hold it), else
         None (the caller reads through the block cache)."""
-        pieces: list[_Piece] = []
+        parts: list[_Part] = []
         position = offset
         while position < end:
             span = self._covering(position)
             if span is None:
                 if position == offset:
                     return None
-                pieces.append(await rest(position, end))
+                parts.append(await rest(position, end))
                 break
             stop = min(end, span.end)
             while len(span.data) < stop - span.start and not span.done:
                 await span.changed.wait()
             if span.failed:
-                pieces.append(await self._source.part(position, stop - position))
+                parts.append(await self._source.part(position, stop - position))
             else:
-                pieces.append((span, position, stop))
+                parts.append((span, position, stop))
             span.taken += stop - position
             if span.taken >= span.end - span.start and span.done:
                 self._drop(span)  # parked as it is: its bytes stay what they are
             position = stop
-        return _joined(pieces)
+        return _joined(parts)
 
     def _room(self, size: int) -> bool:
         """Whether `size` more bytes may be held, dropping spans that arrived whole, oldest
