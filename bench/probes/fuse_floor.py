@@ -332,16 +332,11 @@ def floor_reads(work: str, mib: int, reps: int, rows: Rows, perf: str | None) ->
         print(f"floor: kernel readahead {kernel_readahead_kib(mountpoint)} KiB", flush=True)
         for mode in MODES:
             for rep in range(reps):
-                sampler, perf_data = None, f"{perf}-floor-{mode.replace(' ', '-')}.data"
-                if perf and rep == 0:
-                    sampler = perfstages.record(child.pid, perf_data)
+                split = _split_by_stage(perf if rep == 0 else None, child.pid, f"floor-{mode}")
                 figures = timed_read(mountpoint, mode, child.pid, mib * MIB)
                 rows.add(f"floor, {mode}", figures)
                 print(f"    READs: {sizes_text(_counts(child, counts))}")
-                if sampler is not None:
-                    perfstages.stop(sampler)
-                    print(f"    by stage ({perf_data}):")
-                    print(perfstages.table(perf_data, figures[0]))
+                split(figures[0])
     finally:
         subprocess.run(["fusermount3", "-u", mountpoint], check=False)
         child.wait(timeout=10)
@@ -412,17 +407,12 @@ def store_reads(
                     try:
                         label = f"{name}, {mode}"
                         _gets_text(proxy)  # the mount's own requests (listing, HEAD)
-                        sampler, perf_data = None, f"{perf}-{name}-{mode.replace(' ', '-')}.data"
-                        if perf and rep == 0:
-                            sampler = perfstages.record(pid, perf_data)
+                        split = _split_by_stage(perf if rep == 0 else None, pid, f"{name}-{mode}")
                         served = _served(mountpoint) if name == "pffs" else None
                         cold = timed_read(mountpoint, mode, pid, mib * MIB)
                         rows.add(f"{label}, cold", cold)
                         print(_gets_text(proxy), end="")
-                        if sampler is not None:
-                            perfstages.stop(sampler)
-                            print(f"    by stage ({perf_data}):")
-                            print(perfstages.table(perf_data, cold[0]))
+                        split(cold[0])
                         if served is not None:
                             served = _served_text(mountpoint, served, mib * MIB)
                         rows.add(f"{label}, warm", timed_read(mountpoint, mode, pid, mib * MIB))
@@ -438,6 +428,22 @@ def store_reads(
         if proxy is not None:
             proxy.stop()
         store.stop()
+
+
+def _split_by_stage(perf: str | None, pid: int, label: str) -> Callable[[float], None]:
+    """With `perf`, start perf's samples of `pid` into PERF-<label>.data; the function returned
+    ends them and prints the read's CPU-s/GiB (its argument) split by stage. Without, nothing."""
+    if perf is None:
+        return lambda _cpu_per_gib: None
+    data = f"{perf}-{label.replace(' ', '-')}.data"
+    sampler = perfstages.record(pid, data)
+
+    def split(cpu_per_gib: float) -> None:
+        perfstages.stop(sampler)
+        print(f"    by stage ({data}):")
+        print(perfstages.table(data, cpu_per_gib))
+
+    return split
 
 
 def _gets_text(proxy: CountingProxy | None) -> str:
