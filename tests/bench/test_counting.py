@@ -94,3 +94,33 @@ def test_s3_traffic_through_the_proxy_is_counted_and_answered(
     # The store's bytes: each GET's body and its response head, nothing of the requests.
     assert 1000 < first_get_bytes < 1000 + 2000, first_get_bytes
     assert 3000 < proxy.store_bytes < 100_000, proxy.store_bytes
+
+
+def test_a_large_answer_passes_intact_and_its_bytes_are_counted(
+    moto: MotoServer, s3, bucket: str
+) -> None:
+    """The store's answers are spliced through a pipe in chunks of at most 1 MiB: a body of
+    several chunks, read whole and in ranges, arrives byte for byte and is counted."""
+    body = os.urandom(5 * (1 << 20) + 12_345)
+    s3.put_object(Bucket=bucket, Key="big", Body=body)
+    env = os.environ
+    near = Server("moto", moto.endpoint_url, env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"])
+    proxy = CountingProxy(near)
+    try:
+        through = boto3.client(
+            "s3",
+            endpoint_url=proxy.server.endpoint_url,
+            aws_access_key_id=near.access_key,
+            aws_secret_access_key=near.secret_key,
+            region_name="us-east-1",
+        )
+        whole = through.get_object(Bucket=bucket, Key="big")["Body"].read()
+        ranged = through.get_object(Bucket=bucket, Key="big", Range="bytes=1048570-3145733")
+        part = ranged["Body"].read()
+    finally:
+        counts = proxy.stop()
+    assert whole == body
+    assert part == body[1048570:3145734]
+    assert counts["GET"] == 2
+    sent = len(body) + len(part)
+    assert sent < proxy.store_bytes < sent + 4000, proxy.store_bytes
