@@ -17,8 +17,8 @@ time on one mount with empty caches, the page cache dropped before each, traced 
 Per pattern it prints the kernel's reads (count, bytes, sizes, how each file handle moved: in
 order, forward gap, backward), the store's GETs (count, sizes, bytes, bytes asked twice) and
 the bytes fetched over the kernel's and over what the client needed, and the CPU the mount's
-process used over the pattern beside this process's (the client's and the counting proxy's), the
-store's and the delay proxy's, and the cores the whole machine kept busy;
+process used over the pattern beside this process's (the client's), the store's, the delay
+proxy's and the counting proxy's, and the cores the whole machine kept busy;
 the raw traces stay in `--out`. With `--perf PREFIX` (pffs), perf samples every thread of the
 mount over each pattern and what follows it, and the probe prints that CPU per GiB the kernel
 read split by stage (bench/probes/_perfstages.py, as bench.probes.epoch_cpu's `--perf`);
@@ -427,9 +427,11 @@ class _Session:
             shutil.rmtree(self.base, ignore_errors=True)
         return results
 
-    def _sides_cpu(self) -> dict[str, float]:
-        """CPU so far of the store's processes and of the delay proxy (when there is one)."""
+    def _sides_cpu(self, proxy: CountingProxy) -> dict[str, float]:
+        """CPU so far of the store's processes, of the delay proxy (when there is one) and of
+        the counting proxy."""
         sides = {"the store": sum(cpu_seconds(pid) or 0.0 for pid in self.target.store_pids)}
+        sides["the counting proxy"] = cpu_seconds(proxy.pid) or 0.0
         if self.target.pid is not None and self.target.pid not in self.target.store_pids:
             sides["the delay proxy"] = cpu_seconds(self.target.pid) or 0.0
         return sides
@@ -452,7 +454,7 @@ class _Session:
         counters = pffs_bytes(mountpoint) if self.args.system == "pffs" else {}
         proxy.restart_count()
         since = time.monotonic()
-        sides = self._sides_cpu()
+        sides = self._sides_cpu(proxy)
         machine = machine_cpu_seconds()
         mount_cpu, own_cpu = cpu_seconds(pid), time.process_time()
         started = time.perf_counter()
@@ -461,7 +463,7 @@ class _Session:
         own_cpu = time.process_time() - own_cpu
         mount_after = cpu_seconds(pid)
         machine_after = machine_cpu_seconds()
-        sides_after = self._sides_cpu()
+        sides_after = self._sides_cpu(proxy)
         time.sleep(clients.QUIET_S * 2)  # what is fetched after the client is done
         until = time.monotonic()
         mount_quiet = cpu_seconds(pid)
@@ -501,8 +503,7 @@ class _Session:
         print(f"  store GETs (ranges asked): {gets}")
         if counted:
             print(counted)
-        # This process runs the client and the counting proxy: both are in its figure.
-        print(f"  CPU: the mount {mount_used}, the client and the proxy {own_cpu:.2f} s")
+        print(f"  CPU: the mount {mount_used}, the client {own_cpu:.2f} s")
         used = {side: sides_after[side] - cpu for side, cpu in sides.items()}
         busy, steal = (after - before for after, before in zip(machine_after, machine, strict=True))
         print(
