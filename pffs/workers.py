@@ -19,11 +19,16 @@ with the limiter's place held until then. Context variables are not carried into
 (`trio.from_thread.run`) passes `trio_token=` explicitly.
 
 Threads are started as calls need them and end after `_IDLE_SECONDS` without work, so the
-pool is as large as the most calls running at once, which the callers' limiters bound.
+pool is as large as the most calls running at once, which the callers' limiters bound. The
+trio thread starts them and goes on at once (`_thread.start_new_thread`): `threading.Thread.
+start` waits until the new thread has run Python, which needs the GIL, and with the worker
+threads busy (a cold read's GETs and disk writes) that wait was 5-40 ms of the trio thread per
+start, against 0.15 ms (docs/notes/worker-thread-start.md).
 """
 
 from __future__ import annotations
 
+import _thread
 import functools
 import queue
 import threading
@@ -69,10 +74,12 @@ class _Pool:
                 self._idle -= 1
                 self._jobs.put(job)
                 return
-        # The first job goes in a list the thread empties: a Thread keeps its args until it
-        # ends, and with them the call's arguments (a span's bytes, a batch of blocks).
+        # The first job goes in a list the thread empties: the thread keeps its args until it
+        # ends, and with them the call's arguments (a span's bytes, a batch of blocks). Not a
+        # threading.Thread, whose start waits for the thread (module doc); like a daemon
+        # thread, it never holds up the interpreter's exit.
         first = [job]
-        threading.Thread(target=self._serve, args=(first,), name="pffs-worker", daemon=True).start()
+        _thread.start_new_thread(self._serve, (first,))
 
     def _serve(self, first: list[_Job]) -> None:
         job = first.pop()

@@ -165,14 +165,15 @@ def test_an_idle_thread_keeps_nothing_of_the_calls_it_ran(monkeypatch: pytest.Mo
 def test_an_idle_thread_ends(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(workers, "_pool", workers._Pool())
     monkeypatch.setattr(workers, "_IDLE_SECONDS", 0.01)
+    per_thread = threading.local()  # a thread's values are dropped when it ends
+    ended = threading.Event()
 
-    async def main() -> int:
-        return await workers.run_blocking(trio.CapacityLimiter(1), threading.get_ident)
+    def mark_the_thread() -> None:
+        per_thread.marker = _Payload()
+        weakref.finalize(per_thread.marker, ended.set)
 
-    ident = trio.run(main)
-    for thread in [t for t in threading.enumerate() if t.ident == ident]:  # if not ended yet
-        thread.join(timeout=10)
-        assert not thread.is_alive()
+    trio.run(workers.run_blocking, trio.CapacityLimiter(1), mark_the_thread)
+    assert ended.wait(timeout=10)
     assert workers.idle_threads() == 0
 
 
