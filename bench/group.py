@@ -47,6 +47,7 @@ import trio
 
 from bench.counting import CountingProxy
 from bench.data import client, prime
+from bench.leftovers import run_trio
 from bench.groupmounts import MEMBERS, SECRET, Group, mounts, read_everything, stats_of
 from bench.servers import Launcher, Server, Unavailable, far
 from pffs.backends import open_backend
@@ -282,7 +283,7 @@ def latencies(
                     raise RuntimeError(f"{key}: the peer's block differs from the store's")
 
     try:
-        trio.run(measure)
+        run_trio(measure)
     finally:
         peer.close()
     return {

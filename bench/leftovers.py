@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
@@ -148,6 +148,20 @@ class _StopSignals:
         signal.set_wakeup_fd(self._previous)
         os.close(self._read)
         os.close(self._write)
+
+
+def run_trio(async_fn: Callable[[], Awaitable[T]]) -> T:
+    """`trio.run(async_fn)` inside `stopped_cleanly`: its stop-signal pipe is the process's
+    wakeup fd, and trio sets its own for the run and warns ("signal handling code might have
+    collided") when it finds one set. The pipe is set aside for the run, then put back; a stop
+    signal meanwhile still raises through the bench's Python handler."""
+    import trio  # only the scenarios that run trio pay its import
+
+    bench_wakeup = signal.set_wakeup_fd(-1)
+    try:
+        return trio.run(async_fn)
+    finally:
+        signal.set_wakeup_fd(bench_wakeup, warn_on_full_buffer=False)
 
 
 @contextlib.contextmanager

@@ -81,3 +81,34 @@ def test_a_failure_without_a_stop_stays_itself() -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=30, check=False
     )
     assert result.stdout.split() == ["OSError", "False"], result.stdout + result.stderr
+
+
+# trio.run inside `stopped_cleanly`, then a SIGTERM: no warning of trio's about the wakeup fd,
+# the bench's stop-signal pipe the wakeup fd again after the run, and the stop seen.
+TRIO_BODY = """
+import os, signal, time, warnings
+import trio
+from bench import leftovers
+
+def wakeup_fd():
+    fd = signal.set_wakeup_fd(-1)
+    signal.set_wakeup_fd(fd)
+    return fd
+
+warnings.simplefilter("error")
+try:
+    with leftovers.stopped_cleanly():
+        before = wakeup_fd()
+        leftovers.run_trio(lambda: trio.sleep(0))
+        print(before != -1 and wakeup_fd() == before)
+        os.kill(os.getpid(), signal.SIGTERM); time.sleep(5)
+except BaseException as exc:
+    print(type(exc).__name__)
+"""
+
+
+def test_trio_runs_inside_a_stoppable_run_without_a_warning_and_a_stop_is_still_seen() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", TRIO_BODY], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert result.stdout.split() == ["True", "Stopped"], result.stdout + result.stderr
