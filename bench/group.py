@@ -43,12 +43,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import trio
-
 from bench.counting import CountingProxy
 from bench.data import client, prime
-from bench.leftovers import run_trio
 from bench.groupmounts import MEMBERS, SECRET, Group, mounts, read_everything, stats_of
+from bench.leftovers import run_trio
 from bench.servers import Launcher, Server, Unavailable, far
 from pffs.backends import open_backend
 from pffs.cache.keys import ObjectBlocks

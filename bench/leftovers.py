@@ -79,6 +79,7 @@ def clean_up() -> list[str]:
 
 
 Item = TypeVar("Item")
+Result = TypeVar("Result")
 
 
 def in_threads(workers: int, work: Callable[[Item], object], items: Iterable[Item]) -> None:
@@ -150,7 +151,7 @@ class _StopSignals:
         os.close(self._write)
 
 
-def run_trio(async_fn: Callable[[], Awaitable[T]]) -> T:
+def run_trio(async_fn: Callable[[], Awaitable[Result]]) -> Result:
     """`trio.run(async_fn)` inside `stopped_cleanly`: its stop-signal pipe is the process's
     wakeup fd, and trio sets its own for the run and warns ("signal handling code might have
     collided") when it finds one set. The pipe is set aside for the run, then put back; a stop
