@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import collections
 import functools
+import glob
 import os
 import shutil
 import statistics
@@ -44,18 +45,18 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 
 from bench import clients
 from bench.counting import CountingProxy
 from bench.data import client
-from bench.leftovers import stopped_cleanly, track_mount, track_process, unmount
+from bench.leftovers import stop_process, stopped_cleanly, track_mount, track_process, unmount
 from bench.probes import _perfstages as perfstages
 from bench.scenarios import drop_caches
-from bench.servers import Launcher, Server, far
+from bench.servers import Launcher, Server, Unavailable, far
 from bench.systems import Rclone, S3fs, cpu_seconds, machine_cpu_seconds, mount_system
 from pffs.cli.stats_view import read_snapshot, series, total
-from pffs.errors import MountpointError
 
 BUCKET = "clients"
 KIB = 1024
@@ -215,11 +216,8 @@ def _gets(log: str, since: float, until: float) -> list[tuple[str, int, int]]:
 
 
 def pffs_bytes(mountpoint: str) -> dict[str, float]:
-    """PFFS_BYTES now (bytes), or nothing when the mount is not pffs."""
-    try:
-        values = series(read_snapshot(mountpoint))
-    except MountpointError:
-        return {}
+    """PFFS_BYTES now (bytes), from a pffs mount's metrics."""
+    values = series(read_snapshot(mountpoint))
     return {name: total(values, metric, **labels) for name, (metric, labels) in PFFS_BYTES.items()}
 
 
@@ -318,6 +316,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--rounds", type=int, default=1, help="mounts per arm, arms alternated (1)")
     p.add_argument(
+        "--lean-store",
+        action="store_true",
+        help="after the upload, serve s3rver's objects from bench.probes.lean_store (sendfile, "
+        "almost no CPU): what the patterns take when the store costs this machine nothing",
+    )
+    p.add_argument(
         "--baseline",
         metavar="DIR",
         help="a source tree whose pffs is a second arm (git archive COMMIT pffs backends, its "
@@ -354,6 +358,8 @@ def _probe(args: argparse.Namespace, patterns: list[str], out: str) -> int:
         for top in clients.TOPS:  # s3rver 3 lists a prefix of sub-prefixes only with one
             s3.put_object(Bucket=BUCKET, Key=f"{top}/about", Body=b"bench.data says why")
         objects = {o["Key"]: o["Size"] for o in s3.list_objects_v2(Bucket=BUCKET)["Contents"]}
+        if args.lean_store:
+            near = target = _lean_store(workdir, near)
         if args.latency:
             target = far(near, args.latency, os.path.join(out, "delay.log"))
         clients.warm_libraries()
@@ -379,6 +385,28 @@ def _probe(args: argparse.Namespace, patterns: list[str], out: str) -> int:
         # The store's objects and the generated files: GiBs a run at full size leaves otherwise.
         shutil.rmtree(workdir, ignore_errors=True)
     return 0
+
+
+def _lean_store(workdir: str, s3rver: Server) -> Server:
+    """s3rver's objects served by bench.probes.lean_store, a process of its own (its CPU is the
+    store's); stopping it stops s3rver too."""
+    (root,) = glob.glob(os.path.join(workdir, "s3rver-*"))  # Launcher.s3rver's directory
+    argv = [sys.executable, "-m", "bench.probes.lean_store", "--root", root]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    track_process(proc)
+    assert proc.stdout is not None
+    port = proc.stdout.readline().strip()
+    if not port.isdigit():
+        proc.kill()
+        raise Unavailable("bench.probes.lean_store did not start")
+
+    def stop() -> None:
+        stop_process(proc)
+        s3rver.stop()
+
+    url = f"http://127.0.0.1:{port}"
+    return replace(s3rver, name="lean store", endpoint_url=url, stop=stop, pid=proc.pid,
+                   store_pids=(proc.pid,))  # fmt: skip
 
 
 class _Session:
@@ -458,7 +486,7 @@ class _Session:
         machine = machine_cpu_seconds()
         mount_cpu, own_cpu = cpu_seconds(pid), time.process_time()
         started = time.perf_counter()
-        clients.RUNNERS[pattern](mountpoint, self.data)
+        check = clients.RUNNERS[pattern](mountpoint, self.data)
         seconds = time.perf_counter() - started
         own_cpu = time.process_time() - own_cpu
         mount_after = cpu_seconds(pid)
@@ -467,6 +495,7 @@ class _Session:
         time.sleep(clients.QUIET_S * 2)  # what is fetched after the client is done
         until = time.monotonic()
         mount_quiet = cpu_seconds(pid)
+        check()  # the bench's check of what was read, after every clock (bench.clients.Runner)
         if counters:
             after = pffs_bytes(mountpoint)
             moved = {name: f"{(after[name] - counters[name]) / 2**20:.0f}" for name in counters}
