@@ -4,6 +4,7 @@ of every framing skipped, and real S3 traffic through it counted and answered in
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import boto3
 import pytest
@@ -59,22 +60,30 @@ def test_a_request_still_arriving_is_not_counted() -> None:
     assert parser.counts["GET"] == 1
 
 
+def _near(moto: MotoServer) -> Server:
+    env = os.environ
+    return Server("moto", moto.endpoint_url, env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"])
+
+
+def _client_of(proxy: CountingProxy) -> Any:
+    """An S3 client that talks to the store through `proxy`."""
+    return boto3.client(
+        "s3",
+        endpoint_url=proxy.server.endpoint_url,
+        aws_access_key_id=proxy.server.access_key,
+        aws_secret_access_key=proxy.server.secret_key,
+        region_name="us-east-1",
+    )
+
+
 def test_s3_traffic_through_the_proxy_is_counted_and_answered(
     moto: MotoServer, s3, bucket: str
 ) -> None:
     for index in range(5):
         s3.put_object(Bucket=bucket, Key=f"d/o{index}", Body=bytes([index]) * 1000)
-    env = os.environ
-    near = Server("moto", moto.endpoint_url, env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"])
-    proxy = CountingProxy(near)
+    proxy = CountingProxy(_near(moto))
     try:
-        through = boto3.client(
-            "s3",
-            endpoint_url=proxy.server.endpoint_url,
-            aws_access_key_id=near.access_key,
-            aws_secret_access_key=near.secret_key,
-            region_name="us-east-1",
-        )
+        through = _client_of(proxy)
         through.get_object(Bucket=bucket, Key="d/o0")["Body"].read()
         before_restart = proxy.restart_count()
         first_get_bytes = proxy.store_bytes
@@ -103,17 +112,9 @@ def test_a_large_answer_passes_intact_and_its_bytes_are_counted(
     several chunks, read whole and in ranges, arrives byte for byte and is counted."""
     body = os.urandom(5 * (1 << 20) + 12_345)
     s3.put_object(Bucket=bucket, Key="big", Body=body)
-    env = os.environ
-    near = Server("moto", moto.endpoint_url, env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"])
-    proxy = CountingProxy(near)
+    proxy = CountingProxy(_near(moto))
     try:
-        through = boto3.client(
-            "s3",
-            endpoint_url=proxy.server.endpoint_url,
-            aws_access_key_id=near.access_key,
-            aws_secret_access_key=near.secret_key,
-            region_name="us-east-1",
-        )
+        through = _client_of(proxy)
         whole = through.get_object(Bucket=bucket, Key="big")["Body"].read()
         ranged = through.get_object(Bucket=bucket, Key="big", Range="bytes=1048570-3145733")
         part = ranged["Body"].read()
