@@ -359,7 +359,7 @@ def _probe(args: argparse.Namespace, patterns: list[str], out: str) -> int:
             s3.put_object(Bucket=BUCKET, Key=f"{top}/about", Body=b"bench.data says why")
         objects = {o["Key"]: o["Size"] for o in s3.list_objects_v2(Bucket=BUCKET)["Contents"]}
         if args.lean_store:
-            near = target = _lean_store(workdir, near)
+            near = target = lean_store(workdir, near)
         if args.latency:
             target = far(near, args.latency, os.path.join(out, "delay.log"))
         clients.warm_libraries()
@@ -387,7 +387,7 @@ def _probe(args: argparse.Namespace, patterns: list[str], out: str) -> int:
     return 0
 
 
-def _lean_store(workdir: str, s3rver: Server) -> Server:
+def lean_store(workdir: str, s3rver: Server) -> Server:
     """s3rver's objects served by bench.probes.lean_store, a process of its own (its CPU is the
     store's); stopping it stops s3rver too."""
     (root,) = glob.glob(os.path.join(workdir, "s3rver-*"))  # Launcher.s3rver's directory

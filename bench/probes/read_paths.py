@@ -249,9 +249,17 @@ def main() -> None:
         start=threading.Thread.start.__code__,
         thread=threading.Thread._bootstrap_inner.__code__,  # type: ignore[attr-defined]
     )
-    # Before pffs starts any thread: every thread gets the hook.
+    # Before pffs starts any thread: every thread gets the hook. pffs's worker threads are not
+    # threading.Threads (pffs.workers starts them bare), so each installs it itself.
     sys.setprofile(_profile)
     threading.setprofile(_profile)
+    serve = workers._Pool._serve
+
+    def serve_profiled(pool: workers._Pool, first: list[workers._Job]) -> None:
+        sys.setprofile(_profile)
+        serve(pool, first)
+
+    workers._Pool._serve = serve_profiled  # type: ignore[method-assign,assignment]
     from pffs.testing.servers import DUMMY_CREDENTIALS, MotoServer
 
     os.environ.update(DUMMY_CREDENTIALS)
