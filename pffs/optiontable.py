@@ -251,7 +251,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("allow-other", values.boolean, False, "let other users see the mount", "mount",
            form=SWITCH, fills="FuseConfig.allow_other"),
     Option("kernel-readahead", values.size, FuseConfig.kernel_readahead, "kernel readahead of "
-           "the mount, needs root (4M)", "mount", fills="FuseConfig.kernel_readahead"),
+           "the mount, needs root (2M)", "mount", fills="FuseConfig.kernel_readahead"),
     Option("debug", values.boolean, False, "verbose logs and tracebacks", "mount", form=SWITCH,
            fills="MountConfig.debug"),
     Option("log-file", values.text, None, "daemon log (default: ~/.local/state/pffs/log/)",

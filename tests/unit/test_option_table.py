@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -331,3 +332,17 @@ def test_the_csi_drivers_interval_is_refused_by_its_parser(
     assert f"argument --publish-interval: {text!r} is not a number of seconds" in (
         capsys.readouterr().err
     )
+
+
+@pytest.mark.parametrize("option", OPTIONS, ids=lambda o: o.name)
+def test_a_default_named_in_the_help_is_the_default(option: Option) -> None:
+    """`--help` ends a row's text with its default in brackets, "(32M)": it must be the value
+    the row really defaults to (the kernel readahead's said 4M after the default became 2M)."""
+    named = re.search(r"\(([^()]*)\)$", option.help)
+    if named is None or option.default is None or callable(option.default):
+        return
+    try:
+        value = option.parse(named.group(1))
+    except BadValue:
+        return  # words, not a value: "default: ...", "cluster's"
+    assert value == option.default, (named.group(1), option.default)
