@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import collections
 import functools
-import glob
 import os
 import shutil
 import statistics
@@ -45,16 +44,16 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import replace
 from typing import Any
 
 from bench import clients
 from bench.counting import CountingProxy
 from bench.data import client
-from bench.leftovers import stop_process, stopped_cleanly, track_mount, track_process, unmount
+from bench.leftovers import stopped_cleanly, track_mount, track_process, unmount
 from bench.probes import _perfstages as perfstages
+from bench.probes import lean_store
 from bench.scenarios import drop_caches
-from bench.servers import Launcher, Server, Unavailable, far
+from bench.servers import Launcher, Server, far
 from bench.systems import Rclone, S3fs, cpu_seconds, machine_cpu_seconds, mount_system
 from pffs.cli.stats_view import read_snapshot, series, total
 
@@ -359,7 +358,7 @@ def _probe(args: argparse.Namespace, patterns: list[str], out: str) -> int:
             s3.put_object(Bucket=BUCKET, Key=f"{top}/about", Body=b"bench.data says why")
         objects = {o["Key"]: o["Size"] for o in s3.list_objects_v2(Bucket=BUCKET)["Contents"]}
         if args.lean_store:
-            near = target = lean_store(workdir, near)
+            near = target = lean_store.launch(workdir, near)
         if args.latency:
             target = far(near, args.latency, os.path.join(out, "delay.log"))
         clients.warm_libraries()
@@ -385,28 +384,6 @@ def _probe(args: argparse.Namespace, patterns: list[str], out: str) -> int:
         # The store's objects and the generated files: GiBs a run at full size leaves otherwise.
         shutil.rmtree(workdir, ignore_errors=True)
     return 0
-
-
-def lean_store(workdir: str, s3rver: Server) -> Server:
-    """s3rver's objects served by bench.probes.lean_store, a process of its own (its CPU is the
-    store's); stopping it stops s3rver too."""
-    (root,) = glob.glob(os.path.join(workdir, "s3rver-*"))  # Launcher.s3rver's directory
-    argv = [sys.executable, "-m", "bench.probes.lean_store", "--root", root]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, start_new_session=True)
-    track_process(proc)
-    assert proc.stdout is not None
-    port = proc.stdout.readline().strip()
-    if not port.isdigit():
-        proc.kill()
-        raise Unavailable("bench.probes.lean_store did not start")
-
-    def stop() -> None:
-        stop_process(proc)
-        s3rver.stop()
-
-    url = f"http://127.0.0.1:{port}"
-    return replace(s3rver, name="lean store", endpoint_url=url, stop=stop, pid=proc.pid,
-                   store_pids=(proc.pid,))  # fmt: skip
 
 
 class _Session:

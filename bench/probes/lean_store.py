@@ -14,21 +14,28 @@ HEAD of a bucket, a bucket's location, the bucket list. Anything else is 501; cr
 and signatures are not checked (loopback only). A thread per connection, keep-alive.
 
     python -m bench.probes.lean_store --root DIR     # prints its port, serves until SIGTERM
+
+`launch` starts it over a bench s3rver's directory (client_reads and path_ceiling use it).
 """
 
 from __future__ import annotations
 
 import argparse
 import email.utils
+import glob
 import os
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
 import urllib.parse
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from xml.sax.saxutils import escape
+
+from bench.leftovers import stop_process, track_process
+from bench.servers import Server, Unavailable
 
 OBJECT_SUFFIX = "._S3rver_object"
 _MAX_KEYS = 1000
@@ -257,6 +264,28 @@ class _Connection:
 
 _REASONS = {200: "OK", 206: "Partial Content", 404: "Not Found", 416: "Range Not Satisfiable",
             501: "Not Implemented"}  # fmt: skip
+
+
+def launch(workdir: str, s3rver: Server) -> Server:
+    """s3rver's objects served by this module, a process of its own (its CPU is the
+    store's); stopping it stops s3rver too."""
+    (root,) = glob.glob(os.path.join(workdir, "s3rver-*"))  # Launcher.s3rver's directory
+    argv = [sys.executable, "-m", "bench.probes.lean_store", "--root", root]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    track_process(proc)
+    assert proc.stdout is not None
+    port = proc.stdout.readline().strip()
+    if not port.isdigit():
+        proc.kill()
+        raise Unavailable("bench.probes.lean_store did not start")
+
+    def stop() -> None:
+        stop_process(proc)
+        s3rver.stop()
+
+    url = f"http://127.0.0.1:{port}"
+    return replace(s3rver, name="lean store", endpoint_url=url, stop=stop, pid=proc.pid,
+                   store_pids=(proc.pid,))  # fmt: skip
 
 
 def serve(listener: socket.socket, objects: _Objects) -> None:

@@ -18,7 +18,7 @@ import types
 
 from bench.data import client
 from bench.leftovers import stopped_cleanly
-from bench.probes.client_reads import lean_store
+from bench.probes import lean_store
 from bench.scenarios import server_ceiling
 from bench.servers import Launcher, far
 from pffs.sizes import parse_size
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
             s3 = client(s3rver)
             s3.create_bucket(Bucket=BUCKET)
             s3.put_object(Bucket=BUCKET, Key=KEY, Body=os.urandom(size))
-            lean = lean_store(work, s3rver)
+            lean = lean_store.launch(work, s3rver)
             stop = lean.stop  # the lean store, then s3rver
             dataset = types.SimpleNamespace(bucket=BUCKET)
             for name, server in (("s3rver", s3rver), ("lean store", lean)):
