@@ -8,11 +8,11 @@ import itertools
 
 import pytest
 
+from bench.probes._floorfs import file_spans
 from bench.probes.client_reads import size_classes
 from bench.probes.fuse_floor import (
     MIB,
     MODES,
-    file_spans,
     read_jobs,
     reader_spans,
     sizes_text,
