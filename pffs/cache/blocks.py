@@ -125,7 +125,7 @@ class BlockCache:
             # A random read of a compressed disk entry decompresses the whole block: keep it.
             keep_block=self.memory.put,
             admit=self.room.admit,
-            write_room=self.ahead.total,
+            write_room=self.ahead.write_room,
             on_written=self.memory.discard,
         )
         self._engine = ReadaheadEngine(

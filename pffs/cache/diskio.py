@@ -114,17 +114,17 @@ class DiskIO:
         """`memory_only`: sources whose blocks never come here; `keep_block`: where a whole
         block read for a part of it goes (the memory tier), if anywhere; `admit`: whether a
         fetched block may be written (a dataset's stable subset: datasetroom.py);
-        `write_room`: bytes of whole blocks that may wait for the disk at once (the budget of
-        bytes loaded ahead), when that is more blocks than two per thread; `on_written`: told
-        of each block `passed` was told of once its pending write is done (the memory tier
-        drops it)."""
+        `write_room`: bytes of whole blocks that may wait for the disk at once (two budgets of
+        bytes loaded ahead: pffs.flow.budget), when that is more blocks than two per thread;
+        `on_written`: told of each block `passed` was told of once its pending write is done
+        (the memory tier drops it)."""
         self.tier = tier
         self.block_size = block_size
         self.stats = stats
         self.limiter = trio.CapacityLimiter(threads)
-        # Room for a whole window's GETs to land while the writers catch up: with fewer slots a
-        # burst of them filled every slot, and loads ahead waited, nothing in flight, until a
-        # batch was written (stop and go: docs/notes/rgw-sequential.md).
+        # Room for windows' GETs to land while the writers catch up: with fewer slots a burst
+        # of them filled every slot, and loads ahead waited, nothing in flight, until a batch
+        # was written (stop and go: docs/notes/rgw-sequential.md, clients-full-load-waits.md).
         slots = max(2 * threads, write_room // block_size)
         self._write_slots = trio.Semaphore(slots)
         # A batch is full at this many blocks: never more than the slots, so that a writer

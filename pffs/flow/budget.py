@@ -21,7 +21,11 @@ is reserved for it (the memory tier keeps the rest), one reader's window is at m
 memory tier (a larger one would evict blocks loaded ahead before their reader gets to them)
 and never above the budget (it could never be in flight); and preload's files loaded but not yet
 read stay under half of what the cache can keep (`unread_max`), so loading ahead never pushes
-out what it loaded before readers get to it. How the budget is shared among readers' windows
+out what it loaded before readers get to it. Blocks fetched and waiting for the disk tier's
+write-behind hold at most two budgets (`write_room`): a budget's burst of GETs lands while the
+writers still write the burst before it, where with one budget's room the next loads ahead
+waited for the disk with nothing in flight, the disk's write pace being bursty on a busy
+machine (docs/notes/clients-full-load-waits.md). How the budget is shared among readers' windows
 (Little's law) is pffs.cache.window's; which requests reach the store is pffs.flow.permits'.
 The measurements behind the numbers: docs/notes/flow-control.md.
 """
@@ -42,6 +46,8 @@ PRELOAD_SHARE = 0.5
 # What the cache can keep (the disk tier's bound, else the memory tier), the share preload's
 # files loaded and not yet read may hold at most.
 UNREAD_SHARE = 0.5
+# Budgets of bytes the blocks waiting for the disk tier's write-behind may hold at most.
+WRITE_ROOM_BUDGETS = 2
 # Blocks' bytes of spans one open file's region runs may hold or have coming at most.
 REGION_BLOCKS_PER_FILE = 4
 
@@ -58,6 +64,8 @@ class AheadBudget:
         # The largest window a reader may get (pffs.cache.window asks for more on a far store).
         self.largest_window = min(int(self.memory_tier * WINDOW_SHARE_OF_MEMORY), self.total)
         self.region_per_file = REGION_BLOCKS_PER_FILE * config.block_size
+        # Bytes of fetched blocks that may wait for the disk tier's writers (pffs.cache.diskio).
+        self.write_room = WRITE_ROOM_BUDGETS * self.total
         keeps = config.disk_bytes if config.disk_dir else self.memory_tier
         self.unread_max = int(keeps * UNREAD_SHARE)
         self.held: dict[Kind, int] = dict.fromkeys(KINDS, 0)

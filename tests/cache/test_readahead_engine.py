@@ -332,30 +332,31 @@ def test_a_slow_disk_never_stalls_a_request_in_the_middle(tmp_path: Path) -> Non
 
 
 def test_a_readahead_waits_for_the_disks_backlog_before_its_request(tmp_path: Path) -> None:
-    # Room for four blocks to wait for the disk (the budget of bytes loaded ahead; more than
-    # two per thread): one window fills it.
+    # Room for eight blocks to wait for the disk (two budgets of bytes loaded ahead; more than
+    # two per thread): two windows fill it.
     config = cache_config(tmp_path, fetch_size=4 * BLOCK, disk_threads=1, ahead_budget=4 * BLOCK)
     cache = BlockCache(config)
     free = _held_disk(cache)
-    first, second = Runs(), Runs(base=4)
+    first, second, third = Runs(), Runs(base=4), Runs(base=8)
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             cache.attach(nursery)
             try:
-                assert cache.read_ahead(keys(4), [BLOCK] * 4, first, coalesce=True) == 4
-                with trio.fail_after(10):
-                    while len(cache.memory) < 4:  # the first window lands
-                        await trio.sleep(0.01)
-                # Its four blocks wait for the disk, filling its room: the next window waits.
-                assert cache.read_ahead(keys(4, 4), [BLOCK] * 4, second, coalesce=True) == 4
+                for window, runs in enumerate((first, second)):  # each lands while it has room
+                    assert cache.read_ahead(keys(4, 4 * window), [BLOCK] * 4, runs, coalesce=True)
+                    with trio.fail_after(10):
+                        while len(cache.memory) < 4 * (window + 1):
+                            await trio.sleep(0.01)
+                # Their eight blocks wait for the disk, filling its room: the next window waits.
+                assert cache.read_ahead(keys(4, 8), [BLOCK] * 4, third, coalesce=True) == 4
                 await trio.testing.wait_all_tasks_blocked()  # all that could go has gone
-                assert second.requests == []
+                assert third.requests == []
             finally:
                 free.set()
             await cache.flush()
 
     trio.run(main)
     cache.close()
-    assert first.requests == [(0, 4)] and second.requests == [(0, 4)]
-    assert cache.stats.disk_writes == 8
+    assert [runs.requests for runs in (first, second, third)] == [[(0, 4)]] * 3
+    assert cache.stats.disk_writes == 12

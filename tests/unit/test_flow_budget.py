@@ -19,11 +19,13 @@ def test_the_figures_carved_from_the_memory_bound() -> None:
     assert ample.preload_max(100 * MIB) == 64 * MIB  # half the budget: readahead keeps the rest
     assert ample.unread_max == 5_000  # half the disk bound
     assert ample.region_per_file == 4 * 4 * MIB
+    assert ample.write_room == 256 * MIB  # two budgets' blocks may wait for the disk
     small = AheadBudget(CacheConfig(memory_bytes=64 * MIB, disk_dir=None))
     assert small.total == 32 * MIB  # half the memory bound at most
     assert small.largest_window == 16 * MIB  # half the memory tier
     assert small.window_max(32 * MIB) == 16 * MIB
     assert small.unread_max == 16 * MIB  # no disk tier: half the memory tier
+    assert small.write_room == 64 * MIB
 
 
 def test_readahead_and_preload_share_the_budget_and_regions_have_their_bound() -> None:
