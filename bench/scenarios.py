@@ -425,16 +425,20 @@ def _cpu_of(pids: tuple[int | None, ...]) -> float | None:
 def server_ceiling(
     server: Server, dataset: Dataset, parallel: int = 8, key: str = "large.bin", size: int = 0
 ) -> float:
-    """The store's own throughput: parallel ranged GETs of an object with curl, in MB/s; the
-    large file by default, else `key` of `size` bytes.
+    """The store's own throughput over the dataset's large file by default, else its `key` of
+    `size` bytes (`object_ceiling`)."""
+    return object_ceiling(server, dataset.bucket, key, size or dataset.sizes.large, parallel)
+
+
+def object_ceiling(server: Server, bucket: str, key: str, size: int, parallel: int = 8) -> float:
+    """Parallel ranged GETs of one object of `size` bytes with curl, in MB/s.
 
     The page cache is dropped first, as before the cold read it is compared with: a server
     on this machine then reads the object from disk in both.
     """
     url = client(server).generate_presigned_url(
-        "get_object", Params={"Bucket": dataset.bucket, "Key": key}, ExpiresIn=3600
+        "get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=3600
     )
-    size = size or dataset.sizes.large
     step = -(-size // parallel)
 
     def get(index: int) -> None:

@@ -14,12 +14,11 @@ import argparse
 import os
 import shutil
 import tempfile
-import types
 
 from bench.data import client
 from bench.leftovers import stopped_cleanly
 from bench.probes import lean_store
-from bench.scenarios import server_ceiling
+from bench.scenarios import object_ceiling
 from bench.servers import Launcher, far
 from pffs.sizes import parse_size
 
@@ -46,13 +45,12 @@ def main(argv: list[str] | None = None) -> int:
             s3.put_object(Bucket=BUCKET, Key=KEY, Body=os.urandom(size))
             lean = lean_store.launch(work, s3rver)
             stop = lean.stop  # the lean store, then s3rver
-            dataset = types.SimpleNamespace(bucket=BUCKET)
             for name, server in (("s3rver", s3rver), ("lean store", lean)):
                 path = far(server, args.latency, os.path.join(work, "delay.log"))
                 try:
                     for parallel in parallels:
                         figures = [
-                            server_ceiling(path, dataset, parallel, KEY, size)  # type: ignore[arg-type]
+                            object_ceiling(path, BUCKET, KEY, size, parallel)
                             for _ in range(args.rounds)
                         ]
                         shown = ", ".join(f"{mbs:,.0f}" for mbs in figures)
