@@ -12,7 +12,10 @@ time on one mount with empty caches, the page cache dropped before each, traced 
   FUSE, but pyfuse3 drops it); and the bytes of each READ a region's spans answered
   (pffs.fs.regions: `RegionStreams.take` wrapped too);
 - what the system fetched: every request through a counting proxy (bench.counting, its `--log`),
-  the Range of each GET, for any system (`--system s3fs`, `--system rclone` too).
+  the Range of each GET, for any system (`--system s3fs`, `--system rclone` too; `--system
+  floor`: the least a pyfuse3 file system does, each file fetched whole from its open and
+  served from memory, bench/probes/_storefloor.py, what bounds a pattern besides pffs's
+  choices).
 
 Per pattern it prints the kernel's reads (count, bytes, sizes, how each file handle moved: in
 order, forward gap, backward), the store's GETs (count, sizes, bytes, bytes asked twice) and
@@ -36,6 +39,7 @@ from __future__ import annotations
 import argparse
 import collections
 import functools
+import json
 import os
 import shutil
 import statistics
@@ -56,6 +60,8 @@ from bench.scenarios import drop_caches
 from bench.servers import Launcher, Server, far
 from bench.systems import Rclone, S3fs, cpu_seconds, machine_cpu_seconds, mount_system
 from pffs.cli.stats_view import read_snapshot, series, total
+from pffs.config import FuseConfig
+from pffs.mounting.kernel import set_kernel_readahead
 
 BUCKET = "clients"
 KIB = 1024
@@ -157,6 +163,27 @@ def _mount_traced(
         here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = os.pathsep.join([tree, here])
     proc = subprocess.Popen(argv, env=env, cwd=tree, stderr=subprocess.DEVNULL)
+    return _mounted(proc, mountpoint, "the traced pffs")
+
+
+def _mount_floor(
+    server: Server, mountpoint: str, objects: dict[str, int], workdir: str
+) -> subprocess.Popen[bytes]:
+    """The store floor (bench/probes/_storefloor.py) over the bucket's `objects`, with the
+    kernel's readahead pffs sets."""
+    listing = os.path.join(workdir, "objects.json")
+    with open(listing, "w", encoding="utf-8") as f:
+        json.dump(objects, f)
+    argv = [sys.executable, "-m", "bench.probes._storefloor", mountpoint, "--bucket", BUCKET]
+    argv += ["--endpoint-url", server.endpoint_url, "--objects", listing]
+    track_mount(mountpoint)
+    proc = _mounted(subprocess.Popen(argv, env=server.env()), mountpoint, "the store floor")
+    set_kernel_readahead(mountpoint, FuseConfig.kernel_readahead)  # as pffs does at its INIT
+    return proc
+
+
+def _mounted(proc: subprocess.Popen[bytes], mountpoint: str, what: str) -> subprocess.Popen[bytes]:
+    """`proc` once its file system is mounted at `mountpoint` (30 s at most)."""
     track_process(proc)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -166,7 +193,7 @@ def _mount_traced(
             break
         time.sleep(0.1)
     proc.kill()
-    raise RuntimeError(f"the traced pffs did not mount at {mountpoint}")
+    raise RuntimeError(f"{what} did not mount at {mountpoint}")
 
 
 # --- reading the traces -------------------------------------------------------------------
@@ -298,7 +325,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--latency", type=float, default=0.0, help="ms of round trip (0)")
     p.add_argument("--sizes", choices=("quick", "full"), default="quick")
     p.add_argument("--patterns", default=",".join(clients.PATTERNS))
-    p.add_argument("--system", choices=("pffs", "s3fs", "rclone"), default="pffs")
+    p.add_argument(
+        "--system",
+        choices=("pffs", "s3fs", "rclone", "floor"),
+        default="pffs",
+        help="floor: the least a pyfuse3 file system does, each file fetched whole at its open "
+        "(bench/probes/_storefloor.py)",
+    )
     p.add_argument("--pffs-options", default="", help="extra `pffs mount` options, quoted")
     p.add_argument("--out", help="where the raw traces stay (a new directory)")
     p.add_argument(
@@ -418,6 +451,9 @@ class _Session:
                 traced = UNTRACED if self.args.no_trace else trace
                 proc = _mount_traced(proxy.server, mountpoint, cache, traced, options, self.tree)
                 pid: int | None = proc.pid
+            elif self.args.system == "floor":
+                proc = _mount_floor(proxy.server, mountpoint, self.objects, self.base)
+                pid = proc.pid
             else:
                 system = S3fs() if self.args.system == "s3fs" else Rclone()
                 pid = mount_system(system, proxy.server, BUCKET, mountpoint, cache)
