@@ -153,7 +153,7 @@ class CacheConfig:
     # Readahead window of one open file; it starts at one block and doubles up to this, or up
     # to more when its read rate x request time asks for more (a far store: pffs.cache.window).
     # 8 blocks like JuiceFS: on a small machine a wider window only adds threads contending
-    # (docs/notes/parallel-reads.md).
+    # (docs/notes/parallel-reads.md). A file of at least the largest window starts at that one.
     readahead_max: int = 32 * MIB
     # Largest store request of a load ahead: consecutive blocks are fetched together, one GET for
     # up to this many bytes. Per request, the client and the server spend as much CPU as on

@@ -12,16 +12,21 @@ the same stride, one hop at a time (a round trip each). Its bodies are read late
 What tells the walk apart (the traces: docs/notes/clients-arrow-mmap.md):
 
 - it starts at the file's first byte, and every hop since is short (a read-around: at least two
-  large READs, at most `HOP_MOST` bytes) and lands past the one before by more than its own
-  length: a gap, never back;
+  large READs, at most `HOP_MOST` bytes, then and later) and lands past the one before by more
+  than its own length: a gap, never back;
 - the strides between hops' starts are alike (the batches' sizes), within `STRIDE_SLACK`.
 
 A Parquet projection (pyarrow's preads of a few column chunks, buffered reads) starts at the
 footer, not the first byte, and each chunk is one READ of its own size, a few at once out of
 order; a lazy loader's tensors (safetensors' `safe_open`) start at the header, at the first byte,
-but a tensor is a run of many READs (longer than a hop), in no order. Neither is a walk. Small
-tensors read in the file's order at alike strides would be one; the file is then loaded whole
-(within what the cache keeps unread), which costs bytes the loader never reads.
+but a tensor is a run of many READs (longer than a hop), in no order. Neither is a walk. Nor is
+a whole-file loader's copy (safetensors' `load_file`): its faults come at each tensor's start
+and in the tensor before it, so the first hops look like a walk at the tensors' stride until
+the kernel's READs fill the gaps, growing a hop past `HOP_MOST` (until that rule, the file of
+512 MiB was loaded whole ahead of it, a fifth read back from the disk tier). Small tensors read
+in the file's order at alike strides, with nothing filling the gaps, would be one; the file is
+then loaded whole (within what the cache keeps unread), which costs bytes the loader never
+reads.
 """
 
 from __future__ import annotations
@@ -88,6 +93,8 @@ class HopWalk:
         for hop in reversed(hops):  # the last hop's straggler may come after the next's first
             if hop.takes(offset):
                 hop.add(offset, end)
+                if hop.end - hop.start > HOP_MOST:
+                    self.broken = True  # a run, not a hop: a reader in order filling it in
                 return
         last = hops[-1]
         if not last.short() or offset < last.end + (last.end - last.start):

@@ -15,7 +15,13 @@ flight = rate x the time a request takes, measured per reader:
 Its window is the configured one (`--readahead-max`), or HEADROOM x rate x time when that is
 more: a far store (a large rate x latency product) gets the bytes in flight it needs, a near
 one keeps the window measured best on a small machine (a wider one only adds work contending
-for its cores). While the store does not keep up, the reader consumes blocks as fast as they
+for its cores). A reader of a long file (one of at least the largest window) starts at the
+largest window instead: the configured one suits files read whole in a few windows, often
+several at once sharing the budget (a Parquet scan's, tar shards); a long file's reader (a
+checkpoint loaded whole) would otherwise wait through the growth from the configured window,
+its rate measured while it starves (docs/notes/clients-full-load-window.md).
+
+While the store does not keep up, the reader consumes blocks as fast as they
 come, so each new estimate makes the window HEADROOM times larger, until the reader itself sets
 the pace (the window then stays at what its rate needs) or the window meets its ceiling: the
 largest window (`largest`: what the memory tier and the budget can hold) and the reader's share.
@@ -75,9 +81,10 @@ class Windows:
         self._last_asked: dict[ReaderWindow, float] = {}
         self._swept_at = clock()
 
-    def reader(self) -> ReaderWindow:
-        """The window of a new reader (one per open file)."""
-        return ReaderWindow(self)
+    def reader(self, file_size: int = 0) -> ReaderWindow:
+        """The window of a new reader (one per open file) of a file of `file_size` bytes."""
+        least = self.largest if file_size >= self.largest else self.readahead_max
+        return ReaderWindow(self, least)
 
     def streaming(self) -> int:
         """Readers that asked for a window in the last ACTIVE_SECONDS."""
@@ -102,10 +109,19 @@ class Windows:
 class ReaderWindow:
     """One reader's rate and request time, and the window and parts they call for."""
 
-    __slots__ = ("_period_bytes", "_period_start", "_windows", "part", "rate", "request_time")
+    __slots__ = (
+        "_period_bytes",
+        "_period_start",
+        "_windows",
+        "least",
+        "part",
+        "rate",
+        "request_time",
+    )
 
-    def __init__(self, windows: Windows) -> None:
+    def __init__(self, windows: Windows, least: int) -> None:
         self._windows = windows
+        self.least = least  # the window before Little's law asks for more, in bytes
         self.rate: float | None = None  # bytes per second the reader consumes
         self.request_time: float | None = None  # seconds one of its readahead GETs takes
         self.part = 1  # blocks per request of the last window
@@ -138,7 +154,7 @@ class ReaderWindow:
         """Bytes to keep loaded or on their way ahead of the reader: at least one block. Sets
         `part` for it."""
         windows = self._windows
-        wanted = windows.readahead_max
+        wanted = self.least
         if self.rate is not None and self.request_time is not None:
             wanted = max(wanted, int(HEADROOM * self.rate * self.request_time))
         window = max(windows.block_size, min(wanted, windows.largest, windows.share(self)))

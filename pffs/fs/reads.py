@@ -79,7 +79,7 @@ class Reader:
             backend.source_id, backend.principal, inside, info.version, info.size, self.block_size
         )
         # A window for files of several blocks: only they have blocks to load ahead.
-        window = self.cache.windows.reader() if info.size > 2 * self.block_size else None
+        window = self.cache.windows.reader(info.size) if info.size > 2 * self.block_size else None
         readahead = Readahead(self.block_size, self.cache.readahead_max, info.size, window)
         source = open_blocks(Store.of(mounted, tier=self.tier), blocks)
         handle = ReadHandle(inode, blocks, readahead, mounted, source)

@@ -293,3 +293,19 @@ def test_reads_that_walk_no_file_in_hops_never_sweep_it() -> None:
     assert swept(walk)  # the control
     assert not swept(walk[2:])
     assert not swept(_walk_reads([stride, 40 * MIB, 55 * MIB, 70 * MIB], size))
+
+
+def test_a_whole_file_loaded_in_order_is_no_walk() -> None:
+    """safetensors' `load_file` by mmap, the first READs as the bench's trace had them: a fault
+    at the second tensor's start (8 MiB) comes before the kernel reads the first tensor's rest,
+    and the next at 16 MiB before 10-14 MiB: hops at the tensors' stride at first, until READs
+    fill the gaps. That is a reader in order, not a walk: the file is not swept."""
+    block, size, blocks = 4 * MIB, MIB, 128
+    ra = Readahead(block, readahead_max=8 * block, file_size=blocks * block)
+    first = [0, 1, 7, 8, 2, 3, 4, 5, 6, 9, 15, 16, 10, 11, 12, 13, 14, 17, 23, 24, 18, 19, 20, 21]
+    offsets = [n * MIB + (4 * KIB if n in (7, 8, 9, 15, 16, 17, 23, 24) else 0) for n in first]
+    offsets += [n * MIB for n in range(25, 64)]
+    for offset in offsets:
+        ra.on_read(offset, offset + size)
+        assert not ra.sweeping, offset // MIB
+    assert ra.sequential

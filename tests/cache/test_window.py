@@ -46,6 +46,19 @@ def test_before_anything_is_measured_the_window_is_the_configured_one() -> None:
     assert alone_with_a_small_budget.size() == 16 * MIB
 
 
+def test_a_long_files_reader_starts_at_the_largest_window() -> None:
+    """A file of at least the largest window: its reader does not wait for Little's law to grow
+    its window from the configured one; a shorter file's keeps the configured one, and a long
+    file's reader among others still gets its share only."""
+    clock = Clock()
+    windows = make_windows(clock, readahead_max=32 * MIB, largest=128 * MIB)
+    assert windows.reader(file_size=512 * MIB).size() == 128 * MIB
+    assert windows.reader(file_size=128 * MIB).size() == 64 * MIB  # two readers now
+    clock.now += 2.0  # both quiet: their shares go back
+    assert windows.reader(file_size=127 * MIB).size() == 32 * MIB
+    assert windows.reader().size() == 32 * MIB
+
+
 def test_a_far_store_gets_headroom_times_rate_times_request_time() -> None:
     clock = Clock()
     window = make_windows(clock, readahead_max=32 * MIB, largest=128 * MIB).reader()
