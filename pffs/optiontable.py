@@ -222,7 +222,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("block-size", values.block_size, _CACHE.block_size, "cache block size (4M)", "cache",
            dataset=True, csi="blockSize", fills="CacheConfig.block_size"),
     Option("readahead-max", values.size, _CACHE.readahead_max, "readahead window per open file "
-           "(more for a far store), 0 disables (32M)", "cache", dataset=True, csi="readaheadMax",
+           "(more for a far store or a long file), 0 disables (32M)", "cache", dataset=True,
+           csi="readaheadMax",
            renamed=("prefetch-max",), fills="CacheConfig.readahead_max"),
     # preload
     Option("preload", values.boolean, _PRELOAD.enabled, "load files ahead of readers: a "

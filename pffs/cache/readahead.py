@@ -81,6 +81,39 @@ REGION_STREAM_AHEAD = 0
 # never land behind an earlier one; an Arrow file's metadata walk also goes forward. The
 # gathers of random rows land anywhere, mostly behind the furthest one so far.
 SWEEP_SHARE = 1 / 8
+# Drop-behind (`read_through`): a read this far past the bytes read without a gap is a seek (the
+# gap is never filled), and so are reads past gaps once this many wait: random access.
+GAP_MOST = 64 * MIB
+GAPS_MOST = 64
+
+
+class _Coverage:
+    """What a handle has read without a gap: from a start (the file's, or a seek's) up to
+    `through`, and the reads past it waiting for the gap before them to fill."""
+
+    __slots__ = ("_ahead", "through")
+
+    def __init__(self) -> None:
+        self.through = 0
+        self._ahead: dict[int, int] = {}  # start -> end of reads past a gap
+
+    def read(self, offset: int, end: int) -> None:
+        if offset > self.through + GAP_MOST or len(self._ahead) >= GAPS_MOST:
+            self.through, self._ahead = end, {}  # a seek, or random reads: start over here
+            return
+        if offset > self.through:
+            self._ahead[offset] = max(end, self._ahead.get(offset, end))
+            return
+        self.through = max(self.through, end)
+        while self._ahead:
+            filled = [start for start in self._ahead if start <= self.through]
+            if not filled:
+                return
+            for start in filled:
+                self.through = max(self.through, self._ahead.pop(start))
+
+    def read_through(self, offset: int) -> bool:
+        return self.through >= offset
 
 
 class _Stream:
@@ -131,6 +164,7 @@ class Readahead:
         self.sweeping = False  # whether the rest of the file is being loaded
         self._walk = HopWalk()  # a walk forward in hops from the start also starts it
         self._sweep_from = 0  # the block a sweep loads first (then on to the end, then before)
+        self._gaps = _Coverage()
 
     @property
     def window(self) -> int:
@@ -165,6 +199,7 @@ class Readahead:
 
     def on_read(self, offset: int, end: int) -> range:
         """Record a read of [offset, end); return the block indices worth loading ahead."""
+        self._gaps.read(offset, end)
         stream, near = self._stream_for(offset, end - offset)
         if not near and end - offset >= LARGE_READ and offset > 0:
             self._fault(stream, end)
@@ -211,6 +246,14 @@ class Readahead:
         stream.window = min(stream.window, most)
         stream.current_block = max(stream.current_block, block)
         return range(block + 1, min(self.last_block, block + stream.window) + 1)
+
+    def read_through(self, offset: int) -> bool:
+        """Whether the handle has read every byte before `offset` (from the start of the file
+        or of its last seek): drop-behind may let those bytes leave memory. Not only the run's
+        front: a whole-file loader's copy (glibc's memcpy reads a buffer's last bytes first)
+        faults at each tensor's end before the kernel has read the tensor's middle, so its run
+        goes ahead over a gap the kernel's READs fill later."""
+        return self._gaps.read_through(offset)
 
     def _fault(self, stream: _Stream, end: int) -> None:
         """A large read that continues no run (a page fault's first READ) starts `stream`;

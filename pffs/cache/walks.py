@@ -22,11 +22,11 @@ order; a lazy loader's tensors (safetensors' `safe_open`) start at the header, a
 but a tensor is a run of many READs (longer than a hop), in no order. Neither is a walk. Nor is
 a whole-file loader's copy (safetensors' `load_file`): its faults come at each tensor's start
 and in the tensor before it, so the first hops look like a walk at the tensors' stride until
-the kernel's READs fill the gaps, growing a hop past `HOP_MOST` (until that rule, the file of
-512 MiB was loaded whole ahead of it, a fifth read back from the disk tier). Small tensors read
-in the file's order at alike strides, with nothing filling the gaps, would be one; the file is
-then loaded whole (within what the cache keeps unread), which costs bytes the loader never
-reads.
+the kernel's READs fill the gaps, growing a hop past `HOP_MOST` (taken for a walk, a 512 MiB
+checkpoint was loaded whole ahead of its reader, a fifth of it read back from the disk tier).
+Small tensors read in the file's order at alike strides, with nothing filling the gaps, would
+be one; the file is then loaded whole (within what the cache keeps unread), which costs bytes
+the loader never reads.
 """
 
 from __future__ import annotations

@@ -21,10 +21,10 @@ several at once sharing the budget (a Parquet scan's, tar shards); a long file's
 checkpoint loaded whole) would otherwise wait through the growth from the configured window,
 its rate measured while it starves (docs/notes/clients-full-load-window.md).
 
-While the store does not keep up, the reader consumes blocks as fast as they
-come, so each new estimate makes the window HEADROOM times larger, until the reader itself sets
-the pace (the window then stays at what its rate needs) or the window meets its ceiling: the
-largest window (`largest`: what the memory tier and the budget can hold) and the reader's share.
+While the store does not keep up, the reader consumes blocks as fast as they come, so each new
+estimate makes the window HEADROOM times larger, until the reader itself sets the pace (the
+window then stays at what its rate needs) or the window meets its ceiling: the largest window
+(`largest`: what the memory tier and the budget can hold) and the reader's share.
 The window is carried by parts of whole blocks, each of the largest readahead request when the
 window holds STREAMS of those, so a window grown for a far store is several GETs at once; a
 near store's window keeps the few large requests measured cheapest in CPU per byte.

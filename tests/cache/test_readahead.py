@@ -309,3 +309,26 @@ def test_a_whole_file_loaded_in_order_is_no_walk() -> None:
         ra.on_read(offset, offset + size)
         assert not ra.sweeping, offset // MIB
     assert ra.sequential
+
+
+def test_a_block_is_read_through_only_once_its_gaps_are_filled() -> None:
+    """Drop-behind's question, in the full load's READ order: the copy of the tensor at 24 MiB
+    faults at its end (READs at 31 and 32 MiB) while the kernel has read it up to 26 MiB; the
+    bytes before 28 MiB are read through only once READs fill 26-28 MiB. A seek starts over."""
+    block, size = 4 * MIB, MIB
+    ra = Readahead(block, readahead_max=8 * block, file_size=128 * block)
+    for n in range(26):
+        ra.on_read(n * size, (n + 1) * size)
+    assert ra.read_through(24 * MIB)
+    for n in (31, 32):
+        ra.on_read(n * size, (n + 1) * size)
+    assert not ra.read_through(28 * MIB)
+    for n in (26, 27):
+        ra.on_read(n * size, (n + 1) * size)
+    assert ra.read_through(28 * MIB) and not ra.read_through(30 * MIB)
+    for n in (28, 29, 30):
+        ra.on_read(n * size, (n + 1) * size)
+    assert ra.read_through(33 * MIB)
+    ra.on_read(300 * MIB, 301 * MIB)  # a seek
+    ra.on_read(302 * MIB, 303 * MIB)
+    assert ra.read_through(301 * MIB) and not ra.read_through(303 * MIB)
