@@ -450,17 +450,31 @@ RUNNERS: dict[str, Runner] = {
 }
 
 
+# Scans of the run's Parquet set on local disk before any clock starts (warm_libraries).
+WARM_SCANS = 3
+
+
 @functools.cache
-def warm_libraries() -> None:
+def warm_libraries(sizes: ClientSizes | None = None) -> None:
     """The libraries imported, and each pattern run once over quick-size files on local disk,
-    before any clock starts; once per process. A library's first use in a process costs what
-    no later use does (pyarrow's first Parquet read here: about 110 ms, against 11 ms after),
-    which would be charged to whichever system is measured first. About a second."""
+    before any clock starts; and the Parquet scan WARM_SCANS times over files of the run's
+    `sizes`. Once per process and sizes. A library's first use in a process costs what no later
+    use does, which would be charged to whichever system is measured first: pyarrow's first
+    Parquet read about 110 ms against 11 ms after; its first two full-size scans 0.9-1.7 CPU-s
+    of the client against 0.5-0.6 after (the kernel's time in its allocator's first mappings:
+    docs/notes/clients-full-load-window.md). A second at quick sizes, a few more at full."""
     import numpy  # noqa: F401
     import pyarrow.ipc
     import pyarrow.parquet  # noqa: F401
     import safetensors  # noqa: F401
 
+    _warm_patterns()
+    if sizes is not None and sizes != ClientSizes.quick():
+        _warm_scan(sizes)
+
+
+def _warm_patterns() -> None:
+    """Each pattern once over quick-size files on local disk."""
     with tempfile.TemporaryDirectory(prefix="clients-warm-") as work:
         root = os.path.join(work, "files")
 
@@ -471,6 +485,19 @@ def warm_libraries() -> None:
         data = generate(ClientSizes.quick(), work, copy)
         for runner in RUNNERS.values():
             runner(root, data)()
+
+
+def _warm_scan(sizes: ClientSizes) -> None:
+    """The Parquet scan WARM_SCANS times over a set of `sizes` on local disk."""
+    with tempfile.TemporaryDirectory(prefix="clients-warm-") as work:
+        data = ClientData(sizes)
+        os.makedirs(os.path.join(work, SCAN_DIR))
+        for n in range(sizes.parquet_files):
+            key = f"{SCAN_DIR}/part-{n:05d}.parquet"
+            data.column_sums[key] = write_parquet(os.path.join(work, key), sizes.parquet_rows, n)
+            data.scan_keys.append(key)
+        for _ in range(WARM_SCANS):
+            parquet_scan(work, data)()
 
 
 # --- the scenario -----------------------------------------------------------------------
@@ -490,7 +517,7 @@ def run(
     counting proxy: each one's seconds and bytes fetched over bytes read."""
     from bench.counting import CountingProxy
 
-    warm_libraries()
+    warm_libraries(data.sizes)
     base = tempfile.mkdtemp(prefix="clients-", dir=workdir)
     mountpoint, cache = os.path.join(base, "mnt"), os.path.join(base, "cache")
     os.makedirs(mountpoint)

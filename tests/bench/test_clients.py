@@ -101,11 +101,12 @@ def test_only_clients_names_every_figure_of_the_scenario() -> None:
     assert client_sizes(parse_args(["--only", "write_mbs"])) is None
 
 
-def test_the_warm_up_runs_every_pattern_once_and_leaves_no_file(
+def test_the_warm_up_runs_every_pattern_once_the_scan_at_the_runs_sizes_and_leaves_no_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Before any clock starts, each pattern's library is used once (its first use in a process
-    costs what no later one does), over files of its own that it removes."""
+    costs what no later one does), over files of its own that it removes; at a run's own sizes
+    the Parquet scan WARM_SCANS times more (its allocator's first large mappings)."""
     ran: list[str] = []
 
     def counted(name: str, runner: clients.Runner) -> clients.Runner:
@@ -120,4 +121,16 @@ def test_the_warm_up_runs_every_pattern_once_and_leaves_no_file(
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     clients.warm_libraries.__wrapped__()
     assert sorted(ran) == sorted(clients.RUNNERS)
+    assert list(tmp_path.iterdir()) == []
+    ran.clear()
+    scans: list[int] = []
+
+    def scan(root: str, data: clients.ClientData) -> clients.Check:
+        scans.append(1)
+        return runners["parquet_scan"](root, data)
+
+    monkeypatch.setattr(clients, "parquet_scan", scan)
+    larger = replace(clients.ClientSizes.quick(), parquet_files=2, parquet_rows=20_000)
+    clients.warm_libraries.__wrapped__(larger)  # the run's sizes: its scan, WARM_SCANS times
+    assert len(scans) == clients.WARM_SCANS
     assert list(tmp_path.iterdir()) == []
