@@ -175,7 +175,8 @@ class StoreFloor(pyfuse3.Operations):
         while True:
             chosen = self._next()
             if chosen is None:
-                self._work = trio.Event() if self._work.is_set() else self._work
+                if self._work.is_set():  # set for opens whose runs are all taken
+                    self._work = trio.Event()
                 await self._work.wait()
                 continue
             file, run = chosen

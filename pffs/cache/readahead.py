@@ -250,9 +250,9 @@ class Readahead:
     def read_through(self, offset: int) -> bool:
         """Whether the handle has read every byte before `offset` (from the start of the file
         or of its last seek): drop-behind may let those bytes leave memory. Not only the run's
-        front: a whole-file loader's copy (glibc's memcpy reads a buffer's last bytes first)
-        faults at each tensor's end before the kernel has read the tensor's middle, so its run
-        goes ahead over a gap the kernel's READs fill later."""
+        front: a whole-file loader's copy faults at each tensor's end before the kernel has
+        read the tensor's middle (docs/notes/clients-full-load-window.md), so its run goes
+        ahead over a gap the kernel's READs fill later."""
         return self._gaps.read_through(offset)
 
     def _fault(self, stream: _Stream, end: int) -> None:
