@@ -81,6 +81,13 @@ REGION_STREAM_AHEAD = 0
 # never land behind an earlier one; an Arrow file's metadata walk also goes forward. The
 # gathers of random rows land anywhere, mostly behind the furthest one so far.
 SWEEP_SHARE = 1 / 8
+# A region starting at most this far ahead of another region being read streams nothing ahead
+# at its second READ: a lazy loader's copy of a tensor faults at its start, then at its end
+# (glibc's memmove loads a large buffer's last bytes before its loop), then its middle; the
+# end's region would stream REGION_STREAM_FIRST past the tensor, bytes the loader never reads
+# (about 3 MiB of each 8 MiB tensor: docs/notes/clients-full-load-window.md). Larger tensors'
+# ends land further ahead and keep the stream, a smaller share of their bytes.
+REGION_COPY_END = 8 * MIB
 # Drop-behind (`read_through`): a read this far past the bytes read without a gap is a seek (the
 # gap is never filled), and so are reads past gaps once this many wait: random access.
 GAP_MOST = 64 * MIB
@@ -214,7 +221,8 @@ class Readahead:
         read = stream.expected - stream.origin
         streamed = self.region and near and end - offset >= LARGE_READ and self.max_blocks > 0
         if streamed and read < REGION_STREAM_BLOCKS * self.block_size:
-            most = REGION_STREAM_FIRST if stream.streak == 1 else REGION_STREAM_AHEAD
+            first = stream.streak == 1 and not self._copy_end(stream)
+            most = REGION_STREAM_FIRST if first else REGION_STREAM_AHEAD
             ahead = min(most, int(read * REGION_STREAM_SHARE))
             stream.current_block = block
             if stream.expected + REGION_STREAM_FIRST >= self.file_size:
@@ -254,6 +262,15 @@ class Readahead:
         read the tensor's middle (docs/notes/clients-full-load-window.md), so its run goes
         ahead over a gap the kernel's READs fill later."""
         return self._gaps.read_through(offset)
+
+    def _copy_end(self, stream: _Stream) -> bool:
+        """Whether a region starts a little ahead of another one being read: the end of a
+        buffer the copy faulted before its middle (see REGION_COPY_END)."""
+        return any(
+            other.origin > 0 and other.expected < stream.origin <= other.expected + REGION_COPY_END
+            for other in self._streams
+            if other is not stream
+        )
 
     def _fault(self, stream: _Stream, end: int) -> None:
         """A large read that continues no run (a page fault's first READ) starts `stream`;

@@ -332,3 +332,25 @@ def test_a_block_is_read_through_only_once_its_gaps_are_filled() -> None:
     ra.on_read(300 * MIB, 301 * MIB)  # a seek
     ra.on_read(302 * MIB, 303 * MIB)
     assert ra.read_through(301 * MIB) and not ra.read_through(303 * MIB)
+
+
+def test_a_region_just_ahead_of_another_streams_nothing_ahead() -> None:
+    """A lazy loader's copy of the tensor at 136 MiB faults at its start (READs at 135 and 136
+    MiB), then at its end (143 and 144), then reads its middle: the start's region streams ahead
+    at its second READ, the end's streams only its own READ's bytes (not 4 MiB past the
+    tensor). A region far ahead of the others still streams."""
+    block, size = 4 * MIB, MIB
+    ra = Readahead(block, readahead_max=8 * block, file_size=128 * block)
+    ra.on_read(0, size)  # the header
+    start = 135 * MIB + 4 * KIB
+    ra.on_read(start, start + size)
+    ra.on_read(start + size, start + 2 * size)
+    assert ra.stream_to == start + 2 * size + REGION_STREAM_FIRST
+    end = start + 8 * MIB
+    ra.on_read(end, end + size)
+    ra.on_read(end + size, end + 2 * size)
+    assert ra.stream_to == end + 2 * size + REGION_STREAM_AHEAD
+    far = start + 64 * MIB
+    ra.on_read(far, far + size)
+    ra.on_read(far + size, far + 2 * size)
+    assert ra.stream_to == far + 2 * size + REGION_STREAM_FIRST
