@@ -83,7 +83,7 @@ REGION_STREAM_AHEAD = 0
 SWEEP_SHARE = 1 / 8
 # A region starting at most this far ahead of another region being read streams nothing ahead
 # at its second READ: a lazy loader's copy of a tensor faults at its start, then at its end
-# (glibc's memmove loads a large buffer's last bytes before its loop), then its middle; the
+# (likely glibc's memmove, which loads a large buffer's last bytes first), then its middle; the
 # end's region would stream REGION_STREAM_FIRST past the tensor, bytes the loader never reads
 # (about 3 MiB of each 8 MiB tensor: docs/notes/clients-full-load-window.md). Larger tensors'
 # ends land further ahead and keep the stream, a smaller share of their bytes.
