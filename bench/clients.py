@@ -214,6 +214,11 @@ def write_tar(path: str, samples: int, size: int, seed: int) -> str:
     return digest.hexdigest()
 
 
+def parquet_key(directory: str, n: int) -> str:
+    """The key of a Parquet set's `n`th file."""
+    return f"{directory}/part-{n:05d}.parquet"
+
+
 def generate(sizes: ClientSizes, workdir: str, put: Callable[[str, str], None]) -> ClientData:
     """Every pattern's files, written in `workdir` one at a time and each given to
     `put(local_path, key)` (an upload), then removed; what the patterns check."""
@@ -229,7 +234,7 @@ def generate(sizes: ClientSizes, workdir: str, put: Callable[[str, str], None]) 
     sets = ((COLUMNS_DIR, data.columns_keys, 100), (SCAN_DIR, data.scan_keys, 200))
     for directory, keys, seed in sets:
         for n in range(sizes.parquet_files):
-            key = f"{directory}/part-{n:05d}.parquet"
+            key = parquet_key(directory, n)
             data.column_sums[key] = write_parquet(local, sizes.parquet_rows, seed + n)
             if directory == COLUMNS_DIR:
                 data.projection_bytes += projection_bytes(local)
@@ -493,7 +498,7 @@ def _warm_scan(sizes: ClientSizes) -> None:
         data = ClientData(sizes)
         os.makedirs(os.path.join(work, SCAN_DIR))
         for n in range(sizes.parquet_files):
-            key = f"{SCAN_DIR}/part-{n:05d}.parquet"
+            key = parquet_key(SCAN_DIR, n)
             data.column_sums[key] = write_parquet(os.path.join(work, key), sizes.parquet_rows, n)
             data.scan_keys.append(key)
         for _ in range(WARM_SCANS):

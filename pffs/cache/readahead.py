@@ -88,10 +88,11 @@ SWEEP_SHARE = 1 / 8
 # (about 3 MiB of each 8 MiB tensor: docs/notes/clients-full-load-window.md). Larger tensors'
 # ends land further ahead and keep the stream, a smaller share of their bytes.
 REGION_COPY_END = 8 * MIB
-# Drop-behind (`read_through`): a read this far past the bytes read without a gap is a seek (the
-# gap is never filled), and so are reads past gaps once this many wait: random access.
-GAP_MOST = 64 * MIB
-GAPS_MOST = 64
+# Drop-behind (`passes`) follows the bytes a handle read without a gap: a read this far past
+# them is a seek (that gap is never filled), and so are reads past gaps once this many wait
+# (random access); either starts the coverage over.
+COVERAGE_SEEK = 64 * MIB
+COVERAGE_GAPS = 64
 
 
 class _Coverage:
@@ -105,7 +106,7 @@ class _Coverage:
         self._ahead: dict[int, int] = {}  # start -> end of reads past a gap
 
     def read(self, offset: int, end: int) -> None:
-        if offset > self.through + GAP_MOST or len(self._ahead) >= GAPS_MOST:
+        if offset > self.through + COVERAGE_SEEK or len(self._ahead) >= COVERAGE_GAPS:
             self.through, self._ahead = end, {}  # a seek, or random reads: start over here
             return
         if offset > self.through:
@@ -113,14 +114,10 @@ class _Coverage:
             return
         self.through = max(self.through, end)
         while self._ahead:
-            filled = [start for start in self._ahead if start <= self.through]
-            if not filled:
+            filled = next((start for start in self._ahead if start <= self.through), None)
+            if filled is None:
                 return
-            for start in filled:
-                self.through = max(self.through, self._ahead.pop(start))
-
-    def read_through(self, offset: int) -> bool:
-        return self.through >= offset
+            self.through = max(self.through, self._ahead.pop(filled))
 
 
 class _Stream:
@@ -171,7 +168,7 @@ class Readahead:
         self.sweeping = False  # whether the rest of the file is being loaded
         self._walk = HopWalk()  # a walk forward in hops from the start also starts it
         self._sweep_from = 0  # the block a sweep loads first (then on to the end, then before)
-        self._gaps = _Coverage()
+        self._coverage = _Coverage()
 
     @property
     def window(self) -> int:
@@ -206,7 +203,7 @@ class Readahead:
 
     def on_read(self, offset: int, end: int) -> range:
         """Record a read of [offset, end); return the block indices worth loading ahead."""
-        self._gaps.read(offset, end)
+        self._coverage.read(offset, end)
         stream, near = self._stream_for(offset, end - offset)
         if not near and end - offset >= LARGE_READ and offset > 0:
             self._fault(stream, end)
@@ -255,13 +252,19 @@ class Readahead:
         stream.current_block = max(stream.current_block, block)
         return range(block + 1, min(self.last_block, block + stream.window) + 1)
 
-    def read_through(self, offset: int) -> bool:
-        """Whether the handle has read every byte before `offset` (from the start of the file
-        or of its last seek): drop-behind may let those bytes leave memory. Not only the run's
-        front: a whole-file loader's copy faults at each tensor's end before the kernel has
-        read the tensor's middle (docs/notes/clients-full-load-window.md), so its run goes
-        ahead over a gap the kernel's READs fill later."""
-        return self._gaps.read_through(offset)
+    def passes(self, offset: int) -> int | None:
+        """The block a sequential read at `offset` leaves behind for good (drop-behind: it may
+        leave memory once on disk), or None. Reading into a block of a file of several (one
+        with a reader window), the block two back: not the one just before, as the kernel's
+        READs of one run arrive several at once and one of its end may come after this one;
+        and only once every byte before its end was read (since the file's start or the last
+        seek), not only the run's front: a whole-file loader's copy faults at each tensor's end
+        before the kernel reads the tensor's middle (docs/notes/clients-full-load-window.md),
+        so its run goes ahead over a gap the kernel's READs fill later."""
+        index, start = divmod(offset, self.block_size)
+        if start or index < 2 or self.reader_window is None:
+            return None
+        return index - 2 if self._coverage.through >= (index - 1) * self.block_size else None
 
     def _copy_end(self, stream: _Stream) -> bool:
         """Whether a region starts a little ahead of another one being read: the end of a

@@ -204,18 +204,9 @@ class Reader:
             elif handle.readahead.sequential:
                 block = await cache.read(key, source, block_length, served=stop - start)
                 pieces.append(memoryview(block)[start:stop])
-                readahead = handle.readahead
-                windowed = index > 1 and readahead.reader_window is not None
-                if (
-                    start == 0
-                    and windowed
-                    and readahead.read_through((index - 1) * blocks.block_size)
-                ):
-                    # Into a block of a file of several: the one two back is passed
-                    # (drop-behind) once all of it was read. Not the one just before: the
-                    # kernel's READs of one run arrive several at once, and one of its end may
-                    # come after this one.
-                    cache.passed(blocks.key(index - 2))
+                behind = handle.readahead.passes(index * self.block_size + start)
+                if behind is not None:
+                    cache.passed(blocks.key(behind))
             else:  # random access: only what is asked of the disk tier
                 pieces.append(await cache.read_part(key, start, stop - start, source, block_length))
         return pieces[0] if len(pieces) == 1 else b"".join(pieces)

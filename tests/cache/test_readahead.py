@@ -11,6 +11,7 @@ from pffs.cache.readahead import (
     SWEEP_SHARE,
     Readahead,
 )
+from pffs.cache.window import Windows
 from tests.cache.configs import KIB
 
 MIB = 1024 * KIB
@@ -311,27 +312,36 @@ def test_a_whole_file_loaded_in_order_is_no_walk() -> None:
     assert ra.sequential
 
 
-def test_a_block_is_read_through_only_once_its_gaps_are_filled() -> None:
+def test_a_block_is_passed_only_once_read_through_and_its_gaps_filled() -> None:
     """Drop-behind's question, in the full load's READ order: the copy of the tensor at 24 MiB
     faults at its end (READs at 31 and 32 MiB) while the kernel has read it up to 26 MiB; the
-    bytes before 28 MiB are read through only once READs fill 26-28 MiB. A seek starts over."""
+    block before 28 MiB is passed only once READs fill 26-28 MiB. A seek starts over. Only a
+    read at a block's start passes one, and only in a file with a reader window."""
     block, size = 4 * MIB, MIB
-    ra = Readahead(block, readahead_max=8 * block, file_size=128 * block)
+    windows = Windows(32 * block, 8 * block, 32 * block, block, 4 * block)
+    ra = Readahead(
+        block, readahead_max=8 * block, file_size=128 * block, reader_window=windows.reader()
+    )
     for n in range(26):
         ra.on_read(n * size, (n + 1) * size)
-    assert ra.read_through(24 * MIB)
+    assert ra.passes(28 * MIB) == 5  # the bytes before 24 MiB are read through
+    assert ra.passes(28 * MIB + 4 * KIB) is None
     for n in (31, 32):
         ra.on_read(n * size, (n + 1) * size)
-    assert not ra.read_through(28 * MIB)
+    assert ra.passes(32 * MIB) is None  # 26-28 MiB not read yet
     for n in (26, 27):
         ra.on_read(n * size, (n + 1) * size)
-    assert ra.read_through(28 * MIB) and not ra.read_through(30 * MIB)
+    assert ra.passes(32 * MIB) == 6 and ra.passes(36 * MIB) is None
     for n in (28, 29, 30):
         ra.on_read(n * size, (n + 1) * size)
-    assert ra.read_through(33 * MIB)
+    assert ra.passes(36 * MIB) == 7
     ra.on_read(300 * MIB, 301 * MIB)  # a seek
     ra.on_read(302 * MIB, 303 * MIB)
-    assert ra.read_through(301 * MIB) and not ra.read_through(303 * MIB)
+    assert ra.passes(304 * MIB) == 74 and ra.passes(308 * MIB) is None
+    windowless = Readahead(block, readahead_max=8 * block, file_size=128 * block)
+    for n in range(26):
+        windowless.on_read(n * size, (n + 1) * size)
+    assert windowless.passes(24 * MIB) is None
 
 
 def test_a_region_just_ahead_of_another_streams_nothing_ahead() -> None:
