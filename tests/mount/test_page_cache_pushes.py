@@ -55,10 +55,14 @@ def test_a_random_read_fills_the_page_cache_around_it_and_never_serves_stale_byt
     )
     with mounted("s3://pages", tmp_path / "mnt", *options) as mnt:
         assert (mnt / "f.bin").read_bytes() == old  # the cache holds it: pushes need that
-        fd = os.open(mnt / "f.bin", os.O_RDONLY)
-        try:
+        at, near = 20 * MIB + 60 * KIB, 20 * MIB + 4 * KIB
 
-            def the_push_answers_a_neighbour() -> None:
+        def the_push_answers_a_neighbour() -> int:
+            """A handle whose random read was pushed around (the push answering the neighbour).
+            A handle of its own each attempt: once a drop let the neighbour's read reach pffs,
+            the next attempt's read would continue that handle's run (sequential: no push)."""
+            fd = os.open(mnt / "f.bin", os.O_RDONLY)
+            try:
                 # Drop the file's pages (clean pages of this file only; no root needed).
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
                 # Far from the start (a first read near it would look sequential to pffs), the
@@ -77,10 +81,13 @@ def test_a_random_read_fills_the_page_cache_around_it_and_never_serves_stale_byt
                 third = reader_reads(mnt)
                 assert third[0] == second[0]  # no byte served by pffs's reader
                 assert third[1] - second[1] == stats_reads  # no FUSE read but the stats file's
+            except BaseException:
+                os.close(fd)
+                raise
+            return fd
 
-            at, near = 20 * MIB + 60 * KIB, 20 * MIB + 4 * KIB
-            unless_dropped(the_push_answers_a_neighbour)  # another test's drop_caches empties it
-
+        fd = unless_dropped(the_push_answers_a_neighbour)  # another test's drop_caches empties it
+        try:
             # The object changes in the store. The old handle reads (and pushes) its version
             # right up to a new open; once that open has seen the new version, no page of the
             # old one may be served, not even one whose push was on its way.
