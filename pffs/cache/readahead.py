@@ -86,7 +86,9 @@ SWEEP_SHARE = 1 / 8
 # (likely glibc's memmove, which loads a large buffer's last bytes first), then its middle; the
 # end's region would stream REGION_STREAM_FIRST past the tensor, bytes the loader never reads
 # (about 3 MiB of each 8 MiB tensor: docs/notes/clients-full-load-window.md). Larger tensors'
-# ends land further ahead and keep the stream, a smaller share of their bytes.
+# ends land further ahead and keep the stream, a smaller share of their bytes. The middle
+# between the two is streamed at once (`stream_gap`): asked for only when the copy reached it,
+# it cost each tensor a round trip more (a lazy load at 20 ms: 0.84-0.91 s against 0.62-0.68).
 REGION_COPY_END = 8 * MIB
 # Drop-behind (`passes`) follows the bytes a handle read without a gap: a read this far past
 # them is a seek (that gap is never filled), and so are reads past gaps once this many wait
@@ -156,6 +158,9 @@ class Readahead:
         # Where a streamed region run's bytes should be asked for up to (pffs.fs.regions), or
         # None: the last read is not one.
         self.stream_to: int | None = None
+        # The bytes between a copy's start and its end's region, to be streamed now, or None
+        # (see REGION_COPY_END): the copy reads them next.
+        self.stream_gap: tuple[int, int] | None = None
         # Random faults (see SWEEP_SHARE): the blocks touched by short regions landing behind
         # the furthest fault start, the stream of the last fault (counted once the next comes,
         # if it never continued) and the furthest fault start so far.
@@ -213,12 +218,13 @@ class Readahead:
         stream.expected = max(end, stream.expected) if near else end
         self.sequential = stream.streak >= RUN_READS
         self.region = stream.origin > 0
-        self.stream_to = None
+        self.stream_to = self.stream_gap = None
         block = (max(end, 1) - 1) // self.block_size
         read = stream.expected - stream.origin
         streamed = self.region and near and end - offset >= LARGE_READ and self.max_blocks > 0
         if streamed and read < REGION_STREAM_BLOCKS * self.block_size:
-            first = stream.streak == 1 and not self._copy_end(stream)
+            copied = self._copy_of(stream) if stream.streak == 1 else None
+            first = stream.streak == 1 and copied is None
             most = REGION_STREAM_FIRST if first else REGION_STREAM_AHEAD
             ahead = min(most, int(read * REGION_STREAM_SHARE))
             stream.current_block = block
@@ -231,6 +237,8 @@ class Readahead:
                 # read's block, before the read.
                 return range(offset // self.block_size, self.last_block + 1)
             self.stream_to = stream.expected + ahead
+            if copied is not None:
+                self.stream_gap = (copied.expected, stream.origin)
             return range(0)
         if stream.streak < RUN_READS or self.max_blocks == 0:
             stream.window = 0
@@ -266,14 +274,15 @@ class Readahead:
             return None
         return index - 2 if self._coverage.through >= (index - 1) * self.block_size else None
 
-    def _copy_end(self, stream: _Stream) -> bool:
-        """Whether a region starts a little ahead of another one being read: the end of a
-        buffer the copy faulted before its middle (see REGION_COPY_END)."""
-        return any(
-            other.origin > 0 and other.expected < stream.origin <= other.expected + REGION_COPY_END
-            for other in self._streams
-            if other is not stream
-        )
+    def _copy_of(self, stream: _Stream) -> _Stream | None:
+        """The region `stream` starts a little ahead of, when it is the end of a buffer the
+        copy faulted before its middle (see REGION_COPY_END); else None."""
+        for other in self._streams:
+            if other is stream or other.origin == 0:
+                continue
+            if other.expected < stream.origin <= other.expected + REGION_COPY_END:
+                return other
+        return None
 
     def _fault(self, stream: _Stream, end: int) -> None:
         """A large read that continues no run (a page fault's first READ) starts `stream`;

@@ -146,6 +146,9 @@ class Reader:
             regions = handle.regions = self._regions(handle)
         if regions is None:
             return None
+        gap = handle.readahead.stream_gap
+        if gap is not None and not self._cached(handle, *gap):
+            regions.reach(*gap, 0)
         if target is not None and not self._cached(handle, offset, target):
             regions.reach(offset, target, (target - end) // 2)
         elif not regions.covers(offset):

@@ -348,7 +348,8 @@ def test_a_region_just_ahead_of_another_streams_nothing_ahead() -> None:
     """A lazy loader's copy of the tensor at 136 MiB faults at its start (READs at 135 and 136
     MiB), then at its end (143 and 144), then reads its middle: the start's region streams ahead
     at its second READ, the end's streams only its own READ's bytes (not 4 MiB past the
-    tensor). A region far ahead of the others still streams."""
+    tensor) and asks for the middle between them. A region far ahead of the others still
+    streams."""
     block, size = 4 * MIB, MIB
     ra = Readahead(block, readahead_max=8 * block, file_size=128 * block)
     ra.on_read(0, size)  # the header
@@ -358,9 +359,11 @@ def test_a_region_just_ahead_of_another_streams_nothing_ahead() -> None:
     assert ra.stream_to == start + 2 * size + REGION_STREAM_FIRST
     end = start + 8 * MIB
     ra.on_read(end, end + size)
+    assert ra.stream_gap is None
     ra.on_read(end + size, end + 2 * size)
     assert ra.stream_to == end + 2 * size + REGION_STREAM_AHEAD
+    assert ra.stream_gap == (start + 2 * size, end)  # the middle, which the copy reads next
     far = start + 64 * MIB
     ra.on_read(far, far + size)
     ra.on_read(far + size, far + 2 * size)
-    assert ra.stream_to == far + 2 * size + REGION_STREAM_FIRST
+    assert ra.stream_to == far + 2 * size + REGION_STREAM_FIRST and ra.stream_gap is None

@@ -353,6 +353,49 @@ def test_a_region_fetches_nothing_past_the_kernels_last_read() -> None:
     assert sum(length for _, length in store.ranges) == last - reads[0][0]  # each byte once
 
 
+def test_a_copys_end_asks_for_the_middle_before_the_copy_reads_it() -> None:
+    """A lazy loader's copy of a tensor faults at its start, then at its end, then reads its
+    middle (docs/notes/clients-full-load-window.md): at the end's second READ, the bytes between
+    the start's spans and the end are asked for, with no READ of them yet, so the middle's READs
+    wait for no round trip of their own; no byte is asked twice."""
+    data = random.Random(23).randbytes(24 * BLOCK)
+    store = RunStore({"f": data})
+    start = 7 * BLOCK + 5616
+    end = start + 6 * MIB  # the end's region: less than REGION_COPY_END past the start's reads
+    faults = [(start, READ), (start + READ, READ), (end, READ), (end + READ, READ)]
+    middle = [(offset, READ) for offset in range(start + 2 * READ, end, READ)]
+    config = cache_config(None, block=BLOCK, readahead_max=8 * BLOCK, ahead_budget=16 * BLOCK)
+
+    def asked(offset: int, stop: int) -> bool:
+        ranges = list(store.ranges)
+        return all(
+            any(a <= position < a + n for a, n in ranges)
+            for position in range(offset, stop, 64 * KIB)
+        )
+
+    async def copy(vfs: Vfs) -> list[bytes]:
+        async with trio.open_nursery() as nursery:
+            vfs.attach(nursery)
+            inode = await vfs.lookup(ROOT_INODE, "f")
+            fh, _ = await vfs.open(inode.ino, os.O_RDONLY)
+            try:
+                got = [bytes(await vfs.read(fh, o, n)) for o, n in faults]
+                with trio.fail_after(10):  # the spans' requests run in worker threads
+                    while not asked(start + 2 * READ, end):
+                        await trio.sleep(0.01)
+                got += [bytes(await vfs.read(fh, o, n)) for o, n in middle]
+            finally:
+                await vfs.release(fh)
+            await vfs.drain()
+            nursery.cancel_scope.cancel()
+        return got
+
+    got = trio.run(copy, cached_vfs(store, config))
+    assert got == [data[o : o + n] for o, n in faults + middle]
+    covered = sorted(store.ranges)
+    assert all(a + n <= b for (a, n), (b, _) in itertools.pairwise(covered))  # each byte once
+
+
 # Frames kept per allocation: enough to find pffs's or the fake store's code below the
 # builtins and trio's machinery that made it.
 FRAMES = 32
