@@ -225,8 +225,8 @@ def test_random_faults_over_a_share_of_the_file_load_all_of_it() -> None:
 
 def test_forward_faults_and_continuing_tensors_never_load_the_file() -> None:
     """A Parquet projection's ranged reads (forward through the file, a few answered out of
-    order) and a lazy loader's tensors (regions that continue, in random order) are no random
-    faults, however much of the file they touch."""
+    order; or a READ each in any order) and a lazy loader's tensors (regions that continue, in
+    random order) are no random faults, however much of the file they touch."""
     block, size, blocks = 4 * MIB, MIB, 64
     forward = Readahead(block, readahead_max=8 * block, file_size=blocks * block)
     _faults(forward, [blocks * block - 2 * size], 2, size)  # the footer
@@ -235,6 +235,12 @@ def test_forward_faults_and_continuing_tensors_never_load_the_file() -> None:
         starts[i], starts[i + 1] = starts[i + 1], starts[i]
     _faults(forward, starts, 2, size)
     assert not forward.sweeping
+    # pyarrow's chunks asked at once from several threads: a READ each, landing anywhere.
+    preads = Readahead(block, readahead_max=8 * block, file_size=blocks * block)
+    _faults(preads, [blocks * block - 2 * size], 2, size)  # the footer
+    chunks = random.Random(7).sample(range(size, (blocks - 2) * block, 3 * MIB), 60)
+    _faults(preads, chunks, 1, 460 * KIB)
+    assert not preads.sweeping
     tensors = Readahead(block, readahead_max=8 * block, file_size=blocks * block)
     starts = random.Random(6).sample(range(block, (blocks - 2) * block, 2 * block), 24)
     _faults(tensors, [s + 5616 for s in starts], 4, size)
