@@ -80,7 +80,7 @@ REGION_STREAM_AHEAD = 0
 # in order (its run goes past its read-around), so it never counts; a Parquet projection's
 # ranged reads (pread of its column chunks) are a READ each, which never counts either: pyarrow
 # asks for a file's chunks at once from several threads, so they may land anywhere behind the
-# furthest (one in twelve projections of 8 files on RGW loaded a 36 MiB file whole); an Arrow
+# furthest, and then a projection loaded whole files (docs/notes/clients-parquet.md); an Arrow
 # file's metadata walk goes forward. The gathers of random rows land anywhere, mostly behind
 # the furthest one so far.
 SWEEP_SHARE = 1 / 8
@@ -91,7 +91,7 @@ SWEEP_SHARE = 1 / 8
 # (about 3 MiB of each 8 MiB tensor: docs/notes/clients-full-load-window.md). Larger tensors'
 # ends land further ahead and keep the stream, a smaller share of their bytes. The middle
 # between the two is streamed at once (`stream_gap`): asked for only when the copy reached it,
-# it cost each tensor a round trip more (a lazy load at 20 ms: 0.84-0.91 s against 0.62-0.68).
+# it cost each tensor a round trip more.
 REGION_COPY_END = 8 * MIB
 # Drop-behind (`passes`) follows the bytes a handle read without a gap: a read this far past
 # them is a seek (that gap is never filled), and so are reads past gaps once this many wait
