@@ -93,6 +93,11 @@ SWEEP_SHARE = 1 / 8
 # between the two is streamed at once (`stream_gap`): asked for only when the copy reached it,
 # it cost each tensor a round trip more.
 REGION_COPY_END = 8 * MIB
+# The middle is asked for only when both regions have read this much: a fault's read-around
+# (two READs of 1 MiB here). A pread split into two READs (a Parquet projection's column chunk
+# of a few hundred KiB) is also a short region, and the gap between two chunks is the columns
+# the projection skips (docs/notes/clients-parquet.md).
+COPY_READ_LEAST = 1 * MIB
 # Drop-behind (`passes`) follows the bytes a handle read without a gap: a read this far past
 # them is a seek (that gap is never filled), and so are reads past gaps once this many wait
 # (random access); either starts the coverage over.
@@ -240,7 +245,7 @@ class Readahead:
                 # read's block, before the read.
                 return range(offset // self.block_size, self.last_block + 1)
             self.stream_to = stream.expected + ahead
-            if copied is not None:
+            if copied is not None and min(read, copied.expected - copied.origin) >= COPY_READ_LEAST:
                 self.stream_gap = (copied.expected, stream.origin)
             return range(0)
         if stream.streak < RUN_READS or self.max_blocks == 0:

@@ -373,3 +373,9 @@ def test_a_region_just_ahead_of_another_streams_nothing_ahead() -> None:
     ra.on_read(far, far + size)
     ra.on_read(far + size, far + 2 * size)
     assert ra.stream_to == far + 2 * size + REGION_STREAM_FIRST and ra.stream_gap is None
+    # Column chunks read by pread, each split in two READs: no middle between them is asked.
+    chunks = Readahead(block, readahead_max=8 * block, file_size=128 * block)
+    for chunk in (40 * MIB, 43 * MIB):
+        chunks.on_read(chunk, chunk + 160 * KIB)
+        chunks.on_read(chunk + 160 * KIB, chunk + 460 * KIB)
+        assert chunks.stream_gap is None
