@@ -28,8 +28,9 @@ def marked_processes(mark: str, token: str) -> dict[int, str]:
 
 
 def wait_exited(pid: int, timeout: float = 60.0) -> bool:
-    """Wait until process `pid` (not necessarily a child of ours) has exited: gone, or a
-    zombie its parent has yet to reap. False if it still runs after `timeout` seconds."""
+    """Wait until process `pid` (not necessarily a child of ours) has exited, every thread of
+    it: gone, or a zombie its parent has yet to reap. False if it still runs after `timeout`
+    seconds."""
     deadline = time.monotonic() + timeout
     while _running(pid):
         if time.monotonic() >= deadline:
@@ -39,9 +40,20 @@ def wait_exited(pid: int, timeout: float = 60.0) -> bool:
 
 
 def _running(pid: int) -> bool:
+    """Whether a thread of process `pid` still runs. Not its first thread alone: that one is a
+    zombie as soon as it exits, while the others may still be exiting and still hold the
+    process's files (a killed FUSE daemon's connection then ends a moment later, and a request
+    made meanwhile is aborted, not refused)."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            state = f.read().rsplit(b")", 1)[1].split()[0]
-    except (OSError, IndexError):
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
         return False
-    return state not in (b"Z", b"X")
+    for thread in threads:
+        try:
+            with open(f"/proc/{pid}/task/{thread}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in (b"Z", b"X"):
+            return True
+    return False
