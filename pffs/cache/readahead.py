@@ -93,11 +93,12 @@ SWEEP_SHARE = 1 / 8
 # between the two is streamed at once (`stream_gap`): asked for only when the copy reached it,
 # it cost each tensor a round trip more.
 REGION_COPY_END = 8 * MIB
-# The middle is asked for only when both regions have read this much: a fault's read-around
-# (two READs of 1 MiB here). A pread split into two READs (a Parquet projection's column chunk
-# of a few hundred KiB) is also a short region, and the gap between two chunks is the columns
-# the projection skips (docs/notes/clients-parquet.md).
-COPY_READ_LEAST = 1 * MIB
+# A region that has read this much is a fault's read-around (two READs of 1 MiB here) or a
+# large read's readahead; less is a pread the kernel split in two READs (a Parquet projection's
+# column chunk of a few hundred KiB), which asks for no copy's middle (between two chunks: the
+# columns the projection skips) and never loads the file's last blocks (the rule for a last
+# row group, below): docs/notes/clients-parquet.md.
+READ_AROUND = 1 * MIB
 # Drop-behind (`passes`) follows the bytes a handle read without a gap: a read this far past
 # them is a seek (that gap is never filled), and so are reads past gaps once this many wait
 # (random access); either starts the coverage over.
@@ -236,7 +237,7 @@ class Readahead:
             most = REGION_STREAM_FIRST if first else REGION_STREAM_AHEAD
             ahead = min(most, int(read * REGION_STREAM_SHARE))
             stream.current_block = block
-            if stream.expected + REGION_STREAM_FIRST >= self.file_size:
+            if stream.expected + REGION_STREAM_FIRST >= self.file_size and read >= READ_AROUND:
                 # The stream would run to the file's end (pyarrow reading a Parquet file's
                 # last row group): its blocks are loaded instead, whole blocks the cache keeps
                 # and the file's run from the start then finds, not spans streamed in pieces
@@ -245,7 +246,7 @@ class Readahead:
                 # read's block, before the read.
                 return range(offset // self.block_size, self.last_block + 1)
             self.stream_to = stream.expected + ahead
-            if copied is not None and min(read, copied.expected - copied.origin) >= COPY_READ_LEAST:
+            if copied is not None and min(read, copied.expected - copied.origin) >= READ_AROUND:
                 self.stream_gap = (copied.expected, stream.origin)
             return range(0)
         if stream.streak < RUN_READS or self.max_blocks == 0:

@@ -150,7 +150,8 @@ def test_a_region_run_to_the_end_of_the_file_loads_its_last_blocks_not_a_stream(
     """pyarrow's read of a Parquet file's last row group (traced: from 31.76 MiB of a 35.73 MiB
     file, in 1 MiB READs to the end): a stream would reach the file's end, so the blocks from
     the second READ's on are loaded (cached whole, found by the run from the file's start),
-    never a stream; a region ending further from the end still streams."""
+    never a stream; a region ending further from the end still streams, and a pread's two
+    READs there load nothing."""
     block, size = 4 * MIB, MIB
     file_size = 35 * MIB + 750 * KIB
     ra = Readahead(block, readahead_max=8 * block, file_size=file_size)
@@ -164,6 +165,10 @@ def test_a_region_run_to_the_end_of_the_file_loads_its_last_blocks_not_a_stream(
     far.on_read(start, start + size)
     assert not far.on_read(second, second + size)
     assert far.stream_to == second + size + REGION_STREAM_FIRST
+    # A column chunk's pread split in two READs there loads nothing (a projection's).
+    chunk = Readahead(block, readahead_max=8 * block, file_size=file_size)
+    chunk.on_read(start, start + 160 * KIB)
+    assert not chunk.on_read(start + 160 * KIB, start + 460 * KIB)
 
 
 def test_reads_at_named_offsets_a_few_mib_apart_never_make_a_run() -> None:
