@@ -19,8 +19,10 @@ ends is unknown, so its window is also held to a share of what the run has read 
 A run from the start of the file is a whole-file reader and keeps the full window. While a
 region run is short (REGION_STREAM_BLOCKS), of large reads (the kernel's), it loads no blocks:
 `stream_to` says how far its bytes should be streamed (pffs.fs.regions), a share of what it
-has read ahead of it; a region run within REGION_STREAM_FIRST of the file's end loads the
-file's last blocks instead.
+has read ahead of it, and `stream_gap` the bytes between a copy's start and its end when the
+copy faulted at both (REGION_COPY_END); a region run within REGION_STREAM_FIRST of the file's
+end loads the file's last blocks instead. Only a run that has read a read-around (READ_AROUND)
+does either of the last two: a pread the kernel split in two READs is a short region too.
 
 Random page faults over a mapped file (`datasets`' gathers of rows from an Arrow file) are
 regions too, short ones that never continue: the kernel's read-around (two READs) at a random
