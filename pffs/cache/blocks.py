@@ -399,18 +399,22 @@ class BlockCache:
         sizes: Sequence[int],
         source: BlockSource,
         *,
-        read_disk: bool = True,
+        read_disk: bool,
+        in_flight: int,
     ) -> int:
         """Load one object's blocks (`keys`, `sizes`) into the cache and wait for them.
 
         For the preload engine (pffs.cache.preload): blocks not cached or on their way get a
         flight readers join, are taken from the disk tier when it holds them, else fetched in
-        runs of up to `run_blocks` blocks, one request of `source` each; each lands in memory and
-        is written behind to disk. Returns the bytes fetched from the store; a store error is
-        raised (the blocks not loaded are given up, so a reader fetches them itself). Without
-        `read_disk` (warmup), blocks the disk tier holds are only checked for, not read.
+        runs of up to `run_blocks` blocks, one request of `source` each, as many at once as
+        `in_flight` bytes hold; each lands in memory and is written behind to disk. Returns the
+        bytes fetched from the store; a store error is raised (the blocks not loaded are given
+        up, so a reader fetches them itself). Without `read_disk` (warmup), blocks the disk tier
+        holds are only checked for, not read.
         """
-        return await self._engine.load(keys, sizes, source, read_disk=read_disk)
+        return await self._engine.load(
+            keys, sizes, source, read_disk=read_disk, in_flight=in_flight
+        )
 
     async def cached_bytes(self, keys: Sequence[BlockKey], sizes: Sequence[int]) -> int:
         """Bytes of these blocks the disk tier holds (one lookup for them all)."""

@@ -328,7 +328,7 @@ class Preloader:
         for_readers = job.for_readers
         try:
             fetched = await self.cache.load(
-                item.keys, item.sizes, item.source, read_disk=for_readers
+                item.keys, item.sizes, item.source, read_disk=for_readers, in_flight=self.budget
             )
         except Exception as exc:
             self._failed(item, exc, job)

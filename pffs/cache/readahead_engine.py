@@ -6,7 +6,8 @@ Blocks that are neither in memory nor on their way get a flight each at once (a 
 first waits for it); of a window, only as many as the mount's budget of bytes ahead allows
 (pffs.flow.budget), and the rest of the window is skipped. Then blocks the disk tier holds are read
 from it, in parallel; the others are asked of the store in runs of consecutive blocks, one request
-per run (up to `run_blocks` blocks; a window's runs at once, each in a task of its own), and each is
+per run (up to `run_blocks` blocks; a window's runs at once, each in a task of its own; a whole
+file's as many at once as the preload's bytes in flight hold), and each is
 handed over as soon as it arrives: into memory, to its waiters, and written behind. Before each
 request the engine waits until the disk has taken what was handed to it before
 (DiskIO.wait_for_room), so it runs at the disk's pace without ever holding up a request's stream. A
@@ -166,6 +167,7 @@ class ReadaheadEngine:
         source: BlockSource,
         *,
         read_disk: bool,
+        in_flight: int,
     ) -> int:
         """Load every block of one object not cached or coming, and wait for them.
 
@@ -173,12 +175,35 @@ class ReadaheadEngine:
         A store error is raised once the blocks not loaded are given up (their readers then
         fetch them and see the error themselves). The bytes count in the same budget as
         readahead's; the caller checked they fit when the file started (pffs.cache.preload).
+        A file of several runs has them asked at once, as many as `in_flight` bytes hold (one
+        at least).
         """
         missing = [i for i, key in enumerate(keys) if not self.cached_or_coming(key)]
         if not missing:
             return 0
         run = self._claim(keys, sizes, missing, source, "preload")
-        return await self._load(run, self.run_blocks, read_disk=read_disk, spread=False)
+        try:
+            if self.disk.tier is not None:
+                await self._from_disk(run, read_disk)
+            spans = run.spans(self.run_blocks)
+            if len(spans) == 1:  # the usual case costs no task of its own
+                return await self._fetch(run, *spans[0])
+            # In series each run would wait a round trip and the run before it (a scan opening
+            # a 36 MiB file mid-preload waited on three in turn).
+            span_bytes = self.run_blocks * sizes[0]  # a full block: the file has several
+            at_once = trio.CapacityLimiter(max(1, in_flight // span_bytes))
+            fetched: list[int] = []
+
+            async def fetch(first: int, count: int) -> None:
+                async with at_once:
+                    fetched.append(await self._fetch(run, first, count))
+
+            async with trio.open_nursery() as nursery:
+                for first, count in spans:
+                    nursery.start_soon(fetch, first, count)
+            return sum(fetched)
+        finally:
+            self._release(run, list(run.blocks))
 
     def _claim(
         self,
@@ -214,7 +239,7 @@ class ReadaheadEngine:
     async def _load_quietly(self, run: _Run, run_blocks: int) -> None:
         count = len(run.blocks)
         try:
-            await self._load(run, run_blocks, read_disk=True, spread=True)
+            await self._load(run, run_blocks)
         except Exception as exc:  # a reader will fetch the block itself and see the error
             log.debug("loading %d blocks ahead failed: %s", count, exc)
 
@@ -227,24 +252,20 @@ class ReadaheadEngine:
         finally:
             self._release(run, list(run.blocks))
 
-    async def _load(self, run: _Run, run_blocks: int, *, read_disk: bool, spread: bool) -> int:
-        """Load a run's blocks: those the disk tier holds from it, the others from the store in
-        spans of up to `run_blocks` blocks, one request each. With `spread`, several spans are
-        fetched at once, in tasks of their own (whose errors only their readers see). Returns
-        the bytes fetched (by this task); what is left at an error or a cancellation is given
-        back."""
+    async def _load(self, run: _Run, run_blocks: int) -> None:
+        """Load a readahead run's blocks: those the disk tier holds from it, the others from
+        the store in spans of up to `run_blocks` blocks, one request each, several at once in
+        tasks of their own (whose errors only their readers see); what is left at an error or
+        a cancellation is given back."""
         try:
             if self.disk.tier is not None:
-                await self._from_disk(run, read_disk)
+                await self._from_disk(run, True)
             spans = run.spans(run_blocks)
-            if spread and len(spans) > 1:
-                for first, count in spans:
-                    self.background.spawn(self._fetch_quietly, run.take(first, count), first, count)
-                return 0
-            fetched = 0
-            for first, count in spans:  # one span (the usual case) costs no task of its own
-                fetched += await self._fetch(run, first, count)
-            return fetched
+            if len(spans) == 1:  # one span (the usual case) costs no task of its own
+                await self._fetch(run, *spans[0])
+                return
+            for first, count in spans:
+                self.background.spawn(self._fetch_quietly, run.take(first, count), first, count)
         finally:
             self._release(run, list(run.blocks))
 

@@ -181,6 +181,30 @@ async def test_bounds_concurrency_and_budget(tmp_path: Path) -> None:
     assert engine.stats.files_fetched == count
 
 
+@pytest.mark.parametrize(("budget", "at_once"), [(64 * BLOCK, 3), (8 * BLOCK, 2)])
+@in_trio
+async def test_a_file_of_several_runs_asks_for_them_at_once(budget: int, at_once: int) -> None:
+    # A large file preloaded in series waits a round trip and a run's transfer per run; its
+    # reader, opening it while that goes on, waits behind them (a scan's 36 MiB Parquet files).
+    # A file larger than the budget (loaded alone) has as many runs at once as it holds.
+    store = Store(files(1, 12 * BLOCK))
+    store.gate = trio.Event()  # hold every request
+    cache = BlockCache(cache_config(None, memory_bytes=256 * BLOCK, fetch_size=4 * BLOCK))
+    engine = Preloader(cache, budget=budget)
+    async with trio.open_nursery() as nursery:
+        cache.attach(nursery)
+        engine.attach(nursery)
+        engine.add("job", stream(nursery, [store.item(n) for n in store.files]))
+        await trio.testing.wait_all_tasks_blocked()
+        assert store.in_flight == at_once  # of three runs of four blocks
+        store.gate.set()
+        await engine.wait_idle()
+        assert await read_back(cache, store, "f0000") == store.files["f0000"]
+        nursery.cancel_scope.cancel()
+    assert store.most_in_flight == at_once
+    assert engine.stats.bytes_fetched == 12 * BLOCK
+
+
 @in_trio
 async def test_room_for_unread_files_stops_loading_until_readers_use_them() -> None:
     store = Store(files(50, BLOCK))
