@@ -69,8 +69,37 @@ def test_the_first_lookup_waits_for_the_directory_listing_and_none_asks_the_stor
                 assert (await vfs.lookup(ROOT_INODE, f"f{i:02d}")).info.size == i
             with pytest.raises(NotFound):
                 await vfs.lookup(ROOT_INODE, "absent")
-            # The first lookup's answer came with the listing's first page: no HEAD at all.
-            assert backend.calls == {"list": 1}
+            # The first lookup's answer came with the listing's first page: no HEAD at all;
+            # the name it looked up was listed as a directory beside it (a file: nothing).
+            assert backend.calls == {"list": 2}
+            assert sorted(backend.listed) == ["", "f05"]
+            nursery.cancel_scope.cancel()
+
+    run(main)
+
+
+def test_a_cold_path_is_resolved_with_half_the_listings_in_series(tmp_path: Path) -> None:
+    """The kernel looks `a/b/c/file` up a name at a time, each lookup waiting for its parent's
+    listing: a name looked up is listed as a directory beside its parent's first listing, so
+    the lookups of `b` and `file` find theirs taken already (two round trips, not four)."""
+    root = tmp_path / "tree"
+    (root / "a" / "b" / "c").mkdir(parents=True)
+    (root / "a" / "b" / "c" / "file").write_bytes(b"data")
+    vfs, backend = counted_vfs(root)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            vfs.attach(nursery)
+            a = await vfs.lookup(ROOT_INODE, "a")
+            await listed(vfs)
+            assert sorted(backend.listed) == ["", "a"]
+            b = await vfs.lookup(a.ino, "b")  # a's listing came with the root's
+            assert len(backend.listed) == 2
+            c = await vfs.lookup(b.ino, "c")
+            await listed(vfs)
+            assert sorted(backend.listed[2:]) == ["a/b", "a/b/c"]
+            assert (await vfs.lookup(c.ino, "file")).info.size == 4
+            assert backend.calls == {"list": 4}  # and no HEAD
             nursery.cancel_scope.cancel()
 
     run(main)
@@ -93,15 +122,17 @@ def test_an_expired_listing_is_taken_again_when_lookups_have_paid_for_it(
             clock.now += 0.4  # every TTL has passed
             for i in range(1, 4):
                 await vfs.lookup(ROOT_INODE, f"f{i:02d}")
-            assert backend.calls == {"stat": 3, "list": 1}
+            assert backend.calls == {"stat": 3, "list": 2}  # the root and f00, at first
             await vfs.lookup(ROOT_INODE, "f04")  # answered by the listing it started
             await listed(vfs)
-            assert backend.calls == {"stat": 3, "list": 2}
+            # Taken again, the root's listing lists no name beside it.
+            assert backend.calls == {"stat": 3, "list": 3}
+            assert backend.listed[2:] == [""]
             for i in range(20):
                 assert (await vfs.lookup(ROOT_INODE, f"f{i:02d}")).info.size == i
             with pytest.raises(NotFound):
                 await vfs.lookup(ROOT_INODE, "absent")
-            assert backend.calls == {"stat": 3, "list": 2}
+            assert backend.calls == {"stat": 3, "list": 3}
             nursery.cancel_scope.cancel()
 
     run(main)
@@ -123,7 +154,8 @@ def test_a_directory_too_big_is_not_listed_in_the_background_again(
             for i in range(1, 20):
                 assert (await vfs.lookup(ROOT_INODE, f"f{i:02d}")).info.size == i
             await listed(vfs)
-            assert backend.calls == {"stat": 19, "list": 1}  # given up, never started again
+            # Given up, never started again (the other listing: f00 as a directory, at first).
+            assert backend.calls == {"stat": 19, "list": 2}
             nursery.cancel_scope.cancel()
 
     run(main)
@@ -197,7 +229,7 @@ def test_ls_during_a_background_listing_shares_its_stream(tmp_path: Path) -> Non
                 assert names == []  # ls waits on the listing's stream
                 gate.set()
             assert sorted(names) == [f"f{i:02d}" for i in range(20)]
-            assert backend.calls["list"] == 1  # one stream for both
+            assert backend.listed.count("") == 1  # one stream for both
             nursery.cancel_scope.cancel()
 
     run(main)
@@ -218,9 +250,9 @@ def test_a_directory_listed_lately_is_found_again_without_the_store(
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             vfs.attach(nursery)
-            sub = await vfs.lookup(ROOT_INODE, "sub")  # the root is listed
+            sub = await vfs.lookup(ROOT_INODE, "sub")  # the root is listed (and sub beside it)
             await listed(vfs)
-            clock.now += 0.6
+            clock.now += 1.1  # both listings have expired: `ls -l sub` lists it again
             assert [name for name, _ in await list_all(vfs, sub.ino)] == ["a"]
             await listed(vfs)
             clock.now += 0.5  # the root's listing and sub's attributes have expired

@@ -48,6 +48,7 @@ class CountingBackend:
         self.capabilities = Capabilities()  # reads only
         self.retries = 0
         self.calls: Counter[str] = Counter()
+        self.listed: list[str] = []  # the paths of `list` calls, in order
 
     def check(self) -> None:
         self.inner.check()
@@ -61,6 +62,7 @@ class CountingBackend:
 
     def list(self, path: str, terms: RetryTerms | None = None) -> Iterator[ObjectInfo]:
         self.calls["list"] += 1
+        self.listed.append(path)
         return self.inner.list(path, terms)
 
     def read_range(
