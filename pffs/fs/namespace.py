@@ -397,6 +397,11 @@ class Namespace:
         self._nursery.start_soon(self._list_in_background, path, running)
         return running
 
+    async def listed(self) -> None:
+        """Wait until no listing a lookup started in the background runs."""
+        while self._background:
+            await trio.sleep(0.01)
+
     async def _list_in_background(self, path: str, running: DirListing) -> None:
         if len(self._listing_pages) > MAX_LISTINGS:
             self._listing_pages.clear()

@@ -51,8 +51,7 @@ def ttl_clock(monkeypatch: pytest.MonkeyPatch) -> TtlClock:
 
 async def listed(vfs: Vfs) -> None:
     """Wait until no background listing runs."""
-    while vfs.namespace._background:
-        await trio.sleep(0.01)
+    await vfs.namespace.listed()
 
 
 def test_the_first_lookup_waits_for_the_directory_listing_and_none_asks_the_store(
