@@ -182,28 +182,10 @@ class ReadaheadEngine:
         if not missing:
             return 0
         run = self._claim(keys, sizes, missing, source, "preload")
-        try:
-            if self.disk.tier is not None:
-                await self._from_disk(run, read_disk)
-            spans = run.spans(self.run_blocks)
-            if len(spans) == 1:  # the usual case costs no task of its own
-                return await self._fetch(run, *spans[0])
-            # In series each run would wait a round trip and the run before it (a scan opening
-            # a 36 MiB file mid-preload waited on three in turn).
-            span_bytes = self.run_blocks * sizes[0]  # a full block: the file has several
-            at_once = trio.CapacityLimiter(max(1, in_flight // span_bytes))
-            fetched: list[int] = []
-
-            async def fetch(first: int, count: int) -> None:
-                async with at_once:
-                    fetched.append(await self._fetch(run, first, count))
-
-            async with trio.open_nursery() as nursery:
-                for first, count in spans:
-                    nursery.start_soon(fetch, first, count)
-            return sum(fetched)
-        finally:
-            self._release(run, list(run.blocks))
+        # In series each run would wait a round trip and the run before it (a scan opening a
+        # 36 MiB file mid-preload waited on three in turn).
+        at_once = max(1, in_flight // (self.run_blocks * sizes[0]))
+        return await self._load(run, self.run_blocks, read_disk=read_disk, at_once=at_once)
 
     def _claim(
         self,
@@ -239,7 +221,7 @@ class ReadaheadEngine:
     async def _load_quietly(self, run: _Run, run_blocks: int) -> None:
         count = len(run.blocks)
         try:
-            await self._load(run, run_blocks)
+            await self._load(run, run_blocks, read_disk=True, at_once=None)
         except Exception as exc:  # a reader will fetch the block itself and see the error
             log.debug("loading %d blocks ahead failed: %s", count, exc)
 
@@ -252,20 +234,42 @@ class ReadaheadEngine:
         finally:
             self._release(run, list(run.blocks))
 
-    async def _load(self, run: _Run, run_blocks: int) -> None:
-        """Load a readahead run's blocks: those the disk tier holds from it, the others from
-        the store in spans of up to `run_blocks` blocks, one request each, several at once in
-        tasks of their own (whose errors only their readers see); what is left at an error or
-        a cancellation is given back."""
+    async def _load(
+        self, run: _Run, run_blocks: int, *, read_disk: bool, at_once: int | None
+    ) -> int:
+        """Load a run's blocks: those the disk tier holds from it, the others from the store in
+        spans of up to `run_blocks` blocks, one request each. Without `at_once` (readahead),
+        several spans are fetched at once in tasks of their own (whose errors only their readers
+        see); with it (a preload's file), they are awaited, `at_once` at a time, and an error
+        is raised. Returns the bytes fetched by this task; what is left at an error or a
+        cancellation is given back."""
         try:
             if self.disk.tier is not None:
-                await self._from_disk(run, True)
+                await self._from_disk(run, read_disk)
             spans = run.spans(run_blocks)
             if len(spans) == 1:  # one span (the usual case) costs no task of its own
-                await self._fetch(run, *spans[0])
-                return
-            for first, count in spans:
-                self.background.spawn(self._fetch_quietly, run.take(first, count), first, count)
+                return await self._fetch(run, *spans[0])
+            if at_once is None:
+                for first, count in spans:
+                    self.background.spawn(self._fetch_quietly, run.take(first, count), first, count)
+                return 0
+            limiter = trio.CapacityLimiter(at_once)
+            fetched: list[int] = []
+            failed: list[Exception] = []
+
+            async def fetch(first: int, count: int) -> None:
+                async with limiter:
+                    try:
+                        fetched.append(await self._fetch(run, first, count))
+                    except Exception as exc:  # raised as itself below, not in a group
+                        failed.append(exc)
+
+            async with trio.open_nursery() as nursery:
+                for first, count in spans:
+                    nursery.start_soon(fetch, first, count)
+            if failed:
+                raise failed[0]
+            return sum(fetched)
         finally:
             self._release(run, list(run.blocks))
 

@@ -206,6 +206,26 @@ async def test_a_file_of_several_runs_asks_for_them_at_once(budget: int, at_once
 
 
 @in_trio
+async def test_a_file_of_several_runs_that_fails_reports_the_stores_error() -> None:
+    # `pffs warmup` prints it: "f0000: 503 SlowDown", not a group of the runs' errors.
+    store = Store(files(1, 12 * BLOCK))
+    store.throttle = {"f0000"}
+    cache = BlockCache(cache_config(None, memory_bytes=256 * BLOCK, fetch_size=4 * BLOCK))
+    engine = Preloader(cache, budget=64 * BLOCK)
+    outcomes: list[int | Exception] = []
+    async with trio.open_nursery() as nursery:
+        cache.attach(nursery)
+        engine.attach(nursery)
+        items = stream(nursery, [store.item(n) for n in store.files])
+        engine.add("job", items, report=lambda _, outcome: outcomes.append(outcome))
+        await engine.wait_idle()
+        nursery.cancel_scope.cancel()
+    assert len(outcomes) == 1 and type(outcomes[0]) is Transient, outcomes
+    assert str(outcomes[0]) == "503 SlowDown"
+    assert engine.stats.files_failed == 1
+
+
+@in_trio
 async def test_room_for_unread_files_stops_loading_until_readers_use_them() -> None:
     store = Store(files(50, BLOCK))
     cache = BlockCache(cache_config(None, memory_bytes=256 * BLOCK))
