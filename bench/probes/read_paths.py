@@ -335,7 +335,7 @@ async def cold(s3: Any, bucket: str, endpoint: str) -> None:
     async with trio.open_nursery() as nursery:
         vfs.attach(nursery)
         inode = await vfs.lookup(ROOT_INODE, "f.bin")  # its name looked up, before the trace
-        await vfs.namespace.listed()  # and the listings the lookup started
+        await vfs.namespace.wait_for_listings()  # and the listings the lookup started
 
         async def body() -> None:
             assert await _open_read(vfs, inode.ino) == data
@@ -402,7 +402,7 @@ async def peer(s3: Any, bucket: str, endpoint: str) -> None:
         from pffs.fs.inodes import ROOT_INODE
 
         inode = await vfs_a.lookup(ROOT_INODE, path)
-        await vfs_a.namespace.listed()
+        await vfs_a.namespace.wait_for_listings()
 
         async def body() -> None:
             assert await _open_read(vfs_a, inode.ino) == data

@@ -397,8 +397,8 @@ class Namespace:
         self._nursery.start_soon(self._list_in_background, path, running)
         return running
 
-    async def listed(self) -> None:
-        """Wait until no listing a lookup started in the background runs."""
+    async def wait_for_listings(self) -> None:
+        """Wait until no listing a lookup started in the background runs (probes, tests)."""
         while self._background:
             await trio.sleep(0.01)
 

@@ -19,7 +19,6 @@ from pffs.backends.base import ObjectInfo
 from pffs.errors import Changed, NotFound
 from pffs.fs import namespace
 from pffs.fs.inodes import ROOT_INODE
-from pffs.fs.vfs import Vfs
 from pffs.retry import RetryTerms
 from tests.fs.test_vfs import CountingBackend, counted_vfs, list_all, run
 
@@ -49,11 +48,6 @@ def ttl_clock(monkeypatch: pytest.MonkeyPatch) -> TtlClock:
     return clock
 
 
-async def listed(vfs: Vfs) -> None:
-    """Wait until no background listing runs."""
-    await vfs.namespace.listed()
-
-
 def test_the_first_lookup_waits_for_the_directory_listing_and_none_asks_the_store(
     tmp_path: Path,
 ) -> None:
@@ -63,7 +57,7 @@ def test_the_first_lookup_waits_for_the_directory_listing_and_none_asks_the_stor
         async with trio.open_nursery() as nursery:
             vfs.attach(nursery)
             assert (await vfs.lookup(ROOT_INODE, "f05")).info.size == 5
-            await listed(vfs)
+            await vfs.namespace.wait_for_listings()
             for i in range(20):
                 assert (await vfs.lookup(ROOT_INODE, f"f{i:02d}")).info.size == i
             with pytest.raises(NotFound):
@@ -90,12 +84,12 @@ def test_a_cold_path_is_resolved_with_half_the_listings_in_series(tmp_path: Path
         async with trio.open_nursery() as nursery:
             vfs.attach(nursery)
             a = await vfs.lookup(ROOT_INODE, "a")
-            await listed(vfs)
+            await vfs.namespace.wait_for_listings()
             assert sorted(backend.listed) == ["", "a"]
             b = await vfs.lookup(a.ino, "b")  # a's listing came with the root's
             assert len(backend.listed) == 2
             c = await vfs.lookup(b.ino, "c")
-            await listed(vfs)
+            await vfs.namespace.wait_for_listings()
             assert sorted(backend.listed[2:]) == ["a/b", "a/b/c"]
             assert (await vfs.lookup(c.ino, "file")).info.size == 4
             assert backend.calls == {"list": 4}  # and no HEAD
@@ -117,13 +111,13 @@ def test_an_expired_listing_is_taken_again_when_lookups_have_paid_for_it(
         async with trio.open_nursery() as nursery:
             vfs.attach(nursery)
             await vfs.lookup(ROOT_INODE, "f00")
-            await listed(vfs)
+            await vfs.namespace.wait_for_listings()
             clock.now += 0.4  # every TTL has passed
             for i in range(1, 4):
                 await vfs.lookup(ROOT_INODE, f"f{i:02d}")
             assert backend.calls == {"stat": 3, "list": 2}  # the root and f00, at first
             await vfs.lookup(ROOT_INODE, "f04")  # answered by the listing it started
-            await listed(vfs)
+            await vfs.namespace.wait_for_listings()
             # Taken again, the root's listing lists no name beside it.
             assert backend.calls == {"stat": 3, "list": 3}
             assert backend.listed[2:] == [""]
@@ -148,11 +142,11 @@ def test_a_directory_too_big_is_not_listed_in_the_background_again(
         async with trio.open_nursery() as nursery:
             vfs.attach(nursery)
             await vfs.lookup(ROOT_INODE, "f00")
-            await listed(vfs)
+            await vfs.namespace.wait_for_listings()
             clock.now += 0.05  # what it listed has expired
             for i in range(1, 20):
                 assert (await vfs.lookup(ROOT_INODE, f"f{i:02d}")).info.size == i
-            await listed(vfs)
+            await vfs.namespace.wait_for_listings()
             # Given up, never started again (the other listing: f00 as a directory, at first).
             assert backend.calls == {"stat": 19, "list": 2}
             nursery.cancel_scope.cancel()
@@ -182,7 +176,7 @@ def test_a_read_that_meets_a_newer_version_distrusts_the_listing(tmp_path: Path)
         async with trio.open_nursery() as nursery:
             vfs.attach(nursery)
             inode = await vfs.lookup(ROOT_INODE, "f05")
-            await listed(vfs)
+            await vfs.namespace.wait_for_listings()
             fh, _ = await vfs.open(inode.ino, os.O_RDONLY)
             (root / "f05").write_bytes(b"new bytes, another size")
             with pytest.raises(Changed):
@@ -250,10 +244,10 @@ def test_a_directory_listed_lately_is_found_again_without_the_store(
         async with trio.open_nursery() as nursery:
             vfs.attach(nursery)
             sub = await vfs.lookup(ROOT_INODE, "sub")  # the root is listed (and sub beside it)
-            await listed(vfs)
+            await vfs.namespace.wait_for_listings()
             clock.now += 1.1  # both listings have expired: `ls -l sub` lists it again
             assert [name for name, _ in await list_all(vfs, sub.ino)] == ["a"]
-            await listed(vfs)
+            await vfs.namespace.wait_for_listings()
             clock.now += 0.5  # the root's listing and sub's attributes have expired
             before = dict(backend.calls)
             again = await vfs.lookup(ROOT_INODE, "sub")
