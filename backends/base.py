@@ -16,11 +16,12 @@ to.
 What a store can do beyond reading is declared, never probed: each backend class has a
 `capabilities` class attribute (a `Capabilities`), and for each declared capability it
 implements the methods of its protocol. `block_runs`: the class implements `read_blocks` of
-`BlockRunReader`. `writes`: the backend's `writer` attribute (the backend itself, or an object
-it owns, declared by the class's annotation of `writer`) implements those of `WritableBackend`,
-and `multipart` (the store's part limits) those of `MultipartBackend` too. Callers get the typed
-view of a capability from `writable`, `multipart` or `block_runs`, which give that object when
-the backend's class declares the capability and None otherwise; they never look for methods.
+`BlockRunReader`. `tree_pages`: the class implements `list_tree` of `TreeLister`. `writes`: the
+backend's `writer` attribute (the backend itself, or an object it owns, declared by the class's
+annotation of `writer`) implements those of `WritableBackend`, and `multipart` (the store's part
+limits) those of `MultipartBackend` too. Callers get the typed view of a capability from
+`writable`, `multipart`, `block_runs` or `tree_lister`, which give that object when the
+backend's class declares the capability and None otherwise; they never look for methods.
 The contract suite (tests/backends/test_contract*.py, test_capabilities.py) holds every backend
 to the reads and to what it declares.
 """
@@ -84,6 +85,8 @@ class Capabilities:
     multipart: PartLimits | None = None
     # Consecutive pieces read with one request, each yielded as it arrives (read_blocks).
     block_runs: bool = False
+    # What lies under a directory at every depth, its first page in one request (list_tree).
+    tree_pages: bool = False
 
     def __post_init__(self) -> None:
         if self.multipart is not None and not self.writes:
@@ -147,6 +150,24 @@ class BlockRunReader(Backend, Protocol):
         terms: RetryTerms | None = None,
     ) -> Iterator[bytes]:
         """Pieces of `lengths` from `start`, each yielded on arrival."""
+
+
+@dataclass(frozen=True, slots=True)
+class TreePage:
+    """The listings of a directory and of every directory below it, from one request
+    (`list_tree`): by path relative to the listed one ("" for itself), the entries `list` would
+    give, in its order. Only a `complete` page holds them: the store had nothing more under it
+    (a page cut short holds none, as what a directory lacks would be a guess)."""
+
+    directories: dict[str, list[ObjectInfo]]
+    complete: bool
+
+
+class TreeLister(Backend, Protocol):
+    """A store that lists what lies under a directory at every depth (`tree_pages`)."""
+
+    def list_tree(self, path: str, limit: int, terms: RetryTerms | None = None) -> TreePage:
+        """The listings under directory `path` from one request of at most `limit` entries."""
 
 
 class WritableBackend(Protocol):
@@ -213,6 +234,10 @@ def multipart(backend: Backend) -> MultipartBackend | None:
 
 def block_runs(backend: Backend) -> BlockRunReader | None:
     return cast(BlockRunReader, backend) if backend.capabilities.block_runs else None
+
+
+def tree_lister(backend: Backend) -> TreeLister | None:
+    return cast(TreeLister, backend) if backend.capabilities.tree_pages else None
 
 
 def join(parent: str, name: str) -> str:

@@ -46,8 +46,11 @@ from pffs.backends.base import (
     BlockRunReader,
     Capabilities,
     ObjectInfo,
+    TreeLister,
+    TreePage,
     Writing,
     is_valid_name,
+    join,
 )
 from pffs.backends.principal import s3_principal, s3_principal_key
 from pffs.backends.s3errors import Kind, classify, error_code, is_transient, translate
@@ -219,7 +222,9 @@ class S3Calls:
 class S3Backend:
     """A bucket, or a prefix inside one."""
 
-    capabilities = Capabilities(writes=True, multipart=PART_LIMITS, block_runs=True)
+    capabilities = Capabilities(
+        writes=True, multipart=PART_LIMITS, block_runs=True, tree_pages=True
+    )
     writer: S3Writes
 
     def __init__(self, source: SourceConfig) -> None:
@@ -355,6 +360,44 @@ class S3Backend:
             if not page.get("IsTruncated"):
                 return
             token = page.get("NextContinuationToken")
+
+    def list_tree(self, path: str, limit: int, terms: RetryTerms | None = None) -> TreePage:
+        """One page of the keys under `path` with no delimiter, as the listings `list` would
+        give of `path` and of each directory below it: a key's every prefix is a directory
+        (its marker object, a key ending in "/", is none of the entries), and a name no
+        listing can show hides what lies under it."""
+        prefix = self.prefix + (path + "/" if path else "")
+        page = self.calls.do(
+            functools.partial(self._list_page, prefix, None, None, limit), "LIST", path, terms
+        )
+        if page.get("IsTruncated"):
+            return TreePage({}, complete=False)
+        # Per directory, its entries by their key in it (a directory's ends in "/"), the order
+        # of a listing's page.
+        found: dict[str, dict[str, ObjectInfo]] = {"": {}}
+        for obj in page.get("Contents", ()):
+            *directories, name = obj["Key"][len(prefix) :].split("/")
+            parent = ""
+            for directory in directories:
+                if not is_valid_name(directory):
+                    break
+                found[parent][directory + "/"] = _dir_info(directory)
+                parent = join(parent, directory)
+                found.setdefault(parent, {})
+            else:
+                if is_valid_name(name):
+                    found[parent][name] = ObjectInfo(
+                        name=name,
+                        size=obj["Size"],
+                        mtime=obj["LastModified"].timestamp(),
+                        etag=obj.get("ETag"),
+                        is_dir=False,
+                    )
+        listings = {
+            directory: [entries[key] for key in sorted(entries)]
+            for directory, entries in found.items()
+        }
+        return TreePage(listings, complete=True)
 
     def read_range(
         self,
@@ -504,3 +547,4 @@ def _dir_info(name: str) -> ObjectInfo:
 # What S3Backend declares, checked by mypy.
 _S3: type[Writing] = S3Backend
 _S3_RUNS: type[BlockRunReader] = S3Backend
+_S3_TREES: type[TreeLister] = S3Backend

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Mapping
 
 import trio
 
-from pffs.backends.base import ObjectInfo, join
+from pffs.backends.base import ObjectInfo, TreeLister, join, tree_lister
 from pffs.config import MetaConfig
 from pffs.errors import NotADirectory, NotFound, SourceDown, Transient
 from pffs.fs.handles import DirHandle, Handles
@@ -55,6 +55,10 @@ BACKGROUND_LISTING_MAX = 50_000
 LISTING_PAGE = 1000
 # The pages of a directory too big to list in the background: it never is again.
 _NEVER = 1 << 62
+# Keys asked for at most when what lies under a directory is listed at every depth (see
+# Namespace._list_tree): a model's or a dataset's few files and folders fit; a page of a big
+# tree is given up, at the cost of a small request.
+TREE_PAGE = 100
 
 
 class Listings:
@@ -198,6 +202,7 @@ class Namespace:
         # lookups that asked the store since it expired (see _listing_for).
         self._listing_pages: dict[str, int] = {}
         self._asked_since: dict[str, int] = {}
+        self._trees: set[str] = set()  # directories listed at every depth just now
 
     def attach(self, nursery: trio.Nursery) -> None:
         """A nursery for background listings."""
@@ -314,8 +319,10 @@ class Namespace:
             # parent's listing: with `name` listed as a directory beside its parent's first
             # listing, the lookup in it that follows finds its listing come with the parent's
             # (a round trip less per two levels of a cold path: `a/b/c/file` in two, not four;
-            # a LIST of nothing, once per directory, where the name is a file).
+            # a LIST of nothing, once per directory, where the name is a file). Where the store
+            # lists a tree, what lies deeper is listed too: the whole path in one round trip.
             self._listing_for(path)
+            self._list_tree(path)
         if running is not None and not running.first_chunk.is_set():
             # Its first page costs one round trip, as our own HEAD would: wait for it and ask
             # the store once, not twice (the lookups of a job starting on a directory of up to a
@@ -399,8 +406,56 @@ class Namespace:
 
     async def wait_for_listings(self) -> None:
         """Wait until no listing a lookup started in the background runs (probes, tests)."""
-        while self._background:
+        while self._background or self._trees:
             await trio.sleep(0.01)
+
+    def _list_tree(self, path: str) -> None:
+        """List what lies under directory `path` at every depth, one page in the background,
+        where its store can (`tree_pages`) and no mount point lies below it (its own listing,
+        beside, covers `path` itself).
+
+        A cold path's lookups each wait for their directory's listing, two levels a round trip
+        at best (see resolve); a dataset's or a model's whole tree often fits one page of keys,
+        and with its directories' listings kept, the lookups below `path` ask nothing more.
+        """
+        routed = self.table.route(path)
+        if routed is None or self._nursery is None or path in self._trees:
+            return
+        mounted, inside = routed
+        lister = tree_lister(mounted.backend)
+        if lister is None or self.table.mount_points_below(path):
+            return
+        self._trees.add(path)
+        self._nursery.start_soon(self._keep_tree, path, mounted, lister, inside)
+
+    async def _keep_tree(
+        self, path: str, mounted: Mounted, lister: TreeLister, inside: str
+    ) -> None:
+        try:
+            page = await mounted.health.call(
+                mounted.flow.permit("reader"),
+                lister.list_tree,
+                inside,
+                TREE_PAGE,
+                mounted.health.terms(),
+            )
+        except Exception as exc:  # only an optimisation: the lookups list as they would
+            log.debug("listing the tree under /%s failed: %s", path, exc)
+            return
+        finally:
+            self._trees.discard(path)
+        if not page.complete:
+            return
+        for relative, entries in page.directories.items():
+            directory = join(path, relative)
+            if not relative or directory in self._background or self.listings.fresh(directory):
+                continue  # `path` itself is listed beside; a listing under way is not replaced
+            listing = DirListing(complete=True)
+            for info in entries:
+                listing.add(info)
+            listing.first_chunk.set()
+            self.listings.keep(directory, listing)
+            self._listing_pages[directory] = 1
 
     async def _list_in_background(self, path: str, running: DirListing) -> None:
         if len(self._listing_pages) > MAX_LISTINGS:

@@ -20,10 +20,12 @@ from pffs.backends.base import (
     BlockRunReader,
     Capabilities,
     MultipartBackend,
+    TreeLister,
     WritableBackend,
     Writing,
     block_runs,
     multipart,
+    tree_lister,
     writable,
 )
 from pffs.backends.hdfs import HdfsBackend
@@ -39,12 +41,14 @@ CAPABILITY_METHODS = {
     "writes": ("put", "delete", "make_dir", "remove_dir", "rename"),
     "multipart": ("begin_upload", "upload_part", "finish_upload", "abort_upload"),
     "block_runs": ("read_blocks",),
+    "tree_pages": ("list_tree",),
 }
 # Each capability: its accessor, and the protocol of the methods it promises.
 CAPABILITIES: dict[str, tuple[Callable[[Backend], object], type]] = {
     "writes": (writable, WritableBackend),
     "multipart": (multipart, MultipartBackend),
     "block_runs": (block_runs, BlockRunReader),
+    "tree_pages": (tree_lister, TreeLister),
 }
 BACKEND_CLASSES = [S3Backend, LocalBackend, ArrowLocalBackend, HdfsBackend]
 
@@ -143,9 +147,10 @@ def test_accessors_give_what_is_declared(store) -> None:
 def test_accessors_follow_the_declaration(tmp_path: Path) -> None:
     local = LocalBackend(SourceConfig(url=f"file://{tmp_path}"))
     assert writable(local) is local
-    assert multipart(local) is None and block_runs(local) is None
+    assert multipart(local) is None and block_runs(local) is None and tree_lister(local) is None
     s3 = S3Backend(SourceConfig(url="s3://bucket", endpoint_url="http://127.0.0.1:1"))
     assert writable(s3) is s3.writer and multipart(s3) is s3.writer and block_runs(s3) is s3
+    assert tree_lister(s3) is s3
     assert s3.capabilities.multipart == PART_LIMITS
 
 

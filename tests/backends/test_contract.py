@@ -13,7 +13,11 @@ import pytest
 from pffs import metrics
 from pffs.backends import open_backend
 from pffs.backends.base import (
+    Backend,
+    ObjectInfo,
     block_runs,
+    join,
+    tree_lister,
 )
 from pffs.config import SourceConfig
 from pffs.errors import Changed, NotFound, UsageError
@@ -125,6 +129,43 @@ def test_list_larger_than_a_page(store) -> None:
     assert backend.read_range("big/e1049", 0, 10, None) == b"1049"
     if store.name in ("s3", "rgw"):  # the stores that page: the listing did cross a page boundary
         assert _list_requests(backend.source_id) - before >= 2
+
+
+def _listings_below(backend: Backend, path: str) -> dict[str, list[ObjectInfo]]:
+    """`list` of `path` and of every directory below it, by path relative to `path`."""
+    found: dict[str, list[ObjectInfo]] = {}
+    waiting = [""]
+    while waiting:
+        relative = waiting.pop()
+        found[relative] = list(backend.list(join(path, relative) if relative else path))
+        waiting += [join(relative, info.name) for info in found[relative] if info.is_dir]
+    return found
+
+
+def test_a_tree_page_holds_the_listings_below_a_directory(store) -> None:
+    lister = declared(store, tree_lister, "tree_pages")
+    for path in ("", "dir", "zeta"):
+        page = lister.list_tree(path, 100)
+        assert page.complete
+        assert page.directories == _listings_below(lister, path), path
+    # Cut short, a page holds nothing: what a directory lacks would be a guess.
+    cut = lister.list_tree("", 3)
+    assert not cut.complete and cut.directories == {}
+
+
+def test_a_tree_page_shows_what_its_listings_show_of_odd_keys(store) -> None:
+    """A key both an object and a prefix (both given: the listing keeps the directory), an
+    empty component, a `..`: the page shows each as `list` does (moto keeps such keys as
+    given)."""
+    if store.name != "s3":
+        pytest.skip("keys no file system holds, written as given: moto only")
+    lister = declared(store, tree_lister, "tree_pages")
+    store.write({"odd/x": b"f", "odd/x/y": b"d", "odd//e": b"e", "odd/bad/../z": b"z"})
+    page = lister.list_tree("odd", 100)
+    assert page.directories == _listings_below(lister, "odd")
+    assert set(page.directories) == {"", "x", "bad"}
+    entries = [(i.name, i.is_dir) for i in page.directories[""]]
+    assert entries == [("bad", True), ("x", False), ("x", True)]
 
 
 def test_read_blocks(store) -> None:

@@ -8,18 +8,23 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
 from trio.testing import wait_all_tasks_blocked
 
-from pffs.backends.base import ObjectInfo
+from pffs.backends import open_backend
+from pffs.backends.base import ObjectInfo, TreeLister, TreePage, tree_lister
+from pffs.config import SourceConfig
 from pffs.errors import Changed, NotFound
 from pffs.fs import namespace
 from pffs.fs.inodes import ROOT_INODE
 from pffs.retry import RetryTerms
+from tests.fs.helpers import make_vfs
 from tests.fs.test_vfs import CountingBackend, counted_vfs, list_all, run
 
 
@@ -256,6 +261,73 @@ def test_a_directory_listed_lately_is_found_again_without_the_store(
             clock.now += 1.1  # sub's own listing has expired, and what the lookup kept
             await vfs.lookup(ROOT_INODE, "sub")
             assert backend.calls != before
+            nursery.cancel_scope.cancel()
+
+    run(main)
+
+
+class CountingTrees:
+    """An S3 backend on moto (a real store), counting the namespace's listings and HEADs."""
+
+    def __init__(self, inner: TreeLister) -> None:
+        self.inner = inner
+        self.calls: Counter[str] = Counter()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def stat(self, path: str, terms: RetryTerms | None = None) -> ObjectInfo:
+        self.calls["stat"] += 1
+        return self.inner.stat(path, terms)
+
+    def list(self, path: str, terms: RetryTerms | None = None) -> Iterator[ObjectInfo]:
+        self.calls[f"list {path}"] += 1
+        return self.inner.list(path, terms)
+
+    def list_tree(self, path: str, limit: int, terms: RetryTerms | None = None) -> TreePage:
+        self.calls[f"tree {path}"] += 1
+        return self.inner.list_tree(path, limit, terms)
+
+
+def test_a_cold_path_in_a_small_tree_is_resolved_with_one_round_of_listings(
+    moto, s3, bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the store lists a tree (S3), what lies under a looked-up name is listed at every
+    depth beside the first listings: the lookups down `a/b/c/file` and `ls a/b` ask nothing
+    more. A tree larger than a page is listed as before, a directory at a time."""
+    for key in ("a/b/c/file", "a/b/other", "z/y/x/file", "z/y/x/more", "z/y/w"):
+        s3.put_object(Bucket=bucket, Key=key, Body=b"data")
+    lister = tree_lister(
+        open_backend(SourceConfig(url=f"s3://{bucket}", endpoint_url=moto.endpoint_url))
+    )
+    assert lister is not None
+    backend = CountingTrees(lister)
+    vfs = make_vfs(backend)
+    first_round = {"list ": 1, "list a": 1, "tree a": 1}
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            vfs.attach(nursery)
+            a = await vfs.lookup(ROOT_INODE, "a")
+            await vfs.namespace.wait_for_listings()
+            assert backend.calls == first_round
+            b = await vfs.lookup(a.ino, "b")
+            c = await vfs.lookup(b.ino, "c")
+            assert (await vfs.lookup(c.ino, "file")).info.size == 4
+            assert [name for name, _ in await list_all(vfs, b.ino)] == ["c", "other"]
+            assert backend.calls == first_round
+            # A page of two keys cannot hold the tree under z/y (the first directory listed
+            # from a lookup, the root's listing being known): its directories are listed one
+            # by one.
+            monkeypatch.setattr(namespace, "TREE_PAGE", 2)
+            z = await vfs.lookup(ROOT_INODE, "z")
+            y = await vfs.lookup(z.ino, "y")
+            x = await vfs.lookup(y.ino, "x")
+            assert (await vfs.lookup(x.ino, "file")).info.size == 4
+            await vfs.namespace.wait_for_listings()
+            below_z = {"list z": 1, "list z/y": 1, "tree z/y": 1, "list z/y/x": 1}
+            below_z |= {"list z/y/x/file": 1, "tree z/y/x/file": 1}  # nothing: it is a file
+            assert backend.calls == {**first_round, **below_z}
             nursery.cancel_scope.cancel()
 
     run(main)
