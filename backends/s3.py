@@ -386,13 +386,7 @@ class S3Backend:
                 found.setdefault(parent, {})
             else:
                 if is_valid_name(name):
-                    found[parent][name] = ObjectInfo(
-                        name=name,
-                        size=obj["Size"],
-                        mtime=obj["LastModified"].timestamp(),
-                        etag=obj.get("ETag"),
-                        is_dir=False,
-                    )
+                    found[parent][name] = _object_info(name, obj)
         listings = {
             directory: [entries[key] for key in sorted(entries)]
             for directory, entries in found.items()
@@ -489,14 +483,7 @@ class S3Backend:
             name = key[len(prefix) :]
             if key == prefix or not is_valid_name(name):  # the directory's own marker object
                 continue
-            info = ObjectInfo(
-                name=name,
-                size=obj["Size"],
-                mtime=obj["LastModified"].timestamp(),
-                etag=obj.get("ETag"),
-                is_dir=False,
-            )
-            entries.append((key, info))
+            entries.append((key, _object_info(name, obj)))
         entries.sort(key=lambda pair: pair[0])
         for _, info in entries:
             yield info
@@ -542,6 +529,17 @@ def _if_match(version: str | None) -> str | None:
 
 def _dir_info(name: str) -> ObjectInfo:
     return ObjectInfo(name=name, size=0, mtime=0.0, etag=None, is_dir=True)
+
+
+def _object_info(name: str, obj: dict[str, Any]) -> ObjectInfo:
+    """A listed object (a page's `Contents` entry) as the entry `name`."""
+    return ObjectInfo(
+        name=name,
+        size=obj["Size"],
+        mtime=obj["LastModified"].timestamp(),
+        etag=obj.get("ETag"),
+        is_dir=False,
+    )
 
 
 # What S3Backend declares, checked by mypy.
