@@ -110,17 +110,20 @@ COVERAGE_GAPS = 64
 
 class _Coverage:
     """What a handle has read without a gap: from a start (the file's, or a seek's) up to
-    `through`, and the reads past it waiting for the gap before them to fill."""
+    `through`, the reads past it waiting for the gap before them to fill, and the first block
+    not yet passed (drop-behind: `Readahead.passes`)."""
 
-    __slots__ = ("_ahead", "through")
+    __slots__ = ("_ahead", "passed", "through")
 
     def __init__(self) -> None:
         self.through = 0
+        self.passed = 0
         self._ahead: dict[int, int] = {}  # start -> end of reads past a gap
 
-    def read(self, offset: int, end: int) -> None:
+    def read(self, offset: int, end: int, block_size: int) -> None:
         if offset > self.through + COVERAGE_SEEK or len(self._ahead) >= COVERAGE_GAPS:
-            self.through, self._ahead = end, {}  # a seek, or random reads: start over here
+            # A seek, or random reads: start over here.
+            self.through, self._ahead, self.passed = end, {}, offset // block_size
             return
         if offset > self.through:
             self._ahead[offset] = max(end, self._ahead.get(offset, end))
@@ -219,7 +222,7 @@ class Readahead:
 
     def on_read(self, offset: int, end: int) -> range:
         """Record a read of [offset, end); return the block indices worth loading ahead."""
-        self._coverage.read(offset, end)
+        self._coverage.read(offset, end, self.block_size)
         stream, near = self._stream_for(offset, end - offset)
         if not near and end - offset >= LARGE_READ and offset > 0:
             self._fault(stream, end)
@@ -271,19 +274,24 @@ class Readahead:
         stream.current_block = max(stream.current_block, block)
         return range(block + 1, min(self.last_block, block + stream.window) + 1)
 
-    def passes(self, offset: int) -> int | None:
-        """The block a sequential read at `offset` leaves behind for good (drop-behind: it may
-        leave memory once on disk), or None. Reading into a block of a file of several (one
-        with a reader window), the block two back: not the one just before, as the kernel's
-        READs of one run arrive several at once and one of its end may come after this one;
-        and only once every byte before its end was read (since the file's start or the last
-        seek), not only the run's front: a whole-file loader's copy faults at each tensor's end
-        before the kernel reads the tensor's middle (docs/notes/clients-full-load-window.md),
-        so its run goes ahead over a gap the kernel's READs fill later."""
-        index, start = divmod(offset, self.block_size)
-        if start or index < 2 or self.reader_window is None:
-            return None
-        return index - 2 if self._coverage.through >= (index - 1) * self.block_size else None
+    def passes(self, offset: int) -> range:
+        """The blocks a sequential read at `offset` leaves behind for good (drop-behind: they
+        may leave memory once on disk), each once. Reading into a block of a file of several
+        (one with a reader window), those up to the block two back: not the one just before,
+        as the kernel's READs of one run arrive several at once and one of its end may come
+        after this one; and only those read through (every byte before their end read since
+        the file's start or the last seek), not only the run's front: a whole-file loader's
+        copy faults at each tensor's end before the kernel reads the tensor's middle
+        (docs/notes/clients-full-load-window.md), so its run goes ahead over a gap the kernel's
+        READs fill later. Any read may pass them, not only one at a block's start: a mapping's
+        READs start at a block's first byte for one block in two (docs/notes/drop-behind.md)."""
+        coverage = self._coverage
+        if self.reader_window is None:
+            return range(0)
+        last = min(offset // self.block_size - 2, coverage.through // self.block_size - 1)
+        passed = range(coverage.passed, last + 1)
+        coverage.passed = max(coverage.passed, last + 1)
+        return passed
 
     def _copy_of(self, stream: _Stream) -> _Stream | None:
         """The region `stream` starts a little ahead of, when it is the end of a buffer the

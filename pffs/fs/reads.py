@@ -207,8 +207,7 @@ class Reader:
             elif handle.readahead.sequential:
                 block = await cache.read(key, source, block_length, served=stop - start)
                 pieces.append(memoryview(block)[start:stop])
-                behind = handle.readahead.passes(index * self.block_size + start)
-                if behind is not None:
+                for behind in handle.readahead.passes(index * self.block_size + start):
                     cache.passed(blocks.key(behind))
             else:  # random access: only what is asked of the disk tier
                 pieces.append(await cache.read_part(key, start, stop - start, source, block_length))
