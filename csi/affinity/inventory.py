@@ -63,6 +63,8 @@ _SCHEMA = (
         ON CONFLICT(tag) DO UPDATE SET blocks = blocks + 1, bytes = bytes + NEW.size; END""",
 )
 _OBJECTS = (f"{_TABLE}", f"{_TABLE}_insert", f"{_TABLE}_delete", f"{_TABLE}_update")
+# What diskcache makes last of a cache's index, with the tag index the disk tier asks for.
+_MADE_LAST = "Cache_tag_rowid"
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,15 @@ class CacheInventory:
             self.db_path, timeout=self._timeout, isolation_level=None, check_same_thread=False
         )
         try:
+            # A mount creating the cache right now: the tables and triggers installed while
+            # diskcache makes its own would fail its last step ("database is locked"), and the
+            # mount with it. Its tag index (DiskTier asks for one) is made last.
+            made = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = ?", (_MADE_LAST,)
+            ).fetchone()
+            if made is None:
+                conn.close()
+                return None
             self._install(conn)
         except Exception:
             conn.close()

@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sqlite3
 import time
 from pathlib import Path
 
+import diskcache
 import pytest
 
 from pffs.cache.disk import DiskTier, entry_key
 from pffs.cache.keys import BlockKey
 from pffs.csi.affinity.inventory import (
+    DB_NAME,
     CacheInventory,
     SourceTotal,
     SourceTotals,
@@ -84,6 +87,22 @@ def _fill(directory: str, source: str, count: int) -> None:
     for i in range(count):
         tier.put(entry_key(BlockKey(source, "u", "p", "v", i), 4 << 20), os.urandom(4096), source)
     tier.close()
+
+
+def test_a_cache_being_made_is_left_alone_until_it_is_whole(tmp_path: Path) -> None:
+    """A mount creating its cache while the publisher looks: the tables and triggers installed
+    before diskcache has made its index ended the mount ("database is locked" at its last
+    step). Until the index is whole (its tag index, made last), nothing is installed."""
+    diskcache.Cache(str(tmp_path)).close()  # diskcache's steps but the last (no tag index)
+    inventory = CacheInventory(str(tmp_path))
+    assert inventory.usage() == {}
+    with sqlite3.connect(tmp_path / DB_NAME) as conn:
+        assert not conn.execute("SELECT name FROM sqlite_master WHERE name LIKE 'Pffs%'").fetchall()
+    tier = _tier(tmp_path)  # the mount's cache, whole
+    _put(tier, A, "f", 0, os.urandom(2048))
+    assert inventory.usage() == _expected(tier)
+    tier.close()
+    inventory.close()
 
 
 def test_blocks_written_by_another_process_are_counted(tmp_path: Path) -> None:
