@@ -39,6 +39,7 @@ import hashlib
 import logging
 import os
 import shutil
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
@@ -47,7 +48,7 @@ import diskcache
 
 from pffs.cache.diskindex import BatchIndex, IndexRow, usage_by_tag
 from pffs.cache.disklayout import check_layout
-from pffs.cache.entries import read_block, read_layout, read_range, write_entry
+from pffs.cache.entries import entry_size, read_block, read_layout, read_range, write_entry
 from pffs.cache.keys import BlockKey
 from pffs.cache.openentries import OpenEntries, OpenEntry, descriptor_share
 from pffs.cache.orphans import Swept, sweep_in_background, sweep_orphans
@@ -175,6 +176,9 @@ class DiskTier:
         self._cache.disk.on_remove = self.open_entries.drop_path
         self.index = BatchIndex(directory, capacity, float(self._cache.timeout))
         self._nowait = hasattr(os, "RWF_NOWAIT")  # off once the file system refuses it
+        # Bytes of entries being written by batches now, taken from the room above the floor.
+        self._reserved = 0
+        self._room_lock = threading.Lock()
         self._stop_sweep: Callable[[], None] | None = None
 
     def get(self, key: str) -> DiskRead:
@@ -382,15 +386,28 @@ class DiskTier:
         and its files are removed. Files of rows the batch replaces or evicts are removed only
         once it has committed.
         """
-        room = self._room()
+        # The free-space floor: the blocks whose entries fit above it, the rest skipped. Batches
+        # run in several threads at once, each writing what one statvfs saw room for: each
+        # takes its entries' bytes from that room until its files are written.
+        with self._room_lock:
+            room = self._room() - self._reserved
+            fitting = 0
+            for _key, data, _source in blocks:
+                room -= entry_size(len(data))
+                if room <= 0:
+                    break
+                fitting += 1
+            reserved = sum(entry_size(len(data)) for _key, data, _source in blocks[:fitting])
+            self._reserved += reserved
         written: list[tuple[int, IndexRow]] = []  # (position in blocks, its row)
-        for position, (key, data, source) in enumerate(blocks):
-            room -= len(data)
-            if room <= 0:
-                break  # the free-space floor: this block and the rest are skipped
-            row = self._write(key, data, source)
-            if row is not None:
-                written.append((position, row))
+        try:
+            for position, (key, data, source) in enumerate(blocks[:fitting]):
+                row = self._write(key, data, source)
+                if row is not None:
+                    written.append((position, row))
+        finally:
+            with self._room_lock:
+                self._reserved -= reserved
         stored = [False] * len(blocks)
         if not written:
             return stored

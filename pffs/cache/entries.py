@@ -111,6 +111,12 @@ def _region_size(length: int) -> int:
     return _aligned(_HEADER.size + 4 * -(-length // CHUNK))
 
 
+def entry_size(length: int) -> int:
+    """The most bytes the entry of a block of `length` bytes takes (stored raw: its header
+    region, the payload, the padding to ALIGN)."""
+    return _aligned(_region_size(length) + length)
+
+
 def encode(key: str, data: bytes, compress: bool) -> tuple[bytes, bytes]:
     """(header region, payload) of a block's entry, as `write_entry` lays it out on disk."""
     packed = _packed(data, compress)

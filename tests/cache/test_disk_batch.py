@@ -25,6 +25,7 @@ import diskcache
 import pytest
 import trio
 
+from pffs.cache import disk as disk_module
 from pffs.cache import entries
 from pffs.cache.blocks import Background
 from pffs.cache.disk import DiskTier, entry_key
@@ -368,4 +369,42 @@ def test_blocks_loaded_ahead_wait_for_the_disk_only_beyond_its_write_room(
 
     trio.run(main)
     assert (stats.disk_writes, stats.disk_write_skips) == (room_blocks + 1, 0)
+    tier.close()
+
+
+def test_batches_at_once_never_take_the_same_room_above_the_floor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two batches written at once, with room above the free-space floor for one entry: one is
+    stored, not both (each used to write what one statvfs had shown it); and a block takes its
+    whole entry's room, header and padding, not its bytes' alone. The disk is real; its free
+    space is held still (`_room`), as two writer threads see it between their writes."""
+    tier = DiskTier(str(tmp_path / "d"), capacity=1 << 30, free_ratio=0.0, compress=False)
+    block = 256 * 1024
+    entry = entries.entry_size(block)
+    monkeypatch.setattr(tier, "_room", lambda: entry + entry // 2)
+    real_write = entries.write_entry
+
+    def slow_write(*args: object) -> int:
+        time.sleep(0.2)  # both batches have taken their room before either file is written
+        return real_write(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(disk_module, "write_entry", slow_write)
+    together = threading.Barrier(2)
+    stored: list[bool] = []
+
+    def put(n: int) -> None:
+        key = entry_key(BlockKey("src", "u", f"f{n}", "v", 0), block)
+        together.wait()
+        stored.extend(tier.put_batch([(key, bytes(block), "src")]))
+
+    threads = [threading.Thread(target=put, args=(n,)) for n in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(stored) == [False, True]
+    monkeypatch.setattr(tier, "_room", lambda: block + 1)  # room for the bytes, not the entry
+    key = entry_key(BlockKey("src", "u", "g", "v", 0), block)
+    assert tier.put_batch([(key, bytes(block), "src")]) == [False]
     tier.close()
