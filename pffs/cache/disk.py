@@ -391,13 +391,12 @@ class DiskTier:
         # takes its entries' bytes from that room until its files are written.
         with self._room_lock:
             room = self._room() - self._reserved
-            fitting = 0
+            fitting = reserved = 0
             for _key, data, _source in blocks:
-                room -= entry_size(len(data))
-                if room <= 0:
+                size = entry_size(len(data))
+                if reserved + size >= room:
                     break
-                fitting += 1
-            reserved = sum(entry_size(len(data)) for _key, data, _source in blocks[:fitting])
+                fitting, reserved = fitting + 1, reserved + size
             self._reserved += reserved
         written: list[tuple[int, IndexRow]] = []  # (position in blocks, its row)
         try:
