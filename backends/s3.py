@@ -33,6 +33,7 @@ import os
 import re
 import threading
 from collections.abc import Callable, Generator, Iterator, Sequence
+from datetime import datetime
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -335,13 +336,7 @@ class S3Backend:
         key = self.prefix + path
         head = self.calls.head(self.client, self.bucket, key, path, terms)
         if head is not None:
-            return ObjectInfo(
-                name=name,
-                size=head["ContentLength"],
-                mtime=head["LastModified"].timestamp(),
-                etag=head.get("ETag"),
-                is_dir=False,
-            )
+            return _object_info(name, head["ContentLength"], head["LastModified"], head.get("ETag"))
         # Not an object: a directory if anything lives under "key/" (marker object or not).
         first = functools.partial(self._list_page, key + "/", None, max_keys=1)
         page = self.calls.do(first, "LIST", path, terms)
@@ -386,7 +381,7 @@ class S3Backend:
                 found.setdefault(parent, {})
             else:
                 if is_valid_name(name):
-                    found[parent][name] = _object_info(name, obj)
+                    found[parent][name] = _listed(name, obj)
         listings = {
             directory: [entries[key] for key in sorted(entries)]
             for directory, entries in found.items()
@@ -483,7 +478,7 @@ class S3Backend:
             name = key[len(prefix) :]
             if key == prefix or not is_valid_name(name):  # the directory's own marker object
                 continue
-            entries.append((key, _object_info(name, obj)))
+            entries.append((key, _listed(name, obj)))
         entries.sort(key=lambda pair: pair[0])
         for _, info in entries:
             yield info
@@ -531,15 +526,14 @@ def _dir_info(name: str) -> ObjectInfo:
     return ObjectInfo(name=name, size=0, mtime=0.0, etag=None, is_dir=True)
 
 
-def _object_info(name: str, obj: dict[str, Any]) -> ObjectInfo:
-    """A listed object (a page's `Contents` entry) as the entry `name`."""
-    return ObjectInfo(
-        name=name,
-        size=obj["Size"],
-        mtime=obj["LastModified"].timestamp(),
-        etag=obj.get("ETag"),
-        is_dir=False,
-    )
+def _object_info(name: str, size: int, modified: datetime, etag: str | None) -> ObjectInfo:
+    """An object as the entry `name`, from what a HEAD or a listing said of it."""
+    return ObjectInfo(name=name, size=size, mtime=modified.timestamp(), etag=etag, is_dir=False)
+
+
+def _listed(name: str, obj: dict[str, Any]) -> ObjectInfo:
+    """A listing page's `Contents` entry as the entry `name`."""
+    return _object_info(name, obj["Size"], obj["LastModified"], obj.get("ETag"))
 
 
 # What S3Backend declares, checked by mypy.
