@@ -113,17 +113,18 @@ class _Coverage:
     `through`, the reads past it waiting for the gap before them to fill, and the first block
     not yet passed (drop-behind: `Readahead.passes`)."""
 
-    __slots__ = ("_ahead", "passed", "through")
+    __slots__ = ("_ahead", "_block_size", "passed", "through")
 
-    def __init__(self) -> None:
+    def __init__(self, block_size: int) -> None:
+        self._block_size = block_size
         self.through = 0
         self.passed = 0
         self._ahead: dict[int, int] = {}  # start -> end of reads past a gap
 
-    def read(self, offset: int, end: int, block_size: int) -> None:
+    def read(self, offset: int, end: int) -> None:
         if offset > self.through + COVERAGE_SEEK or len(self._ahead) >= COVERAGE_GAPS:
             # A seek, or random reads: start over here.
-            self.through, self._ahead, self.passed = end, {}, offset // block_size
+            self.through, self._ahead, self.passed = end, {}, offset // self._block_size
             return
         if offset > self.through:
             self._ahead[offset] = max(end, self._ahead.get(offset, end))
@@ -187,7 +188,7 @@ class Readahead:
         self.sweeping = False  # whether the rest of the file is being loaded
         self._walk = HopWalk()  # a walk forward in hops from the start also starts it
         self._sweep_from = 0  # the block a sweep loads first (then on to the end, then before)
-        self._coverage = _Coverage()
+        self._coverage = _Coverage(block_size)
 
     @property
     def window(self) -> int:
@@ -222,7 +223,7 @@ class Readahead:
 
     def on_read(self, offset: int, end: int) -> range:
         """Record a read of [offset, end); return the block indices worth loading ahead."""
-        self._coverage.read(offset, end, self.block_size)
+        self._coverage.read(offset, end)
         stream, near = self._stream_for(offset, end - offset)
         if not near and end - offset >= LARGE_READ and offset > 0:
             self._fault(stream, end)

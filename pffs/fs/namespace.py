@@ -447,9 +447,11 @@ class Namespace:
         if not page.complete:
             return
         for relative, entries in page.directories.items():
+            if not relative:
+                continue  # `path` itself is listed beside
             directory = join(path, relative)
-            if not relative or directory in self._background or self.listings.fresh(directory):
-                continue  # `path` itself is listed beside; a listing under way is not replaced
+            if directory in self._background or self.listings.fresh(directory):
+                continue  # a listing under way or fresh is not replaced
             listing = DirListing(complete=True)
             for info in entries:
                 listing.add(info)
