@@ -205,8 +205,14 @@ class Namespace:
         self._trees: set[str] = set()  # directories listed at every depth just now
 
     def attach(self, nursery: trio.Nursery) -> None:
-        """A nursery for background listings."""
+        """A nursery for background listings; the tree under the root is listed in it at once.
+
+        Where the store lists a tree and all of it fits a page (a model's few files, a small
+        dataset), every directory's listing is kept before the first lookup: no open waits for
+        a listing. A bigger tree costs that one request, and lookups list as they would.
+        """
         self._nursery = nursery
+        self._list_tree("")
 
     now = staticmethod(time.monotonic)  # the clock of every TTL (no Python frame per call)
 
@@ -411,8 +417,8 @@ class Namespace:
 
     def _list_tree(self, path: str) -> None:
         """List what lies under directory `path` at every depth, one page in the background,
-        where its store can (`tree_pages`) and no mount point lies below it (its own listing,
-        beside, covers `path` itself).
+        where its store can (`tree_pages`) and no mount point lies below it (`path` itself too,
+        unless a listing of it is under way or fresh).
 
         A cold path's lookups each wait for their directory's listing, two levels a round trip
         at best (see resolve); a dataset's or a model's whole tree often fits one page of keys,
@@ -447,11 +453,9 @@ class Namespace:
         if not page.complete:
             return
         for relative, entries in page.directories.items():
-            if not relative:
-                continue  # `path` itself is listed beside
-            directory = join(path, relative)
+            directory = join(path, relative) if relative else path
             if directory in self._background or self.listings.fresh(directory):
-                continue  # a listing under way or fresh is not replaced
+                continue  # a listing under way (a lookup's of `path` itself) or fresh is kept
             listing = DirListing(complete=True)
             for info in entries:
                 listing.add(info)

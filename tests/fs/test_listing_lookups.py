@@ -289,25 +289,63 @@ class CountingTrees:
         return self.inner.list_tree(path, limit, terms)
 
 
-def test_a_cold_path_in_a_small_tree_is_resolved_with_one_round_of_listings(
-    moto, s3, bucket: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Where the store lists a tree (S3), what lies under a looked-up name is listed at every
-    depth beside the first listings: the lookups down `a/b/c/file` and `ls a/b` ask nothing
-    more. A tree larger than a page is listed as before, a directory at a time."""
-    for key in ("a/b/c/file", "a/b/other", "z/y/x/file", "z/y/x/more", "z/y/w"):
+def counted_tree_vfs(moto, s3, bucket: str, keys: list[str]) -> tuple[Any, CountingTrees]:
+    for key in keys:
         s3.put_object(Bucket=bucket, Key=key, Body=b"data")
     lister = tree_lister(
         open_backend(SourceConfig(url=f"s3://{bucket}", endpoint_url=moto.endpoint_url))
     )
     assert lister is not None
     backend = CountingTrees(lister)
-    vfs = make_vfs(backend)
-    first_round = {"list ": 1, "list a": 1, "tree a": 1}
+    return make_vfs(backend), backend
+
+
+SMALL_TREE = ["a/b/c/file", "a/b/other", "z/y/x/file", "z/y/x/more", "z/y/w"]
+
+
+def test_a_tree_that_fits_a_page_is_listed_whole_when_the_mount_starts(
+    moto, s3, bucket: str
+) -> None:
+    """Where the store lists a tree (S3), the mount asks one page of everything under its root
+    as it starts: when that is all of it, no lookup or `ls` asks the store again."""
+    vfs, backend = counted_tree_vfs(moto, s3, bucket, SMALL_TREE)
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             vfs.attach(nursery)
+            await vfs.namespace.wait_for_listings()
+            assert backend.calls == {"tree ": 1}
+            a = await vfs.lookup(ROOT_INODE, "a")
+            b = await vfs.lookup(a.ino, "b")
+            c = await vfs.lookup(b.ino, "c")
+            assert (await vfs.lookup(c.ino, "file")).info.size == 4
+            assert [name for name, _ in await list_all(vfs, b.ino)] == ["c", "other"]
+            assert [name for name, _ in await list_all(vfs, ROOT_INODE)] == ["a", "z"]
+            with pytest.raises(NotFound):
+                await vfs.lookup(ROOT_INODE, "absent")
+            assert backend.calls == {"tree ": 1}
+            nursery.cancel_scope.cancel()
+
+    run(main)
+
+
+def test_a_cold_path_in_a_small_tree_is_resolved_with_one_round_of_listings(
+    moto, s3, bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the store lists a tree (S3), what lies under a looked-up name is listed at every
+    depth beside the first listings: the lookups down `a/b/c/file` and `ls a/b` ask nothing
+    more. A tree larger than a page is listed as before, a directory at a time."""
+    vfs, backend = counted_tree_vfs(moto, s3, bucket, SMALL_TREE)
+    # A page of three keys: the mount's page of the whole tree (five) is given up; a's (two)
+    # holds all of a.
+    monkeypatch.setattr(namespace, "TREE_PAGE", 3)
+    first_round = {"tree ": 1, "list ": 1, "list a": 1, "tree a": 1}
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            vfs.attach(nursery)
+            await vfs.namespace.wait_for_listings()
+            assert backend.calls == {"tree ": 1}
             a = await vfs.lookup(ROOT_INODE, "a")
             await vfs.namespace.wait_for_listings()
             assert backend.calls == first_round

@@ -13,11 +13,13 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 
+from pffs.fs.namespace import TREE_PAGE
 from pffs.testing.faults import FaultProxy, any_request, object_gets
 from pffs.testing.servers import MotoServer
 from tests.conftest import mounted
@@ -41,6 +43,15 @@ def proxy(moto: MotoServer) -> Iterator[FaultProxy]:
 
 def mount_via(proxy: FaultProxy, bucket: str, mnt: Path, *options: str):
     return mounted(f"s3://{bucket}", mnt, "--endpoint-url", proxy.endpoint_url, *options)
+
+
+def beyond_a_tree_page(s3: Any, bucket: str) -> None:
+    """More keys (empty, under `filler/`) than the mount's page of its whole tree holds: the
+    mount then lists directories as lookups reach them, so one no lookup reached is one it
+    never saw (a smaller tree is listed whole as the mount starts)."""
+    with ThreadPoolExecutor(8) as workers:
+        keys = [f"filler/{n:03d}" for n in range(TREE_PAGE + 1)]
+        list(workers.map(lambda key: s3.put_object(Bucket=bucket, Key=key, Body=b""), keys))
 
 
 def errno_of(fn: Any, *args: Any) -> tuple[int | None, float]:
@@ -193,6 +204,7 @@ def test_store_down_gives_eio_within_the_bound(s3, bucket, proxy, tmp_path) -> N
 def test_stalled_store_gives_eio_to_reads_and_ls_never_a_hang(s3, bucket, proxy, tmp_path) -> None:
     s3.put_object(Bucket=bucket, Key="dir/f.bin", Body=b"y" * MIB)
     s3.put_object(Bucket=bucket, Key="other/g.bin", Body=b"g")
+    beyond_a_tree_page(s3, bucket)
     with mount_via(proxy, bucket, tmp_path / "mnt", *FAST) as mnt:
         assert os.stat(mnt / "dir" / "f.bin").st_size == MIB
         time.sleep(0.5)  # the background listings the lookups started are done

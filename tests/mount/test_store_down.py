@@ -31,7 +31,7 @@ from pffs.testing.faults import HELD, FaultProxy
 from pffs.testing.servers import MotoServer
 from tests.conftest import mounted
 from tests.mount.test_failures import source_up
-from tests.mount.test_reliability import errno_of, read_all, when_back
+from tests.mount.test_reliability import beyond_a_tree_page, errno_of, read_all, when_back
 
 pytestmark = pytest.mark.mount
 MIB = 1 << 20
@@ -62,6 +62,7 @@ def drill(
     files["f/y.bin"] = random.randbytes(MIB)  # f is never listed: y.bin never seen
     for key, data in files.items():
         s3.put_object(Bucket=bucket, Key=key, Body=data)
+    beyond_a_tree_page(s3, bucket)
     options: tuple[str, ...] = (
         *("--retry-timeout", f"{retry:g}", "--request-timeout", f"{request:g}"),
         *("--connect-timeout", f"{connect:g}", "--metadata-ttl", f"{ttl:g}"),
