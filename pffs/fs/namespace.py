@@ -55,6 +55,9 @@ BACKGROUND_LISTING_MAX = 50_000
 LISTING_PAGE = 1000
 # The pages of a directory too big to list in the background: it never is again.
 _NEVER = 1 << 62
+# Directories changed through the mount told apart at once for the listings under way (see
+# Listings.drop): past it, every listing under way is taken for one of a changed directory.
+MAX_CHANGED = 4096
 # Keys asked for at most when what lies under a directory is listed at every depth (see
 # Namespace._list_tree): a model's or a dataset's few files and folders fit; a page of a big
 # tree is given up, at the cost of a small request.
@@ -72,6 +75,11 @@ class Listings:
         self.mount_time = mount_time
         self._now = now
         self._by_path: dict[str, DirListing] = {}
+        # Directories dropped so far (a listing's `asked` mark is a count of them), the count
+        # at each one's last drop, and the count below which drops are no longer told apart.
+        self._changes = 0
+        self._changed_at: dict[str, int] = {}
+        self._forgotten = 0
         # Synthesised directories have no source: their listing asks no store (pffs.flow: not a
         # store's cap).
         self._local_limiter = trio.CapacityLimiter(4)
@@ -88,9 +96,25 @@ class Listings:
         return self._by_path.get(path)
 
     def drop(self, path: str) -> None:
+        """Forget the listing of `path`: it changed through the mount. A listing of it asked
+        before is never kept, though it lands after: the store may have answered it before the
+        change (a file just written missing, and its lookups answered "no such file")."""
         self._by_path.pop(path, None)
+        self._changes += 1
+        if len(self._changed_at) >= MAX_CHANGED:
+            self._changed_at.clear()
+            self._forgotten = self._changes
+        self._changed_at[path] = self._changes
 
-    def keep(self, path: str, listing: DirListing) -> None:
+    def mark(self) -> int:
+        """What `keep` is given for a listing asked of the store from now on."""
+        return self._changes
+
+    def keep(self, path: str, listing: DirListing, asked: int) -> bool:
+        """Keep a complete listing of `path`, asked of the store at `asked` (`mark`), unless
+        `path` changed through the mount since; whether it was kept."""
+        if self._changed_at.get(path, self._forgotten) > asked:
+            return False
         now = self._now()
         if len(self._by_path) >= MAX_LISTINGS:  # drop the expired before growing further
             for old in [p for p, entry in self._by_path.items() if entry.expires <= now]:
@@ -100,6 +124,7 @@ class Listings:
         self._by_path.pop(path, None)  # re-inserted: the oldest stays first
         listing.expires = now + self.ttl
         self._by_path[path] = listing
+        return True
 
     async def pull(self, path: str, listing: DirListing) -> bool:
         """Fetch the next chunk of a streaming listing; False when it is finished."""
@@ -111,6 +136,8 @@ class Listings:
                 # Its pages' retries stop when the source goes down (its breaker, the gate).
                 terms = None if routed is None else routed[0].health.terms()
                 listing.source = self._tree_listing(path, terms)
+                if listing.asked is None:  # a listing started over keeps its first entries
+                    listing.asked = self.mark()
             try:
                 if routed is None:  # a synthesised directory: no store to ask
                     chunk = await run_blocking(
@@ -137,7 +164,8 @@ class Listings:
             if len(chunk) < LIST_CHUNK:
                 listing.complete = True
                 listing.source = None
-                self.keep(path, listing)
+                assert listing.asked is not None
+                self.keep(path, listing, listing.asked)
             return bool(chunk) or not listing.complete
 
     def _tree_listing(self, path: str, terms: RetryTerms | None) -> Iterator[ObjectInfo]:
@@ -437,6 +465,7 @@ class Namespace:
     async def _keep_tree(
         self, path: str, mounted: Mounted, lister: TreeLister, inside: str
     ) -> None:
+        asked = self.listings.mark()
         try:
             page = await mounted.health.call(
                 mounted.flow.permit("reader"),
@@ -460,8 +489,8 @@ class Namespace:
             for info in entries:
                 listing.add(info)
             listing.first_chunk.set()
-            self.listings.keep(directory, listing)
-            self._listing_pages[directory] = 1
+            if self.listings.keep(directory, listing, asked):
+                self._listing_pages[directory] = 1
 
     async def _list_in_background(self, path: str, running: DirListing) -> None:
         if len(self._listing_pages) > MAX_LISTINGS:
