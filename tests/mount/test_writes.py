@@ -16,6 +16,7 @@ import boto3
 import pytest
 
 from pffs.mounting.kernel import find_mount, wait_unmounted
+from pffs.testing.faults import FaultProxy
 from pffs.testing.servers import MotoServer
 from tests.conftest import mounted, run_pffs, unmount_quietly
 
@@ -291,3 +292,27 @@ def test_streamed_parts_survive_writes_behind_them(s3, bucket, mount_s3) -> None
         assert (mnt / "patched.bin").read_bytes() == bytes(data)
     uploads = s3.list_multipart_uploads(Bucket=bucket).get("Uploads", [])
     assert uploads == []  # the abandoned upload was aborted, not left behind
+
+
+def the_mounts_tree_page(method: str, path: str, headers: dict[str, str]) -> bool:
+    """The page of the mount's whole tree it asks as it starts: a LIST of its root, no
+    delimiter, 100 keys."""
+    return "max-keys=100" in path and "delimiter" not in path and "prefix=&" in path + "&"
+
+
+def test_a_file_written_while_the_trees_page_is_on_its_way_is_listed(
+    s3, bucket, moto: MotoServer, tmp_path: Path
+) -> None:
+    """The mount's page of its tree, answered by the store before a file is written through the
+    mount and landing after, must not hide that file: `ls` shows it."""
+    s3.put_object(Bucket=bucket, Key="old.bin", Body=b"old")
+    with FaultProxy(moto.port, match=the_mounts_tree_page) as store:
+        store.hold_tail(1)  # the page's body held after its first byte, until released
+        options = ("--endpoint-url", store.endpoint_url, "--cache-dir", "none")
+        with mounted(f"s3://{bucket}", tmp_path / "mnt", *options) as mnt:
+            assert store.holding.wait(30), store.requests
+            (mnt / "new.bin").write_bytes(b"new")  # uploaded at close
+            assert stored(s3, bucket, "new.bin") == b"new"
+            store.release()
+            time.sleep(1.0)  # the page lands and is looked at (kept or not) within this
+            assert sorted(os.listdir(mnt)) == ["new.bin", "old.bin"]
