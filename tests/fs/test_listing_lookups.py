@@ -22,7 +22,7 @@ from pffs.backends.base import ObjectInfo, TreeLister, TreePage, tree_lister
 from pffs.config import SourceConfig
 from pffs.errors import Changed, NotFound
 from pffs.fs import namespace
-from pffs.fs.inodes import ROOT_INODE
+from pffs.fs.inodes import ROOT_INODE, TableInode
 from pffs.retry import RetryTerms
 from tests.fs.helpers import make_vfs
 from tests.fs.test_vfs import CountingBackend, counted_vfs, list_all, run
@@ -313,6 +313,14 @@ def counted_tree_vfs(moto, s3, bucket: str, keys: list[str]) -> tuple[Any, Count
 SMALL_TREE = ["a/b/c/file", "a/b/other", "z/y/x/file", "z/y/x/more", "z/y/w"]
 
 
+async def walk_below_a(vfs: Any, a: TableInode) -> None:
+    """The lookups down SMALL_TREE's `a/b/c/file` from `a`'s inode, and `ls a/b`."""
+    b = await vfs.lookup(a.ino, "b")
+    c = await vfs.lookup(b.ino, "c")
+    assert (await vfs.lookup(c.ino, "file")).info.size == 4
+    assert [name for name, _ in await list_all(vfs, b.ino)] == ["c", "other"]
+
+
 def test_a_tree_that_fits_a_page_is_listed_whole_when_the_mount_starts(
     moto, s3, bucket: str
 ) -> None:
@@ -325,11 +333,7 @@ def test_a_tree_that_fits_a_page_is_listed_whole_when_the_mount_starts(
             vfs.attach(nursery)
             await vfs.namespace.wait_for_listings()
             assert backend.calls == {"tree ": 1}
-            a = await vfs.lookup(ROOT_INODE, "a")
-            b = await vfs.lookup(a.ino, "b")
-            c = await vfs.lookup(b.ino, "c")
-            assert (await vfs.lookup(c.ino, "file")).info.size == 4
-            assert [name for name, _ in await list_all(vfs, b.ino)] == ["c", "other"]
+            await walk_below_a(vfs, await vfs.lookup(ROOT_INODE, "a"))
             assert [name for name, _ in await list_all(vfs, ROOT_INODE)] == ["a", "z"]
             with pytest.raises(NotFound):
                 await vfs.lookup(ROOT_INODE, "absent")
@@ -359,10 +363,7 @@ def test_a_cold_path_in_a_small_tree_is_resolved_with_one_round_of_listings(
             a = await vfs.lookup(ROOT_INODE, "a")
             await vfs.namespace.wait_for_listings()
             assert backend.calls == first_round
-            b = await vfs.lookup(a.ino, "b")
-            c = await vfs.lookup(b.ino, "c")
-            assert (await vfs.lookup(c.ino, "file")).info.size == 4
-            assert [name for name, _ in await list_all(vfs, b.ino)] == ["c", "other"]
+            await walk_below_a(vfs, a)
             assert backend.calls == first_round
             # A page of two keys cannot hold the tree under z/y (the first directory listed
             # from a lookup, the root's listing being known): its directories are listed one
