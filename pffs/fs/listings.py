@@ -29,7 +29,7 @@ class DirListing:
     last_seen: bool = False
     expires: float = 0.0
     source: Iterator[ObjectInfo] | None = None
-    # When its first request was asked (Listings.mark): a directory changed since is not kept.
+    # When its first request was asked (pffs.fs.changes): a directory changed since is not kept.
     asked: int | None = None
     lock: trio.Lock = field(default_factory=trio.Lock)
     # Set once the first chunk has arrived, or the listing has failed or finished.

@@ -33,6 +33,7 @@ import trio
 from pffs.backends.base import ObjectInfo, TreeLister, join, tree_lister
 from pffs.config import MetaConfig
 from pffs.errors import NotADirectory, NotFound, SourceDown, Transient
+from pffs.fs.changes import ChangeMarks
 from pffs.fs.handles import DirHandle, Handles
 from pffs.fs.inodes import ROOT_INODE, Inode, InodeTable, TableInode
 from pffs.fs.listings import DirListing
@@ -55,9 +56,6 @@ BACKGROUND_LISTING_MAX = 50_000
 LISTING_PAGE = 1000
 # The pages of a directory too big to list in the background: it never is again.
 _NEVER = 1 << 62
-# Directories changed through the mount told apart at once for the listings under way (see
-# Listings.drop): past it, every listing under way is taken for one of a changed directory.
-MAX_CHANGED = 4096
 # Keys asked for at most when what lies under a directory is listed at every depth (see
 # Namespace._list_tree): a model's or a dataset's few files and folders fit; a page of a big
 # tree is given up, at the cost of a small request.
@@ -68,18 +66,19 @@ class Listings:
     """Complete listings by directory path, and the streaming of a listing from the store."""
 
     def __init__(
-        self, table: MountTable, ttl: float, mount_time: float, now: Callable[[], float]
+        self,
+        table: MountTable,
+        ttl: float,
+        mount_time: float,
+        now: Callable[[], float],
+        changes: ChangeMarks,
     ) -> None:
         self.table = table
         self.ttl = ttl
         self.mount_time = mount_time
         self._now = now
         self._by_path: dict[str, DirListing] = {}
-        # Directories dropped so far (a listing's `asked` mark is a count of them), the count
-        # at each one's last drop, and the count below which drops are no longer told apart.
-        self._changes = 0
-        self._changed_at: dict[str, int] = {}
-        self._forgotten = 0
+        self.changes = changes  # a listing asked before a change of its directory is not kept
         # Synthesised directories have no source: their listing asks no store (pffs.flow: not a
         # store's cap).
         self._local_limiter = trio.CapacityLimiter(4)
@@ -96,24 +95,13 @@ class Listings:
         return self._by_path.get(path)
 
     def drop(self, path: str) -> None:
-        """Forget the listing of `path`: it changed through the mount. A listing of it asked
-        before is never kept, though it lands after: the store may have answered it before the
-        change (a file just written missing, and its lookups answered "no such file")."""
+        """Forget the listing of `path`."""
         self._by_path.pop(path, None)
-        self._changes += 1
-        if len(self._changed_at) >= MAX_CHANGED:
-            self._changed_at.clear()
-            self._forgotten = self._changes
-        self._changed_at[path] = self._changes
-
-    def mark(self) -> int:
-        """What `keep` is given for a listing asked of the store from now on."""
-        return self._changes
 
     def keep(self, path: str, listing: DirListing, asked: int) -> bool:
-        """Keep a complete listing of `path`, asked of the store at `asked` (`mark`), unless
-        `path` changed through the mount since; whether it was kept."""
-        if self._changed_at.get(path, self._forgotten) > asked:
+        """Keep a complete listing of `path`, asked of the store at mark `asked`, unless `path`
+        changed through the mount since (pffs.fs.changes); whether it was kept."""
+        if self.changes.listing_changed(path, asked):
             return False
         now = self._now()
         if len(self._by_path) >= MAX_LISTINGS:  # drop the expired before growing further
@@ -137,7 +125,7 @@ class Listings:
                 terms = None if routed is None else routed[0].health.terms()
                 listing.source = self._tree_listing(path, terms)
                 if listing.asked is None:  # a listing started over keeps its first entries
-                    listing.asked = self.mark()
+                    listing.asked = self.changes.mark()
             try:
                 if routed is None:  # a synthesised directory: no store to ask
                     chunk = await run_blocking(
@@ -222,7 +210,8 @@ class Namespace:
         root_info = ObjectInfo(name="", size=0, mtime=self.mount_time, etag=None, is_dir=True)
         self.inodes = InodeTable(root_info)
         self.root = self.inodes.get(ROOT_INODE)
-        self.listings = Listings(table, meta.dir_ttl, self.mount_time, self.now)
+        self.changes = ChangeMarks()
+        self.listings = Listings(table, meta.dir_ttl, self.mount_time, self.now, self.changes)
         self.negative: dict[str, float] = {}
         self._nursery: trio.Nursery | None = None
         self._background: dict[str, DirListing] = {}
@@ -363,19 +352,45 @@ class Namespace:
             # page then ask nothing but the listing).
             await running.first_chunk.wait()
         seen = running.position(name) if running is not None else None
-        if running is not None and seen is not None:  # already streamed in
+        if (  # already streamed in
+            running is not None
+            and seen is not None
+            and not self._asked_before_a_change(parent_path, running)
+        ):
             return self.remember_listed(path, running, seen, parent_ino)
+        return await self._ask_store(path)
+
+    async def _ask_store(self, path: str) -> TableInode:
+        """The inode of `path` as the store has it (a HEAD), kept for the attribute TTL, or "no
+        such name" kept for the negative TTL; while the store is unreachable, what is known.
+
+        An answer landing after `path` changed through the mount may be from before the change,
+        and is not kept (pffs.fs.changes): what the change left answers (the writer's inode,
+        fresh after its upload), else the store's answer for this call alone.
+        """
+        asked = self.changes.mark()
+        info: ObjectInfo | None = None
         try:
             info = await self.stat(path)
         except NotFound:
-            self.negative[path] = self.now() + self.meta.negative_ttl
-            raise
+            if not self.changes.entry_changed(path, asked):
+                self.negative[path] = self.now() + self.meta.negative_ttl
+                raise
         except Transient as exc:
             stale = self._known_while_offline(path, exc)
             if stale is None:
                 raise
             return stale
-        return self.remember(path, info)
+        if info is not None and not self.changes.entry_changed(path, asked):
+            return self.remember(path, info)
+        known = self.inodes.known(path)
+        if known is not None and known.expires > self.now():
+            return known
+        if info is None:
+            raise NotFound(f"{path} does not exist")
+        inode = self.remember(path, info)
+        inode.expires = 0.0  # asked of the store again at its next use
+        return inode
 
     def _listed_lately(self, path: str) -> bool:
         """Whether `path` was a directory within the TTL by its own listing, taken then.
@@ -409,9 +424,18 @@ class Namespace:
 
     def listing_of(self, path: str) -> DirListing:
         """The listing of `path` to read from or stream on: the fresh complete one, else the
-        one streaming in the background (the store is listed once for both), else a new one.
-        Readers of one listing share its stream (Listings.pull takes its lock)."""
-        return self.listings.fresh(path) or self._background.get(path) or DirListing()
+        one streaming in the background (the store is listed once for both) unless asked before
+        a change in the directory, else a new one. Readers of one listing share its stream
+        (Listings.pull takes its lock)."""
+        running = self._background.get(path)
+        if running is not None and self._asked_before_a_change(path, running):
+            running = None
+        return self.listings.fresh(path) or running or DirListing()
+
+    def _asked_before_a_change(self, path: str, listing: DirListing) -> bool:
+        """Whether `listing` of directory `path` was asked of the store before a change in it
+        through the mount (pffs.fs.changes): it may answer as the store was before."""
+        return listing.asked is not None and self.changes.listing_changed(path, listing.asked)
 
     def _listing_for(self, path: str) -> DirListing | None:
         """The parent's listing under way in the background, started here when it pays.
@@ -465,7 +489,7 @@ class Namespace:
     async def _keep_tree(
         self, path: str, mounted: Mounted, lister: TreeLister, inside: str
     ) -> None:
-        asked = self.listings.mark()
+        asked = self.changes.mark()
         try:
             page = await mounted.health.call(
                 mounted.flow.permit("reader"),
@@ -523,13 +547,7 @@ class Namespace:
         listing = None if ask_store else self.listings.fresh(parent_path)
         info = listing.get(name) if listing is not None else None
         if info is None:
-            try:
-                info = await self.stat(inode.path)
-            except Transient as exc:
-                stale = self._known_while_offline(inode.path, exc)
-                if stale is None:
-                    raise
-                return stale
+            return await self._ask_store(inode.path)
         return self.remember(inode.path, info)
 
     def forget(self, ino: int, count: int) -> None:
@@ -580,13 +598,16 @@ class Namespace:
     # --- changes made through the mount -------------------------------------------------------
 
     def changed(self, path: str) -> None:
-        """Forget what was cached about `path`'s directory after `path` changed."""
+        """Forget what was cached about `path`'s directory after `path` changed; what the store
+        answers for either, asked before, is not kept (pffs.fs.changes)."""
+        self.changes.note(path)
         self.listings.drop(path.rpartition("/")[0])
         self.negative.pop(path, None)
 
     def outdated(self, path: str) -> None:
         """The store holds another version of `path` than the one known (a read met `Changed`):
         what its directory's listing and its inode said is not trusted again."""
+        self.changes.note(path)
         self.listings.drop(path.rpartition("/")[0])
         inode = self.inodes.known(path)
         if inode is not None:
