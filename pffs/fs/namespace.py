@@ -383,6 +383,12 @@ class Namespace:
             return stale
         if info is not None and not self.changes.entry_changed(path, asked):
             return self.remember(path, info)
+        return self._after_a_change(path, info)
+
+    def _after_a_change(self, path: str, info: ObjectInfo | None) -> TableInode:
+        """What answers for `path` when the store's answer (`info`, None for "no such name")
+        was asked before `path` changed through the mount: what the change left (the writer's
+        inode, fresh after its upload), else that answer for this call alone, not kept."""
         known = self.inodes.known(path)
         if known is not None and known.expires > self.now():
             return known
@@ -589,11 +595,21 @@ class Namespace:
                 path = handle.inode.path  # renamed meanwhile?
                 continue
             name = listing.names[position]
-            inode = self.remember_listed(join(path, name), listing, position, directory)
+            inode = self._listed_entry(join(path, name), listing, position, directory)
             if not emit(name, inode, position + 1):
                 return
             self.inodes.lookups[inode.slot()] += 1
             position += 1
+
+    def _listed_entry(
+        self, path: str, listing: DirListing, position: int, parent: int
+    ) -> TableInode:
+        """The inode of a directory handle's entry: as remember_listed, unless the entry
+        changed through the mount since the listing was asked (an `ls -l` under way across an
+        upload, pffs.fs.changes)."""
+        if listing.asked is None or not self.changes.entry_changed(path, listing.asked):
+            return self.remember_listed(path, listing, position, parent)
+        return self._after_a_change(path, listing.info_at(position))
 
     # --- changes made through the mount -------------------------------------------------------
 

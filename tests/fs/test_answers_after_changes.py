@@ -180,3 +180,41 @@ def test_a_heads_old_attributes_landing_after_a_rewrite_are_not_kept(
         assert backend.calls["stat"] == stats
 
     run(main)
+
+
+def test_an_ls_l_under_way_across_a_rewrite_does_not_set_the_old_attributes(
+    moto, s3, bucket: str
+) -> None:
+    """A directory handle's listing taken before a file in it was rewritten through the mount,
+    read on after the upload (an `ls -l` under way): its entry for the file does not set the
+    old size and ETag for the attribute TTL; the inode keeps what the upload left."""
+    vfs, _ = counted_tree_vfs(moto, s3, bucket, SMALL_TREE)  # no nursery
+
+    async def main() -> None:
+        a = await vfs.lookup(ROOT_INODE, "a")
+        b = await vfs.lookup(a.ino, "b")
+        other = await vfs.lookup(b.ino, "other")
+        fh = await vfs.opendir(b.ino)
+        first: list[str] = []
+
+        def one_entry(name: str, inode: Any, next_position: int) -> bool:
+            if first:
+                return False  # the kernel's buffer is full after one entry
+            first.append(name)
+            return True
+
+        await vfs.readdir(fh, 0, one_entry)  # the listing asked, `c` read
+        assert first == ["c"]
+        await rewrite_through(vfs, other, b"rewritten")
+        rest: list[tuple[str, Any]] = []
+
+        def every_entry(name: str, inode: Any, next_position: int) -> bool:
+            rest.append((name, inode))
+            return True
+
+        await vfs.readdir(fh, 1, every_entry)  # on after the upload
+        vfs.releasedir(fh)
+        assert [(name, inode.info.size) for name, inode in rest] == [("other", 9)]
+        assert (await vfs.lookup(b.ino, "other")).info.size == 9
+
+    run(main)
