@@ -8,7 +8,9 @@ would (create, write, flush, release: the upload at the flush).
 
 from __future__ import annotations
 
+import functools
 import os
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -23,17 +25,38 @@ from tests.fs.test_vfs import list_all, run
 async def write_through(vfs: Any, parent: int, name: str, data: bytes) -> None:
     """`name` in directory `parent` written whole through the mount, and uploaded."""
     fh, _ = await vfs.create(parent, name, os.O_WRONLY)
-    assert await vfs.write(fh, 0, data) == len(data)
-    await vfs.flush(fh)
-    await vfs.release(fh)
+    await _write_and_close(vfs, fh, data)
 
 
 async def rewrite_through(vfs: Any, inode: TableInode, data: bytes) -> None:
     """The file of `inode` rewritten whole through the mount, and uploaded."""
     fh, _ = await vfs.open(inode.ino, os.O_WRONLY | os.O_TRUNC)
+    await _write_and_close(vfs, fh, data)
+
+
+async def _write_and_close(vfs: Any, fh: int, data: bytes) -> None:
     assert await vfs.write(fh, 0, data) == len(data)
-    await vfs.flush(fh)
+    await vfs.flush(fh)  # the upload
     await vfs.release(fh)
+
+
+async def lookup_across(
+    vfs: Any, backend: Any, parent: int, name: str, change: Callable[[], Awaitable[None]]
+) -> TableInode:
+    """A lookup of `name` in directory `parent` whose HEAD the store answers before `change`
+    (a write through the mount) and which lands after it: what the lookup answered."""
+    looked_up: list[TableInode] = []
+
+    async def look_up() -> None:
+        looked_up.append(await vfs.lookup(parent, name))
+
+    async with trio.open_nursery() as nursery:
+        held = backend.hold_next()
+        nursery.start_soon(look_up)
+        await held.until_asked()
+        await change()
+        held.release.set()
+    return looked_up[0]
 
 
 def test_a_listing_asked_before_a_change_through_the_mount_is_not_kept(
@@ -128,18 +151,8 @@ def test_a_heads_no_such_key_landing_after_the_file_was_written_is_not_kept(
 
     async def main() -> None:
         a = await vfs.lookup(ROOT_INODE, "a")
-        looked_up: list[TableInode] = []
-
-        async def look_up_new() -> None:
-            looked_up.append(await vfs.lookup(a.ino, "new"))
-
-        async with trio.open_nursery() as nursery:
-            held = backend.hold_next()
-            nursery.start_soon(look_up_new)
-            await held.until_asked()
-            await write_through(vfs, a.ino, "new", b"written")
-            held.release.set()
-        assert looked_up[0].info.size == 7
+        written = functools.partial(write_through, vfs, a.ino, "new", b"written")
+        assert (await lookup_across(vfs, backend, a.ino, "new", written)).info.size == 7
         stats = backend.calls["stat"]
         assert (await vfs.lookup(a.ino, "new")).info.size == 7
         assert backend.calls["stat"] == stats
@@ -162,21 +175,12 @@ def test_a_heads_old_attributes_landing_after_a_rewrite_are_not_kept(
         other = await vfs.lookup(b.ino, "other")
         assert other.info.size == 4
         clock.now += 3600  # every attribute expired: the next lookup asks the store
-        looked_up: list[TableInode] = []
-
-        async def look_up_other() -> None:
-            looked_up.append(await vfs.lookup(b.ino, "other"))
-
-        async with trio.open_nursery() as nursery:
-            held = backend.hold_next()
-            nursery.start_soon(look_up_other)
-            await held.until_asked()
-            await rewrite_through(vfs, other, b"rewritten")
-            held.release.set()
-        assert looked_up[0].info.size == 9
+        rewritten = functools.partial(rewrite_through, vfs, other, b"rewritten")
+        answered = await lookup_across(vfs, backend, b.ino, "other", rewritten)
+        assert answered.info.size == 9
         stats = backend.calls["stat"]
         after = await vfs.lookup(b.ino, "other")
-        assert after.info.size == 9 and after.info.etag == looked_up[0].info.etag
+        assert after.info.size == 9 and after.info.etag == answered.info.etag
         assert backend.calls["stat"] == stats
 
     run(main)
