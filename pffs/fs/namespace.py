@@ -78,7 +78,7 @@ class Listings:
         self.mount_time = mount_time
         self._now = now
         self._by_path: dict[str, DirListing] = {}
-        self.changes = changes  # a listing asked before a change of its directory is not kept
+        self._changes = changes  # a listing asked before a change of its directory is not kept
         # Synthesised directories have no source: their listing asks no store (pffs.flow: not a
         # store's cap).
         self._local_limiter = trio.CapacityLimiter(4)
@@ -98,10 +98,11 @@ class Listings:
         """Forget the listing of `path`."""
         self._by_path.pop(path, None)
 
-    def keep(self, path: str, listing: DirListing, asked: int) -> bool:
-        """Keep a complete listing of `path`, asked of the store at mark `asked`, unless `path`
-        changed through the mount since (pffs.fs.changes); whether it was kept."""
-        if self.changes.listing_changed(path, asked):
+    def keep(self, path: str, listing: DirListing) -> bool:
+        """Keep a complete listing of `path` from the store, unless `path` changed through the
+        mount since it was asked (`DirListing.asked`, pffs.fs.changes); whether it was kept."""
+        assert listing.asked is not None
+        if self._changes.listing_changed(path, listing.asked):
             return False
         now = self._now()
         if len(self._by_path) >= MAX_LISTINGS:  # drop the expired before growing further
@@ -125,7 +126,7 @@ class Listings:
                 terms = None if routed is None else routed[0].health.terms()
                 listing.source = self._tree_listing(path, terms)
                 if listing.asked is None:  # a listing started over keeps its first entries
-                    listing.asked = self.changes.mark()
+                    listing.asked = self._changes.mark()
             try:
                 if routed is None:  # a synthesised directory: no store to ask
                     chunk = await run_blocking(
@@ -152,8 +153,7 @@ class Listings:
             if len(chunk) < LIST_CHUNK:
                 listing.complete = True
                 listing.source = None
-                assert listing.asked is not None
-                self.keep(path, listing, listing.asked)
+                self.keep(path, listing)
             return bool(chunk) or not listing.complete
 
     def _tree_listing(self, path: str, terms: RetryTerms | None) -> Iterator[ObjectInfo]:
@@ -515,11 +515,11 @@ class Namespace:
             directory = join(path, relative) if relative else path
             if directory in self._background or self.listings.fresh(directory):
                 continue  # a listing under way (a lookup's of `path` itself) or fresh is kept
-            listing = DirListing(complete=True)
+            listing = DirListing(complete=True, asked=asked)
             for info in entries:
                 listing.add(info)
             listing.first_chunk.set()
-            if self.listings.keep(directory, listing, asked):
+            if self.listings.keep(directory, listing):
                 self._listing_pages[directory] = 1
 
     async def _list_in_background(self, path: str, running: DirListing) -> None:
