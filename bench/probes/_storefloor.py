@@ -12,7 +12,12 @@ loop on trio and the kernel's FUSE work, on the same cores as the client. A file
 all fetched even when its reader wants a few: the floor of the sequential patterns (and of the
 Arrow batches, whose whole file every system fetches), not of the ranged ones.
 
-    python -m bench.probes._storefloor MOUNTPOINT --bucket B --endpoint-url URL --objects JSON
+With `--keep DIR` it is the floor of a caching file system: each piece is also written to a file
+of its own in DIR as it lands, by two writer threads with O_DIRECT from an aligned copy, as
+pffs's disk tier writes its blocks (pffs.cache.entries); READs never wait for it.
+
+    python -m bench.probes._storefloor MOUNTPOINT --bucket B --endpoint-url URL --objects JSON \
+        [--keep DIR]
 """
 
 from __future__ import annotations
@@ -20,6 +25,9 @@ from __future__ import annotations
 import argparse
 import errno
 import json
+import math
+import mmap
+import os
 import stat
 import sys
 from collections.abc import Sequence
@@ -34,6 +42,8 @@ MIB = 1 << 20
 PIECE = 4 * MIB  # pffs's block
 RUN_PIECES = 4  # pieces per GET: 16 MiB
 GETS = 8  # GETs in flight, all files together (the bench's ceiling is curl's 8 at once)
+WRITERS = 2  # as pffs's disk tier
+ALIGN = 4096  # O_DIRECT's alignment of buffer, offset and length
 
 
 class _File:
@@ -98,11 +108,14 @@ class _Tree:
 class StoreFloor(pyfuse3.Operations):
     """The file system, and its fetchers (run `fetch` GETS times beside pyfuse3's loop)."""
 
-    def __init__(self, tree: _Tree, backend: S3Backend) -> None:
+    def __init__(self, tree: _Tree, backend: S3Backend, keep_dir: str | None = None) -> None:
         super().__init__()
         self.tree, self.backend = tree, backend
         self._opens = 0
         self._work = trio.Event()
+        self.keep_dir = keep_dir
+        self._to_keep, self._kept = trio.open_memory_channel[tuple[_File, int]](math.inf)
+        self._spare: list[mmap.mmap] = []  # the writers' aligned buffers (list ops are atomic)
 
     async def lookup(
         self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext
@@ -199,10 +212,33 @@ class StoreFloor(pyfuse3.Operations):
             for index in range(first, first + len(lengths)):
                 trio.from_thread.run_sync(file.landed[index].set)
 
-    @staticmethod
-    def _land(file: _File, piece: int, data: bytes) -> None:
+    def _land(self, file: _File, piece: int, data: bytes) -> None:
         file.pieces[piece] = data
         file.landed[piece].set()
+        if self.keep_dir is not None:
+            self._to_keep.send_nowait((file, piece))
+
+    async def keep(self) -> None:
+        """One disk writer, for good (`--keep`)."""
+        async for file, piece in self._kept:
+            await trio.to_thread.run_sync(self._write, file, piece)
+
+    def _write(self, file: _File, piece: int) -> None:
+        """A piece to a file of its own with O_DIRECT, from an aligned copy of it in a buffer
+        the writers reuse (a fresh one per piece costs its page faults, as pffs's would)."""
+        data = file.pieces[piece]
+        length = -(-len(data) // ALIGN) * ALIGN
+        aligned = self._spare.pop() if self._spare else mmap.mmap(-1, PIECE)
+        try:
+            aligned[: len(data)] = data
+            name = os.path.join(str(self.keep_dir), f"{file.opened}-{piece}")
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o600)
+            try:
+                os.write(fd, memoryview(aligned)[:length])
+            finally:
+                os.close(fd)
+        finally:
+            self._spare.append(aligned)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -211,16 +247,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bucket", required=True)
     parser.add_argument("--endpoint-url", required=True)
     parser.add_argument("--objects", required=True, help="a JSON file: key -> size")
+    parser.add_argument("--keep", metavar="DIR", help="write each piece to DIR as it lands")
     args = parser.parse_args(argv)
     with open(args.objects, encoding="utf-8") as f:
         objects = {str(key): int(size) for key, size in json.load(f).items()}
     backend = S3Backend(SourceConfig(url=f"s3://{args.bucket}", endpoint_url=args.endpoint_url))
-    floor = StoreFloor(_Tree(objects), backend)
+    floor = StoreFloor(_Tree(objects), backend, args.keep)
 
     async def serve() -> None:
         async with trio.open_nursery() as nursery:
             for _ in range(GETS):
                 nursery.start_soon(floor.fetch)
+            for _ in range(WRITERS if args.keep else 0):
+                nursery.start_soon(floor.keep)
             await pyfuse3.main(min_tasks=4, max_tasks=FuseConfig.max_tasks)
             nursery.cancel_scope.cancel()
 

@@ -15,7 +15,8 @@ time on one mount with empty caches, the page cache dropped before each, traced 
   the Range of each GET, for any system (`--system s3fs`, `--system rclone` too; `--system
   floor`: the least a pyfuse3 file system does, each file fetched whole from its open and
   served from memory, bench/probes/_storefloor.py, what bounds a pattern besides pffs's
-  choices).
+  choices; `--system kept-floor`: the same, each piece also written to disk as it lands, the
+  least a caching file system does).
 
 Per pattern it prints the kernel's reads (count, bytes, sizes, how each file handle moved: in
 order, forward gap, backward), the store's GETs (count, sizes, bytes, bytes asked twice) and
@@ -167,15 +168,16 @@ def _mount_traced(
 
 
 def _mount_floor(
-    server: Server, mountpoint: str, objects: dict[str, int], workdir: str
+    server: Server, mountpoint: str, objects: dict[str, int], workdir: str, keep_dir: str | None
 ) -> subprocess.Popen[bytes]:
     """The store floor (bench/probes/_storefloor.py) over the bucket's `objects`, with the
-    kernel's readahead pffs sets."""
+    kernel's readahead pffs sets; writing what it fetches into `keep_dir` if one is given."""
     listing = os.path.join(workdir, "objects.json")
     with open(listing, "w", encoding="utf-8") as f:
         json.dump(objects, f)
     argv = [sys.executable, "-m", "bench.probes._storefloor", mountpoint, "--bucket", BUCKET]
     argv += ["--endpoint-url", server.endpoint_url, "--objects", listing]
+    argv += ["--keep", keep_dir] if keep_dir is not None else []
     track_mount(mountpoint)
     proc = _mounted(subprocess.Popen(argv, env=server.env()), mountpoint, "the store floor")
     set_kernel_readahead(mountpoint, FuseConfig.kernel_readahead)  # as pffs does at its INIT
@@ -327,10 +329,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--patterns", default=",".join(clients.PATTERNS))
     p.add_argument(
         "--system",
-        choices=("pffs", "s3fs", "rclone", "floor"),
+        choices=("pffs", "s3fs", "rclone", "floor", "kept-floor"),
         default="pffs",
         help="floor: the least a pyfuse3 file system does, each file fetched whole at its open "
-        "(bench/probes/_storefloor.py)",
+        "(bench/probes/_storefloor.py); kept-floor: the same writing each piece to disk as it "
+        "lands, the least a caching one does",
     )
     p.add_argument("--pffs-options", default="", help="extra `pffs mount` options, quoted")
     p.add_argument("--out", help="where the raw traces stay (a new directory)")
@@ -452,8 +455,9 @@ class _Session:
                 traced = UNTRACED if self.args.no_trace else trace
                 proc = _mount_traced(proxy.server, mountpoint, cache, traced, options, self.tree)
                 pid: int | None = proc.pid
-            elif self.args.system == "floor":
-                proc = _mount_floor(proxy.server, mountpoint, self.objects, self.base)
+            elif self.args.system in ("floor", "kept-floor"):
+                keep_dir = cache if self.args.system == "kept-floor" else None
+                proc = _mount_floor(proxy.server, mountpoint, self.objects, self.base, keep_dir)
                 pid = proc.pid
             else:
                 system = S3fs() if self.args.system == "s3fs" else Rclone()
