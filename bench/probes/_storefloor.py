@@ -231,6 +231,7 @@ class StoreFloor(pyfuse3.Operations):
         aligned = self._spare.pop() if self._spare else mmap.mmap(-1, PIECE)
         try:
             aligned[: len(data)] = data
+            aligned[len(data) : length] = bytes(length - len(data))  # a reused buffer's padding
             name = os.path.join(str(self.keep_dir), f"{file.opened}-{piece}")
             fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o600)
             try:

@@ -1,14 +1,17 @@
 """The pure parts of the read floor (bench.probes.fuse_floor's `--read-mib`) and of the READ
 sizes bench.probes.client_reads prints: how a file is shared among readers, how repetitions
-and READ sizes are written down."""
+and READ sizes are written down; and the caching store floor's disk writes."""
 
 from __future__ import annotations
 
 import itertools
+import os
+from pathlib import Path
 
 import pytest
 
 from bench.probes._floorfs import file_spans
+from bench.probes._storefloor import PIECE, StoreFloor, _Tree
 from bench.probes.client_reads import size_classes
 from bench.probes.fuse_floor import (
     MIB,
@@ -81,3 +84,19 @@ def test_each_mode_reads_every_byte_once() -> None:
     ]
     for mode in MODES:
         assert sum(length for *_, length in read_jobs("/m", mode, size)) == size
+
+
+def test_the_kept_floor_writes_each_piece_whole_to_a_file_of_its_own(tmp_path: Path) -> None:
+    """The caching floor's writer (its O_DIRECT write from a reused aligned buffer), on the
+    test's own directory; no store is asked, so the backend is left out."""
+    tree = _Tree({"dir/a": PIECE + 5})
+    floor = StoreFloor(tree, backend=None, keep_dir=str(tmp_path))  # type: ignore[arg-type]
+    (file,) = tree.files.values()
+    file.opened = 0
+    file.pieces = [os.urandom(PIECE), b"tail!"]
+    for piece in (0, 1):
+        floor._write(file, piece)
+    assert (tmp_path / "0-0").read_bytes() == file.pieces[0]
+    padded = b"tail!" + bytes(4096 - 5)  # to O_DIRECT's alignment, with zeros
+    assert (tmp_path / "0-1").read_bytes() == padded
+    assert len(floor._spare) == 1  # one buffer, reused
